@@ -1,0 +1,146 @@
+// Status and Result<T>: how every AsymNVM call reports failure.
+//
+// No exceptions cross component boundaries. A Status is a code, a "context: cause" message, an
+// optional errno / provider code, and a retryable bit. Result<T> holds either a value or a non-OK
+// Status. Both are cheap to move; an OK Status allocates nothing.
+//
+// Thread safety: values; distinct objects may be used from distinct threads freely.
+#pragma once
+
+#include <cassert>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace asymnvm {
+
+enum class StatusCode : uint8_t {
+  kOk = 0,
+  kInvalidArgument,     // the caller passed something malformed (bad flag, bad size, bad address)
+  kNotFound,            // a named thing does not exist
+  kAlreadyExists,       // creating something that exists
+  kCorruption,          // a persistent record or packet failed validation (checksum, magic, bounds)
+  kIoError,             // the OS refused (open, mmap, socket, ...); errno() says why
+  kNotSupported,        // the provider / device cannot do this (e.g. no RDMA device)
+  kResourceExhausted,   // queue full, pool full, out of receive buffers; often retryable
+  kRemoteAccessError,   // the peer's NIC rejected a one-sided access (key, bounds, rights)
+  kProtocolError,       // malformed or unexpected packet / handshake
+  kRnrRetryExceeded,    // receiver not ready: no receive buffer after all retries
+  kConnectionError,     // the connection is in the error state, closed, or the peer died
+  kPermissionDenied,    // authentication failed
+  kTimedOut,            // a bounded wait ran out
+  kAborted,             // an operation was cancelled (e.g. flushed from an errored queue)
+  kFailedPrecondition,  // the object is in the wrong state for this call
+  kInternal,            // a bug: an invariant that should hold did not
+};
+
+std::string_view StatusCodeName(StatusCode code);
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;  // OK
+  Status(StatusCode code, std::string_view message, int sys_errno = 0, bool retryable = false);
+
+  static Status Ok() { return Status(); }
+  static Status InvalidArgument(std::string_view m) { return {StatusCode::kInvalidArgument, m}; }
+  static Status NotFound(std::string_view m) { return {StatusCode::kNotFound, m}; }
+  static Status AlreadyExists(std::string_view m) { return {StatusCode::kAlreadyExists, m}; }
+  static Status Corruption(std::string_view m) { return {StatusCode::kCorruption, m}; }
+  static Status IoError(std::string_view m, int e = 0) { return {StatusCode::kIoError, m, e}; }
+  static Status NotSupported(std::string_view m) { return {StatusCode::kNotSupported, m}; }
+  static Status ResourceExhausted(std::string_view m, bool retryable = true) {
+    return {StatusCode::kResourceExhausted, m, 0, retryable};
+  }
+  static Status RemoteAccessError(std::string_view m) { return {StatusCode::kRemoteAccessError, m}; }
+  static Status ProtocolError(std::string_view m) { return {StatusCode::kProtocolError, m}; }
+  static Status RnrRetryExceeded(std::string_view m) { return {StatusCode::kRnrRetryExceeded, m}; }
+  static Status ConnectionError(std::string_view m) { return {StatusCode::kConnectionError, m}; }
+  static Status PermissionDenied(std::string_view m) { return {StatusCode::kPermissionDenied, m}; }
+  static Status TimedOut(std::string_view m) { return {StatusCode::kTimedOut, m, 0, true}; }
+  static Status Aborted(std::string_view m) { return {StatusCode::kAborted, m}; }
+  static Status FailedPrecondition(std::string_view m) {
+    return {StatusCode::kFailedPrecondition, m};
+  }
+  static Status Internal(std::string_view m) { return {StatusCode::kInternal, m}; }
+
+  bool ok() const { return rep_ == nullptr; }
+  StatusCode code() const { return rep_ ? rep_->code : StatusCode::kOk; }
+  const std::string& message() const;
+  int sys_errno() const { return rep_ ? rep_->sys_errno : 0; }
+  bool retryable() const { return rep_ ? rep_->retryable : false; }
+
+  // Returns a copy whose message is "context: <old message>".
+  Status WithContext(std::string_view context) const;
+  // "CodeName: message (errno N: strerror)".
+  std::string ToString() const;
+
+  Status(const Status& o) : rep_(o.rep_ ? std::make_unique<Rep>(*o.rep_) : nullptr) {}
+  Status& operator=(const Status& o) {
+    if (this != &o) rep_ = o.rep_ ? std::make_unique<Rep>(*o.rep_) : nullptr;
+    return *this;
+  }
+  Status(Status&&) noexcept = default;
+  Status& operator=(Status&&) noexcept = default;
+
+ private:
+  struct Rep {
+    StatusCode code;
+    std::string message;
+    int sys_errno;
+    bool retryable;
+  };
+  std::unique_ptr<Rep> rep_;
+};
+
+// A value or an error. Access value() only when ok().
+template <typename T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : value_(std::move(value)) {}  // NOLINT(runtime/explicit)
+  Result(Status status) : status_(std::move(status)) {  // NOLINT(runtime/explicit)
+    assert(!status_.ok() && "Result constructed from an OK Status without a value");
+  }
+
+  bool ok() const { return value_.has_value(); }
+  const Status& status() const { return status_; }
+  T& value() & {
+    assert(ok());
+    return *value_;
+  }
+  const T& value() const& {
+    assert(ok());
+    return *value_;
+  }
+  T&& value() && {
+    assert(ok());
+    return std::move(*value_);
+  }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+  T& operator*() & { return value(); }
+
+ private:
+  std::optional<T> value_;
+  Status status_;
+};
+
+}  // namespace asymnvm
+
+// Propagate a non-OK Status from an expression returning Status.
+#define ASYMNVM_RETURN_IF_ERROR(expr)              \
+  do {                                             \
+    ::asymnvm::Status _st = (expr);                \
+    if (!_st.ok()) return _st;                     \
+  } while (0)
+
+#define ASYMNVM_CONCAT_INNER(a, b) a##b
+#define ASYMNVM_CONCAT(a, b) ASYMNVM_CONCAT_INNER(a, b)
+// ASYMNVM_ASSIGN_OR_RETURN(auto x, MakeX());
+#define ASYMNVM_ASSIGN_OR_RETURN(lhs, expr)                               \
+  auto ASYMNVM_CONCAT(_res_, __LINE__) = (expr);                          \
+  if (!ASYMNVM_CONCAT(_res_, __LINE__).ok())                              \
+    return ASYMNVM_CONCAT(_res_, __LINE__).status();                      \
+  lhs = std::move(ASYMNVM_CONCAT(_res_, __LINE__)).value()

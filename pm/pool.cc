@@ -265,7 +265,7 @@ Result<int> OpenAndLock(const std::string& path, int extra_flags) {
   int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | extra_flags, 0644);
   if (fd < 0) {
     int e = errno;
-    if (e == ENOENT) return Status(StatusCode::kNotFound, "pool " + path + ": no such file", e);
+    if (e == ENOENT) return Status(StatusCode::kNotFound, "pool " + path + ": no such file or directory", e);
     if (e == EEXIST) {
       return Status(StatusCode::kAlreadyExists, "pool " + path + ": file already exists", e);
     }

@@ -7,13 +7,19 @@
 //
 // Persistence: everything above this layer persists through a Persister. Flush(range) starts
 // write-back of the cache lines covering the range; Drain() waits until every line flushed by this
-// thread (pmem semantics) is durable; Persist = Flush + Drain.
+// thread (pmem semantics) is durable; Persist = Flush + Drain. In msync mode Flush is synchronous
+// (it msyncs the pages) and Drain is a no-op. The observer (PoolOptions::observer) sees each range
+// when it is flushed.
 //
 // Crash simulation (PoolOptions::crash_sim): the mapping the program uses is a private DRAM copy;
 // the file ("media") only receives lines that were Flushed and then Drained. SimulateCrash() models
 // a power loss: every line that differs between the copy and the media is independently kept or
 // dropped (at 64 B granularity, seeded), the result is written to media and the copy is reloaded
-// from it. Lines flushed but not drained count as "differing" and may survive or not.
+// from it. Lines flushed but not drained count as "differing" and may survive or not. Pending
+// (flushed, not drained) lines are tracked per thread: Drain() completes only the calling thread's
+// flushes, and it writes the lines' contents as of the Drain. Destroying the Pool is a clean
+// shutdown: the whole copy is written to the file (as the page cache would for a real mapping).
+// Flush of a range outside the pool is a fatal error in this mode.
 //
 // Thread safety: Pool methods are safe to call concurrently except SimulateCrash and Close, which
 // require that no other thread touches the pool. Persister methods are thread-safe. XPLineModel is
@@ -47,6 +53,7 @@ class PersistObserver {
 // How ranges become durable.
 enum class PersistMode : uint8_t {
   kAuto,       // pmem_persist on DAX (pmem_is_pmem), pmem_msync otherwise. Power-loss safe.
+               // Resolved at open: kFlushOnly on DAX, kMsync otherwise (Pool::mode()).
   kMsync,      // always pmem_msync. Power-loss safe on ordinary files; slow (~12 K/s on ext4).
   kFlushOnly,  // cache-line flush + fence only. Survives process crash on ordinary files
                // (page cache keeps MAP_SHARED data), NOT power loss unless the file is on DAX.
@@ -97,15 +104,19 @@ std::string UuidToString(const std::array<uint8_t, 16>& uuid);
 
 class Pool {
  public:
-  // Creates a new pool file of `size` bytes (>= kMinPoolSize). Errors: kAlreadyExists if the file
-  // exists, kInvalidArgument for a bad size, kIoError from the OS.
+  // Creates a new pool file of `size` bytes (>= kMinPoolSize, a multiple of kSuperblockSize) and
+  // locks it. The superblock is written last and persisted, so a crash mid-create leaves a file
+  // that Open refuses (kCorruption). Errors: kAlreadyExists if the file exists, kInvalidArgument
+  // for a bad size or a layout name over 31 characters, kNotFound (missing directory), kIoError.
   static Result<std::unique_ptr<Pool>> Create(const std::string& path, uint64_t size,
                                               const PoolOptions& options);
-  // Opens an existing pool. Errors: kNotFound (no file), kCorruption (not ours, truncated, checksum
-  // mismatch, size mismatch), kNotSupported (other layout version), kInvalidArgument (layout name
-  // mismatch), kIoError.
+  // Opens an existing pool and holds an exclusive flock on it until the Pool is destroyed.
+  // Errors (messages name the path): kNotFound (no file), kCorruption (not ours, truncated,
+  // checksum mismatch, size mismatch), kNotSupported (other layout version), kInvalidArgument
+  // (layout name mismatch, not a regular file), kFailedPrecondition (the pool is open elsewhere,
+  // in this or another process), kIoError.
   static Result<std::unique_ptr<Pool>> Open(const std::string& path, const PoolOptions& options);
-  // Opens if the file exists, creates it otherwise.
+  // Opens if the file exists, creates it otherwise (same errors as Open / Create).
   static Result<std::unique_ptr<Pool>> OpenOrCreate(const std::string& path, uint64_t size,
                                                     const PoolOptions& options);
 
@@ -125,9 +136,12 @@ class Pool {
   uint64_t OffsetOf(const void* p) const;
   bool Contains(const void* p, size_t len) const;
 
-  // Crash simulation only (kFailedPrecondition otherwise): drop or keep each unpersisted 64 B line
-  // with probability 1 - keep_probability / keep_probability (seeded), then reload. Returns the
-  // number of lines that differed in `dropped_lines` / `kept_lines` when non-null.
+  // Crash simulation only (kFailedPrecondition otherwise): each 64 B line whose copy differs from
+  // media is kept with probability keep_probability (else dropped), independently, drawn in
+  // ascending line order from std::mt19937_64(seed); kept lines go to media, then the copy is
+  // reloaded from media and every pending flush is forgotten. Reports how many differing lines
+  // were dropped / kept when the pointers are non-null. kInvalidArgument if keep_probability is
+  // outside [0, 1].
   virtual Status SimulateCrash(uint64_t seed, double keep_probability, uint64_t* dropped_lines,
                                uint64_t* kept_lines) = 0;
 
@@ -162,7 +176,9 @@ class XPLineModel : public PersistObserver {
   uint64_t media_ = 0;
 };
 
-// Parses "64M", "4G", "4096", "1k" (binary units). Errors: kInvalidArgument.
+// Parses "64M", "4G", "4096", "1k" (binary units K, M, G, T, either case, optionally followed by
+// "B" or "iB"; a plain number may end in "B"). Errors: kInvalidArgument (empty, sign, garbage,
+// overflow).
 Result<uint64_t> ParseSize(const std::string& text);
 
 }  // namespace asymnvm::pm

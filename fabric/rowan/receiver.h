@@ -1,0 +1,121 @@
+// Rowan receiver: one b-log in a PM area, fed by many senders through one multi-packet SRQ
+// (papers/rowan-osdi23.txt §3, §4.3; layout in doc/rowan.md §Receiver area).
+//
+// The area is [header 4 KiB][segment meta table][segments...]. A control thread keeps the SRQ
+// stocked with free segments (state free → using, persisted before posting), detects used
+// segments (the first 8 bytes of the *next* posted segment became non-zero, then a grace period for
+// in-flight landings), and hands them to the consumer in landing order. The consumer scans a used
+// segment (rowan::Scanner) and calls Commit(); the control thread then zeroes it and returns it to
+// the free list. The receiver's CQ is an overwrite ring that nobody polls per message.
+//
+// Recovery: Open() on an area that holds a b-log keeps every segment that was using/used (or whose
+// meta entry is unreadable) and hands them out first, in posting order, before new ones — so every
+// acknowledged entry is found again with no persistent tail pointer.
+//
+// Thread safety: NextUsed/Commit may be called from one consumer thread; stats() from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "asymnvm/fabric.h"
+#include "asymnvm/pm.h"
+#include "asymnvm/status.h"
+
+namespace asymnvm::rowan {
+
+enum class SegmentState : uint8_t { kFree = 0, kUsing = 1, kUsed = 2, kCommitted = 3 };
+
+struct ReceiverOptions {
+  fabric::Fabric* fabric = nullptr;     // required
+  fabric::ProtectionDomain* pd = nullptr;  // required
+  uint8_t* area = nullptr;              // PM area (4 KiB aligned), e.g. inside a pm::Pool
+  size_t area_size = 0;
+  pm::Persister* persister = nullptr;   // required: persists the area
+  std::string listen_address = "tcp://127.0.0.1:0";
+  size_t segment_size = 4u << 20;       // multiple of 4 KiB
+  uint32_t post_batch = 4;              // segments per RECV post
+  uint32_t min_posted = 4;              // keep at least this many segments posted
+  std::chrono::microseconds grace{2000};  // wait for in-flight landings before "used"
+  std::chrono::microseconds poll_interval{200};  // control-thread idle sleep
+  size_t mtu = 4096;
+};
+
+struct ReceiverStats {
+  uint32_t segments = 0, free = 0, using_ = 0, used = 0, committed = 0, posted = 0;
+  uint64_t segments_handed_over = 0, segments_recycled = 0, connections = 0;
+  uint64_t recovered_segments = 0;
+  uint64_t ring_overwritten = 0;
+};
+
+struct SegmentView {
+  uint32_t index = 0;
+  uint64_t post_seq = 0;
+  std::span<const uint8_t> bytes;
+};
+
+class Receiver {
+ public:
+  // Formats the area if it holds no b-log (or a b-log of another geometry only when `format` is
+  // true), otherwise recovers it. Errors: kInvalidArgument (missing field, area too small for two
+  // segments, misaligned), kCorruption (header checksum bad and format == false), fabric errors.
+  static Result<std::unique_ptr<Receiver>> Open(const ReceiverOptions& options, bool format = false);
+  ~Receiver();
+
+  std::string address() const;
+  // The next used segment in landing order; kTimedOut if none within `timeout`.
+  Result<SegmentView> NextUsed(std::chrono::milliseconds timeout);
+  // The consumer is done with a used segment: used → committed → (zeroed) → free.
+  Status Commit(uint32_t index);
+  ReceiverStats stats() const;
+  // Stops accepting and serving; persists nothing new (everything acknowledged is already durable).
+  void Close();
+
+ private:
+  explicit Receiver(const ReceiverOptions& o) : o_(o) {}
+  Status Init(bool format);
+  void ControlLoop();
+  void AcceptLoop();
+  void SetState(uint32_t index, SegmentState s, uint64_t post_seq);
+  Status PostFree(uint32_t n);
+  uint8_t* Segment(uint32_t i) const { return segments_ + size_t{i} * o_.segment_size; }
+
+  ReceiverOptions o_;
+  uint32_t count_ = 0;
+  uint8_t* meta_ = nullptr;
+  uint8_t* segments_ = nullptr;
+  uint64_t next_post_seq_ = 1;
+
+  std::unique_ptr<fabric::MemoryRegion> mr_;
+  std::unique_ptr<fabric::CompletionQueue> ring_;
+  std::unique_ptr<fabric::CompletionQueue> send_cq_;
+  std::unique_ptr<fabric::SharedReceiveQueue> srq_;
+  std::unique_ptr<fabric::Listener> listener_;
+  std::vector<uint8_t> flush_target_;
+  std::unique_ptr<fabric::MemoryRegion> flush_mr_;
+
+  mutable std::mutex mu_;
+  std::condition_variable used_cv_;
+  std::vector<std::unique_ptr<fabric::Connection>> conns_;
+  std::vector<SegmentState> state_;        // DRAM mirror of the meta table
+  std::vector<uint64_t> post_seq_;
+  std::deque<uint32_t> posted_;            // posted segments, in posting order
+  std::deque<uint32_t> used_;              // ready for the consumer, in landing order
+  std::deque<uint32_t> to_recycle_;
+  std::chrono::steady_clock::time_point candidate_since_{};
+  bool candidate_ = false;
+  ReceiverStats counters_;
+  std::atomic<bool> stop_{false};
+  std::thread control_, acceptor_;
+};
+
+}  // namespace asymnvm::rowan

@@ -1,0 +1,286 @@
+// The conformance fixture, the instances, and the peer-process helper.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+
+#include "tests/fabric/conformance.h"
+
+extern char** environ;
+
+namespace asymnvm::fabric::conformance {
+
+void FabricConformance::SetUp() {
+  inst_ = GetParam();
+  const char* env = std::getenv("ASYMNVM_TEST_SEED");
+  seed_ = env != nullptr ? std::strtoull(env, nullptr, 0) : std::random_device{}();
+  RecordProperty("seed", std::to_string(seed_));
+
+  auto t = OpenFabric();
+  if (!t.ok() && t.status().code() == StatusCode::kNotSupported) {
+    GTEST_SKIP() << inst_.provider << " provider unavailable here: " << t.status().ToString();
+  }
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  target_ = std::move(t).value();
+  auto i = OpenFabric();
+  ASSERT_TRUE(i.ok()) << i.status().ToString();
+  init_ = std::move(i).value();
+  const auto transports = target_->capabilities().transports;
+  if (std::find(transports.begin(), transports.end(), inst_.transport) == transports.end()) {
+    GTEST_SKIP() << inst_.provider << " provider does not offer transport " << inst_.transport;
+  }
+  auto tpd = target_->AllocPd();
+  ASSERT_TRUE(tpd.ok()) << tpd.status().ToString();
+  target_pd_ = std::move(tpd).value();
+  auto ipd = init_->AllocPd();
+  ASSERT_TRUE(ipd.ok()) << ipd.status().ToString();
+  init_pd_ = std::move(ipd).value();
+  auto icq = init_->CreateCq({});
+  ASSERT_TRUE(icq.ok()) << icq.status().ToString();
+  init_cq_ = std::move(icq).value();
+  auto tcq = target_->CreateCq({});
+  ASSERT_TRUE(tcq.ok()) << tcq.status().ToString();
+  target_cq_ = std::move(tcq).value();
+  auto l = target_->Listen(target_pd_.get(), NewAddress());
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  listener_ = std::move(l).value();
+}
+
+void FabricConformance::TearDown() {
+  if (HasFailure()) {
+    std::fprintf(stderr, "[ seed ] %s: rerun with ASYMNVM_TEST_SEED=%llu\n",
+                 InstanceName({inst_, 0}).c_str(), static_cast<unsigned long long>(seed_));
+  }
+  listener_.reset();
+  init_cq_.reset();
+  target_cq_.reset();
+  init_pd_.reset();
+  target_pd_.reset();
+  init_.reset();
+  target_.reset();
+}
+
+Result<std::unique_ptr<Fabric>> FabricConformance::OpenFabric(const std::string& secret) {
+  FabricOptions o;
+  o.provider = inst_.provider;
+  o.cluster_secret = secret;
+  return Fabric::Open(o);
+}
+
+std::string FabricConformance::NewAddress() {
+  static std::atomic<int> counter{0};
+  const std::string unique = std::to_string(getpid()) + "-" + std::to_string(counter++);
+  if (inst_.transport == "tcp") return "tcp://127.0.0.1:0";
+  if (inst_.transport == "unix") return "unix:///tmp/asymnvm-conf-" + unique + ".sock";
+  return "inproc://asymnvm-conf-" + unique;
+}
+
+Pair FabricConformance::ConnectPair(const ConnectionOptions& init_opts,
+                                    const ConnectionOptions& target_opts) {
+  Pair p;
+  auto accepted = std::async(std::launch::async,
+                             [this, target_opts] { return listener_->Accept(target_opts); });
+  auto c = init_->Connect(init_pd_.get(), listener_->address(), init_opts);
+  auto a = accepted.get();
+  EXPECT_TRUE(c.ok()) << "Connect: " << c.status().ToString();
+  EXPECT_TRUE(a.ok()) << "Accept: " << a.status().ToString();
+  if (c.ok() && a.ok()) {
+    p.init = std::move(c).value();
+    p.target = std::move(a).value();
+  }
+  return p;
+}
+
+std::unique_ptr<GuardedRegion> FabricConformance::Region(ProtectionDomain* pd, size_t len,
+                                                         uint32_t access, uint8_t fill) {
+  auto r = std::make_unique<GuardedRegion>();
+  r->storage.assign(len + 2 * GuardedRegion::kGuard + 64, kGuardByte);
+  uint8_t* p = r->storage.data() + GuardedRegion::kGuard;
+  p += (64 - reinterpret_cast<uintptr_t>(p) % 64) % 64;
+  r->data = p;
+  r->len = len;
+  std::memset(p, fill, len);
+  MemoryRegionOptions mo;
+  mo.access = access;
+  auto mr = pd->RegisterMemory(p, len, mo);
+  EXPECT_TRUE(mr.ok()) << "RegisterMemory: " << mr.status().ToString();
+  if (mr.ok()) r->mr = std::move(mr).value();
+  return r;
+}
+
+std::vector<Completion> FabricConformance::WaitFor(CompletionQueue* cq, size_t n,
+                                                   milliseconds timeout) {
+  std::vector<Completion> got;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::vector<Completion> buf(64);
+  while (got.size() < n) {
+    auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) break;
+    size_t want = std::min(buf.size(), n - got.size());
+    auto left = std::chrono::duration_cast<microseconds>(deadline - now);
+    auto r = cq->Wait(std::span<Completion>(buf.data(), want), std::min(left, microseconds(100000)));
+    if (!r.ok()) {
+      ADD_FAILURE() << "CQ Wait: " << r.status().ToString();
+      break;
+    }
+    for (size_t i = 0; i < *r; i++) got.push_back(buf[i]);
+  }
+  if (got.size() < n) {
+    ADD_FAILURE() << "timed out after " << timeout.count() << " ms with " << got.size() << " of "
+                  << n << " completions";
+  }
+  return got;
+}
+
+void FabricConformance::ExpectQuiet(CompletionQueue* cq, milliseconds grace) {
+  Completion c;
+  auto r = cq->Wait(std::span<Completion>(&c, 1), grace);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*r, 0u) << "unexpected completion: wr_id " << c.wr_id << " " << OpcodeName(c.opcode)
+                    << " " << CompletionStatusName(c.status);
+}
+
+WorkRequest FabricConformance::Write(uint64_t wr_id, const GuardedRegion& local, size_t loff,
+                                     const GuardedRegion& remote, size_t roff, uint32_t len,
+                                     bool signaled) {
+  WorkRequest wr;
+  wr.wr_id = wr_id;
+  wr.opcode = Opcode::kWrite;
+  wr.signaled = signaled;
+  wr.local_addr = local.data + loff;
+  wr.length = len;
+  wr.local_mr = local.mr.get();
+  wr.remote_addr = remote.raddr(roff);
+  wr.rkey = remote.rkey();
+  return wr;
+}
+
+WorkRequest FabricConformance::Read(uint64_t wr_id, const GuardedRegion& local, size_t loff,
+                                    const GuardedRegion& remote, size_t roff, uint32_t len) {
+  WorkRequest wr = Write(wr_id, local, loff, remote, roff, len);
+  wr.opcode = Opcode::kRead;
+  return wr;
+}
+
+WorkRequest FabricConformance::Cas(uint64_t wr_id, const GuardedRegion* local, size_t loff,
+                                   const GuardedRegion& remote, size_t roff, uint64_t expect,
+                                   uint64_t swap) {
+  WorkRequest wr;
+  wr.wr_id = wr_id;
+  wr.opcode = Opcode::kCompareSwap;
+  wr.local_addr = local ? local->data + loff : nullptr;
+  wr.length = 8;
+  wr.local_mr = local ? local->mr.get() : nullptr;
+  wr.remote_addr = remote.raddr(roff);
+  wr.rkey = remote.rkey();
+  wr.compare_add = expect;
+  wr.swap = swap;
+  return wr;
+}
+
+WorkRequest FabricConformance::Faa(uint64_t wr_id, const GuardedRegion* local, size_t loff,
+                                   const GuardedRegion& remote, size_t roff, uint64_t add) {
+  WorkRequest wr = Cas(wr_id, local, loff, remote, roff, add, 0);
+  wr.opcode = Opcode::kFetchAdd;
+  return wr;
+}
+
+WorkRequest FabricConformance::Send(uint64_t wr_id, const GuardedRegion& local, size_t loff,
+                                    uint32_t len) {
+  WorkRequest wr;
+  wr.wr_id = wr_id;
+  wr.opcode = Opcode::kSend;
+  wr.local_addr = local.data + loff;
+  wr.length = len;
+  wr.local_mr = local.mr.get();
+  return wr;
+}
+
+WorkRequest FabricConformance::Flush(uint64_t wr_id, const GuardedRegion& remote) {
+  WorkRequest wr;
+  wr.wr_id = wr_id;
+  wr.opcode = Opcode::kFlush;
+  wr.remote_addr = remote.raddr();
+  wr.rkey = remote.rkey();
+  return wr;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+PeerProcess::~PeerProcess() {
+  Kill();
+  if (stdout_fd >= 0) close(stdout_fd);
+}
+
+void PeerProcess::Kill() {
+  if (pid <= 0) return;
+  kill(pid, SIGKILL);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  pid = -1;
+}
+
+Status PeerProcess::Start(const std::string& provider, const std::string& listen) {
+#ifndef ASYMNVM_FABRIC_TEST_PEER
+  return Status::NotSupported("fabric_test_peer path not compiled in");
+#else
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return Status::IoError("pipe", errno);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+  std::string path = ASYMNVM_FABRIC_TEST_PEER;
+  std::vector<std::string> args = {path, "--provider", provider, "--listen", listen};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int rc = posix_spawn(&pid, path.c_str(), &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(fds[1]);
+  stdout_fd = fds[0];
+  if (rc != 0) {
+    pid = -1;
+    return Status::IoError("posix_spawn " + path, rc);
+  }
+  // Read the READY line, bounded.
+  std::string line;
+  const auto deadline = std::chrono::steady_clock::now() + kWait;
+  while (line.find('\n') == std::string::npos) {
+    auto left = std::chrono::duration_cast<milliseconds>(deadline -
+                                                         std::chrono::steady_clock::now());
+    if (left.count() <= 0) return Status::TimedOut("peer did not report READY");
+    pollfd p{stdout_fd, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+    char buf[512];
+    ssize_t n = read(stdout_fd, buf, sizeof(buf));
+    if (n <= 0) return Status::ConnectionError("peer exited before READY");
+    line.append(buf, static_cast<size_t>(n));
+  }
+  line.resize(line.find('\n'));
+  // "READY <address> <64 hex chars>"
+  char addr[256], hex[80];
+  if (std::sscanf(line.c_str(), "READY %255s %79s", addr, hex) != 2 || std::strlen(hex) != 64) {
+    return Status::ProtocolError("bad peer line: " + line);
+  }
+  address = addr;
+  uint8_t raw[RegionDescriptor::kEncodedSize];
+  for (size_t i = 0; i < sizeof(raw); i++) {
+    raw[i] = static_cast<uint8_t>(std::strtoul(std::string(hex + 2 * i, 2).c_str(), nullptr, 16));
+  }
+  auto d = RegionDescriptor::Decode(raw, sizeof(raw));
+  if (!d.ok()) return d.status();
+  region = *d;
+  return Status::Ok();
+#endif
+}
+
+INSTANTIATE_TEST_SUITE_P(Providers, FabricConformance,
+                         ::testing::Values(Instance{"soft", "tcp"}, Instance{"soft", "unix"},
+                                           Instance{"soft", "inproc"},
+                                           Instance{"verbs", "tcp"}),
+                         InstanceName);
+
+}  // namespace asymnvm::fabric::conformance

@@ -1,0 +1,150 @@
+// Black-box tests of asymnvm-bench and asymnvm-demo: exit codes, the JSON convention of
+// DESIGN.md §7 (structure only, never timings) and re-running the demo on the same data dir.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RunResult {
+  int exit_code = -1;
+  std::string output;  // stdout + stderr
+};
+
+RunResult Run(const std::string& cmd) {
+  RunResult r;
+  std::string full = cmd + " 2>&1";
+  FILE* p = ::popen(full.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
+  int status = ::pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "asymnvm-workloads-XXXXXX").string();
+    path_ = ::mkdtemp(tmpl.data()) ? tmpl : "";
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!path_.empty()) fs::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+const std::string kBench = ASYMNVM_BENCH_BIN;
+const std::string kDemo = ASYMNVM_DEMO_BIN;
+
+TEST(BenchCli, BadArgumentsExitWithCode2) {
+  for (const char* args : {"", "nosuchsuite", "fabric --no-such-flag", "fabric --duration -1",
+                           "fabric --duration abc", "fabric --transports carrier-pigeon",
+                           "fabric --outstanding 0", "fabric --op FROB"}) {
+    RunResult r = Run(kBench + " " + args);
+    EXPECT_EQ(r.exit_code, 2) << "args: '" << args << "'\n" << r.output;
+    EXPECT_FALSE(r.output.empty()) << "args: '" << args << "' printed no message";
+  }
+}
+
+TEST(BenchCli, HelpExitsZeroAndListsSuites) {
+  RunResult r = Run(kBench + " --help");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("fabric"), std::string::npos) << r.output;
+  r = Run(kBench + " fabric --help");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--json"), std::string::npos) << r.output;
+}
+
+TEST(BenchFabric, QuickRunWritesConventionJsonWithFloors) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const std::string json_path = dir.path() + "/fabric.json";
+  const std::string csv_path = dir.path() + "/fabric.csv";
+  RunResult r = Run(kBench + " fabric --quick --duration 0.01 --outstanding 1,8 --json " +
+                    json_path + " --csv " + csv_path);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream f(json_path);
+  ASSERT_TRUE(f.good()) << "no JSON written\n" << r.output;
+  nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(j.is_discarded()) << "invalid JSON";
+  EXPECT_EQ(j["suite"], "fabric");
+  ASSERT_TRUE(j["machine"].is_object());
+  for (const char* k : {"cores", "provider", "transport", "pm_mode"}) {
+    EXPECT_TRUE(j["machine"].contains(k)) << "machine." << k;
+  }
+  ASSERT_TRUE(j["results"].is_array());
+  std::set<std::string> floors;
+  std::set<std::string> ops;
+  for (const auto& rec : j["results"]) {
+    ASSERT_TRUE(rec.contains("variant"));
+    ASSERT_TRUE(rec.contains("config"));
+    ASSERT_TRUE(rec["config"].is_object());
+    if (rec.value("skipped", false)) {
+      EXPECT_TRUE(rec.contains("reason"));
+      continue;
+    }
+    for (const char* k : {"ops_per_sec", "p50_us", "p99_us", "round_trips_per_op", "bytes_per_op"}) {
+      ASSERT_TRUE(rec.contains(k)) << rec["variant"] << " lacks " << k;
+      EXPECT_TRUE(rec[k].is_number()) << rec["variant"] << "." << k;
+    }
+    for (const char* k : {"op", "size", "outstanding", "transport", "provider"}) {
+      EXPECT_TRUE(rec["config"].contains(k)) << rec["variant"] << " config lacks " << k;
+    }
+    std::string v = rec["variant"];
+    if (v.rfind("floor/", 0) == 0) {
+      floors.insert(v);
+    } else {
+      ops.insert(rec["config"]["op"].get<std::string>());
+      if (rec["config"]["outstanding"] == 1) EXPECT_TRUE(rec.contains("ratio_to_floor")) << v;
+    }
+  }
+  EXPECT_EQ(floors, (std::set<std::string>{"floor/tcp", "floor/unix", "floor/inproc"}));
+  EXPECT_EQ(ops, (std::set<std::string>{"WRITE", "READ", "CAS", "SEND+flush"}));
+  EXPECT_TRUE(j.contains("summary"));
+  // The verbs provider either ran or is recorded as skipped with a message on stdout.
+  EXPECT_NE(r.output.find("verbs"), std::string::npos) << r.output;
+  std::ifstream csv(csv_path);
+  std::string header;
+  ASSERT_TRUE(std::getline(csv, header));
+  EXPECT_EQ(header.rfind("variant,", 0), 0u) << header;
+}
+
+TEST(Demo, RunsTwiceOnTheSameDataDir) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const std::string args =
+      " --data-dir " + dir.path() + "/data --records 40 --senders 4 --pool-size 8M";
+  RunResult first = Run(kDemo + args);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_NE(first.output.find("created new pool"), std::string::npos) << first.output;
+  RunResult second = Run(kDemo + args);
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("opened existing pool"), std::string::npos) << second.output;
+}
+
+TEST(Demo, BadArgumentsExitWithCode2) {
+  RunResult r = Run(kDemo + " --senders 0");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  r = Run(kDemo + " --transport carrier-pigeon");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+}
+
+}  // namespace

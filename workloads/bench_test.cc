@@ -22,7 +22,7 @@ struct RunResult {
   std::string output;  // stdout + stderr
 };
 
-RunResult Run(const std::string& cmd) {
+RunResult RunCmd(const std::string& cmd) {
   RunResult r;
   std::string full = cmd + " 2>&1";
   FILE* p = ::popen(full.c_str(), "r");
@@ -58,17 +58,17 @@ TEST(BenchCli, BadArgumentsExitWithCode2) {
   for (const char* args : {"", "nosuchsuite", "fabric --no-such-flag", "fabric --duration -1",
                            "fabric --duration abc", "fabric --transports carrier-pigeon",
                            "fabric --outstanding 0", "fabric --op FROB"}) {
-    RunResult r = Run(kBench + " " + args);
+    RunResult r = RunCmd(kBench + " " + args);
     EXPECT_EQ(r.exit_code, 2) << "args: '" << args << "'\n" << r.output;
     EXPECT_FALSE(r.output.empty()) << "args: '" << args << "' printed no message";
   }
 }
 
 TEST(BenchCli, HelpExitsZeroAndListsSuites) {
-  RunResult r = Run(kBench + " --help");
+  RunResult r = RunCmd(kBench + " --help");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("fabric"), std::string::npos) << r.output;
-  r = Run(kBench + " fabric --help");
+  r = RunCmd(kBench + " fabric --help");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("--json"), std::string::npos) << r.output;
 }
@@ -78,7 +78,7 @@ TEST(BenchFabric, QuickRunWritesConventionJsonWithFloors) {
   ASSERT_FALSE(dir.path().empty());
   const std::string json_path = dir.path() + "/fabric.json";
   const std::string csv_path = dir.path() + "/fabric.csv";
-  RunResult r = Run(kBench + " fabric --quick --duration 0.01 --outstanding 1,8 --json " +
+  RunResult r = RunCmd(kBench + " fabric --quick --duration 0.01 --outstanding 1,8 --json " +
                     json_path + " --csv " + csv_path);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::ifstream f(json_path);
@@ -113,7 +113,9 @@ TEST(BenchFabric, QuickRunWritesConventionJsonWithFloors) {
       floors.insert(v);
     } else {
       ops.insert(rec["config"]["op"].get<std::string>());
-      if (rec["config"]["outstanding"] == 1) EXPECT_TRUE(rec.contains("ratio_to_floor")) << v;
+      if (rec["config"]["outstanding"] == 1) {
+        EXPECT_TRUE(rec.contains("ratio_to_floor")) << v;
+      }
     }
   }
   EXPECT_EQ(floors, (std::set<std::string>{"floor/tcp", "floor/unix", "floor/inproc"}));
@@ -132,18 +134,18 @@ TEST(Demo, RunsTwiceOnTheSameDataDir) {
   ASSERT_FALSE(dir.path().empty());
   const std::string args =
       " --data-dir " + dir.path() + "/data --records 40 --senders 4 --pool-size 8M";
-  RunResult first = Run(kDemo + args);
+  RunResult first = RunCmd(kDemo + args);
   ASSERT_EQ(first.exit_code, 0) << first.output;
   EXPECT_NE(first.output.find("created new pool"), std::string::npos) << first.output;
-  RunResult second = Run(kDemo + args);
+  RunResult second = RunCmd(kDemo + args);
   ASSERT_EQ(second.exit_code, 0) << second.output;
   EXPECT_NE(second.output.find("opened existing pool"), std::string::npos) << second.output;
 }
 
 TEST(Demo, BadArgumentsExitWithCode2) {
-  RunResult r = Run(kDemo + " --senders 0");
+  RunResult r = RunCmd(kDemo + " --senders 0");
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  r = Run(kDemo + " --transport carrier-pigeon");
+  r = RunCmd(kDemo + " --transport carrier-pigeon");
   EXPECT_EQ(r.exit_code, 2) << r.output;
 }
 

@@ -431,6 +431,11 @@ Result<std::unique_ptr<Pool>> Pool::Open(const std::string& path, const PoolOpti
   auto mapped = MapFile(path, sb.pool_size);
   if (!mapped.ok()) return fail(mapped.status());
   auto [media, dax] = mapped.value();
+  // pmem_map_file opens the path again: make sure it is still the file we validated and locked.
+  if (std::memcmp(media, raw.data(), kSuperblockSize) != 0) {
+    pmem_unmap(media, sb.pool_size);
+    return fail(Status::Corruption("pool " + path + ": the superblock changed while opening"));
+  }
   PersistMode mode = Resolve(options.mode, dax);
   auto pool = std::make_unique<PoolImpl>(path, fd, media, sb.pool_size, dax, mode, sb, options);
   ASYMNVM_RETURN_IF_ERROR(pool->Init(options));

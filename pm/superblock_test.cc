@@ -169,7 +169,11 @@ TEST(PoolCreate, NewPool_OpensWithSameSuperblock) {
     EXPECT_EQ((*pool)->user_base(), (*pool)->base() + kSuperblockSize);
     EXPECT_NE(created.create_time_ns, 0u);
     EXPECT_NE(UuidToString(created.uuid), UuidToString({}));
-    EXPECT_NE((*pool)->Describe().find(path), std::string::npos);
+    std::string description = (*pool)->Describe();
+    EXPECT_NE(description.find(path), std::string::npos) << description;
+    EXPECT_NE(description.find((*pool)->is_dax() ? "DAX" : "not DAX"), std::string::npos);
+    EXPECT_NE(description.find(PersistModeName((*pool)->mode())), std::string::npos);
+    EXPECT_NE(description.find("unit-test"), std::string::npos);
   }
   auto pool = Pool::Open(path, opts);
   ASSERT_TRUE(pool.ok()) << pool.status().ToString();

@@ -265,7 +265,8 @@ Result<int> OpenAndLock(const std::string& path, int extra_flags) {
   int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | extra_flags, 0644);
   if (fd < 0) {
     int e = errno;
-    if (e == ENOENT) return Status(StatusCode::kNotFound, "pool " + path + ": no such file or directory", e);
+    if (e == ENOENT)
+      return Status(StatusCode::kNotFound, "pool " + path + ": no such file or directory", e);
     if (e == EEXIST) {
       return Status(StatusCode::kAlreadyExists, "pool " + path + ": file already exists", e);
     }
@@ -289,8 +290,7 @@ Result<std::pair<uint8_t*, bool>> MapFile(const std::string& path, uint64_t expe
   void* addr = pmem_map_file(path.c_str(), 0, 0, 0, &mapped_len, &is_pmem);
   if (addr == nullptr) {
     int e = errno;
-    return Status(StatusCode::kIoError,
-                  "pool " + path + ": pmem_map_file: " + pmem_errormsg(), e);
+    return Status(StatusCode::kIoError, "pool " + path + ": pmem_map_file: " + pmem_errormsg(), e);
   }
   if (mapped_len != expected_size) {
     pmem_unmap(addr, mapped_len);
@@ -394,13 +394,13 @@ Result<std::unique_ptr<Pool>> Pool::Open(const std::string& path, const PoolOpti
   };
   struct stat st {};
   if (fstat(fd, &st) != 0) return fail(SysError("fstat", path, errno));
-  if (!S_ISREG(st.st_mode)) return fail(Status::InvalidArgument("pool " + path + ": not a regular file"));
+  if (!S_ISREG(st.st_mode))
+    return fail(Status::InvalidArgument("pool " + path + ": not a regular file"));
   uint64_t file_size = static_cast<uint64_t>(st.st_size);
   if (file_size < kSuperblockSize) {
-    return fail(Status::Corruption("pool " + path + ": truncated: the file has " +
-                                   std::to_string(file_size) +
-                                   " bytes, smaller than a superblock (" +
-                                   std::to_string(kSuperblockSize) + ")"));
+    return fail(Status::Corruption(
+        "pool " + path + ": truncated: the file has " + std::to_string(file_size) +
+        " bytes, smaller than a superblock (" + std::to_string(kSuperblockSize) + ")"));
   }
   std::vector<uint8_t> raw(kSuperblockSize);
   size_t got = 0;

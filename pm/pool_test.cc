@@ -99,9 +99,8 @@ TEST_P(PoolPersistence, PersistedData_SurvivesCloseAndReopen) {
 INSTANTIATE_TEST_SUITE_P(
     AllModes, PoolPersistence,
     ::testing::Values(ModeCase{PersistMode::kAuto, false}, ModeCase{PersistMode::kMsync, false},
-                      ModeCase{PersistMode::kFlushOnly, false},
-                      ModeCase{PersistMode::kAuto, true}, ModeCase{PersistMode::kMsync, true},
-                      ModeCase{PersistMode::kFlushOnly, true}),
+                      ModeCase{PersistMode::kFlushOnly, false}, ModeCase{PersistMode::kAuto, true},
+                      ModeCase{PersistMode::kMsync, true}, ModeCase{PersistMode::kFlushOnly, true}),
     [](const ::testing::TestParamInfo<ModeCase>& info) {
       return std::string(PersistModeName(info.param.mode)) +
              (info.param.crash_sim ? "_CrashSim" : "_Real");
@@ -129,8 +128,7 @@ TEST(PoolObserver, EveryPersistedRange_IsReportedRelativeToBase) {
       pool->persister()->Persist(pool->user_base() + 10, 100);
       pool->persister()->Flush(pool->base() + 8192, 64);
       pool->persister()->Drain();
-      std::vector<std::pair<uint64_t, uint64_t>> expected{{kSuperblockSize + 10, 100},
-                                                          {8192, 64}};
+      std::vector<std::pair<uint64_t, uint64_t>> expected{{kSuperblockSize + 10, 100}, {8192, 64}};
       EXPECT_EQ(observer.ranges, expected);
     }
   }

@@ -61,7 +61,8 @@ Status OpenStatus(const std::string& path, const std::string& layout = "asymnvm"
 void ExpectOpenFails(const std::string& path, StatusCode code, const std::string& fragment) {
   Status st = OpenStatus(path);
   EXPECT_EQ(st.code(), code) << st.ToString();
-  EXPECT_NE(st.message().find(path), std::string::npos) << "message lacks the path: " << st.message();
+  EXPECT_NE(st.message().find(path), std::string::npos)
+      << "message lacks the path: " << st.message();
   EXPECT_NE(st.message().find(fragment), std::string::npos)
       << "message lacks '" << fragment << "': " << st.message();
 }
@@ -112,7 +113,8 @@ TEST(SuperblockCodec, EveryByteFlipped_IsCorruption) {
     Status st = DecodeSuperblock(buf.data(), buf.size(), nullptr);
     ASSERT_EQ(st.code(), StatusCode::kCorruption) << "byte " << i << ": " << st.ToString();
     const char* expected = i < 8 ? "not an AsymNVM pool" : "checksum mismatch";
-    ASSERT_NE(st.message().find(expected), std::string::npos) << "byte " << i << ": " << st.message();
+    ASSERT_NE(st.message().find(expected), std::string::npos)
+        << "byte " << i << ": " << st.message();
   }
 }
 
@@ -209,8 +211,7 @@ TEST(PoolCreate, BadSizeOrLayout_IsInvalidArgumentAndNoFile) {
   EXPECT_EQ(Pool::Create(path, kMinPoolSize - 4096, {}).status().code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(Pool::Create(path, 0, {}).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(Pool::Create(path, kMinPoolSize + 1, {}).status().code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(Pool::Create(path, kMinPoolSize + 1, {}).status().code(), StatusCode::kInvalidArgument);
   PoolOptions opts;
   opts.layout = std::string(32, 'z');
   EXPECT_EQ(Pool::Create(path, kMinPoolSize, opts).status().code(), StatusCode::kInvalidArgument);
@@ -233,9 +234,9 @@ TEST(PoolOpen, TruncatedFile_IsCorruptionAtEveryLength) {
   std::string path = dir.File("pool");
   MakePool(path);
   auto original = ReadFileBytes(path);
-  for (uint64_t len : {uint64_t{0}, uint64_t{1}, uint64_t{100}, kSuperblockSize - 1,
-                       kSuperblockSize, kSuperblockSize + 1, uint64_t{8192}, kPoolSize - 4096,
-                       kPoolSize - 1}) {
+  for (uint64_t len :
+       {uint64_t{0}, uint64_t{1}, uint64_t{100}, kSuperblockSize - 1, kSuperblockSize,
+        kSuperblockSize + 1, uint64_t{8192}, kPoolSize - 4096, kPoolSize - 1}) {
     SCOPED_TRACE("length " + std::to_string(len));
     WriteFileBytes(path, original);
     ASSERT_EQ(0, truncate(path.c_str(), static_cast<off_t>(len)));

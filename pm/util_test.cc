@@ -29,8 +29,8 @@ TEST(ParseSize, ValidInputs_ParseToBytes) {
 }
 
 TEST(ParseSize, InvalidInputs_AreInvalidArgument) {
-  for (std::string text : {"", "-1", "-64K", "+5", "K", "abc", "12x", "1.5G", "64 K", " 64",
-                           "64K ", "64KK", "1P", "18446744073709551616", "99999999999999999999",
+  for (std::string text : {"", "-1", "-64K", "+5", "K", "abc", "12x", "1.5G", "64 K", " 64", "64K ",
+                           "64KK", "1P", "18446744073709551616", "99999999999999999999",
                            "16777216T", "17179869184G", "0x10", "64iB"}) {
     auto r = ParseSize(text);
     EXPECT_FALSE(r.ok()) << "'" << text << "' parsed as " << (r.ok() ? *r : 0);

@@ -135,7 +135,8 @@ TEST(XPLineModel, AsPoolObserver_MeasuresPersists) {
   auto pool = Pool::Create(dir.File("pool"), kMinPoolSize, opts);
   ASSERT_TRUE(pool.ok()) << pool.status().ToString();
   Pool& p = **pool;
-  for (uint64_t off = 0; off < 64 * 1024; off += 64) p.persister()->Persist(p.user_base() + off, 64);
+  for (uint64_t off = 0; off < 64 * 1024; off += 64)
+    p.persister()->Persist(p.user_base() + off, 64);
   model.Finish();
   EXPECT_EQ(model.requested_bytes(), 64u * 1024);
   EXPECT_NEAR(model.dlwa(), 1.0, 0.01);

@@ -80,11 +80,11 @@ Persister* DramPersister();
 struct Superblock {
   static constexpr char kMagic[8] = {'A', 'S', 'Y', 'M', 'N', 'V', 'M', '\0'};
   uint32_t layout_version = kLayoutVersion;
-  uint64_t pool_size = 0;                // bytes, whole file
-  std::array<uint8_t, 16> uuid{};        // random, fixed at creation
-  std::string layout;                    // creator's layout name (<= 31 chars), e.g. "asymnvm-backend"
-  uint64_t create_time_ns = 0;           // CLOCK_REALTIME at creation
-  uint64_t flags = 0;                    // reserved for the creator
+  uint64_t pool_size = 0;          // bytes, whole file
+  std::array<uint8_t, 16> uuid{};  // random, fixed at creation
+  std::string layout;              // creator's layout name (<= 31 chars), e.g. "asymnvm-backend"
+  uint64_t create_time_ns = 0;     // CLOCK_REALTIME at creation
+  uint64_t flags = 0;              // reserved for the creator
 };
 
 // Encodes `sb` into exactly kSuperblockSize bytes (checksum included).
@@ -95,8 +95,8 @@ Status DecodeSuperblock(const uint8_t* data, size_t len, Superblock* out);
 
 struct PoolOptions {
   PersistMode mode = PersistMode::kAuto;
-  bool crash_sim = false;             // see the header comment
-  std::string layout = "asymnvm";     // Create: stored; Open: must match (empty = accept any)
+  bool crash_sim = false;               // see the header comment
+  std::string layout = "asymnvm";       // Create: stored; Open: must match (empty = accept any)
   PersistObserver* observer = nullptr;  // optional; sees every persisted range
 };
 
@@ -122,16 +122,16 @@ class Pool {
 
   virtual ~Pool() = default;
 
-  virtual uint8_t* base() const = 0;        // start of the mapping (superblock)
-  virtual uint64_t size() const = 0;        // whole mapping
+  virtual uint8_t* base() const = 0;  // start of the mapping (superblock)
+  virtual uint64_t size() const = 0;  // whole mapping
   uint8_t* user_base() const { return base() + kSuperblockSize; }
   uint64_t user_size() const { return size() - kSuperblockSize; }
   virtual const Superblock& superblock() const = 0;
   virtual const std::string& path() const = 0;
-  virtual bool is_dax() const = 0;          // pmem_is_pmem() of the mapping
-  virtual PersistMode mode() const = 0;     // resolved mode (never kAuto after open)
+  virtual bool is_dax() const = 0;       // pmem_is_pmem() of the mapping
+  virtual PersistMode mode() const = 0;  // resolved mode (never kAuto after open)
   virtual bool crash_sim() const = 0;
-  virtual Persister* persister() = 0;       // persists ranges inside this pool
+  virtual Persister* persister() = 0;  // persists ranges inside this pool
   // Offset of `p` from base(), or UINT64_MAX when `p` is outside the pool.
   uint64_t OffsetOf(const void* p) const;
   bool Contains(const void* p, size_t len) const;

@@ -123,6 +123,7 @@ class MultiPacketModel {
     off_ = (off_ + len + stride_ - 1) / stride_ * stride_;
     return p;
   }
+  bool current_full() const { return off_ >= size_; }
 
  private:
   uint32_t size_, stride_;
@@ -157,6 +158,7 @@ TEST_P(FabricConformance, MultiPacketSrq_VariedSizes_StrideOffsetsRollOverAndBuf
   std::vector<uint32_t> lens;
   std::vector<Placement> expect;
   uint64_t last_buffer = 0;
+  bool last_full = false;  // the buffer in use ends exactly at its end: it may be retired too
   // Sizes: mostly small, some that exactly fill, some that force a roll-over with a big remainder.
   while (true) {
     uint32_t len = rng() % 4 == 0 ? 1000 + rng() % 3000 : 24 + rng() % 400;
@@ -165,6 +167,7 @@ TEST_P(FabricConformance, MultiPacketSrq_VariedSizes_StrideOffsetsRollOverAndBuf
     lens.push_back(len);
     expect.push_back(pl);
     last_buffer = pl.buffer;
+    last_full = model.current_full();
   }
   ASSERT_GE(last_buffer, 3u) << "workload too small to roll over";
   std::vector<WorkRequest> wrs;
@@ -219,7 +222,12 @@ TEST_P(FabricConformance, MultiPacketSrq_VariedSizes_StrideOffsetsRollOverAndBuf
     done[r[0].wr_id] = true;
     b = uint64_t(-1);  // rescan
   }
-  EXPECT_EQ(srq->posted(), kBuffers - last_buffer);
+  if (last_full) {
+    EXPECT_GE(srq->posted(), kBuffers - last_buffer - 1);
+    EXPECT_LE(srq->posted(), kBuffers - last_buffer);
+  } else {
+    EXPECT_EQ(srq->posted(), kBuffers - last_buffer);
+  }
   std::string where;
   EXPECT_TRUE(rbufs->GuardsIntact(&where)) << where;
 }

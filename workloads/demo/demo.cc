@@ -228,11 +228,13 @@ class Demo {
                             ", header says " + std::to_string(h.last_epoch_records));
       }
       runs_before_ = h.runs;
-      all_time_before_ = reinterpret_cast<uint64_t*>(user_ + kCountersOffset)[kWordAllRecords];
     } else if (existed_) {
       out_ << "      (no demo header yet: the previous run did not finish)\n";
     }
     epoch_ = static_cast<uint32_t>(runs_before_ + 1);
+    if (existed_) {
+      all_time_before_ = reinterpret_cast<uint64_t*>(user_ + kCountersOffset)[kWordAllRecords];
+    }
 
     // Fresh log segments and per-run counters (recycled segments must hold no stale records,
     // doc/rowan.md).
@@ -341,6 +343,10 @@ class Demo {
         }
         uint32_t seg = static_cast<uint32_t>(c.wr_id);
         highest_segment_ = std::max(highest_segment_, seg);
+        if (c.byte_len == 0 && c.buffer_done) {
+          retired_segments_++;  // the NIC retired a partly used segment: nothing landed
+          continue;
+        }
         landings_.push_back({seg, c.offset, c.byte_len, c.connection_id});
       }
       Status st = PostSegments(4);
@@ -627,7 +633,8 @@ class Demo {
     out_ << "  placement: " << back_to_back << " of " << pairs
          << " neighbouring records in a segment are back to back at the next 64 B stride ("
          << gap_bytes << " B of holes); " << switches
-         << " sender switches between neighbours; " << rollovers << " segment roll-overs\n";
+         << " sender switches between neighbours; " << rollovers << " segment roll-overs ("
+         << retired_segments_ << " retired with a zero-length completion)\n";
     out_ << "  first landings (arrival order across senders):\n";
     for (const std::string& s : sample) out_ << s << "\n";
     uint64_t scanned = ScanLog(log, segments_, epoch_, nullptr);
@@ -744,6 +751,7 @@ class Demo {
   std::condition_variable cv_;
   std::vector<Landing> landings_;
   uint64_t recv_errors_ = 0;
+  uint64_t retired_segments_ = 0;
   std::string control_error_;
 
   std::unique_ptr<Fabric> front_;

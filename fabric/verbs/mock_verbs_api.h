@@ -155,6 +155,7 @@ class FakeVerbs {
       qp.recv_cq = a->recv_cq;
       qp.srq = a->srq;
       qp.qp_type = a->qp_type;
+      qp_inits.push_back(*a);
       return &qp;
     }));
     ON_CALL(m, ModifyQp(_, _, _))
@@ -256,6 +257,7 @@ class FakeVerbs {
   uint32_t next_qpn = 0x100;
   uint32_t next_key = 0x1000;
   std::vector<ModifyCall> modifies;
+  std::vector<ibv_qp_init_attr> qp_inits;
   int post_send_calls = 0;
   std::vector<std::vector<SentWr>> sent;
   std::vector<std::vector<RecvWr>> recvs;

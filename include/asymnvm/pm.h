@@ -21,9 +21,9 @@
 // shutdown: the whole copy is written to the file (as the page cache would for a real mapping).
 // Flush of a range outside the pool is a fatal error in this mode.
 //
-// Thread safety: Pool methods are safe to call concurrently except SimulateCrash and Close, which
-// require that no other thread touches the pool. Persister methods are thread-safe. XPLineModel is
-// internally synchronized.
+// Thread safety: Pool methods are safe to call concurrently except SimulateCrash and destruction
+// (closing), which require that no other thread touches the pool. Persister methods are
+// thread-safe. XPLineModel is internally synchronized.
 #pragma once
 
 #include <array>

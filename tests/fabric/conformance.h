@@ -141,7 +141,17 @@ struct PeerProcess {
   ~PeerProcess();
   // Starts the peer listening on `address`; waits (bounded) for its READY line.
   Status Start(const std::string& provider, const std::string& address);
+  // Starts the peer as an initiator writing records into `target_region` at `address`, with
+  // ASYMNVM_CRASH_AT=`crash_at` in its environment; waits (bounded) for its CONNECTED line.
+  Status StartInitiator(const std::string& provider, const std::string& address,
+                        const RegionDescriptor& target_region, const std::string& crash_at);
+  // Waits (bounded) for the process to exit; returns its wait status, or -1 on timeout.
+  int WaitExit(milliseconds timeout);
   void Kill();
+
+ private:
+  Status Spawn(const std::vector<std::string>& args, const std::vector<std::string>& extra_env);
+  Result<std::string> ReadLine(milliseconds timeout);
 };
 
 }  // namespace asymnvm::fabric::conformance

@@ -223,7 +223,8 @@ void PeerProcess::Kill() {
   pid = -1;
 }
 
-Status PeerProcess::Start(const std::string& provider, const std::string& listen) {
+Status PeerProcess::Spawn(const std::vector<std::string>& args,
+                          const std::vector<std::string>& extra_env) {
 #ifndef ASYMNVM_FABRIC_TEST_PEER
   return Status::NotSupported("fabric_test_peer path not compiled in");
 #else
@@ -233,11 +234,19 @@ Status PeerProcess::Start(const std::string& provider, const std::string& listen
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
   std::string path = ASYMNVM_FABRIC_TEST_PEER;
-  std::vector<std::string> args = {path, "--provider", provider, "--listen", listen};
+  std::vector<std::string> all = {path};
+  all.insert(all.end(), args.begin(), args.end());
   std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
+  for (auto& a : all) argv.push_back(a.data());
   argv.push_back(nullptr);
-  int rc = posix_spawn(&pid, path.c_str(), &fa, nullptr, argv.data(), environ);
+  std::vector<std::string> env_store(extra_env);
+  for (char** e = environ; *e != nullptr; e++) {
+    if (std::strncmp(*e, "ASYMNVM_CRASH_AT=", 17) != 0) env_store.push_back(*e);
+  }
+  std::vector<char*> envp;
+  for (auto& e : env_store) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  int rc = posix_spawn(&pid, path.c_str(), &fa, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&fa);
   close(fds[1]);
   stdout_fd = fds[0];
@@ -245,21 +254,31 @@ Status PeerProcess::Start(const std::string& provider, const std::string& listen
     pid = -1;
     return Status::IoError("posix_spawn " + path, rc);
   }
-  // Read the READY line, bounded.
+  return Status::Ok();
+#endif
+}
+
+Result<std::string> PeerProcess::ReadLine(milliseconds timeout) {
   std::string line;
-  const auto deadline = std::chrono::steady_clock::now() + kWait;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (line.find('\n') == std::string::npos) {
     auto left = std::chrono::duration_cast<milliseconds>(deadline -
                                                          std::chrono::steady_clock::now());
-    if (left.count() <= 0) return Status::TimedOut("peer did not report READY");
+    if (left.count() <= 0) return Status::TimedOut("peer did not report in time");
     pollfd p{stdout_fd, POLLIN, 0};
     if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
-    char buf[512];
-    ssize_t n = read(stdout_fd, buf, sizeof(buf));
-    if (n <= 0) return Status::ConnectionError("peer exited before READY");
-    line.append(buf, static_cast<size_t>(n));
+    char c;
+    ssize_t n = read(stdout_fd, &c, 1);  // byte by byte: nothing after the line is consumed
+    if (n <= 0) return Status::ConnectionError("peer exited before reporting");
+    line.push_back(c);
   }
-  line.resize(line.find('\n'));
+  line.pop_back();
+  return line;
+}
+
+Status PeerProcess::Start(const std::string& provider, const std::string& listen) {
+  ASYMNVM_RETURN_IF_ERROR(Spawn({"--provider", provider, "--listen", listen}, {}));
+  ASYMNVM_ASSIGN_OR_RETURN(std::string line, ReadLine(kWait));
   // "READY <address> <64 hex chars>"
   char addr[256], hex[80];
   if (std::sscanf(line.c_str(), "READY %255s %79s", addr, hex) != 2 || std::strlen(hex) != 64) {
@@ -274,7 +293,42 @@ Status PeerProcess::Start(const std::string& provider, const std::string& listen
   if (!d.ok()) return d.status();
   region = *d;
   return Status::Ok();
-#endif
+}
+
+Status PeerProcess::StartInitiator(const std::string& provider, const std::string& target,
+                                   const RegionDescriptor& target_region,
+                                   const std::string& crash_at) {
+  uint8_t raw[RegionDescriptor::kEncodedSize];
+  target_region.EncodeTo(raw);
+  std::string hex;
+  char two[3];
+  for (uint8_t b : raw) {
+    std::snprintf(two, sizeof(two), "%02x", b);
+    hex += two;
+  }
+  ASYMNVM_RETURN_IF_ERROR(Spawn({"--provider", provider, "--connect", target, "--region", hex},
+                                {"ASYMNVM_CRASH_AT=" + crash_at}));
+  ASYMNVM_ASSIGN_OR_RETURN(std::string line, ReadLine(kWait));
+  if (line != "CONNECTED") return Status::ProtocolError("bad peer line: " + line);
+  return Status::Ok();
+}
+
+int PeerProcess::WaitExit(milliseconds timeout) {
+  // The peer's stdout reaches EOF when it dies; poll on it instead of sleeping.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    auto left = std::chrono::duration_cast<milliseconds>(deadline -
+                                                         std::chrono::steady_clock::now());
+    if (left.count() <= 0) return -1;
+    pollfd p{stdout_fd, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+    char buf[256];
+    if (read(stdout_fd, buf, sizeof(buf)) <= 0) break;
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  pid = -1;
+  return st;
 }
 
 INSTANTIATE_TEST_SUITE_P(Providers, FabricConformance,

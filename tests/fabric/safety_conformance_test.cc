@@ -1,6 +1,8 @@
 // Conformance: invalid accesses rejected with nothing outside regions touched, local validation,
 // authenticated handshake, peer death mid-operation, flush durability with a crash-simulating PM.
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <sys/un.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
@@ -402,6 +404,51 @@ TEST_P(FabricConformance, PeerDeath_TargetKilledMidOperation_EveryRequestComplet
   }
   EXPECT_EQ(conn->state(), ConnectionState::kError);
   EXPECT_FALSE(conn->error().ok());
+}
+
+TEST_P(FabricConformance, PeerCrash_InitiatorKilledAtCrashPoint_TargetKeepsServing) {
+  if (inst_.transport == "inproc") GTEST_SKIP() << "inproc peers share the process";
+  constexpr uint64_t kCrashAt = 20;  // the peer dies right after handing its 20th WRITE over
+  auto remote = TargetRegion(64 * 64);
+  ConnectionOptions to = Opts(target_cq_.get());
+  to.timeout = kWait;
+  auto accepted = std::async(std::launch::async, [&] { return listener_->Accept(to); });
+  PeerProcess peer;
+  Status st = peer.StartInitiator(inst_.provider, listener_->address(), remote->mr->descriptor(),
+                                  "fabric.post.after:" + std::to_string(kCrashAt));
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  auto a = accepted.get();
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  const int ws = peer.WaitExit(kWait);
+  ASSERT_NE(ws, -1) << "peer did not reach its crash point";
+  ASSERT_TRUE(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL) << "wait status " << ws;
+  // Records 0..kCrashAt-2 were acknowledged before the peer posted the next one; the one posted at
+  // the crash point may or may not have landed; nothing beyond it.
+  for (uint64_t slot = 0; slot < 64; slot++) {
+    const uint8_t* rec = remote->data + slot * 64;
+    uint64_t seq;
+    std::memcpy(&seq, rec + 8, 8);
+    bool zero = true;
+    for (int i = 0; i < 64; i++) zero &= rec[i] == 0;
+    if (slot + 1 < kCrashAt) {
+      ASSERT_FALSE(zero) << "acknowledged record " << slot << " missing";
+      ASSERT_EQ(seq, slot);
+    } else if (slot + 1 == kCrashAt) {
+      ASSERT_TRUE(zero || seq == slot);
+    } else {
+      ASSERT_TRUE(zero) << "slot " << slot << " written after the crash point";
+    }
+  }
+  std::string where;
+  EXPECT_TRUE(remote->GuardsIntact(&where)) << where;
+  auto local = LocalRegion(128);
+  Pair good = ConnectPair();
+  ASSERT_TRUE(good.init);
+  ASSERT_TRUE(good.init->Post(std::vector{Read(1, *local, 0, *remote, 0, 64)}).ok());
+  auto c = WaitFor(init_cq_.get(), 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status, CompletionStatus::kSuccess);
+  EXPECT_EQ(0, std::memcmp(local->data, remote->data, 64));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -492,6 +492,10 @@ class FabricSuite : public Suite {
                   "Run the target NIC in a child process (tcp/unix; inproc stays in-process)");
     cmd->add_option("--nic-threads", nic_threads_, "soft: software NIC threads per Fabric")
         ->check(CLI::Range(1, 16));
+    cmd->add_option("--spin-us", spin_us_,
+                    "soft: adaptive polling spin before blocking, microseconds (NIC threads and "
+                    "CQ Wait); default: the provider's")
+        ->check(CLI::Range(0, 100000));
     cmd->add_option("--pm-dir", pm_dir_,
                     "Put the target's regions in a PM pool file in DIR (removed afterwards); "
                     "default: DRAM regions")
@@ -562,6 +566,7 @@ class FabricSuite : public Suite {
     m["pm_mode"] = pm_.dir.empty() ? std::string("dram") : pm::PersistModeName(pm_.mode);
     m["target"] = target_process_ ? "child process (tcp/unix)" : "same process";
     m["nic_threads"] = nic_threads_;
+    m["spin_us"] = spin_us_ >= 0 ? spin_us_ : static_cast<int>(FabricOptions{}.spin.count());
     m["duration_s"] = std::chrono::duration<double>(budget_.duration).count();
     report->AddHeader("asymnvm-bench fabric: " + std::to_string(cores) +
                       " cores; initiator + target software NICs, application threads and floors "
@@ -625,6 +630,7 @@ class FabricSuite : public Suite {
     FabricOptions fo;
     fo.provider = provider;
     fo.nic_threads = nic_threads_;
+    if (spin_us_ >= 0) fo.spin = std::chrono::microseconds(spin_us_);
     static int seq = 0;
     seq++;
     std::string listen;
@@ -787,6 +793,7 @@ class FabricSuite : public Suite {
   std::vector<uint32_t> outstanding_{1, 8, 64};
   bool target_process_ = false;
   uint32_t nic_threads_ = 1;
+  int spin_us_ = -1;
   std::string pm_dir_;
   std::string pm_mode_ = "flush";
   PmSpec pm_;

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstring>
 #include <future>
+#include <ostream>
 #include <memory>
 #include <random>
 #include <string>
@@ -36,6 +37,8 @@ struct Instance {
   std::string provider;   // "soft" | "verbs"
   std::string transport;  // "tcp" | "unix" | "inproc"
 };
+
+inline void PrintTo(const Instance& i, std::ostream* os) { *os << i.provider << "/" << i.transport; }
 
 inline std::string InstanceName(const ::testing::TestParamInfo<Instance>& info) {
   return info.param.provider + "_" + info.param.transport;

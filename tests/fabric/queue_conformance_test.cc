@@ -484,3 +484,29 @@ TEST_P(FabricConformance, Close_OutstandingRequests_CompleteSuccessOrFlushed) {
 
 }  // namespace
 }  // namespace asymnvm::fabric::conformance
+
+namespace asymnvm::fabric::conformance {
+namespace {
+
+TEST_P(FabricConformance, MultiPacketSrq_NativeFlag_MatchesCapabilities) {
+  SrqOptions so;
+  so.multi_packet = true;
+  auto srq = target_->CreateSrq(target_pd_.get(), so);
+  ASSERT_TRUE(srq.ok()) << srq.status().ToString();
+  // soft places natively; the verbs fallback carves fixed slots and must say so.
+  EXPECT_EQ((*srq)->multi_packet_native(), target_->capabilities().multi_packet_srq_native);
+  if (inst_.provider == "soft") {
+    EXPECT_TRUE((*srq)->multi_packet_native());
+  }
+  auto buf = Region(target_pd_.get(), 32, kLocalWrite);
+  RecvRequest rr{1, buf->data, 32, buf->mr.get()};  // shorter than the stride
+  EXPECT_EQ((*srq)->PostRecv(std::span<const RecvRequest>(&rr, 1)).code(),
+            StatusCode::kInvalidArgument);
+  RecvRequest outside{2, buf->data, 4096, buf->mr.get()};  // beyond its MR
+  EXPECT_EQ((*srq)->PostRecv(std::span<const RecvRequest>(&outside, 1)).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ((*srq)->posted(), 0u);
+}
+
+}  // namespace
+}  // namespace asymnvm::fabric::conformance

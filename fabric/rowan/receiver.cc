@@ -176,9 +176,19 @@ void Receiver::Close() {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& c : conns_) c->Close();
   conns_.clear();
+  // Release the address and the NIC resources so the b-log can be reopened (e.g. after restart).
+  listener_.reset();
+  srq_.reset();
+  ring_.reset();
+  send_cq_.reset();
+  flush_mr_.reset();
+  mr_.reset();
 }
 
-std::string Receiver::address() const { return listener_ ? listener_->address() : ""; }
+std::string Receiver::address() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return listener_ ? listener_->address() : "";
+}
 
 void Receiver::SetState(uint32_t index, SegmentState s, uint64_t post_seq) {
   uint64_t word = EncodeMeta(s, 0, static_cast<uint32_t>(post_seq));

@@ -1174,8 +1174,8 @@ void ConnCore::FailAllLocked(CompletionStatus st) {
 void ConnCore::EnterError(CompletionStatus st, const Status& why) {
   std::lock_guard<std::mutex> lock(sq_mu_);
   if (state() == ConnectionState::kConnected) {
-    state_.store(ConnectionState::kError, std::memory_order_release);
     error_ = why;
+    state_.store(ConnectionState::kError, std::memory_order_release);
     FailAllLocked(st);
   } else if (state() == ConnectionState::kError) {
     FailAllLocked(CompletionStatus::kFlushed);
@@ -1219,11 +1219,13 @@ void ConnCore::HandleResponse(const ParsedPacket& p) {
   if (p.opcode == kWireNak) {
     CompletionStatus st = NakStatus(p.reason);
     if (state() == ConnectionState::kConnected) {
-      CompleteLocked(e, st, 0);
-      state_.store(ConnectionState::kError, std::memory_order_release);
+      // The error state is visible before the failed completion is: a poller that sees the
+      // error completion must also see kError (contract: "the connection then enters kError").
       error_ = Status(st == CompletionStatus::kRnrRetryExceeded ? StatusCode::kRnrRetryExceeded
                                                                 : StatusCode::kRemoteAccessError,
                       std::string("remote NAK: ") + CompletionStatusName(st));
+      state_.store(ConnectionState::kError, std::memory_order_release);
+      CompleteLocked(e, st, 0);
     }
     FailAllLocked(CompletionStatus::kFlushed);
     want_drop_ = true;

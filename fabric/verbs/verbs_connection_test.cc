@@ -24,9 +24,9 @@ class NotVerbsCq : public CompletionQueue {
   uint32_t capacity() const override { return 1; }
 };
 
-using VerbsConnection_ = VerbsConnTest;
+using VerbsSetup = VerbsConnTest;
 
-TEST_F(VerbsConnection_, Loopback_CreatesRcQpWithRequestedCaps) {
+TEST_F(VerbsSetup, Loopback_CreatesRcQpWithRequestedCaps) {
   ConnectionOptions o = Options();
   o.max_send_wr = 33;
   o.max_recv_wr = 44;
@@ -46,7 +46,7 @@ TEST_F(VerbsConnection_, Loopback_CreatesRcQpWithRequestedCaps) {
   EXPECT_NE(client_->id(), server_->id());
 }
 
-TEST_F(VerbsConnection_, Loopback_InitAttrsGrantRemoteAccessOnPort) {
+TEST_F(VerbsSetup, Loopback_InitAttrsGrantRemoteAccessOnPort) {
   Connect();
   ModifyCall init = ModifyTo(client_.get(), IBV_QPS_INIT);
   EXPECT_EQ(init.attr.port_num, 1);
@@ -56,7 +56,7 @@ TEST_F(VerbsConnection_, Loopback_InitAttrsGrantRemoteAccessOnPort) {
   EXPECT_EQ(init.mask, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
 }
 
-TEST_F(VerbsConnection_, Loopback_RtrUsesPeerQpnPsnLidAndMtu) {
+TEST_F(VerbsSetup, Loopback_RtrUsesPeerQpnPsnLidAndMtu) {
   Connect();
   ModifyCall rtr = ModifyTo(client_.get(), IBV_QPS_RTR);
   ModifyCall server_rts = ModifyTo(server_.get(), IBV_QPS_RTS);
@@ -76,7 +76,7 @@ TEST_F(VerbsConnection_, Loopback_RtrUsesPeerQpnPsnLidAndMtu) {
   EXPECT_EQ(srtr.attr.rq_psn, ModifyTo(client_.get(), IBV_QPS_RTS).attr.sq_psn);
 }
 
-TEST_F(VerbsConnection_, Loopback_RtsAttrsTimeoutRetriesAndBoundedRnrRetry) {
+TEST_F(VerbsSetup, Loopback_RtsAttrsTimeoutRetriesAndBoundedRnrRetry) {
   ConnectionOptions o = Options();
   o.rnr_retry = 7;  // 7 = "forever" in IB: clamped so RNR always ends in an error
   ConnectionOptions s = Options();
@@ -130,7 +130,7 @@ TEST(VerbsQpAttrs, Rtr_PathMtuIsTheSmallerSide) {
   EXPECT_EQ(a.ah_attr.is_global, 1);  // peer LID 0: needs a GRH
 }
 
-TEST_F(VerbsConnection_, PrivateDataAndAddressesExchanged) {
+TEST_F(VerbsSetup, PrivateDataAndAddressesExchanged) {
   ConnectionOptions c = Options(), s = Options();
   c.private_data = {1, 2, 3};
   s.private_data = {9};
@@ -141,14 +141,14 @@ TEST_F(VerbsConnection_, PrivateDataAndAddressesExchanged) {
   EXPECT_THAT(listener_->address(), HasSubstr("unix:///tmp/asymnvm-verbs-test-"));
 }
 
-TEST_F(VerbsConnection_, InprocAddress_NotSupported) {
+TEST_F(VerbsSetup, InprocAddress_NotSupported) {
   EXPECT_CALL(*fake_.api, CreateQp(_, _)).Times(0);
   EXPECT_EQ(fabric_->Connect(pd_.get(), "inproc://x", Options()).status().code(),
             StatusCode::kNotSupported);
   EXPECT_EQ(fabric_->Listen(pd_.get(), "inproc://x").status().code(), StatusCode::kNotSupported);
 }
 
-TEST_F(VerbsConnection_, BadOptions_InvalidArgumentWithoutQp) {
+TEST_F(VerbsSetup, BadOptions_InvalidArgumentWithoutQp) {
   EXPECT_CALL(*fake_.api, CreateQp(_, _)).Times(0);
   ConnectionOptions o = Options();
   o.send_cq = nullptr;
@@ -165,7 +165,7 @@ TEST_F(VerbsConnection_, BadOptions_InvalidArgumentWithoutQp) {
             StatusCode::kInvalidArgument);
 }
 
-TEST_F(VerbsConnection_, CreateQpFails_IoErrorNamingCall) {
+TEST_F(VerbsSetup, CreateQpFails_IoErrorNamingCall) {
   EXPECT_CALL(*fake_.api, CreateQp(_, _)).WillOnce(Invoke([](auto, auto) {
     errno = ENOMEM;
     return nullptr;
@@ -177,7 +177,7 @@ TEST_F(VerbsConnection_, CreateQpFails_IoErrorNamingCall) {
   EXPECT_EQ(c.status().sys_errno(), ENOMEM);
 }
 
-TEST_F(VerbsConnection_, InitTransitionFails_QpDestroyed) {
+TEST_F(VerbsSetup, InitTransitionFails_QpDestroyed) {
   EXPECT_CALL(*fake_.api, ModifyQp(_, _, _)).WillOnce(Return(EINVAL));
   EXPECT_CALL(*fake_.api, DestroyQp(_)).Times(1);
   auto c = fabric_->Connect(pd_.get(), TestSocketAddress(), Options());
@@ -186,14 +186,14 @@ TEST_F(VerbsConnection_, InitTransitionFails_QpDestroyed) {
   EXPECT_EQ(c.status().sys_errno(), EINVAL);
 }
 
-TEST_F(VerbsConnection_, NobodyListening_QpDestroyed) {
+TEST_F(VerbsSetup, NobodyListening_QpDestroyed) {
   EXPECT_CALL(*fake_.api, DestroyQp(_)).Times(1);
   auto c = fabric_->Connect(pd_.get(), TestSocketAddress(), Options());
   ASSERT_FALSE(c.ok());
   EXPECT_THAT(c.status().message(), HasSubstr("verbs: connect"));
 }
 
-TEST_F(VerbsConnection_, RtrFails_BothSidesFailAndDestroyTheirQps) {
+TEST_F(VerbsSetup, RtrFails_BothSidesFailAndDestroyTheirQps) {
   EXPECT_CALL(*fake_.api, ModifyQp(_, _, _)).Times(AnyNumber());
   EXPECT_CALL(*fake_.api, ModifyQp(_, ::testing::Field(&ibv_qp_attr::qp_state, IBV_QPS_RTR), _))
       .WillOnce(Return(EINVAL))
@@ -206,7 +206,7 @@ TEST_F(VerbsConnection_, RtrFails_BothSidesFailAndDestroyTheirQps) {
   EXPECT_THAT(client.message() + server.message(), HasSubstr("ibv_modify_qp(RTR)"));
 }
 
-TEST_F(VerbsConnection_, WrongClusterSecret_PermissionDeniedAndQpsDestroyed) {
+TEST_F(VerbsSetup, WrongClusterSecret_PermissionDeniedAndQpsDestroyed) {
   FabricOptions other = options_;
   other.cluster_secret = "not-the-secret";
   auto f2 = OpenVerbsFabricWithApi(other, fake_.api);
@@ -224,7 +224,7 @@ TEST_F(VerbsConnection_, WrongClusterSecret_PermissionDeniedAndQpsDestroyed) {
   listener_.reset();
 }
 
-TEST_F(VerbsConnection_, Close_QpToErrThenDestroyedAndOutstandingFlushed) {
+TEST_F(VerbsSetup, Close_QpToErrThenDestroyedAndOutstandingFlushed) {
   Connect();
   const uint32_t qpn = Qpn(client_.get());
   WorkRequest w;

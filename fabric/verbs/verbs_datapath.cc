@@ -402,7 +402,8 @@ void ConnCore::EnterError(CompletionStatus s, Opcode op) {
   if (state_ == ConnectionState::kConnected) {
     state_ = ConnectionState::kError;
     error_ = ConnectionErrorFor(s, op);
-    LOG_WARN("verbs", "connection " << id_ << ": " << error_.message());
+    LOG_WARN("verbs", "connection " << id_ << " entered the error state: " << OpcodeName(op)
+                                     << " completed with " << CompletionStatusName(s));
   }
 }
 

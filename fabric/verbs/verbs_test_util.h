@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -22,6 +23,11 @@ inline std::string TestSocketAddress() {
   return "unix:///tmp/asymnvm-verbs-test-" + std::to_string(::getpid()) + "-" +
          std::to_string(n.fetch_add(1)) + ".sock";
 }
+
+// std::span has no initializer-list constructor: these take braced lists.
+inline Status PostList(Connection* c, std::vector<WorkRequest> v) { return c->Post(v); }
+inline Status RecvList(Connection* c, std::vector<RecvRequest> v) { return c->PostRecv(v); }
+inline Status SrqList(SharedReceiveQueue* s, std::vector<RecvRequest> v) { return s->PostRecv(v); }
 
 class VerbsConnTest : public ::testing::Test {
  protected:
@@ -83,6 +89,11 @@ class VerbsConnTest : public ::testing::Test {
     ASSERT_NE(server_, nullptr);
   }
 
+  size_t PollAll(CompletionQueue* cq, Completion* out, size_t n) {
+    auto r = cq->Poll(std::span<Completion>(out, n));
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : 0;
+  }
   static uint32_t Qpn(Connection* c) { return static_cast<VerbsConnection*>(c)->core()->qpn(); }
   static ibv_cq* HwCq(CompletionQueue* cq) { return static_cast<VerbsCq*>(cq)->cq(); }
   ModifyCall ModifyTo(Connection* c, ibv_qp_state state) {

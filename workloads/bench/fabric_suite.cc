@@ -4,7 +4,7 @@
 // For every provider × transport: two Fabric instances (initiator NIC and target NIC) in this
 // process, or the target in a child process (--target-process, tcp/unix only). The target
 // registers a 1 MiB area with every remote right (WRITE/READ/CAS land there) and a shared receive
-// queue of 256 × 4 KiB buffers that a target application thread re-posts as they are consumed.
+// queue of 1024 × 4 KiB buffers that a target application thread re-posts as they are consumed.
 // Operations:
 //   WRITE, READ  64 B and 4 KiB (WRITE of <= 64 B is posted inline)
 //   CAS          8 B compare-and-swap (tracks the expected value so most swaps succeed)
@@ -52,7 +52,7 @@ using fabric::WorkRequest;
 constexpr uint32_t kSlotBytes = 4096;      // one slot per outstanding operation
 constexpr uint32_t kMaxOutstanding = 256;  // slots in the remote area and the local buffer
 constexpr size_t kAreaBytes = size_t{kMaxOutstanding} * kSlotBytes;  // 1 MiB
-constexpr uint32_t kRecvBuffers = 256;
+constexpr uint32_t kRecvBuffers = 1024;  // slack for a descheduled re-poster
 constexpr uint32_t kRecvBufferBytes = 4096;
 constexpr uint32_t kInlineMax = 64;
 constexpr uint64_t kSendTag = 1ull << 62;  // wr_id bit of the (unsignaled) SEND of SEND+flush
@@ -96,7 +96,7 @@ class BenchTarget {
       po.mode = pm_spec.mode;
       po.layout = "asymnvm-bench-fabric";
       std::string path = pm_spec.dir + "/bench-fabric-" + std::to_string(::getpid()) + ".pool";
-      ASYMNVM_ASSIGN_OR_RETURN(t->pool_, pm::Pool::OpenOrCreate(path, 4ull << 20, po));
+      ASYMNVM_ASSIGN_OR_RETURN(t->pool_, pm::Pool::OpenOrCreate(path, 8ull << 20, po));
       t->pool_path_ = path;
       area = t->pool_->user_base();
       recv_area = area + kAreaBytes;
@@ -121,7 +121,7 @@ class BenchTarget {
     ASYMNVM_ASSIGN_OR_RETURN(t->send_cq_, t->fabric_->CreateCq({}));
     ASYMNVM_ASSIGN_OR_RETURN(t->recv_cq_, t->fabric_->CreateCq({}));
     fabric::SrqOptions so;
-    so.max_wr = 1024;
+    so.max_wr = 2 * kRecvBuffers;
     ASYMNVM_ASSIGN_OR_RETURN(t->srq_, t->fabric_->CreateSrq(t->pd_.get(), so));
     t->recv_base_ = recv_area;
     std::vector<RecvRequest> reqs;
@@ -671,6 +671,9 @@ class FabricSuite : public Suite {
     co.max_send_wr = 2 * kMaxOutstanding + 16;
     co.max_inline = 256;
     co.timeout = std::chrono::milliseconds(10000);
+    // The target's re-posting thread shares two busy cores; give it ~100 ms before RNR fails.
+    co.rnr_retry = 7;
+    co.rnr_backoff = std::chrono::microseconds(800);
     std::string address = in_child ? child->address() : local->address();
     in->remote = in_child ? child->region() : local->region();
     if (in_child) {
@@ -727,6 +730,7 @@ class FabricSuite : public Suite {
         rec["round_trips_per_op"] = static_cast<double>(delta.round_trips) / ops;
         rec["bytes_per_op"] = static_cast<double>(delta.bytes_out + delta.bytes_in) / ops;
         rec["payload_bytes_per_op"] = static_cast<double>(delta.payload_bytes) / ops;
+        rec["rnr_events"] = delta.rnr_events;
         rec["target"] = in_child ? "child" : "same process";
         auto floor = floor_p50_.find({transport, spec.size});
         if (floor != floor_p50_.end() && floor->second > 0) {

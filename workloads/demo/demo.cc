@@ -149,6 +149,7 @@ class Demo {
 
   Status Run() {
     ASYMNVM_RETURN_IF_ERROR(Validate());
+    ASYMNVM_RETURN_IF_ERROR(OpenFabrics());  // fail (e.g. no RDMA device) before touching the pool
     ASYMNVM_RETURN_IF_ERROR(OpenPool());
     ASYMNVM_RETURN_IF_ERROR(StartTarget());
     ASYMNVM_RETURN_IF_ERROR(StartFrontEnd());
@@ -171,6 +172,29 @@ class Demo {
       return Status::InvalidArgument("--transport must be tcp, unix or inproc");
     }
     return Status::Ok();
+  }
+
+  Status OpenFabrics() {
+    fabric::FabricOptions fo;
+    fo.provider = o_.fabric;
+    auto t = Fabric::Open(fo);
+    if (!t.ok()) return t.status().WithContext("--fabric " + o_.fabric);
+    target_ = std::move(t).value();
+    auto f = Fabric::Open(fo);
+    if (!f.ok()) return f.status().WithContext("--fabric " + o_.fabric);
+    front_ = std::move(f).value();
+    return Status::Ok();
+  }
+
+  void WriteHeader(uint64_t runs, uint64_t last_records, uint32_t last_segments) {
+    DemoHeader h{};
+    std::memcpy(h.magic, kHeaderMagic, 8);
+    h.runs = runs;
+    h.last_epoch_records = last_records;
+    h.last_segments = last_segments;
+    h.crc = Crc32c(&h, offsetof(DemoHeader, crc));
+    std::memcpy(user_ + kHeaderOffset, &h, sizeof(h));
+    pool_->persister()->Persist(user_ + kHeaderOffset, sizeof(h));
   }
 
   // ---- PM pool --------------------------------------------------------------------------------
@@ -215,7 +239,11 @@ class Demo {
          << "      DAX: " << (pool_->is_dax() ? "yes" : "no (ordinary file; libpmem ")
          << (pool_->is_dax() ? "" : std::string(pm::PersistModeName(pool_->mode())) + " mode)")
          << "\n";
-    if (existed_ && header_ok) {
+    if (existed_ && header_ok && h.last_segments == 0) {
+      out_ << "      previous runs: " << h.runs << "; run #" << h.runs + 1
+           << " started but did not finish (its log was discarded)\n";
+      runs_before_ = h.runs;
+    } else if (existed_ && header_ok) {
       uint64_t other = 0;
       uint32_t prev_segments = std::min<uint32_t>(h.last_segments, max_segments);
       uint64_t prev = ScanLog(user_ + kLogOffset, prev_segments, static_cast<uint32_t>(h.runs),
@@ -236,6 +264,9 @@ class Demo {
       all_time_before_ = reinterpret_cast<uint64_t*>(user_ + kCountersOffset)[kWordAllRecords];
     }
 
+    // Mark this run in progress before the previous run's log is recycled, so that a run that
+    // fails from here on leaves a header that no longer promises the old records.
+    WriteHeader(runs_before_, 0, 0);
     // Fresh log segments and per-run counters (recycled segments must hold no stale records,
     // doc/rowan.md).
     std::memset(user_ + kLogOffset, 0, uint64_t{segments_} * kSegmentBytes);
@@ -250,14 +281,7 @@ class Demo {
   }
 
   Status FinishPool() {
-    DemoHeader h{};
-    std::memcpy(h.magic, kHeaderMagic, 8);
-    h.runs = epoch_;
-    h.last_epoch_records = landed_valid_;
-    h.last_segments = segments_;
-    h.crc = Crc32c(&h, offsetof(DemoHeader, crc));
-    std::memcpy(user_ + kHeaderOffset, &h, sizeof(h));
-    pool_->persister()->Persist(user_ + kHeaderOffset, sizeof(h));
+    WriteHeader(epoch_, landed_valid_, segments_);
     out_ << "run #" << epoch_ << " recorded in the pool header; run me again to reopen the pool.\n";
     out_ << "OK\n";
     return Status::Ok();
@@ -265,11 +289,6 @@ class Demo {
 
   // ---- Back-end NIC ---------------------------------------------------------------------------
   Status StartTarget() {
-    fabric::FabricOptions fo;
-    fo.provider = o_.fabric;
-    auto f = Fabric::Open(fo);
-    if (!f.ok()) return f.status().WithContext("--fabric " + o_.fabric);
-    target_ = std::move(f).value();
     ASYMNVM_ASSIGN_OR_RETURN(target_pd_, target_->AllocPd());
     fabric::MemoryRegionOptions mo;
     mo.access = fabric::kAllRemote;
@@ -357,9 +376,6 @@ class Demo {
 
   // ---- Front-end NIC and senders --------------------------------------------------------------
   Status StartFrontEnd() {
-    fabric::FabricOptions fo;
-    fo.provider = o_.fabric;
-    ASYMNVM_ASSIGN_OR_RETURN(front_, Fabric::Open(fo));
     ASYMNVM_ASSIGN_OR_RETURN(front_pd_, front_->AllocPd());
     senders_.resize(o_.senders);
     for (uint32_t i = 0; i < o_.senders; i++) {

@@ -63,6 +63,7 @@ struct FreeDeleter {
 using Buffer = std::unique_ptr<void, FreeDeleter>;
 
 Buffer AllocBuffer(size_t bytes) {
+  bytes = (bytes + 4095) / 4096 * 4096;  // aligned_alloc wants a multiple of the alignment
   void* p = std::aligned_alloc(4096, bytes);
   if (p != nullptr) std::memset(p, 0, bytes);
   return Buffer(p);

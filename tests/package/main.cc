@@ -9,6 +9,8 @@
 #include <cstring>
 
 using namespace asymnvm::fabric;
+using asymnvm::Result;
+using asymnvm::Status;
 
 int main() {
   FabricOptions fo;

@@ -41,7 +41,7 @@ def key(r):
 with open(os.path.join(tmp, "lat.dat"), "w") as f:
     for r in sorted((r for r in res if r["config"]["outstanding"] == 1), key=key):
         c = r["config"]
-        name = r["variant"] if c["provider"] == "none" else r["variant"].split(" ", 1)[0] + " " + c["op"]
+        name = r["variant"]
         label = f"{name} {c['size']}B".replace('"', "'")
         kind = 0 if c["provider"] == "none" else 1
         f.write(f"\"{label}\" {r['p50_us']:.3f} {r['p99_us']:.3f} {kind}\n")

@@ -494,8 +494,9 @@ class FabricSuite : public Suite {
     cmd->add_option("--nic-threads", nic_threads_, "soft: software NIC threads per Fabric")
         ->check(CLI::Range(1, 16));
     cmd->add_option("--spin-us", spin_us_,
-                    "soft: adaptive polling spin before blocking, microseconds (NIC threads and "
-                    "CQ Wait); default: the provider's")
+                    "soft: adaptive-polling spin before blocking, microseconds (NIC threads and "
+                    "CQ Wait); a list sweeps it (e.g. 0,50); default: the provider's")
+        ->delimiter(',')
         ->check(CLI::Range(0, 100000));
     cmd->add_option("--pm-dir", pm_dir_,
                     "Put the target's regions in a PM pool file in DIR (removed afterwards); "
@@ -567,7 +568,9 @@ class FabricSuite : public Suite {
     m["pm_mode"] = pm_.dir.empty() ? std::string("dram") : pm::PersistModeName(pm_.mode);
     m["target"] = target_process_ ? "child process (tcp/unix)" : "same process";
     m["nic_threads"] = nic_threads_;
-    m["spin_us"] = spin_us_ >= 0 ? spin_us_ : static_cast<int>(FabricOptions{}.spin.count());
+    std::vector<std::string> spins;
+    for (int sp : Spins()) spins.push_back(std::to_string(sp));
+    m["spin_us"] = Join(spins);
     m["duration_s"] = std::chrono::duration<double>(budget_.duration).count();
     report->AddHeader("asymnvm-bench fabric: " + std::to_string(cores) +
                       " cores; initiator + target software NICs, application threads and floors "
@@ -585,7 +588,7 @@ class FabricSuite : public Suite {
       ASYMNVM_RETURN_IF_ERROR(RunFloors(t, report));
       for (const auto& [p, tt] : runs) {
         if (tt != t) continue;
-        ASYMNVM_RETURN_IF_ERROR(RunProvider(p, t, report));
+        for (int spin : Spins()) ASYMNVM_RETURN_IF_ERROR(RunProvider(p, t, spin, report));
       }
     }
     Summarize(report);
@@ -627,11 +630,18 @@ class FabricSuite : public Suite {
     (*rec)["ops"] = meas->ops;
   }
 
-  Status RunProvider(const std::string& provider, const std::string& transport, Report* report) {
+  // Spin values to run: --spin-us, or the provider default.
+  std::vector<int> Spins() const {
+    if (!spin_us_.empty()) return spin_us_;
+    return {static_cast<int>(FabricOptions{}.spin.count())};
+  }
+
+  Status RunProvider(const std::string& provider, const std::string& transport, int spin_us,
+                     Report* report) {
     FabricOptions fo;
     fo.provider = provider;
     fo.nic_threads = nic_threads_;
-    if (spin_us_ >= 0) fo.spin = std::chrono::microseconds(spin_us_);
+    fo.spin = std::chrono::microseconds(spin_us);
     static int seq = 0;
     seq++;
     std::string listen;
@@ -643,7 +653,8 @@ class FabricSuite : public Suite {
     } else {
       listen = "inproc://asymnvm-bench-" + std::to_string(seq);
     }
-    const std::string label = provider + "/" + transport;
+    const std::string label =
+        provider + "/" + transport + (Spins().size() > 1 ? " spin" + std::to_string(spin_us) : "");
     std::cerr << "  " << label << ": setting up\n";
 
     std::unique_ptr<ChildTarget> child;
@@ -724,7 +735,7 @@ class FabricSuite : public Suite {
         }
         Counters delta = in->conn->counters() - before;
         Json cfg{{"op", OpKindName(spec.kind)}, {"size", spec.size}, {"outstanding", outstanding},
-                 {"transport", transport}, {"provider", provider}};
+                 {"transport", transport}, {"provider", provider}, {"spin_us", spin_us}};
         Json rec = MakeRecord(label + " " + OpKindName(spec.kind), cfg);
         Fill(&rec, &*meas);
         double ops = static_cast<double>(std::max<uint64_t>(1, meas->ops));
@@ -798,7 +809,7 @@ class FabricSuite : public Suite {
   std::vector<uint32_t> outstanding_{1, 8, 64};
   bool target_process_ = false;
   uint32_t nic_threads_ = 1;
-  int spin_us_ = -1;
+  std::vector<int> spin_us_;
   std::string pm_dir_;
   std::string pm_mode_ = "flush";
   PmSpec pm_;

@@ -2,28 +2,9 @@
 #include <cstring>
 
 #include "asymnvm/fabric.h"
+#include "common/coding.h"
 
 namespace asymnvm::fabric {
-namespace {
-
-void PutLe64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-void PutLe32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint64_t GetLe64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; i++) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
-}
-uint32_t GetLe32(const uint8_t* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; i++) v |= static_cast<uint32_t>(p[i]) << (8 * i);
-  return v;
-}
-
-}  // namespace
 
 // Layout (doc/fabric.md §Region descriptor): addr u64 | length u64 | rkey u32 | access u32 | tag u64.
 void RegionDescriptor::EncodeTo(uint8_t* out) const {

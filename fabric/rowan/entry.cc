@@ -3,31 +3,10 @@
 #include <cstring>
 
 #include "common/checksum.h"
+#include "common/coding.h"
 
 namespace asymnvm::rowan {
 namespace {
-
-void Put16(uint8_t* p, uint16_t v) {
-  p[0] = static_cast<uint8_t>(v);
-  p[1] = static_cast<uint8_t>(v >> 8);
-}
-void Put32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-void Put64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint16_t Get16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
-uint32_t Get32(const uint8_t* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; i++) v |= static_cast<uint32_t>(p[i]) << (8 * i);
-  return v;
-}
-uint64_t Get64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; i++) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
-}
 
 // Layout (doc/rowan.md): 0 checksum u32 | 4 type u16 | 6 owner u16 | 8 version u64 |
 // 16 payload_len u32 | 20 block_count u16 | 22 block_seq u16 | 24 total_len u32 | 28 zero u32.
@@ -38,17 +17,17 @@ constexpr size_t kOffType = 4, kOffOwner = 6, kOffVersion = 8, kOffLen = 16, kOf
 
 size_t EncodeBlock(const EntryMeta& meta, uint16_t count, uint16_t seq, uint32_t total_len,
                    std::span<const uint8_t> payload, uint8_t* out) {
-  Put16(out + kOffType, meta.type);
-  Put16(out + kOffOwner, meta.owner);
-  Put64(out + kOffVersion, meta.version);
-  Put32(out + kOffLen, static_cast<uint32_t>(payload.size()));
-  Put16(out + kOffCount, count);
-  Put16(out + kOffSeq, seq);
-  Put32(out + kOffTotal, total_len);
-  Put32(out + kOffReserved, 0);
+  PutLe16(out + kOffType, meta.type);
+  PutLe16(out + kOffOwner, meta.owner);
+  PutLe64(out + kOffVersion, meta.version);
+  PutLe32(out + kOffLen, static_cast<uint32_t>(payload.size()));
+  PutLe16(out + kOffCount, count);
+  PutLe16(out + kOffSeq, seq);
+  PutLe32(out + kOffTotal, total_len);
+  PutLe32(out + kOffReserved, 0);
   if (!payload.empty()) std::memcpy(out + kBlockHeaderSize, payload.data(), payload.size());
   uint32_t crc = Crc32c(out + 4, kBlockHeaderSize - 4 + payload.size());
-  Put32(out, crc);
+  PutLe32(out, crc);
   return kBlockHeaderSize + payload.size();
 }
 
@@ -76,17 +55,17 @@ Result<std::vector<std::vector<uint8_t>>> EncodeEntry(const EntryMeta& meta,
 
 Status DecodeBlock(const uint8_t* data, size_t avail, size_t mtu, BlockHeader* h) {
   if (avail < kBlockHeaderSize) return Status::Corruption("rowan block: truncated header");
-  if (Get64(data) == 0) return Status::NotFound("rowan block: empty slot");
-  h->checksum = Get32(data);
-  h->meta.type = Get16(data + kOffType);
-  h->meta.owner = Get16(data + kOffOwner);
-  h->meta.version = Get64(data + kOffVersion);
-  h->payload_len = Get32(data + kOffLen);
-  h->block_count = Get16(data + kOffCount);
-  h->block_seq = Get16(data + kOffSeq);
-  h->total_len = Get32(data + kOffTotal);
+  if (GetLe64(data) == 0) return Status::NotFound("rowan block: empty slot");
+  h->checksum = GetLe32(data);
+  h->meta.type = GetLe16(data + kOffType);
+  h->meta.owner = GetLe16(data + kOffOwner);
+  h->meta.version = GetLe64(data + kOffVersion);
+  h->payload_len = GetLe32(data + kOffLen);
+  h->block_count = GetLe16(data + kOffCount);
+  h->block_seq = GetLe16(data + kOffSeq);
+  h->total_len = GetLe32(data + kOffTotal);
   if (h->meta.type == 0 || h->block_count == 0 || h->block_seq >= h->block_count ||
-      Get32(data + kOffReserved) != 0) {
+      GetLe32(data + kOffReserved) != 0) {
     return Status::Corruption("rowan block: invalid header fields");
   }
   if (h->payload_len > MaxBlockPayload(mtu) || h->payload_len > h->total_len ||

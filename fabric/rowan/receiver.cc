@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/checksum.h"
+#include "common/coding.h"
 #include "common/logging.h"
 #include "fabric/rowan/entry.h"
 
@@ -17,37 +18,24 @@ constexpr size_t kPage = 4096;
 
 size_t RoundUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
-void Put32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
-void Put64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
-uint32_t Get32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-uint64_t Get64(const uint8_t* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
-}
-
 // Meta entry: one 8-byte word, stored with a single aligned store so it can never be torn:
 // [state u8][check u8][owner u8][reserved u8][post_seq u32], check = low byte of CRC32C of the
 // other seven bytes.
 uint64_t EncodeMeta(SegmentState s, uint8_t owner, uint32_t post_seq) {
   uint8_t b[8] = {static_cast<uint8_t>(s), 0, owner, 0};
-  Put32(b + 4, post_seq);
+  PutLe32(b + 4, post_seq);
   uint8_t tmp[7] = {b[0], b[2], b[3], b[4], b[5], b[6], b[7]};
   b[1] = static_cast<uint8_t>(Crc32c(tmp, 7));
-  return Get64(b);
+  return GetLe64(b);
 }
 
 bool DecodeMeta(uint64_t word, SegmentState* s, uint32_t* post_seq) {
   uint8_t b[8];
-  Put64(b, word);
+  PutLe64(b, word);
   uint8_t tmp[7] = {b[0], b[2], b[3], b[4], b[5], b[6], b[7]};
   if (b[1] != static_cast<uint8_t>(Crc32c(tmp, 7)) || b[0] > 3) return false;
   *s = static_cast<SegmentState>(b[0]);
-  *post_seq = Get32(b + 4);
+  *post_seq = GetLe32(b + 4);
   return true;
 }
 
@@ -90,9 +78,9 @@ Status Receiver::Init(bool format) {
   segments_ = meta_ + RoundUp(count * kMetaEntry, kPage);
 
   uint8_t* h = o_.area;
-  bool valid = std::memcmp(h, kMagic, 8) == 0 && Get32(h + 28) == Crc32c(h, 28);
-  bool same_geometry = valid && Get64(h + 8) == o_.segment_size && Get32(h + 16) == count_ &&
-                       Get32(h + 20) == o_.mtu;
+  bool valid = std::memcmp(h, kMagic, 8) == 0 && GetLe32(h + 28) == Crc32c(h, 28);
+  bool same_geometry = valid && GetLe64(h + 8) == o_.segment_size && GetLe32(h + 16) == count_ &&
+                       GetLe32(h + 20) == o_.mtu;
   bool blank = std::all_of(h, h + 32, [](uint8_t b) { return b == 0; });
   if (valid && !same_geometry && !format) {
     return Status::InvalidArgument(
@@ -110,10 +98,10 @@ Status Receiver::Init(bool format) {
     o_.persister->Persist(meta_, segments_ - meta_ + size_t{count_} * o_.segment_size);
     std::memset(h, 0, kHeaderBytes);
     std::memcpy(h, kMagic, 8);
-    Put64(h + 8, o_.segment_size);
-    Put32(h + 16, count_);
-    Put32(h + 20, static_cast<uint32_t>(o_.mtu));
-    Put32(h + 28, Crc32c(h, 28));
+    PutLe64(h + 8, o_.segment_size);
+    PutLe32(h + 16, count_);
+    PutLe32(h + 20, static_cast<uint32_t>(o_.mtu));
+    PutLe32(h + 28, Crc32c(h, 28));
     o_.persister->Persist(h, 32);
     for (uint32_t i = 0; i < count_; i++) SetState(i, SegmentState::kFree, 0);
   } else {
@@ -123,7 +111,7 @@ Status Receiver::Init(bool format) {
     for (uint32_t i = 0; i < count_; i++) {
       SegmentState s;
       uint32_t seq;
-      uint64_t word = Get64(meta_ + i * kMetaEntry);
+      uint64_t word = GetLe64(meta_ + i * kMetaEntry);
       if (!DecodeMeta(word, &s, &seq)) {
         LOG_WARN("rowan", "segment " << i << ": corrupt meta entry; scanning it as used");
         s = SegmentState::kUsed;
@@ -272,8 +260,8 @@ void Receiver::ControlLoop() {
 void Receiver::AcceptLoop() {
   uint8_t pd[fabric::RegionDescriptor::kEncodedSize + 12];
   flush_mr_->descriptor().EncodeTo(pd);
-  Put32(pd + 32, static_cast<uint32_t>(o_.mtu));
-  Put64(pd + 36, o_.segment_size);
+  PutLe32(pd + 32, static_cast<uint32_t>(o_.mtu));
+  PutLe64(pd + 36, o_.segment_size);
   while (!stop_.load()) {
     fabric::ConnectionOptions co;
     co.send_cq = send_cq_.get();

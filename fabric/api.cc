@@ -1,10 +1,24 @@
 // API glue shared by every provider: descriptor wire form, counters, names.
+#include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "asymnvm/fabric.h"
 #include "common/coding.h"
 
 namespace asymnvm::fabric {
+
+std::chrono::microseconds DefaultSpin() {
+  static const std::chrono::microseconds value = [] {
+    if (const char* env = std::getenv("ASYMNVM_SPIN_US")) {
+      char* end = nullptr;
+      long v = std::strtol(env, &end, 10);
+      if (end != env && *end == '\0' && v >= 0 && v <= 1000000) return std::chrono::microseconds(v);
+    }
+    return std::chrono::microseconds(std::thread::hardware_concurrency() >= 4 ? 50 : 0);
+  }();
+  return value;
+}
 
 // Layout (doc/fabric.md §Region descriptor): addr u64 | length u64 | rkey u32 | access u32 | tag u64.
 void RegionDescriptor::EncodeTo(uint8_t* out) const {

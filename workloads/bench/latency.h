@@ -27,6 +27,7 @@ class LatencySampler {
     sorted_ = false;
   }
   size_t count() const { return ns_.size(); }
+  const std::vector<uint64_t>& samples() const { return ns_; }
   // p in [0, 100]; 0 when empty.
   double PercentileUs(double p) {
     if (ns_.empty()) return 0;

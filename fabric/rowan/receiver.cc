@@ -133,9 +133,10 @@ Status Receiver::Init(bool format) {
   }
 
   // Fabric objects: one MR over the segments (PM), a ring CQ for receives, one multi-packet SRQ.
+  landing_ = std::make_unique<LandingPersister>(o_.persister, o_.landing_observer, o_.area);
   ASYMNVM_ASSIGN_OR_RETURN(
       mr_, o_.pd->RegisterMemory(segments_, size_t{count_} * o_.segment_size,
-                                 {.access = fabric::kLocalWrite, .persister = o_.persister}));
+                                 {.access = fabric::kLocalWrite, .persister = landing_.get()}));
   flush_target_.assign(64, 0);
   ASYMNVM_ASSIGN_OR_RETURN(
       flush_mr_, o_.pd->RegisterMemory(flush_target_.data(), flush_target_.size(),

@@ -30,6 +30,7 @@
 #include "asymnvm/fabric.h"
 #include "asymnvm/pm.h"
 #include "asymnvm/status.h"
+#include "fabric/rowan/landing.h"
 
 namespace asymnvm::rowan {
 
@@ -41,6 +42,10 @@ struct ReceiverOptions {
   uint8_t* area = nullptr;              // PM area (4 KiB aligned), e.g. inside a pm::Pool
   size_t area_size = 0;
   pm::Persister* persister = nullptr;   // required: persists the area
+  // Optional: sees every range the NIC lands and persists in the segments (offset relative to
+  // `area`), in persist order — not the receiver's own meta/zeroing writes. E.g. pm::XPLineModel.
+  // Must outlive the Receiver.
+  pm::PersistObserver* landing_observer = nullptr;
   std::string listen_address = "tcp://127.0.0.1:0";
   size_t segment_size = 4u << 20;       // multiple of 4 KiB
   uint32_t post_batch = 4;              // segments per RECV post
@@ -95,6 +100,7 @@ class Receiver {
   uint8_t* segments_ = nullptr;
   uint64_t next_post_seq_ = 1;
 
+  std::unique_ptr<LandingPersister> landing_;  // the segments' MR persists through it
   std::unique_ptr<fabric::MemoryRegion> mr_;
   std::unique_ptr<fabric::CompletionQueue> ring_;
   std::unique_ptr<fabric::CompletionQueue> send_cq_;

@@ -10,10 +10,17 @@ Result<std::unique_ptr<Sender>> Sender::Connect(const SenderOptions& o) {
   }
   std::unique_ptr<Sender> s(new Sender());
   s->o_ = o;
-  ASYMNVM_ASSIGN_OR_RETURN(s->cq_, o.fabric->CreateCq({.capacity = 1024}));
+  if (o.cq != nullptr) {
+    s->cq_ = o.cq;
+  } else {
+    ASYMNVM_ASSIGN_OR_RETURN(s->own_cq_, o.fabric->CreateCq({.capacity = 1024}));
+    s->cq_ = s->own_cq_.get();
+  }
   fabric::ConnectionOptions co;
-  co.send_cq = s->cq_.get();
-  co.recv_cq = s->cq_.get();
+  co.send_cq = s->cq_;
+  co.recv_cq = s->cq_;
+  co.max_inline = o.max_inline;
+  co.max_send_wr = o.max_send_wr;
   co.rnr_retry = o.rnr_retry;
   co.timeout = o.timeout;
   auto conn = o.fabric->Connect(o.pd, o.address, co);
@@ -36,8 +43,41 @@ Result<std::unique_ptr<Sender>> Sender::Connect(const SenderOptions& o) {
   return s;
 }
 
+Status Sender::PostAppend(const EntryMeta& meta, std::span<const uint8_t> payload,
+                          uint64_t token) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto blocks = EncodeEntry(meta, payload, mtu_);
+  if (!blocks.ok()) return blocks.status();
+  wrs_.clear();
+  for (const auto& b : *blocks) {
+    if (b.size() > o_.max_inline) {
+      return Status::InvalidArgument("rowan sender: PostAppend block of " +
+                                     std::to_string(b.size()) + " bytes exceeds max_inline " +
+                                     std::to_string(o_.max_inline));
+    }
+    fabric::WorkRequest wr;
+    wr.wr_id = token;
+    wr.opcode = fabric::Opcode::kSend;
+    wr.signaled = false;
+    wr.inline_data = true;
+    wr.local_addr = const_cast<uint8_t*>(b.data());
+    wr.length = static_cast<uint32_t>(b.size());
+    wrs_.push_back(wr);
+  }
+  fabric::WorkRequest flush;
+  flush.wr_id = token;
+  flush.opcode = fabric::Opcode::kFlush;
+  flush.remote_addr = flush_target_.addr;
+  flush.rkey = flush_target_.rkey;
+  wrs_.push_back(flush);
+  return conn_->Post(wrs_);  // inline payloads are copied here; `blocks` may go
+}
+
 Status Sender::Append(const EntryMeta& meta, std::span<const uint8_t> payload) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (!own_cq_) {
+    return Status::FailedPrecondition("rowan sender: Append needs the sender's own CQ");
+  }
   auto blocks = EncodeEntry(meta, payload, mtu_);
   if (!blocks.ok()) return blocks.status();
   size_t total = 0;

@@ -82,7 +82,9 @@ class BackendAllocator {
   // the structural rules and rebuilds the free runs. Errors: kInvalidArgument (missing field, bad
   // block size, misaligned or too small area, data area of zero blocks, or a bitmap formatted for
   // another geometry — the message says which), kCorruption (bad header checksum or magic, a chunk
-  // with no valid copy, bits that break the rules — the message names the chunk / block).
+  // with no valid copy, bits that break the rules — the message names the chunk / block — or an
+  // unformatted area when format_if_empty is false), kNotSupported (bitmap layout version from
+  // another release).
   static Result<std::unique_ptr<BackendAllocator>> Open(const BackendOptions& options);
 
   BackendAllocator(const BackendAllocator&) = delete;

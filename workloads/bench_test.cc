@@ -57,7 +57,8 @@ const std::string kDemo = ASYMNVM_DEMO_BIN;
 TEST(BenchCli, BadArgumentsExitWithCode2) {
   for (const char* args : {"", "nosuchsuite", "fabric --no-such-flag", "fabric --duration -1",
                            "fabric --duration abc", "fabric --transports carrier-pigeon",
-                           "fabric --outstanding 0", "fabric --op FROB"}) {
+                           "fabric --outstanding 0", "fabric --op FROB", "oq --policies fast",
+                           "oq --set-percent 150", "oq --clients 0", "oq --transport smoke"}) {
     RunResult r = RunCmd(kBench + " " + args);
     EXPECT_EQ(r.exit_code, 2) << "args: '" << args << "'\n" << r.output;
     EXPECT_FALSE(r.output.empty()) << "args: '" << args << "' printed no message";
@@ -127,6 +128,34 @@ TEST(BenchFabric, QuickRunWritesConventionJsonWithFloors) {
   std::string header;
   ASSERT_TRUE(std::getline(csv, header));
   EXPECT_EQ(header.rfind("variant,", 0), 0u) << header;
+}
+
+TEST(BenchOq, QuickRunHasAllPoliciesAndTheSameRunRatios) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const std::string json_path = dir.path() + "/oq.json";
+  RunResult r = RunCmd(kBench + " oq --duration 0.05 --clients 2 --set-percent 100,50 --keys 50 " +
+                       "--json " + json_path);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream f(json_path);
+  nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(j.is_discarded()) << "invalid JSON";
+  EXPECT_EQ(j["suite"], "oq");
+  std::set<std::pair<std::string, int>> seen;
+  for (const auto& rec : j["results"]) {
+    for (const char* k : {"ops_per_sec", "p50_us", "p99_us", "round_trips_per_op", "bytes_per_op",
+                          "set_p50_us", "set_p99_us", "get_p50_us"}) {
+      ASSERT_TRUE(rec.contains(k)) << rec["variant"] << " lacks " << k;
+    }
+    EXPECT_GT(rec["ops"].get<uint64_t>(), 0u) << rec["variant"];
+    seen.insert({rec["variant"].get<std::string>(), rec["config"]["set_percent"].get<int>()});
+  }
+  for (const char* p : {"oq", "rawrpc", "deferred"}) {
+    EXPECT_TRUE(seen.count({p, 100})) << p;
+    EXPECT_TRUE(seen.count({p, 50})) << p;
+  }
+  ASSERT_TRUE(j.contains("oq_vs_rawrpc"));
+  EXPECT_EQ(j["oq_vs_rawrpc"].size(), 2u);
 }
 
 TEST(Demo, RunsTwiceOnTheSameDataDir) {

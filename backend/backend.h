@@ -1,0 +1,85 @@
+// The AsymNVM back-end service (papers/asymnvm-asplos20.txt §3–5, §7.2; DESIGN.md §5; requests and
+// layout in doc/backend.md). One Backend owns one pool file and serves front-ends:
+//
+//   * one-sided: the naming space (root/lock/seq words) and the data area are registered with the
+//     fabric (remote read/write/atomic; the data region persists what lands, so WRITE + FLUSH is
+//     durable). The back-end's own threads never take part in one-sided operations (passivity).
+//   * Ordered Queue (durable, buffers in the pool's OQ area): registration, naming, allocation and
+//     memory-log transactions (nilext: committed on the NIC ack + flush, applied in queue order by
+//     the worker; a transaction with txn_seq <= the front-end's LPN is a recovery re-execution and
+//     is skipped, one that fails validation is never applied and is recorded in the front-end's
+//     record as its first rejected txn_seq).
+//   * Rowan b-log (the pool's log area): operation logs, durable on the NIC ack + flush. A consumer
+//     thread digests used segments and recycles a segment once every op log in it is covered by
+//     its front-end's OPN (so recovery can still find op logs whose memory logs never arrived).
+//
+// Start formats a fresh pool (the back-end header is written last) or recovers an existing one
+// (allocator from its bitmap, OQ from ReqToExecute..SRQTail, the b-log from its segment table).
+//
+// Thread safety: stats()/Stop() from any thread; Stop is idempotent.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "asymnvm/fabric.h"
+#include "asymnvm/pm.h"
+#include "asymnvm/status.h"
+#include "backend/layout.h"
+
+namespace asymnvm::backend {
+
+struct BackendOptions {
+  std::string pool_path;                   // required; created when missing
+  uint64_t pool_size = 256ull << 20;       // used only when creating
+  pm::PersistMode persist_mode = pm::PersistMode::kAuto;
+  std::string listen_address = "tcp://127.0.0.1:0";      // OQ (requests)
+  std::string log_listen_address = "tcp://127.0.0.1:0";  // Rowan (op logs)
+  fabric::FabricOptions fabric;
+  // Geometry of a new pool (an existing pool keeps the geometry in its header).
+  uint32_t naming_slots = 1024;
+  uint32_t block_size = 4096;
+  uint64_t log_bytes = 0;                   // 0: an eighth of the pool
+  uint32_t log_segment = 1u << 20;
+  uint32_t oq_buffers = 16;
+  uint32_t oq_buffer_size = 64 * 1024;
+  // Lazy reclamation (§6.2: n + l µs, 4000 + 1000 by default).
+  std::chrono::microseconds reclaim_delay{5000};
+};
+
+struct BackendStats {
+  uint64_t frontends = 0;
+  uint64_t txns_applied = 0, txns_skipped = 0, txns_rejected = 0;
+  uint64_t txn_bytes_applied = 0;
+  uint64_t op_logs_seen = 0, log_segments_digested = 0, log_segments_recycled = 0;
+  uint64_t deferred_frees_pending = 0, deferred_frees_done = 0;
+  uint64_t requests = 0;
+  // CPU time of the whole back-end process (user + system), for "back-end CPU per operation".
+  double cpu_seconds = 0;
+};
+
+class Backend {
+ public:
+  // Errors: kInvalidArgument (options), pool errors (kCorruption for a pool that is not ours or is
+  // damaged, kFailedPrecondition when another back-end holds it, kResourceExhausted when too
+  // small — messages name the path), fabric errors.
+  static Result<std::unique_ptr<Backend>> Start(const BackendOptions& options);
+  ~Backend();
+
+  std::string address() const;      // OQ address front-ends connect to
+  std::string log_address() const;  // Rowan receiver address
+  const Layout& layout() const;
+  BackendStats stats() const;
+  std::string StatusJson() const;   // what `asymnvm-ctl status` prints
+  // Stops serving, joins threads, closes the pool. Acknowledged work is already durable.
+  void Stop();
+
+ private:
+  struct Impl;
+  explicit Backend(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace asymnvm::backend

@@ -1,0 +1,277 @@
+// The back-end service end to end over the soft fabric: registration, naming, allocation,
+// memory-log transactions through the Ordered Queue (applied in order, duplicates skipped, bad
+// ones rejected and recorded), restart on the same pool, and the daemon's command line.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "backend/backend.h"
+#include "backend/log_format.h"
+#include "backend/naming.h"
+#include "backend/rpc.h"
+#include "fabric/oq/oq.h"
+
+namespace asymnvm::backend {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string TempPath(const std::string& name) {
+  return (fs::temp_directory_path() / ("asymnvm-be-" + std::to_string(getpid()) + "-" + name))
+      .string();
+}
+
+BackendOptions SmallOptions(const std::string& path) {
+  BackendOptions o;
+  o.pool_path = path;
+  o.pool_size = 16ull << 20;
+  o.log_segment = 256 * 1024;
+  o.oq_buffers = 4;
+  o.oq_buffer_size = 64 * 1024;
+  o.reclaim_delay = std::chrono::microseconds(1000);
+  return o;
+}
+
+struct Client {
+  std::unique_ptr<fabric::Fabric> fabric;
+  std::unique_ptr<fabric::ProtectionDomain> pd;
+  std::unique_ptr<oq::Client> oq;
+
+  static Client Connect(const std::string& address) {
+    Client c;
+    c.fabric = std::move(fabric::Fabric::Open(fabric::FabricOptions{}).value());
+    c.pd = std::move(c.fabric->AllocPd().value());
+    oq::ClientOptions co;
+    co.fabric = c.fabric.get();
+    co.pd = c.pd.get();
+    co.server_address = address;
+    auto cl = oq::Client::Connect(co);
+    EXPECT_TRUE(cl.ok()) << cl.status().ToString();
+    if (cl.ok()) c.oq = std::move(*cl);
+    return c;
+  }
+  Result<std::vector<uint8_t>> Call(uint16_t type, std::span<const uint8_t> payload) {
+    std::vector<uint8_t> response;
+    ASYMNVM_RETURN_IF_ERROR(oq->Call(0, type, payload, &response));
+    return response;
+  }
+  struct Reg {
+    uint64_t lpn, opn, rejected;
+    uint64_t data_begin, data_end;
+  };
+  Reg Register(uint64_t fe) {
+    PayloadWriter w;
+    w.U64(fe);
+    auto r = Call(kRegister, w.bytes());
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    PayloadReader rd(*r, "reply");
+    Reg g;
+    g.lpn = rd.U64();
+    g.opn = rd.U64();
+    g.rejected = rd.U64();
+    rd.U64(), rd.U64(), rd.U64(), rd.U64();
+    g.data_begin = rd.U64();
+    g.data_end = rd.U64();
+    EXPECT_TRUE(rd.status().ok());
+    return g;
+  }
+  Result<NamingEntry> Create(const std::string& name, uint32_t type) {
+    PayloadWriter w;
+    w.U32(type).U32(static_cast<uint32_t>(name.size()));
+    for (int i = 0; i < 4; i++) w.U64(i + 1);
+    w.Str(name);
+    ASYMNVM_ASSIGN_OR_RETURN(auto r, Call(kNamingCreate, w.bytes()));
+    PayloadReader rd(r, "entry");
+    NamingEntry e;
+    e.slot = rd.U32();
+    e.type = rd.U32();
+    for (auto& p : e.params) p = rd.U64();
+    e.root_addr = rd.U64();
+    e.lock_addr = rd.U64();
+    e.seq_addr = rd.U64();
+    e.aux_addr = rd.U64();
+    ASYMNVM_RETURN_IF_ERROR(rd.status());
+    return e;
+  }
+  Result<uint64_t> AllocSlab() {
+    ASYMNVM_ASSIGN_OR_RETURN(auto r, Call(kAllocSlab, {}));
+    PayloadReader rd(r, "addr");
+    uint64_t a = rd.U64();
+    ASYMNVM_RETURN_IF_ERROR(rd.status());
+    return a;
+  }
+  Status Txn(uint64_t fe, uint64_t seq, uint64_t seq_addr, uint64_t addr, uint8_t fill) {
+    TxnBuilder b;
+    std::vector<uint8_t> data(64, fill);
+    b.Write(addr, data);
+    auto bytes = b.Finish(fe, seq, seq, seq_addr);
+    return oq->Submit(0, kTxn, bytes);
+  }
+  nlohmann::json StatusJson() {
+    auto r = Call(kStatus, {});
+    EXPECT_TRUE(r.ok());
+    return nlohmann::json::parse(std::string(r->begin(), r->end()));
+  }
+};
+
+TEST(BackendService, RegisterNamingAllocAndTransactionsSurviveRestart) {
+  const std::string path = TempPath("svc.pool");
+  std::remove(path.c_str());
+  uint64_t slab = 0, seq_addr = 0;
+  {
+    auto be = Backend::Start(SmallOptions(path));
+    ASSERT_TRUE(be.ok()) << be.status().ToString();
+    Client c = Client::Connect((*be)->address());
+    ASSERT_TRUE(c.oq);
+    auto reg = c.Register(7);
+    EXPECT_EQ(reg.lpn, 0u);
+    EXPECT_LT(reg.data_begin, reg.data_end);
+    auto e = c.Create("reg", 5);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    seq_addr = e->seq_addr;
+    auto again = c.Create("reg", 5);  // create-or-open with the same type
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(again->root_addr, e->root_addr);
+    EXPECT_EQ(c.Create("reg", 6).status().code(), StatusCode::kAlreadyExists);
+    auto a = c.AllocSlab();
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    slab = *a;
+    EXPECT_GE(slab, reg.data_begin);
+    for (uint64_t s = 1; s <= 5; s++) {
+      ASSERT_TRUE(c.Txn(7, s, seq_addr, slab, static_cast<uint8_t>(s)).ok());
+    }
+    ASSERT_TRUE(c.Txn(7, 3, seq_addr, slab, 0xEE).ok());  // a duplicate: skipped
+    auto reg2 = c.Register(7);  // a Call after the Submits executes after them (queue order)
+    EXPECT_EQ(reg2.lpn, 5u);
+    EXPECT_EQ(reg2.rejected, 0u);
+    auto st = c.StatusJson();
+    EXPECT_EQ(st["txns_applied"], 5);
+    EXPECT_EQ(st["txns_skipped"], 1);
+    // A gap and a write outside the data area are rejected, never applied, and recorded.
+    ASSERT_TRUE(c.Txn(7, 9, seq_addr, slab, 0x99).ok());
+    ASSERT_TRUE(c.Txn(7, 6, seq_addr, 16, 0x99).ok());
+    auto reg3 = c.Register(7);
+    EXPECT_EQ(reg3.lpn, 5u);
+    EXPECT_EQ(reg3.rejected, 9u);
+    EXPECT_EQ(c.StatusJson()["txns_rejected"], 2);
+    // Corrupt bytes are rejected too.
+    std::vector<uint8_t> junk(100, 0x41);
+    ASSERT_TRUE(c.oq->Submit(0, kTxn, junk).ok());
+    EXPECT_EQ(c.StatusJson()["txns_rejected"], 3);
+    // Bad requests get clear errors.
+    EXPECT_EQ(c.Call(kAllocLarge, {}).status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(c.Call(999, {}).status().code(), StatusCode::kInvalidArgument);
+    PayloadWriter fw;
+    fw.U64(slab + 1);
+    EXPECT_EQ(c.Call(kFree, fw.bytes()).status().code(), StatusCode::kInvalidArgument);
+    c.oq.reset();
+    (*be)->Stop();
+  }
+  {
+    // The pool file holds the applied data, the naming entry and the front-end's LPN.
+    auto be = Backend::Start(SmallOptions(path));
+    ASSERT_TRUE(be.ok()) << be.status().ToString();
+    Client c = Client::Connect((*be)->address());
+    auto reg = c.Register(7);
+    EXPECT_EQ(reg.lpn, 5u);
+    auto e = c.Create("reg", 5);
+    ASSERT_TRUE(e.ok());
+    EXPECT_EQ(e->seq_addr, seq_addr);
+    auto a = c.AllocSlab();
+    ASSERT_TRUE(a.ok());
+    EXPECT_NE(*a, slab);  // the first slab is still allocated after the restart
+    c.oq.reset();
+    (*be)->Stop();
+  }
+  pm::PoolOptions po;
+  po.layout = "asymnvm-backend";
+  auto pool = pm::Pool::Open(path, po);
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  for (int i = 0; i < 64; i++) EXPECT_EQ((*pool)->base()[slab + i], 5) << i;
+  pool->reset();
+  std::remove(path.c_str());
+}
+
+// ---- the daemon ----
+
+struct ShellRun {
+  int code = -1;
+  std::string out;
+};
+
+ShellRun Sh(const std::string& cmd) {
+  ShellRun r;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  int st = ::pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+const std::string kBin = ASYMNVM_BACKEND_BIN;
+
+TEST(BackendDaemon, CommandLineAndPoolErrors) {
+  EXPECT_EQ(Sh(kBin + " --help").code, 0);
+  for (const char* args : {"", "--pool", "--pool x --size 12Q", "--pool x --fabric carrier",
+                           "--pool x --block-size 1000", "--pool x --log-segment 5",
+                           "--pool x --bogus"}) {
+    ShellRun r = Sh(kBin + " " + args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+    EXPECT_FALSE(r.out.empty()) << args;
+  }
+  const std::string junk = TempPath("junk.pool");
+  {
+    std::ofstream f(junk);
+    for (int i = 0; i < 100000; i++) f << static_cast<char>('a' + i % 26);
+  }
+  ShellRun r = Sh(kBin + " --pool " + junk);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("not an AsymNVM pool"), std::string::npos) << r.out;
+  std::remove(junk.c_str());
+  const std::string tiny = TempPath("tiny.pool");
+  std::remove(tiny.c_str());
+  r = Sh(kBin + " --pool " + tiny + " --size 1M");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("at least"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(tiny)) << "a pool that cannot work must not be created";
+}
+
+TEST(BackendDaemon, LockedPoolIsRefusedAndSigtermStopsCleanly) {
+  const std::string path = TempPath("daemon.pool");
+  std::remove(path.c_str());
+  int out_pipe[2];
+  ASSERT_EQ(pipe(out_pipe), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out_pipe[1], 1);
+    close(out_pipe[0]);
+    execl(kBin.c_str(), kBin.c_str(), "--pool", path.c_str(), "--size", "16M", "--log-level",
+          "warn", nullptr);
+    _exit(127);
+  }
+  close(out_pipe[1]);
+  FILE* out = fdopen(out_pipe[0], "r");
+  char line[256] = {0};
+  ASSERT_NE(fgets(line, sizeof(line), out), nullptr);
+  EXPECT_EQ(std::string(line).rfind("listening ", 0), 0u) << line;
+  ShellRun second = Sh(kBin + " --pool " + path);
+  EXPECT_EQ(second.code, 1) << second.out;
+  EXPECT_NE(second.out.find("in use"), std::string::npos) << second.out;
+  kill(pid, SIGTERM);
+  int st = 0;
+  ASSERT_EQ(waitpid(pid, &st, 0), pid);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+  fclose(out);
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace asymnvm::backend

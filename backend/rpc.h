@@ -1,0 +1,100 @@
+// The back-end's request protocol over the Ordered Queue (doc/backend.md §Requests): request
+// types, and bounds-checked little-endian readers/writers for their payloads. Shared by the
+// back-end service and the front-end SDK.
+//
+// Thread safety: value types.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "asymnvm/status.h"
+#include "common/coding.h"
+
+namespace asymnvm::backend {
+
+enum RequestType : uint16_t {
+  kRegister = 10,       // fe_id u64 → RegisterReply
+  kNamingCreate = 11,   // type u32 | name_len u32 | params u64×4 | name → NamingReply
+  kNamingLookup = 12,   // name → NamingReply
+  kNamingRemove = 13,   // name → (empty)
+  kAllocSlab = 20,      // (empty) → addr u64
+  kAllocLarge = 21,     // bytes u64 → addr u64
+  kFree = 22,           // addr u64 → (empty)
+  kFreeDeferred = 23,   // addr u64 → (empty); reclaimed after the grace period
+  kTxn = 30,            // memory-log transaction bytes (nilext) → (empty)
+  kStatus = 40,         // (empty) → JSON text
+};
+
+class PayloadWriter {
+ public:
+  PayloadWriter& U32(uint32_t v) {
+    const size_t n = out_.size();
+    out_.resize(n + 4);
+    PutLe32(out_.data() + n, v);
+    return *this;
+  }
+  PayloadWriter& U64(uint64_t v) {
+    const size_t n = out_.size();
+    out_.resize(n + 8);
+    PutLe64(out_.data() + n, v);
+    return *this;
+  }
+  PayloadWriter& Bytes(std::span<const uint8_t> b) {
+    out_.insert(out_.end(), b.begin(), b.end());
+    return *this;
+  }
+  PayloadWriter& Str(const std::string& s) {
+    out_.insert(out_.end(), s.begin(), s.end());
+    return *this;
+  }
+  std::vector<uint8_t>& bytes() { return out_; }
+
+ private:
+  std::vector<uint8_t> out_;
+};
+
+// Reads fields in order; the first read past the end makes status() kInvalidArgument and every
+// later read return 0 / empty.
+class PayloadReader {
+ public:
+  PayloadReader(std::span<const uint8_t> in, const char* what) : in_(in), what_(what) {}
+  uint32_t U32() { return Need(4) ? GetLe32(Take(4)) : 0; }
+  uint64_t U64() { return Need(8) ? GetLe64(Take(8)) : 0; }
+  std::span<const uint8_t> Bytes(size_t n) {
+    if (!Need(n)) return {};
+    return {Take(n), n};
+  }
+  std::string Rest() {
+    std::string s(reinterpret_cast<const char*>(in_.data() + pos_), in_.size() - pos_);
+    pos_ = in_.size();
+    return s;
+  }
+  size_t remaining() const { return in_.size() - pos_; }
+  Status status() const {
+    if (!short_) return Status::Ok();
+    return Status::InvalidArgument(std::string(what_) + ": request payload too short (" +
+                                   std::to_string(in_.size()) + " bytes)");
+  }
+
+ private:
+  bool Need(size_t n) {
+    if (short_ || in_.size() - pos_ < n) short_ = true;
+    return !short_;
+  }
+  const uint8_t* Take(size_t n) {
+    const uint8_t* p = in_.data() + pos_;
+    pos_ += n;
+    return p;
+  }
+  std::span<const uint8_t> in_;
+  const char* what_;
+  size_t pos_ = 0;
+  bool short_ = false;
+};
+
+}  // namespace asymnvm::backend

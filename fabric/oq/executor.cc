@@ -1,5 +1,6 @@
 #include "fabric/oq/executor.h"
 
+#include <algorithm>
 #include <string>
 
 namespace asymnvm::oq {
@@ -26,6 +27,13 @@ Status OrderedExecutor::OnCompletion(uint64_t buffer_id, uint32_t offset, uint32
     return Status::Internal("oq executor: completion for unknown buffer " +
                             std::to_string(buffer_id));
   }
+  if (byte_len == 0 && buffer_done && offset <= b->length) {
+    // Retire marker: offset = bytes used (the end of the last message, not stride-rounded).
+    if (b->retire != UINT32_MAX) return Status::Internal("oq executor: buffer retired twice");
+    b->retire = std::min(RoundUp(offset), b->length);
+    AdvanceArrival();
+    return Status::Ok();
+  }
   if (offset % stride_ != 0 || offset > b->length ||
       (byte_len > 0 && uint64_t{offset} + byte_len > b->length)) {
     return Status::Internal("oq executor: completion at offset " + std::to_string(offset) +
@@ -43,6 +51,8 @@ Status OrderedExecutor::OnCompletion(uint64_t buffer_id, uint32_t offset, uint32
     return Status::Internal("oq executor: duplicate completion at offset " +
                             std::to_string(offset));
   }
+  AdvanceArrival();
+  const bool in_order = arr_valid_ && arr_id_ == buffer_id && arr_off_ == offset;
   s.arrived = true;
   s.length = byte_len;
   s.connection_id = connection_id;
@@ -50,8 +60,32 @@ Status OrderedExecutor::OnCompletion(uint64_t buffer_id, uint32_t offset, uint32
     if (b->retire != UINT32_MAX) return Status::Internal("oq executor: buffer retired twice");
     b->retire = RoundUp(offset + byte_len);
   }
-  if (&bufs_.front() != b || offset != b->next) out_of_order_++;
+  if (!in_order) out_of_order_++;  // an earlier slot is still missing
+  AdvanceArrival();
   return Status::Ok();
+}
+
+void OrderedExecutor::AdvanceArrival() {
+  if (bufs_.empty()) return;
+  if (!arr_valid_ || Find(arr_id_) == nullptr) {
+    arr_valid_ = true;
+    arr_id_ = bufs_.front().id;
+    arr_off_ = bufs_.front().next;
+  }
+  while (true) {
+    size_t i = 0;
+    while (i < bufs_.size() && bufs_[i].id != arr_id_) i++;
+    Buf& b = bufs_[i];
+    if (arr_off_ >= b.length || (b.retire != UINT32_MAX && arr_off_ >= b.retire)) {
+      if (i + 1 >= bufs_.size()) return;
+      arr_id_ = bufs_[i + 1].id;
+      arr_off_ = 0;
+      continue;
+    }
+    const Slot& s = b.slots[arr_off_ / stride_];
+    if (!s.arrived) return;
+    arr_off_ = RoundUp(arr_off_ + s.length);
+  }
 }
 
 bool OrderedExecutor::Next(Event* out) {

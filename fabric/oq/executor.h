@@ -63,11 +63,16 @@ class OrderedExecutor {
     std::vector<Slot> slots;            // one per stride: the bitmap (+ lengths)
   };
   Buf* Find(uint64_t id);
+  void AdvanceArrival();
   uint32_t RoundUp(uint32_t v) const { return (v + stride_ - 1) / stride_ * stride_; }
 
   uint32_t stride_;
   std::deque<Buf> bufs_;
   uint64_t out_of_order_ = 0;
+  // Arrival cursor: everything before (arr_id_, arr_off_) in queue order has arrived.
+  bool arr_valid_ = false;
+  uint64_t arr_id_ = 0;
+  uint32_t arr_off_ = 0;
 };
 
 }  // namespace asymnvm::oq

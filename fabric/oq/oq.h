@@ -104,7 +104,8 @@ struct WorkerStats {
   uint64_t executed = 0;          // requests handed to the Handler (recovery included)
   uint64_t nilext = 0;
   uint64_t non_nilext = 0;
-  uint64_t responses = 0;         // software responses sent
+  uint64_t responses = 0;         // software responses posted
+  uint64_t responses_failed = 0;  // ... of which Post failed (the client's connection died)
   uint64_t rejected = 0;          // corrupt / short / oversized / wrong-worker requests
   uint64_t handler_errors = 0;    // Handler returned non-OK
   uint64_t buffers_retired = 0;   // receive buffers consumed and re-posted

@@ -110,6 +110,7 @@ struct Server::Impl {
     struct Pending {
       uint64_t conn_id;
       std::vector<uint8_t> bytes;
+      std::chrono::steady_clock::time_point unknown_since{};  // connection not registered yet
     };
     std::vector<Pending> pending;
   };
@@ -428,12 +429,21 @@ void Server::Impl::ReapSends(Worker& w, bool block) {
 void Server::Impl::SendPending(Worker& w) {
   if (w.pending.empty()) return;
   std::lock_guard<std::mutex> lock(w.conn_mu);
+  std::vector<Worker::Pending> keep;
   for (auto& p : w.pending) {
     fabric::Connection* conn = nullptr;
     for (auto& c : w.conns) {
       if (c->id() == p.conn_id) conn = c.get();
     }
-    if (conn == nullptr) continue;  // the client went away
+    if (conn == nullptr) {
+      // A request can be executed before its connection's acceptor registered the connection
+      // (Accept returned, the push is pending): keep the response for a while; a connection
+      // that never appears went away.
+      auto now = std::chrono::steady_clock::now();
+      if (p.unknown_since == std::chrono::steady_clock::time_point{}) p.unknown_since = now;
+      if (now - p.unknown_since < std::chrono::seconds(2)) keep.push_back(std::move(p));
+      continue;
+    }
     uint64_t wr_id = 0;
     uint8_t* buf = nullptr;
     while ((buf = w.arena.Alloc(static_cast<uint32_t>(p.bytes.size()), &wr_id)) == nullptr) {
@@ -448,15 +458,15 @@ void Server::Impl::SendPending(Worker& w) {
     wr.local_addr = buf;
     wr.length = static_cast<uint32_t>(p.bytes.size());
     wr.local_mr = w.arena.mr();
+    Bump(w, &WorkerStats::responses);  // before Post: the client may see it at once
     Status st = conn->Post({&wr, 1});
     if (!st.ok()) {
       w.arena.Release(wr_id);
+      Bump(w, &WorkerStats::responses_failed);
       LOG_DEBUG("oq", "worker " << w.index << ": response not sent: " << st.ToString());
-      continue;
     }
-    Bump(w, &WorkerStats::responses);
   }
-  w.pending.clear();
+  w.pending = std::move(keep);
 }
 
 void Server::Impl::Execute(Worker& w, const OrderedExecutor::Event& ev) {

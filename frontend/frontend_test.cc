@@ -1,0 +1,460 @@
+// The front-end SDK against an in-process back-end (asymnvm::backend::Backend on a temp pool):
+// API semantics per optimization level (also across session reopen and back-end restart), the page
+// cache, coalescing, the writer lock, the reader seqlock, the two-tier allocator, op-log replay,
+// bad input.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "asymnvm/frontend.h"
+#include "backend/backend.h"
+#include "frontend/page_cache.h"
+
+namespace asymnvm::frontend {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string TempPath(const std::string& name) {
+  return (fs::temp_directory_path() / ("asymnvm-fe-" + std::to_string(getpid()) + "-" + name))
+      .string();
+}
+
+backend::BackendOptions SmallBackend(const std::string& path) {
+  backend::BackendOptions o;
+  o.pool_path = path;
+  o.pool_size = 16ull << 20;
+  o.log_segment = 256 * 1024;
+  o.oq_buffers = 4;
+  o.oq_buffer_size = 64 * 1024;
+  o.reclaim_delay = std::chrono::microseconds(1000);
+  return o;
+}
+
+class FrontendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    for (char& ch : name) {
+      if (ch == '/') ch = '_';
+    }
+    path_ = TempPath(name + ".pool");
+    std::remove(path_.c_str());
+    StartBackend();
+  }
+  void TearDown() override {
+    if (be_) be_->Stop();
+    be_.reset();
+    std::remove(path_.c_str());
+  }
+  void StartBackend() {
+    auto be = backend::Backend::Start(SmallBackend(path_));
+    ASSERT_TRUE(be.ok()) << be.status().ToString();
+    be_ = std::move(*be);
+  }
+  void RestartBackend() {
+    be_->Stop();
+    be_.reset();
+    StartBackend();
+  }
+  SessionOptions Options(uint64_t fe, Level level) {
+    SessionOptions o;
+    o.backends = {be_->address()};
+    o.frontend_id = fe;
+    o.level = level;
+    o.cache_bytes = 1 << 20;
+    o.batch_timeout = std::chrono::hours(1);  // batches flush by size or fence, not by time
+    return o;
+  }
+  std::unique_ptr<Session> OpenSession(uint64_t fe, Level level) {
+    auto s = Session::Open(Options(fe, level));
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return s.ok() ? std::move(*s) : nullptr;
+  }
+
+  std::string path_;
+  std::unique_ptr<backend::Backend> be_;
+};
+
+std::vector<uint8_t> Bytes(size_t n, uint8_t fill) { return std::vector<uint8_t>(n, fill); }
+
+// One "operation": op log, two memory logs, tx_write.
+Status Update(Session& s, const Structure& st, uint64_t addr, uint8_t fill) {
+  uint8_t params[9];
+  std::memcpy(params, &addr, 8);
+  params[8] = fill;
+  auto seq = s.OpLog(st, 1, params);
+  if (!seq.ok()) return seq.status();
+  auto a = Bytes(64, fill);
+  ASYMNVM_RETURN_IF_ERROR(s.MemLog(addr, a));
+  auto b = Bytes(8, static_cast<uint8_t>(fill + 1));
+  ASYMNVM_RETURN_IF_ERROR(s.MemLog(addr + 64, b));
+  return s.TxWrite(st);
+}
+
+class LevelTest : public FrontendTest, public ::testing::WithParamInterface<Level> {};
+
+TEST_P(LevelTest, WriteFenceReadBackAcrossReopenAndRestart) {
+  const Level level = GetParam();
+  std::vector<uint64_t> addrs;
+  {
+    auto s = OpenSession(3, level);
+    ASSERT_TRUE(s);
+    auto st = s->CreateRoot("kv", 7);
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
+    for (int i = 0; i < 20; i++) {
+      auto a = s->Malloc(128);
+      ASSERT_TRUE(a.ok()) << a.status().ToString();
+      addrs.push_back(*a);
+      ASSERT_TRUE(Update(*s, *st, *a, static_cast<uint8_t>(i + 1)).ok());
+      // Read-your-writes before any fence, at every level.
+      std::vector<uint8_t> got(72);
+      ASSERT_TRUE(s->Read(*a, got).ok());
+      EXPECT_EQ(got[0], i + 1);
+      EXPECT_EQ(got[64], i + 2);
+    }
+    ASSERT_TRUE(s->Fence().ok());
+    const Counters c = s->counters();
+    if (level == Level::kNaive) {
+      EXPECT_EQ(c.op_logs, 0u);
+      EXPECT_EQ(c.txns, 40u);  // every write its own transaction
+      EXPECT_EQ(c.fences, 41u);
+    } else {
+      EXPECT_EQ(c.op_logs, 20u);
+      EXPECT_EQ(c.txns, level == Level::kRcb ? 1u : 20u);
+    }
+    EXPECT_EQ(s->applied_lpn(), c.txns);
+    // A second session (another front-end) sees everything after the fence.
+    auto r = OpenSession(4, Level::kNaive);
+    ASSERT_TRUE(r);
+    for (int i = 0; i < 20; i++) {
+      std::vector<uint8_t> got(72);
+      ASSERT_TRUE(r->Read(addrs[i], got).ok());
+      EXPECT_EQ(got[63], i + 1);
+      EXPECT_EQ(got[71], i + 2);
+    }
+  }
+  {
+    // Reopen the session: LPN continues.
+    auto s = OpenSession(3, level);
+    ASSERT_TRUE(s);
+    EXPECT_GT(s->applied_lpn(), 0u);
+    auto st = s->OpenRoot("kv");
+    ASSERT_TRUE(st.ok());
+    ASSERT_TRUE(Update(*s, *st, addrs[0], 0x55).ok());
+    ASSERT_TRUE(s->Fence().ok());
+  }
+  RestartBackend();
+  {
+    auto s = OpenSession(3, level);
+    ASSERT_TRUE(s);
+    std::vector<uint8_t> got(72);
+    ASSERT_TRUE(s->Read(addrs[0], got).ok());
+    EXPECT_EQ(got[0], 0x55);
+    ASSERT_TRUE(s->Read(addrs[19], got).ok());
+    EXPECT_EQ(got[0], 20);
+    EXPECT_EQ(got[64], 21);
+    auto st = s->OpenRoot("kv");
+    ASSERT_TRUE(st.ok());
+    ASSERT_TRUE(Update(*s, *st, addrs[1], 0x66).ok());
+    ASSERT_TRUE(s->Fence().ok());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, LevelTest,
+                         ::testing::Values(Level::kNaive, Level::kR, Level::kRc, Level::kRcb),
+                         [](const auto& info) { return std::string(LevelName(info.param)); });
+
+TEST_F(FrontendTest, CacheHitsMissesAndEviction) {
+  SessionOptions o = Options(5, Level::kRc);
+  o.cache_bytes = 4 * 4096;  // four pages
+  auto s = Session::Open(o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const uint64_t base = (*s)->data_begin();
+  std::vector<uint8_t> b(16);
+  ASSERT_TRUE((*s)->Read(base, b).ok());
+  ASSERT_TRUE((*s)->Read(base + 100, b).ok());
+  Counters c = (*s)->counters();
+  EXPECT_EQ(c.cache_misses, 1u);
+  EXPECT_EQ(c.cache_hits, 1u);
+  EXPECT_EQ(c.remote_reads, 1u);
+  // A read crossing a page boundary touches two pages.
+  ASSERT_TRUE((*s)->Read(base + 4096 - 8, b).ok());
+  c = (*s)->counters();
+  EXPECT_EQ(c.cache_hits, 2u);
+  EXPECT_EQ(c.cache_misses, 2u);
+  for (int p = 2; p < 10; p++) ASSERT_TRUE((*s)->Read(base + p * 4096, b).ok());
+  c = (*s)->counters();
+  EXPECT_EQ(c.cache_misses, 10u);
+  EXPECT_EQ(c.cache_evictions, 6u);  // ten pages through a four-page cache
+  // Memory logs update cached pages.
+  auto st = (*s)->CreateRoot("c", 9);
+  ASSERT_TRUE(st.ok());
+  ASSERT_TRUE((*s)->Read(base + 9 * 4096, b).ok());  // cached
+  auto v = Bytes(16, 0xAB);
+  ASSERT_TRUE((*s)->MemLog(base + 9 * 4096, v).ok());
+  ASSERT_TRUE((*s)->TxWrite(*st).ok());
+  const uint64_t misses = (*s)->counters().cache_misses;
+  ASSERT_TRUE((*s)->Read(base + 9 * 4096, b).ok());
+  EXPECT_EQ(b, v);
+  EXPECT_EQ((*s)->counters().cache_misses, misses);
+  // A per-structure page size caches separately.
+  std::vector<uint8_t> big(16);
+  ASSERT_TRUE((*s)->Read(base + 9 * 4096, big, 1024).ok());
+  EXPECT_EQ(big, v);
+}
+
+TEST(PageCacheTest, SamplingEvictsLeastUsed) {
+  PageCache cache(3 * 64, 42);
+  std::vector<uint8_t> page(64, 1);
+  cache.Insert(64, 0, page);
+  cache.Insert(64, 64, page);
+  cache.Insert(64, 128, page);
+  for (int i = 0; i < 5; i++) ASSERT_NE(cache.Lookup(64, 0), nullptr);
+  for (int i = 0; i < 3; i++) ASSERT_NE(cache.Lookup(64, 128), nullptr);
+  cache.Insert(64, 192, page);  // evicts page 64 (least used)
+  EXPECT_EQ(cache.Lookup(64, 64), nullptr);
+  EXPECT_NE(cache.Lookup(64, 0), nullptr);
+  EXPECT_EQ(cache.evictions(), 1u);
+  std::vector<uint8_t> w(8, 9);
+  cache.Update(60, w);  // spans pages 0 and 64
+  EXPECT_EQ(cache.Lookup(64, 0)[63], 9);
+  EXPECT_EQ(cache.pages(), 3u);
+  EXPECT_EQ(cache.Insert(64, 999, std::vector<uint8_t>(1000)), nullptr);  // larger than capacity
+}
+
+TEST_F(FrontendTest, BatchingCoalescesWrites) {
+  auto s = OpenSession(6, Level::kRcb);
+  ASSERT_TRUE(s);
+  auto st = s->CreateRoot("b", 3);
+  ASSERT_TRUE(st.ok());
+  auto a = s->Malloc(64);
+  ASSERT_TRUE(a.ok());
+  for (int i = 1; i <= 10; i++) {
+    ASSERT_TRUE(s->OpLog(*st, 1, {}).ok());
+    auto v = Bytes(8, static_cast<uint8_t>(i));
+    ASSERT_TRUE(s->MemLog(*a, v).ok());
+    ASSERT_TRUE(s->TxWrite(*st).ok());
+  }
+  EXPECT_EQ(s->counters().txns, 0u);  // still batched
+  ASSERT_TRUE(s->Fence().ok());
+  Counters c = s->counters();
+  EXPECT_EQ(c.txns, 1u);
+  EXPECT_EQ(c.coalesced, 9u);
+  auto r = OpenSession(7, Level::kNaive);
+  uint8_t got[8];
+  ASSERT_TRUE(r->Read(*a, got).ok());
+  EXPECT_EQ(got[0], 10);
+  // The batch fills by ops.
+  SessionOptions o = Options(8, Level::kRcb);
+  o.batch_ops = 4;
+  auto s2 = Session::Open(o);
+  ASSERT_TRUE(s2.ok());
+  for (int i = 0; i < 9; i++) ASSERT_TRUE(Update(**s2, *st, *a, 1).ok());
+  EXPECT_EQ((*s2)->counters().txns, 2u);
+  ASSERT_TRUE((*s2)->Fence().ok());
+  EXPECT_EQ((*s2)->counters().txns, 3u);
+}
+
+TEST_F(FrontendTest, WriterLockContentionAndHandOver) {
+  auto a = OpenSession(10, Level::kRcb);
+  SessionOptions ob = Options(11, Level::kRcb);
+  ob.lock_timeout = std::chrono::milliseconds(100);
+  auto bs = Session::Open(ob);
+  ASSERT_TRUE(a && bs.ok());
+  auto& b = *bs;
+  auto st = a->CreateRoot("locked", 4);
+  ASSERT_TRUE(st.ok());
+  auto stb = b->OpenRoot("locked");
+  ASSERT_TRUE(stb.ok());
+  auto addr = a->Malloc(64);
+  ASSERT_TRUE(addr.ok());
+  // B caches the old contents.
+  uint8_t got[8];
+  ASSERT_TRUE(b->Read(*addr, got).ok());
+  ASSERT_TRUE(a->WriterLock(*st).ok());
+  EXPECT_EQ(a->WriterLock(*st).code(), StatusCode::kFailedPrecondition);
+  auto lock_word = a->ReadWord(st->lock_addr);
+  ASSERT_TRUE(lock_word.ok());
+  EXPECT_EQ(*lock_word, 10u);
+  EXPECT_EQ(b->WriterLock(*stb).code(), StatusCode::kTimedOut);
+  EXPECT_GT(b->counters().lock_retries, 0u);
+  ASSERT_TRUE(Update(*a, *st, *addr, 0x42).ok());
+  EXPECT_EQ(b->WriterUnlock(*stb).code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(a->WriterUnlock(*st).ok());
+  ASSERT_TRUE(b->WriterLock(*stb).ok());
+  ASSERT_TRUE(b->Read(*addr, got).ok());  // the cache was invalidated at acquisition
+  EXPECT_EQ(got[0], 0x42);
+  ASSERT_TRUE(Update(*b, *stb, *addr, 0x43).ok());
+  ASSERT_TRUE(b->WriterUnlock(*stb).ok());
+  EXPECT_EQ(a->ReadWord(st->lock_addr).value(), 0u);
+}
+
+TEST_F(FrontendTest, ReaderRetriesWhileAWriterApplies) {
+  auto w = OpenSession(12, Level::kR);
+  auto r = OpenSession(13, Level::kRc);
+  ASSERT_TRUE(w && r);
+  auto st = w->CreateRoot("seq", 4);
+  ASSERT_TRUE(st.ok());
+  auto addr = w->Malloc(64);
+  ASSERT_TRUE(addr.ok());
+  ASSERT_TRUE(Update(*w, *st, *addr, 1).ok());
+  ASSERT_TRUE(w->Fence().ok());
+  int attempts = 0;
+  uint8_t got[8] = {};
+  Status s = r->ReadConsistent(*st, [&]() -> Status {
+    attempts++;
+    ASYMNVM_RETURN_IF_ERROR(r->Read(*addr, got));
+    if (attempts == 1) {
+      // A transaction on this structure is applied between the reader's two sequence reads.
+      ASYMNVM_RETURN_IF_ERROR(Update(*w, *st, *addr, 2));
+      ASYMNVM_RETURN_IF_ERROR(w->Fence());
+    }
+    return Status::Ok();
+  });
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(attempts, 2);
+  EXPECT_EQ(got[0], 2);
+  EXPECT_EQ(r->counters().reader_retries, 1u);
+  const uint64_t seq = r->ReadWord(st->seq_addr).value();
+  EXPECT_EQ(seq % 2, 0u);
+  EXPECT_GE(seq, 4u);  // two applications, each +2
+}
+
+TEST_F(FrontendTest, TwoTierAllocator) {
+  auto s = OpenSession(14, Level::kRcb);
+  ASSERT_TRUE(s);
+  auto a = s->Malloc(100);
+  auto b = s->Malloc(100);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(*a, *b);
+  EXPECT_GE(*a, s->data_begin());
+  EXPECT_LT(*a, s->data_end());
+  ASSERT_TRUE(s->Free(*a).ok());
+  EXPECT_EQ(s->Free(*a).code(), StatusCode::kFailedPrecondition);  // double free
+  EXPECT_EQ(s->Free(s->data_end() - 8).code(), StatusCode::kInvalidArgument);  // foreign
+  auto big = s->Malloc(3 * 4096 + 5);  // larger than a slab: the back-end's large extent
+  ASSERT_TRUE(big.ok()) << big.status().ToString();
+  ASSERT_TRUE(s->Free(*big).ok());
+  EXPECT_EQ(s->Free(*big).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->Malloc(0).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->Malloc(1ull << 40).status().code() == StatusCode::kOk, false);
+}
+
+class FakeFetcher : public OpLogFetcher {
+ public:
+  std::vector<RecoveredOp> ops;
+  uint64_t asked_after = ~0ull;
+  Result<std::vector<RecoveredOp>> Fetch(uint64_t, uint64_t after) override {
+    asked_after = after;
+    return ops;
+  }
+};
+
+TEST_F(FrontendTest, ReplayReexecutesOpsAfterOpn) {
+  uint64_t addr = 0;
+  uint32_t sid = 0;
+  {
+    auto s = OpenSession(15, Level::kRcb);
+    auto st = s->CreateRoot("replay", 21);
+    ASSERT_TRUE(st.ok());
+    sid = st->id;
+    auto a = s->Malloc(64);
+    ASSERT_TRUE(a.ok());
+    addr = *a;
+    ASSERT_TRUE(Update(*s, *st, addr, 1).ok());
+    ASSERT_TRUE(s->Fence().ok());
+  }
+  auto s = OpenSession(15, Level::kRcb);
+  ASSERT_TRUE(s);
+  const uint64_t opn = s->recovered_opn();
+  EXPECT_GE(opn, 1u);
+  ASSERT_TRUE(s->OpenRoot("replay").ok());
+  FakeFetcher f;
+  auto mk = [&](uint64_t seq, uint8_t fill) {
+    RecoveredOp op;
+    op.op_seq = seq;
+    op.structure_id = sid;
+    op.op_type = 1;
+    op.payload.resize(9);
+    std::memcpy(op.payload.data(), &addr, 8);
+    op.payload[8] = fill;
+    return op;
+  };
+  f.ops = {mk(opn + 2, 0x22), mk(opn, 0x99) /* covered: skipped */, mk(opn + 1, 0x11)};
+  std::vector<uint64_t> seen;
+  s->RegisterReplay(21, [&](Session& ss, const Structure& st, const RecoveredOp& op) -> Status {
+    auto seq = ss.OpLog(st, op.op_type, op.payload);
+    if (!seq.ok()) return seq.status();
+    seen.push_back(*seq);
+    uint64_t a;
+    std::memcpy(&a, op.payload.data(), 8);
+    return Update(ss, st, a, op.payload[8]);
+  });
+  const uint64_t op_logs_before = s->counters().op_logs;
+  ASSERT_TRUE(s->Replay(&f).ok());
+  EXPECT_EQ(f.asked_after, opn);
+  EXPECT_EQ(seen, (std::vector<uint64_t>{opn + 1, opn + 2}));
+  EXPECT_EQ(s->counters().replayed_ops, 2u);
+  EXPECT_EQ(s->counters().op_logs, op_logs_before);  // nothing re-logged
+  EXPECT_GE(s->next_op_seq(), opn + 3);
+  uint8_t got[8];
+  ASSERT_TRUE(s->Read(addr, got).ok());
+  EXPECT_EQ(got[0], 0x22);
+  // An op of a structure not opened here is refused.
+  auto s2 = OpenSession(16, Level::kRcb);
+  FakeFetcher g;
+  g.ops = {mk(s2->recovered_opn() + 1, 1)};
+  EXPECT_EQ(s2->Replay(&g).code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(FrontendTest, BadInput) {
+  SessionOptions o = Options(0, Level::kRcb);
+  EXPECT_EQ(Session::Open(o).status().code(), StatusCode::kInvalidArgument);
+  o.frontend_id = 70000;
+  EXPECT_EQ(Session::Open(o).status().code(), StatusCode::kInvalidArgument);
+  o.frontend_id = 1;
+  o.backends.push_back(be_->address());
+  EXPECT_EQ(Session::Open(o).status().code(), StatusCode::kNotSupported);
+  o.backends = {};
+  EXPECT_EQ(Session::Open(o).status().code(), StatusCode::kInvalidArgument);
+  o = Options(1, Level::kRcb);
+  o.page_size = 1000;
+  EXPECT_EQ(Session::Open(o).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseLevel("rcb").value(), Level::kRcb);
+  EXPECT_EQ(ParseLevel("fast").status().code(), StatusCode::kInvalidArgument);
+
+  auto s = OpenSession(17, Level::kRcb);
+  ASSERT_TRUE(s);
+  auto st = s->CreateRoot("x", 1);
+  ASSERT_TRUE(st.ok());
+  auto v = Bytes(8, 1);
+  EXPECT_EQ(s->MemLog(0, v).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->MemLog(s->data_end() - 4, v).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->MemLog(s->data_begin(), {}).code(), StatusCode::kInvalidArgument);
+  std::vector<uint8_t> huge(1 << 20);
+  EXPECT_EQ(s->MemLog(s->data_begin(), huge).code(), StatusCode::kResourceExhausted);
+  uint8_t b[8];
+  EXPECT_EQ(s->Read(0, b).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->ReadWord(s->data_begin() + 3).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->OpLog(*st, 0xFF01, {}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->CreateRoot("", 1).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->CreateRoot("x", 2).status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(s->CreateRoot("y", 0xFE).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->OpenRoot("nope").status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE(s->MemLog(s->data_begin(), v).ok());
+  EXPECT_EQ(s->Fence().code(), StatusCode::kFailedPrecondition);  // inside an operation
+  EXPECT_EQ(s->Write(s->data_begin(), v).code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(s->TxWrite(*st).ok());
+  ASSERT_TRUE(s->Fence().ok());
+  ASSERT_TRUE(s->RemoveRoot("x").ok());
+  EXPECT_EQ(s->RemoveRoot("x").code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace asymnvm::frontend

@@ -1,0 +1,843 @@
+// The front-end Session (include/asymnvm/frontend.h; design in doc/frontend.md).
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <set>
+#include <thread>
+#include <unordered_map>
+
+#include "alloc/frontend_allocator.h"
+#include "asymnvm/frontend.h"
+#include "backend/log_format.h"
+#include "backend/rpc.h"
+#include "common/logging.h"
+#include "fabric/oq/oq.h"
+#include "fabric/rowan/sender.h"
+#include "frontend/page_cache.h"
+#include "frontend/rpc_slab_source.h"
+
+namespace asymnvm::frontend {
+
+namespace {
+
+constexpr uint16_t kOpLogEntryType = 1;  // Rowan entry type of an op log (doc/backend.md)
+constexpr uint32_t kFrontendRecordType = 0xFE;
+constexpr size_t kScratchBytes = 1 << 20;
+using Clock = std::chrono::steady_clock;
+
+size_t EntryFootprint(size_t len) { return backend::kTxnEntryHeaderSize + (len + 7) / 8 * 8; }
+
+// Exponential back-off between polls of a remote word: 20 µs doubling to 2 ms.
+class Backoff {
+ public:
+  void Wait() {
+    std::this_thread::sleep_for(delay_);
+    delay_ = std::min(delay_ * 2, std::chrono::microseconds(2000));
+  }
+
+ private:
+  std::chrono::microseconds delay_{20};
+};
+
+Result<Structure> DecodeEntry(std::span<const uint8_t> bytes) {
+  backend::PayloadReader r(bytes, "naming entry");
+  Structure s;
+  s.id = r.U32();
+  s.type = r.U32();
+  for (auto& p : s.params) p = r.U64();
+  s.root_addr = r.U64();
+  s.lock_addr = r.U64();
+  s.seq_addr = r.U64();
+  s.aux_addr = r.U64();
+  const uint32_t n = r.U32();
+  auto name = r.Bytes(n);
+  ASYMNVM_RETURN_IF_ERROR(r.status());
+  s.name.assign(name.begin(), name.end());
+  return s;
+}
+
+}  // namespace
+
+const char* LevelName(Level level) {
+  switch (level) {
+    case Level::kNaive: return "naive";
+    case Level::kR: return "r";
+    case Level::kRc: return "rc";
+    case Level::kRcb: return "rcb";
+  }
+  return "?";
+}
+
+Result<Level> ParseLevel(const std::string& name) {
+  for (Level l : {Level::kNaive, Level::kR, Level::kRc, Level::kRcb}) {
+    if (name == LevelName(l)) return l;
+  }
+  return Status::InvalidArgument("unknown optimization level '" + name +
+                                 "' (naive, r, rc or rcb)");
+}
+
+struct Session::Impl {
+  SessionOptions o;
+  std::unique_ptr<fabric::Fabric> fabric;
+  std::unique_ptr<fabric::ProtectionDomain> pd;
+  std::unique_ptr<oq::Client> oq;
+  std::unique_ptr<rowan::Sender> sender;
+  std::unique_ptr<fabric::CompletionQueue> cq;
+  std::unique_ptr<fabric::Connection> conn;  // one-sided operations
+  std::vector<uint8_t> scratch;
+  std::unique_ptr<fabric::MemoryRegion> scratch_mr;
+  std::unique_ptr<RpcSlabSource> slabs;
+  std::unique_ptr<alloc::FrontendAllocator> allocator;
+  std::unique_ptr<PageCache> cache;
+
+  // Registration.
+  uint64_t lpn_addr = 0;  // fe record words: LPN, OPN, rejected, aux (8 bytes apart)
+  uint64_t naming_begin = 0, naming_end = 0, data_begin = 0, data_end = 0;
+  fabric::RegionDescriptor naming_desc, data_desc;
+  uint32_t block_size = 0;
+  uint64_t registered_opn = 0;
+  uint64_t first_txn = 0;  // first txn_seq of this session
+  size_t max_txn = 0;      // largest transaction (bytes) the back-end accepts
+  size_t batch_limit = 0;
+  uint32_t max_message = 0;
+
+  // Sequence state.
+  uint64_t next_txn = 1, last_sent = 0, known_lpn = 0;
+  uint64_t next_op = 1, cur_op = 0, pending_opn = 0, sent_opn = 0;
+  bool replaying = false;
+  uint64_t replay_seq = 0;
+  Status broken = Status::Ok();  // sticky: a transaction's outcome is unknown
+
+  // The current operation and the batch.
+  std::vector<std::pair<uint64_t, std::vector<uint8_t>>> cur;
+  size_t cur_bytes = 0;
+  backend::TxnBuilder batch;
+  std::set<std::pair<uint64_t, uint32_t>> batch_keys;
+  uint32_t batch_ops = 0;
+  uint64_t batch_seq_addr = 0;
+  Clock::time_point batch_start;
+
+  // Writes not yet known applied, for read-your-writes: addr → (order, txn (0 = unsent), bytes).
+  struct Pending {
+    uint64_t order;
+    uint64_t txn;
+    std::vector<uint8_t> data;
+  };
+  std::multimap<uint64_t, Pending> overlay;
+  uint64_t overlay_order = 0, overlay_size = 0, overlay_max_len = 0, batch_last_order = 0;
+
+  bool bypass_cache = false;
+  uint64_t next_wr_id = 1;
+  std::set<uint64_t> held_locks;
+  std::unordered_map<uint32_t, Structure> structures;
+  std::unordered_map<uint32_t, ReplayFn> replay;
+  Counters c;
+
+  // ---- RPC ----
+  Result<std::vector<uint8_t>> Call(uint16_t type, std::span<const uint8_t> payload) {
+    std::vector<uint8_t> response;
+    ASYMNVM_RETURN_IF_ERROR(oq->Call(0, type, payload, &response));
+    return response;
+  }
+
+  // ---- one-sided ----
+  Result<fabric::RegionDescriptor> Target(uint64_t off, uint64_t len) const {
+    if (off >= data_begin && off <= data_end && len <= data_end - off) {
+      fabric::RegionDescriptor d = data_desc;
+      d.addr += off - data_begin;
+      return d;
+    }
+    if (off >= naming_begin && off <= naming_end && len <= naming_end - off) {
+      fabric::RegionDescriptor d = naming_desc;
+      d.addr += off - naming_begin;
+      return d;
+    }
+    return Status::InvalidArgument("pool range [" + std::to_string(off) + ", +" +
+                                   std::to_string(len) +
+                                   ") is outside the naming and data areas");
+  }
+
+  // Posts `wrs` (the last one signaled) and waits for its completion.
+  Status PostWait(std::vector<fabric::WorkRequest>& wrs) {
+    const uint64_t id = next_wr_id++;
+    for (auto& w : wrs) {
+      w.wr_id = id;
+      w.signaled = false;
+    }
+    wrs.back().signaled = true;
+    ASYMNVM_RETURN_IF_ERROR(conn->Post(wrs));
+    const auto deadline = Clock::now() + o.timeout;
+    fabric::Completion comp[8];
+    while (true) {
+      ASYMNVM_ASSIGN_OR_RETURN(size_t n, cq->Wait(comp, std::chrono::milliseconds(100)));
+      for (size_t i = 0; i < n; i++) {
+        if (comp[i].status != fabric::CompletionStatus::kSuccess) {
+          return Status::ConnectionError(std::string("one-sided ") +
+                                         fabric::OpcodeName(comp[i].opcode) + " failed: " +
+                                         fabric::CompletionStatusName(comp[i].status));
+        }
+        if (comp[i].wr_id == id) return Status::Ok();
+      }
+      if (Clock::now() > deadline) return Status::TimedOut("one-sided operation timed out");
+    }
+  }
+
+  Status RemoteReadRaw(uint64_t addr, std::span<uint8_t> out) {
+    const size_t chunk = std::min<size_t>(kScratchBytes, max_message);
+    for (size_t done = 0; done < out.size();) {
+      const size_t n = std::min(chunk, out.size() - done);
+      ASYMNVM_ASSIGN_OR_RETURN(auto t, Target(addr + done, n));
+      std::vector<fabric::WorkRequest> wrs(1);
+      wrs[0].opcode = fabric::Opcode::kRead;
+      wrs[0].local_addr = scratch.data();
+      wrs[0].length = static_cast<uint32_t>(n);
+      wrs[0].local_mr = scratch_mr.get();
+      wrs[0].remote_addr = t.addr;
+      wrs[0].rkey = t.rkey;
+      ASYMNVM_RETURN_IF_ERROR(PostWait(wrs));
+      std::memcpy(out.data() + done, scratch.data(), n);
+      done += n;
+    }
+    c.remote_reads++;
+    c.remote_read_bytes += out.size();
+    return Status::Ok();
+  }
+
+  // Applies this session's writes that may not be applied yet, in the order they were made.
+  void Patch(uint64_t addr, std::span<uint8_t> out) {
+    if (overlay.empty() || out.empty()) return;
+    const uint64_t end = addr + out.size();
+    const uint64_t from = addr > overlay_max_len ? addr - overlay_max_len : 0;
+    std::vector<const std::pair<const uint64_t, Pending>*> hits;
+    for (auto it = overlay.lower_bound(from); it != overlay.end() && it->first < end; ++it) {
+      if (it->first + it->second.data.size() > addr) hits.push_back(&*it);
+    }
+    std::sort(hits.begin(), hits.end(),
+              [](auto* a, auto* b) { return a->second.order < b->second.order; });
+    for (auto* h : hits) {
+      const uint64_t lo = std::max(addr, h->first);
+      const uint64_t hi = std::min(end, h->first + h->second.data.size());
+      std::memcpy(out.data() + (lo - addr), h->second.data.data() + (lo - h->first), hi - lo);
+    }
+  }
+
+  Status RemoteRead(uint64_t addr, std::span<uint8_t> out) {
+    ASYMNVM_RETURN_IF_ERROR(RemoteReadRaw(addr, out));
+    Patch(addr, out);
+    return Status::Ok();
+  }
+
+  Result<uint64_t> Cas(uint64_t addr, uint64_t expected, uint64_t desired) {
+    ASYMNVM_ASSIGN_OR_RETURN(auto t, Target(addr, 8));
+    std::vector<fabric::WorkRequest> wrs(2);
+    wrs[0].opcode = fabric::Opcode::kCompareSwap;
+    wrs[0].local_addr = scratch.data();
+    wrs[0].length = 8;
+    wrs[0].local_mr = scratch_mr.get();
+    wrs[0].remote_addr = t.addr;
+    wrs[0].rkey = t.rkey;
+    wrs[0].compare_add = expected;
+    wrs[0].swap = desired;
+    wrs[1].opcode = fabric::Opcode::kFlush;  // the swapped word is durable before we go on
+    wrs[1].remote_addr = t.addr;
+    wrs[1].rkey = t.rkey;
+    ASYMNVM_RETURN_IF_ERROR(PostWait(wrs));
+    uint64_t old;
+    std::memcpy(&old, scratch.data(), 8);
+    return old;
+  }
+
+  // ---- logs ----
+  Result<uint64_t> SendOpLog(uint32_t structure, uint16_t type, std::span<const uint8_t> params) {
+    backend::OpLogRecord rec;
+    rec.frontend_id = o.frontend_id;
+    rec.op_seq = next_op;
+    rec.structure_id = structure;
+    rec.op_type = type;
+    rec.payload = params;
+    const std::vector<uint8_t> bytes = backend::EncodeOpLog(rec);
+    rowan::EntryMeta meta{kOpLogEntryType, static_cast<uint16_t>(o.frontend_id), next_op};
+    ASYMNVM_RETURN_IF_ERROR(sender->Append(meta, bytes).WithContext("op log"));
+    c.op_logs++;
+    c.op_log_bytes += bytes.size();
+    return next_op++;
+  }
+
+  Status SendTxn(backend::TxnBuilder* b, uint64_t seq_addr, uint64_t opn) {
+    ASYMNVM_RETURN_IF_ERROR(broken);
+    const uint64_t seq = next_txn;
+    opn = std::max(opn, sent_opn);
+    std::vector<uint8_t> bytes = b->Finish(o.frontend_id, seq, opn, seq_addr);
+    Status s = oq->Submit(0, backend::kTxn, bytes);
+    if (!s.ok()) {
+      // The transaction may or may not have landed: later txn_seqs cannot be chosen safely.
+      broken = s.WithContext("transaction " + std::to_string(seq) + " outcome unknown");
+      return broken;
+    }
+    next_txn++;
+    last_sent = seq;
+    sent_opn = opn;
+    c.txns++;
+    c.txn_bytes += bytes.size();
+    for (auto& [addr, p] : overlay) {
+      if (p.txn == 0 && p.order <= batch_last_order) p.txn = seq;
+    }
+    return Status::Ok();
+  }
+
+  Status FlushBatch() {
+    if (batch.empty() && pending_opn <= sent_opn) return Status::Ok();
+    Status s = SendTxn(&batch, batch_seq_addr, pending_opn);
+    batch.Clear();
+    batch_keys.clear();
+    batch_ops = 0;
+    batch_seq_addr = 0;
+    return s;
+  }
+
+  Status ReadRecord(uint64_t* lpn, uint64_t* opn, uint64_t* rejected, uint64_t* aux) {
+    uint8_t w[32];
+    ASYMNVM_RETURN_IF_ERROR(RemoteReadRaw(lpn_addr, w));
+    c.remote_reads--;  // bookkeeping reads are counted as fence polls, not data reads
+    c.remote_read_bytes -= sizeof(w);
+    *lpn = GetLe64(w);
+    *opn = GetLe64(w + 8);
+    *rejected = GetLe64(w + 16);
+    *aux = GetLe64(w + 24);
+    return Status::Ok();
+  }
+
+  Status Fence() {
+    ASYMNVM_RETURN_IF_ERROR(FlushBatch());
+    c.fences++;
+    const auto deadline = Clock::now() + o.timeout;
+    Backoff backoff;
+    while (true) {
+      uint64_t lpn, opn, rejected, aux;
+      ASYMNVM_RETURN_IF_ERROR(ReadRecord(&lpn, &opn, &rejected, &aux));
+      c.fence_polls++;
+      if (rejected != 0 && rejected >= first_txn) {
+        return Status::Aborted("the back-end rejected transaction " + std::to_string(rejected) +
+                               " of front-end " + std::to_string(o.frontend_id));
+      }
+      known_lpn = std::max(known_lpn, lpn);
+      if (lpn >= last_sent) break;
+      if (Clock::now() > deadline) {
+        return Status::TimedOut("fence: back-end applied up to " + std::to_string(lpn) +
+                                ", waiting for " + std::to_string(last_sent));
+      }
+      backoff.Wait();
+    }
+    // Everything sent is applied: drop it from the overlay.
+    for (auto it = overlay.begin(); it != overlay.end();) {
+      if (it->second.txn != 0 && it->second.txn <= known_lpn) {
+        overlay_size -= it->second.data.size();
+        it = overlay.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (overlay.empty()) overlay_max_len = 0;
+    return Status::Ok();
+  }
+
+  void AddOverlay(uint64_t addr, std::span<const uint8_t> data, uint64_t txn) {
+    overlay.emplace(addr, Pending{++overlay_order, txn, {data.begin(), data.end()}});
+    overlay_size += data.size();
+    overlay_max_len = std::max<uint64_t>(overlay_max_len, data.size());
+  }
+
+  Status CheckData(uint64_t addr, size_t len) const {
+    if (len == 0) return Status::InvalidArgument("memory log of 0 bytes");
+    if (addr < data_begin || addr > data_end || len > data_end - addr) {
+      return Status::InvalidArgument("memory log [" + std::to_string(addr) + ", +" +
+                                     std::to_string(len) + ") is outside the data area [" +
+                                     std::to_string(data_begin) + ", " +
+                                     std::to_string(data_end) + ")");
+    }
+    if (EntryFootprint(len) + backend::kTxnHeaderSize + backend::kTxnCommitSize > max_txn) {
+      return Status::ResourceExhausted("memory log of " + std::to_string(len) +
+                                       " bytes exceeds the largest transaction (" +
+                                       std::to_string(max_txn) + " bytes)");
+    }
+    return Status::Ok();
+  }
+
+  Status MaybeTimer() {
+    if (o.level == Level::kRcb && batch_ops > 0 && Clock::now() - batch_start >= o.batch_timeout) {
+      return FlushBatch();
+    }
+    return Status::Ok();
+  }
+
+  uint32_t PageSize(uint32_t ps) const { return ps == 0 ? o.page_size : ps; }
+};
+
+// ---------------------------------------------------------------------------------------------
+
+Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+static bool ValidPageSize(uint32_t ps) {
+  return ps >= 64 && ps <= (1u << 20) && (ps & (ps - 1)) == 0;
+}
+
+Result<std::unique_ptr<Session>> Session::Open(const SessionOptions& options) {
+  if (options.backends.empty()) return Status::InvalidArgument("session: no back-end address");
+  if (options.backends.size() > 1) {
+    return Status::NotSupported("session: more than one back-end (partitioning is not done)");
+  }
+  if (options.frontend_id == 0 || options.frontend_id > 0xFFFF) {
+    return Status::InvalidArgument("session: frontend_id must be in 1..65535");
+  }
+  if (!ValidPageSize(options.page_size)) {
+    return Status::InvalidArgument("session: page_size must be a power of two in 64..1 MiB");
+  }
+  if (options.batch_ops == 0) return Status::InvalidArgument("session: batch_ops must be > 0");
+  auto impl = std::make_unique<Impl>();
+  Impl& m = *impl;
+  m.o = options;
+  const std::string ctx = "session " + options.backends[0];
+  ASYMNVM_ASSIGN_OR_RETURN(m.fabric, fabric::Fabric::Open(options.fabric));
+  ASYMNVM_ASSIGN_OR_RETURN(m.pd, m.fabric->AllocPd());
+  oq::ClientOptions co;
+  co.fabric = m.fabric.get();
+  co.pd = m.pd.get();
+  co.server_address = options.backends[0];
+  co.timeout = options.timeout;
+  co.client_id = options.frontend_id;
+  auto cl = oq::Client::Connect(co);
+  if (!cl.ok()) return cl.status().WithContext(ctx);
+  m.oq = std::move(cl).value();
+  m.max_txn = m.oq->server().max_request - oq::kRequestHeaderSize;
+  m.batch_limit = options.batch_bytes == 0 ? m.max_txn
+                                           : std::min<size_t>(options.batch_bytes, m.max_txn);
+
+  // Register.
+  backend::PayloadWriter w;
+  w.U64(options.frontend_id);
+  auto reply = m.Call(backend::kRegister, w.bytes());
+  if (!reply.ok()) return reply.status().WithContext(ctx + ": register");
+  backend::PayloadReader r(*reply, "register reply");
+  const uint64_t lpn = r.U64(), opn = r.U64(), rejected = r.U64();
+  m.lpn_addr = r.U64();
+  r.U64();
+  r.U64();
+  m.naming_begin = r.U64();
+  m.data_begin = r.U64();
+  m.data_end = r.U64();
+  m.block_size = r.U32();
+  r.U32();
+  auto descs = r.Bytes(2 * fabric::RegionDescriptor::kEncodedSize);
+  const uint32_t log_len = r.U32();
+  auto log_addr = r.Bytes(log_len);
+  ASYMNVM_RETURN_IF_ERROR(r.status());
+  ASYMNVM_ASSIGN_OR_RETURN(m.naming_desc,
+                           fabric::RegionDescriptor::Decode(descs.data(), descs.size()));
+  ASYMNVM_ASSIGN_OR_RETURN(
+      m.data_desc, fabric::RegionDescriptor::Decode(descs.data() + 32, descs.size() - 32));
+  m.naming_end = m.naming_begin + m.naming_desc.length;
+  m.known_lpn = lpn;
+  m.next_txn = lpn + 1;
+  m.first_txn = lpn + 1;
+  m.registered_opn = opn;
+  m.sent_opn = opn;
+  m.pending_opn = opn;
+  if (rejected != 0) {
+    LOG_WARN("frontend", "front-end " << options.frontend_id
+                                      << ": the back-end recorded rejected transaction "
+                                      << rejected << " (an earlier session)");
+  }
+
+  // Rowan sender for op logs; a plain connection to the same listener for one-sided operations.
+  rowan::SenderOptions so;
+  so.fabric = m.fabric.get();
+  so.pd = m.pd.get();
+  so.address.assign(log_addr.begin(), log_addr.end());
+  so.timeout = options.timeout;
+  auto snd = rowan::Sender::Connect(so);
+  if (!snd.ok()) return snd.status().WithContext(ctx);
+  m.sender = std::move(snd).value();
+  ASYMNVM_ASSIGN_OR_RETURN(m.cq, m.fabric->CreateCq({.capacity = 1024}));
+  fabric::ConnectionOptions cop;
+  cop.send_cq = m.cq.get();
+  cop.recv_cq = m.cq.get();
+  cop.timeout = options.timeout;
+  auto conn = m.fabric->Connect(m.pd.get(), so.address, cop);
+  if (!conn.ok()) return conn.status().WithContext(ctx + ": one-sided connection");
+  m.conn = std::move(conn).value();
+  m.max_message = m.fabric->capabilities().max_message;
+  if (m.max_message == 0) m.max_message = kScratchBytes;
+  m.scratch.resize(kScratchBytes);
+  ASYMNVM_ASSIGN_OR_RETURN(
+      m.scratch_mr, m.pd->RegisterMemory(m.scratch.data(), m.scratch.size(),
+                                         {.access = fabric::kLocalWrite, .persister = nullptr}));
+
+  // op_seq continues after everything the back-end has seen (OPN, and aux = highest op_seq).
+  uint64_t l2, o2, rej2, aux;
+  ASYMNVM_RETURN_IF_ERROR(m.ReadRecord(&l2, &o2, &rej2, &aux));
+  m.next_op = std::max(opn, aux) + 1;
+
+  m.slabs = std::make_unique<RpcSlabSource>(m.oq.get(), m.block_size, m.data_begin, m.data_end);
+  alloc::FrontendOptions fo;
+  fo.source = m.slabs.get();
+  ASYMNVM_ASSIGN_OR_RETURN(m.allocator, alloc::FrontendAllocator::Open(fo));
+  if (options.level == Level::kRc || options.level == Level::kRcb) {
+    m.cache = std::make_unique<PageCache>(options.cache_bytes, options.seed);
+  }
+  return std::unique_ptr<Session>(new Session(std::move(impl)));
+}
+
+Session::~Session() {
+  if (!impl_) return;
+  Impl& m = *impl_;
+  if (m.broken.ok()) {
+    Status s = m.Fence();
+    if (!s.ok()) LOG_WARN("frontend", "session close: " << s.ToString());
+    for (uint64_t lock : m.held_locks) {
+      auto old = m.Cas(lock, m.o.frontend_id, 0);
+      if (!old.ok()) LOG_WARN("frontend", "session close: unlock: " << old.status().ToString());
+    }
+  }
+  if (m.allocator) (void)m.allocator->Trim();
+  m.allocator.reset();
+  m.slabs.reset();
+  m.sender.reset();
+  m.conn.reset();
+  m.scratch_mr.reset();
+  m.cq.reset();
+  m.oq.reset();
+  m.pd.reset();
+  m.fabric.reset();
+}
+
+// ---- naming ----
+
+Result<Structure> Session::CreateRoot(const std::string& name, uint32_t type,
+                                      const std::array<uint64_t, 4>& params, uint32_t page_size) {
+  Impl& m = *impl_;
+  if (name.empty() || name.size() > 63) {
+    return Status::InvalidArgument("root name must be 1..63 bytes");
+  }
+  if (type == 0 || type == kFrontendRecordType) {
+    return Status::InvalidArgument("root type must be non-zero and not 0xFE");
+  }
+  if (page_size != 0 && !ValidPageSize(page_size)) {
+    return Status::InvalidArgument("page_size must be a power of two in 64..1 MiB");
+  }
+  backend::PayloadWriter w;
+  w.U32(type).U32(static_cast<uint32_t>(name.size()));
+  for (uint64_t p : params) w.U64(p);
+  w.Str(name);
+  ASYMNVM_ASSIGN_OR_RETURN(auto reply, m.Call(backend::kNamingCreate, w.bytes()));
+  ASYMNVM_ASSIGN_OR_RETURN(Structure s, DecodeEntry(reply));
+  s.page_size = page_size;
+  m.structures[s.id] = s;
+  return s;
+}
+
+Result<Structure> Session::OpenRoot(const std::string& name) {
+  Impl& m = *impl_;
+  std::vector<uint8_t> n(name.begin(), name.end());
+  ASYMNVM_ASSIGN_OR_RETURN(auto reply, m.Call(backend::kNamingLookup, n));
+  ASYMNVM_ASSIGN_OR_RETURN(Structure s, DecodeEntry(reply));
+  if (auto it = m.structures.find(s.id); it != m.structures.end()) {
+    s.page_size = it->second.page_size;
+  }
+  m.structures[s.id] = s;
+  return s;
+}
+
+Status Session::RemoveRoot(const std::string& name) {
+  std::vector<uint8_t> n(name.begin(), name.end());
+  return impl_->Call(backend::kNamingRemove, n).status();
+}
+
+// ---- reads ----
+
+Status Session::Read(uint64_t addr, std::span<uint8_t> out, uint32_t page_size) {
+  Impl& m = *impl_;
+  ASYMNVM_RETURN_IF_ERROR(m.MaybeTimer());
+  ASYMNVM_RETURN_IF_ERROR(m.Target(addr, out.size()).status());
+  const bool data = addr >= m.data_begin && addr < m.data_end;
+  if (!m.cache || m.bypass_cache || !data) return m.RemoteRead(addr, out);
+  const uint32_t ps = m.PageSize(page_size);
+  if (!ValidPageSize(ps)) return Status::InvalidArgument("page_size must be a power of two");
+  // Pages are aligned relative to the data area's start.
+  uint64_t pos = addr;
+  const uint64_t end = addr + out.size();
+  while (pos < end) {
+    const uint64_t page = m.data_begin + (pos - m.data_begin) / ps * ps;
+    const uint64_t page_len = std::min<uint64_t>(ps, m.data_end - page);
+    uint8_t* p = m.cache->Lookup(ps, page);
+    std::vector<uint8_t> tmp;
+    if (p == nullptr) {
+      tmp.resize(page_len);
+      ASYMNVM_RETURN_IF_ERROR(m.RemoteRead(page, tmp));
+      p = m.cache->Insert(ps, page, tmp);
+      if (p == nullptr) p = tmp.data();
+    }
+    const uint64_t n = std::min(end, page + page_len) - pos;
+    std::memcpy(out.data() + (pos - addr), p + (pos - page), n);
+    pos += n;
+  }
+  return Status::Ok();
+}
+
+Result<uint64_t> Session::ReadWord(uint64_t addr) {
+  if (addr % 8 != 0) return Status::InvalidArgument("ReadWord: address not 8-byte aligned");
+  uint8_t w[8];
+  ASYMNVM_RETURN_IF_ERROR(impl_->RemoteRead(addr, w));
+  return GetLe64(w);
+}
+
+Status Session::ReadConsistent(const Structure& s, const std::function<Status()>& body) {
+  Impl& m = *impl_;
+  const auto deadline = Clock::now() + m.o.timeout;
+  Backoff backoff;
+  const bool saved = m.bypass_cache;
+  m.bypass_cache = true;
+  Status result = Status::Ok();
+  while (true) {
+    auto v1 = ReadWord(s.seq_addr);
+    if (!v1.ok()) {
+      result = v1.status();
+      break;
+    }
+    if (*v1 % 2 == 0) {
+      result = body();
+      if (!result.ok()) break;
+      auto v2 = ReadWord(s.seq_addr);
+      if (!v2.ok()) {
+        result = v2.status();
+        break;
+      }
+      if (*v2 == *v1) break;
+    }
+    m.c.reader_retries++;
+    if (Clock::now() > deadline) {
+      result = Status::TimedOut("reader: sequence word kept changing");
+      break;
+    }
+    backoff.Wait();
+  }
+  m.bypass_cache = saved;
+  return result;
+}
+
+// ---- writes ----
+
+Status Session::Write(uint64_t addr, std::span<const uint8_t> data, const Structure* s) {
+  Impl& m = *impl_;
+  if (!m.cur.empty()) {
+    return Status::FailedPrecondition("Write inside an operation (MemLog before TxWrite)");
+  }
+  ASYMNVM_RETURN_IF_ERROR(m.CheckData(addr, data.size()));
+  ASYMNVM_RETURN_IF_ERROR(m.FlushBatch());  // keep transaction order = program order
+  backend::TxnBuilder b;
+  b.Write(addr, data);
+  m.c.mem_logs++;
+  m.AddOverlay(addr, data, 0);
+  m.batch_last_order = m.overlay_order;
+  if (m.cache) m.cache->Update(addr, data);
+  ASYMNVM_RETURN_IF_ERROR(m.SendTxn(&b, s ? s->seq_addr : 0, m.pending_opn));
+  return m.Fence();
+}
+
+Status Session::MemLog(uint64_t addr, std::span<const uint8_t> data) {
+  Impl& m = *impl_;
+  if (m.o.level == Level::kNaive) return Write(addr, data);
+  ASYMNVM_RETURN_IF_ERROR(m.CheckData(addr, data.size()));
+  const size_t fp = EntryFootprint(data.size());
+  if (m.cur_bytes + fp + backend::kTxnHeaderSize + backend::kTxnCommitSize > m.max_txn) {
+    return Status::ResourceExhausted("the operation's memory logs exceed the largest transaction (" +
+                                     std::to_string(m.max_txn) + " bytes)");
+  }
+  m.cur.emplace_back(addr, std::vector<uint8_t>(data.begin(), data.end()));
+  m.cur_bytes += fp;
+  m.c.mem_logs++;
+  m.AddOverlay(addr, data, 0);
+  if (m.cache) m.cache->Update(addr, data);
+  return Status::Ok();
+}
+
+Result<uint64_t> Session::OpLog(const Structure& s, uint16_t op_type,
+                                std::span<const uint8_t> params) {
+  Impl& m = *impl_;
+  if (op_type >= 0xFF00) return Status::InvalidArgument("op types 0xFF00.. are reserved");
+  if (m.o.level == Level::kNaive) return uint64_t{0};
+  if (m.replaying) {
+    m.cur_op = m.replay_seq;
+    return m.replay_seq;
+  }
+  ASYMNVM_RETURN_IF_ERROR(m.MaybeTimer());
+  ASYMNVM_ASSIGN_OR_RETURN(uint64_t seq, m.SendOpLog(s.id, op_type, params));
+  m.cur_op = seq;
+  return seq;
+}
+
+Status Session::TxWrite(const Structure& s) {
+  Impl& m = *impl_;
+  if (m.o.level == Level::kNaive) return Status::Ok();
+  ASYMNVM_RETURN_IF_ERROR(m.broken);
+  // A batch brackets one sequence word, and has a size limit.
+  if (m.batch_ops > 0 &&
+      (m.batch_seq_addr != s.seq_addr || m.batch.encoded_size() + m.cur_bytes > m.batch_limit)) {
+    ASYMNVM_RETURN_IF_ERROR(m.FlushBatch());
+  }
+  if (m.batch_ops == 0) m.batch_start = Clock::now();
+  for (auto& [addr, data] : m.cur) {
+    if (!m.batch_keys.insert({addr, static_cast<uint32_t>(data.size())}).second) m.c.coalesced++;
+    m.batch.Write(addr, data);
+  }
+  m.cur.clear();
+  m.cur_bytes = 0;
+  m.batch_ops++;
+  m.batch_seq_addr = s.seq_addr;
+  m.pending_opn = std::max(m.pending_opn, m.cur_op);
+  m.cur_op = 0;
+  m.batch_last_order = m.overlay_order;
+  const bool send = m.o.level != Level::kRcb || m.batch_ops >= m.o.batch_ops ||
+                    m.batch.encoded_size() >= m.batch_limit;
+  if (send) ASYMNVM_RETURN_IF_ERROR(m.FlushBatch());
+  if (m.overlay_size > m.o.overlay_bytes) return m.Fence();
+  return m.MaybeTimer();
+}
+
+Status Session::Flush() {
+  Impl& m = *impl_;
+  if (!m.cur.empty()) {
+    return Status::FailedPrecondition("Flush inside an operation (MemLog before TxWrite)");
+  }
+  return m.FlushBatch();
+}
+
+Status Session::Fence() {
+  Impl& m = *impl_;
+  if (!m.cur.empty()) {
+    return Status::FailedPrecondition("Fence inside an operation (MemLog before TxWrite)");
+  }
+  return m.Fence();
+}
+
+Status Session::Poll() { return impl_->MaybeTimer(); }
+
+// ---- allocation ----
+
+Result<uint64_t> Session::Malloc(uint64_t size) { return impl_->allocator->Malloc(size); }
+Status Session::Free(uint64_t addr) { return impl_->allocator->Free(addr); }
+
+// ---- concurrency ----
+
+Status Session::WriterLock(const Structure& s) {
+  Impl& m = *impl_;
+  if (m.held_locks.count(s.lock_addr)) {
+    return Status::FailedPrecondition("writer lock of '" + s.name + "' already held");
+  }
+  if (m.o.level != Level::kNaive) {
+    uint8_t p[8];
+    PutLe64(p, s.lock_addr);
+    ASYMNVM_ASSIGN_OR_RETURN(uint64_t seq, m.SendOpLog(s.id, kLockAheadOpType, p));
+    m.pending_opn = std::max(m.pending_opn, seq);  // it has no memory logs: covered at once
+  }
+  const auto deadline = Clock::now() + m.o.lock_timeout;
+  Backoff backoff;
+  while (true) {
+    ASYMNVM_ASSIGN_OR_RETURN(uint64_t old, m.Cas(s.lock_addr, 0, m.o.frontend_id));
+    if (old == 0 || old == m.o.frontend_id) break;
+    m.c.lock_retries++;
+    if (Clock::now() > deadline) {
+      return Status::TimedOut("writer lock of '" + s.name + "' held by front-end " +
+                              std::to_string(old));
+    }
+    backoff.Wait();
+  }
+  m.held_locks.insert(s.lock_addr);
+  m.c.lock_acquires++;
+  // The previous holder fenced before unlocking, so what it committed is applied; our cached
+  // pages may predate it.
+  InvalidateCache();
+  return Status::Ok();
+}
+
+Status Session::WriterUnlock(const Structure& s) {
+  Impl& m = *impl_;
+  if (!m.held_locks.count(s.lock_addr)) {
+    return Status::FailedPrecondition("writer lock of '" + s.name + "' not held");
+  }
+  ASYMNVM_RETURN_IF_ERROR(Fence());
+  ASYMNVM_ASSIGN_OR_RETURN(uint64_t old, m.Cas(s.lock_addr, m.o.frontend_id, 0));
+  m.held_locks.erase(s.lock_addr);
+  if (old != m.o.frontend_id) {
+    return Status::FailedPrecondition("writer lock of '" + s.name + "' was held by front-end " +
+                                      std::to_string(old));
+  }
+  return Status::Ok();
+}
+
+// ---- recovery ----
+
+void Session::RegisterReplay(uint32_t structure_type, ReplayFn fn) {
+  impl_->replay[structure_type] = std::move(fn);
+}
+
+Status Session::Replay(OpLogFetcher* fetcher) {
+  Impl& m = *impl_;
+  if (fetcher == nullptr) return Status::InvalidArgument("replay: no fetcher");
+  ASYMNVM_ASSIGN_OR_RETURN(auto ops, fetcher->Fetch(m.o.frontend_id, m.registered_opn));
+  std::sort(ops.begin(), ops.end(),
+            [](const RecoveredOp& a, const RecoveredOp& b) { return a.op_seq < b.op_seq; });
+  for (const RecoveredOp& op : ops) {
+    if (op.op_seq <= m.registered_opn) continue;
+    m.next_op = std::max(m.next_op, op.op_seq + 1);
+    if (op.op_type == kLockAheadOpType) {
+      m.pending_opn = std::max(m.pending_opn, op.op_seq);
+      continue;
+    }
+    auto st = m.structures.find(op.structure_id);
+    if (st == m.structures.end()) {
+      return Status::FailedPrecondition("replay: op " + std::to_string(op.op_seq) +
+                                        " names structure " + std::to_string(op.structure_id) +
+                                        ", not opened in this session");
+    }
+    auto fn = m.replay.find(st->second.type);
+    if (fn == m.replay.end()) {
+      return Status::FailedPrecondition("replay: no replay function for structure type " +
+                                        std::to_string(st->second.type));
+    }
+    m.replaying = true;
+    m.replay_seq = op.op_seq;
+    Status s = fn->second(*this, st->second, op);
+    m.replaying = false;
+    if (!s.ok()) return s.WithContext("replay of op " + std::to_string(op.op_seq));
+    if (!m.cur.empty()) ASYMNVM_RETURN_IF_ERROR(TxWrite(st->second));
+    m.pending_opn = std::max(m.pending_opn, op.op_seq);
+    m.c.replayed_ops++;
+  }
+  return Fence();
+}
+
+// ---- introspection ----
+
+Counters Session::counters() const {
+  Counters c = impl_->c;
+  c.fabric = impl_->fabric->counters();
+  if (impl_->cache) {
+    c.cache_hits = impl_->cache->hits();
+    c.cache_misses = impl_->cache->misses();
+    c.cache_evictions = impl_->cache->evictions();
+  }
+  return c;
+}
+
+void Session::InvalidateCache() {
+  if (impl_->cache) impl_->cache->Clear();
+}
+uint64_t Session::frontend_id() const { return impl_->o.frontend_id; }
+uint64_t Session::applied_lpn() const { return impl_->known_lpn; }
+uint64_t Session::recovered_opn() const { return impl_->registered_opn; }
+uint64_t Session::next_op_seq() const { return impl_->next_op; }
+uint64_t Session::data_begin() const { return impl_->data_begin; }
+uint64_t Session::data_end() const { return impl_->data_end; }
+Level Session::level() const { return impl_->o.level; }
+
+}  // namespace asymnvm::frontend

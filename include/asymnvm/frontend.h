@@ -1,0 +1,209 @@
+// The AsymNVM front-end SDK (papers/asymnvm-asplos20.txt §3 Table 1, §4, §6, §7.2; DESIGN.md §5;
+// doc/frontend.md). A Session is one front-end's connection to a back-end (doc/backend.md): it
+// registers the front-end, exposes the naming space, one-sided reads through a page cache, memory
+// logs batched into Ordered-Queue transactions, operation logs over a Rowan sender, fences, the
+// writer lock and the reader seqlock, and the two-tier allocator.
+//
+// Addresses are back-end pool offsets (uint64), valid across restarts of either side.
+//
+// The update protocol a data structure follows (any level):
+//   OpLog(s, type, params)   persist the operation (durable on return; skipped at `naive`)
+//   MemLog(addr, bytes) ...  the redo writes of the operation (updates the cache at once)
+//   TxWrite(s)               the operation is complete: hand its memory logs to the batch
+// and Fence() when later reads (by anyone) must see everything before it.
+//
+// Levels (DESIGN.md §5): naive = every MemLog is its own transaction, sent and fenced at once; no
+// op log, no cache, every read remote. r = op log per update, one transaction per operation sent
+// at TxWrite without waiting for it to apply. rc = r + page cache. rcb = rc + batching (a
+// transaction per `batch_ops` operations or `batch_bytes` bytes, on Fence, WriterUnlock, or when
+// the batch is older than `batch_timeout` at the next call).
+//
+// Read-your-writes: a Session's reads always see its own MemLogs (cached pages are updated in
+// place; remote reads are patched with writes not yet known to be applied). Other sessions see them
+// after this session's Fence (one-sided reads then return applied data).
+//
+// Thread safety: a Session is used by one thread at a time (thread-compatible). Use one Session per
+// thread; each has its own front-end id and fabric.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "asymnvm/fabric.h"
+#include "asymnvm/status.h"
+
+namespace asymnvm::frontend {
+
+enum class Level : uint8_t { kNaive = 0, kR = 1, kRc = 2, kRcb = 3 };
+const char* LevelName(Level level);                  // "naive" | "r" | "rc" | "rcb"
+Result<Level> ParseLevel(const std::string& name);   // kInvalidArgument on anything else
+
+// Reserved op types (structure op types must be below 0xFF00).
+inline constexpr uint16_t kLockAheadOpType = 0xFF01;  // payload: lock word address u64
+
+struct SessionOptions {
+  // OQ addresses of the back-ends (Backend::address()). This cut serves exactly one; more are
+  // kNotSupported (partitioning across back-ends is not done).
+  std::vector<std::string> backends;
+  uint64_t frontend_id = 0;  // 1..65535 (the Rowan owner field is 16 bits)
+  Level level = Level::kRcb;
+  fabric::FabricOptions fabric;
+  // Page cache (rc, rcb): capacity in bytes and the default page size (a structure may choose its
+  // own, see Structure::page_size). Power-of-two page sizes, 64 B .. 1 MiB.
+  uint64_t cache_bytes = 64ull << 20;
+  uint32_t page_size = 4096;
+  // Batching (rcb): a transaction is sent when it holds batch_ops operations or batch_bytes bytes
+  // (0: the largest transaction the back-end accepts), or is older than batch_timeout.
+  uint32_t batch_ops = 1024;
+  uint32_t batch_bytes = 0;
+  std::chrono::microseconds batch_timeout{1000};
+  // Remote writes not yet known applied are kept for read-your-writes; above this many bytes the
+  // session fences on its own.
+  uint64_t overlay_bytes = 8ull << 20;
+  std::chrono::milliseconds timeout{5000};       // connect, each request, each fence
+  std::chrono::milliseconds lock_timeout{2000};  // WriterLock
+  uint64_t seed = 1;                             // cache sampling
+};
+
+// A named root in the back-end's naming space (doc/backend.md §Naming space).
+struct Structure {
+  uint32_t id = 0;  // naming slot; the structure id in op logs
+  uint32_t type = 0;
+  std::string name;
+  std::array<uint64_t, 4> params{};
+  uint64_t root_addr = 0, lock_addr = 0, seq_addr = 0, aux_addr = 0;  // one-sided words
+  uint32_t page_size = 0;  // cache page size for this structure's data (0: the session default)
+};
+
+struct Counters {
+  fabric::Counters fabric;  // every connection of this session (OQ, Rowan, one-sided)
+  uint64_t remote_reads = 0, remote_read_bytes = 0;
+  uint64_t cache_hits = 0, cache_misses = 0, cache_evictions = 0;
+  uint64_t mem_logs = 0, coalesced = 0;  // coalesced: MemLogs merged into an earlier entry
+  uint64_t txns = 0, txn_bytes = 0;
+  uint64_t op_logs = 0, op_log_bytes = 0;
+  uint64_t fences = 0, fence_polls = 0;
+  uint64_t lock_acquires = 0, lock_retries = 0;
+  uint64_t reader_retries = 0;
+  uint64_t replayed_ops = 0;
+};
+
+// An operation log found after a crash (recovery case 2, §7.2).
+struct RecoveredOp {
+  uint64_t op_seq = 0;
+  uint32_t structure_id = 0;
+  uint16_t op_type = 0;
+  std::vector<uint8_t> payload;
+};
+
+// Where recovery finds this front-end's op logs with op_seq > OPN. The back-end has no request for
+// it yet (doc/frontend.md "Needs from the back-end"); tests pass a fake.
+class OpLogFetcher {
+ public:
+  virtual ~OpLogFetcher() = default;
+  virtual Result<std::vector<RecoveredOp>> Fetch(uint64_t frontend_id, uint64_t after_op_seq) = 0;
+};
+
+class Session;
+// Re-executes one operation (the op log exists already: OpLog() inside it returns op.op_seq and
+// sends nothing). It issues MemLogs and TxWrite like the original execution.
+using ReplayFn = std::function<Status(Session&, const Structure&, const RecoveredOp&)>;
+
+class Session {
+ public:
+  // Connects, registers the front-end (creating its record on first use) and learns LPN/OPN.
+  // Errors: kInvalidArgument (options), kNotSupported (more than one back-end), fabric / OQ
+  // errors with context. A rejected transaction of an earlier session recorded by the back-end is
+  // logged (it cannot be cleared yet; doc/frontend.md).
+  static Result<std::unique_ptr<Session>> Open(const SessionOptions& options);
+  // Flushes the batch and fences (errors are logged), releases a held writer lock.
+  ~Session();
+
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // ---- naming (Table 1: naming) ----
+  // Create-or-open. kAlreadyExists (same name, other type), kInvalidArgument (name 1..63 bytes,
+  // type non-zero and not 0xFE), kResourceExhausted (table full), transport errors.
+  Result<Structure> CreateRoot(const std::string& name, uint32_t type,
+                               const std::array<uint64_t, 4>& params = {}, uint32_t page_size = 0);
+  Result<Structure> OpenRoot(const std::string& name);  // kNotFound
+  Status RemoveRoot(const std::string& name);           // kNotFound
+
+  // ---- reads ----
+  // Through the page cache (rc, rcb; pages of `page_size`, 0 = default) or one one-sided READ.
+  // kInvalidArgument: range outside the naming and data areas; transport errors.
+  Status Read(uint64_t addr, std::span<uint8_t> out, uint32_t page_size = 0);
+  Result<uint64_t> ReadWord(uint64_t addr);  // 8 bytes, 8-aligned, always remote
+  // A consistent read of a structure's data (Algorithm 2): `body` runs between two reads of the
+  // sequence word, with reads remote (cache bypassed), and is retried while a transaction is being
+  // applied or was applied meanwhile. kTimedOut after options.timeout; body errors returned.
+  Status ReadConsistent(const Structure& s, const std::function<Status()>& body);
+
+  // ---- writes ----
+  // Table 1 `write`: one transaction with this write, sent and fenced now (the naive path).
+  Status Write(uint64_t addr, std::span<const uint8_t> data, const Structure* s = nullptr);
+  // Table 1 `mem_log`: buffers a redo write of the current operation (naive: Write). The range
+  // must lie in the data area (kInvalidArgument).
+  Status MemLog(uint64_t addr, std::span<const uint8_t> data);
+  // Table 1 `op_log`: persists an operation log now (Rowan append, durable on return) and returns
+  // its op_seq; naive: returns 0 and sends nothing. kInvalidArgument (op type reserved).
+  Result<uint64_t> OpLog(const Structure& s, uint16_t op_type, std::span<const uint8_t> params);
+  // Table 1 `tx_write`: ends the current operation; its memory logs join the batch (r, rc: sent
+  // at once). The transaction brackets `s`'s sequence word. kResourceExhausted when one operation's
+  // memory logs exceed the largest transaction.
+  Status TxWrite(const Structure& s);
+  // Sends the batch now (no wait for application).
+  Status Flush();
+  // Flushes, then waits until the back-end applied every transaction sent (one-sided reads of the
+  // LPN word). kAborted if the back-end rejected a transaction; kTimedOut.
+  Status Fence();
+  // Flushes an rcb batch whose age exceeds batch_timeout (call from an idle loop; every other call
+  // does it too).
+  Status Poll();
+
+  // ---- allocation (two tiers: slabs from the back-end, objects carved here) ----
+  Result<uint64_t> Malloc(uint64_t size);
+  // kInvalidArgument (foreign pointer), kFailedPrecondition (double free).
+  Status Free(uint64_t addr);
+
+  // ---- concurrency ----
+  // Lock-ahead op log, then CAS 0 → frontend_id on s.lock_addr, retried until lock_timeout
+  // (kTimedOut). Re-acquiring a lock this front-end id already holds (after a crash) succeeds.
+  // The cache is invalidated (another writer may have changed the data).
+  Status WriterLock(const Structure& s);
+  // Flush, Fence, CAS frontend_id → 0 + FLUSH. kFailedPrecondition if the lock is not ours.
+  Status WriterUnlock(const Structure& s);
+
+  // ---- recovery (§7.2 case 2) ----
+  // Structures register a replay function per structure type before Replay.
+  void RegisterReplay(uint32_t structure_type, ReplayFn fn);
+  // Fetches op logs with op_seq > OPN and re-executes them in op_seq order through the replay
+  // function of their structure's type; then fences. The structures must have been opened in this
+  // session (kFailedPrecondition otherwise, or when no function is registered for the type).
+  Status Replay(OpLogFetcher* fetcher);
+
+  // ---- introspection ----
+  Counters counters() const;
+  void InvalidateCache();
+  uint64_t frontend_id() const;
+  uint64_t applied_lpn() const;   // LPN last read from the back-end
+  uint64_t recovered_opn() const; // OPN at registration
+  uint64_t next_op_seq() const;
+  uint64_t data_begin() const;
+  uint64_t data_end() const;
+  Level level() const;
+
+ private:
+  struct Impl;
+  explicit Session(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace asymnvm::frontend

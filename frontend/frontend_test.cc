@@ -3,6 +3,8 @@
 // cache, coalescing, the writer lock, the reader seqlock, the two-tier allocator, op-log replay,
 // bad input.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -261,6 +263,27 @@ TEST_F(FrontendTest, BatchingCoalescesWrites) {
   EXPECT_EQ((*s2)->counters().txns, 3u);
 }
 
+TEST_F(FrontendTest, BatchTimerFlushesAtTheNextCall) {
+  SessionOptions o = Options(9, Level::kRcb);
+  o.batch_timeout = std::chrono::microseconds(0);  // every batch is already due at the next call
+  auto s = Session::Open(o);
+  ASSERT_TRUE(s.ok());
+  auto st = (*s)->CreateRoot("t", 3);
+  auto a = (*s)->Malloc(64);
+  ASSERT_TRUE(st.ok() && a.ok());
+  ASSERT_TRUE(Update(**s, *st, *a, 1).ok());
+  EXPECT_EQ((*s)->counters().txns, 1u);
+  // With a long timeout the batch waits for Poll / Fence.
+  o = Options(19, Level::kRcb);
+  auto s2 = Session::Open(o);
+  ASSERT_TRUE(s2.ok());
+  ASSERT_TRUE(Update(**s2, *st, *a, 2).ok());
+  ASSERT_TRUE((*s2)->Poll().ok());
+  EXPECT_EQ((*s2)->counters().txns, 0u);
+  ASSERT_TRUE((*s2)->Flush().ok());
+  EXPECT_EQ((*s2)->counters().txns, 1u);
+}
+
 TEST_F(FrontendTest, WriterLockContentionAndHandOver) {
   auto a = OpenSession(10, Level::kRcb);
   SessionOptions ob = Options(11, Level::kRcb);
@@ -454,6 +477,147 @@ TEST_F(FrontendTest, BadInput) {
   ASSERT_TRUE(s->Fence().ok());
   ASSERT_TRUE(s->RemoveRoot("x").ok());
   EXPECT_EQ(s->RemoveRoot("x").code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace asymnvm::frontend
+
+namespace asymnvm::frontend {
+namespace {
+
+// A child process writes through the SDK (rcb, batches of 8 ops, a fence every batch) and records
+// each fenced op in a file; the parent SIGKILLs it mid-stream, reopens the front-end and checks:
+// every acknowledged op is applied, applied ops form a prefix, no op is half applied (its two
+// memory logs landed together), and the front-end continues where the back-end left off.
+TEST(FrontendCrash, AckedOpsSurviveSigkillOfTheFrontend) {
+  const std::string pool = TempPath("crash.pool"), acks = TempPath("crash.acks");
+  std::remove(pool.c_str());
+  std::remove(acks.c_str());
+  constexpr int kOps = 400;
+  int to_child[2];
+  ASSERT_EQ(pipe(to_child), 0);
+  const pid_t pid = fork();  // before any thread exists in this process
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(to_child[1]);
+    char addr[256] = {};
+    ssize_t n = read(to_child[0], addr, sizeof(addr) - 1);
+    if (n <= 0) _exit(2);
+    SessionOptions o;
+    o.backends = {std::string(addr, static_cast<size_t>(n))};
+    o.frontend_id = 20;
+    o.level = Level::kRcb;
+    o.batch_ops = 8;
+    o.batch_timeout = std::chrono::hours(1);
+    auto s = Session::Open(o);
+    if (!s.ok()) _exit(3);
+    auto st = (*s)->CreateRoot("crash", 2);
+    auto a = (*s)->Malloc(8 * kOps);
+    auto b = (*s)->Malloc(8 * kOps);
+    if (!st.ok() || !a.ok() || !b.ok()) _exit(4);
+    FILE* f = fopen(acks.c_str(), "w");
+    fprintf(f, "%llu %llu\n", static_cast<unsigned long long>(*a),
+            static_cast<unsigned long long>(*b));
+    fflush(f);
+    for (uint64_t i = 0; i < kOps; i++) {
+      uint64_t v = i + 1;
+      uint8_t p[8];
+      std::memcpy(p, &v, 8);
+      if (!(*s)->OpLog(*st, 1, p).ok()) _exit(5);
+      if (!(*s)->MemLog(*a + 8 * i, p).ok() || !(*s)->MemLog(*b + 8 * i, p).ok()) _exit(6);
+      if (!(*s)->TxWrite(*st).ok()) _exit(7);
+      if (i % 8 == 7) {
+        if (!(*s)->Fence().ok()) _exit(8);
+        fprintf(f, "%llu\n", static_cast<unsigned long long>(i));
+        fflush(f);
+      }
+    }
+    _exit(0);
+  }
+  close(to_child[0]);
+  auto be = backend::Backend::Start(SmallBackend(pool));
+  ASSERT_TRUE(be.ok()) << be.status().ToString();
+  const std::string address = (*be)->address();
+  ASSERT_EQ(write(to_child[1], address.data(), address.size()),
+            static_cast<ssize_t>(address.size()));
+  close(to_child[1]);
+  // Kill after a seeded number of acknowledged batches (or when the child finished).
+  std::mt19937_64 rng(7);
+  const int kill_after = 3 + static_cast<int>(rng() % 20);
+  auto read_acks = [&](uint64_t* a, uint64_t* b) {
+    std::vector<uint64_t> got;
+    FILE* f = fopen(acks.c_str(), "r");
+    if (f == nullptr) return got;
+    unsigned long long x, y;
+    if (fscanf(f, "%llu %llu", &x, &y) == 2) {
+      *a = x;
+      *b = y;
+      while (fscanf(f, "%llu", &x) == 1) got.push_back(x);
+    }
+    fclose(f);
+    return got;
+  };
+  uint64_t a = 0, b = 0;
+  int status = 0;
+  bool exited = false;
+  for (int i = 0; i < 3000; i++) {  // up to ~30 s
+    if (static_cast<int>(read_acks(&a, &b).size()) >= kill_after) break;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      exited = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!exited) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
+  EXPECT_TRUE(!exited || (WIFEXITED(status) && WEXITSTATUS(status) == 0)) << status;
+  const std::vector<uint64_t> acked = read_acks(&a, &b);
+  ASSERT_GE(acked.size(), 1u);
+  const uint64_t last_acked = acked.back();
+  std::printf("crash: child %s after %zu acknowledged batches (kill_after %d)\n",
+              exited ? "finished" : "killed", acked.size(), kill_after);
+
+  SessionOptions o;
+  o.backends = {address};
+  o.frontend_id = 20;
+  o.level = Level::kRc;
+  auto s = Session::Open(o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  std::vector<uint64_t> va(kOps), vb(kOps);
+  ASSERT_TRUE((*s)->Read(a, std::span(reinterpret_cast<uint8_t*>(va.data()), 8 * kOps)).ok());
+  ASSERT_TRUE((*s)->Read(b, std::span(reinterpret_cast<uint8_t*>(vb.data()), 8 * kOps)).ok());
+  bool gap = false;
+  uint64_t applied = 0;
+  for (uint64_t i = 0; i < kOps; i++) {
+    EXPECT_EQ(va[i], vb[i]) << "op " << i << " half applied";
+    if (i <= last_acked) {
+      EXPECT_EQ(va[i], i + 1) << "acknowledged op " << i << " lost";
+    }
+    if (va[i] == 0) gap = true;
+    if (va[i] != 0) {
+      EXPECT_FALSE(gap) << "op " << i << " applied after a missing one";
+      EXPECT_EQ(va[i], i + 1);
+      applied++;
+    }
+  }
+  EXPECT_GT(applied, last_acked);
+  EXPECT_GE((*s)->recovered_opn(), last_acked + 1);
+  // The front-end continues: its next transaction is LPN + 1.
+  auto st = (*s)->OpenRoot("crash");
+  ASSERT_TRUE(st.ok());
+  uint64_t v = 999;
+  uint8_t p[8];
+  std::memcpy(p, &v, 8);
+  ASSERT_TRUE((*s)->OpLog(*st, 1, p).ok());
+  ASSERT_TRUE((*s)->MemLog(a, p).ok());
+  ASSERT_TRUE((*s)->TxWrite(*st).ok());
+  ASSERT_TRUE((*s)->Fence().ok());
+  s->reset();
+  (*be)->Stop();
+  std::remove(pool.c_str());
+  std::remove(acks.c_str());
 }
 
 }  // namespace

@@ -172,6 +172,38 @@ INSTANTIATE_TEST_SUITE_P(Levels, LevelTest,
                          ::testing::Values(Level::kNaive, Level::kR, Level::kRc, Level::kRcb),
                          [](const auto& info) { return std::string(LevelName(info.param)); });
 
+// Not a benchmark: prints what one update and one read cost per level (round trips and wire bytes
+// from the fabric counters), for doc/frontend.md. Asserts only the deterministic parts.
+TEST_F(FrontendTest, CostPerLevel) {
+  constexpr int kOps = 200;
+  for (Level level : {Level::kNaive, Level::kR, Level::kRc, Level::kRcb}) {
+    auto s = OpenSession(30 + static_cast<int>(level), level);
+    ASSERT_TRUE(s);
+    auto st = s->CreateRoot("cost", 3);
+    auto a = s->Malloc(8 * kOps + 64);
+    ASSERT_TRUE(st.ok() && a.ok());
+    const Counters c0 = s->counters();
+    for (int i = 0; i < kOps; i++) ASSERT_TRUE(Update(*s, *st, *a + 8 * (i % 16), 1).ok());
+    ASSERT_TRUE(s->Fence().ok());
+    const Counters c1 = s->counters();
+    uint8_t b[8];
+    for (int i = 0; i < kOps; i++) ASSERT_TRUE(s->Read(*a + 8 * i, b).ok());
+    const Counters c2 = s->counters();
+    const auto w = c1.fabric - c0.fabric, r = c2.fabric - c1.fabric;
+    std::printf("cost %-5s update: %.2f round trips, %.0f B out; read: %.2f round trips; "
+                "txns %llu op logs %llu coalesced %llu\n",
+                LevelName(level), double(w.round_trips) / kOps, double(w.bytes_out) / kOps,
+                double(r.round_trips) / kOps, (unsigned long long)(c1.txns - c0.txns),
+                (unsigned long long)(c1.op_logs - c0.op_logs),
+                (unsigned long long)(c1.coalesced - c0.coalesced));
+    if (level == Level::kRc || level == Level::kRcb) {
+      EXPECT_LE(r.round_trips, 2u);
+    } else {
+      EXPECT_EQ(r.round_trips, uint64_t{kOps});
+    }
+  }
+}
+
 TEST_F(FrontendTest, CacheHitsMissesAndEviction) {
   SessionOptions o = Options(5, Level::kRc);
   o.cache_bytes = 4 * 4096;  // four pages

@@ -1,0 +1,356 @@
+#include "tools/ctl.h"
+
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <cstring>
+#include <iomanip>
+#include <memory>
+#include <sstream>
+
+#include "alloc/backend_allocator.h"
+#include "asymnvm/fabric.h"
+#include "asymnvm/pm.h"
+#include "backend/layout.h"
+#include "backend/naming.h"
+#include "backend/rpc.h"
+#include "common/coding.h"
+#include "fabric/oq/oq.h"
+
+namespace asymnvm::tools {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+constexpr uint32_t kFrontendRecordType = 0xFE;  // backend/backend.cc
+constexpr const char* kBackendLayoutName = "asymnvm-backend";
+
+std::string Hex(uint64_t v) {
+  std::ostringstream s;
+  s << "0x" << std::hex << v;
+  return s.str();
+}
+
+// A 4 KiB-aligned DRAM copy of a pool region (the validators need 64-byte alignment).
+struct Copy {
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint8_t, Free> buf;
+  uint64_t size = 0;
+  static Copy Of(const uint8_t* src, uint64_t size) {
+    Copy c;
+    const uint64_t alloc = (size + 4095) / 4096 * 4096;
+    c.buf.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, alloc == 0 ? 4096 : alloc)));
+    std::memcpy(c.buf.get(), src, size);
+    c.size = size;
+    return c;
+  }
+};
+
+Json RegionJson(const backend::Region& r) { return {{"offset", r.offset}, {"size", r.size}}; }
+
+void ExamineNaming(const backend::Layout& layout, const uint8_t* base, PoolReport* r) {
+  Copy naming = Copy::Of(base + layout.naming.offset, layout.naming.size);
+  auto ns = backend::NamingSpace::Open(naming.buf.get(), 0, naming.size, pm::DramPersister(),
+                                       /*format=*/false, /*strict=*/false);
+  // "... slot N ..." → add the slot's pool offset.
+  auto with_offset = [&](const std::string& p) {
+    const size_t at = p.find("slot ");
+    uint64_t slot = 0;
+    if (at != std::string::npos && std::sscanf(p.c_str() + at, "slot %lu", &slot) == 1) {
+      return p + " (pool offset " +
+             std::to_string(layout.naming.offset + slot * backend::kNamingSlotSize) + ")";
+    }
+    return p;
+  };
+  if (!ns.ok()) {
+    // Open refuses only what makes the table unusable (e.g. a slot state that is none of
+    // free/live/tombstone); nothing else can be listed then.
+    r->problems.push_back("naming @" + std::to_string(layout.naming.offset) + ": " +
+                          with_offset(ns.status().message()));
+    return;
+  }
+  for (const std::string& p : (*ns)->Check()) r->problems.push_back(with_offset(p));
+  Json entries = Json::array(), frontends = Json::array();
+  auto word = [&](uint64_t rel) { return GetLe64(naming.buf.get() + rel); };
+  for (const auto& e : (*ns)->List()) {
+    const uint64_t root = word(e.root_addr), lock = word(e.lock_addr), seq = word(e.seq_addr),
+                   aux = word(e.aux_addr);
+    if (e.type == kFrontendRecordType && e.name.rfind("fe:", 0) == 0) {
+      char* end = nullptr;
+      const uint64_t id = std::strtoull(e.name.c_str() + 3, &end, 10);
+      if (e.name.size() == 3 || *end != '\0') {
+        r->problems.push_back("naming slot " + std::to_string(e.slot) + ": front-end record name '" +
+                              e.name + "' has no numeric id");
+        continue;
+      }
+      frontends.push_back({{"id", id},
+                           {"slot", e.slot},
+                           {"lpn", root},
+                           {"opn", lock},
+                           {"first_rejected_txn", seq},
+                           {"highest_op_seq", aux}});
+      continue;
+    }
+    if (root != 0 && (root < layout.data.offset || root >= layout.data.end())) {
+      r->notes.push_back("naming slot " + std::to_string(e.slot) + " ('" + e.name +
+                         "'): root word " + Hex(root) + " is outside the data area");
+    }
+    entries.push_back({{"slot", e.slot},
+                       {"name", e.name},
+                       {"type", e.type},
+                       {"params", e.params},
+                       {"root", root},
+                       {"lock", lock},
+                       {"seq", seq},
+                       {"aux", aux},
+                       {"root_addr", layout.naming.offset + e.root_addr}});
+  }
+  r->report["naming"] = {{"capacity", (*ns)->capacity()},
+                         {"live", (*ns)->live()},
+                         {"entries", entries}};
+  r->report["frontends"] = frontends;
+}
+
+void ExamineBitmap(const backend::Layout& layout, const uint8_t* base, PoolReport* r) {
+  Copy bitmap = Copy::Of(base + layout.bitmap.offset, layout.bitmap.size);
+  alloc::BackendOptions ao;
+  ao.data_begin = layout.data.offset;
+  ao.data_size = layout.data.size;
+  ao.block_size = layout.block_size;
+  ao.bitmap = bitmap.buf.get();
+  ao.bitmap_size = bitmap.size;
+  ao.persister = pm::DramPersister();
+  ao.format_if_empty = false;  // an unformatted bitmap in a formatted pool is corruption
+  auto a = alloc::BackendAllocator::Open(ao);
+  if (!a.ok()) {
+    r->problems.push_back("bitmap @" + std::to_string(layout.bitmap.offset) + ": " +
+                          a.status().ToString());
+    return;
+  }
+  const alloc::BackendStats s = (*a)->stats();
+  if (s.torn_copies_recovered > 0) {
+    r->notes.push_back("bitmap: " + std::to_string(s.torn_copies_recovered) +
+                       " torn chunk copies (the older copy is valid; the back-end repairs this)");
+  }
+  if (s.intents_recovered > 0) {
+    r->notes.push_back("bitmap: an interrupted multi-chunk operation (the back-end finishes it)");
+  }
+  r->report["bitmap"] = {{"blocks_total", s.blocks_total},
+                         {"blocks_used", s.blocks_used},
+                         {"extents", s.extents_used},
+                         {"largest_free_run_blocks", s.largest_free_run},
+                         {"torn_copies_recovered", s.torn_copies_recovered},
+                         {"intents_recovered", s.intents_recovered}};
+}
+
+}  // namespace
+
+Result<PoolReport> ExaminePool(const std::string& pool_path) {
+  PoolReport r;
+  r.report["pool"] = pool_path;
+  pm::PoolOptions po;
+  po.layout = "";  // accept any, so a foreign layout gets our own message
+  auto pool = pm::Pool::Open(pool_path, po);
+  if (!pool.ok()) {
+    const Status& s = pool.status();
+    if (s.code() == StatusCode::kCorruption || s.code() == StatusCode::kNotSupported) {
+      r.problems.push_back("superblock @0: " + s.message());
+      r.report["problems"] = r.problems;
+      return r;
+    }
+    if (s.code() == StatusCode::kFailedPrecondition) {
+      return Status::FailedPrecondition(
+          s.message() + " — inspect/check need the pool lock; while a back-end runs use "
+                        "`asymnvm-ctl status ADDR`");
+    }
+    return s;
+  }
+  pm::Pool& p = **pool;
+  const pm::Superblock& sb = p.superblock();
+  if (sb.layout != kBackendLayoutName) {
+    return Status::InvalidArgument(pool_path + ": a pm pool of layout '" + sb.layout +
+                                   "', not an AsymNVM back-end pool ('" + kBackendLayoutName + "')");
+  }
+  r.report["superblock"] = {{"layout", sb.layout},
+                            {"layout_version", sb.layout_version},
+                            {"pool_size", sb.pool_size},
+                            {"uuid", pm::UuidToString(sb.uuid)},
+                            {"create_time_ns", sb.create_time_ns}};
+  auto layout = backend::DecodeLayout(p.base() + backend::kBackendHeaderOffset, p.size());
+  if (!layout.ok()) {
+    r.problems.push_back(
+        "back-end header @" + std::to_string(backend::kBackendHeaderOffset) + ": " +
+        (layout.status().code() == StatusCode::kNotFound
+             ? std::string("not formatted (all zero; the back-end never finished formatting)")
+             : layout.status().message()));
+  } else {
+    const backend::Layout& l = *layout;
+    r.report["layout"] = {{"describe", l.Describe()},
+                          {"block_size", l.block_size},
+                          {"naming_slots", l.naming_slots},
+                          {"log_segment", l.rowan_segment},
+                          {"naming", RegionJson(l.naming)},
+                          {"bitmap", RegionJson(l.bitmap)},
+                          {"log", RegionJson(l.rowan)},
+                          {"oq", RegionJson(l.oq)},
+                          {"data", RegionJson(l.data)}};
+    ExamineNaming(l, p.base(), &r);
+    ExamineBitmap(l, p.base(), &r);
+  }
+  r.report["problems"] = r.problems;
+  r.report["notes"] = r.notes;
+  return r;
+}
+
+Result<std::string> FetchStatus(const std::string& address, std::chrono::milliseconds timeout) {
+  ASYMNVM_ASSIGN_OR_RETURN(auto fab, fabric::Fabric::Open(fabric::FabricOptions{}));
+  ASYMNVM_ASSIGN_OR_RETURN(auto pd, fab->AllocPd());
+  oq::ClientOptions co;
+  co.fabric = fab.get();
+  co.pd = pd.get();
+  co.server_address = address;
+  co.timeout = timeout;
+  co.window = 1;
+  ASYMNVM_ASSIGN_OR_RETURN(auto client, oq::Client::Connect(co));
+  std::vector<uint8_t> response;
+  ASYMNVM_RETURN_IF_ERROR(client->Call(0, backend::kStatus, {}, &response));
+  std::string text(response.begin(), response.end());
+  if (!nlohmann::json::accept(text)) {
+    return Status::ProtocolError(address + ": status reply is not JSON (" +
+                                 std::to_string(text.size()) + " bytes)");
+  }
+  return text;
+}
+
+void PrintStatus(const nlohmann::json& j, std::ostream& out) {
+  auto get = [&](const char* k) { return j.contains(k) ? j[k].dump() : std::string("?"); };
+  auto str = [&](const char* k) {
+    return j.contains(k) && j[k].is_string() ? j[k].get<std::string>() : std::string("?");
+  };
+  out << "pool:        " << str("pool") << "\n";
+  out << "layout:      " << str("layout") << "\n";
+  out << "address:     " << str("address") << "  (op logs: " << str("log_address") << ")\n";
+  const auto& fes = j.contains("frontends") ? j["frontends"] : nlohmann::json::array();
+  out << "front-ends:  " << fes.size() << "\n";
+  for (const auto& f : fes) {
+    out << "  fe " << f.value("id", 0ull) << "  LPN " << f.value("lpn", 0ull) << "  OPN "
+        << f.value("opn", 0ull) << "  first rejected txn " << f.value("first_rejected_txn", 0ull)
+        << "\n";
+  }
+  out << "txns:        applied " << get("txns_applied") << ", skipped " << get("txns_skipped")
+      << ", rejected " << get("txns_rejected") << "\n";
+  out << "op logs:     seen " << get("op_logs_seen") << "; log segments digested "
+      << get("log_segments_digested") << ", recycled " << get("log_segments_recycled") << "\n";
+  out << "requests:    " << get("requests") << "  (back-end CPU " << get("cpu_seconds") << " s)\n";
+  if (j.contains("alloc") && j["alloc"].is_object()) {
+    const uint64_t total = j["alloc"].value("blocks_total", 0ull);
+    const uint64_t used = j["alloc"].value("blocks_used", 0ull);
+    out << "data blocks: " << used << " / " << total << " used";
+    if (total > 0) out << " (" << std::fixed << std::setprecision(1) << 100.0 * used / total << "%)";
+    out << "\n";
+  }
+}
+
+void PrintPoolReport(const PoolReport& r, std::ostream& out) {
+  const Json& j = r.report;
+  out << "pool: " << j.value("pool", "") << "\n";
+  if (j.contains("superblock")) {
+    const Json& sb = j["superblock"];
+    out << "superblock: layout " << sb["layout"].get<std::string>() << " v"
+        << sb["layout_version"].get<uint32_t>() << ", " << sb["pool_size"].get<uint64_t>()
+        << " bytes, uuid " << sb["uuid"].get<std::string>() << "\n";
+  }
+  if (j.contains("layout")) out << "layout: " << j["layout"]["describe"].get<std::string>() << "\n";
+  if (j.contains("naming")) {
+    const Json& n = j["naming"];
+    out << "naming: " << n["live"].get<uint32_t>() << " live of " << n["capacity"].get<uint32_t>()
+        << " slots\n";
+    for (const auto& e : n["entries"]) {
+      out << "  [" << e["slot"].get<uint32_t>() << "] " << e["name"].get<std::string>() << "  type "
+          << e["type"].get<uint32_t>() << "  params " << e["params"].dump() << "  root "
+          << Hex(e["root"].get<uint64_t>()) << " lock " << Hex(e["lock"].get<uint64_t>())
+          << " seq " << e["seq"].get<uint64_t>() << " aux " << e["aux"].get<uint64_t>() << "\n";
+    }
+  }
+  if (j.contains("frontends")) {
+    out << "front-ends: " << j["frontends"].size() << "\n";
+    for (const auto& f : j["frontends"]) {
+      out << "  fe " << f["id"].get<uint64_t>() << "  LPN " << f["lpn"].get<uint64_t>() << "  OPN "
+          << f["opn"].get<uint64_t>() << "  first rejected txn "
+          << f["first_rejected_txn"].get<uint64_t>() << "  highest op_seq "
+          << f["highest_op_seq"].get<uint64_t>() << "\n";
+    }
+  }
+  if (j.contains("bitmap")) {
+    const Json& b = j["bitmap"];
+    out << "bitmap: " << b["blocks_used"].get<uint64_t>() << " / " << b["blocks_total"].get<uint64_t>()
+        << " blocks used in " << b["extents"].get<uint64_t>() << " extents, largest free run "
+        << b["largest_free_run_blocks"].get<uint64_t>() << " blocks\n";
+  }
+  for (const auto& n : r.notes) out << "note: " << n << "\n";
+  for (const auto& p : r.problems) out << "PROBLEM: " << p << "\n";
+}
+
+int RunCtl(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  CLI::App app{"asymnvm-ctl: inspect and check AsymNVM back-ends and pools"};
+  app.require_subcommand(1);
+  std::string address, pool_path;
+  bool json = false;
+  int timeout_ms = 3000;
+  auto* status = app.add_subcommand("status", "Status of a running back-end (kStatus over the OQ)");
+  status->add_option("ADDR", address, "OQ address printed by asymnvm-backend (listening ...)")
+      ->required();
+  status->add_flag("--json", json, "Print the raw JSON");
+  status->add_option("--timeout-ms", timeout_ms, "Connect / call timeout")
+      ->check(CLI::Range(1, 600000));
+  auto* inspect = app.add_subcommand("inspect", "Dump a pool (read-only; takes the pool lock)");
+  inspect->add_option("POOL", pool_path, "Pool file")->required();
+  inspect->add_flag("--json", json, "Print JSON");
+  auto* check = app.add_subcommand("check", "Validate a pool (read-only; exit 3 on corruption)");
+  check->add_option("POOL", pool_path, "Pool file")->required();
+  check->add_flag("--json", json, "Print JSON");
+
+  std::vector<std::string> rev(args.rbegin(), args.rend());
+  try {
+    app.parse(rev);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e, out, err);
+    return rc == 0 ? kCtlOk : kCtlUsage;
+  }
+
+  if (status->parsed()) {
+    auto text = FetchStatus(address, std::chrono::milliseconds(timeout_ms));
+    if (!text.ok()) {
+      err << "asymnvm-ctl status " << address << ": " << text.status().ToString() << "\n";
+      return kCtlFailed;
+    }
+    if (json) {
+      out << *text << "\n";
+    } else {
+      PrintStatus(nlohmann::json::parse(*text), out);
+    }
+    return kCtlOk;
+  }
+  auto r = ExaminePool(pool_path);
+  if (!r.ok()) {
+    err << "asymnvm-ctl: " << r.status().ToString() << "\n";
+    return kCtlFailed;
+  }
+  if (json) {
+    out << r->report.dump(2) << "\n";
+  } else if (inspect->parsed()) {
+    PrintPoolReport(*r, out);
+  } else {
+    for (const auto& n : r->notes) out << "note: " << n << "\n";
+    for (const auto& p : r->problems) out << "PROBLEM: " << p << "\n";
+    out << pool_path << ": "
+        << (r->problems.empty() ? "clean"
+                                : std::to_string(r->problems.size()) + " problem(s) found")
+        << "\n";
+  }
+  if (check->parsed()) return r->problems.empty() ? kCtlOk : kCtlCorrupt;
+  return kCtlOk;
+}
+
+}  // namespace asymnvm::tools

@@ -1,0 +1,65 @@
+// asymnvm-ctl: operator tool for a back-end and its pool (doc/tools.md).
+//
+//   asymnvm-ctl status ADDR [--json] [--timeout-ms N]   ask a running back-end (kStatus over the OQ)
+//   asymnvm-ctl inspect POOL [--json]                   dump a pool that no back-end holds
+//   asymnvm-ctl check POOL [--json]                     validate a pool that no back-end holds
+//
+// inspect and check never write the pool: they open it with pm::Pool::Open (which takes the pool's
+// exclusive lock, so a pool a running back-end holds is refused with a message saying so — use
+// `status` for a live back-end), then decode the superblock and back-end header from the mapping
+// and run the naming-space and allocator validators over DRAM copies of those regions (allocator
+// recovery may rewrite its copy; the pool file is untouched).
+//
+// Exit codes: 0 ok / clean, 1 cannot open or connect (message on stderr), 2 bad arguments,
+// 3 (check) corruption found: one line per problem on stdout, naming the region and pool offset.
+//
+// Thread safety: every function is reentrant (no shared state).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "asymnvm/status.h"
+
+namespace asymnvm::tools {
+
+inline constexpr int kCtlOk = 0;
+inline constexpr int kCtlFailed = 1;
+inline constexpr int kCtlUsage = 2;
+inline constexpr int kCtlCorrupt = 3;
+
+// What inspect/check learned about a pool. `report` is the JSON form (`--json` prints it);
+// `problems` lists every inconsistency found ("<region> @<pool offset>: <what>"), empty if clean;
+// `notes` lists recoverable findings that are not corruption (e.g. a torn bitmap copy that
+// recovery would repair).
+struct PoolReport {
+  nlohmann::ordered_json report;
+  std::vector<std::string> problems;
+  std::vector<std::string> notes;
+};
+
+// Opens `pool_path` (locking it) and examines it. Errors (the pool cannot be examined at all):
+// kNotFound (no file), kFailedPrecondition (held by a running back-end or another process — the
+// message says to use `status`), kInvalidArgument (a pm pool of another layout, not a back-end
+// pool), kIoError. A pool whose superblock fails validation is NOT an error: it is returned as a
+// problem ("superblock: ...") with nothing else examined; likewise a header that fails DecodeLayout
+// stops the examination after that problem.
+Result<PoolReport> ExaminePool(const std::string& pool_path);
+
+// Sends kStatus to the back-end at `address` (as printed by asymnvm-backend "listening ...") and
+// returns its JSON text. Errors: connection errors (kConnectionError, kTimedOut, ...) from the OQ
+// client, kProtocolError (the reply is not JSON).
+Result<std::string> FetchStatus(const std::string& address, std::chrono::milliseconds timeout);
+
+// Human-readable rendering of a status JSON document / a pool report.
+void PrintStatus(const nlohmann::json& status, std::ostream& out);
+void PrintPoolReport(const PoolReport& r, std::ostream& out);
+
+// The whole command line (args exclude the program name). Returns the exit code above.
+int RunCtl(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+}  // namespace asymnvm::tools

@@ -1,0 +1,366 @@
+// asymnvm-ctl: a pool built by an in-process back-end (names, a front-end record, slabs and a large
+// extent), then inspect / check clean, check naming each injected corruption (naming slot, back-end
+// header, bitmap chunk, superblock) with exit 3, status against a running back-end, the pool lock,
+// and bad arguments — through RunCtl and through the built binary.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "asymnvm/fabric.h"
+#include "backend/backend.h"
+#include "backend/naming.h"
+#include "backend/rpc.h"
+#include "fabric/oq/oq.h"
+#include "tools/ctl.h"
+
+namespace asymnvm::tools {
+namespace {
+
+namespace fs = std::filesystem;
+using backend::PayloadReader;
+using backend::PayloadWriter;
+
+std::string TempPath(const std::string& name) {
+  return (fs::temp_directory_path() / ("asymnvm-ctl-" + std::to_string(getpid()) + "-" + name))
+      .string();
+}
+
+struct CtlRun {
+  int rc;
+  std::string out, err;
+};
+
+CtlRun Ctl(std::vector<std::string> args) {
+  std::ostringstream out, err;
+  const int rc = RunCtl(args, out, err);
+  return {rc, out.str(), err.str()};
+}
+
+backend::BackendOptions SmallOptions(const std::string& path) {
+  backend::BackendOptions o;
+  o.pool_path = path;
+  o.pool_size = 16ull << 20;
+  o.log_segment = 256 * 1024;
+  o.oq_buffers = 4;
+  o.oq_buffer_size = 64 * 1024;
+  o.reclaim_delay = std::chrono::microseconds(1000);
+  return o;
+}
+
+// A connected OQ client of a back-end.
+struct Conn {
+  std::unique_ptr<fabric::Fabric> fabric;
+  std::unique_ptr<fabric::ProtectionDomain> pd;
+  std::unique_ptr<oq::Client> oq;
+  explicit Conn(const std::string& address) {
+    fabric = std::move(fabric::Fabric::Open(fabric::FabricOptions{}).value());
+    pd = std::move(fabric->AllocPd().value());
+    oq::ClientOptions co;
+    co.fabric = fabric.get();
+    co.pd = pd.get();
+    co.server_address = address;
+    oq = std::move(oq::Client::Connect(co).value());
+  }
+  std::vector<uint8_t> Call(uint16_t type, std::span<const uint8_t> payload) {
+    std::vector<uint8_t> response;
+    Status s = oq->Call(0, type, payload, &response);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return response;
+  }
+  uint64_t Addr(uint16_t type, std::span<const uint8_t> payload) {
+    auto r = Call(type, payload);
+    PayloadReader rd(r, "addr");
+    return rd.U64();
+  }
+};
+
+// Populates a running back-end: front-end 7, two structures, 3 slabs (one freed), one large extent.
+void Populate(Conn& c) {
+  PayloadWriter reg;
+  reg.U64(7);
+  c.Call(backend::kRegister, reg.bytes());
+  for (const std::string name : {"tree", "queue"}) {
+    PayloadWriter w;
+    w.U32(3).U32(static_cast<uint32_t>(name.size())).U64(64).U64(16).U64(0).U64(0).Str(name);
+    c.Call(backend::kNamingCreate, w.bytes());
+  }
+  std::vector<uint64_t> slabs;
+  for (int i = 0; i < 3; i++) slabs.push_back(c.Addr(backend::kAllocSlab, {}));
+  PayloadWriter large;
+  large.U64(3 * 4096);
+  EXPECT_NE(c.Addr(backend::kAllocLarge, large.bytes()), 0u);
+  PayloadWriter f;
+  f.U64(slabs[1]);
+  c.Call(backend::kFree, f.bytes());
+}
+
+class CtlTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    pool_ = new std::string(TempPath("golden.pool"));
+    fs::remove(*pool_);
+    auto be = backend::Backend::Start(SmallOptions(*pool_));
+    ASSERT_TRUE(be.ok()) << be.status().ToString();
+    {
+      Conn c((*be)->address());
+      Populate(c);
+    }
+    (*be)->Stop();
+  }
+  static void TearDownTestSuite() {
+    fs::remove(*pool_);
+    delete pool_;
+  }
+  void TearDown() override {
+    for (const auto& p : copies_) fs::remove(p);
+  }
+  // A private copy of the golden pool.
+  std::string CopyPool(const std::string& name) {
+    std::string p = TempPath(name);
+    fs::copy_file(*pool_, p, fs::copy_options::overwrite_existing);
+    copies_.push_back(p);
+    return p;
+  }
+  static void Flip(const std::string& path, uint64_t offset) {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good());
+    f.seekg(static_cast<std::streamoff>(offset));
+    char b = 0;
+    f.read(&b, 1);
+    b = static_cast<char>(b ^ 0x5A);
+    f.seekp(static_cast<std::streamoff>(offset));
+    f.write(&b, 1);
+  }
+  static nlohmann::json InspectJson(const std::string& path) {
+    CtlRun r = Ctl({"inspect", path, "--json"});
+    EXPECT_EQ(r.rc, kCtlOk) << r.err;
+    return nlohmann::json::parse(r.out);
+  }
+  static std::string* pool_;
+  std::vector<std::string> copies_;
+};
+std::string* CtlTest::pool_ = nullptr;
+
+TEST_F(CtlTest, InspectShowsEverything) {
+  CtlRun r = Ctl({"inspect", *pool_});
+  ASSERT_EQ(r.rc, kCtlOk) << r.err;
+  EXPECT_NE(r.out.find("layout asymnvm-backend"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("naming: 3 live"), std::string::npos) << r.out;  // tree, queue, fe:7
+  EXPECT_NE(r.out.find("] tree"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("] queue"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fe 7  LPN 0  OPN 0"), std::string::npos) << r.out;
+  // 2 slabs + 3-block extent live.
+  EXPECT_NE(r.out.find("bitmap: 5 / "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("in 3 extents"), std::string::npos) << r.out;
+
+  nlohmann::json j = InspectJson(*pool_);
+  EXPECT_EQ(j["naming"]["entries"].size(), 2u);
+  EXPECT_EQ(j["frontends"].size(), 1u);
+  EXPECT_EQ(j["frontends"][0]["id"], 7);
+  EXPECT_EQ(j["bitmap"]["blocks_used"], 5);
+  EXPECT_EQ(j["layout"]["block_size"], 4096);
+  EXPECT_TRUE(j["problems"].empty());
+}
+
+TEST_F(CtlTest, InspectDoesNotWriteThePool) {
+  const std::string p = CopyPool("ro.pool");
+  // A torn bitmap copy makes the allocator's recovery rewrite its (DRAM) copy, never the file.
+  nlohmann::json j = InspectJson(p);
+  Flip(p, j["layout"]["bitmap"]["offset"].get<uint64_t>() + 256 + 44);
+  auto slurp = [&] {
+    std::ifstream f(p, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(f)), {});
+  };
+  const std::string before = slurp();
+  ASSERT_EQ(Ctl({"check", p}).rc, kCtlOk);
+  ASSERT_EQ(Ctl({"inspect", p}).rc, kCtlOk);
+  EXPECT_TRUE(before == slurp());
+}
+
+TEST_F(CtlTest, CheckClean) {
+  CtlRun r = Ctl({"check", *pool_});
+  EXPECT_EQ(r.rc, kCtlOk) << r.out << r.err;
+  EXPECT_NE(r.out.find("clean"), std::string::npos);
+}
+
+TEST_F(CtlTest, CheckNamesCorruptNamingSlot) {
+  const std::string p = CopyPool("naming.pool");
+  nlohmann::json j = InspectJson(p);
+  uint64_t slot = 0;
+  for (const auto& e : j["naming"]["entries"]) {
+    if (e["name"] == "tree") slot = e["slot"];
+  }
+  const uint64_t naming = j["layout"]["naming"]["offset"];
+  const uint64_t slot_off = naming + slot * backend::kNamingSlotSize;
+  Flip(p, slot_off + 20);  // a name byte (inside the CRC)
+  CtlRun r = Ctl({"check", p});
+  EXPECT_EQ(r.rc, kCtlCorrupt) << r.out;
+  EXPECT_NE(r.out.find("naming slot " + std::to_string(slot) + ": live but checksum mismatch"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("pool offset " + std::to_string(slot_off)), std::string::npos) << r.out;
+  // inspect still works and no longer lists the slot.
+  CtlRun i = Ctl({"inspect", p});
+  EXPECT_EQ(i.rc, kCtlOk);
+  EXPECT_EQ(i.out.find("] tree"), std::string::npos);
+  EXPECT_NE(i.out.find("PROBLEM: naming slot"), std::string::npos);
+}
+
+TEST_F(CtlTest, CheckNamesBadSlotState) {
+  const std::string p = CopyPool("state.pool");
+  nlohmann::json j = InspectJson(p);
+  const uint64_t naming = j["layout"]["naming"]["offset"];
+  const uint64_t slot = j["frontends"][0]["slot"];
+  Flip(p, naming + slot * backend::kNamingSlotSize + 4);  // state word 1 → 0x5B
+  CtlRun r = Ctl({"check", p, "--json"});
+  EXPECT_EQ(r.rc, kCtlCorrupt) << r.out;
+  auto out = nlohmann::json::parse(r.out);
+  ASSERT_EQ(out["problems"].size(), 1u) << r.out;
+  const std::string problem = out["problems"][0];
+  EXPECT_NE(problem.find("slot " + std::to_string(slot) + " has state 91"), std::string::npos)
+      << problem;
+  EXPECT_NE(problem.find("pool offset " +
+                         std::to_string(naming + slot * backend::kNamingSlotSize)),
+            std::string::npos)
+      << problem;
+}
+
+TEST_F(CtlTest, CheckNamesCorruptHeader) {
+  const std::string p = CopyPool("header.pool");
+  Flip(p, backend::kBackendHeaderOffset + 24);  // block size (inside the CRC)
+  CtlRun r = Ctl({"check", p});
+  EXPECT_EQ(r.rc, kCtlCorrupt) << r.out;
+  EXPECT_NE(r.out.find("PROBLEM: back-end header @4096"), std::string::npos) << r.out;
+}
+
+TEST_F(CtlTest, CheckNamesCorruptBitmapChunk) {
+  const std::string p = CopyPool("bitmap.pool");
+  nlohmann::json j = InspectJson(p);
+  const uint64_t bitmap = j["layout"]["bitmap"]["offset"];
+  Flip(p, bitmap + 256 + 40);        // chunk 0, copy A payload
+  Flip(p, bitmap + 256 + 256 + 40);  // chunk 0, copy B payload
+  CtlRun r = Ctl({"check", p});
+  EXPECT_EQ(r.rc, kCtlCorrupt) << r.out;
+  EXPECT_NE(r.out.find("PROBLEM: bitmap @" + std::to_string(bitmap)), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("chunk 0"), std::string::npos) << r.out;
+}
+
+TEST_F(CtlTest, OneTornBitmapCopyIsANoteNotCorruption) {
+  const std::string p = CopyPool("torn.pool");
+  nlohmann::json j = InspectJson(p);
+  const uint64_t bitmap = j["layout"]["bitmap"]["offset"];
+  // Damage whichever copy of chunk 0 is newer: try A; if that was the older one, B.
+  Flip(p, bitmap + 256 + 40);
+  CtlRun r = Ctl({"check", p});
+  EXPECT_EQ(r.rc, kCtlOk) << r.out;
+}
+
+TEST_F(CtlTest, CheckNamesCorruptSuperblock) {
+  const std::string p = CopyPool("sb.pool");
+  Flip(p, 40);
+  CtlRun r = Ctl({"check", p});
+  EXPECT_EQ(r.rc, kCtlCorrupt) << r.out << r.err;
+  EXPECT_NE(r.out.find("PROBLEM: superblock @0"), std::string::npos) << r.out;
+}
+
+TEST_F(CtlTest, StatusOfARunningBackendAndThePoolLock) {
+  const std::string p = CopyPool("live.pool");
+  auto be = backend::Backend::Start(SmallOptions(p));
+  ASSERT_TRUE(be.ok()) << be.status().ToString();
+  {
+    Conn c((*be)->address());
+    PayloadWriter reg;
+    reg.U64(9);
+    c.Call(backend::kRegister, reg.bytes());
+    c.Addr(backend::kAllocSlab, {});
+  }
+  CtlRun r = Ctl({"status", (*be)->address()});
+  ASSERT_EQ(r.rc, kCtlOk) << r.err;
+  EXPECT_NE(r.out.find("front-ends:  2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fe 7  LPN 0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fe 9  LPN 0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("data blocks: 6 / "), std::string::npos) << r.out;
+
+  CtlRun js = Ctl({"status", (*be)->address(), "--json"});
+  ASSERT_EQ(js.rc, kCtlOk) << js.err;
+  auto j = nlohmann::json::parse(js.out);
+  EXPECT_EQ(j["frontends"].size(), 2u);
+  EXPECT_EQ(j["alloc"]["blocks_used"], 6);
+
+  // The running back-end holds the pool: inspect/check refuse with a pointer to `status`.
+  CtlRun held = Ctl({"check", p});
+  EXPECT_EQ(held.rc, kCtlFailed);
+  EXPECT_NE(held.err.find("status"), std::string::npos) << held.err;
+  (*be)->Stop();
+  be->reset();
+  EXPECT_EQ(Ctl({"check", p}).rc, kCtlOk);
+}
+
+TEST(CtlArgs, BadArgumentsAndUnreachableTargets) {
+  EXPECT_EQ(Ctl({}).rc, kCtlUsage);
+  EXPECT_EQ(Ctl({"frobnicate"}).rc, kCtlUsage);
+  EXPECT_EQ(Ctl({"check"}).rc, kCtlUsage);
+  EXPECT_EQ(Ctl({"status"}).rc, kCtlUsage);
+  EXPECT_EQ(Ctl({"status", "tcp://127.0.0.1:1", "--timeout-ms", "0"}).rc, kCtlUsage);
+  EXPECT_EQ(Ctl({"inspect", "a", "b"}).rc, kCtlUsage);
+  EXPECT_EQ(Ctl({"--help"}).rc, kCtlOk);
+
+  CtlRun missing = Ctl({"check", TempPath("does-not-exist.pool")});
+  EXPECT_EQ(missing.rc, kCtlFailed);
+  EXPECT_NE(missing.err.find("does-not-exist"), std::string::npos) << missing.err;
+
+  // A file that is not a pool at all: the superblock check reports it.
+  const std::string junk = TempPath("junk.pool");
+  {
+    std::ofstream f(junk, std::ios::binary);
+    std::string zeros(1 << 20, 'x');
+    f << zeros;
+  }
+  CtlRun j = Ctl({"check", junk});
+  EXPECT_EQ(j.rc, kCtlCorrupt) << j.out << j.err;
+  fs::remove(junk);
+
+  CtlRun dead = Ctl({"status", "tcp://127.0.0.1:1", "--timeout-ms", "500"});
+  EXPECT_EQ(dead.rc, kCtlFailed);
+  EXPECT_FALSE(dead.err.empty());
+}
+
+// A pm pool of another layout is refused, not reported as corruption.
+TEST(CtlArgs, ForeignPoolLayout) {
+  const std::string p = TempPath("foreign.pool");
+  fs::remove(p);
+  {
+    pm::PoolOptions po;
+    po.layout = "someone-else";
+    auto pool = pm::Pool::Create(p, 8ull << 20, po);
+    ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  }
+  CtlRun r = Ctl({"inspect", p});
+  EXPECT_EQ(r.rc, kCtlFailed);
+  EXPECT_NE(r.err.find("someone-else"), std::string::npos) << r.err;
+  fs::remove(p);
+}
+
+// The binary: exit codes as documented.
+TEST_F(CtlTest, BinaryExitCodes) {
+  auto run = [](const std::string& args) {
+    const int s = std::system((std::string(ASYMNVM_CTL_BIN) + " " + args + " >/dev/null 2>&1").c_str());
+    return WIFEXITED(s) ? WEXITSTATUS(s) : -1;
+  };
+  EXPECT_EQ(run("check " + *pool_), 0);
+  EXPECT_EQ(run("inspect " + *pool_ + " --json"), 0);
+  const std::string p = CopyPool("bin.pool");
+  Flip(p, backend::kBackendHeaderOffset + 24);
+  EXPECT_EQ(run("check " + p), 3);
+  EXPECT_EQ(run("check /nonexistent/x.pool"), 1);
+  EXPECT_EQ(run("bogus"), 2);
+}
+
+}  // namespace
+}  // namespace asymnvm::tools

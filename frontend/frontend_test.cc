@@ -381,6 +381,27 @@ TEST_F(FrontendTest, ReaderRetriesWhileAWriterApplies) {
   EXPECT_GE(seq, 4u);  // two applications, each +2
 }
 
+TEST_F(FrontendTest, CompareSwapRootWord) {
+  auto s = OpenSession(18, Level::kRc);
+  auto t = OpenSession(21, Level::kNaive);
+  ASSERT_TRUE(s && t);
+  auto st = s->CreateRoot("mv", 8);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(s->CompareSwap(st->root_addr, 0, 4096).value(), 0u);
+  EXPECT_EQ(t->CompareSwap(st->root_addr, 0, 8192).value(), 4096u);  // lost the race
+  EXPECT_EQ(t->ReadWord(st->root_addr).value(), 4096u);
+  EXPECT_EQ(s->CompareSwap(st->root_addr + 3, 0, 1).status().code(),
+            StatusCode::kInvalidArgument);
+  // A swap in the data area updates the swapper's cached page.
+  auto a = s->Malloc(64);
+  ASSERT_TRUE(a.ok());
+  uint8_t b[8];
+  ASSERT_TRUE(s->Read(*a, b).ok());
+  EXPECT_EQ(s->CompareSwap(*a, 0, 77).value(), 0u);
+  ASSERT_TRUE(s->Read(*a, b).ok());
+  EXPECT_EQ(b[0], 77);
+}
+
 TEST_F(FrontendTest, TwoTierAllocator) {
   auto s = OpenSession(14, Level::kRcb);
   ASSERT_TRUE(s);
@@ -547,6 +568,7 @@ TEST(FrontendCrash, AckedOpsSurviveSigkillOfTheFrontend) {
     auto a = (*s)->Malloc(8 * kOps);
     auto b = (*s)->Malloc(8 * kOps);
     if (!st.ok() || !a.ok() || !b.ok()) _exit(4);
+    if (!(*s)->WriterLock(*st).ok()) _exit(9);
     FILE* f = fopen(acks.c_str(), "w");
     fprintf(f, "%llu %llu\n", static_cast<unsigned long long>(*a),
             static_cast<unsigned long long>(*b));
@@ -636,16 +658,27 @@ TEST(FrontendCrash, AckedOpsSurviveSigkillOfTheFrontend) {
   }
   EXPECT_GT(applied, last_acked);
   EXPECT_GE((*s)->recovered_opn(), last_acked + 1);
-  // The front-end continues: its next transaction is LPN + 1.
+  // The dead child still holds the writer lock: another front-end times out, the same front-end
+  // id takes it back.
   auto st = (*s)->OpenRoot("crash");
   ASSERT_TRUE(st.ok());
+  if (!exited) {
+    SessionOptions other = o;
+    other.frontend_id = 22;
+    other.lock_timeout = std::chrono::milliseconds(50);
+    auto s2 = Session::Open(other);
+    ASSERT_TRUE(s2.ok());
+    EXPECT_EQ((*s2)->WriterLock(*st).code(), StatusCode::kTimedOut);
+  }
+  ASSERT_TRUE((*s)->WriterLock(*st).ok());
+  // The front-end continues: its next transaction is LPN + 1.
   uint64_t v = 999;
   uint8_t p[8];
   std::memcpy(p, &v, 8);
   ASSERT_TRUE((*s)->OpLog(*st, 1, p).ok());
   ASSERT_TRUE((*s)->MemLog(a, p).ok());
   ASSERT_TRUE((*s)->TxWrite(*st).ok());
-  ASSERT_TRUE((*s)->Fence().ok());
+  ASSERT_TRUE((*s)->WriterUnlock(*st).ok());
   s->reset();
   (*be)->Stop();
   std::remove(pool.c_str());

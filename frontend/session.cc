@@ -624,6 +624,18 @@ Status Session::ReadConsistent(const Structure& s, const std::function<Status()>
   return result;
 }
 
+Result<uint64_t> Session::CompareSwap(uint64_t addr, uint64_t expected, uint64_t desired) {
+  Impl& m = *impl_;
+  if (addr % 8 != 0) return Status::InvalidArgument("CompareSwap: address not 8-byte aligned");
+  ASYMNVM_ASSIGN_OR_RETURN(uint64_t old, m.Cas(addr, expected, desired));
+  if (old == expected && m.cache) {
+    uint8_t w[8];
+    PutLe64(w, desired);
+    m.cache->Update(addr, w);
+  }
+  return old;
+}
+
 // ---- writes ----
 
 Status Session::Write(uint64_t addr, std::span<const uint8_t> data, const Structure* s) {

@@ -146,6 +146,12 @@ class Session {
   // applied or was applied meanwhile. kTimedOut after options.timeout; body errors returned.
   Status ReadConsistent(const Structure& s, const std::function<Status()>& body);
 
+  // Remote compare-and-swap of an 8-byte word (root word of a multi-version structure, or any
+  // 8-aligned word of the naming or data area), made durable (FLUSH) before returning. Returns the
+  // previous value (the swap happened iff it equals `expected`). Cached pages holding the word are
+  // updated when the swap happened. kInvalidArgument (misaligned, outside both areas).
+  Result<uint64_t> CompareSwap(uint64_t addr, uint64_t expected, uint64_t desired);
+
   // ---- writes ----
   // Table 1 `write`: one transaction with this write, sent and fenced now (the naive path).
   Status Write(uint64_t addr, std::span<const uint8_t> data, const Structure* s = nullptr);

@@ -364,3 +364,41 @@ TEST_F(CtlTest, BinaryExitCodes) {
 
 }  // namespace
 }  // namespace asymnvm::tools
+
+namespace asymnvm::tools {
+namespace {
+
+// `asymnvm-bench alloc` black box: every variant reports alloc and free, and the two-tier ÷
+// RPC-only ratios are in the JSON (values are timing, not asserted).
+TEST(BenchAlloc, QuickRunWritesRecordsAndRatios) {
+  const std::string json = TempPath("alloc.json");
+  const std::string cmd = std::string(ASYMNVM_BENCH_BIN) +
+                          " alloc --quick --duration 0.05 --batch 300 --variants "
+                          "two-tier-128,two-tier-1k,rpc-only,glibc --json " + json +
+                          " >/dev/null 2>&1";
+  const int s = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(s) && WEXITSTATUS(s) == 0) << cmd;
+  std::ifstream f(json);
+  auto j = nlohmann::json::parse(f);
+  EXPECT_EQ(j["suite"], "alloc");
+  ASSERT_EQ(j["results"].size(), 8u);
+  for (const auto& r : j["results"]) {
+    EXPECT_GT(r["ops_per_sec"].get<double>(), 0) << r.dump();
+    if (r["variant"] == "rpc-only") {
+      EXPECT_DOUBLE_EQ(r["round_trips_per_op"].get<double>(), 1.0);
+    }
+    if (r["variant"] == "glibc") {
+      EXPECT_DOUBLE_EQ(r["round_trips_per_op"].get<double>(), 0.0);
+    }
+  }
+  ASSERT_EQ(j["two_tier_vs_rpc"].size(), 2u);
+  EXPECT_GT(j["two_tier_vs_rpc"][1]["alloc_ratio"].get<double>(), 0);
+  fs::remove(json);
+  // Bad arguments: exit 2.
+  const int bad = std::system((std::string(ASYMNVM_BENCH_BIN) +
+                               " alloc --variants nope >/dev/null 2>&1").c_str());
+  EXPECT_TRUE(WIFEXITED(bad) && WEXITSTATUS(bad) == 2);
+}
+
+}  // namespace
+}  // namespace asymnvm::tools

@@ -252,6 +252,20 @@ struct Backend::Impl : public OpLogSource {
         }
         break;
       }
+      case kClearRejected: {
+        PayloadReader r(payload, "clear rejected");
+        const uint64_t fe = r.U64();
+        ASYMNVM_RETURN_IF_ERROR(r.status());
+        std::lock_guard<std::mutex> lock(mu);
+        auto it = frontends.find(fe);
+        if (it == frontends.end()) {
+          return Status::NotFound("clear rejected: front-end " + std::to_string(fe) +
+                                  " is not registered");
+        }
+        Word(base(), it->second.seq_addr).store(0, std::memory_order_release);
+        pool->persister()->Persist(base() + it->second.seq_addr, 8);
+        break;
+      }
       case kNamingLookup: {
         ASYMNVM_ASSIGN_OR_RETURN(NamingEntry e, naming->Lookup(std::string(payload.begin(),
                                                                           payload.end())));

@@ -160,6 +160,13 @@ TEST(BackendService, RegisterNamingAllocAndTransactionsSurviveRestart) {
     EXPECT_EQ(reg3.lpn, 5u);
     EXPECT_EQ(reg3.rejected, 9u);
     EXPECT_EQ(c.StatusJson()["txns_rejected"], 2);
+    PayloadWriter cr;
+    cr.U64(7);
+    ASSERT_TRUE(c.Call(kClearRejected, cr.bytes()).ok());
+    EXPECT_EQ(c.Register(7).rejected, 0u);
+    PayloadWriter unknown;
+    unknown.U64(12345);
+    EXPECT_EQ(c.Call(kClearRejected, unknown.bytes()).status().code(), StatusCode::kNotFound);
     // Corrupt bytes are rejected too.
     std::vector<uint8_t> junk(100, 0x41);
     ASSERT_TRUE(c.oq->Submit(0, kTxn, junk).ok());

@@ -22,6 +22,7 @@ enum RequestType : uint16_t {
   kNamingCreate = 11,   // type u32 | name_len u32 | params u64×4 | name → NamingReply
   kNamingLookup = 12,   // name → NamingReply
   kNamingRemove = 13,   // name → (empty)
+  kClearRejected = 14,  // fe_id u64 → (empty): the front-end saw its rejected txn and resends
   kAllocSlab = 20,      // (empty) → addr u64
   kAllocLarge = 21,     // bytes u64 → addr u64
   kFree = 22,           // addr u64 → (empty)

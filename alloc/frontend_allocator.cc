@@ -2,6 +2,7 @@
 #include "alloc/frontend_allocator.h"
 
 #include <algorithm>
+#include <functional>
 #include <string>
 
 #include "common/logging.h"
@@ -31,7 +32,84 @@ FrontendAllocator::FrontendAllocator(const FrontendOptions& o)
       slab_size_(o.source->slab_size()),
       alignment_(o.alignment),
       max_empty_(o.max_empty_slabs),
-      origin_(o.source->data_begin()) {}
+      origin_(o.source->data_begin()) {
+  nbuckets_ = std::min<uint32_t>(slab_size_ / alignment_, kMaxBuckets) + 1;
+  buckets_.resize(nbuckets_);
+  nonempty_.assign((nbuckets_ + 63) / 64, 0);
+}
+
+bool FrontendAllocator::RangeCurrent(uint32_t len, uint64_t addr) const {
+  const Slab* s = FindSlab(addr);
+  if (s == nullptr || s->list != ListKind::kPartial) return false;
+  auto it = s->free.find(static_cast<uint32_t>(addr - s->addr));
+  return it != s->free.end() && it->second == len;
+}
+
+void FrontendAllocator::IndexAdd(uint32_t len, uint64_t addr) {
+  const uint32_t b = len / alignment_;
+  if (b >= nbuckets_) {
+    big_.emplace(len, addr);
+    return;
+  }
+  Bucket& k = buckets_[b];
+  k.heap.push_back(addr);
+  std::push_heap(k.heap.begin(), k.heap.end(), std::greater<uint64_t>());
+  if (k.live++ == 0) nonempty_[b / 64] |= uint64_t{1} << (b % 64);
+}
+
+void FrontendAllocator::IndexRemove(uint32_t len, uint64_t addr) {
+  const uint32_t b = len / alignment_;
+  if (b >= nbuckets_) {
+    big_.erase({len, addr});
+    return;
+  }
+  Bucket& k = buckets_[b];
+  ASYMNVM_CHECK(k.live > 0);
+  if (--k.live == 0) {
+    k.heap.clear();  // no range of this length is current: every entry is stale
+    nonempty_[b / 64] &= ~(uint64_t{1} << (b % 64));
+  } else if (k.heap.size() > 4 * k.live + 64) {
+    CompactBucket(b);
+  }
+}
+
+void FrontendAllocator::CompactBucket(uint32_t b) {
+  Bucket& k = buckets_[b];
+  const uint32_t len = b * alignment_;
+  std::sort(k.heap.begin(), k.heap.end());
+  k.heap.erase(std::unique(k.heap.begin(), k.heap.end()), k.heap.end());
+  k.heap.erase(std::remove_if(k.heap.begin(), k.heap.end(),
+                              [&](uint64_t a) { return !RangeCurrent(len, a); }),
+               k.heap.end());
+  std::make_heap(k.heap.begin(), k.heap.end(), std::greater<uint64_t>());
+}
+
+bool FrontendAllocator::BestFit(uint32_t len, uint64_t* addr) {
+  uint32_t b = len / alignment_;
+  if (b < nbuckets_) {
+    for (uint32_t w = b / 64; w < nonempty_.size(); w++) {
+      uint64_t bits = nonempty_[w];
+      if (w == b / 64) bits &= ~uint64_t{0} << (b % 64);
+      if (bits != 0) {
+        const uint32_t c = w * 64 + static_cast<uint32_t>(__builtin_ctzll(bits));
+        Bucket& k = buckets_[c];
+        const uint32_t clen = c * alignment_;
+        while (!k.heap.empty() && !RangeCurrent(clen, k.heap.front())) {
+          std::pop_heap(k.heap.begin(), k.heap.end(), std::greater<uint64_t>());
+          k.heap.pop_back();
+        }
+        // live > 0 guarantees a current entry (every IndexAdd pushed one).
+        ASYMNVM_CHECK(!k.heap.empty());
+        *addr = k.heap.front();
+        return true;
+      }
+    }
+  }
+  auto it = big_.lower_bound({len, 0});
+  if (it == big_.end()) return false;
+  *addr = it->second;
+  return true;
+}
 
 FrontendAllocator::~FrontendAllocator() = default;
 
@@ -59,9 +137,9 @@ FrontendAllocator::Slab* FrontendAllocator::FindSlab(uint64_t addr) const {
 void FrontendAllocator::IndexRanges(Slab* s, bool add) {
   for (const auto& [off, len] : s->free) {
     if (add) {
-      ranges_.emplace(len, s->addr + off);
+      IndexAdd(len, s->addr + off);
     } else {
-      ranges_.erase({len, s->addr + off});
+      IndexRemove(len, s->addr + off);
     }
   }
 }
@@ -106,10 +184,10 @@ void FrontendAllocator::Carve(Slab* s, uint32_t off, uint32_t len) {
   auto it = s->free.find(off);
   uint32_t flen = it->second;
   s->free.erase(it);
-  if (indexed) ranges_.erase({flen, s->addr + off});
+  if (indexed) IndexRemove(flen, s->addr + off);
   if (flen > len) {
     s->free.emplace(off + len, flen - len);
-    if (indexed) ranges_.emplace(flen - len, s->addr + off + len);
+    if (indexed) IndexAdd(flen - len, s->addr + off + len);
   }
   s->used.emplace(off, len);
   s->free_bytes -= len;
@@ -131,9 +209,7 @@ Result<uint64_t> FrontendAllocator::Malloc(uint64_t size) {
   uint32_t len = static_cast<uint32_t>((size + alignment_ - 1) & ~static_cast<uint64_t>(alignment_ - 1));
   Slab* s = nullptr;
   uint32_t off = 0;
-  auto best = ranges_.lower_bound({len, 0});
-  if (best != ranges_.end()) {
-    uint64_t addr = best->second;
+  if (uint64_t addr = 0; BestFit(len, &addr)) {
     s = FindSlab(addr);
     off = static_cast<uint32_t>(addr - s->addr);
   } else if (!empty_.empty()) {
@@ -196,7 +272,7 @@ Status FrontendAllocator::Free(uint64_t addr) {
   auto next = s->free.find(off + len);
   if (next != s->free.end()) {
     rlen += next->second;
-    if (indexed) ranges_.erase({next->second, s->addr + next->first});
+    if (indexed) IndexRemove(next->second, s->addr + next->first);
     s->free.erase(next);
   }
   auto after = s->free.lower_bound(off);
@@ -205,12 +281,12 @@ Status FrontendAllocator::Free(uint64_t addr) {
     if (prev->first + prev->second == off) {
       start = prev->first;
       rlen += prev->second;
-      if (indexed) ranges_.erase({prev->second, s->addr + prev->first});
+      if (indexed) IndexRemove(prev->second, s->addr + prev->first);
       s->free.erase(prev);
     }
   }
   s->free.emplace(start, rlen);
-  if (indexed) ranges_.emplace(rlen, s->addr + start);
+  if (indexed) IndexAdd(rlen, s->addr + start);
   s->free_bytes += len;
   Relist(s);
   stats_.frees++;

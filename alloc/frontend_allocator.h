@@ -20,6 +20,7 @@
 // while holding it, so a slow source delays other threads' Malloc/Free.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <list>
 #include <map>
@@ -104,11 +105,55 @@ class FrontendAllocator {
 
  private:
   enum class ListKind : uint8_t { kFull, kPartial, kEmpty };
+  // offset -> length, as a sorted flat vector: no heap allocation per insert/erase once grown,
+  // cache-friendly lookups. Insert/erase move the tail (O(n) in the entries of one slab), which for
+  // slabs of a few KiB is far cheaper than a tree node allocation.
+  class OffsetMap {
+   public:
+    using Entry = std::pair<uint32_t, uint32_t>;
+    using iterator = std::vector<Entry>::iterator;
+    using const_iterator = std::vector<Entry>::const_iterator;
+    iterator begin() { return v_.begin(); }
+    iterator end() { return v_.end(); }
+    const_iterator begin() const { return v_.begin(); }
+    const_iterator end() const { return v_.end(); }
+    size_t size() const { return v_.size(); }
+    iterator lower_bound(uint32_t k) {
+      return std::lower_bound(v_.begin(), v_.end(), k,
+                              [](const Entry& e, uint32_t key) { return e.first < key; });
+    }
+    const_iterator lower_bound(uint32_t k) const {
+      return std::lower_bound(v_.begin(), v_.end(), k,
+                              [](const Entry& e, uint32_t key) { return e.first < key; });
+    }
+    const_iterator upper_bound(uint32_t k) const {
+      return std::upper_bound(v_.begin(), v_.end(), k,
+                              [](uint32_t key, const Entry& e) { return key < e.first; });
+    }
+    iterator find(uint32_t k) {
+      auto it = lower_bound(k);
+      return it != v_.end() && it->first == k ? it : v_.end();
+    }
+    const_iterator find(uint32_t k) const {
+      auto it = lower_bound(k);
+      return it != v_.end() && it->first == k ? it : v_.end();
+    }
+    // Precondition (as the callers guarantee): `k` is not present.
+    void emplace(uint32_t k, uint32_t len) { v_.insert(lower_bound(k), Entry{k, len}); }
+    void erase(iterator it) { v_.erase(it); }
+    void erase(uint32_t k) {
+      auto it = find(k);
+      if (it != v_.end()) v_.erase(it);
+    }
+
+   private:
+    std::vector<Entry> v_;
+  };
   struct Slab {
     uint64_t addr = 0;
     uint32_t free_bytes = 0;
-    std::map<uint32_t, uint32_t> free;  // offset -> length (coalesced)
-    std::map<uint32_t, uint32_t> used;  // offset -> rounded length
+    OffsetMap free;  // offset -> length (coalesced)
+    OffsetMap used;  // offset -> rounded length
     ListKind list = ListKind::kEmpty;
     std::list<Slab*>::iterator pos;
   };
@@ -135,8 +180,28 @@ class FrontendAllocator {
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, std::unique_ptr<Slab>> slabs_;  // by slab address
   std::list<Slab*> full_, partial_, empty_;
-  // Best-fit index over the free ranges of partial slabs: (length, address).
-  std::set<std::pair<uint32_t, uint64_t>> ranges_;
+  // Best-fit index over the free ranges of partial slabs. Lengths are multiples of alignment_;
+  // a range of b granules (b <= kMaxBuckets) lives in bucket b: a min-heap of addresses with lazy
+  // deletion (an entry is current iff its slab is partial and has a free range of exactly that
+  // length at that address; stale entries are dropped when they reach the top or when the heap
+  // outgrows its live count). `nonempty_` has one bit per bucket with live > 0, so the smallest
+  // fitting length is a bit scan. Longer ranges (slabs of more than kMaxBuckets granules) go to
+  // `big_` ordered by (length, address). Lookup picks the smallest length, then the lowest address.
+  static constexpr uint32_t kMaxBuckets = 4096;
+  struct Bucket {
+    std::vector<uint64_t> heap;  // std::push_heap with std::greater: front() is the lowest
+    uint64_t live = 0;
+  };
+  void IndexAdd(uint32_t len, uint64_t addr);
+  void IndexRemove(uint32_t len, uint64_t addr);
+  bool RangeCurrent(uint32_t len, uint64_t addr) const;
+  void CompactBucket(uint32_t b);
+  // Start of the best-fit free range of at least `len` bytes in *addr; false when none.
+  bool BestFit(uint32_t len, uint64_t* addr);
+  uint32_t nbuckets_ = 0;  // exact buckets are 1 .. nbuckets_ - 1
+  std::vector<Bucket> buckets_;
+  std::vector<uint64_t> nonempty_;
+  std::set<std::pair<uint32_t, uint64_t>> big_;
   std::unordered_map<uint64_t, uint64_t> large_;  // address -> requested bytes
   FrontendStats stats_;
 };

@@ -7,6 +7,8 @@
 //                               OQ Calls (kAllocSlab / kAllocLarge / kFree) over the soft fabric
 //   rpc-only                    every malloc/free is an OQ Call (kAllocLarge with the size rounded
 //                               up to a 128 B block / kFree) — the paper's "RPC allocator"
+//   frontend-local-1k           the front-end tier alone (1 KiB slabs from a BackendAllocator in
+//                               the same process, DRAM bitmap): its own cost per operation
 //   pmemobj                     pmemobj_alloc / pmemobj_free in a local pool file (libpmemobj,
 //                               loaded with dlopen; skipped with a note when it is not installed)
 //   glibc                       malloc / free
@@ -150,6 +152,43 @@ class TwoTier : public TestAllocator {
   std::unique_ptr<alloc::FrontendAllocator> fe_;
 };
 
+// The front-end tier alone: FrontendAllocator over a BackendAllocator in the same process (bitmap
+// in DRAM, no persistence, no network) — isolates the front-end's own cost per operation.
+class FrontendLocal : public TestAllocator {
+ public:
+  static Result<std::unique_ptr<FrontendLocal>> Open(uint32_t block_size) {
+    auto f = std::unique_ptr<FrontendLocal>(new FrontendLocal());
+    const uint64_t data = 64ull << 20;
+    const uint64_t bytes = alloc::BackendAllocator::BitmapBytes(data, block_size);
+    f->bitmap_.resize((bytes + 63) / 64);
+    alloc::BackendOptions bo;
+    bo.data_begin = 1ull << 20;
+    bo.data_size = data;
+    bo.block_size = block_size;
+    bo.bitmap = reinterpret_cast<uint8_t*>(f->bitmap_.data());
+    bo.bitmap_size = f->bitmap_.size() * 64;
+    bo.persister = pm::DramPersister();
+    ASYMNVM_ASSIGN_OR_RETURN(f->backend_, alloc::BackendAllocator::Open(bo));
+    f->source_ = std::make_unique<alloc::LocalSlabSource>(f->backend_.get());
+    alloc::FrontendOptions fo;
+    fo.source = f->source_.get();
+    ASYMNVM_ASSIGN_OR_RETURN(f->fe_, alloc::FrontendAllocator::Open(fo));
+    return f;
+  }
+  Result<uint64_t> Alloc(uint64_t size) override { return fe_->Malloc(size); }
+  Status Free(uint64_t addr) override { return fe_->Free(addr); }
+
+ private:
+  FrontendLocal() = default;
+  struct alignas(64) Line {
+    uint8_t b[64];
+  };
+  std::vector<Line> bitmap_;
+  std::unique_ptr<alloc::BackendAllocator> backend_;
+  std::unique_ptr<alloc::LocalSlabSource> source_;
+  std::unique_ptr<alloc::FrontendAllocator> fe_;
+};
+
 class RpcOnly : public TestAllocator {
  public:
   explicit RpcOnly(std::unique_ptr<BackendRig> rig) : rig_(std::move(rig)) {}
@@ -256,7 +295,7 @@ class AllocSuite : public Suite {
  public:
   void AddOptions(CLI::App* cmd) override {
     cmd->add_option("--variants", variants_,
-                    "two-tier-128,two-tier-1k,rpc-only,pmemobj,glibc")
+                    "two-tier-128,two-tier-1k,rpc-only,frontend-local-1k,pmemobj,glibc")
         ->delimiter(',')
         ->capture_default_str();
     cmd->add_option("--batch", batch_, "Objects allocated per round before they are all freed")
@@ -270,7 +309,7 @@ class AllocSuite : public Suite {
 
   Status Validate(const CommonOptions& common) override {
     static const std::vector<std::string> kKnown = {"two-tier-128", "two-tier-1k", "rpc-only",
-                                                    "pmemobj", "glibc"};
+                                                    "frontend-local-1k", "pmemobj", "glibc"};
     for (const auto& v : variants_) {
       if (std::find(kKnown.begin(), kKnown.end(), v) == kKnown.end()) {
         return Status::InvalidArgument("--variants: unknown variant '" + v + "'");
@@ -387,6 +426,10 @@ class AllocSuite : public Suite {
       ASYMNVM_ASSIGN_OR_RETURN(auto rig, BackendRig::Start(128, pool_bytes, mode, dir_));
       return std::unique_ptr<TestAllocator>(new RpcOnly(std::move(rig)));
     }
+    if (v == "frontend-local-1k") {
+      ASYMNVM_ASSIGN_OR_RETURN(auto f, FrontendLocal::Open(1024));
+      return std::unique_ptr<TestAllocator>(std::move(f));
+    }
     if (v == "pmemobj") {
       ASYMNVM_ASSIGN_OR_RETURN(auto p, PmemObj::Open(dir_, pool_bytes));
       return std::unique_ptr<TestAllocator>(std::move(p));
@@ -440,8 +483,8 @@ class AllocSuite : public Suite {
     return Status::Ok();
   }
 
-  std::vector<std::string> variants_ = {"two-tier-128", "two-tier-1k", "rpc-only", "pmemobj",
-                                        "glibc"};
+  std::vector<std::string> variants_ = {"two-tier-128",      "two-tier-1k", "rpc-only",
+                                        "frontend-local-1k", "pmemobj",     "glibc"};
   uint64_t batch_ = 10000;
   uint64_t min_size_ = 32, max_size_ = 128;
   std::string pm_mode_ = "flush";

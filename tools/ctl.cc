@@ -228,7 +228,7 @@ void PrintStatus(const nlohmann::json& j, std::ostream& out) {
   auto str = [&](const char* k) {
     return j.contains(k) && j[k].is_string() ? j[k].get<std::string>() : std::string("?");
   };
-  out << "pool:        " << str("pool") << "\n";
+  out << str("pool") << "\n";  // "pool PATH: size, DAX, mode, layout, uuid"
   out << "layout:      " << str("layout") << "\n";
   out << "address:     " << str("address") << "  (op logs: " << str("log_address") << ")\n";
   const auto& fes = j.contains("frontends") ? j["frontends"] : nlohmann::json::array();

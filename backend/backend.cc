@@ -26,7 +26,6 @@
 namespace asymnvm::backend {
 namespace {
 
-constexpr uint32_t kFrontendRecordType = 0xFE;
 constexpr uint16_t kOpLogEntryType = 1;  // Rowan entry type of an operation log
 
 double ProcessCpuSeconds() {

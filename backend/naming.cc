@@ -52,9 +52,9 @@ Result<std::unique_ptr<NamingSpace>> NamingSpace::Open(uint8_t* base, uint64_t a
   }
   for (uint32_t i = 0; i < ns->slots_; i++) {
     const uint32_t st = ns->State(i);
-    if (st > kTombstone) {
+    if (strict && st > kTombstone) {
       return Status::Corruption("naming: slot " + std::to_string(i) + " has state " +
-                                std::to_string(st));
+                                std::to_string(st) + " (run asymnvm-ctl check)");
     }
     if (strict && st == kLive && !ns->SlotValid(i)) {
       return Status::Corruption("naming: live slot " + std::to_string(i) +
@@ -127,7 +127,7 @@ Result<NamingEntry> NamingSpace::Create(const std::string& name, uint32_t type,
   for (uint32_t probe = 0; probe < slots_; probe++) {
     const uint32_t i = static_cast<uint32_t>((h + probe) % slots_);
     const uint32_t st = State(i);
-    if (st == kLive) continue;
+    if (st != kFree && st != kTombstone) continue;  // live, or corrupt: never reused
     uint8_t* s = Slot(i);
     // Body first, while the state still says free/tombstone; then the state flips to live.
     std::memset(s + kCrcBegin, 0, kNamingSlotSize - kCrcBegin);

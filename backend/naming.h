@@ -29,6 +29,9 @@ namespace asymnvm::backend {
 inline constexpr size_t kNamingSlotSize = 256;
 inline constexpr size_t kMaxNameLength = 63;
 inline constexpr size_t kNamingParams = 4;
+// Naming entries of this type, named "fe:<id>", are front-end records (doc/backend.md): root word =
+// LPN, lock word = OPN, seq word = first rejected txn_seq, aux word = highest op_seq seen.
+inline constexpr uint32_t kFrontendRecordType = 0xFE;
 
 // Offsets of the mutable words inside a slot.
 inline constexpr size_t kRootWordOffset = 128;

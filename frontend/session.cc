@@ -9,6 +9,7 @@
 #include "alloc/frontend_allocator.h"
 #include "asymnvm/frontend.h"
 #include "backend/log_format.h"
+#include "backend/naming.h"
 #include "backend/rpc.h"
 #include "common/logging.h"
 #include "fabric/oq/oq.h"
@@ -21,7 +22,6 @@ namespace asymnvm::frontend {
 namespace {
 
 constexpr uint16_t kOpLogEntryType = 1;  // Rowan entry type of an op log (doc/backend.md)
-constexpr uint32_t kFrontendRecordType = 0xFE;
 constexpr size_t kScratchBytes = 1 << 20;
 using Clock = std::chrono::steady_clock;
 
@@ -518,7 +518,7 @@ Result<Structure> Session::CreateRoot(const std::string& name, uint32_t type,
   if (name.empty() || name.size() > 63) {
     return Status::InvalidArgument("root name must be 1..63 bytes");
   }
-  if (type == 0 || type == kFrontendRecordType) {
+  if (type == 0 || type == backend::kFrontendRecordType) {
     return Status::InvalidArgument("root type must be non-zero and not 0xFE");
   }
   if (page_size != 0 && !ValidPageSize(page_size)) {

@@ -21,7 +21,6 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-constexpr uint32_t kFrontendRecordType = 0xFE;  // backend/backend.cc
 constexpr const char* kBackendLayoutName = "asymnvm-backend";
 
 std::string Hex(uint64_t v) {
@@ -76,7 +75,7 @@ void ExamineNaming(const backend::Layout& layout, const uint8_t* base, PoolRepor
   for (const auto& e : (*ns)->List()) {
     const uint64_t root = word(e.root_addr), lock = word(e.lock_addr), seq = word(e.seq_addr),
                    aux = word(e.aux_addr);
-    if (e.type == kFrontendRecordType && e.name.rfind("fe:", 0) == 0) {
+    if (e.type == backend::kFrontendRecordType && e.name.rfind("fe:", 0) == 0) {
       char* end = nullptr;
       const uint64_t id = std::strtoull(e.name.c_str() + 3, &end, 10);
       if (e.name.size() == 3 || *end != '\0') {

@@ -223,7 +223,7 @@ TEST_F(CtlTest, CheckNamesBadSlotState) {
   auto out = nlohmann::json::parse(r.out);
   ASSERT_EQ(out["problems"].size(), 1u) << r.out;
   const std::string problem = out["problems"][0];
-  EXPECT_NE(problem.find("slot " + std::to_string(slot) + " has state 91"), std::string::npos)
+  EXPECT_NE(problem.find("slot " + std::to_string(slot) + ": unknown state 91"), std::string::npos)
       << problem;
   EXPECT_NE(problem.find("pool offset " +
                          std::to_string(naming + slot * backend::kNamingSlotSize)),

@@ -213,6 +213,14 @@ struct Backend::Impl : public OpLogSource {
         const uint64_t fe = r.U64();
         ASYMNVM_RETURN_IF_ERROR(r.status());
         ASYMNVM_ASSIGN_OR_RETURN(NamingEntry rec, Register(fe));
+        {
+          // A new incarnation: op_seq numbers of this session start above 2^32 × incarnation, so
+          // they never repeat an op log of an earlier session still in the b-log (the scanner
+          // identifies entries by (owner, version)).
+          auto aux = Word(base(), rec.aux_addr);
+          aux.store(((aux.load() >> 32) + 1) << 32, std::memory_order_release);
+          pool->persister()->Persist(base() + rec.aux_addr, 8);
+        }
         fabric::RegionDescriptor nd = naming_mr->descriptor(), dd = data_mr->descriptor();
         uint8_t buf[2 * fabric::RegionDescriptor::kEncodedSize];
         nd.EncodeTo(buf);
@@ -476,7 +484,8 @@ struct Backend::Impl : public OpLogSource {
         j["frontends"].push_back({{"id", fe},
                                   {"lpn", Word(base(), rec.root_addr).load()},
                                   {"opn", Word(base(), rec.lock_addr).load()},
-                                  {"first_rejected_txn", Word(base(), rec.seq_addr).load()}});
+                                  {"first_rejected_txn", Word(base(), rec.seq_addr).load()},
+                                  {"incarnation", Word(base(), rec.aux_addr).load() >> 32}});
       }
     }
     j["txns_applied"] = s.txns_applied;

@@ -149,6 +149,7 @@ TEST(BackendService, RegisterNamingAllocAndTransactionsSurviveRestart) {
     ASSERT_TRUE(c.Txn(7, 3, seq_addr, slab, 0xEE).ok());  // a duplicate: skipped
     auto reg2 = c.Register(7);  // a Call after the Submits executes after them (queue order)
     EXPECT_EQ(reg2.lpn, 5u);
+    EXPECT_EQ(c.StatusJson()["frontends"][0]["incarnation"], 2);  // one per register call
     EXPECT_EQ(reg2.rejected, 0u);
     auto st = c.StatusJson();
     EXPECT_EQ(st["txns_applied"], 5);

@@ -39,12 +39,6 @@ std::atomic_ref<uint64_t> Word(uint8_t* base, uint64_t offset) {
   return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(base + offset));
 }
 
-void EncodeEntry(const NamingEntry& e, PayloadWriter* w) {
-  w->U32(e.slot).U32(e.type);
-  for (uint64_t p : e.params) w->U64(p);
-  w->U64(e.root_addr).U64(e.lock_addr).U64(e.seq_addr).U64(e.aux_addr);
-  w->U32(static_cast<uint32_t>(e.name.size())).Str(e.name);
-}
 
 }  // namespace
 
@@ -221,16 +215,22 @@ struct Backend::Impl : public OpLogSource {
           aux.store(((aux.load() >> 32) + 1) << 32, std::memory_order_release);
           pool->persister()->Persist(base() + rec.aux_addr, 8);
         }
-        fabric::RegionDescriptor nd = naming_mr->descriptor(), dd = data_mr->descriptor();
-        uint8_t buf[2 * fabric::RegionDescriptor::kEncodedSize];
-        nd.EncodeTo(buf);
-        dd.EncodeTo(buf + fabric::RegionDescriptor::kEncodedSize);
-        w.U64(Word(base(), rec.root_addr).load()).U64(Word(base(), rec.lock_addr).load());
-        w.U64(Word(base(), rec.seq_addr).load());
-        w.U64(rec.root_addr).U64(rec.lock_addr).U64(rec.seq_addr);
-        w.U64(layout.naming.offset).U64(layout.data.offset).U64(layout.data.end());
-        w.U32(layout.block_size).U32(0).Bytes(buf);
-        w.U32(static_cast<uint32_t>(receiver->address().size())).Str(receiver->address());
+        RegisterReply reply;
+        reply.lpn = Word(base(), rec.root_addr).load();
+        reply.opn = Word(base(), rec.lock_addr).load();
+        reply.rejected = Word(base(), rec.seq_addr).load();
+        reply.lpn_addr = rec.root_addr;
+        reply.opn_addr = rec.lock_addr;
+        reply.rejected_addr = rec.seq_addr;
+        reply.naming_begin = layout.naming.offset;
+        reply.data_begin = layout.data.offset;
+        reply.data_end = layout.data.end();
+        reply.block_size = layout.block_size;
+        reply.naming_region = naming_mr->descriptor();
+        reply.data_region = data_mr->descriptor();
+        reply.log_address = receiver->address();
+        *response = EncodeRegisterReply(reply);
+        return Status::Ok();
         break;
       }
       case kNamingCreate: {
@@ -247,9 +247,9 @@ struct Backend::Impl : public OpLogSource {
         NamingEntry existing;
         auto e = naming->Create(std::string(name.begin(), name.end()), type, params, &existing);
         if (e.ok()) {
-          EncodeEntry(*e, &w);
+          EncodeNamingEntry(*e, &w);
         } else if (e.status().code() == StatusCode::kAlreadyExists && existing.type == type) {
-          EncodeEntry(existing, &w);  // create-or-open: same type is fine
+          EncodeNamingEntry(existing, &w);  // create-or-open: same type is fine
         } else if (e.status().code() == StatusCode::kAlreadyExists) {
           return Status::AlreadyExists(e.status().message() + " with type " +
                                        std::to_string(existing.type) + ", not " +
@@ -276,7 +276,7 @@ struct Backend::Impl : public OpLogSource {
       case kNamingLookup: {
         ASYMNVM_ASSIGN_OR_RETURN(NamingEntry e, naming->Lookup(std::string(payload.begin(),
                                                                           payload.end())));
-        EncodeEntry(e, &w);
+        EncodeNamingEntry(e, &w);
         break;
       }
       case kNamingRemove:

@@ -105,8 +105,9 @@ TEST(BackendCrash, SigkillMidStreamLosesNoAcknowledgedTransaction) {
     reg.U64(kFe);
     auto r = s.Call(kRegister, reg.bytes());
     ASSERT_TRUE(r.ok()) << r.status().ToString();
-    PayloadReader rd(*r, "register");
-    const uint64_t lpn = rd.U64();
+    auto reply = DecodeRegisterReply(*r);
+    ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+    const uint64_t lpn = reply->lpn;
     // Every acknowledged transaction survived; nothing beyond what was sent was applied.
     std::printf("round %d: restarted with LPN %llu (last acknowledged %llu, last sent %llu)\n",
                 round, static_cast<unsigned long long>(lpn),
@@ -115,17 +116,11 @@ TEST(BackendCrash, SigkillMidStreamLosesNoAcknowledgedTransaction) {
     EXPECT_GE(lpn, last_acked);
     EXPECT_LE(lpn, last_sent);
     if (round == 0) {
-      PayloadWriter cw;
-      cw.U32(9).U32(5);
-      for (int i = 0; i < 4; i++) cw.U64(0);
-      cw.Str("crash");
-      auto e = s.Call(kNamingCreate, cw.bytes());
+      auto e = s.Call(kNamingCreate, EncodeNamingCreate("crash", 9, {}));
       ASSERT_TRUE(e.ok()) << e.status().ToString();
-      PayloadReader er(*e, "entry");
-      er.U32(), er.U32();
-      for (int i = 0; i < 4; i++) er.U64();
-      er.U64(), er.U64();
-      seq_addr = er.U64();
+      auto entry = DecodeNamingEntry(*e);
+      ASSERT_TRUE(entry.ok()) << entry.status().ToString();
+      seq_addr = entry->seq_addr;
       auto a = s.Call(kAllocSlab, {});
       ASSERT_TRUE(a.ok());
       slab = PayloadReader(*a, "addr").U64();
@@ -159,7 +154,9 @@ TEST(BackendCrash, SigkillMidStreamLosesNoAcknowledgedTransaction) {
   reg.U64(kFe);
   auto r = s.Call(kRegister, reg.bytes());
   ASSERT_TRUE(r.ok());
-  const uint64_t lpn = PayloadReader(*r, "register").U64();
+  auto reply = DecodeRegisterReply(*r);
+  ASSERT_TRUE(reply.ok());
+  const uint64_t lpn = reply->lpn;
   EXPECT_GE(lpn, last_acked);
   EXPECT_GT(last_acked, 0u) << "no transaction was ever acknowledged: the test proved nothing";
   s.client.reset();

@@ -61,43 +61,19 @@ struct Client {
     ASYMNVM_RETURN_IF_ERROR(oq->Call(0, type, payload, &response));
     return response;
   }
-  struct Reg {
-    uint64_t lpn, opn, rejected;
-    uint64_t data_begin, data_end;
-  };
-  Reg Register(uint64_t fe) {
+  RegisterReply Register(uint64_t fe) {
     PayloadWriter w;
     w.U64(fe);
     auto r = Call(kRegister, w.bytes());
     EXPECT_TRUE(r.ok()) << r.status().ToString();
-    PayloadReader rd(*r, "reply");
-    Reg g;
-    g.lpn = rd.U64();
-    g.opn = rd.U64();
-    g.rejected = rd.U64();
-    rd.U64(), rd.U64(), rd.U64(), rd.U64();
-    g.data_begin = rd.U64();
-    g.data_end = rd.U64();
-    EXPECT_TRUE(rd.status().ok());
-    return g;
+    if (!r.ok()) return {};
+    auto reply = DecodeRegisterReply(*r);
+    EXPECT_TRUE(reply.ok()) << reply.status().ToString();
+    return reply.ok() ? *reply : RegisterReply{};
   }
   Result<NamingEntry> Create(const std::string& name, uint32_t type) {
-    PayloadWriter w;
-    w.U32(type).U32(static_cast<uint32_t>(name.size()));
-    for (int i = 0; i < 4; i++) w.U64(i + 1);
-    w.Str(name);
-    ASYMNVM_ASSIGN_OR_RETURN(auto r, Call(kNamingCreate, w.bytes()));
-    PayloadReader rd(r, "entry");
-    NamingEntry e;
-    e.slot = rd.U32();
-    e.type = rd.U32();
-    for (auto& p : e.params) p = rd.U64();
-    e.root_addr = rd.U64();
-    e.lock_addr = rd.U64();
-    e.seq_addr = rd.U64();
-    e.aux_addr = rd.U64();
-    ASYMNVM_RETURN_IF_ERROR(rd.status());
-    return e;
+    ASYMNVM_ASSIGN_OR_RETURN(auto r, Call(kNamingCreate, EncodeNamingCreate(name, type, {1, 2, 3, 4})));
+    return DecodeNamingEntry(r);
   }
   Result<uint64_t> AllocSlab() {
     ASYMNVM_ASSIGN_OR_RETURN(auto r, Call(kAllocSlab, {}));

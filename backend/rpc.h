@@ -12,7 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "asymnvm/fabric.h"
 #include "asymnvm/status.h"
+#include "backend/naming.h"
 #include "common/coding.h"
 
 namespace asymnvm::backend {
@@ -97,5 +99,26 @@ class PayloadReader {
   size_t pos_ = 0;
   bool short_ = false;
 };
+
+// The register reply (layout in doc/backend.md §The service and the daemon).
+struct RegisterReply {
+  uint64_t lpn = 0, opn = 0, rejected = 0;                // the front-end record's words
+  uint64_t lpn_addr = 0, opn_addr = 0, rejected_addr = 0;  // ... and their pool offsets
+  uint64_t naming_begin = 0, data_begin = 0, data_end = 0;
+  uint32_t block_size = 0;
+  fabric::RegionDescriptor naming_region, data_region;
+  std::string log_address;  // the Rowan receiver's
+};
+std::vector<uint8_t> EncodeRegisterReply(const RegisterReply& reply);
+// kInvalidArgument (short), kCorruption (bad region descriptor).
+Result<RegisterReply> DecodeRegisterReply(std::span<const uint8_t> bytes);
+
+// Naming entries as naming create/lookup reply with them.
+void EncodeNamingEntry(const NamingEntry& entry, PayloadWriter* out);
+Result<NamingEntry> DecodeNamingEntry(std::span<const uint8_t> bytes);
+
+// The naming create request.
+std::vector<uint8_t> EncodeNamingCreate(const std::string& name, uint32_t type,
+                                        const std::array<uint64_t, kNamingParams>& params);
 
 }  // namespace asymnvm::backend

@@ -40,19 +40,16 @@ class Backoff {
 };
 
 Result<Structure> DecodeEntry(std::span<const uint8_t> bytes) {
-  backend::PayloadReader r(bytes, "naming entry");
+  ASYMNVM_ASSIGN_OR_RETURN(backend::NamingEntry e, backend::DecodeNamingEntry(bytes));
   Structure s;
-  s.id = r.U32();
-  s.type = r.U32();
-  for (auto& p : s.params) p = r.U64();
-  s.root_addr = r.U64();
-  s.lock_addr = r.U64();
-  s.seq_addr = r.U64();
-  s.aux_addr = r.U64();
-  const uint32_t n = r.U32();
-  auto name = r.Bytes(n);
-  ASYMNVM_RETURN_IF_ERROR(r.status());
-  s.name.assign(name.begin(), name.end());
+  s.id = e.slot;
+  s.type = e.type;
+  s.params = e.params;
+  s.root_addr = e.root_addr;
+  s.lock_addr = e.lock_addr;
+  s.seq_addr = e.seq_addr;
+  s.aux_addr = e.aux_addr;
+  s.name = std::move(e.name);
   return s;
 }
 
@@ -417,24 +414,15 @@ Result<std::unique_ptr<Session>> Session::Open(const SessionOptions& options) {
   w.U64(options.frontend_id);
   auto reply = m.Call(backend::kRegister, w.bytes());
   if (!reply.ok()) return reply.status().WithContext(ctx + ": register");
-  backend::PayloadReader r(*reply, "register reply");
-  const uint64_t lpn = r.U64(), opn = r.U64(), rejected = r.U64();
-  m.lpn_addr = r.U64();
-  r.U64();
-  r.U64();
-  m.naming_begin = r.U64();
-  m.data_begin = r.U64();
-  m.data_end = r.U64();
-  m.block_size = r.U32();
-  r.U32();
-  auto descs = r.Bytes(2 * fabric::RegionDescriptor::kEncodedSize);
-  const uint32_t log_len = r.U32();
-  auto log_addr = r.Bytes(log_len);
-  ASYMNVM_RETURN_IF_ERROR(r.status());
-  ASYMNVM_ASSIGN_OR_RETURN(m.naming_desc,
-                           fabric::RegionDescriptor::Decode(descs.data(), descs.size()));
-  ASYMNVM_ASSIGN_OR_RETURN(
-      m.data_desc, fabric::RegionDescriptor::Decode(descs.data() + 32, descs.size() - 32));
+  ASYMNVM_ASSIGN_OR_RETURN(backend::RegisterReply reg, backend::DecodeRegisterReply(*reply));
+  const uint64_t lpn = reg.lpn, opn = reg.opn, rejected = reg.rejected;
+  m.lpn_addr = reg.lpn_addr;
+  m.naming_begin = reg.naming_begin;
+  m.data_begin = reg.data_begin;
+  m.data_end = reg.data_end;
+  m.block_size = reg.block_size;
+  m.naming_desc = reg.naming_region;
+  m.data_desc = reg.data_region;
   m.naming_end = m.naming_begin + m.naming_desc.length;
   m.known_lpn = lpn;
   m.next_txn = lpn + 1;
@@ -452,7 +440,7 @@ Result<std::unique_ptr<Session>> Session::Open(const SessionOptions& options) {
   rowan::SenderOptions so;
   so.fabric = m.fabric.get();
   so.pd = m.pd.get();
-  so.address.assign(log_addr.begin(), log_addr.end());
+  so.address = reg.log_address;
   so.timeout = options.timeout;
   auto snd = rowan::Sender::Connect(so);
   if (!snd.ok()) return snd.status().WithContext(ctx);
@@ -524,11 +512,8 @@ Result<Structure> Session::CreateRoot(const std::string& name, uint32_t type,
   if (page_size != 0 && !ValidPageSize(page_size)) {
     return Status::InvalidArgument("page_size must be a power of two in 64..1 MiB");
   }
-  backend::PayloadWriter w;
-  w.U32(type).U32(static_cast<uint32_t>(name.size()));
-  for (uint64_t p : params) w.U64(p);
-  w.Str(name);
-  ASYMNVM_ASSIGN_OR_RETURN(auto reply, m.Call(backend::kNamingCreate, w.bytes()));
+  ASYMNVM_ASSIGN_OR_RETURN(
+      auto reply, m.Call(backend::kNamingCreate, backend::EncodeNamingCreate(name, type, params)));
   ASYMNVM_ASSIGN_OR_RETURN(Structure s, DecodeEntry(reply));
   s.page_size = page_size;
   m.structures[s.id] = s;

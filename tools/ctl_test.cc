@@ -86,9 +86,7 @@ void Populate(Conn& c) {
   reg.U64(7);
   c.Call(backend::kRegister, reg.bytes());
   for (const std::string name : {"tree", "queue"}) {
-    PayloadWriter w;
-    w.U32(3).U32(static_cast<uint32_t>(name.size())).U64(64).U64(16).U64(0).U64(0).Str(name);
-    c.Call(backend::kNamingCreate, w.bytes());
+    c.Call(backend::kNamingCreate, backend::EncodeNamingCreate(name, 3, {64, 16, 0, 0}));
   }
   std::vector<uint64_t> slabs;
   for (int i = 0; i < 3; i++) slabs.push_back(c.Addr(backend::kAllocSlab, {}));

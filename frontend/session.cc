@@ -218,6 +218,18 @@ struct Session::Impl {
     }
   }
 
+  // True when `addr` lies in one of this session's slabs or large extents (error path only).
+  bool OwnsMemoryAt(uint64_t addr) const {
+    const uint64_t ss = allocator->slab_size();
+    for (uint64_t slab : allocator->Slabs()) {
+      if (addr >= slab && addr < slab + ss) return true;
+    }
+    for (const auto& o : allocator->LargeObjects()) {
+      if (addr >= o.addr && addr < o.addr + o.bytes) return true;
+    }
+    return false;
+  }
+
   Status RemoteRead(uint64_t addr, std::span<uint8_t> out) {
     ASYMNVM_RETURN_IF_ERROR(RemoteReadRaw(addr, out));
     Patch(addr, out);
@@ -568,6 +580,12 @@ Status Session::Read(uint64_t addr, std::span<uint8_t> out, uint32_t page_size) 
   return Status::Ok();
 }
 
+Status Session::ReadRemote(uint64_t addr, std::span<uint8_t> out) {
+  Impl& m = *impl_;
+  ASYMNVM_RETURN_IF_ERROR(m.MaybeTimer());
+  return m.RemoteRead(addr, out);
+}
+
 Result<uint64_t> Session::ReadWord(uint64_t addr) {
   if (addr % 8 != 0) return Status::InvalidArgument("ReadWord: address not 8-byte aligned");
   uint8_t w[8];
@@ -721,7 +739,16 @@ Status Session::Poll() { return impl_->MaybeTimer(); }
 // ---- allocation ----
 
 Result<uint64_t> Session::Malloc(uint64_t size) { return impl_->allocator->Malloc(size); }
-Status Session::Free(uint64_t addr) { return impl_->allocator->Free(addr); }
+Status Session::Free(uint64_t addr) {
+  Impl& m = *impl_;
+  Status st = m.allocator->Free(addr);
+  if (st.code() == StatusCode::kInvalidArgument && addr >= m.data_begin && addr < m.data_end &&
+      !m.OwnsMemoryAt(addr)) {
+    m.c.orphan_frees++;
+    return Status::Ok();
+  }
+  return st;
+}
 
 // ---- concurrency ----
 

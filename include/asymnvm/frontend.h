@@ -92,6 +92,10 @@ struct Counters {
   uint64_t lock_acquires = 0, lock_retries = 0;
   uint64_t reader_retries = 0;
   uint64_t replayed_ops = 0;
+  // Frees of objects carved by an earlier session (another incarnation or front-end): the
+  // allocator state of a session is DRAM only (the paper reconstructs allocation state only at
+  // slab level), so their space stays allocated until the slab is reclaimed (doc/frontend.md).
+  uint64_t orphan_frees = 0;
 };
 
 // An operation log found after a crash (recovery case 2, §7.2).
@@ -141,6 +145,9 @@ class Session {
   // kInvalidArgument: range outside the naming and data areas; transport errors.
   Status Read(uint64_t addr, std::span<uint8_t> out, uint32_t page_size = 0);
   Result<uint64_t> ReadWord(uint64_t addr);  // 8 bytes, 8-aligned, always remote
+  // One-sided READ that bypasses the cache at every level (still patched with this session's own
+  // writes not yet applied). Structures use it for data they choose not to cache.
+  Status ReadRemote(uint64_t addr, std::span<uint8_t> out);
   // A consistent read of a structure's data (Algorithm 2): `body` runs between two reads of the
   // sequence word, with reads remote (cache bypassed), and is retried while a transaction is being
   // applied or was applied meanwhile. kTimedOut after options.timeout; body errors returned.
@@ -176,7 +183,10 @@ class Session {
 
   // ---- allocation (two tiers: slabs from the back-end, objects carved here) ----
   Result<uint64_t> Malloc(uint64_t size);
-  // kInvalidArgument (foreign pointer), kFailedPrecondition (double free).
+  // kFailedPrecondition (double free of an object of this session), kInvalidArgument (an address
+  // outside the data area, or inside an object of this session's slabs). An object this session
+  // did not allocate (carved by an earlier session) is left allocated and counted in
+  // orphan_frees.
   Status Free(uint64_t addr);
 
   // ---- concurrency ----

@@ -1,0 +1,133 @@
+// Persistent data structures over the AsymNVM front-end SDK (papers/asymnvm-asplos20.txt §4.3–4.4,
+// §6, §8; doc/structures.md).
+//
+// Every structure is a named root in a back-end's naming space, created or opened through a
+// frontend::Session. Two shapes share one interface each so that benchmarks, the main job and the
+// differential tests drive any structure the same way:
+//   Sequence — stack (LIFO) and queue (FIFO): Push / Pop.
+//   Map      — hash table, skip list, BST, B+tree, MV-BST, MV-B+tree: Put / Get / Delete / Scan.
+//
+// Keys are 8 bytes; values are byte strings of at most `value_size` bytes, fixed per instance at
+// creation (64 by default, up to kMaxValueSize).
+//
+// Concurrency (SWMR, §6): a handle opened with Access::kWriter is the structure's single writer.
+// Lock-based structures (stack, queue, hash, skip list, BST, B+tree) take the writer lock at Open
+// and hold it until the handle is destroyed; readers (Access::kReader) read under the seqlock
+// (Session::ReadConsistent) and never block the writer. Multi-version structures (MV-BST,
+// MV-B+tree) never lock readers: the writer path-copies, makes the new nodes durable, and swaps
+// the root word with a remote CAS; replaced nodes are freed after a grace period.
+//
+// Every update writes one operation log (levels r, rc, rcb) and is re-executed by its replay
+// function after a front-end crash (RegisterReplays).
+//
+// Thread safety: a handle belongs to one thread, like its Session.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "asymnvm/frontend.h"
+#include "asymnvm/status.h"
+
+namespace asymnvm::structures {
+
+// The naming-space type of each structure (Structure::type).
+enum class Kind : uint32_t {
+  kStack = 1,
+  kQueue = 2,
+  kHashTable = 3,
+  kSkipList = 4,
+  kBst = 5,
+  kBPlusTree = 6,
+  kMvBst = 7,
+  kMvBPlusTree = 8,
+};
+inline constexpr Kind kAllKinds[] = {Kind::kStack,    Kind::kQueue, Kind::kHashTable,
+                                     Kind::kSkipList, Kind::kBst,   Kind::kBPlusTree,
+                                     Kind::kMvBst,    Kind::kMvBPlusTree};
+const char* KindName(Kind kind);  // "stack" | "queue" | "hash" | "skiplist" | "bst" | "bptree" | "mvbst" | "mvbptree"
+Result<Kind> ParseKind(const std::string& name);  // kInvalidArgument listing the valid names
+bool IsSequence(Kind kind);                       // stack, queue
+bool IsOrdered(Kind kind);                        // maps with Scan
+bool IsMultiVersion(Kind kind);
+
+inline constexpr uint32_t kDefaultValueSize = 64;
+inline constexpr uint32_t kMaxValueSize = 16384;
+
+enum class Access : uint8_t { kWriter, kReader };
+
+struct Options {
+  // Used when the structure is created; an existing structure keeps the values it was created
+  // with (read back from the naming entry's params).
+  uint32_t value_size = kDefaultValueSize;  // 1..kMaxValueSize
+  uint64_t param = 0;  // structure-specific shape (0 = default): B+tree fan-out (32), hash
+                       // buckets (65536), skip-list max level (20)
+  Access access = Access::kWriter;
+  // Structure-specific optimizations of §8 (stack/queue annulment, hot-item caching, tree level
+  // caching and vector batches, ...). Off = the plain algorithm at the session's level.
+  bool optimize = true;
+  // Create when missing (writers only; a reader of a missing structure gets kNotFound).
+  bool create = true;
+};
+
+using Value = std::vector<uint8_t>;
+using KeyValue = std::pair<uint64_t, Value>;
+
+// Common to both shapes.
+class Handle {
+ public:
+  virtual ~Handle() = default;
+  virtual Kind kind() const = 0;
+  virtual const frontend::Structure& structure() const = 0;
+  virtual uint32_t value_size() const = 0;
+  // Number of elements (walks the structure for some kinds; a reader reads it consistently).
+  virtual Result<uint64_t> Count() = 0;
+  // Makes every acknowledged update of this handle visible to other sessions (flush + fence).
+  virtual Status Sync() = 0;
+  // Walks the whole structure and checks its invariants (ordering, balance/fill, counts, no
+  // cycles, values within value_size). kCorruption naming what is wrong.
+  virtual Status Verify() = 0;
+};
+
+class Sequence : public Handle {
+ public:
+  // kInvalidArgument: value longer than value_size. kFailedPrecondition: reader handle.
+  virtual Status Push(std::span<const uint8_t> value) = 0;
+  // Removes the top (stack) / front (queue) element. kNotFound when empty.
+  virtual Status Pop(Value* value) = 0;
+  // Reads the element Pop would remove. kNotFound when empty.
+  virtual Status Peek(Value* value) = 0;
+};
+
+class Map : public Handle {
+ public:
+  // Insert or update. kInvalidArgument: value longer than value_size. kFailedPrecondition: reader.
+  virtual Status Put(uint64_t key, std::span<const uint8_t> value) = 0;
+  // kNotFound when the key is absent.
+  virtual Status Get(uint64_t key, Value* value) = 0;
+  // kNotFound when the key is absent.
+  virtual Status Delete(uint64_t key) = 0;
+  // Up to `limit` pairs with key >= from, in key order. kNotSupported for unordered maps.
+  virtual Status Scan(uint64_t from, size_t limit, std::vector<KeyValue>* out) = 0;
+};
+
+// Create-or-open (writers; Options::create) or open (readers) the structure `name` of `kind`.
+// Errors: kInvalidArgument (bad options or name), kNotFound (reader of a missing structure),
+// kFailedPrecondition (the name holds another kind — "type mismatch"), kTimedOut (another writer
+// holds the lock), kNotSupported (a kind not built), session errors.
+Result<std::unique_ptr<Sequence>> OpenSequence(frontend::Session& session, Kind kind,
+                                               const std::string& name, const Options& options = {});
+Result<std::unique_ptr<Map>> OpenMap(frontend::Session& session, Kind kind, const std::string& name,
+                                     const Options& options = {});
+// Either shape.
+Result<std::unique_ptr<Handle>> Open(frontend::Session& session, Kind kind, const std::string& name,
+                                     const Options& options = {});
+
+// Registers the replay function of every kind with the session (before Session::Replay).
+void RegisterReplays(frontend::Session& session);
+
+}  // namespace asymnvm::structures

@@ -1,0 +1,246 @@
+#include "structures/base.h"
+
+#include <map>
+#include <mutex>
+
+#include "common/logging.h"
+
+namespace asymnvm::structures {
+
+const char* KindName(Kind kind) {
+  switch (kind) {
+    case Kind::kStack: return "stack";
+    case Kind::kQueue: return "queue";
+    case Kind::kHashTable: return "hash";
+    case Kind::kSkipList: return "skiplist";
+    case Kind::kBst: return "bst";
+    case Kind::kBPlusTree: return "bptree";
+    case Kind::kMvBst: return "mvbst";
+    case Kind::kMvBPlusTree: return "mvbptree";
+  }
+  return "unknown";
+}
+
+Result<Kind> ParseKind(const std::string& name) {
+  for (Kind k : kAllKinds) {
+    if (name == KindName(k)) return k;
+  }
+  return Status::InvalidArgument(
+      "unknown structure '" + name +
+      "' (valid: stack, queue, hash, skiplist, bst, bptree, mvbst, mvbptree)");
+}
+
+bool IsSequence(Kind kind) { return kind == Kind::kStack || kind == Kind::kQueue; }
+bool IsOrdered(Kind kind) { return !IsSequence(kind) && kind != Kind::kHashTable; }
+bool IsMultiVersion(Kind kind) { return kind == Kind::kMvBst || kind == Kind::kMvBPlusTree; }
+
+namespace internal {
+namespace {
+
+// Open handles per (session, structure id): Session::Replay reaches the handle through it.
+std::mutex g_registry_mu;
+std::map<std::pair<const frontend::Session*, uint32_t>, Base*>& Registry() {
+  static auto* r = new std::map<std::pair<const frontend::Session*, uint32_t>, Base*>();
+  return *r;
+}
+
+}  // namespace
+
+std::string Describe(Kind kind, const std::string& name) {
+  return std::string(KindName(kind)) + " '" + name + "'";
+}
+
+void EncodeSlot(std::span<const uint8_t> value, std::span<uint8_t> slot) {
+  std::memset(slot.data(), 0, slot.size());
+  PutU32(slot.data(), static_cast<uint32_t>(value.size()));
+  if (!value.empty()) std::memcpy(slot.data() + 4, value.data(), value.size());
+}
+
+Status DecodeSlot(std::span<const uint8_t> slot, uint32_t value_size, Value* out) {
+  if (slot.size() < 4) return Status::Corruption("value slot shorter than its length field");
+  const uint32_t len = GetU32(slot.data());
+  if (len > value_size || 4 + static_cast<size_t>(len) > slot.size()) {
+    return Status::Corruption("value slot length " + std::to_string(len) + " exceeds value_size " +
+                              std::to_string(value_size));
+  }
+  if (out) out->assign(slot.data() + 4, slot.data() + 4 + len);
+  return Status::Ok();
+}
+
+std::vector<uint8_t> EncodeKeyValue(uint64_t key, std::span<const uint8_t> value) {
+  std::vector<uint8_t> p(12 + value.size());
+  PutU64(p.data(), key);
+  PutU32(p.data() + 8, static_cast<uint32_t>(value.size()));
+  if (!value.empty()) std::memcpy(p.data() + 12, value.data(), value.size());
+  return p;
+}
+
+Status DecodeKeyValue(std::span<const uint8_t> params, uint64_t* key, Value* value) {
+  if (params.size() < 12) return Status::Corruption("op log parameters shorter than key + length");
+  *key = GetU64(params.data());
+  const uint32_t len = GetU32(params.data() + 8);
+  if (params.size() != 12 + static_cast<size_t>(len)) {
+    return Status::Corruption("op log parameters: value length does not match");
+  }
+  if (value) value->assign(params.begin() + 12, params.end());
+  return Status::Ok();
+}
+
+Result<frontend::Structure> Base::Resolve(frontend::Session& s, Kind kind, const std::string& name,
+                                          Options* o, uint64_t default_param) {
+  if (o->value_size == 0 || o->value_size > kMaxValueSize) {
+    return Status::InvalidArgument("value_size must be 1.." + std::to_string(kMaxValueSize) +
+                                   " bytes, got " + std::to_string(o->value_size));
+  }
+  if (o->param == 0) o->param = default_param;
+  const bool create = o->access == Access::kWriter && o->create;
+  Result<frontend::Structure> r = Status::Internal("unset");
+  if (create) {
+    std::array<uint64_t, 4> params{o->value_size, o->param, kLayoutVersion, 0};
+    r = s.CreateRoot(name, static_cast<uint32_t>(kind), params);
+    if (!r.ok() && r.status().code() == StatusCode::kAlreadyExists) {
+      auto other = s.OpenRoot(name);
+      std::string what = other.ok() ? std::string(KindName(static_cast<Kind>(other->type))) : "?";
+      return Status::FailedPrecondition("type mismatch: '" + name + "' is a " + what + ", not a " +
+                                        KindName(kind));
+    }
+  } else {
+    r = s.OpenRoot(name);
+    if (!r.ok() && r.status().code() == StatusCode::kNotFound) {
+      return Status::NotFound("no structure named '" + name + "'");
+    }
+  }
+  if (!r.ok()) return r.status();
+  if (r->type != static_cast<uint32_t>(kind)) {
+    return Status::FailedPrecondition("type mismatch: '" + name + "' is a " +
+                                      KindName(static_cast<Kind>(r->type)) + ", not a " +
+                                      KindName(kind));
+  }
+  if (r->params[2] != kLayoutVersion || r->params[0] == 0 || r->params[0] > kMaxValueSize) {
+    return Status::Corruption(Describe(kind, name) + ": naming entry has unknown layout version " +
+                              std::to_string(r->params[2]) + " or value size " +
+                              std::to_string(r->params[0]));
+  }
+  o->value_size = static_cast<uint32_t>(r->params[0]);
+  o->param = r->params[1];
+  return r;
+}
+
+Base::Base(frontend::Session& s, frontend::Structure st, Kind kind, const Options& options)
+    : s_(s), st_(std::move(st)), kind_(kind), opt_(options) {
+  std::lock_guard<std::mutex> l(g_registry_mu);
+  Registry()[{&s_, st_.id}] = this;
+}
+
+Base::~Base() {
+  {
+    std::lock_guard<std::mutex> l(g_registry_mu);
+    auto it = Registry().find({&s_, st_.id});
+    if (it != Registry().end() && it->second == this) Registry().erase(it);
+  }
+  if (writer()) {
+    Status st = s_.Fence();
+    if (!st.ok()) LOG_WARN("structures", Describe(kind_, st_.name) << ": sync at close: " << st.ToString());
+  }
+  if (locked_) {
+    Status st = s_.WriterUnlock(st_);
+    if (!st.ok()) LOG_WARN("structures", Describe(kind_, st_.name) << ": unlock at close: " << st.ToString());
+  }
+}
+
+Status Base::AcquireWriterLock() {
+  if (!writer() || locked_) return Status::Ok();
+  Status st = s_.WriterLock(st_);
+  if (!st.ok()) {
+    if (st.code() == StatusCode::kTimedOut) {
+      return Status::TimedOut(Describe(kind_, st_.name) + ": another writer holds the lock");
+    }
+    return st;
+  }
+  locked_ = true;
+  return Status::Ok();
+}
+
+Result<uint64_t> Base::EnsureAnchor(std::span<const uint8_t> init) {
+  ASYMNVM_ASSIGN_OR_RETURN(uint64_t root, s_.ReadWord(st_.root_addr));
+  if (root != 0) return root;
+  if (!writer()) return Status::NotFound(Describe(kind_, st_.name) + " is not initialized yet");
+  ASYMNVM_ASSIGN_OR_RETURN(uint64_t a, s_.Malloc(init.size()));
+  ASYMNVM_RETURN_IF_ERROR(s_.Write(a, init, &st_));
+  ASYMNVM_ASSIGN_OR_RETURN(uint64_t old, s_.CompareSwap(st_.root_addr, 0, a));
+  if (old == 0) return a;
+  ASYMNVM_RETURN_IF_ERROR(s_.Free(a));
+  return old;
+}
+
+Status Base::Read(uint64_t addr, std::span<uint8_t> out, bool cached) {
+  return cached ? s_.Read(addr, out, st_.page_size) : s_.ReadRemote(addr, out);
+}
+
+Result<uint64_t> Base::ReadU64(uint64_t addr, bool cached) {
+  uint8_t w[8];
+  ASYMNVM_RETURN_IF_ERROR(Read(addr, w, cached));
+  return GetU64(w);
+}
+
+Status Base::Write(uint64_t addr, std::span<const uint8_t> data) { return s_.MemLog(addr, data); }
+
+Status Base::WriteU64(uint64_t addr, uint64_t v) {
+  uint8_t w[8];
+  PutU64(w, v);
+  return s_.MemLog(addr, w);
+}
+
+Status Base::Update(uint16_t op_type, std::span<const uint8_t> params,
+                    const std::function<Status()>& body) {
+  ASYMNVM_RETURN_IF_ERROR(CheckWritable());
+  ASYMNVM_RETURN_IF_ERROR(s_.OpLog(st_, op_type, params).status());
+  ASYMNVM_RETURN_IF_ERROR(body());
+  return s_.TxWrite(st_);
+}
+
+Status Base::Query(const std::function<Status()>& body) {
+  if (writer()) return body();
+  return s_.ReadConsistent(st_, body);
+}
+
+Status Base::CheckWritable() const {
+  if (!writer()) return Status::FailedPrecondition(Describe(kind_, st_.name) + ": read-only handle");
+  return Status::Ok();
+}
+
+Status Base::CheckValue(std::span<const uint8_t> value) const {
+  if (value.size() > opt_.value_size) {
+    return Status::InvalidArgument(Describe(kind_, st_.name) + ": value of " +
+                                   std::to_string(value.size()) + " bytes exceeds value_size " +
+                                   std::to_string(opt_.value_size));
+  }
+  return Status::Ok();
+}
+
+Status Base::SyncBase() { return s_.Fence(); }
+
+Base* LookupHandle(const frontend::Session* s, uint32_t id) {
+  std::lock_guard<std::mutex> l(g_registry_mu);
+  auto it = Registry().find({s, id});
+  return it == Registry().end() ? nullptr : it->second;
+}
+
+}  // namespace internal
+
+void RegisterReplays(frontend::Session& session) {
+  for (Kind k : kAllKinds) {
+    session.RegisterReplay(static_cast<uint32_t>(k), [](frontend::Session& s,
+                                                        const frontend::Structure& st,
+                                                        const frontend::RecoveredOp& op) -> Status {
+      internal::Base* b = internal::LookupHandle(&s, st.id);
+      if (b == nullptr) {
+        return Status::FailedPrecondition("replay: structure '" + st.name +
+                                          "' has no open handle in this session");
+      }
+      return b->ReplayOp(op);
+    });
+  }
+}
+
+}  // namespace asymnvm::structures

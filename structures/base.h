@@ -1,0 +1,105 @@
+// Internal scaffolding shared by every structure (doc/structures.md "Common machinery"): opening
+// by name with a type check, the anchor block, the writer lock, the update protocol (op log →
+// memory logs → tx_write), seqlock reads for reader handles, value slots, op-log parameter
+// encoding and the replay registry.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "asymnvm/frontend.h"
+#include "asymnvm/structures/structure.h"
+#include "common/logging.h"
+
+namespace asymnvm::structures::internal {
+
+// Naming-entry params of every structure: [0] value_size, [1] param (shape), [2] layout version.
+inline constexpr uint64_t kLayoutVersion = 1;
+
+// A value slot in PM: u32 length | bytes, padded to a multiple of 8 (SlotBytes).
+inline uint32_t SlotBytes(uint32_t value_size) { return (4 + value_size + 7) / 8 * 8; }
+void EncodeSlot(std::span<const uint8_t> value, std::span<uint8_t> slot);
+// kCorruption when the stored length exceeds value_size.
+Status DecodeSlot(std::span<const uint8_t> slot, uint32_t value_size, Value* out);
+
+// Op-log parameters of a keyed update: key u64 | len u32 | value bytes.
+std::vector<uint8_t> EncodeKeyValue(uint64_t key, std::span<const uint8_t> value);
+Status DecodeKeyValue(std::span<const uint8_t> params, uint64_t* key, Value* value);
+
+inline void PutU64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
+inline uint64_t GetU64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+inline void PutU32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
+inline uint32_t GetU32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+class Base {
+ public:
+  // Resolves `name` (create-or-open for writers with options.create, open otherwise), checks
+  // the kind, validates options, and replaces options->value_size / param with the stored ones.
+  // default_param: the kind's default shape when options->param == 0 at creation.
+  static Result<frontend::Structure> Resolve(frontend::Session& s, Kind kind, const std::string& name,
+                                             Options* options, uint64_t default_param);
+
+  Base(frontend::Session& s, frontend::Structure st, Kind kind, const Options& options);
+  virtual ~Base();  // Sync (errors logged) and release the writer lock when held
+  Base(const Base&) = delete;
+  Base& operator=(const Base&) = delete;
+
+  // Re-executes a recovered operation (Session::Replay through RegisterReplays).
+  virtual Status ReplayOp(const frontend::RecoveredOp& op) = 0;
+
+  // Lock-based writers: takes the writer lock (held until destruction).
+  Status AcquireWriterLock();
+  // The anchor block: a data-area block whose address is the root word. A writer creates it
+  // (allocated, written with `init` and fenced, then published by CAS 0 → addr; a loser of the
+  // race frees its block); a reader of a structure without one gets kNotFound.
+  Result<uint64_t> EnsureAnchor(std::span<const uint8_t> init);
+
+  // Reads through the session (cached for the writer at rc/rcb; remote inside Query for readers).
+  // cached = false: one-sided READ even at rc/rcb (for data a structure chooses not to cache).
+  Status Read(uint64_t addr, std::span<uint8_t> out, bool cached = true);
+  Result<uint64_t> ReadU64(uint64_t addr, bool cached = true);
+  // A redo write of the current update (Session::MemLog).
+  Status Write(uint64_t addr, std::span<const uint8_t> data);
+  Status WriteU64(uint64_t addr, uint64_t v);
+
+  // One update: op log (not at naive), body (reads + Write), tx_write. Writers only.
+  Status Update(uint16_t op_type, std::span<const uint8_t> params, const std::function<Status()>& body);
+  // A read-only operation: the writer runs it directly (it sees its own writes); a reader runs
+  // it under the seqlock (retried while the writer's transactions apply).
+  Status Query(const std::function<Status()>& body);
+
+  Status CheckWritable() const;  // kFailedPrecondition for reader handles
+  Status CheckValue(std::span<const uint8_t> value) const;  // kInvalidArgument when too long
+  Status SyncBase();  // Flush + Fence
+
+  frontend::Session& session() { return s_; }
+  const frontend::Structure& st() const { return st_; }
+  bool writer() const { return opt_.access == Access::kWriter; }
+  const Options& opt() const { return opt_; }
+  frontend::Level level() const { return s_.level(); }
+  uint32_t vsize() const { return static_cast<uint32_t>(opt_.value_size); }
+
+ protected:
+  frontend::Session& s_;
+  frontend::Structure st_;
+  Kind kind_;
+  Options opt_;
+  bool locked_ = false;
+};
+
+// Default name of a kind in messages: "stack 'name'".
+std::string Describe(Kind kind, const std::string& name);
+
+}  // namespace asymnvm::structures::internal

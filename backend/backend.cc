@@ -302,6 +302,23 @@ struct Backend::Impl : public OpLogSource {
         ASYMNVM_RETURN_IF_ERROR(allocator->Free(addr));
         break;
       }
+      case kExtentOf: {
+        PayloadReader r(payload, "extent of");
+        const uint64_t addr = r.U64();
+        ASYMNVM_RETURN_IF_ERROR(r.status());
+        uint64_t start = 0, bytes = 0;
+        for (const auto& e : allocator->Extents()) {
+          if (addr >= e.addr && addr < e.addr + e.bytes) {
+            start = e.addr;
+            bytes = e.bytes;
+            break;
+          }
+          if (e.addr > addr) break;
+        }
+        w.U64(start);
+        w.U64(bytes);
+        break;
+      }
       case kFreeDeferred: {
         PayloadReader r(payload, "deferred free");
         const uint64_t addr = r.U64();

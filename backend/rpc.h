@@ -29,6 +29,7 @@ enum RequestType : uint16_t {
   kAllocLarge = 21,     // bytes u64 → addr u64
   kFree = 22,           // addr u64 → (empty)
   kFreeDeferred = 23,   // addr u64 → (empty); reclaimed after the grace period
+  kExtentOf = 24,       // addr u64 → start u64 | bytes u64 of the live allocation holding addr (0, 0: none)
   kTxn = 30,            // memory-log transaction bytes (nilext) → (empty)
   kStatus = 40,         // (empty) → JSON text
 };

@@ -31,4 +31,17 @@ Status RpcSlabSource::Free(uint64_t addr) {
   return client_->Call(0, backend::kFree, w.bytes(), &response);
 }
 
+Result<std::pair<uint64_t, uint64_t>> RpcSlabSource::ExtentOf(uint64_t addr) {
+  calls_.fetch_add(1, std::memory_order_relaxed);
+  backend::PayloadWriter w;
+  w.U64(addr);
+  std::vector<uint8_t> response;
+  ASYMNVM_RETURN_IF_ERROR(client_->Call(0, backend::kExtentOf, w.bytes(), &response));
+  if (response.size() != 16) {
+    return Status::ProtocolError("extent reply of " + std::to_string(response.size()) +
+                                 " bytes, expected 16");
+  }
+  return std::make_pair(GetLe64(response.data()), GetLe64(response.data() + 8));
+}
+
 }  // namespace asymnvm::frontend

@@ -22,6 +22,8 @@ class RpcSlabSource : public alloc::SlabSource {
   Result<uint64_t> AllocSlab() override;
   Result<uint64_t> AllocLarge(uint64_t bytes) override;
   Status Free(uint64_t addr) override;
+  // The live back-end allocation holding `addr`: {start, bytes}, {0, 0} when there is none.
+  Result<std::pair<uint64_t, uint64_t>> ExtentOf(uint64_t addr);
   uint32_t slab_size() const override { return slab_size_; }
   uint64_t data_begin() const override { return begin_; }
   uint64_t data_end() const override { return end_; }

@@ -593,6 +593,22 @@ Result<uint64_t> Session::ReadWord(uint64_t addr) {
   return GetLe64(w);
 }
 
+namespace {
+// Errors of a reader body that a concurrent transaction can cause (torn data); transport
+// errors are not among them.
+bool IsRetryableBodyError(const Status& st) {
+  switch (st.code()) {
+    case StatusCode::kAborted:
+    case StatusCode::kCorruption:
+    case StatusCode::kNotFound:
+    case StatusCode::kInvalidArgument:
+      return true;
+    default:
+      return false;
+  }
+}
+}  // namespace
+
 Status Session::ReadConsistent(const Structure& s, const std::function<Status()>& body) {
   Impl& m = *impl_;
   const auto deadline = Clock::now() + m.o.timeout;
@@ -608,13 +624,15 @@ Status Session::ReadConsistent(const Structure& s, const std::function<Status()>
     }
     if (*v1 % 2 == 0) {
       result = body();
-      if (!result.ok()) break;
       auto v2 = ReadWord(s.seq_addr);
       if (!v2.ok()) {
         result = v2.status();
         break;
       }
+      // A body error is final only when the data did not change under it: a torn read may make
+      // the body fail (bad pointer, bad magic), and that is a retry, not an error.
       if (*v2 == *v1) break;
+      if (!result.ok() && !IsRetryableBodyError(result)) break;
     }
     m.c.reader_retries++;
     if (Clock::now() > deadline) {
@@ -742,12 +760,26 @@ Result<uint64_t> Session::Malloc(uint64_t size) { return impl_->allocator->Mallo
 Status Session::Free(uint64_t addr) {
   Impl& m = *impl_;
   Status st = m.allocator->Free(addr);
-  if (st.code() == StatusCode::kInvalidArgument && addr >= m.data_begin && addr < m.data_end &&
-      !m.OwnsMemoryAt(addr)) {
-    m.c.orphan_frees++;
-    return Status::Ok();
+  if (st.code() != StatusCode::kInvalidArgument || addr < m.data_begin || addr >= m.data_end ||
+      m.OwnsMemoryAt(addr)) {
+    return st;
   }
-  return st;
+  // Not this session's: ask the back-end what lives there.
+  ASYMNVM_ASSIGN_OR_RETURN(auto ext, m.slabs->ExtentOf(addr));
+  const auto [start, bytes] = ext;
+  if (bytes == 0) {
+    return Status::FailedPrecondition("free of " + std::to_string(addr) +
+                                      ": not in any live allocation (double free?)");
+  }
+  if (bytes > m.block_size) {  // a large extent of an earlier session: the back-end frees it
+    if (addr != start) {
+      return Status::InvalidArgument("free of " + std::to_string(addr) +
+                                     ": points into the middle of a large allocation");
+    }
+    return m.slabs->Free(addr);
+  }
+  m.c.orphan_frees++;  // an object in a slab of an earlier session: stays allocated
+  return Status::Ok();
 }
 
 // ---- concurrency ----

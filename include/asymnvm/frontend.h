@@ -150,7 +150,9 @@ class Session {
   Status ReadRemote(uint64_t addr, std::span<uint8_t> out);
   // A consistent read of a structure's data (Algorithm 2): `body` runs between two reads of the
   // sequence word, with reads remote (cache bypassed), and is retried while a transaction is being
-  // applied or was applied meanwhile. kTimedOut after options.timeout; body errors returned.
+  // applied or was applied meanwhile. kTimedOut after options.timeout. A body error is returned
+  // when the sequence word did not change around it; when it did, an error a torn read can cause
+  // (kAborted, kCorruption, kNotFound, kInvalidArgument) is retried instead.
   Status ReadConsistent(const Structure& s, const std::function<Status()>& body);
 
   // Remote compare-and-swap of an 8-byte word (root word of a multi-version structure, or any

@@ -302,6 +302,15 @@ struct Backend::Impl : public OpLogSource {
         ASYMNVM_RETURN_IF_ERROR(allocator->Free(addr));
         break;
       }
+      case kFetchOpLogs: {
+        PayloadReader r(payload, "fetch op logs");
+        const uint64_t fe = r.U64(), after = r.U64(), before = r.U64();
+        ASYMNVM_RETURN_IF_ERROR(r.status());
+        bool more = false;
+        auto ops = FetchOpLogs(fe, after, before, &more);
+        w.Bytes(EncodeFetchedOps(ops, more));
+        break;
+      }
       case kExtentOf: {
         PayloadReader r(payload, "extent of");
         const uint64_t addr = r.U64();
@@ -407,6 +416,46 @@ struct Backend::Impl : public OpLogSource {
     }
     LOG_WARN("backend", "rejected " << s.ToString());
     return s;
+  }
+
+  // The op logs of `fe` with after < op_seq < before still in the b-log (every segment not yet
+  // committed holds all op logs not covered by an OPN), for recovery of a crashed front-end.
+  // Segments being filled are copied first; entries still landing fail their checksums and are
+  // not returned (they were never acknowledged).
+  std::vector<FetchedOp> FetchOpLogs(uint64_t fe, uint64_t after, uint64_t before, bool* more) {
+    std::map<uint64_t, FetchedOp> found;
+    rowan::Scanner scanner;
+    std::vector<uint8_t> copy;
+    for (const rowan::SegmentView& v : receiver->LiveSegments()) {
+      copy.assign(v.bytes.begin(), v.bytes.end());
+      scanner.ScanSegment(copy, v.post_seq, [&](const rowan::ScannedEntry& e) {
+        if (e.meta.type != kOpLogEntryType || e.meta.owner != (fe & 0xFFFF)) return;
+        auto rec = DecodeOpLog(e.payload);
+        if (!rec.ok() || rec->frontend_id != fe || rec->op_seq <= after || rec->op_seq >= before) {
+          return;
+        }
+        FetchedOp op;
+        op.op_seq = rec->op_seq;
+        op.structure_id = rec->structure_id;
+        op.op_type = rec->op_type;
+        op.payload.assign(rec->payload.begin(), rec->payload.end());
+        found[op.op_seq] = std::move(op);
+      });
+    }
+    std::vector<FetchedOp> out;
+    size_t bytes = 8;
+    const size_t budget = 60 * 1024;
+    *more = false;
+    for (auto& [seq, op] : found) {
+      const size_t n = 20 + op.payload.size();
+      if (!out.empty() && bytes + n > budget) {
+        *more = true;
+        break;
+      }
+      bytes += n;
+      out.push_back(std::move(op));
+    }
+    return out;
   }
 
   // ---- the b-log consumer: digests used segments, recycles covered ones, reclaims lazily ----

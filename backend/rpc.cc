@@ -72,4 +72,44 @@ std::vector<uint8_t> EncodeNamingCreate(const std::string& name, uint32_t type,
   return std::move(w.bytes());
 }
 
+std::vector<uint8_t> EncodeFetchedOps(const std::vector<FetchedOp>& ops, bool more) {
+  PayloadWriter w;
+  w.U32(more ? 1 : 0);
+  w.U32(static_cast<uint32_t>(ops.size()));
+  for (const FetchedOp& op : ops) {
+    w.U64(op.op_seq);
+    w.U32(op.structure_id);
+    w.U32(op.op_type);
+    w.U32(static_cast<uint32_t>(op.payload.size()));
+    w.Bytes(op.payload);
+  }
+  return w.bytes();
+}
+
+Result<std::vector<FetchedOp>> DecodeFetchedOps(std::span<const uint8_t> bytes, bool* more) {
+  PayloadReader r(bytes, "fetched op logs");
+  *more = r.U32() != 0;
+  const uint32_t n = r.U32();
+  std::vector<FetchedOp> ops;
+  for (uint32_t i = 0; i < n && r.status().ok(); i++) {
+    FetchedOp op;
+    op.op_seq = r.U64();
+    op.structure_id = r.U32();
+    const uint32_t type = r.U32();
+    const uint32_t len = r.U32();
+    if (type > 0xFFFF || len > r.remaining()) {
+      return Status::ProtocolError("fetched op logs: entry " + std::to_string(i) + " is malformed");
+    }
+    op.op_type = static_cast<uint16_t>(type);
+    auto p = r.Bytes(len);
+    op.payload.assign(p.begin(), p.end());
+    ops.push_back(std::move(op));
+  }
+  if (!r.status().ok() || r.remaining() != 0) {
+    return Status::ProtocolError("fetched op logs: reply of " + std::to_string(bytes.size()) +
+                                 " bytes is malformed");
+  }
+  return ops;
+}
+
 }  // namespace asymnvm::backend

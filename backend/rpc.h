@@ -25,6 +25,7 @@ enum RequestType : uint16_t {
   kNamingLookup = 12,   // name → NamingReply
   kNamingRemove = 13,   // name → (empty)
   kClearRejected = 14,  // fe_id u64 → (empty): the front-end saw its rejected txn and resends
+  kFetchOpLogs = 15,    // fe_id u64 | after u64 | before u64 → FetchedOpLogs (see below)
   kAllocSlab = 20,      // (empty) → addr u64
   kAllocLarge = 21,     // bytes u64 → addr u64
   kFree = 22,           // addr u64 → (empty)
@@ -121,5 +122,19 @@ Result<NamingEntry> DecodeNamingEntry(std::span<const uint8_t> bytes);
 // The naming create request.
 std::vector<uint8_t> EncodeNamingCreate(const std::string& name, uint32_t type,
                                         const std::array<uint64_t, kNamingParams>& params);
+
+// Reply of kFetchOpLogs: the front-end's op logs still in the b-log with after < op_seq < before,
+// in op_seq order, as many as fit in one reply; `more` says the caller should ask again with
+// after = the last op_seq returned. Layout: more u32 | count u32 | count × (op_seq u64 |
+// structure_id u32 | op_type u32 | len u32 | payload).
+struct FetchedOp {
+  uint64_t op_seq = 0;
+  uint32_t structure_id = 0;
+  uint16_t op_type = 0;
+  std::vector<uint8_t> payload;
+};
+std::vector<uint8_t> EncodeFetchedOps(const std::vector<FetchedOp>& ops, bool more);
+// kProtocolError on a malformed reply.
+Result<std::vector<FetchedOp>> DecodeFetchedOps(std::span<const uint8_t> bytes, bool* more);
 
 }  // namespace asymnvm::backend

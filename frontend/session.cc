@@ -93,6 +93,7 @@ struct Session::Impl {
   fabric::RegionDescriptor naming_desc, data_desc;
   uint32_t block_size = 0;
   uint64_t registered_opn = 0;
+  uint64_t first_op = 1;  // the first op_seq of this session (earlier ones belong to crashed ones)
   uint64_t first_txn = 0;  // first txn_seq of this session
   size_t max_txn = 0;      // largest transaction (bytes) the back-end accepts
   size_t batch_limit = 0;
@@ -476,6 +477,7 @@ Result<std::unique_ptr<Session>> Session::Open(const SessionOptions& options) {
   uint64_t l2, o2, rej2, aux;
   ASYMNVM_RETURN_IF_ERROR(m.ReadRecord(&l2, &o2, &rej2, &aux));
   m.next_op = std::max(opn, aux) + 1;
+  m.first_op = m.next_op;
 
   m.slabs = std::make_unique<RpcSlabSource>(m.oq.get(), m.block_size, m.data_begin, m.data_end);
   alloc::FrontendOptions fo;
@@ -836,6 +838,40 @@ void Session::RegisterReplay(uint32_t structure_type, ReplayFn fn) {
   impl_->replay[structure_type] = std::move(fn);
 }
 
+namespace {
+// Op logs from the back-end's b-log (request kFetchOpLogs), page by page.
+class BackendFetcher : public OpLogFetcher {
+ public:
+  BackendFetcher(oq::Client* client, uint64_t before) : client_(client), before_(before) {}
+  Result<std::vector<RecoveredOp>> Fetch(uint64_t frontend_id, uint64_t after) override {
+    std::vector<RecoveredOp> all;
+    for (bool more = true; more;) {
+      backend::PayloadWriter w;
+      w.U64(frontend_id).U64(after).U64(before_);
+      std::vector<uint8_t> reply;
+      ASYMNVM_RETURN_IF_ERROR(client_->Call(0, backend::kFetchOpLogs, w.bytes(), &reply));
+      ASYMNVM_ASSIGN_OR_RETURN(auto ops, backend::DecodeFetchedOps(reply, &more));
+      if (more && ops.empty()) return Status::ProtocolError("fetch op logs: empty page with more");
+      for (auto& op : ops) {
+        if (op.op_seq <= after) return Status::ProtocolError("fetch op logs: out of order");
+        after = op.op_seq;
+        all.push_back({op.op_seq, op.structure_id, op.op_type, std::move(op.payload)});
+      }
+    }
+    return all;
+  }
+
+ private:
+  oq::Client* client_;
+  uint64_t before_;
+};
+}  // namespace
+
+Status Session::Replay() {
+  BackendFetcher f(impl_->oq.get(), impl_->first_op);
+  return Replay(&f);
+}
+
 Status Session::Replay(OpLogFetcher* fetcher) {
   Impl& m = *impl_;
   if (fetcher == nullptr) return Status::InvalidArgument("replay: no fetcher");
@@ -843,7 +879,7 @@ Status Session::Replay(OpLogFetcher* fetcher) {
   std::sort(ops.begin(), ops.end(),
             [](const RecoveredOp& a, const RecoveredOp& b) { return a.op_seq < b.op_seq; });
   for (const RecoveredOp& op : ops) {
-    if (op.op_seq <= m.registered_opn) continue;
+    if (op.op_seq <= m.registered_opn || op.op_seq >= m.first_op) continue;
     m.next_op = std::max(m.next_op, op.op_seq + 1);
     if (op.op_type == kLockAheadOpType) {
       m.pending_opn = std::max(m.pending_opn, op.op_seq);

@@ -299,6 +299,19 @@ Result<SegmentView> Receiver::NextUsed(std::chrono::milliseconds timeout) {
   return SegmentView{i, post_seq_[i], {Segment(i), o_.segment_size}};
 }
 
+std::vector<SegmentView> Receiver::LiveSegments() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<SegmentView> v;
+  for (uint32_t i = 0; i < count_; i++) {
+    if (state_[i] == SegmentState::kUsing || state_[i] == SegmentState::kUsed) {
+      v.push_back(SegmentView{i, post_seq_[i], {Segment(i), o_.segment_size}});
+    }
+  }
+  std::sort(v.begin(), v.end(),
+            [](const SegmentView& a, const SegmentView& b) { return a.post_seq < b.post_seq; });
+  return v;
+}
+
 Status Receiver::Commit(uint32_t index) {
   std::lock_guard<std::mutex> lock(mu_);
   if (index >= count_ || state_[index] != SegmentState::kUsed) {

@@ -79,6 +79,10 @@ class Receiver {
   std::string address() const;
   // The next used segment in landing order; kTimedOut if none within `timeout`.
   Result<SegmentView> NextUsed(std::chrono::milliseconds timeout);
+  // Every segment that may hold entries not yet committed (posted and being filled, or used and
+  // not yet committed), in post order. The bytes may still be landing: callers copy them and
+  // rely on the scanner's checksums (recovery look-ups, e.g. fetching a front-end's op logs).
+  std::vector<SegmentView> LiveSegments() const;
   // The consumer is done with a used segment: used → committed → (zeroed) → free.
   Status Commit(uint32_t index);
   ReceiverStats stats() const;

@@ -106,8 +106,8 @@ struct RecoveredOp {
   std::vector<uint8_t> payload;
 };
 
-// Where recovery finds this front-end's op logs with op_seq > OPN. The back-end has no request for
-// it yet (doc/frontend.md "Needs from the back-end"); tests pass a fake.
+// Where recovery finds this front-end's op logs with op_seq > OPN: the back-end (Session::Replay())
+// or, in tests, a fake.
 class OpLogFetcher {
  public:
   virtual ~OpLogFetcher() = default;
@@ -206,6 +206,9 @@ class Session {
   // function of their structure's type; then fences. The structures must have been opened in this
   // session (kFailedPrecondition otherwise, or when no function is registered for the type).
   Status Replay(OpLogFetcher* fetcher);
+  // Replay with the op logs the back-end still holds in its b-log (request kFetchOpLogs): the
+  // ops of crashed earlier sessions of this front-end id that are not covered by the OPN.
+  Status Replay();
 
   // ---- introspection ----
   Counters counters() const;

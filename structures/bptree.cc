@@ -1,0 +1,727 @@
+// B+tree (papers/asymnvm-asplos20.txt §4.3–4.4, §6, §8; doc/structures.md "B+tree").
+//
+// Lock-based B+tree of fan-out F = Options::param (default 32, 4..256): every node holds at most
+// F keys; leaves are linked left to right for scans. Readers use the seqlock.
+//
+// PM layout (little-endian):
+//   Anchor (48 B, the root word points at it): magic u64 "AYNVMBPT" @0 | root u64 @8 |
+//     height u64 @16 (0 = empty, 1 = the root is a leaf) | count u64 @24 | fanout u64 @32 |
+//     flags u64 @40 (bit 0: values out of line).
+//   Internal node (24 + 16F B): tag u32 "BPIN" @0 | n u32 @4 | unused u64 @8 | keys[F] u64 @16 |
+//     children[F+1] u64 @16+8F. Child i holds the keys k with keys[i-1] <= k < keys[i].
+//   Leaf (16 + 8F + F·S B): tag u32 "BPLF" @0 | n u32 @4 | next leaf u64 @8 (0 = last) |
+//     keys[F] u64 @16 (ascending) | values @16+8F: F value slots of S = SlotBytes(value_size)
+//     (u32 length | bytes, padded to 8) inline, or, out of line, F value pointers (S = 8) each
+//     to its own Malloc'ed block of SlotBytes(value_size) bytes.
+//   Values are out of line when value_size > 256 or F·SlotBytes(value_size) > 16 KiB, so that a
+//   leaf (and one split's memory logs) stays small.
+//
+// Put: descend (recording the path); an existing key gets its slot rewritten (4 + length bytes);
+// otherwise the key is inserted into the leaf (the keys/values right of it shift: one memory log
+// for the header, one for the key range, one for the value range). A full leaf splits: the left
+// half stays, the right half moves to a new leaf linked after it, and (first key of the right,
+// new leaf) goes into the parent, which may split in turn (the middle key moves up); a root split
+// adds a level. Every node an insertion needs is allocated before its op log.
+// Delete: the key is removed from its leaf (shift left). No borrowing or merging: leaves and
+// internal nodes may be underfull (a leaf keeps >= 1 key; an internal node may keep 0 keys and
+// one child) and Verify accepts that. A leaf that becomes empty is unlinked from the leaf chain
+// (its predecessor's next word), removed from its parent and freed; a parent left without a
+// child is removed and freed the same way, recursively; a root left with one child is replaced
+// by that child (the tree loses a level); the last key frees the root leaf (height 0).
+//
+// §8 tree optimization (Options::optimize, writer at rc/rcb): nodes at depth < N (root = depth 0)
+// are read through the page cache, deeper ones with one-sided READs that bypass it. Every 1024
+// node reads the session's cache hit/miss counters are compared with the previous window: a miss
+// ratio above 50% makes N smaller by one (not below 1), below 25% larger by one (not above 16).
+// N starts at 3 (the levels nearest the root). With optimize off every read goes through the
+// cache (plain replacement policy).
+//
+// Readers (Access::kReader) run every read-only operation under the seqlock; a bad tag, n > F, a
+// zero/unaligned address, a height above 64 or a scan longer than the count is reported as
+// kAborted("torn ...") so the seqlock retries it.
+#include <algorithm>
+
+#include "structures/base.h"
+#include "structures/kinds.h"
+
+namespace asymnvm::structures::internal {
+namespace {
+
+constexpr uint64_t kMagic = 0x5450424d564e5941ull;  // "AYNVMBPT"
+constexpr uint32_t kInternalTag = 0x4e495042;      // "BPIN"
+constexpr uint32_t kLeafTag = 0x464c5042;          // "BPLF"
+constexpr uint16_t kOpPut = 1, kOpDelete = 2;
+constexpr uint64_t kRoot = 8, kHeight = 16, kCount = 24, kFanout = 32, kFlags = 40, kAnchorBytes = 48;
+constexpr uint64_t kNext = 8, kKeys = 16;
+constexpr uint64_t kDefaultFanout = 32, kMinFanout = 4, kMaxFanout = 256;
+constexpr uint64_t kMaxHeight = 64;
+constexpr uint32_t kInlineValueMax = 256;
+constexpr uint64_t kInlineLeafValuesMax = 16 * 1024;
+
+// The §8 level threshold: depth < n → cached read.
+class LevelThreshold {
+ public:
+  LevelThreshold(int initial, int max) : n_(initial), max_(max) {}
+  int n() const { return n_; }
+  bool Cached(bool active, int depth) const { return !active || depth < n_; }
+  void Tick(frontend::Session& s) {
+    if (++reads_ < kWindow) return;
+    reads_ = 0;
+    const frontend::Counters c = s.counters();
+    const uint64_t h = c.cache_hits - last_hits_, m = c.cache_misses - last_misses_;
+    last_hits_ = c.cache_hits;
+    last_misses_ = c.cache_misses;
+    if (h + m == 0) return;
+    if (m * 2 > h + m) {
+      n_ = std::max(1, n_ - 1);
+    } else if (m * 4 < h + m) {
+      n_ = std::min(max_, n_ + 1);
+    }
+  }
+
+ private:
+  static constexpr int kWindow = 1024;
+  int n_, max_;
+  int reads_ = 0;
+  uint64_t last_hits_ = 0, last_misses_ = 0;
+};
+
+struct Node {
+  uint64_t addr = 0;
+  bool leaf = false;
+  uint32_t n = 0;
+  uint64_t next = 0;                // leaves
+  std::vector<uint64_t> keys;       // n
+  std::vector<uint64_t> children;   // internal: n + 1
+};
+
+struct PathStep {
+  Node node;
+  uint32_t idx = 0;  // the child taken
+};
+
+class BPlusTree final : public Map, public Base {
+ public:
+  BPlusTree(frontend::Session& s, frontend::Structure st, const Options& o)
+      : Base(s, std::move(st), Kind::kBPlusTree, o), levels_(3, 16) {
+    f_ = static_cast<uint32_t>(opt_.param);
+    slot_bytes_ = SlotBytes(vsize());
+    ool_ = vsize() > kInlineValueMax || uint64_t{f_} * slot_bytes_ > kInlineLeafValuesMax;
+    vstride_ = ool_ ? 8 : slot_bytes_;
+    internal_bytes_ = 24 + 16ull * f_;
+    leaf_bytes_ = kKeys + 8ull * f_ + uint64_t{f_} * vstride_;
+    adapt_ = writer() && opt_.optimize &&
+             (level() == frontend::Level::kRc || level() == frontend::Level::kRcb);
+  }
+
+  Status Init() {
+    ASYMNVM_RETURN_IF_ERROR(AcquireWriterLock());
+    uint8_t init[kAnchorBytes] = {};
+    PutU64(init, kMagic);
+    PutU64(init + kFanout, f_);
+    PutU64(init + kFlags, ool_ ? 1 : 0);
+    ASYMNVM_ASSIGN_OR_RETURN(anchor_, EnsureAnchor(init));
+    uint8_t a[kAnchorBytes];
+    ASYMNVM_RETURN_IF_ERROR(Query([&]() -> Status { return Read(anchor_, a); }));
+    const std::string what = Describe(kind_, st_.name);
+    if (GetU64(a) != kMagic) return Status::Corruption(what + ": anchor has a bad magic");
+    if (GetU64(a + kFanout) != f_ || GetU64(a + kFlags) != (ool_ ? 1u : 0u)) {
+      return Status::Corruption(what + ": anchor fan-out/flags do not match the naming entry");
+    }
+    root_ = GetU64(a + kRoot);
+    height_ = GetU64(a + kHeight);
+    count_ = GetU64(a + kCount);
+    return Status::Ok();
+  }
+
+  Kind kind() const override { return kind_; }
+  const frontend::Structure& structure() const override { return st_; }
+  uint32_t value_size() const override { return vsize(); }
+
+  Status Put(uint64_t key, std::span<const uint8_t> value) override {
+    ASYMNVM_RETURN_IF_ERROR(CheckWritable());
+    ASYMNVM_RETURN_IF_ERROR(CheckValue(value));
+    return DoPut(key, value);
+  }
+
+  Status Delete(uint64_t key) override {
+    ASYMNVM_RETURN_IF_ERROR(CheckWritable());
+    return DoDelete(key, /*replay=*/false);
+  }
+
+  Status Get(uint64_t key, Value* value) override {
+    return Query([&]() -> Status {
+      Node leaf;
+      ASYMNVM_RETURN_IF_ERROR(DescendRead(key, &leaf));
+      if (leaf.addr == 0) return NotFound(key);
+      auto it = std::lower_bound(leaf.keys.begin(), leaf.keys.end(), key);
+      if (it == leaf.keys.end() || *it != key) return NotFound(key);
+      return ReadValue(leaf, static_cast<uint32_t>(it - leaf.keys.begin()), value);
+    });
+  }
+
+  Status Scan(uint64_t from, size_t limit, std::vector<KeyValue>* out) override {
+    if (out) out->clear();
+    return Query([&]() -> Status {
+      if (out) out->clear();
+      Node leaf;
+      uint64_t count = 0;
+      ASYMNVM_RETURN_IF_ERROR(DescendRead(from, &leaf, &count));
+      uint64_t leaves = 0;
+      std::vector<KeyValue> got;
+      while (leaf.addr != 0 && got.size() < limit) {
+        for (uint32_t j = 0; j < leaf.n && got.size() < limit; j++) {
+          if (leaf.keys[j] < from) continue;
+          if (!got.empty() && got.back().first >= leaf.keys[j]) return Torn("scan out of order");
+          Value v;
+          ASYMNVM_RETURN_IF_ERROR(ReadValue(leaf, j, &v));
+          got.emplace_back(leaf.keys[j], std::move(v));
+        }
+        if (got.size() >= limit || leaf.next == 0) break;
+        if (++leaves > count + 64) return Torn("leaf chain longer than the count");
+        const uint64_t next = leaf.next;
+        ASYMNVM_RETURN_IF_ERROR(ReadNode(next, leaf_depth_, /*leaf=*/true, &leaf));
+      }
+      if (out) *out = std::move(got);
+      return Status::Ok();
+    });
+  }
+
+  Result<uint64_t> Count() override {
+    if (writer()) return count_;
+    uint64_t n = 0;
+    ASYMNVM_RETURN_IF_ERROR(Query([&]() -> Status {
+      ASYMNVM_ASSIGN_OR_RETURN(n, ReadU64(anchor_ + kCount));
+      return Status::Ok();
+    }));
+    return n;
+  }
+
+  Status Sync() override { return writer() ? SyncBase() : Status::Ok(); }
+
+  Status Verify() override {
+    return Query([&]() -> Status {
+      const std::string what = Describe(kind_, st_.name);
+      uint8_t a[kAnchorBytes];
+      ASYMNVM_RETURN_IF_ERROR(Read(anchor_, a));
+      if (GetU64(a) != kMagic) return Status::Corruption(what + ": anchor magic");
+      const uint64_t root = GetU64(a + kRoot), height = GetU64(a + kHeight), count = GetU64(a + kCount);
+      if (writer() && (root != root_ || height != height_ || count != count_)) {
+        return Status::Corruption(what + ": anchor does not match the writer's view");
+      }
+      if ((root == 0) != (height == 0) || height > kMaxHeight) {
+        return Status::Corruption(what + ": root " + std::to_string(root) + " with height " + std::to_string(height));
+      }
+      if (root == 0) {
+        if (count != 0) return Status::Corruption(what + ": empty tree with count " + std::to_string(count));
+        return Status::Ok();
+      }
+      std::vector<uint64_t> leaves;
+      uint64_t keys = 0;
+      ASYMNVM_RETURN_IF_ERROR(VerifyNode(root, 0, height, false, 0, false, 0, &leaves, &keys, count));
+      if (keys != count) {
+        return Status::Corruption(what + ": " + std::to_string(keys) + " keys, count says " + std::to_string(count));
+      }
+      // The leaf chain visits exactly the leaves in key order.
+      for (size_t i = 0; i < leaves.size(); i++) {
+        ASYMNVM_ASSIGN_OR_RETURN(uint64_t next, ReadU64(leaves[i] + kNext));
+        const uint64_t want = i + 1 < leaves.size() ? leaves[i + 1] : 0;
+        if (next != want) {
+          return Status::Corruption(what + ": leaf " + std::to_string(i) + " links to " + std::to_string(next) +
+                                    ", expected " + std::to_string(want));
+        }
+      }
+      return Status::Ok();
+    });
+  }
+
+  Status ReplayOp(const frontend::RecoveredOp& op) override {
+    uint64_t key;
+    Value v;
+    ASYMNVM_RETURN_IF_ERROR(DecodeKeyValue(op.payload, &key, &v));
+    if (op.op_type == kOpPut) {
+      if (v.size() > vsize()) return Status::Corruption(Describe(kind_, st_.name) + ": replayed value too long");
+      return DoPut(key, v);
+    }
+    if (op.op_type == kOpDelete) return DoDelete(key, /*replay=*/true);
+    return Status::Corruption(Describe(kind_, st_.name) + ": unknown op type " + std::to_string(op.op_type));
+  }
+
+ private:
+  Status Torn(const std::string& why) const {
+    return Status::Aborted(Describe(kind_, st_.name) + ": torn read: " + why);
+  }
+  Status NotFound(uint64_t key) const {
+    return Status::NotFound(Describe(kind_, st_.name) + ": key " + std::to_string(key) + " not found");
+  }
+  bool Plausible(uint64_t addr, uint64_t bytes) const {
+    return addr != 0 && addr % 8 == 0 && addr >= s_.data_begin() && addr + bytes <= s_.data_end();
+  }
+  uint64_t ValOff(uint32_t i) const { return kKeys + 8ull * f_ + uint64_t{i} * vstride_; }
+  uint64_t ChildOff(uint32_t i) const { return kKeys + 8ull * f_ + 8ull * i; }
+  static uint64_t Word0(uint32_t tag, uint32_t n) { return uint64_t{tag} | (uint64_t{n} << 32); }
+
+  // Reads a node: internal nodes whole, leaves their header and keys (values on demand).
+  Status ReadNode(uint64_t addr, int depth, bool leaf, Node* node) {
+    const uint64_t bytes = leaf ? kKeys + 8ull * f_ : internal_bytes_;
+    if (!Plausible(addr, leaf ? leaf_bytes_ : internal_bytes_)) return Torn("node address " + std::to_string(addr));
+    buf_.resize(bytes);
+    ASYMNVM_RETURN_IF_ERROR(Read(addr, buf_, levels_.Cached(adapt_, depth)));
+    if (adapt_) levels_.Tick(s_);
+    const uint8_t* b = buf_.data();
+    const uint32_t tag = GetU32(b), n = GetU32(b + 4);
+    if (tag != (leaf ? kLeafTag : kInternalTag)) return Torn("node tag at depth " + std::to_string(depth));
+    if (n > f_) return Torn("node holds " + std::to_string(n) + " keys");
+    node->addr = addr;
+    node->leaf = leaf;
+    node->n = n;
+    node->next = leaf ? GetU64(b + kNext) : 0;
+    node->keys.resize(n);
+    for (uint32_t i = 0; i < n; i++) node->keys[i] = GetU64(b + kKeys + 8ull * i);
+    node->children.clear();
+    if (!leaf) {
+      node->children.resize(n + 1);
+      for (uint32_t i = 0; i <= n; i++) {
+        node->children[i] = GetU64(b + ChildOff(i));
+        if (node->children[i] == 0 || node->children[i] % 8 != 0) return Torn("bad child pointer");
+      }
+    }
+    if (node->next % 8 != 0) return Torn("bad next pointer");
+    return Status::Ok();
+  }
+
+  static uint32_t ChildIndex(const Node& node, uint64_t key) {
+    return static_cast<uint32_t>(std::upper_bound(node.keys.begin(), node.keys.end(), key) - node.keys.begin());
+  }
+
+  // Root, height, count: the writer's DRAM copy, or the anchor (readers, inside Query).
+  Status LoadRoot(uint64_t* root, uint64_t* height, uint64_t* count) {
+    if (writer()) {
+      *root = root_;
+      *height = height_;
+      *count = count_;
+      return Status::Ok();
+    }
+    uint8_t a[kAnchorBytes];
+    ASYMNVM_RETURN_IF_ERROR(Read(anchor_, a));
+    if (GetU64(a) != kMagic) return Torn("anchor magic");
+    *root = GetU64(a + kRoot);
+    *height = GetU64(a + kHeight);
+    *count = GetU64(a + kCount);
+    if ((*root == 0) != (*height == 0) || *height > kMaxHeight) return Torn("anchor root/height");
+    return Status::Ok();
+  }
+
+  // The leaf that holds (or would hold) `key`; leaf->addr == 0 when the tree is empty. The path
+  // of internal nodes when `path` is given.
+  Status DescendRead(uint64_t key, Node* leaf, uint64_t* count_out = nullptr,
+                     std::vector<PathStep>* path = nullptr) {
+    uint64_t root = 0, height = 0, count = 0;
+    ASYMNVM_RETURN_IF_ERROR(LoadRoot(&root, &height, &count));
+    if (count_out) *count_out = count;
+    if (path) path->clear();
+    leaf->addr = 0;
+    leaf->n = 0;
+    leaf->keys.clear();
+    if (root == 0) return Status::Ok();
+    leaf_depth_ = static_cast<int>(height - 1);
+    uint64_t at = root;
+    for (int d = 0; d + 1 < static_cast<int>(height); d++) {
+      Node node;
+      ASYMNVM_RETURN_IF_ERROR(ReadNode(at, d, /*leaf=*/false, &node));
+      const uint32_t c = ChildIndex(node, key);
+      at = node.children[c];
+      if (path) path->push_back({std::move(node), c});
+    }
+    return ReadNode(at, leaf_depth_, /*leaf=*/true, leaf);
+  }
+
+  // The value slot of entry i (inline, or the block its pointer names).
+  Status ReadSlot(const Node& leaf, uint32_t i, std::vector<uint8_t>* slot, uint64_t* slot_addr = nullptr) {
+    uint64_t at = leaf.addr + ValOff(i);
+    if (ool_) {
+      ASYMNVM_ASSIGN_OR_RETURN(at, ReadU64(at, levels_.Cached(adapt_, leaf_depth_)));
+      if (!Plausible(at, slot_bytes_)) return Torn("value pointer");
+    }
+    if (slot_addr) *slot_addr = at;
+    slot->resize(slot_bytes_);
+    return Read(at, *slot, levels_.Cached(adapt_, leaf_depth_));
+  }
+
+  Status ReadValue(const Node& leaf, uint32_t i, Value* value) {
+    std::vector<uint8_t> slot;
+    ASYMNVM_RETURN_IF_ERROR(ReadSlot(leaf, i, &slot));
+    Status st = DecodeSlot(slot, vsize(), value);
+    if (!st.ok()) return Torn(st.message());
+    return Status::Ok();
+  }
+
+  // Raw value entries [from, to) of a leaf (slots or pointers), for shifting/splitting.
+  Status ReadValues(const Node& leaf, uint32_t from, uint32_t to, std::vector<uint8_t>* out) {
+    out->resize(uint64_t{to - from} * vstride_);
+    if (to == from) return Status::Ok();
+    return Read(leaf.addr + ValOff(from), *out, levels_.Cached(adapt_, leaf_depth_));
+  }
+
+  static std::vector<uint8_t> SlotPrefix(std::span<const uint8_t> value) {
+    std::vector<uint8_t> b((4 + value.size() + 7) / 8 * 8);
+    EncodeSlot(value, b);
+    return b;
+  }
+
+  static std::vector<uint8_t> KeyBytes(const uint64_t* keys, size_t n) {
+    std::vector<uint8_t> b(8 * n);
+    for (size_t i = 0; i < n; i++) PutU64(b.data() + 8 * i, keys[i]);
+    return b;
+  }
+
+  Status WriteKeys(uint64_t node, uint32_t from, const std::vector<uint64_t>& keys, uint32_t to) {
+    if (to <= from) return Status::Ok();
+    return Write(node + kKeys + 8ull * from, KeyBytes(keys.data() + from, to - from));
+  }
+  Status WriteChildren(uint64_t node, uint32_t from, const std::vector<uint64_t>& ch, uint32_t to) {
+    if (to <= from) return Status::Ok();
+    return Write(node + ChildOff(from), KeyBytes(ch.data() + from, to - from));
+  }
+
+  // Anchor words of this op: count alone, or root | height | count when the shape changed.
+  Status WriteAnchor(uint64_t root, uint64_t height, uint64_t count) {
+    if (root == root_ && height == height_) return WriteU64(anchor_ + kCount, count);
+    uint8_t a[24];
+    PutU64(a, root);
+    PutU64(a + 8, height);
+    PutU64(a + 16, count);
+    return Write(anchor_ + kRoot, a);
+  }
+
+  Status DoPut(uint64_t key, std::span<const uint8_t> value) {
+    std::vector<PathStep> path;
+    Node leaf;
+    ASYMNVM_RETURN_IF_ERROR(DescendRead(key, &leaf, nullptr, &path));
+    const auto params = EncodeKeyValue(key, value);
+    const std::vector<uint8_t> prefix = SlotPrefix(value);
+    const uint32_t i = static_cast<uint32_t>(std::lower_bound(leaf.keys.begin(), leaf.keys.end(), key) - leaf.keys.begin());
+    if (leaf.addr != 0 && i < leaf.n && leaf.keys[i] == key) {
+      uint64_t slot_addr = leaf.addr + ValOff(i);
+      if (ool_) {
+        ASYMNVM_ASSIGN_OR_RETURN(slot_addr, ReadU64(slot_addr, levels_.Cached(adapt_, leaf_depth_)));
+      }
+      return Update(kOpPut, params, [&]() -> Status { return Write(slot_addr, prefix); });
+    }
+
+    // Insertion: allocate everything first.
+    size_t splits = 0;
+    bool new_root = leaf.addr == 0;
+    if (!new_root && leaf.n == f_) {
+      splits = 1;
+      size_t j = path.size();
+      while (j > 0 && path[j - 1].node.n == f_) {
+        splits++;
+        j--;
+      }
+      new_root = j == 0;
+    }
+    std::vector<uint64_t> fresh;  // [0, splits): new right nodes bottom-up; then the new root
+    auto release = [&]() {
+      for (uint64_t a : fresh) (void)s_.Free(a);
+    };
+    for (size_t k = 0; k < splits + (new_root ? 1 : 0); k++) {
+      const bool is_leaf = (k == 0 && splits > 0) || (leaf.addr == 0);
+      auto a = s_.Malloc(is_leaf ? leaf_bytes_ : internal_bytes_);
+      if (!a.ok()) {
+        release();
+        return a.status();
+      }
+      fresh.push_back(*a);
+    }
+    uint64_t vblock = 0;
+    if (ool_) {
+      auto a = s_.Malloc(slot_bytes_);
+      if (!a.ok()) {
+        release();
+        return a.status();
+      }
+      vblock = *a;
+    }
+    // The new entry's value bytes (full stride: it may be followed by shifted entries).
+    std::vector<uint8_t> entry(vstride_, 0);
+    if (ool_) {
+      PutU64(entry.data(), vblock);
+    } else {
+      EncodeSlot(value, entry);
+    }
+    std::vector<uint8_t> vals;
+    if (leaf.addr != 0) {
+      ASYMNVM_RETURN_IF_ERROR(ReadValues(leaf, leaf.n == f_ ? 0 : i, leaf.n, &vals));
+    }
+
+    uint64_t root = root_, height = height_;
+    Status st = Update(kOpPut, params, [&]() -> Status {
+      if (ool_) ASYMNVM_RETURN_IF_ERROR(Write(vblock, prefix));
+      if (leaf.addr == 0) {  // empty tree: a root leaf
+        const uint64_t a = fresh[0];
+        std::vector<uint8_t> b(kKeys + 8, 0);
+        PutU64(b.data(), Word0(kLeafTag, 1));
+        PutU64(b.data() + kKeys, key);
+        ASYMNVM_RETURN_IF_ERROR(Write(a, b));
+        ASYMNVM_RETURN_IF_ERROR(Write(a + ValOff(0), ool_ ? std::span<const uint8_t>(entry) : std::span<const uint8_t>(prefix)));
+        root = a;
+        height = 1;
+        return WriteAnchor(root, height, count_ + 1);
+      }
+      if (leaf.n < f_) {
+        std::vector<uint64_t> keys = leaf.keys;
+        keys.insert(keys.begin() + i, key);
+        ASYMNVM_RETURN_IF_ERROR(WriteU64(leaf.addr, Word0(kLeafTag, leaf.n + 1)));
+        ASYMNVM_RETURN_IF_ERROR(WriteKeys(leaf.addr, i, keys, leaf.n + 1));
+        std::vector<uint8_t> nv;
+        if (i == leaf.n && !ool_) {
+          nv = prefix;
+        } else {
+          nv = entry;
+          nv.insert(nv.end(), vals.begin(), vals.end());
+        }
+        ASYMNVM_RETURN_IF_ERROR(Write(leaf.addr + ValOff(i), nv));
+        return WriteAnchor(root, height, count_ + 1);
+      }
+      // Leaf split: F + 1 entries, the left keeps l of them.
+      std::vector<uint64_t> keys = leaf.keys;
+      keys.insert(keys.begin() + i, key);
+      vals.insert(vals.begin() + uint64_t{i} * vstride_, entry.begin(), entry.end());
+      const uint32_t total = f_ + 1, l = total / 2, r = total - l;
+      const uint64_t right = fresh[0];
+      {
+        std::vector<uint8_t> b(kKeys + 8ull * r);
+        PutU64(b.data(), Word0(kLeafTag, r));
+        PutU64(b.data() + kNext, leaf.next);
+        for (uint32_t k = 0; k < r; k++) PutU64(b.data() + kKeys + 8ull * k, keys[l + k]);
+        ASYMNVM_RETURN_IF_ERROR(Write(right, b));
+        ASYMNVM_RETURN_IF_ERROR(Write(right + ValOff(0), std::span<const uint8_t>(vals).subspan(uint64_t{l} * vstride_)));
+        uint8_t h[16];
+        PutU64(h, Word0(kLeafTag, l));
+        PutU64(h + 8, right);
+        ASYMNVM_RETURN_IF_ERROR(Write(leaf.addr, h));
+        if (i < l) {
+          ASYMNVM_RETURN_IF_ERROR(WriteKeys(leaf.addr, i, keys, l));
+          ASYMNVM_RETURN_IF_ERROR(Write(leaf.addr + ValOff(i),
+                                        std::span<const uint8_t>(vals).subspan(uint64_t{i} * vstride_, uint64_t{l - i} * vstride_)));
+        }
+      }
+      uint64_t sep = keys[l], child = right;
+      size_t next_fresh = 1;
+      for (size_t j = path.size(); j-- > 0;) {
+        const Node& p = path[j].node;
+        const uint32_t c = path[j].idx;
+        std::vector<uint64_t> pk = p.keys, pc = p.children;
+        pk.insert(pk.begin() + c, sep);
+        pc.insert(pc.begin() + c + 1, child);
+        if (p.n < f_) {
+          ASYMNVM_RETURN_IF_ERROR(WriteU64(p.addr, Word0(kInternalTag, p.n + 1)));
+          ASYMNVM_RETURN_IF_ERROR(WriteKeys(p.addr, c, pk, p.n + 1));
+          ASYMNVM_RETURN_IF_ERROR(WriteChildren(p.addr, c + 1, pc, p.n + 2));
+          return WriteAnchor(root, height, count_ + 1);
+        }
+        // Internal split: F + 1 keys; the left keeps m, keys[m] moves up, the right gets F - m.
+        const uint32_t m = (f_ + 1) / 2, rn = f_ - m;
+        const uint64_t rnode = fresh[next_fresh++];
+        std::vector<uint8_t> b(kKeys + 8ull * rn, 0);
+        PutU64(b.data(), Word0(kInternalTag, rn));
+        for (uint32_t k = 0; k < rn; k++) PutU64(b.data() + kKeys + 8ull * k, pk[m + 1 + k]);
+        ASYMNVM_RETURN_IF_ERROR(Write(rnode, b));
+        std::vector<uint64_t> rc(pc.begin() + m + 1, pc.end());
+        ASYMNVM_RETURN_IF_ERROR(WriteChildren(rnode, 0, rc, rn + 1));
+        ASYMNVM_RETURN_IF_ERROR(WriteU64(p.addr, Word0(kInternalTag, m)));
+        ASYMNVM_RETURN_IF_ERROR(WriteKeys(p.addr, std::min(c, m), pk, m));
+        ASYMNVM_RETURN_IF_ERROR(WriteChildren(p.addr, std::min(c + 1, m + 1), pc, m + 1));
+        sep = pk[m];
+        child = rnode;
+      }
+      // The root split: a new root with one key.
+      const uint64_t nr = fresh[next_fresh];
+      std::vector<uint8_t> b(kKeys + 8, 0);
+      PutU64(b.data(), Word0(kInternalTag, 1));
+      PutU64(b.data() + kKeys, sep);
+      ASYMNVM_RETURN_IF_ERROR(Write(nr, b));
+      ASYMNVM_RETURN_IF_ERROR(WriteChildren(nr, 0, std::vector<uint64_t>{root_, child}, 2));
+      root = nr;
+      height = height_ + 1;
+      return WriteAnchor(root, height, count_ + 1);
+    });
+    if (!st.ok()) {
+      release();
+      if (vblock != 0) (void)s_.Free(vblock);
+      return st;
+    }
+    root_ = root;
+    height_ = height;
+    count_++;
+    return Status::Ok();
+  }
+
+  Status DoDelete(uint64_t key, bool replay) {
+    std::vector<PathStep> path;
+    Node leaf;
+    ASYMNVM_RETURN_IF_ERROR(DescendRead(key, &leaf, nullptr, &path));
+    const auto it = std::lower_bound(leaf.keys.begin(), leaf.keys.end(), key);
+    if (leaf.addr == 0 || it == leaf.keys.end() || *it != key) {
+      if (replay) return Status::Ok();  // the original failed validation: nothing to redo
+      return NotFound(key);
+    }
+    const uint32_t i = static_cast<uint32_t>(it - leaf.keys.begin());
+    std::vector<uint64_t> frees;
+    if (ool_) {
+      ASYMNVM_ASSIGN_OR_RETURN(uint64_t vblock, ReadU64(leaf.addr + ValOff(i), levels_.Cached(adapt_, leaf_depth_)));
+      frees.push_back(vblock);
+    }
+    const auto params = EncodeKeyValue(key, {});
+    uint64_t root = root_, height = height_;
+
+    if (leaf.n > 1 || path.empty()) {
+      std::vector<uint8_t> vals;
+      ASYMNVM_RETURN_IF_ERROR(ReadValues(leaf, i + 1, leaf.n, &vals));
+      if (leaf.n == 1) frees.push_back(leaf.addr);
+      ASYMNVM_RETURN_IF_ERROR(Update(kOpDelete, params, [&]() -> Status {
+        if (leaf.n == 1) {  // the root leaf's last key: the tree is empty
+          root = 0;
+          height = 0;
+          return WriteAnchor(root, height, count_ - 1);
+        }
+        std::vector<uint64_t> keys = leaf.keys;
+        keys.erase(keys.begin() + i);
+        ASYMNVM_RETURN_IF_ERROR(WriteU64(leaf.addr, Word0(kLeafTag, leaf.n - 1)));
+        ASYMNVM_RETURN_IF_ERROR(WriteKeys(leaf.addr, i, keys, leaf.n - 1));
+        if (!vals.empty()) ASYMNVM_RETURN_IF_ERROR(Write(leaf.addr + ValOff(i), vals));
+        return WriteAnchor(root, height, count_ - 1);
+      }));
+    } else {
+      // The leaf becomes empty: unlink it from the chain and from its parent(s).
+      frees.push_back(leaf.addr);
+      uint64_t prev = 0;
+      for (size_t j = path.size(); j-- > 0;) {
+        if (path[j].idx == 0) continue;
+        uint64_t at = path[j].node.children[path[j].idx - 1];
+        for (int d = static_cast<int>(j) + 1; d < leaf_depth_; d++) {
+          Node n;
+          ASYMNVM_RETURN_IF_ERROR(ReadNode(at, d, false, &n));
+          at = n.children[n.n];
+        }
+        prev = at;
+        break;
+      }
+      // Where the removal stops: the deepest ancestor that keeps a child after it.
+      size_t stop = path.size();
+      while (stop > 0 && path[stop - 1].node.n == 0) {
+        stop--;
+        frees.push_back(path[stop].node.addr);
+      }
+      // A root left with a single child collapses (repeatedly, reading the next levels).
+      std::vector<uint64_t> collapse;  // roots to free
+      uint64_t new_root = root_, new_height = height_;
+      if (stop == 0) {
+        new_root = 0;
+        new_height = 0;
+      } else if (stop == 1 && path[0].node.n == 1) {
+        const Node& r = path[0].node;
+        uint64_t at = r.children[path[0].idx == 0 ? 1 : 0];
+        collapse.push_back(r.addr);
+        new_height--;
+        for (int d = 1; new_height > 1; d++) {
+          Node n;
+          ASYMNVM_RETURN_IF_ERROR(ReadNode(at, d, false, &n));
+          if (n.n != 0) break;
+          collapse.push_back(at);
+          at = n.children[0];
+          new_height--;
+        }
+        new_root = at;
+      }
+      ASYMNVM_RETURN_IF_ERROR(Update(kOpDelete, params, [&]() -> Status {
+        if (prev != 0) ASYMNVM_RETURN_IF_ERROR(WriteU64(prev + kNext, leaf.next));
+        if (stop > 0 && collapse.empty()) {
+          const Node& p = path[stop - 1].node;
+          const uint32_t c = path[stop - 1].idx, kc = c > 0 ? c - 1 : 0;
+          std::vector<uint64_t> pk = p.keys, pc = p.children;
+          pk.erase(pk.begin() + kc);
+          pc.erase(pc.begin() + c);
+          ASYMNVM_RETURN_IF_ERROR(WriteU64(p.addr, Word0(kInternalTag, p.n - 1)));
+          ASYMNVM_RETURN_IF_ERROR(WriteKeys(p.addr, kc, pk, p.n - 1));
+          ASYMNVM_RETURN_IF_ERROR(WriteChildren(p.addr, c, pc, p.n));
+        }
+        root = new_root;
+        height = new_height;
+        return WriteAnchor(root, height, count_ - 1);
+      }));
+      frees.insert(frees.end(), collapse.begin(), collapse.end());
+    }
+    root_ = root;
+    height_ = height;
+    count_--;
+    for (uint64_t a : frees) ASYMNVM_RETURN_IF_ERROR(s_.Free(a));
+    return Status::Ok();
+  }
+
+  // Checks the subtree at `addr` (depth d of a tree of `height`): tag, n, key order and bounds
+  // [lo, hi); appends its leaves in order and adds its keys.
+  Status VerifyNode(uint64_t addr, uint64_t d, uint64_t height, bool has_lo, uint64_t lo, bool has_hi,
+                    uint64_t hi, std::vector<uint64_t>* leaves, uint64_t* keys, uint64_t count) {
+    const std::string what = Describe(kind_, st_.name) + ": node at depth " + std::to_string(d);
+    const bool leaf = d + 1 == height;
+    Node n;
+    Status st = ReadNode(addr, static_cast<int>(d), leaf, &n);
+    if (!st.ok()) return st.code() == StatusCode::kAborted ? Status::Corruption(what + ": " + st.message()) : st;
+    for (uint32_t k = 0; k < n.n; k++) {
+      if (k > 0 && n.keys[k - 1] >= n.keys[k]) return Status::Corruption(what + ": keys out of order");
+      if ((has_lo && n.keys[k] < lo) || (has_hi && n.keys[k] >= hi)) {
+        return Status::Corruption(what + ": key " + std::to_string(n.keys[k]) + " outside its parent's range");
+      }
+    }
+    if (leaf) {
+      if (n.n == 0) return Status::Corruption(what + ": empty leaf");
+      if (leaves->size() > count) return Status::Corruption(what + ": more leaves than keys");
+      leaves->push_back(addr);
+      *keys += n.n;
+      for (uint32_t k = 0; k < n.n; k++) {
+        std::vector<uint8_t> slot;
+        Status ss = ReadSlot(n, k, &slot);
+        if (ss.ok()) ss = DecodeSlot(slot, vsize(), nullptr);
+        if (!ss.ok()) return Status::Corruption(what + ": key " + std::to_string(n.keys[k]) + ": " + ss.message());
+      }
+      return Status::Ok();
+    }
+    for (uint32_t c = 0; c <= n.n; c++) {
+      const bool clo = c > 0 || has_lo, chi = c < n.n || has_hi;
+      const uint64_t l = c > 0 ? n.keys[c - 1] : lo, h = c < n.n ? n.keys[c] : hi;
+      ASYMNVM_RETURN_IF_ERROR(VerifyNode(n.children[c], d + 1, height, clo, l, chi, h, leaves, keys, count));
+    }
+    return Status::Ok();
+  }
+
+  uint64_t anchor_ = 0;
+  uint32_t f_ = 0, slot_bytes_ = 0, vstride_ = 0;
+  bool ool_ = false;
+  uint64_t internal_bytes_ = 0, leaf_bytes_ = 0;
+  bool adapt_ = false;
+  LevelThreshold levels_;
+  int leaf_depth_ = 0;  // of the last descent
+  std::vector<uint8_t> buf_;
+  // The writer's view of the anchor (it holds the lock).
+  uint64_t root_ = 0, height_ = 0, count_ = 0;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Map>> OpenBPlusTree(frontend::Session& s, const std::string& name, Options o) {
+  if (o.param != 0 && (o.param < kMinFanout || o.param > kMaxFanout)) {
+    return Status::InvalidArgument("bptree fan-out (Options::param) must be " + std::to_string(kMinFanout) + ".." +
+                                   std::to_string(kMaxFanout) + ", got " + std::to_string(o.param));
+  }
+  ASYMNVM_ASSIGN_OR_RETURN(frontend::Structure st, Base::Resolve(s, Kind::kBPlusTree, name, &o, kDefaultFanout));
+  if (o.param < kMinFanout || o.param > kMaxFanout) {
+    return Status::Corruption(Describe(Kind::kBPlusTree, name) + ": stored fan-out " + std::to_string(o.param));
+  }
+  auto h = std::make_unique<BPlusTree>(s, std::move(st), o);
+  ASYMNVM_RETURN_IF_ERROR(h->Init());
+  return std::unique_ptr<Map>(std::move(h));
+}
+
+}  // namespace asymnvm::structures::internal

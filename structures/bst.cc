@@ -1,0 +1,426 @@
+// Binary search tree (papers/asymnvm-asplos20.txt §4.3–4.4, §6, §8; doc/structures.md "BST").
+//
+// The paper's plain (unbalanced) BST under the writer lock; readers use the seqlock.
+//
+// PM layout (little-endian):
+//   Anchor (24 B, the root word points at it): magic u64 "AYNVMBST" @0 | root u64 @8 |
+//     count u64 @16.
+//   Node (24 + SlotBytes(value_size) B): key u64 @0 | left u64 @8 | right u64 @16 |
+//     value slot @24 (u32 length | bytes, padded to 8; only the 4 + length bytes are written).
+//
+// Put: descend; an existing key gets its slot rewritten (4 + length bytes, one memory log); a new
+// key gets a new node (one memory log) linked into its parent's left/right word, plus the anchor's
+// count (and root when the tree was empty). Delete: a node with at most one child is replaced by
+// that child in its parent; a node with two children takes its in-order successor's key and value
+// (successor copy) and the successor is unlinked instead. The unlinked node is freed after the
+// operation's tx_write.
+//
+// §8 tree optimization (Options::optimize, writer at rc/rcb): nodes at depth < N (root = depth 0)
+// are read through the page cache, deeper ones with one-sided READs that bypass it. Every 1024
+// node reads the session's cache hit/miss counters are compared with the previous window: a miss
+// ratio above 50% makes N smaller by one (not below 1), below 25% larger by one (not above 64).
+// N starts at 16. With optimize off every read goes through the cache (plain LRU-like policy).
+//
+// Readers (Access::kReader) run every read-only operation under the seqlock; a traversal longer
+// than count + 64 nodes, a zero/unaligned address or a bad slot length is reported as
+// kAborted("torn ...") so the seqlock retries it.
+#include <algorithm>
+
+#include "structures/base.h"
+#include "structures/kinds.h"
+
+namespace asymnvm::structures::internal {
+namespace {
+
+constexpr uint64_t kMagic = 0x5453424d564e5941ull;  // "AYNVMBST"
+constexpr uint16_t kOpPut = 1, kOpDelete = 2;
+constexpr uint64_t kRoot = 8, kCount = 16, kAnchorBytes = 24;
+constexpr uint64_t kLeft = 8, kRight = 16, kSlot = 24;
+
+// The §8 level threshold: depth < n → cached read.
+class LevelThreshold {
+ public:
+  LevelThreshold(int initial, int max) : n_(initial), max_(max) {}
+  int n() const { return n_; }
+  bool Cached(bool active, int depth) const { return !active || depth < n_; }
+  void Tick(frontend::Session& s) {
+    if (++reads_ < kWindow) return;
+    reads_ = 0;
+    const frontend::Counters c = s.counters();
+    const uint64_t h = c.cache_hits - last_hits_, m = c.cache_misses - last_misses_;
+    last_hits_ = c.cache_hits;
+    last_misses_ = c.cache_misses;
+    if (h + m == 0) return;
+    if (m * 2 > h + m) {
+      n_ = std::max(1, n_ - 1);
+    } else if (m * 4 < h + m) {
+      n_ = std::min(max_, n_ + 1);
+    }
+  }
+
+ private:
+  static constexpr int kWindow = 1024;
+  int n_, max_;
+  int reads_ = 0;
+  uint64_t last_hits_ = 0, last_misses_ = 0;
+};
+
+struct NodeHead {
+  uint64_t key = 0, left = 0, right = 0;
+};
+
+class Bst final : public Map, public Base {
+ public:
+  Bst(frontend::Session& s, frontend::Structure st, const Options& o)
+      : Base(s, std::move(st), Kind::kBst, o), levels_(16, 64) {
+    slot_bytes_ = SlotBytes(vsize());
+    node_bytes_ = kSlot + slot_bytes_;
+    adapt_ = writer() && opt_.optimize &&
+             (level() == frontend::Level::kRc || level() == frontend::Level::kRcb);
+  }
+
+  Status Init() {
+    ASYMNVM_RETURN_IF_ERROR(AcquireWriterLock());
+    uint8_t init[kAnchorBytes] = {};
+    PutU64(init, kMagic);
+    ASYMNVM_ASSIGN_OR_RETURN(anchor_, EnsureAnchor(init));
+    uint8_t a[kAnchorBytes];
+    ASYMNVM_RETURN_IF_ERROR(Query([&]() -> Status { return Read(anchor_, a); }));
+    if (GetU64(a) != kMagic) return Status::Corruption(Describe(kind_, st_.name) + ": anchor has a bad magic");
+    root_ = GetU64(a + kRoot);
+    count_ = GetU64(a + kCount);
+    return Status::Ok();
+  }
+
+  Kind kind() const override { return kind_; }
+  const frontend::Structure& structure() const override { return st_; }
+  uint32_t value_size() const override { return vsize(); }
+
+  Status Put(uint64_t key, std::span<const uint8_t> value) override {
+    ASYMNVM_RETURN_IF_ERROR(CheckWritable());
+    ASYMNVM_RETURN_IF_ERROR(CheckValue(value));
+    return DoPut(key, value);
+  }
+
+  Status Delete(uint64_t key) override {
+    ASYMNVM_RETURN_IF_ERROR(CheckWritable());
+    return DoDelete(key, /*replay=*/false);
+  }
+
+  Status Get(uint64_t key, Value* value) override {
+    return Query([&]() -> Status {
+      uint64_t root = 0, count = 0;
+      ASYMNVM_RETURN_IF_ERROR(LoadRoot(&root, &count));
+      uint64_t at = root;
+      for (uint64_t depth = 0; at != 0; depth++) {
+        if (depth > count + 64) return Torn("path longer than the count");
+        NodeHead h;
+        ASYMNVM_RETURN_IF_ERROR(ReadHead(at, static_cast<int>(std::min<uint64_t>(depth, 1 << 20)), &h));
+        if (h.key == key) return ReadValue(at, static_cast<int>(std::min<uint64_t>(depth, 1 << 20)), value);
+        at = key < h.key ? h.left : h.right;
+      }
+      return Status::NotFound(Describe(kind_, st_.name) + ": key " + std::to_string(key) + " not found");
+    });
+  }
+
+  Status Scan(uint64_t from, size_t limit, std::vector<KeyValue>* out) override {
+    if (out) out->clear();
+    return Query([&]() -> Status {
+      if (out) out->clear();
+      uint64_t root = 0, count = 0;
+      ASYMNVM_RETURN_IF_ERROR(LoadRoot(&root, &count));
+      const uint64_t bound = count + 64;
+      std::vector<std::pair<uint64_t, int>> stack;  // (node, depth) whose key >= from
+      uint64_t steps = 0;
+      // Left spine of the keys >= from.
+      uint64_t at = root;
+      int depth = 0;
+      auto push_left = [&](uint64_t node, int d, bool filter) -> Status {
+        while (node != 0) {
+          if (++steps > bound * 2 || stack.size() > bound) return Torn("scan longer than the count");
+          NodeHead h;
+          ASYMNVM_RETURN_IF_ERROR(ReadHead(node, d, &h));
+          if (filter && h.key < from) {
+            node = h.right;
+          } else {
+            stack.emplace_back(node, d);
+            node = h.left;
+          }
+          d++;
+        }
+        return Status::Ok();
+      };
+      ASYMNVM_RETURN_IF_ERROR(push_left(at, depth, true));
+      while (!stack.empty() && (out == nullptr || out->size() < limit)) {
+        auto [node, d] = stack.back();
+        stack.pop_back();
+        NodeHead h;
+        ASYMNVM_RETURN_IF_ERROR(ReadHead(node, d, &h));
+        Value v;
+        ASYMNVM_RETURN_IF_ERROR(ReadValue(node, d, &v));
+        if (out) {
+          if (!out->empty() && out->back().first >= h.key) return Torn("scan out of order");
+          out->emplace_back(h.key, std::move(v));
+        }
+        ASYMNVM_RETURN_IF_ERROR(push_left(h.right, d + 1, false));
+      }
+      return Status::Ok();
+    });
+  }
+
+  Result<uint64_t> Count() override {
+    if (writer()) return count_;
+    uint64_t n = 0;
+    ASYMNVM_RETURN_IF_ERROR(Query([&]() -> Status {
+      ASYMNVM_ASSIGN_OR_RETURN(n, ReadU64(anchor_ + kCount));
+      return Status::Ok();
+    }));
+    return n;
+  }
+
+  Status Sync() override { return writer() ? SyncBase() : Status::Ok(); }
+
+  Status Verify() override {
+    return Query([&]() -> Status {
+      const std::string what = Describe(kind_, st_.name);
+      uint8_t a[kAnchorBytes];
+      ASYMNVM_RETURN_IF_ERROR(Read(anchor_, a));
+      if (GetU64(a) != kMagic) return Status::Corruption(what + ": anchor magic");
+      const uint64_t root = GetU64(a + kRoot), count = GetU64(a + kCount);
+      if (writer() && (root != root_ || count != count_)) {
+        return Status::Corruption(what + ": anchor does not match the writer's view");
+      }
+      // In-order walk: strictly increasing keys <=> the BST property.
+      std::vector<uint64_t> stack;
+      uint64_t n = 0, at = root;
+      bool have_prev = false;
+      uint64_t prev = 0;
+      while (at != 0 || !stack.empty()) {
+        while (at != 0) {
+          if (stack.size() > count + 1) return Status::Corruption(what + ": path longer than the count (cycle?)");
+          if (!Plausible(at)) return Status::Corruption(what + ": bad node address " + std::to_string(at));
+          stack.push_back(at);
+          NodeHead h;
+          ASYMNVM_RETURN_IF_ERROR(ReadHead(at, 0, &h));
+          at = h.left;
+        }
+        const uint64_t node = stack.back();
+        stack.pop_back();
+        if (++n > count) return Status::Corruption(what + ": more nodes than the count " + std::to_string(count));
+        NodeHead h;
+        ASYMNVM_RETURN_IF_ERROR(ReadHead(node, 0, &h));
+        if (have_prev && h.key <= prev) {
+          return Status::Corruption(what + ": keys out of order (" + std::to_string(prev) + " then " +
+                                    std::to_string(h.key) + ")");
+        }
+        std::vector<uint8_t> slot(slot_bytes_);
+        ASYMNVM_RETURN_IF_ERROR(Read(node + kSlot, slot));
+        Status st = DecodeSlot(slot, vsize(), nullptr);
+        if (!st.ok()) return Status::Corruption(what + ": key " + std::to_string(h.key) + ": " + st.message());
+        prev = h.key;
+        have_prev = true;
+        at = h.right;
+      }
+      if (n != count) {
+        return Status::Corruption(what + ": " + std::to_string(n) + " nodes, count says " + std::to_string(count));
+      }
+      return Status::Ok();
+    });
+  }
+
+  Status ReplayOp(const frontend::RecoveredOp& op) override {
+    uint64_t key;
+    Value v;
+    ASYMNVM_RETURN_IF_ERROR(DecodeKeyValue(op.payload, &key, &v));
+    if (op.op_type == kOpPut) {
+      if (v.size() > vsize()) return Status::Corruption(Describe(kind_, st_.name) + ": replayed value too long");
+      return DoPut(key, v);
+    }
+    if (op.op_type == kOpDelete) return DoDelete(key, /*replay=*/true);
+    return Status::Corruption(Describe(kind_, st_.name) + ": unknown op type " + std::to_string(op.op_type));
+  }
+
+  int threshold() const { return levels_.n(); }
+
+ private:
+  Status Torn(const std::string& why) const {
+    return Status::Aborted(Describe(kind_, st_.name) + ": torn read: " + why);
+  }
+  bool Plausible(uint64_t addr) const {
+    return addr % 8 == 0 && addr >= s_.data_begin() && addr + node_bytes_ <= s_.data_end();
+  }
+
+  // The root and count: the writer's DRAM copy, or the anchor (readers, inside Query).
+  Status LoadRoot(uint64_t* root, uint64_t* count) {
+    if (writer()) {
+      *root = root_;
+      *count = count_;
+      return Status::Ok();
+    }
+    uint8_t a[kAnchorBytes];
+    ASYMNVM_RETURN_IF_ERROR(Read(anchor_, a));
+    if (GetU64(a) != kMagic) return Torn("anchor magic");
+    *root = GetU64(a + kRoot);
+    *count = GetU64(a + kCount);
+    return Status::Ok();
+  }
+
+  Status ReadHead(uint64_t addr, int depth, NodeHead* h) {
+    if (!Plausible(addr)) return Torn("node address " + std::to_string(addr));
+    uint8_t b[kSlot];
+    ASYMNVM_RETURN_IF_ERROR(Read(addr, b, levels_.Cached(adapt_, depth)));
+    if (adapt_) levels_.Tick(s_);
+    h->key = GetU64(b);
+    h->left = GetU64(b + kLeft);
+    h->right = GetU64(b + kRight);
+    if ((h->left | h->right) % 8 != 0) return Torn("misaligned child");
+    return Status::Ok();
+  }
+
+  Status ReadValue(uint64_t addr, int depth, Value* value) {
+    std::vector<uint8_t> slot(slot_bytes_);
+    ASYMNVM_RETURN_IF_ERROR(Read(addr + kSlot, slot, levels_.Cached(adapt_, depth)));
+    Status st = DecodeSlot(slot, vsize(), value);
+    if (!st.ok()) return Torn(st.message());
+    return Status::Ok();
+  }
+
+  // The slot bytes that matter for `value`: 4 + length, padded to 8.
+  static std::vector<uint8_t> SlotPrefix(std::span<const uint8_t> value) {
+    std::vector<uint8_t> b((4 + value.size() + 7) / 8 * 8);
+    EncodeSlot(value, b);
+    return b;
+  }
+
+  // Writer: finds `key`; *found = its node or 0, *parent / *link = the word that points (or
+  // would point) at it (the anchor's root word when the tree is empty or it is the root).
+  Status Locate(uint64_t key, uint64_t* found, uint64_t* parent, uint64_t* link, int* found_depth) {
+    *found = 0;
+    *parent = 0;
+    *link = anchor_ + kRoot;
+    uint64_t at = root_;
+    int depth = 0;
+    while (at != 0) {
+      if (static_cast<uint64_t>(depth) > count_ + 64) return Status::Corruption(Describe(kind_, st_.name) + ": cycle");
+      NodeHead h;
+      ASYMNVM_RETURN_IF_ERROR(ReadHead(at, depth, &h));
+      if (h.key == key) {
+        *found = at;
+        *found_depth = depth;
+        return Status::Ok();
+      }
+      *parent = at;
+      *link = at + (key < h.key ? kLeft : kRight);
+      at = key < h.key ? h.left : h.right;
+      depth++;
+    }
+    *found_depth = depth;
+    return Status::Ok();
+  }
+
+  Status DoPut(uint64_t key, std::span<const uint8_t> value) {
+    uint64_t found = 0, parent = 0, link = 0;
+    int depth = 0;
+    ASYMNVM_RETURN_IF_ERROR(Locate(key, &found, &parent, &link, &depth));
+    const auto params = EncodeKeyValue(key, value);
+    const std::vector<uint8_t> prefix = SlotPrefix(value);
+    if (found != 0) {
+      return Update(kOpPut, params, [&]() -> Status { return Write(found + kSlot, prefix); });
+    }
+    ASYMNVM_ASSIGN_OR_RETURN(uint64_t node, s_.Malloc(node_bytes_));
+    std::vector<uint8_t> b(kSlot + prefix.size(), 0);
+    PutU64(b.data(), key);
+    std::memcpy(b.data() + kSlot, prefix.data(), prefix.size());
+    Status st = Update(kOpPut, params, [&]() -> Status {
+      ASYMNVM_RETURN_IF_ERROR(Write(node, b));
+      if (parent == 0) {
+        uint8_t a[16];
+        PutU64(a, node);
+        PutU64(a + 8, count_ + 1);
+        return Write(anchor_ + kRoot, a);
+      }
+      ASYMNVM_RETURN_IF_ERROR(WriteU64(link, node));
+      return WriteU64(anchor_ + kCount, count_ + 1);
+    });
+    if (!st.ok()) {
+      (void)s_.Free(node);
+      return st;
+    }
+    if (parent == 0) root_ = node;
+    count_++;
+    return Status::Ok();
+  }
+
+  Status DoDelete(uint64_t key, bool replay) {
+    uint64_t z = 0, parent = 0, link = 0;
+    int depth = 0;
+    ASYMNVM_RETURN_IF_ERROR(Locate(key, &z, &parent, &link, &depth));
+    if (z == 0) {
+      if (replay) return Status::Ok();  // the original failed validation: nothing to redo
+      return Status::NotFound(Describe(kind_, st_.name) + ": key " + std::to_string(key) + " not found");
+    }
+    NodeHead zh;
+    ASYMNVM_RETURN_IF_ERROR(ReadHead(z, depth, &zh));
+    uint64_t victim = z;
+    // Two children: the in-order successor s (leftmost of the right subtree), its parent sp.
+    uint64_t s = 0, sp = z;
+    NodeHead sh;
+    std::vector<uint8_t> s_slot;
+    if (zh.left != 0 && zh.right != 0) {
+      s = zh.right;
+      int d = depth + 1;
+      ASYMNVM_RETURN_IF_ERROR(ReadHead(s, d, &sh));
+      while (sh.left != 0) {
+        if (static_cast<uint64_t>(d) > count_ + 64) return Status::Corruption(Describe(kind_, st_.name) + ": cycle");
+        sp = s;
+        s = sh.left;
+        ASYMNVM_RETURN_IF_ERROR(ReadHead(s, ++d, &sh));
+      }
+      s_slot.resize(slot_bytes_);
+      ASYMNVM_RETURN_IF_ERROR(Read(s + kSlot, s_slot, levels_.Cached(adapt_, d)));
+      const uint32_t len = GetU32(s_slot.data());
+      if (len > vsize()) return Status::Corruption(Describe(kind_, st_.name) + ": bad value slot");
+      s_slot.resize((4 + len + 7) / 8 * 8);
+      victim = s;
+    }
+    const uint64_t new_child = zh.left != 0 ? zh.left : zh.right;
+    const auto params = EncodeKeyValue(key, {});
+    ASYMNVM_RETURN_IF_ERROR(Update(kOpDelete, params, [&]() -> Status {
+      if (s != 0) {
+        ASYMNVM_RETURN_IF_ERROR(WriteU64(z, sh.key));
+        ASYMNVM_RETURN_IF_ERROR(Write(z + kSlot, s_slot));
+        ASYMNVM_RETURN_IF_ERROR(WriteU64(sp == z ? z + kRight : sp + kLeft, sh.right));
+        return WriteU64(anchor_ + kCount, count_ - 1);
+      }
+      if (parent == 0) {
+        uint8_t a[16];
+        PutU64(a, new_child);
+        PutU64(a + 8, count_ - 1);
+        return Write(anchor_ + kRoot, a);
+      }
+      ASYMNVM_RETURN_IF_ERROR(WriteU64(link, new_child));
+      return WriteU64(anchor_ + kCount, count_ - 1);
+    }));
+    if (s == 0 && parent == 0) root_ = new_child;
+    count_--;
+    return s_.Free(victim);
+  }
+
+  uint64_t anchor_ = 0;
+  uint32_t slot_bytes_ = 0, node_bytes_ = 0;
+  bool adapt_ = false;
+  LevelThreshold levels_;
+  // The writer's view of the anchor (it holds the lock).
+  uint64_t root_ = 0, count_ = 0;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Map>> OpenBst(frontend::Session& s, const std::string& name, Options o) {
+  ASYMNVM_ASSIGN_OR_RETURN(frontend::Structure st, Base::Resolve(s, Kind::kBst, name, &o, 0));
+  auto h = std::make_unique<Bst>(s, std::move(st), o);
+  ASYMNVM_RETURN_IF_ERROR(h->Init());
+  return std::unique_ptr<Map>(std::move(h));
+}
+
+}  // namespace asymnvm::structures::internal

@@ -1,0 +1,165 @@
+#include "workloads/driver/backend_process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+extern char** environ;
+
+namespace asymnvm::driver {
+
+namespace fs = std::filesystem;
+
+Result<std::string> FindBackendBinary(const std::string& argv0) {
+  std::vector<std::string> tried;
+  auto ok = [&](const fs::path& p) {
+    tried.push_back(p.string());
+    std::error_code ec;
+    return fs::is_regular_file(p, ec) && access(p.c_str(), X_OK) == 0;
+  };
+  if (const char* env = std::getenv("ASYMNVM_BACKEND_BIN")) {
+    if (ok(env)) return std::string(env);
+  }
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) self = fs::absolute(argv0, ec);
+  const fs::path dir = self.parent_path();
+  for (const fs::path& p : {dir / "asymnvm-backend", dir / ".." / "backend" / "asymnvm-backend"}) {
+    if (ok(p)) return fs::canonical(p, ec).string();
+  }
+  if (const char* path = std::getenv("PATH")) {
+    std::stringstream ss(path);
+    std::string d;
+    while (std::getline(ss, d, ':')) {
+      if (!d.empty() && ok(fs::path(d) / "asymnvm-backend")) return (fs::path(d) / "asymnvm-backend").string();
+    }
+  }
+  std::string list;
+  for (const auto& t : tried) list += (list.empty() ? "" : ", ") + t;
+  return Status::NotFound("asymnvm-backend not found (set ASYMNVM_BACKEND_BIN; looked at " + list + ")");
+}
+
+namespace {
+std::string Drain(int fd) {
+  std::string s;
+  if (fd < 0) return s;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) s.append(buf, static_cast<size_t>(n));
+  return s;
+}
+}  // namespace
+
+Result<std::unique_ptr<BackendProcess>> BackendProcess::Start(const std::string& bin,
+                                                              const std::string& pool,
+                                                              const std::string& size,
+                                                              const std::vector<std::string>& extra,
+                                                              const std::string& log_level) {
+  std::vector<std::string> args = {bin, "--pool", pool, "--size", size, "--log-level", log_level};
+  args.insert(args.end(), extra.begin(), extra.end());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  // stdout: a pipe for the two address lines; stderr: a file next to the pool (never a pipe
+  // nobody drains).
+  int out[2];
+  if (pipe2(out, O_CLOEXEC) != 0) return Status::IoError("backend process: pipe", errno);
+  const std::string err_path = pool + ".backend.log";
+  const int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (err < 0) {
+    close(out[0]);
+    close(out[1]);
+    return Status::IoError("backend process: cannot create " + err_path, errno);
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, err, 2);
+  pid_t pid;
+  int rc = posix_spawn(&pid, bin.c_str(), &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(out[1]);
+  close(err);
+  if (rc != 0) {
+    close(out[0]);
+    return Status::IoError("backend process: cannot start " + bin, rc);
+  }
+  auto p = std::unique_ptr<BackendProcess>(new BackendProcess());
+  p->pid_ = pid;
+  p->err_fd_ = open(err_path.c_str(), O_RDONLY | O_CLOEXEC);
+  // stdout: "listening ADDR\nlog ADDR\n", then nothing more.
+  auto read_line = [&] {
+    std::string l;
+    char c;
+    while (read(out[0], &c, 1) == 1 && c != '\n') l.push_back(c);
+    return l;
+  };
+  std::string line = read_line();
+  (void)read_line();
+  close(out[0]);
+  const std::string prefix = "listening ";
+  if (line.rfind(prefix, 0) != 0) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    p->pid_ = -1;
+    std::string msg = Drain(p->err_fd_);
+    while (!msg.empty() && msg.back() == '\n') msg.pop_back();
+    return Status::Internal("asymnvm-backend failed to start (exit " +
+                            std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + "): " + msg);
+  }
+  p->address_ = line.substr(prefix.size());
+  return p;
+}
+
+BackendProcess::~BackendProcess() {
+  Kill();
+  if (err_fd_ >= 0) close(err_fd_);
+}
+
+Result<double> BackendProcess::CpuSeconds() const {
+  std::ifstream in("/proc/" + std::to_string(pid_) + "/stat");
+  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t close_paren = s.rfind(')');
+  if (s.empty() || close_paren == std::string::npos) return Status::IoError("cannot read /proc stat of the back-end");
+  std::istringstream rest(s.substr(close_paren + 2));
+  std::string field;
+  uint64_t utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; i++) {
+    if (i == 14) utime = std::stoull(field);
+    if (i == 15) stime = std::stoull(field);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+Status BackendProcess::Stop(std::string* log) {
+  if (pid_ < 0) return Status::FailedPrecondition("backend process not running");
+  kill(pid_, SIGTERM);
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+  std::string msg = Drain(err_fd_);
+  if (log) *log = msg;
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return Status::Internal("asymnvm-backend did not stop cleanly (status " + std::to_string(status) + "): " + msg);
+  }
+  return Status::Ok();
+}
+
+void BackendProcess::Kill() {
+  if (pid_ < 0) return;
+  kill(pid_, SIGKILL);
+  int status;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+}
+
+}  // namespace asymnvm::driver

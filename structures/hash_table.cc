@@ -1,0 +1,368 @@
+// Hash table (papers/asymnvm-asplos20.txt §8.2; doc/structures.md "Hash table").
+//
+// PM layout (little-endian):
+//   Anchor (32 B, the root word points at it): magic u64 @0 | buckets u64 @8 (address of the
+//     bucket array) | nbuckets u64 @16 (a power of two: Options::param, default 65536) |
+//     count u64 @24.
+//   Bucket array (nbuckets × u64, one Malloc at creation, zeroed before the anchor is
+//     published): word b = address of the first node of chain b, 0 = empty chain.
+//   Node (16 + SlotBytes(value_size) B): key u64 @0 | next u64 @8 | value slot @16 (u32 length |
+//     bytes, padded to 8).
+//   Key k lives in chain Hash64(k) & (nbuckets − 1) (XXH3 64-bit of the 8 key bytes, seed 0,
+//   common/checksum.h).
+//
+// Updates (one op log + one transaction each): a new key is pushed at the head of its chain (the
+// node written whole, then the bucket word and the count); an update rewrites the value slot; a
+// delete relinks the predecessor's next (or the bucket word), writes the count, and frees the node
+// once the batch holding the unlink has been sent (ReleaseFreed).
+//
+// §8.2 hot items cached per item: with Options::optimize the bucket words are read through 64-byte
+// cache pages and nodes through pages of the node size rounded up to a power of two (64 B ..
+// 4 KiB), so the rc/rcb cache holds the hot key-value items instead of whole 4 KiB pages of
+// unrelated neighbours. Off: Structure::page_size pages (the session default). Scan is
+// kNotSupported (unordered).
+#include <algorithm>
+#include <unordered_set>
+
+#include "common/checksum.h"
+#include "structures/base.h"
+#include "structures/kinds.h"
+
+namespace asymnvm::structures::internal {
+namespace {
+
+constexpr uint64_t kMagic = 0x485341484d564e41ull;  // "ANVMHASH"
+constexpr uint16_t kOpPut = 1, kOpDelete = 2;
+constexpr uint64_t kBuckets = 8, kNBuckets = 16, kCount = 24, kAnchorBytes = 32;
+constexpr uint64_t kDefaultBuckets = 65536, kMaxBuckets = 1ull << 26;
+constexpr uint64_t kNext = 8, kSlot = 16, kHeader = 16;
+constexpr size_t kZeroChunk = 16 * 1024;  // bucket-array zeroing: bytes per transaction
+constexpr uint32_t kBucketPage = 64;
+constexpr uint32_t kWholeNodeRead = 512;  // Get reads the whole node when it is at most this
+
+uint32_t ItemPage(uint64_t bytes) {
+  uint32_t p = 64;
+  while (p < bytes && p < 4096) p <<= 1;
+  return p;
+}
+
+class HashTable final : public Map, public Base {
+ public:
+  HashTable(frontend::Session& s, frontend::Structure st, const Options& o)
+      : Base(s, std::move(st), Kind::kHashTable, o) {
+    slot_bytes_ = SlotBytes(vsize());
+    node_bytes_ = kSlot + slot_bytes_;
+    node_page_ = ItemPage(node_bytes_);
+  }
+
+  ~HashTable() override {
+    if (writer() && !freed_.empty()) {
+      Status st = s_.Flush();
+      if (st.ok()) st = ReleaseFreed(/*all=*/true);
+      if (!st.ok()) LOG_WARN("structures", Describe(kind_, st_.name) << ": close: " << st.ToString());
+    }
+  }
+
+  Status Init() {
+    ASYMNVM_RETURN_IF_ERROR(AcquireWriterLock());
+    ASYMNVM_ASSIGN_OR_RETURN(uint64_t root, s_.ReadWord(st_.root_addr));
+    uint64_t mine = 0;
+    if (root == 0 && writer()) {
+      const uint64_t nb = opt_.param;
+      ASYMNVM_ASSIGN_OR_RETURN(mine, s_.Malloc(nb * 8));
+      std::vector<uint8_t> zero(std::min<uint64_t>(kZeroChunk, nb * 8), 0);
+      for (uint64_t off = 0; off < nb * 8; off += zero.size()) {
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(zero.size(), nb * 8 - off));
+        ASYMNVM_RETURN_IF_ERROR(s_.Write(mine + off, std::span<const uint8_t>(zero.data(), n), &st_));
+      }
+      uint8_t init[kAnchorBytes] = {};
+      PutU64(init, kMagic);
+      PutU64(init + kBuckets, mine);
+      PutU64(init + kNBuckets, nb);
+      ASYMNVM_ASSIGN_OR_RETURN(anchor_, EnsureAnchor(init));
+    } else {
+      ASYMNVM_ASSIGN_OR_RETURN(anchor_, EnsureAnchor({}));
+    }
+    uint8_t a[kAnchorBytes];
+    ASYMNVM_RETURN_IF_ERROR(Query([&]() -> Status { return Read(anchor_, a); }));
+    const std::string what = Describe(kind_, st_.name);
+    if (GetU64(a) != kMagic) return Status::Corruption(what + ": anchor has a bad magic");
+    buckets_ = GetU64(a + kBuckets);
+    nbuckets_ = GetU64(a + kNBuckets);
+    count_ = GetU64(a + kCount);
+    if (mine != 0 && mine != buckets_) (void)s_.Free(mine);  // lost the creation race
+    if (nbuckets_ == 0 || (nbuckets_ & (nbuckets_ - 1)) != 0 || nbuckets_ > kMaxBuckets ||
+        !ValidAddr(buckets_, nbuckets_ * 8)) {
+      return Status::Corruption(what + ": anchor has a bad bucket array (" + std::to_string(nbuckets_) +
+                                " buckets at " + std::to_string(buckets_) + ")");
+    }
+    return Status::Ok();
+  }
+
+  Kind kind() const override { return kind_; }
+  const frontend::Structure& structure() const override { return st_; }
+  uint32_t value_size() const override { return vsize(); }
+
+  Status Put(uint64_t key, std::span<const uint8_t> value) override {
+    ASYMNVM_RETURN_IF_ERROR(CheckWritable());
+    ASYMNVM_RETURN_IF_ERROR(CheckValue(value));
+    return DoPut(key, value);
+  }
+
+  Status Get(uint64_t key, Value* value) override {
+    return Query([&]() -> Status {
+      uint64_t bound = count_;
+      if (!writer()) {
+        ASYMNVM_ASSIGN_OR_RETURN(bound, ReadU64(anchor_ + kCount));
+      }
+      Found f;
+      ASYMNVM_RETURN_IF_ERROR(Find(key, bound, &f, value));
+      if (f.node == 0) return NotFound(key);
+      return Status::Ok();
+    });
+  }
+
+  Status Delete(uint64_t key) override {
+    ASYMNVM_RETURN_IF_ERROR(CheckWritable());
+    return DoDelete(key, /*replay=*/false);
+  }
+
+  Status Scan(uint64_t, size_t, std::vector<KeyValue>*) override {
+    return Status::NotSupported(Describe(kind_, st_.name) + ": a hash table is unordered (no Scan)");
+  }
+
+  Result<uint64_t> Count() override {
+    if (writer()) return count_;
+    uint64_t n = 0;
+    ASYMNVM_RETURN_IF_ERROR(Query([&]() -> Status {
+      ASYMNVM_ASSIGN_OR_RETURN(n, ReadU64(anchor_ + kCount));
+      return Status::Ok();
+    }));
+    return n;
+  }
+
+  Status Sync() override {
+    if (!writer()) return Status::Ok();
+    ASYMNVM_RETURN_IF_ERROR(SyncBase());
+    return ReleaseFreed(/*all=*/true);
+  }
+
+  Status Verify() override {
+    return Query([&]() -> Status {
+      const std::string what = Describe(kind_, st_.name);
+      uint8_t a[kAnchorBytes];
+      ASYMNVM_RETURN_IF_ERROR(Read(anchor_, a, /*cached=*/false));
+      if (GetU64(a) != kMagic) return Status::Corruption(what + ": anchor magic");
+      if (GetU64(a + kBuckets) != buckets_ || GetU64(a + kNBuckets) != nbuckets_) {
+        return Status::Corruption(what + ": anchor bucket array changed");
+      }
+      const uint64_t count = GetU64(a + kCount);
+      if (writer() && count != count_) {
+        return Status::Corruption(what + ": anchor count " + std::to_string(count) +
+                                  " differs from the writer's " + std::to_string(count_));
+      }
+      std::unordered_set<uint64_t> keys;
+      std::vector<uint8_t> words;
+      std::vector<uint8_t> node(node_bytes_);
+      uint64_t n = 0;
+      constexpr uint64_t kChunkWords = 4096;
+      for (uint64_t first = 0; first < nbuckets_; first += kChunkWords) {
+        const uint64_t nw = std::min(kChunkWords, nbuckets_ - first);
+        words.resize(nw * 8);
+        ASYMNVM_RETURN_IF_ERROR(Read(buckets_ + first * 8, words, /*cached=*/false));
+        for (uint64_t w = 0; w < nw; w++) {
+          const uint64_t b = first + w;
+          for (uint64_t at = GetU64(words.data() + w * 8); at != 0; at = GetU64(node.data() + kNext)) {
+            const std::string where = what + ": bucket " + std::to_string(b) + ": node " + std::to_string(at);
+            if (++n > count) {
+              return Status::Corruption(what + ": more nodes than the count " + std::to_string(count) +
+                                        " (or a cycle)");
+            }
+            if (!ValidAddr(at, node_bytes_)) return Status::Corruption(where + ": address outside the data area");
+            ASYMNVM_RETURN_IF_ERROR(Read(at, node, /*cached=*/false));
+            const uint64_t key = GetU64(node.data());
+            if (Bucket(key) != b) {
+              return Status::Corruption(where + ": key " + std::to_string(key) + " hashes to bucket " +
+                                        std::to_string(Bucket(key)));
+            }
+            if (!keys.insert(key).second) {
+              return Status::Corruption(where + ": duplicate key " + std::to_string(key));
+            }
+            Status st = DecodeSlot(std::span<const uint8_t>(node).subspan(kSlot), vsize(), nullptr);
+            if (!st.ok()) return Status::Corruption(where + ": " + st.message());
+          }
+        }
+      }
+      if (n != count) {
+        return Status::Corruption(what + ": " + std::to_string(n) + " nodes, count says " +
+                                  std::to_string(count));
+      }
+      return Status::Ok();
+    });
+  }
+
+  Status ReplayOp(const frontend::RecoveredOp& op) override {
+    uint64_t key;
+    Value v;
+    ASYMNVM_RETURN_IF_ERROR(DecodeKeyValue(op.payload, &key, &v));
+    if (op.op_type == kOpPut) {
+      ASYMNVM_RETURN_IF_ERROR(CheckValue(v));
+      return DoPut(key, v);
+    }
+    if (op.op_type == kOpDelete) return DoDelete(key, /*replay=*/true);
+    return Status::Corruption(Describe(kind_, st_.name) + ": unknown op type " + std::to_string(op.op_type));
+  }
+
+ private:
+  // A chain position: the node holding the key (0: absent), its predecessor (0: the bucket word)
+  // and successor, and the chain's first node.
+  struct Found {
+    uint64_t bucket = 0, head = 0, node = 0, prev = 0, next = 0;
+  };
+
+  uint64_t Bucket(uint64_t key) const { return Hash64(&key, sizeof key) & (nbuckets_ - 1); }
+  uint64_t BucketAddr(uint64_t b) const { return buckets_ + b * 8; }
+
+  bool ValidAddr(uint64_t addr, uint64_t len) const {
+    return addr != 0 && addr % 8 == 0 && addr >= s_.data_begin() && addr + len <= s_.data_end() &&
+           addr + len > addr;
+  }
+
+  Status Torn(const std::string& msg) const {
+    const std::string what = Describe(kind_, st_.name) + ": " + msg;
+    if (writer()) return Status::Corruption(what);
+    return Status::Aborted(what + " (torn read)");
+  }
+
+  Status NotFound(uint64_t key) const {
+    return Status::NotFound(Describe(kind_, st_.name) + ": key " + std::to_string(key) + " not found");
+  }
+
+  // §8.2: item-granularity cache pages when optimizing.
+  Status ReadItem(uint64_t addr, std::span<uint8_t> out, uint32_t page) {
+    if (opt_.optimize) return s_.Read(addr, out, page);
+    return Read(addr, out);
+  }
+
+  // Walks the key's chain (at most `bound` + 64 nodes). With `value`, decodes the matching
+  // node's value.
+  Status Find(uint64_t key, uint64_t bound, Found* f, Value* value) {
+    f->bucket = Bucket(key);
+    uint8_t w[8];
+    ASYMNVM_RETURN_IF_ERROR(ReadItem(BucketAddr(f->bucket), w, kBucketPage));
+    f->head = GetU64(w);
+    const bool whole = value != nullptr && node_bytes_ <= kWholeNodeRead;
+    std::vector<uint8_t> buf(whole ? node_bytes_ : kHeader);
+    uint64_t steps = 0, prev = 0;
+    for (uint64_t at = f->head; at != 0;) {
+      if (++steps > bound + 64) return Torn("chain of bucket " + std::to_string(f->bucket) + " longer than the count");
+      if (!ValidAddr(at, node_bytes_)) return Torn("node address " + std::to_string(at) + " outside the data area");
+      ASYMNVM_RETURN_IF_ERROR(ReadItem(at, buf, node_page_));
+      const uint64_t k = GetU64(buf.data());
+      const uint64_t next = GetU64(buf.data() + kNext);
+      if (k == key) {
+        f->node = at;
+        f->prev = prev;
+        f->next = next;
+        if (value != nullptr) {
+          if (whole) {
+            Status st = DecodeSlot(std::span<const uint8_t>(buf).subspan(kSlot), vsize(), value);
+            if (!st.ok()) return Torn(st.message());
+          } else {
+            std::vector<uint8_t> slot(slot_bytes_);
+            ASYMNVM_RETURN_IF_ERROR(ReadItem(at + kSlot, slot, node_page_));
+            Status st = DecodeSlot(slot, vsize(), value);
+            if (!st.ok()) return Torn(st.message());
+          }
+        }
+        return Status::Ok();
+      }
+      if (Bucket(k) != f->bucket) return Torn("key " + std::to_string(k) + " in the wrong chain");
+      prev = at;
+      at = next;
+    }
+    f->node = 0;
+    return Status::Ok();
+  }
+
+  Status DoPut(uint64_t key, std::span<const uint8_t> value) {
+    Found f;
+    ASYMNVM_RETURN_IF_ERROR(Find(key, count_, &f, nullptr));
+    const auto params = EncodeKeyValue(key, value);
+    if (f.node != 0) {
+      // Update in place: the value slot only. Always the whole slot: a batch coalesces writes
+      // of the same (addr, len) at the first one's position, so slot writes of varying lengths
+      // could be reordered (SDK TxnBuilder; see ReleaseFreed).
+      std::vector<uint8_t> slot(slot_bytes_);
+      EncodeSlot(value, slot);
+      return Update(kOpPut, params, [&]() -> Status { return Write(f.node + kSlot, slot); });
+    }
+    ASYMNVM_ASSIGN_OR_RETURN(uint64_t node, s_.Malloc(node_bytes_));
+    std::vector<uint8_t> buf(node_bytes_);
+    PutU64(buf.data(), key);
+    PutU64(buf.data() + kNext, f.head);
+    EncodeSlot(value, std::span<uint8_t>(buf).subspan(kSlot));
+    ASYMNVM_RETURN_IF_ERROR(Update(kOpPut, params, [&]() -> Status {
+      ASYMNVM_RETURN_IF_ERROR(Write(node, buf));
+      ASYMNVM_RETURN_IF_ERROR(WriteU64(BucketAddr(f.bucket), node));
+      return WriteU64(anchor_ + kCount, count_ + 1);
+    }));
+    count_++;
+    return Status::Ok();
+  }
+
+  Status DoDelete(uint64_t key, bool replay) {
+    Found f;
+    ASYMNVM_RETURN_IF_ERROR(Find(key, count_, &f, nullptr));
+    if (f.node == 0) return replay ? Status::Ok() : NotFound(key);
+    ASYMNVM_RETURN_IF_ERROR(Update(kOpDelete, EncodeKeyValue(key, {}), [&]() -> Status {
+      ASYMNVM_RETURN_IF_ERROR(WriteU64(f.prev == 0 ? BucketAddr(f.bucket) : f.prev + kNext, f.next));
+      return WriteU64(anchor_ + kCount, count_ - 1);
+    }));
+    count_--;
+    freed_.push_back({f.node, s_.counters().txns});
+    return ReleaseFreed(/*all=*/false);
+  }
+
+  // Unlinked nodes are freed once the batch holding their last writes has been sent: the batch
+  // builder coalesces writes of the same (addr, len) at the first write's position, so a node
+  // reallocated at the same address within one batch would get its new contents reordered
+  // before the old node's later writes (backend::TxnBuilder).
+  Status ReleaseFreed(bool all) {
+    if (freed_.empty()) return Status::Ok();
+    const uint64_t sent = level() == frontend::Level::kNaive ? ~0ull : s_.counters().txns;
+    size_t kept = 0;
+    Status result;
+    for (const auto& [addr, mark] : freed_) {
+      if (all || mark < sent) {
+        Status st = s_.Free(addr);
+        if (!st.ok() && result.ok()) result = st;
+      } else {
+        freed_[kept++] = {addr, mark};
+      }
+    }
+    freed_.resize(kept);
+    return result;
+  }
+
+  uint64_t anchor_ = 0, buckets_ = 0, nbuckets_ = 0;
+  uint32_t slot_bytes_ = 0, node_bytes_ = 0, node_page_ = 0;
+  uint64_t count_ = 0;  // the writer's view (it holds the lock); readers read the anchor
+  std::vector<std::pair<uint64_t, uint64_t>> freed_;  // unlinked node, Counters::txns at unlink
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Map>> OpenHashTable(frontend::Session& s, const std::string& name, Options o) {
+  if (o.param != 0 && ((o.param & (o.param - 1)) != 0 || o.param > kMaxBuckets)) {
+    return Status::InvalidArgument("hash table bucket count must be a power of two up to " +
+                                   std::to_string(kMaxBuckets) + ", got " + std::to_string(o.param));
+  }
+  ASYMNVM_ASSIGN_OR_RETURN(frontend::Structure st,
+                           Base::Resolve(s, Kind::kHashTable, name, &o, kDefaultBuckets));
+  auto h = std::make_unique<HashTable>(s, std::move(st), o);
+  ASYMNVM_RETURN_IF_ERROR(h->Init());
+  return std::unique_ptr<Map>(std::move(h));
+}
+
+}  // namespace asymnvm::structures::internal

@@ -1,0 +1,489 @@
+// Skip list (papers/asymnvm-asplos20.txt §8.4; doc/structures.md "Skip list").
+//
+// PM layout (little-endian):
+//   Anchor (32 + 8·max_level B, the root word points at it): magic u64 @0 | max_level u64 @8
+//     (Options::param, default 20, 1..64) | count u64 @16 | level u64 @24 (number of non-empty
+//     head lists, 0..max_level) | head next[max_level] u64 @32 (the head node lives in the anchor).
+//   Node (16 + 8·height + SlotBytes(value_size) B): key u64 @0 | height u32 @8 (1..max_level) |
+//     magic u32 @12 | next[height] u64 @16 | value slot @16 + 8·height (u32 length | bytes, padded
+//     to 8). The tower comes before the value so a traversal reads key and links in one read.
+//   Heights: p = 0.5, height = 1 + trailing one bits of splitmix64(key ^ seed), capped at
+//   max_level: deterministic per key, so a replayed insert rebuilds the same tower.
+//
+// Updates (one op log + one transaction each): an insert Mallocs the node, writes it whole (its
+// next pointers set), then links it bottom-up (level 0 first) and writes count + level once; an
+// update rewrites the value slot; a delete unlinks at every level of its tower, writes count +
+// level (shrunk while the top head list is empty), and frees the node once the batch holding the
+// unlink has been sent (ReleaseFreed).
+//
+// §8.4 "cache nodes of higher levels": with Options::optimize, nodes of height ≥ kCachedHeight (2)
+// are read through the cache and height-1 nodes (half of all nodes) with one-sided READs that
+// bypass it, so the rc/rcb cache holds the upper levels every search goes through. A search
+// knows a node's height before reading it: a node first met at level i (0-based, below the top)
+// has height exactly i + 1 (a taller one would have been met, and remembered, one level up).
+// The anchor (head tower) is always cached. Off: everything through the cache.
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <unordered_map>
+
+#include "structures/base.h"
+#include "structures/kinds.h"
+
+namespace asymnvm::structures::internal {
+namespace {
+
+constexpr uint64_t kMagic = 0x4b534c534d564e41ull;  // "ANVMSLSK"
+constexpr uint32_t kNodeMagic = 0x4c4b5350;         // "PSKL"
+constexpr uint16_t kOpPut = 1, kOpDelete = 2;
+constexpr uint64_t kMaxLevel = 8, kCount = 16, kLevel = 24, kHead = 32;
+constexpr uint64_t kDefaultMaxLevel = 20, kLevelCap = 64;
+constexpr uint64_t kHeight = 8, kNext = 16;
+constexpr uint32_t kCachedHeight = 2;
+constexpr uint64_t kHeightSeed = 0x9e3779b97f4a7c15ull;
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+class SkipList final : public Map, public Base {
+ public:
+  SkipList(frontend::Session& s, frontend::Structure st, const Options& o)
+      : Base(s, std::move(st), Kind::kSkipList, o) {
+    slot_bytes_ = SlotBytes(vsize());
+    max_level_ = static_cast<uint32_t>(opt_.param);
+    anchor_bytes_ = kHead + 8ull * max_level_;
+  }
+  ~SkipList() override {
+    if (writer() && !freed_.empty()) {
+      Status st = s_.Flush();
+      if (st.ok()) st = ReleaseFreed(/*all=*/true);
+      if (!st.ok()) LOG_WARN("structures", Describe(kind_, st_.name) << ": close: " << st.ToString());
+    }
+  }
+
+  Status Init() {
+    ASYMNVM_RETURN_IF_ERROR(AcquireWriterLock());
+    std::vector<uint8_t> init(anchor_bytes_, 0);
+    PutU64(init.data(), kMagic);
+    PutU64(init.data() + kMaxLevel, max_level_);
+    ASYMNVM_ASSIGN_OR_RETURN(anchor_, EnsureAnchor(init));
+    std::vector<uint8_t> a(anchor_bytes_);
+    ASYMNVM_RETURN_IF_ERROR(Query([&]() -> Status { return Read(anchor_, a); }));
+    const std::string what = Describe(kind_, st_.name);
+    if (GetU64(a.data()) != kMagic) return Status::Corruption(what + ": anchor has a bad magic");
+    if (GetU64(a.data() + kMaxLevel) != max_level_) {
+      return Status::Corruption(what + ": anchor max level " + std::to_string(GetU64(a.data() + kMaxLevel)) +
+                                " differs from the naming entry's " + std::to_string(max_level_));
+    }
+    count_ = GetU64(a.data() + kCount);
+    level_ = GetU64(a.data() + kLevel);
+    if (level_ > max_level_) return Status::Corruption(what + ": anchor level above max level");
+    return Status::Ok();
+  }
+
+  Kind kind() const override { return kind_; }
+  const frontend::Structure& structure() const override { return st_; }
+  uint32_t value_size() const override { return vsize(); }
+
+  Status Put(uint64_t key, std::span<const uint8_t> value) override {
+    ASYMNVM_RETURN_IF_ERROR(CheckWritable());
+    ASYMNVM_RETURN_IF_ERROR(CheckValue(value));
+    return DoPut(key, value);
+  }
+
+  Status Get(uint64_t key, Value* value) override {
+    return Query([&]() -> Status {
+      Path p;
+      ASYMNVM_RETURN_IF_ERROR(Search(key, &p));
+      if (!p.found) return NotFound(key);
+      return ReadValue(p.succ[0], p.found_height, value);
+    });
+  }
+
+  Status Delete(uint64_t key) override {
+    ASYMNVM_RETURN_IF_ERROR(CheckWritable());
+    return DoDelete(key, /*replay=*/false);
+  }
+
+  Status Scan(uint64_t from, size_t limit, std::vector<KeyValue>* out) override {
+    return Query([&]() -> Status {
+      out->clear();
+      if (limit == 0) return Status::Ok();
+      Path p;
+      ASYMNVM_RETURN_IF_ERROR(Search(from, &p));
+      uint64_t at = p.succ[0], steps = 0;
+      bool have_prev = false;
+      uint64_t prev_key = 0;
+      uint8_t h[kNext + 8];
+      while (at != 0 && out->size() < limit) {
+        if (++steps > p.count + 64) return Torn("level-0 list longer than the count");
+        if (!ValidAddr(at, kNext + 8)) return Torn("node address " + std::to_string(at) + " outside the data area");
+        ASYMNVM_RETURN_IF_ERROR(Read(at, h, Cached(1)));
+        const uint64_t k = GetU64(h);
+        const uint32_t height = GetU32(h + kHeight);
+        if (GetU32(h + kHeight + 4) != kNodeMagic || height == 0 || height > max_level_) {
+          return Torn("node " + std::to_string(at) + " has a bad header");
+        }
+        if (k < from || (have_prev && k <= prev_key)) return Torn("keys out of order");
+        Value v;
+        ASYMNVM_RETURN_IF_ERROR(ReadValue(at, height, &v));
+        out->emplace_back(k, std::move(v));
+        have_prev = true;
+        prev_key = k;
+        at = GetU64(h + kNext);
+      }
+      return Status::Ok();
+    });
+  }
+
+  Result<uint64_t> Count() override {
+    if (writer()) return count_;
+    uint64_t n = 0;
+    ASYMNVM_RETURN_IF_ERROR(Query([&]() -> Status {
+      ASYMNVM_ASSIGN_OR_RETURN(n, ReadU64(anchor_ + kCount));
+      return Status::Ok();
+    }));
+    return n;
+  }
+
+  Status Sync() override {
+    if (!writer()) return Status::Ok();
+    ASYMNVM_RETURN_IF_ERROR(SyncBase());
+    return ReleaseFreed(/*all=*/true);
+  }
+
+  Status Verify() override {
+    return Query([&]() -> Status {
+      const std::string what = Describe(kind_, st_.name);
+      std::vector<uint8_t> a(anchor_bytes_);
+      ASYMNVM_RETURN_IF_ERROR(Read(anchor_, a, /*cached=*/false));
+      if (GetU64(a.data()) != kMagic) return Status::Corruption(what + ": anchor magic");
+      if (GetU64(a.data() + kMaxLevel) != max_level_) return Status::Corruption(what + ": anchor max level");
+      const uint64_t count = GetU64(a.data() + kCount), level = GetU64(a.data() + kLevel);
+      if (writer() && (count != count_ || level != level_)) {
+        return Status::Corruption(what + ": anchor count/level " + std::to_string(count) + "/" +
+                                  std::to_string(level) + " differ from the writer's " +
+                                  std::to_string(count_) + "/" + std::to_string(level_));
+      }
+      if (level > max_level_) return Status::Corruption(what + ": level above max level");
+      auto head = [&](uint64_t i) { return GetU64(a.data() + kHead + 8 * i); };
+      for (uint64_t i = level; i < max_level_; i++) {
+        if (head(i) != 0) return Status::Corruption(what + ": head list " + std::to_string(i) + " above the level is not empty");
+      }
+      if (level > 0 && head(level - 1) == 0) return Status::Corruption(what + ": top head list is empty");
+      // Level 0: every node, in key order.
+      struct NodeInfo {
+        uint64_t key;
+        uint32_t height;
+        std::vector<uint64_t> next;
+      };
+      std::unordered_map<uint64_t, NodeInfo> nodes;
+      std::vector<uint64_t> per_level(max_level_, 0);
+      uint64_t n = 0, prev_key = 0;
+      for (uint64_t at = head(0); at != 0; n++) {
+        const std::string where = what + ": node " + std::to_string(n) + " at " + std::to_string(at);
+        if (n >= count) return Status::Corruption(what + ": more nodes than the count " + std::to_string(count) + " (or a cycle)");
+        if (!ValidAddr(at, kNext + 8)) return Status::Corruption(where + ": address outside the data area");
+        uint8_t h[kNext];
+        ASYMNVM_RETURN_IF_ERROR(Read(at, h, false));
+        const uint32_t height = GetU32(h + kHeight);
+        if (GetU32(h + kHeight + 4) != kNodeMagic) return Status::Corruption(where + ": node magic");
+        if (height == 0 || height > level) {
+          return Status::Corruption(where + ": height " + std::to_string(height) + " outside 1.." + std::to_string(level));
+        }
+        const uint64_t key = GetU64(h);
+        if (height != Height(key)) {
+          return Status::Corruption(where + ": height " + std::to_string(height) + " is not the key's " +
+                                    std::to_string(Height(key)));
+        }
+        if (n > 0 && key <= prev_key) return Status::Corruption(where + ": key " + std::to_string(key) + " out of order");
+        std::vector<uint8_t> rest(8ull * height + slot_bytes_);
+        ASYMNVM_RETURN_IF_ERROR(Read(at + kNext, rest, false));
+        Status st = DecodeSlot(std::span<const uint8_t>(rest).subspan(8ull * height), vsize(), nullptr);
+        if (!st.ok()) return Status::Corruption(where + ": " + st.message());
+        NodeInfo info{key, height, std::vector<uint64_t>(height)};
+        for (uint32_t i = 0; i < height; i++) info.next[i] = GetU64(rest.data() + 8 * i);
+        for (uint32_t i = 0; i < height; i++) per_level[i]++;
+        prev_key = key;
+        const uint64_t next = info.next[0];
+        if (!nodes.emplace(at, std::move(info)).second) return Status::Corruption(where + ": visited twice");
+        at = next;
+      }
+      if (n != count) {
+        return Status::Corruption(what + ": " + std::to_string(n) + " nodes, count says " + std::to_string(count));
+      }
+      // Every upper list links exactly the nodes of at least that height, in order.
+      for (uint32_t i = 1; i < level; i++) {
+        uint64_t m = 0;
+        for (uint64_t at = head(i); at != 0; m++) {
+          auto it = nodes.find(at);
+          if (it == nodes.end()) {
+            return Status::Corruption(what + ": list " + std::to_string(i) + " links " + std::to_string(at) +
+                                      ", not a level-0 node");
+          }
+          if (it->second.height <= i || m >= per_level[i]) {
+            return Status::Corruption(what + ": list " + std::to_string(i) + " links node " +
+                                      std::to_string(it->second.key) + " of height " +
+                                      std::to_string(it->second.height) + " (or too many nodes)");
+          }
+          const uint64_t next = it->second.next[i];
+          if (next != 0) {
+            auto nx = nodes.find(next);
+            if (nx == nodes.end() || nx->second.key <= it->second.key) {
+              return Status::Corruption(what + ": list " + std::to_string(i) + " out of order after key " +
+                                        std::to_string(it->second.key));
+            }
+          }
+          at = next;
+        }
+        if (m != per_level[i]) {
+          return Status::Corruption(what + ": list " + std::to_string(i) + " has " + std::to_string(m) +
+                                    " nodes, " + std::to_string(per_level[i]) + " are that tall");
+        }
+      }
+      return Status::Ok();
+    });
+  }
+
+  Status ReplayOp(const frontend::RecoveredOp& op) override {
+    uint64_t key;
+    Value v;
+    ASYMNVM_RETURN_IF_ERROR(DecodeKeyValue(op.payload, &key, &v));
+    if (op.op_type == kOpPut) {
+      ASYMNVM_RETURN_IF_ERROR(CheckValue(v));
+      return DoPut(key, v);
+    }
+    if (op.op_type == kOpDelete) return DoDelete(key, /*replay=*/true);
+    return Status::Corruption(Describe(kind_, st_.name) + ": unknown op type " + std::to_string(op.op_type));
+  }
+
+ private:
+  // A search result: at each level i, the last node with key < target (0 = the head) and its
+  // successor; the head tower as read; whether succ[0] holds the key.
+  struct Path {
+    std::array<uint64_t, kLevelCap> pred{}, succ{}, head{};
+    uint64_t count = 0, level = 0;
+    bool found = false;
+    uint32_t found_height = 0;
+  };
+
+  uint32_t Height(uint64_t key) const {
+    const uint32_t h = 1 + static_cast<uint32_t>(std::countr_one(SplitMix64(key ^ kHeightSeed)));
+    return std::min(h, max_level_);
+  }
+  // §8.4: a node of this height is read through the cache.
+  bool Cached(uint32_t height) const { return !opt_.optimize || height >= kCachedHeight; }
+
+  uint64_t NextAddr(uint64_t node, uint32_t i) const {
+    return node == 0 ? anchor_ + kHead + 8ull * i : node + kNext + 8ull * i;
+  }
+
+  bool ValidAddr(uint64_t addr, uint64_t len) const {
+    return addr != 0 && addr % 8 == 0 && addr >= s_.data_begin() && addr + len <= s_.data_end() &&
+           addr + len > addr;
+  }
+
+  Status Torn(const std::string& msg) const {
+    const std::string what = Describe(kind_, st_.name) + ": " + msg;
+    if (writer()) return Status::Corruption(what);
+    return Status::Aborted(what + " (torn read)");
+  }
+
+  Status NotFound(uint64_t key) const {
+    return Status::NotFound(Describe(kind_, st_.name) + ": key " + std::to_string(key) + " not found");
+  }
+
+  Status ReadValue(uint64_t node, uint32_t height, Value* value) {
+    std::vector<uint8_t> slot(slot_bytes_);
+    ASYMNVM_RETURN_IF_ERROR(Read(node + kNext + 8ull * height, slot, Cached(height)));
+    Status st = DecodeSlot(slot, vsize(), value);
+    if (!st.ok()) return Torn(st.message());
+    return Status::Ok();
+  }
+
+  // Top-down search for `key`. Reads the anchor (count, level, head tower) first; every node is
+  // read once (16 + 8·(i+1) bytes when first met at level i).
+  Status Search(uint64_t key, Path* p) {
+    std::vector<uint8_t> a(anchor_bytes_ - kCount);
+    ASYMNVM_RETURN_IF_ERROR(Read(anchor_ + kCount, a));
+    p->count = GetU64(a.data());
+    p->level = GetU64(a.data() + (kLevel - kCount));
+    if (p->level > max_level_) return Torn("anchor level above max level");
+    for (uint32_t i = 0; i < max_level_; i++) p->head[i] = GetU64(a.data() + (kHead - kCount) + 8ull * i);
+    const uint64_t bound = p->count + 64;
+    // The current node x (0 = head) and its links; the node the previous level stopped at (brk:
+    // usually the successor at this level too, so it is not read again).
+    struct View {
+      uint64_t addr = 0, key = 0;
+      uint32_t height = 0;
+      std::array<uint64_t, kLevelCap> next{};
+    };
+    View x, brk, cur;
+    x.next = p->head;
+    uint8_t buf[kNext + 8 * kLevelCap];
+    uint64_t steps = 0;
+    p->found = false;
+    for (int i = static_cast<int>(p->level) - 1; i >= 0; i--) {
+      uint64_t y = 0;
+      for (;;) {
+        y = x.next[i];
+        if (y == 0) break;
+        if (y == brk.addr) {
+          cur = brk;
+        } else {
+          if (++steps > bound) return Torn("search longer than the count");
+          const uint64_t len = kNext + 8ull * (i + 1);
+          if (!ValidAddr(y, len)) return Torn("node address " + std::to_string(y) + " outside the data area");
+          // First met at level i: its height is i + 1, unless at the top level (or torn).
+          const bool top = i + 1 == static_cast<int>(p->level);
+          ASYMNVM_RETURN_IF_ERROR(Read(y, std::span<uint8_t>(buf, len), top || Cached(i + 1)));
+          cur.addr = y;
+          cur.key = GetU64(buf);
+          cur.height = GetU32(buf + kHeight);
+          if (GetU32(buf + kHeight + 4) != kNodeMagic || cur.height <= static_cast<uint32_t>(i) ||
+              cur.height > max_level_) {
+            return Torn("node " + std::to_string(y) + " has a bad header");
+          }
+          for (int j = 0; j <= i; j++) cur.next[j] = GetU64(buf + kNext + 8 * j);
+        }
+        if (x.addr != 0 && cur.key <= x.key) return Torn("keys out of order");
+        if (cur.key >= key) {
+          brk = cur;
+          break;
+        }
+        x = cur;
+      }
+      p->pred[i] = x.addr;
+      p->succ[i] = y;
+    }
+    if (p->level > 0 && p->succ[0] != 0 && p->succ[0] == brk.addr && brk.key == key) {
+      p->found = true;
+      p->found_height = brk.height;
+    }
+    return Status::Ok();
+  }
+
+  Status DoPut(uint64_t key, std::span<const uint8_t> value) {
+    Path p;
+    ASYMNVM_RETURN_IF_ERROR(Search(key, &p));
+    const auto params = EncodeKeyValue(key, value);
+    std::vector<uint8_t> slot(slot_bytes_);
+    EncodeSlot(value, slot);
+    if (p.found) {
+      // The whole slot: a batch coalesces same-(addr, len) writes at the first one's position.
+      const uint64_t at = p.succ[0] + kNext + 8ull * p.found_height;
+      return Update(kOpPut, params, [&]() -> Status { return Write(at, slot); });
+    }
+    const uint32_t height = Height(key);
+    const uint64_t node_bytes = kNext + 8ull * height + slot_bytes_;
+    ASYMNVM_ASSIGN_OR_RETURN(uint64_t node, s_.Malloc(node_bytes));
+    std::vector<uint8_t> buf(node_bytes);
+    PutU64(buf.data(), key);
+    PutU32(buf.data() + kHeight, height);
+    PutU32(buf.data() + kHeight + 4, kNodeMagic);
+    for (uint32_t i = 0; i < height; i++) {
+      PutU64(buf.data() + kNext + 8 * i, i < p.level ? p.succ[i] : 0);
+    }
+    std::memcpy(buf.data() + kNext + 8ull * height, slot.data(), slot_bytes_);
+    const uint64_t new_level = std::max<uint64_t>(level_, height);
+    ASYMNVM_RETURN_IF_ERROR(Update(kOpPut, params, [&]() -> Status {
+      // The node is complete before anything points at it; then link bottom-up.
+      ASYMNVM_RETURN_IF_ERROR(Write(node, buf));
+      for (uint32_t i = 0; i < height; i++) {
+        ASYMNVM_RETURN_IF_ERROR(WriteU64(NextAddr(i < p.level ? p.pred[i] : 0, i), node));
+      }
+      return WriteCountLevel(count_ + 1, new_level);
+    }));
+    count_++;
+    level_ = new_level;
+    return Status::Ok();
+  }
+
+  Status DoDelete(uint64_t key, bool replay) {
+    Path p;
+    ASYMNVM_RETURN_IF_ERROR(Search(key, &p));
+    if (!p.found) return replay ? Status::Ok() : NotFound(key);
+    const uint64_t node = p.succ[0];
+    const uint32_t height = p.found_height;
+    std::vector<uint8_t> links(8ull * height);
+    ASYMNVM_RETURN_IF_ERROR(Read(node + kNext, links, Cached(height)));
+    std::array<uint64_t, kLevelCap> head = p.head;
+    for (uint32_t i = 0; i < height; i++) {
+      if (p.succ[i] != node) {
+        return Status::Corruption(Describe(kind_, st_.name) + ": node of key " + std::to_string(key) +
+                                  " is not linked at level " + std::to_string(i));
+      }
+      if (p.pred[i] == 0) head[i] = GetU64(links.data() + 8 * i);
+    }
+    uint64_t new_level = level_;
+    while (new_level > 0 && head[new_level - 1] == 0) new_level--;
+    ASYMNVM_RETURN_IF_ERROR(Update(kOpDelete, EncodeKeyValue(key, {}), [&]() -> Status {
+      for (int i = static_cast<int>(height) - 1; i >= 0; i--) {
+        ASYMNVM_RETURN_IF_ERROR(WriteU64(NextAddr(p.pred[i], i), GetU64(links.data() + 8 * i)));
+      }
+      return WriteCountLevel(count_ - 1, new_level);
+    }));
+    count_--;
+    level_ = new_level;
+    freed_.push_back({node, s_.counters().txns});
+    return ReleaseFreed(/*all=*/false);
+  }
+
+  Status WriteCountLevel(uint64_t count, uint64_t level) {
+    uint8_t w[16];
+    PutU64(w, count);
+    PutU64(w + 8, level);
+    return Write(anchor_ + kCount, w);
+  }
+
+  // Unlinked nodes are freed once the batch holding their last writes has been sent: the batch
+  // builder coalesces writes of the same (addr, len) at the first write's position, so a node
+  // reallocated at the same address within one batch would get its new contents reordered
+  // before the old node's later writes (backend::TxnBuilder).
+  Status ReleaseFreed(bool all) {
+    if (freed_.empty()) return Status::Ok();
+    const uint64_t sent = level() == frontend::Level::kNaive ? ~0ull : s_.counters().txns;
+    size_t kept = 0;
+    Status result;
+    for (const auto& [addr, mark] : freed_) {
+      if (all || mark < sent) {
+        Status st = s_.Free(addr);
+        if (!st.ok() && result.ok()) result = st;
+      } else {
+        freed_[kept++] = {addr, mark};
+      }
+    }
+    freed_.resize(kept);
+    return result;
+  }
+
+  uint64_t anchor_ = 0, anchor_bytes_ = 0;
+  uint32_t max_level_ = 0, slot_bytes_ = 0;
+  // The writer's view of the anchor (it holds the lock); readers read it in each query.
+  uint64_t count_ = 0, level_ = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> freed_;  // unlinked node, Counters::txns at unlink
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Map>> OpenSkipList(frontend::Session& s, const std::string& name, Options o) {
+  if (o.param > kLevelCap) {
+    return Status::InvalidArgument("skip list max level must be 1.." + std::to_string(kLevelCap) +
+                                   ", got " + std::to_string(o.param));
+  }
+  ASYMNVM_ASSIGN_OR_RETURN(frontend::Structure st,
+                           Base::Resolve(s, Kind::kSkipList, name, &o, kDefaultMaxLevel));
+  if (o.param == 0 || o.param > kLevelCap) {
+    return Status::Corruption(Describe(Kind::kSkipList, name) + ": naming entry has max level " +
+                              std::to_string(o.param));
+  }
+  auto h = std::make_unique<SkipList>(s, std::move(st), o);
+  ASYMNVM_RETURN_IF_ERROR(h->Init());
+  return std::unique_ptr<Map>(std::move(h));
+}
+
+}  // namespace asymnvm::structures::internal

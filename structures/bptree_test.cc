@@ -1,0 +1,469 @@
+// B+tree: model-checked random operations at every level (with session reopen and back-end restart),
+// shapes and edge cases, replay, the §8 level threshold, and a reader under concurrent updates.
+#include <algorithm>
+#include <atomic>
+#include <functional>
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "structures/base.h"
+#include "structures/kinds.h"
+#include "structures/testing.h"
+
+namespace asymnvm::structures {
+namespace {
+
+using frontend::Level;
+using testing::StructuresTest;
+using testing::TestValue;
+
+// Fan-out 4 unless the test says otherwise: splits and leaf removals happen all the time.
+Result<std::unique_ptr<Map>> OpenT(frontend::Session& s, const std::string& name, Options o = {}) {
+  if (o.param == 0) o.param = 4;
+  return internal::OpenBPlusTree(s, name, o);
+}
+
+uint64_t CountOf(Map& m) {
+  auto n = m.Count();
+  EXPECT_TRUE(n.ok()) << n.status().ToString();
+  return n.ok() ? *n : ~0ull;
+}
+
+void ExpectMatchesModel(Map& m, const std::map<uint64_t, Value>& model, uint64_t key_range) {
+  for (uint64_t k = 0; k < key_range; k++) {
+    Value v;
+    Status st = m.Get(k, &v);
+    auto it = model.find(k);
+    if (it == model.end()) {
+      EXPECT_EQ(st.code(), StatusCode::kNotFound) << "key " << k << ": " << st.ToString();
+    } else {
+      ASSERT_TRUE(st.ok()) << "key " << k << ": " << st.ToString();
+      EXPECT_EQ(v, it->second) << "key " << k;
+    }
+  }
+  std::vector<KeyValue> all;
+  ASSERT_TRUE(m.Scan(0, model.size() + 10, &all).ok());
+  ASSERT_EQ(all.size(), model.size());
+  size_t i = 0;
+  for (const auto& [k, v] : model) {
+    EXPECT_EQ(all[i].first, k);
+    EXPECT_EQ(all[i].second, v);
+    i++;
+  }
+  auto n = m.Count();
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, model.size());
+  Status vs = m.Verify();
+  EXPECT_TRUE(vs.ok()) << vs.ToString();
+}
+
+struct Param {
+  Level level;
+  bool optimize;
+};
+
+class BPlusTreeModelTest : public StructuresTest, public ::testing::WithParamInterface<Param> {};
+
+TEST_P(BPlusTreeModelTest, RandomOpsMatchModelAcrossReopenAndRestart) {
+  const Param p = GetParam();
+  std::map<uint64_t, Value> model;
+  std::mt19937_64 rng(11 + static_cast<int>(p.level));
+  constexpr uint64_t kRange = 160;
+  uint64_t version = 0;
+  Options o;
+  o.optimize = p.optimize;
+  o.value_size = 48;
+  for (int phase = 0; phase < 3; phase++) {
+    auto s = OpenSession(5, p.level);
+    ASSERT_TRUE(s);
+    auto m = OpenT(*s, "tree", o);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    for (int i = 0; i < 400; i++) {
+      const int r = static_cast<int>(rng() % 20);
+      const uint64_t key = rng() % kRange;
+      if (r < 9) {
+        auto v = TestValue(key, ++version, rng() % 49);
+        ASSERT_TRUE((*m)->Put(key, v).ok());
+        model[key] = v;
+      } else if (r < 14) {
+        Status st = (*m)->Delete(key);
+        if (model.erase(key)) {
+          ASSERT_TRUE(st.ok()) << st.ToString();
+        } else {
+          ASSERT_EQ(st.code(), StatusCode::kNotFound) << st.ToString();
+        }
+      } else if (r < 18) {
+        Value got;
+        Status st = (*m)->Get(key, &got);
+        auto it = model.find(key);
+        if (it == model.end()) {
+          ASSERT_EQ(st.code(), StatusCode::kNotFound) << st.ToString();
+        } else {
+          ASSERT_TRUE(st.ok()) << st.ToString();
+          ASSERT_EQ(got, it->second) << "op " << i;
+        }
+      } else {
+        const size_t limit = 1 + rng() % 20;
+        std::vector<KeyValue> got;
+        ASSERT_TRUE((*m)->Scan(key, limit, &got).ok());
+        auto it = model.lower_bound(key);
+        size_t j = 0;
+        for (; it != model.end() && j < limit; ++it, ++j) {
+          ASSERT_LT(j, got.size());
+          ASSERT_EQ(got[j].first, it->first);
+          ASSERT_EQ(got[j].second, it->second);
+        }
+        ASSERT_EQ(got.size(), j);
+      }
+    }
+    auto n = (*m)->Count();
+    ASSERT_TRUE(n.ok());
+    EXPECT_EQ(*n, model.size());
+    Status vs = (*m)->Verify();
+    ASSERT_TRUE(vs.ok()) << vs.ToString();
+    m->reset();
+    s.reset();
+    if (phase == 1) RestartBackend();
+  }
+  auto s = OpenSession(6, p.level);
+  Options ro;
+  ro.access = Access::kReader;
+  auto r = OpenT(*s, "tree", ro);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ExpectMatchesModel(**r, model, kRange + 5);
+  EXPECT_EQ((*r)->Put(1, TestValue(1, 1, 4)).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*r)->Delete(1).code(), StatusCode::kFailedPrecondition);
+}
+
+std::vector<Param> AllParams() {
+  std::vector<Param> v;
+  for (Level l : testing::kAllLevels) v.push_back({l, true});
+  v.push_back({Level::kRcb, false});
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, BPlusTreeModelTest, ::testing::ValuesIn(AllParams()), [](const auto& info) {
+  return std::string(frontend::LevelName(info.param.level)) + (info.param.optimize ? "" : "_plain");
+});
+
+class BPlusTreeTest : public StructuresTest {};
+
+TEST_F(BPlusTreeTest, EmptySingleAndDeleteRoot) {
+  auto s = OpenSession(10, Level::kRcb);
+  auto m = OpenT(*s, "t");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  Map& t = **m;
+  Value v;
+  EXPECT_EQ(t.Get(1, &v).code(), StatusCode::kNotFound);
+  EXPECT_EQ(t.Delete(1).code(), StatusCode::kNotFound);
+  std::vector<KeyValue> out{{1, {}}};
+  ASSERT_TRUE(t.Scan(0, 10, &out).ok());
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(CountOf(t), 0u);
+  EXPECT_TRUE(t.Verify().ok());
+  // Single element, then empty again.
+  ASSERT_TRUE(t.Put(5, TestValue(5, 0, 10)).ok());
+  ASSERT_TRUE(t.Get(5, &v).ok());
+  EXPECT_EQ(v, TestValue(5, 0, 10));
+  ASSERT_TRUE(t.Put(5, {}).ok());  // empty value
+  ASSERT_TRUE(t.Get(5, &v).ok());
+  EXPECT_TRUE(v.empty());
+  ASSERT_TRUE(t.Delete(5).ok());
+  EXPECT_EQ(t.Get(5, &v).code(), StatusCode::kNotFound);
+  EXPECT_EQ(CountOf(t), 0u);
+  EXPECT_TRUE(t.Verify().ok());
+  // Delete the root with two children (successor copy), with one child, as a leaf.
+  std::map<uint64_t, Value> model;
+  for (uint64_t k : {50, 25, 75, 60, 90, 55, 10, 30}) {
+    ASSERT_TRUE(t.Put(k, TestValue(k, 1, 20)).ok());
+    model[k] = TestValue(k, 1, 20);
+  }
+  for (uint64_t k : {50, 55, 60, 25, 75, 90, 10, 30}) {  
+    ASSERT_TRUE(t.Delete(k).ok()) << k;
+    model.erase(k);
+    ASSERT_TRUE(t.Verify().ok()) << "after deleting " << k << ": " << t.Verify().ToString();
+    ExpectMatchesModel(t, model, 100);
+  }
+}
+
+TEST_F(BPlusTreeTest, AscendingDescendingAndRandomOrders) {
+  auto s = OpenSession(11, Level::kRc);
+  Options o;
+  o.value_size = 16;
+  auto m = OpenT(*s, "t", o);
+  ASSERT_TRUE(m.ok());
+  Map& t = **m;
+  std::map<uint64_t, Value> model;
+  for (uint64_t k = 0; k < 200; k++) {  // ascending: a 200-deep right spine
+    ASSERT_TRUE(t.Put(k, TestValue(k, 0, 16)).ok());
+    model[k] = TestValue(k, 0, 16);
+  }
+  ExpectMatchesModel(t, model, 210);
+  for (uint64_t k = 0; k < 200; k++) {
+    ASSERT_TRUE(t.Delete(k).ok());
+    model.erase(k);
+  }
+  ExpectMatchesModel(t, model, 210);
+  for (uint64_t k = 200; k-- > 0;) {  // descending: a left spine
+    ASSERT_TRUE(t.Put(k, TestValue(k, 1, 8)).ok());
+    model[k] = TestValue(k, 1, 8);
+  }
+  ExpectMatchesModel(t, model, 210);
+  std::vector<uint64_t> keys;
+  for (const auto& kv : model) keys.push_back(kv.first);
+  std::shuffle(keys.begin(), keys.end(), std::mt19937_64(3));
+  for (size_t i = 0; i < keys.size(); i++) {
+    ASSERT_TRUE(t.Delete(keys[i]).ok());
+    model.erase(keys[i]);
+    if (i % 100 == 0) ExpectMatchesModel(t, model, 210);
+  }
+  ExpectMatchesModel(t, model, 210);
+}
+
+TEST_F(BPlusTreeTest, LargeValues) {
+  auto s = OpenSession(12, Level::kRcb);
+  Options o;
+  o.value_size = 8192;
+  auto m = OpenT(*s, "big", o);
+  ASSERT_TRUE(m.ok());
+  Map& t = **m;
+  std::map<uint64_t, Value> model;
+  for (uint64_t k : {4, 2, 6, 1, 3, 5, 7}) {
+    model[k] = TestValue(k, 0, 8192 - k * 100);
+    ASSERT_TRUE(t.Put(k, model[k]).ok());
+  }
+  model[4] = TestValue(4, 1, 8192);
+  ASSERT_TRUE(t.Put(4, model[4]).ok());
+  ASSERT_TRUE(t.Delete(4).ok());  // two children: copies the successor's 7.7 KB value
+  model.erase(4);
+  ExpectMatchesModel(t, model, 10);
+  EXPECT_EQ(t.Put(9, TestValue(9, 0, 8193)).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(t.Sync().ok());
+  auto s2 = OpenSession(13, Level::kRcb);
+  Options ro;
+  ro.access = Access::kReader;
+  auto r = OpenT(*s2, "big", ro);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ((*r)->value_size(), 8192u);
+  ExpectMatchesModel(**r, model, 10);
+}
+
+TEST_F(BPlusTreeTest, BadInput) {
+  auto s = OpenSession(14, Level::kRc);
+  Options o;
+  o.value_size = 16;
+  auto m = OpenT(*s, "t", o);
+  ASSERT_TRUE(m.ok());
+  const uint64_t logs = s->counters().op_logs;
+  Status big = (*m)->Put(1, TestValue(1, 1, 17));
+  EXPECT_EQ(big.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(big.message().find("value_size"), std::string::npos);
+  EXPECT_EQ((*m)->Delete(3).code(), StatusCode::kNotFound);
+  EXPECT_EQ(s->counters().op_logs, logs);  // failed validation writes no op log
+  std::vector<KeyValue> out;
+  EXPECT_TRUE((*m)->Scan(0, 0, &out).ok());
+  EXPECT_EQ(internal::OpenBst(*s, "t", Options{}).status().code(), StatusCode::kFailedPrecondition);
+  Options ro;
+  ro.access = Access::kReader;
+  EXPECT_EQ(OpenT(*s, "missing", ro).status().code(), StatusCode::kNotFound);
+  for (uint64_t f : {1, 3, 257, 1000}) {
+    Options bad;
+    bad.param = f;
+    EXPECT_EQ(internal::OpenBPlusTree(*s, "f" + std::to_string(f), bad).status().code(),
+              StatusCode::kInvalidArgument)
+        << f;
+  }
+  // The stored fan-out wins over a different requested one.
+  m->reset();
+  Options other;
+  other.param = 64;
+  auto again = OpenT(*s, "t", other);
+  ASSERT_TRUE(again.ok());
+  for (uint64_t k = 0; k < 40; k++) ASSERT_TRUE((*again)->Put(k, TestValue(k, 0, 8)).ok());
+  EXPECT_TRUE((*again)->Verify().ok());
+}
+
+TEST_F(BPlusTreeTest, DefaultFanOutAndOutOfLineValuesForWideLeaves) {
+  auto s = OpenSession(15, Level::kRcb);
+  for (uint64_t f : {0, 256}) {  // 0: default 32, inline slots; 256 x 72 B > 16 KiB: out of line
+    Options o;
+    o.param = f;
+    auto m = internal::OpenBPlusTree(*s, "w" + std::to_string(f), o);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    std::map<uint64_t, Value> model;
+    std::mt19937_64 rng(f);
+    for (int i = 0; i < 3000; i++) {
+      const uint64_t k = rng() % 2000;
+      if (rng() % 4 == 0) {
+        Status st = (*m)->Delete(k);
+        ASSERT_EQ(st.ok(), model.erase(k) == 1) << st.ToString();
+      } else {
+        model[k] = TestValue(k, i, rng() % 65);
+        ASSERT_TRUE((*m)->Put(k, model[k]).ok());
+      }
+    }
+    ExpectMatchesModel(**m, model, 2010);
+  }
+}
+
+class FakeFetcher : public frontend::OpLogFetcher {
+ public:
+  Result<std::vector<frontend::RecoveredOp>> Fetch(uint64_t, uint64_t) override { return ops; }
+  std::vector<frontend::RecoveredOp> ops;
+};
+
+TEST_F(BPlusTreeTest, ReplayReexecutesPutsAndDeletes) {
+  {
+    auto s = OpenSession(20, Level::kRcb);
+    auto m = OpenT(*s, "t");
+    ASSERT_TRUE(m.ok());
+    for (uint64_t k = 1; k <= 5; k++) ASSERT_TRUE((*m)->Put(k * 10, TestValue(k, 0, 8)).ok());
+  }
+  auto s = OpenSession(20, Level::kRcb);
+  RegisterReplays(*s);
+  auto m = OpenT(*s, "t");
+  ASSERT_TRUE(m.ok());
+  const uint64_t opn = s->recovered_opn();
+  const uint32_t id = (*m)->structure().id;
+  FakeFetcher f;
+  auto op = [&](uint64_t seq, uint16_t type, uint64_t key, const Value& v) {
+    frontend::RecoveredOp o;
+    o.op_seq = opn + seq;
+    o.structure_id = id;
+    o.op_type = type;
+    o.payload = internal::EncodeKeyValue(key, v);
+    return o;
+  };
+  f.ops = {op(1, 1, 15, TestValue(15, 1, 30)), op(2, 2, 20, {}), op(3, 1, 30, TestValue(30, 2, 5)),
+           op(4, 2, 999, {}) /* missing: nothing to redo */, op(5, 2, 10, {})};
+  ASSERT_TRUE(s->Replay(&f).ok());
+  std::map<uint64_t, Value> model{{15, TestValue(15, 1, 30)}, {30, TestValue(30, 2, 5)},
+                                  {40, TestValue(4, 0, 8)}, {50, TestValue(5, 0, 8)}};
+  ExpectMatchesModel(**m, model, 60);
+}
+
+TEST_F(BPlusTreeTest, LevelThresholdReadsDeepNodesAroundTheCache) {
+  auto s = OpenSession(30, Level::kRc);
+  {
+    auto m = OpenT(*s, "deep");
+    ASSERT_TRUE(m.ok());
+    for (uint64_t k = 0; k < 1000; k++) ASSERT_TRUE((*m)->Put(k, TestValue(k, 0, 8)).ok());
+  }
+  uint64_t accesses[2];
+  for (int opt = 0; opt < 2; opt++) {
+    Options o;
+    o.optimize = opt == 1;
+    auto m = OpenT(*s, "deep", o);
+    ASSERT_TRUE(m.ok());
+    const auto before = s->counters();
+    Value v;
+    ASSERT_TRUE((*m)->Get(500, &v).ok());
+    const auto after = s->counters();
+    accesses[opt] = (after.cache_hits + after.cache_misses) - (before.cache_hits + before.cache_misses);
+  }
+  // Fan-out 4, 1000 ascending keys (half-full leaves): height >= 6. Plain: every level and the
+  // value through the cache; threshold 3: only the three top levels.
+  EXPECT_GE(accesses[0], 7u);
+  EXPECT_LE(accesses[1], 3u);
+}
+
+// The reader of stable keys never sees them missing while the writer inserts and deletes keys
+// around them (leaf and internal splits next to them, empty leaves unlinked next to them).
+void RunConcurrent(StructuresTest* t, const std::function<std::unique_ptr<frontend::Session>(uint64_t)>& open,
+                   const std::string& name) {
+  auto ws = open(40);
+  auto w = OpenT(*ws, name);
+  ASSERT_TRUE(w.ok());
+  std::vector<uint64_t> stable;
+  for (uint64_t i = 0; i < 100; i++) stable.push_back(i * 10);
+  std::mt19937_64 shuffle_rng(5);
+  std::vector<uint64_t> order = stable;
+  std::shuffle(order.begin(), order.end(), shuffle_rng);
+  for (uint64_t k : order) ASSERT_TRUE((*w)->Put(k, TestValue(k, 0, 16)).ok());
+  ASSERT_TRUE((*w)->Sync().ok());
+  auto rs = open(41);
+  Options ro;
+  ro.access = Access::kReader;
+  auto r = OpenT(*rs, name, ro);
+  ASSERT_TRUE(r.ok());
+
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> reads{0};
+  std::string failure;  // written by the reader before `failed`
+  std::atomic<bool> failed{false};
+  std::thread reader([&] {
+    std::mt19937_64 rng(9);
+    while (!done.load() && !failed.load()) {
+      const uint64_t k = stable[rng() % stable.size()];
+      Value v;
+      Status st = (*r)->Get(k, &v);
+      if (!st.ok()) {
+        failure = "get " + std::to_string(k) + ": " + st.ToString();
+      } else if (v != TestValue(k, 0, 16)) {
+        failure = "get " + std::to_string(k) + ": wrong value";
+      }
+      if (reads.fetch_add(1) % 8 == 0) {
+        // A short scan from a stable key: every stable key up to its last key is in it.
+        const uint64_t from = stable[rng() % stable.size()];
+        std::vector<KeyValue> got;
+        Status ss = (*r)->Scan(from, 30, &got);
+        if (!ss.ok()) {
+          failure = "scan: " + ss.ToString();
+        } else if (got.empty() || got[0].first != from) {
+          failure = "scan from " + std::to_string(from) + " misses it";
+        } else {
+          size_t found = 0;
+          for (size_t i = 0; i < got.size(); i++) {
+            if (i > 0 && got[i - 1].first >= got[i].first) failure = "scan out of order";
+            if (got[i].first % 10 == 0 && got[i].first < 1000) found++;
+          }
+          const uint64_t last = std::min<uint64_t>(got.back().first, 990);
+          if (found != (last - from) / 10 + 1) failure = "scan from " + std::to_string(from) + " missed stable keys";
+        }
+      }
+      if (!failure.empty()) failed = true;
+    }
+  });
+  std::mt19937_64 rng(7);
+  std::set<uint64_t> present;
+  for (int i = 0; i < 2000 && !failed.load(); i++) {
+    uint64_t k = rng() % 2 ? 1000 + rng() % 1000 : rng() % 1000;
+    if (k < 1000 && k % 10 == 0) k++;
+    if (present.count(k) && rng() % 3 != 0) {
+      ASSERT_TRUE((*w)->Delete(k).ok());
+      present.erase(k);
+    } else {
+      ASSERT_TRUE((*w)->Put(k, TestValue(k, i, 16)).ok());
+      present.insert(k);
+    }
+    if (i % 64 == 0) {
+      ASSERT_TRUE((*w)->Sync().ok());
+    }
+  }
+  ASSERT_TRUE((*w)->Sync().ok());
+  // Let the reader observe the final state a few times too.
+  const uint64_t until = reads.load() + 50;
+  while (reads.load() < until && !failed.load()) std::this_thread::yield();
+  done = true;
+  reader.join();
+  EXPECT_TRUE(failure.empty()) << failure;
+  EXPECT_GT(reads.load(), 0u);
+  ASSERT_TRUE((*w)->Verify().ok());
+  auto n = (*r)->Count();
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, present.size() + stable.size());
+  (void)t;
+}
+
+TEST_F(BPlusTreeTest, ReaderNeverMissesStableKeysUnderConcurrentUpdates) {
+  RunConcurrent(this, [&](uint64_t fe) { return OpenSession(fe, Level::kRcb); }, "conc");
+}
+
+TEST_F(BPlusTreeTest, ReaderNeverMissesStableKeysUnderConcurrentUpdatesAtR) {
+  RunConcurrent(this, [&](uint64_t fe) { return OpenSession(fe, Level::kR); }, "conc_r");
+}
+
+}  // namespace
+}  // namespace asymnvm::structures

@@ -71,9 +71,16 @@ class HashTable final : public Map, public Base {
       const uint64_t nb = opt_.param;
       ASYMNVM_ASSIGN_OR_RETURN(mine, s_.Malloc(nb * 8));
       std::vector<uint8_t> zero(std::min<uint64_t>(kZeroChunk, nb * 8), 0);
-      for (uint64_t off = 0; off < nb * 8; off += zero.size()) {
-        const size_t n = static_cast<size_t>(std::min<uint64_t>(zero.size(), nb * 8 - off));
-        ASYMNVM_RETURN_IF_ERROR(s_.Write(mine + off, std::span<const uint8_t>(zero.data(), n), &st_));
+      size_t chunk = zero.size();
+      for (uint64_t off = 0; off < nb * 8;) {
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk, nb * 8 - off));
+        Status st = s_.Write(mine + off, std::span<const uint8_t>(zero.data(), n), &st_);
+        if (st.code() == StatusCode::kResourceExhausted && chunk > 512) {
+          chunk /= 2;  // the back-end takes smaller transactions
+          continue;
+        }
+        ASYMNVM_RETURN_IF_ERROR(st);
+        off += n;
       }
       uint8_t init[kAnchorBytes] = {};
       PutU64(init, kMagic);

@@ -16,12 +16,15 @@
 // level (shrunk while the top head list is empty), and frees the node once the batch holding the
 // unlink has been sent (ReleaseFreed).
 //
-// §8.4 "cache nodes of higher levels": with Options::optimize, nodes of height ≥ kCachedHeight (2)
-// are read through the cache and height-1 nodes (half of all nodes) with one-sided READs that
-// bypass it, so the rc/rcb cache holds the upper levels every search goes through. A search
-// knows a node's height before reading it: a node first met at level i (0-based, below the top)
-// has height exactly i + 1 (a taller one would have been met, and remembered, one level up).
-// The anchor (head tower) is always cached. Off: everything through the cache.
+// §8.4 "cache nodes of higher levels" (the §8.3 threshold rule): with Options::optimize, nodes of
+// height ≥ T are read through the cache and lower ones with one-sided READs that bypass it, so
+// the rc/rcb cache holds the upper levels every search goes through. T starts at 2 (height-1
+// nodes, half of all nodes, stay remote) and the writer adapts it every kAdaptOps searches from
+// the session's cache miss ratio α over that window: α > 50% → T + 1 (cache less), α < 25% →
+// T − 1 (cache more, down to 1 = everything). A search knows a node's height before reading it:
+// a node first met at level i (0-based, below the top) has height exactly i + 1 (a taller one
+// would have been met, and remembered, one level up). The anchor (head tower) is always cached.
+// Off: everything through the cache.
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -39,7 +42,8 @@ constexpr uint16_t kOpPut = 1, kOpDelete = 2;
 constexpr uint64_t kMaxLevel = 8, kCount = 16, kLevel = 24, kHead = 32;
 constexpr uint64_t kDefaultMaxLevel = 20, kLevelCap = 64;
 constexpr uint64_t kHeight = 8, kNext = 16;
-constexpr uint32_t kCachedHeight = 2;
+constexpr uint32_t kCachedHeight = 2;  // initial T
+constexpr uint64_t kAdaptOps = 512;
 constexpr uint64_t kHeightSeed = 0x9e3779b97f4a7c15ull;
 
 uint64_t SplitMix64(uint64_t x) {
@@ -81,6 +85,9 @@ class SkipList final : public Map, public Base {
     }
     count_ = GetU64(a.data() + kCount);
     level_ = GetU64(a.data() + kLevel);
+    const frontend::Counters c = s_.counters();
+    last_hits_ = c.cache_hits;
+    last_misses_ = c.cache_misses;
     if (level_ > max_level_) return Status::Corruption(what + ": anchor level above max level");
     return Status::Ok();
   }
@@ -276,7 +283,22 @@ class SkipList final : public Map, public Base {
     return std::min(h, max_level_);
   }
   // §8.4: a node of this height is read through the cache.
-  bool Cached(uint32_t height) const { return !opt_.optimize || height >= kCachedHeight; }
+  bool Cached(uint32_t height) const { return !opt_.optimize || height >= cache_height_; }
+
+  // The §8.3 rule for T, on the writer's cache miss ratio over the last kAdaptOps searches.
+  void Adapt() {
+    if (!writer() || !opt_.optimize || ++searches_ % kAdaptOps != 0) return;
+    const frontend::Counters c = s_.counters();
+    const uint64_t hits = c.cache_hits - last_hits_, misses = c.cache_misses - last_misses_;
+    last_hits_ = c.cache_hits;
+    last_misses_ = c.cache_misses;
+    if (hits + misses == 0) return;  // no cache at this level
+    if (misses * 2 > hits + misses) {
+      cache_height_ = std::min(cache_height_ + 1, max_level_ + 1);
+    } else if (misses * 4 < hits + misses && cache_height_ > 1) {
+      cache_height_--;
+    }
+  }
 
   uint64_t NextAddr(uint64_t node, uint32_t i) const {
     return node == 0 ? anchor_ + kHead + 8ull * i : node + kNext + 8ull * i;
@@ -308,6 +330,7 @@ class SkipList final : public Map, public Base {
   // Top-down search for `key`. Reads the anchor (count, level, head tower) first; every node is
   // read once (16 + 8·(i+1) bytes when first met at level i).
   Status Search(uint64_t key, Path* p) {
+    Adapt();
     std::vector<uint8_t> a(anchor_bytes_ - kCount);
     ASYMNVM_RETURN_IF_ERROR(Read(anchor_ + kCount, a));
     p->count = GetU64(a.data());
@@ -466,6 +489,9 @@ class SkipList final : public Map, public Base {
   // The writer's view of the anchor (it holds the lock); readers read it in each query.
   uint64_t count_ = 0, level_ = 0;
   std::vector<std::pair<uint64_t, uint64_t>> freed_;  // unlinked node, Counters::txns at unlink
+  // §8.4 caching threshold T and its adaptation window.
+  uint32_t cache_height_ = kCachedHeight;
+  uint64_t searches_ = 0, last_hits_ = 0, last_misses_ = 0;
 };
 
 }  // namespace

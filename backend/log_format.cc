@@ -66,7 +66,11 @@ void TxnBuilder::Write(uint64_t addr, std::span<const uint8_t> data) {
     std::memcpy(entries_[it->second].data.data(), data.data(), data.size());
     return;
   }
+  // Entries this write overlaps can no longer be patched in place: a later write of their range
+  // must append (and win by order), or it would be overwritten by this one at apply time.
+  DropOverlapping(addr, static_cast<uint32_t>(data.size()));
   index_.emplace(key, entries_.size());
+  max_len_ = std::max<uint32_t>(max_len_, static_cast<uint32_t>(data.size()));
   entries_.push_back(Pending{addr, static_cast<uint32_t>(data.size()), MemLogKind::kInline,
                              std::vector<uint8_t>(data.begin(), data.end()), 0, 0});
 }
@@ -74,8 +78,20 @@ void TxnBuilder::Write(uint64_t addr, std::span<const uint8_t> data) {
 void TxnBuilder::WritePointer(uint64_t addr, uint32_t len, uint64_t op_seq, uint32_t op_offset) {
   // A pointer entry overrides an earlier inline write of the same range: drop the index so a later
   // inline write appends (and wins by order) instead of patching the superseded one.
-  index_.erase(std::make_pair(addr, len));
+  DropOverlapping(addr, len);
   entries_.push_back(Pending{addr, len, MemLogKind::kOpLogPointer, {}, op_seq, op_offset});
+}
+
+void TxnBuilder::DropOverlapping(uint64_t addr, uint32_t len) {
+  const uint64_t from = addr > max_len_ ? addr - max_len_ : 0;
+  auto it = index_.lower_bound({from, 0});
+  while (it != index_.end() && it->first.first < addr + len) {
+    if (it->first.first + it->first.second > addr) {
+      it = index_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 size_t TxnBuilder::encoded_size() const {
@@ -87,6 +103,7 @@ size_t TxnBuilder::encoded_size() const {
 void TxnBuilder::Clear() {
   entries_.clear();
   index_.clear();
+  max_len_ = 0;
 }
 
 std::vector<uint8_t> TxnBuilder::Finish(uint64_t frontend_id, uint64_t txn_seq, uint64_t opn,

@@ -70,9 +70,10 @@ struct TxnView {
   std::vector<MemLogEntry> entries;  // data spans point into the decoded bytes
 };
 
-// Builds one transaction. Writes to exactly the same (addr, len) coalesce (the later data wins, the
-// entry keeps its first position); other overlaps are kept in order, and a back-end applies entries
-// in order, so the last write to a byte wins either way.
+// Builds one transaction. A write to exactly the same (addr, len) as an earlier entry coalesces
+// into it (the later data wins, the entry keeps its position) only when no entry after it
+// overlaps that range; otherwise it is appended. Entries are applied in order, so the last write
+// to a byte always wins.
 class TxnBuilder {
  public:
   void Write(uint64_t addr, std::span<const uint8_t> data);
@@ -95,7 +96,12 @@ class TxnBuilder {
     uint32_t op_offset;
   };
   std::vector<Pending> entries_;
-  std::map<std::pair<uint64_t, uint32_t>, size_t> index_;  // (addr, len) → inline entry
+  // Un-indexes every entry overlapping [addr, addr + len).
+  void DropOverlapping(uint64_t addr, uint32_t len);
+  // (addr, len) → inline entry that no later entry overlaps (so patching it in place keeps
+  // program order).
+  std::map<std::pair<uint64_t, uint32_t>, size_t> index_;
+  uint32_t max_len_ = 0;
 };
 
 // Validates checksum, magics, entry count, every length (nothing read beyond `bytes`), and the

@@ -6,5 +6,5 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 BUILD_DIR=${BUILD_DIR:-build}
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$BUILD_DIR" -j"$(nproc)" --target asymnvm-demo
-exec "$BUILD_DIR/workloads/asymnvm-demo" --data-dir "${DATA_DIR:-data}" "$@"
+cmake --build "$BUILD_DIR" -j"$(nproc)" --target asymnvm-job asymnvm-backend
+exec "$BUILD_DIR/workloads/asymnvm-job" --data-dir "${DATA_DIR:-data}" "$@"

@@ -19,6 +19,10 @@ Result<std::unique_ptr<Map>> OpenMap(frontend::Session& s, Kind kind, const std:
     case Kind::kStack:
     case Kind::kQueue:
       return Status::InvalidArgument(std::string(KindName(kind)) + " is a sequence, not a map");
+    case Kind::kHashTable: return internal::OpenHashTable(s, name, o);
+    case Kind::kSkipList: return internal::OpenSkipList(s, name, o);
+    case Kind::kBst: return internal::OpenBst(s, name, o);
+    case Kind::kBPlusTree: return internal::OpenBPlusTree(s, name, o);
     default: break;
   }
   return Status::NotSupported(std::string(KindName(kind)) + " is not built yet");

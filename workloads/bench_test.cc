@@ -53,6 +53,9 @@ class TempDir {
 
 const std::string kBench = ASYMNVM_BENCH_BIN;
 const std::string kDemo = ASYMNVM_DEMO_BIN;
+#ifdef ASYMNVM_JOB_BIN
+const std::string kJob = ASYMNVM_JOB_BIN;
+#endif
 
 TEST(BenchCli, BadArgumentsExitWithCode2) {
   for (const char* args : {"", "nosuchsuite", "fabric --no-such-flag", "fabric --duration -1",
@@ -170,6 +173,40 @@ TEST(Demo, RunsTwiceOnTheSameDataDir) {
   ASSERT_EQ(second.exit_code, 0) << second.output;
   EXPECT_NE(second.output.find("opened existing pool"), std::string::npos) << second.output;
 }
+
+#ifdef ASYMNVM_JOB_BIN
+// README command (1): the main job twice on one data dir — the second run reopens the pool and
+// verifies what the first left; a third run with fewer structures still verifies all of them.
+TEST(Job, RunsTwiceOnTheSameDataDirAndVerifies) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const std::string base = kJob + " --data-dir " + dir.path() + "/data --ops 800 --pool-size 256M";
+  RunResult first = RunCmd(base);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_NE(first.output.find("creating"), std::string::npos) << first.output;
+  EXPECT_NE(first.output.find("ok: data kept"), std::string::npos) << first.output;
+  EXPECT_NE(first.output.find("stopped (signal 15)"), std::string::npos) << first.output;
+  RunResult second = RunCmd(base);
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("reopening"), std::string::npos) << second.output;
+  EXPECT_NE(second.output.find("left by 1 earlier run"), std::string::npos) << second.output;
+  RunResult third = RunCmd(base + " --structures queue --json " + dir.path() + "/job.json");
+  ASSERT_EQ(third.exit_code, 0) << third.output;
+  EXPECT_NE(third.output.find("left by 2 earlier run"), std::string::npos) << third.output;
+  std::ifstream in(dir.path() + "/job.json");
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j["run"], 3);
+  EXPECT_EQ(j["ops"], 800);
+}
+
+TEST(Job, BadArgumentsExitWithCode2) {
+  for (const char* args : {" --ops 0", " --structures heap", " --level fast", " --bogus"}) {
+    RunResult r = RunCmd(kJob + args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+  }
+}
+#endif
 
 TEST(Demo, BadArgumentsExitWithCode2) {
   RunResult r = RunCmd(kDemo + " --senders 0");

@@ -1,0 +1,418 @@
+// asymnvm-job: the main job (README command 1; issue 5 "Main job").
+//
+//   asymnvm-job [--data-dir DIR] [--ops N] [--structures LIST] [--level L] [--pool-size SIZE]
+//               [--json FILE] [--fresh] [--backend-bin PATH] [--log-level L]
+//
+// Starts an asymnvm-backend daemon on DIR/asymnvm.pool (created on first use), opens every
+// structure kind as a named root from one front-end session, replays op logs left by a crashed
+// earlier run, VERIFIES the data left by earlier runs against a model regenerated from their
+// seeds, runs a mixed workload over all structures (maps: 50 % get, 40 % put, 10 % delete;
+// sequences: 60 % push, 40 % pop) checking every read against the model, prints progress and a
+// result table, records the run, stops the back-end with SIGTERM and checks that it exited
+// cleanly. Running it again on the same DIR reopens and verifies the same data.
+//
+// Exit codes: 0 success, 1 failure (back-end, session, structure errors), 2 bad command line,
+// 3 verification failed (data differs from what earlier runs acknowledged).
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstring>
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "asymnvm/frontend.h"
+#include "asymnvm/structures/structure.h"
+#include "common/logging.h"
+#include "workloads/bench/latency.h"
+#include "workloads/driver/backend_process.h"
+#include "workloads/driver/runner.h"
+#include "workloads/gen/generators.h"
+
+using namespace asymnvm;
+namespace fs = std::filesystem;
+using structures::Kind;
+
+namespace {
+
+constexpr uint64_t kKeys = 4096;        // keynums per map
+constexpr uint64_t kSeedBase = 0xA5A5;  // run r uses seed kSeedBase + r
+constexpr uint32_t kValueSize = 64;
+
+struct Model {
+  std::map<uint64_t, structures::Value> map;
+  std::deque<structures::Value> seq;
+};
+
+// One operation of a run, derived from the run's RNG only (never from the data), so a later run
+// can regenerate the whole history.
+struct JobOp {
+  size_t structure;  // index into the job's structure list
+  int kind;          // maps: 0 get, 1 put, 2 delete; sequences: 0 peek, 1 push, 2 pop
+  uint64_t key;
+  structures::Value value;
+};
+
+JobOp NextOp(workloads::Rng& rng, const std::vector<Kind>& kinds, uint64_t run, uint64_t i) {
+  JobOp op;
+  op.structure = rng.Next() % kinds.size();
+  const uint64_t r = rng.Next() % 100;
+  if (structures::IsSequence(kinds[op.structure])) {
+    op.kind = r < 60 ? 1 : 2;
+  } else {
+    op.kind = r < 50 ? 0 : (r < 90 ? 1 : 2);
+  }
+  op.key = workloads::KeyNumToKey(rng.Next() % kKeys, true);
+  if (op.kind == 1) {
+    op.value = driver::ValueFor(op.key, run * 1000003 + i, 1 + rng.Next() % kValueSize);
+  }
+  return op;
+}
+
+void ApplyToModel(Model& m, Kind kind, const JobOp& op) {
+  if (structures::IsSequence(kind)) {
+    if (op.kind == 1) {
+      m.seq.push_back(op.value);
+    } else if (op.kind == 2 && !m.seq.empty()) {
+      if (kind == Kind::kStack) {
+        m.seq.pop_back();
+      } else {
+        m.seq.pop_front();
+      }
+    }
+  } else if (op.kind == 1) {
+    m.map[op.key] = op.value;
+  } else if (op.kind == 2) {
+    m.map.erase(op.key);
+  }
+}
+
+// The command line's structures come first in `kinds` (earlier runs' extra ones are appended).
+size_t names_count(const std::vector<Kind>& kinds, const std::vector<std::string>& names) {
+  size_t n = 0;
+  for (Kind k : kinds) {
+    if (std::find(names.begin(), names.end(), structures::KindName(k)) == names.end()) break;
+    n++;
+  }
+  return n;
+}
+
+std::string Fmt(double v, int prec) {
+  char b[64];
+  std::snprintf(b, sizeof(b), "%.*f", prec, v);
+  return b;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"asymnvm-job: the AsymNVM main job (back-end daemon + front-end over all structures)"};
+  std::string data_dir = "data", level_name = "rcb", pool_size = "1G", json_path, backend_bin,
+              log_level = "warn";
+  uint64_t ops = 20000;
+  std::vector<std::string> names = {"stack", "queue", "hash", "skiplist", "bst", "bptree", "mvbst", "mvbptree"};
+  bool fresh = false;
+  app.add_option("--data-dir", data_dir, "directory of the pool file")->capture_default_str();
+  app.add_option("--ops", ops, "operations in this run")->check(CLI::Range(uint64_t{1}, uint64_t{100000000}))->capture_default_str();
+  app.add_option("--structures", names, "structures to use")->delimiter(',')->capture_default_str();
+  app.add_option("--level", level_name, "naive|r|rc|rcb")->check(CLI::IsMember({"naive", "r", "rc", "rcb"}))->capture_default_str();
+  app.add_option("--pool-size", pool_size, "pool size when creating it")->capture_default_str();
+  app.add_option("--json", json_path, "write the result as JSON");
+  app.add_flag("--fresh", fresh, "delete the pool first (start over)");
+  app.add_option("--backend-bin", backend_bin, "asymnvm-backend binary (default: found next to this one)");
+  app.add_option("--log-level", log_level, "debug|info|warn|error|off")->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  LogLevel ll;
+  ParseLogLevel(log_level, &ll);
+  SetLogLevel(ll);
+  std::vector<Kind> kinds;  // this run's structures
+  for (const auto& n : names) {
+    auto k = structures::ParseKind(n);
+    if (!k.ok()) {
+      std::cerr << "asymnvm-job: --structures: " << k.status().message() << "\n";
+      return 2;
+    }
+    if (std::find(kinds.begin(), kinds.end(), *k) == kinds.end()) kinds.push_back(*k);
+  }
+  auto fail = [](const std::string& what, const Status& st) {
+    std::cerr << "asymnvm-job: " << what << ": " << st.ToString() << "\n";
+    return 1;
+  };
+  std::error_code ec;
+  fs::create_directories(data_dir, ec);
+  if (ec) {
+    std::cerr << "asymnvm-job: cannot create " << data_dir << ": " << ec.message() << "\n";
+    return 1;
+  }
+  const std::string pool = (fs::path(data_dir) / "asymnvm.pool").string();
+  if (fresh) fs::remove(pool, ec);
+  const bool existed = fs::exists(pool);
+  if (backend_bin.empty()) {
+    auto b = driver::FindBackendBinary(argv[0]);
+    if (!b.ok()) return fail("back-end", b.status());
+    backend_bin = *b;
+  }
+  std::cout << "asymnvm-job: " << (existed ? "reopening " : "creating ") << pool << "\n";
+  auto be = driver::BackendProcess::Start(backend_bin, pool, pool_size, {}, log_level);
+  if (!be.ok()) return fail("starting the back-end", be.status());
+  std::cout << "back-end pid " << (*be)->pid() << " serving at " << (*be)->address() << "\n";
+
+  frontend::SessionOptions so;
+  so.backends = {(*be)->address()};
+  so.frontend_id = 1;
+  so.level = frontend::ParseLevel(level_name).value();
+  so.cache_bytes = 32ull << 20;
+  so.timeout = std::chrono::milliseconds(30000);
+  auto session = frontend::Session::Open(so);
+  if (!session.ok()) return fail("session", session.status());
+  frontend::Session& s = **session;
+  structures::RegisterReplays(s);
+  std::vector<std::unique_ptr<structures::Handle>> handles;
+  for (Kind k : kinds) {
+    auto h = structures::Open(s, k, std::string("job-") + structures::KindName(k));
+    if (!h.ok()) return fail(std::string("opening ") + structures::KindName(k), h.status());
+    handles.push_back(std::move(*h));
+  }
+  // The run log: one push per completed run (value = run number u64 | op count u64 | mask u64 of
+  // the structure kinds it used, bit = Kind value).
+  auto runs = structures::OpenSequence(s, Kind::kStack, "job-runs");
+  if (!runs.ok()) return fail("opening the run log", runs.status());
+  Status rep = s.Replay();
+  if (!rep.ok()) return fail("replaying op logs of an interrupted run", rep);
+  if (s.counters().replayed_ops > 0) {
+    std::cout << "replayed " << s.counters().replayed_ops << " operations of an interrupted run\n";
+  }
+
+  // Regenerate the model of every earlier completed run and verify.
+  auto nruns = (*runs)->Count();
+  if (!nruns.ok()) return fail("run log", nruns.status());
+  struct RunRec {
+    uint64_t ops, mask;
+  };
+  std::vector<RunRec> run_recs;
+  {
+    // Read the run records without removing them: pop all, then push back in order.
+    std::vector<structures::Value> recs;
+    structures::Value v;
+    Status st;
+    while ((st = (*runs)->Pop(&v)).ok()) recs.push_back(v);
+    if (st.code() != StatusCode::kNotFound) return fail("run log", st);
+    for (auto it = recs.rbegin(); it != recs.rend(); ++it) {
+      if (it->size() != 24) {
+        std::cerr << "asymnvm-job: run log record of " << it->size() << " bytes (expected 24)\n";
+        return 3;
+      }
+      RunRec rr;
+      std::memcpy(&rr.ops, it->data() + 8, 8);
+      std::memcpy(&rr.mask, it->data() + 16, 8);
+      run_recs.push_back(rr);
+      Status p = (*runs)->Push(*it);
+      if (!p.ok()) return fail("run log", p);
+    }
+  }
+  // Models per kind, from every earlier run's own structure list.
+  std::map<Kind, Model> by_kind;
+  for (uint64_t r = 0; r < run_recs.size(); r++) {
+    std::vector<Kind> rk;
+    for (Kind k : structures::kAllKinds) {
+      if (run_recs[r].mask & (uint64_t{1} << static_cast<uint32_t>(k))) rk.push_back(k);
+    }
+    if (rk.empty()) {
+      std::cerr << "asymnvm-job: run log record " << r << " names no structure\n";
+      return 3;
+    }
+    workloads::Rng rng(kSeedBase + r);
+    for (uint64_t i = 0; i < run_recs[r].ops; i++) {
+      JobOp op = NextOp(rng, rk, r, i);
+      ApplyToModel(by_kind[rk[op.structure]], rk[op.structure], op);
+    }
+  }
+  // Structures of earlier runs that this run does not use are verified too.
+  for (const auto& [k, m] : by_kind) {
+    if (std::find(kinds.begin(), kinds.end(), k) != kinds.end()) continue;
+    auto h = structures::Open(s, k, std::string("job-") + structures::KindName(k));
+    if (!h.ok()) return fail(std::string("opening ") + structures::KindName(k), h.status());
+    kinds.push_back(k);
+    handles.push_back(std::move(*h));
+  }
+  std::vector<Model> models(kinds.size());
+  for (size_t i = 0; i < kinds.size(); i++) models[i] = by_kind[kinds[i]];
+  uint64_t verified = 0;
+  for (size_t i = 0; i < kinds.size(); i++) {
+    const std::string name = structures::KindName(kinds[i]);
+    auto bad = [&](const std::string& why) {
+      std::cerr << "asymnvm-job: VERIFICATION FAILED for " << name << ": " << why << "\n";
+      return 3;
+    };
+    Status vs = handles[i]->Verify();
+    if (!vs.ok()) return bad(vs.ToString());
+    auto n = handles[i]->Count();
+    if (!n.ok()) return fail("count " + name, n.status());
+    const uint64_t want = structures::IsSequence(kinds[i]) ? models[i].seq.size() : models[i].map.size();
+    if (*n != want) return bad(std::to_string(*n) + " elements, earlier runs left " + std::to_string(want));
+    if (structures::IsSequence(kinds[i])) {
+      if (want > 0) {
+        structures::Value v;
+        Status st = static_cast<structures::Sequence*>(handles[i].get())->Peek(&v);
+        if (!st.ok()) return bad(st.ToString());
+        const auto& expect = kinds[i] == Kind::kStack ? models[i].seq.back() : models[i].seq.front();
+        if (v != expect) return bad("the next element to pop differs");
+      }
+    } else {
+      auto* m = static_cast<structures::Map*>(handles[i].get());
+      for (const auto& [k, val] : models[i].map) {
+        structures::Value v;
+        Status st = m->Get(k, &v);
+        if (!st.ok()) return bad("key " + std::to_string(k) + ": " + st.ToString());
+        if (v != val) return bad("key " + std::to_string(k) + " has a different value");
+      }
+    }
+    verified += want;
+  }
+  if (!run_recs.empty()) {
+    std::cout << "verified " << verified << " elements left by " << run_recs.size()
+              << " earlier run(s) in " << kinds.size() << " structures\n";
+  }
+
+  // This run.
+  const uint64_t run = run_recs.size();
+  // This run's operations go to the structures named on the command line only.
+  const size_t active = names_count(kinds, names);
+  const std::vector<Kind> run_kinds(kinds.begin(), kinds.begin() + static_cast<long>(active));
+  uint64_t mask = 0;
+  for (Kind k : run_kinds) mask |= uint64_t{1} << static_cast<uint32_t>(k);
+  workloads::Rng rng(kSeedBase + run);
+  std::vector<bench::LatencySampler> lat(kinds.size());
+  std::vector<uint64_t> per_ops(kinds.size()), mismatches(kinds.size());
+  const auto c0 = s.counters();
+  auto cpu0 = (*be)->CpuSeconds();
+  const bool tty = isatty(1);
+  const auto t0 = bench::Clock::now();
+  for (uint64_t i = 0; i < ops; i++) {
+    JobOp op = NextOp(rng, run_kinds, run, i);
+    const size_t x = op.structure;
+    Model& m = models[x];
+    const auto a = bench::Clock::now();
+    Status st;
+    structures::Value got;
+    if (structures::IsSequence(kinds[x])) {
+      auto* q = static_cast<structures::Sequence*>(handles[x].get());
+      if (op.kind == 1) {
+        st = q->Push(op.value);
+      } else {
+        st = q->Pop(&got);
+        if (st.ok()) {
+          const auto& expect = kinds[x] == Kind::kStack ? m.seq.back() : m.seq.front();
+          if (got != expect) mismatches[x]++;
+        } else if (st.code() == StatusCode::kNotFound && m.seq.empty()) {
+          st = Status::Ok();
+        }
+      }
+    } else {
+      auto* mp = static_cast<structures::Map*>(handles[x].get());
+      auto it = m.map.find(op.key);
+      if (op.kind == 0) {
+        st = mp->Get(op.key, &got);
+        if (st.ok() && (it == m.map.end() || got != it->second)) mismatches[x]++;
+        if (st.code() == StatusCode::kNotFound && it == m.map.end()) st = Status::Ok();
+      } else if (op.kind == 1) {
+        st = mp->Put(op.key, op.value);
+      } else {
+        st = mp->Delete(op.key);
+        if (st.code() == StatusCode::kNotFound && it == m.map.end()) st = Status::Ok();
+      }
+    }
+    lat[x].Add(bench::ElapsedNs(a, bench::Clock::now()));
+    if (!st.ok()) {
+      return fail("operation " + std::to_string(i) + " on " + structures::KindName(kinds[x]), st);
+    }
+    ApplyToModel(m, kinds[x], op);
+    per_ops[x]++;
+    if (tty && (i % 512 == 0 || i + 1 == ops)) {
+      const double el = std::chrono::duration<double>(bench::Clock::now() - t0).count();
+      std::cout << "\r\033[Krun " << run + 1 << ": " << i + 1 << "/" << ops << " ops, "
+                << Fmt(static_cast<double>(i + 1) / std::max(el, 1e-9), 0) << " ops/s" << std::flush;
+    }
+  }
+  for (auto& h : handles) {
+    Status st = h->Sync();
+    if (!st.ok()) return fail("sync", st);
+  }
+  const double secs = std::chrono::duration<double>(bench::Clock::now() - t0).count();
+  if (tty) std::cout << "\r\033[K";
+  const auto c1 = s.counters();
+  auto cpu1 = (*be)->CpuSeconds();
+  // Record the run, durably, before declaring success.
+  uint8_t rec[24];
+  std::memcpy(rec, &run, 8);
+  std::memcpy(rec + 8, &ops, 8);
+  std::memcpy(rec + 16, &mask, 8);
+  Status pr = (*runs)->Push(std::span<const uint8_t>(rec, 24));
+  if (pr.ok()) pr = (*runs)->Sync();
+  if (!pr.ok()) return fail("recording the run", pr);
+
+  uint64_t total_mismatch = 0;
+  std::printf("\nrun %llu: %llu operations in %.2f s = %.0f ops/s at level %s\n",
+              static_cast<unsigned long long>(run + 1), static_cast<unsigned long long>(ops), secs,
+              static_cast<double>(ops) / secs, level_name.c_str());
+  std::printf("%-10s %8s %10s %10s %10s %8s\n", "structure", "ops", "p50 us", "p99 us", "elements", "check");
+  nlohmann::ordered_json j;
+  j["run"] = run + 1;
+  j["ops"] = ops;
+  j["seconds"] = secs;
+  j["level"] = level_name;
+  j["verified_elements_from_earlier_runs"] = verified;
+  j["structures"] = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < kinds.size(); i++) {
+    auto n = handles[i]->Count();
+    const uint64_t elems = n.ok() ? *n : 0;
+    total_mismatch += mismatches[i];
+    std::printf("%-10s %8llu %10.1f %10.1f %10llu %8s\n", structures::KindName(kinds[i]),
+                static_cast<unsigned long long>(per_ops[i]), lat[i].PercentileUs(50), lat[i].PercentileUs(99),
+                static_cast<unsigned long long>(elems), mismatches[i] ? "WRONG" : "ok");
+    j["structures"].push_back({{"structure", structures::KindName(kinds[i])},
+                               {"ops", per_ops[i]},
+                               {"p50_us", lat[i].PercentileUs(50)},
+                               {"p99_us", lat[i].PercentileUs(99)},
+                               {"elements", elems},
+                               {"read_mismatches", mismatches[i]}});
+  }
+  const double rt = static_cast<double>(c1.fabric.round_trips - c0.fabric.round_trips) / static_cast<double>(ops);
+  const double bytes = static_cast<double>(c1.fabric.bytes_out - c0.fabric.bytes_out) / static_cast<double>(ops);
+  const double cpu_us = cpu0.ok() && cpu1.ok() ? (*cpu1 - *cpu0) * 1e6 / static_cast<double>(ops) : -1;
+  std::printf("round trips/op %.2f, bytes out/op %.0f, back-end CPU %.1f us/op, cache hits %.1f%%\n", rt, bytes,
+              cpu_us,
+              100.0 * static_cast<double>(c1.cache_hits - c0.cache_hits) /
+                  std::max<double>(1, static_cast<double>((c1.cache_hits - c0.cache_hits) + (c1.cache_misses - c0.cache_misses))));
+  j["round_trips_per_op"] = rt;
+  j["bytes_per_op"] = bytes;
+  j["backend_cpu_us_per_op"] = cpu_us;
+  handles.clear();
+  runs->reset();
+  session->reset();
+  std::string log;
+  Status stop = (*be)->Stop(&log);
+  if (!stop.ok()) return fail("stopping the back-end", stop);
+  while (!log.empty() && log.back() == '\n') log.pop_back();
+  const size_t nl = log.rfind('\n');
+  std::cout << (nl == std::string::npos ? log : log.substr(nl + 1)) << "\n";
+  if (!json_path.empty()) {
+    std::ofstream out(json_path);
+    out << j.dump(2) << "\n";
+  }
+  if (total_mismatch > 0) {
+    std::cerr << "asymnvm-job: " << total_mismatch << " reads returned data that differs from the model\n";
+    return 3;
+  }
+  std::cout << "ok: data kept in " << pool << " (run again to reopen and verify it)\n";
+  return 0;
+}

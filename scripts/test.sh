@@ -25,6 +25,8 @@ cmake --install build --prefix "$ROOT/build/stage" >/dev/null
 cmake -S tests/package -B build/package-consumer -DCMAKE_PREFIX_PATH="$ROOT/build/stage" >/dev/null
 cmake --build build/package-consumer -j"$JOBS" >/dev/null
 LD_LIBRARY_PATH="$ROOT/build/stage/lib" build/package-consumer/asymnvm_package_consumer
+LD_LIBRARY_PATH="$ROOT/build/stage/lib" build/package-consumer/asymnvm_sdk_consumer \
+  "$ROOT/build/stage/bin/asymnvm-backend"
 
 if [ "${SKIP_ASAN:-0}" != 1 ]; then
   step "ASan+UBSan build: unit and conformance suites"

@@ -1,0 +1,404 @@
+// Shared machinery of the multi-version structures (MV-BST, MV-B+tree; papers/asymnvm-asplos20.txt
+// §6.2): the anchor, immutable published objects, the writer's private working version, publish,
+// grace-period reclamation and validated lock-free reader traversal.
+//
+// PM layout (little-endian). The naming entry's root word points at the anchor (32 B, data area):
+//   +0 magic u64 "AYNVMMV1" | +8 root ptr u64 | +16 count word u64 (count in the low 48 bits, the
+//   root ptr's tag in the high 16) | +24 version u64 (number of publishes).
+// A ptr is a tagged address: pool offset in the low 48 bits, the low 16 bits of the version that
+// created the object in the high 16 (0 = null). Every object (node or value block) starts with a
+// 16-byte header: +0 magic u32 | +4 checksum u32 (of the whole object, this field excluded) |
+// +8 version u64 (the publish that made it visible). A value block is the header + a value slot
+// (u32 length | bytes, padded to 8): 16 + SlotBytes(value_size) bytes.
+//
+// Writer (single, holds the writer lock from open): updates path-copy. Objects created since the
+// last publish form the private working version: they live in DRAM, are modified in place, and
+// are written only at publish — every private object as a memory log, then the anchor's
+// root/count/version words (last), in ONE transaction (TxWrite), then Fence. The transaction is
+// atomic at the back-end and carries the OPN of every op it contains, so the published root and
+// the OPN move together: a crash before it applied leaves the old root and OPN (replay re-executes
+// the ops from their op logs), after it both moved. Between publishes no memory log is pending in
+// the session (other structures of the session can Fence). Publish happens every 64 updates at rcb
+// with optimize on (every update otherwise), when the private objects exceed 48 KiB, on Sync,
+// Verify and close. An acknowledged update is durable through its op log before it is published;
+// readers see the last published version only.
+//
+// Reclamation: an object replaced in the private version is freed at once; a replaced published
+// object is freed only after the grace period (default 5000 µs, the paper's n + l) counted from the
+// fence of the publish that made it unreachable (a DRAM list; lost on a crash: leaked).
+//
+// Readers never lock and never wait for the writer: read root + count from the anchor (16 bytes,
+// tags must agree), traverse; every object read (through the cache at rc/rcb) is validated (magic,
+// checksum, tag = the pointer's tag); an invalid one is re-read remotely; still invalid (freed and
+// reused under a reader slower than the grace period) or a traversal older than the grace period
+// restarts from the root (counted). Traversals are bounded.
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "structures/base.h"
+#include "structures/kinds.h"
+
+namespace asymnvm::structures::internal::mv {
+
+using Clock = std::chrono::steady_clock;
+inline constexpr uint64_t kAnchorMagic = 0x31564d4d564e5941ull;  // "AYNVMMV1"
+inline constexpr uint32_t kValueMagic = 0x4c56564du;             // "MVVL"
+inline constexpr uint64_t kRootOff = 8, kCountOff = 16, kVersionOff = 24, kAnchorBytes = 32;
+inline constexpr uint32_t kHdr = 16;
+inline constexpr uint64_t kAddrMask = (1ull << 48) - 1;
+inline constexpr uint16_t kOpPut = 1, kOpDelete = 2;
+inline constexpr size_t kPublishBytes = 48 * 1024;  // memory logs of one publish
+inline constexpr uint32_t kBatchUpdates = 64;
+inline constexpr std::chrono::microseconds kDefaultGrace{5000};
+inline constexpr std::chrono::seconds kReaderDeadline{5};  // kAborted after restarting this long
+
+inline uint64_t Addr(uint64_t p) { return p & kAddrMask; }
+inline uint16_t Tag(uint64_t p) { return static_cast<uint16_t>(p >> 48); }
+inline uint64_t MakePtr(uint64_t addr, uint64_t version) { return addr | ((version & 0xFFFF) << 48); }
+
+inline uint64_t Mix(uint64_t h) {
+  h *= 0x9E3779B97F4A7C15ull;
+  return h ^ (h >> 32);
+}
+// Checksum of an object (size a multiple of 8), bytes 4..8 (the checksum itself) excluded.
+inline uint32_t ObjSum(const uint8_t* p, size_t n) {
+  uint64_t h = Mix(0x243F6A8885A308D3ull ^ n ^ GetU32(p));
+  for (size_t i = 8; i + 8 <= n; i += 8) h = Mix(h ^ GetU64(p + i));
+  return static_cast<uint32_t>(h ^ (h >> 29));
+}
+
+struct MvStats {
+  uint64_t publishes = 0;
+  uint64_t private_frees = 0;    // replaced before being published: freed at once
+  uint64_t reclaimed_frees = 0;  // replaced published objects freed after the grace period
+  uint64_t pending_reclaim = 0;  // waiting for their grace period
+  uint64_t reader_restarts = 0;  // reader traversals restarted from the root
+  uint64_t anchor_retries = 0;   // reader read a torn root/count pair
+  uint64_t version = 0;
+};
+
+class MvBase : public Map, public Base {
+ public:
+  MvBase(frontend::Session& s, frontend::Structure st, Kind kind, const Options& o, uint32_t node_magic,
+         uint32_t node_bytes)
+      : Base(s, std::move(st), kind, o), node_magic_(node_magic), node_bytes_(node_bytes) {
+    val_bytes_ = kHdr + SlotBytes(vsize());
+    batch_ = (level() == frontend::Level::kRcb && opt_.optimize) ? kBatchUpdates : 1;
+  }
+  ~MvBase() override {
+    if (!writer()) return;
+    Status st = Publish();
+    if (st.ok() && !reclaim_.empty()) {
+      // Readers of other sessions may still be inside the last versions: wait out the grace.
+      const auto last = reclaim_.back().first;
+      if (last > Clock::now()) std::this_thread::sleep_until(last);
+      st = ReclaimDue();
+    }
+    if (!st.ok()) LOG_WARN("structures", Describe(kind_, st_.name) << ": close: " << st.ToString());
+  }
+
+  Status Init() {
+    ASYMNVM_RETURN_IF_ERROR(AcquireWriterLock());
+    uint8_t init[kAnchorBytes] = {};
+    PutU64(init, kAnchorMagic);
+    ASYMNVM_ASSIGN_OR_RETURN(anchor_, EnsureAnchor(init));
+    uint8_t a[kAnchorBytes];
+    ASYMNVM_RETURN_IF_ERROR(s_.ReadRemote(anchor_, a));
+    if (GetU64(a) != kAnchorMagic) {
+      return Status::Corruption(Describe(kind_, st_.name) + ": anchor has a bad magic");
+    }
+    root_ = GetU64(a + kRootOff);
+    count_ = GetU64(a + kCountOff) & kAddrMask;
+    version_ = GetU64(a + kVersionOff);
+    return Status::Ok();
+  }
+
+  Kind kind() const override { return kind_; }
+  const frontend::Structure& structure() const override { return st_; }
+  uint32_t value_size() const override { return vsize(); }
+
+  Status Put(uint64_t key, std::span<const uint8_t> value) override {
+    ASYMNVM_RETURN_IF_ERROR(CheckWritable());
+    ASYMNVM_RETURN_IF_ERROR(CheckValue(value));
+    return DoPut(key, value, /*replay=*/false);
+  }
+  Status Delete(uint64_t key) override {
+    ASYMNVM_RETURN_IF_ERROR(CheckWritable());
+    return DoDelete(key, /*replay=*/false);
+  }
+  Status Get(uint64_t key, Value* value) override {
+    return Run([&](uint64_t root, uint64_t count) { return GetIn(root, count, key, value); },
+               /*timed=*/true);
+  }
+  Status Scan(uint64_t from, size_t limit, std::vector<KeyValue>* out) override {
+    return Run([&](uint64_t root, uint64_t count) {
+      out->clear();
+      return ScanIn(root, count, from, limit, out);
+    }, /*timed=*/false);
+  }
+  Result<uint64_t> Count() override {
+    uint64_t n = 0;
+    ASYMNVM_RETURN_IF_ERROR(Run(
+        [&](uint64_t, uint64_t count) {
+          n = count;
+          return Status::Ok();
+        },
+        /*timed=*/true));
+    return n;
+  }
+  Status Sync() override {
+    if (!writer()) return Status::Ok();
+    ASYMNVM_RETURN_IF_ERROR(Publish());
+    ASYMNVM_RETURN_IF_ERROR(ReclaimDue());
+    return SyncBase();
+  }
+  Status Verify() override {
+    ASYMNVM_RETURN_IF_ERROR(Sync());
+    verifying_ = true;
+    Status st = Run([&](uint64_t root, uint64_t count) { return VerifyIn(root, count); }, false);
+    verifying_ = false;
+    return st;
+  }
+  Status ReplayOp(const frontend::RecoveredOp& op) override {
+    uint64_t key;
+    Value v;
+    ASYMNVM_RETURN_IF_ERROR(DecodeKeyValue(op.payload, &key, &v));
+    if (op.op_type == kOpPut) return DoPut(key, v, /*replay=*/true);
+    if (op.op_type == kOpDelete) return DoDelete(key, /*replay=*/true);
+    return Status::Corruption(Describe(kind_, st_.name) + ": unknown op type " + std::to_string(op.op_type));
+  }
+
+  MvStats stats() const {
+    MvStats m = stats_;
+    m.pending_reclaim = reclaim_.size() + retired_.size();
+    m.version = version_;
+    return m;
+  }
+  // Also brings pending deadlines forward to now + g.
+  void set_grace(std::chrono::microseconds g) {
+    grace_ = g;
+    const auto cap = Clock::now() + g;
+    for (auto& e : reclaim_) e.first = std::min(e.first, cap);
+  }
+
+ protected:
+  virtual Status DoPut(uint64_t key, std::span<const uint8_t> value, bool replay) = 0;
+  virtual Status DoDelete(uint64_t key, bool replay) = 0;
+  virtual Status GetIn(uint64_t root, uint64_t count, uint64_t key, Value* value) = 0;
+  virtual Status ScanIn(uint64_t root, uint64_t count, uint64_t from, size_t limit,
+                        std::vector<KeyValue>* out) = 0;
+  virtual Status VerifyIn(uint64_t root, uint64_t count) = 0;
+
+  std::string What() const { return Describe(kind_, st_.name); }
+
+  // Runs a read-only body on the writer's working version, or for a reader on the published one
+  // (restarted from the root when a traversal asks for it). timed: a traversal older than the grace
+  // period restarts (the paper's rule; point operations). Scans and Verify may legitimately take
+  // longer than the grace period over a large structure — they would never finish — and rely on
+  // validation alone (a freed and reused object fails its tag or checksum).
+  Status Run(const std::function<Status(uint64_t, uint64_t)>& body, bool timed) {
+    op_start_ = Clock::now();
+    timed_ = timed;
+    if (writer()) return body(root_, count_);
+    const auto deadline = Clock::now() + kReaderDeadline;
+    while (true) {
+      if (Clock::now() > deadline) return Status::Aborted(What() + ": reader kept restarting");
+      uint8_t a[16];
+      ASYMNVM_RETURN_IF_ERROR(s_.ReadRemote(anchor_ + kRootOff, a));
+      const uint64_t root = GetU64(a), cw = GetU64(a + 8);
+      if (Tag(root) != Tag(cw)) {
+        stats_.anchor_retries++;
+        continue;
+      }
+      restart_ = false;
+      op_start_ = Clock::now();
+      Status st = body(root, cw & kAddrMask);
+      if (!restart_) return st;
+      stats_.reader_restarts++;
+    }
+  }
+
+  // A reader must start over from the root.
+  Status Restart(const std::string& why) {
+    restart_ = true;
+    return Status::Aborted(What() + ": restart: " + why);
+  }
+
+  bool Valid(const std::vector<uint8_t>& b, uint32_t magic, uint64_t ptr) const {
+    return GetU32(b.data()) == magic && GetU32(b.data() + 4) == ObjSum(b.data(), b.size()) &&
+           (GetU64(b.data() + 8) & 0xFFFF) == Tag(ptr);
+  }
+
+  // Reads object `ptr` (`bytes` long, `magic`). The writer sees its private objects; a reader
+  // validates what it read (see the top of the file).
+  Status Fetch(uint64_t ptr, uint32_t magic, uint32_t bytes, std::vector<uint8_t>* out) {
+    const uint64_t a = Addr(ptr);
+    if (a == 0) return writer() ? Status::Corruption(What() + ": null pointer") : Restart("null pointer");
+    if (writer()) {
+      if (auto it = priv_.find(a); it != priv_.end()) {
+        *out = it->second;
+        return Status::Ok();
+      }
+      out->resize(bytes);
+      ASYMNVM_RETURN_IF_ERROR(Read(a, *out, /*cached=*/true));
+      if (GetU32(out->data()) != magic || (verifying_ && !Valid(*out, magic, ptr))) {
+        return Status::Corruption(What() + ": object at " + std::to_string(a) +
+                                  " has a bad magic, checksum or tag");
+      }
+      return Status::Ok();
+    }
+    if (timed_ && Clock::now() - op_start_ > grace_) return Restart("traversal outlived the grace period");
+    out->resize(bytes);
+    if (level() >= frontend::Level::kRc) {
+      ASYMNVM_RETURN_IF_ERROR(Read(a, *out, /*cached=*/true));
+      if (Valid(*out, magic, ptr)) return Status::Ok();
+    }
+    ASYMNVM_RETURN_IF_ERROR(Read(a, *out, /*cached=*/false));
+    if (Valid(*out, magic, ptr)) return Status::Ok();
+    return Restart("object at " + std::to_string(a) + " is stale or reused");
+  }
+
+  Status ReadValue(uint64_t ptr, Value* value) {
+    std::vector<uint8_t> b;
+    ASYMNVM_RETURN_IF_ERROR(Fetch(ptr, kValueMagic, val_bytes_, &b));
+    Status st = DecodeSlot(std::span<const uint8_t>(b).subspan(kHdr), vsize(), value);
+    if (!st.ok()) return Status::Corruption(What() + ": value block: " + st.message());
+    return Status::Ok();
+  }
+
+  // ---- the writer's working version ----
+  bool IsPrivate(uint64_t ptr) const { return priv_.count(Addr(ptr)) != 0; }
+  uint8_t* P(uint64_t ptr) { return priv_.at(Addr(ptr)).data(); }
+  uint64_t NextVersion() const { return version_ + 1; }
+
+  // A new private object with these bytes (magic already set); version stamped here.
+  Result<uint64_t> NewObject(std::vector<uint8_t> bytes) {
+    ASYMNVM_ASSIGN_OR_RETURN(uint64_t a, s_.Malloc(bytes.size()));
+    PutU64(bytes.data() + 8, NextVersion());
+    priv_bytes_ += bytes.size() + 32;
+    priv_[a] = std::move(bytes);
+    return MakePtr(a, NextVersion());
+  }
+  Result<uint64_t> NewValue(std::span<const uint8_t> value) {
+    std::vector<uint8_t> b(val_bytes_, 0);
+    PutU32(b.data(), kValueMagic);
+    EncodeSlot(value, std::span<uint8_t>(b).subspan(kHdr));
+    return NewObject(std::move(b));
+  }
+  // The private version of node `ptr` whose current bytes are `bytes`: itself when private, else
+  // a private copy (the original is retired).
+  Result<uint64_t> Own(uint64_t ptr, const std::vector<uint8_t>& bytes) {
+    if (IsPrivate(ptr)) return ptr;
+    ASYMNVM_ASSIGN_OR_RETURN(uint64_t n, NewObject(bytes));
+    ASYMNVM_RETURN_IF_ERROR(Retire(ptr));
+    return n;
+  }
+  // `ptr` is no longer reachable from the working version.
+  Status Retire(uint64_t ptr) {
+    const uint64_t a = Addr(ptr);
+    if (a == 0) return Status::Ok();
+    if (auto it = priv_.find(a); it != priv_.end()) {
+      priv_bytes_ -= std::min<size_t>(priv_bytes_, it->second.size() + 32);
+      priv_.erase(it);
+      stats_.private_frees++;
+      return s_.Free(a);
+    }
+    retired_.push_back(a);
+    return Status::Ok();
+  }
+
+  // Before an update whose private objects may take `estimate` bytes: publish first when they
+  // would not fit (fails before the op log when one update alone cannot), then the op log.
+  Status Begin(uint16_t op, uint64_t key, std::span<const uint8_t> value, size_t estimate) {
+    if (estimate > kPublishBytes) {
+      return Status::ResourceExhausted(What() + ": one update would copy " + std::to_string(estimate) +
+                                       " bytes, more than one publish holds (" +
+                                       std::to_string(kPublishBytes) + ")");
+    }
+    if (priv_bytes_ + estimate > kPublishBytes) ASYMNVM_RETURN_IF_ERROR(Publish());
+    ASYMNVM_RETURN_IF_ERROR(s_.OpLog(st_, op, EncodeKeyValue(key, value)).status());
+    dirty_ = true;
+    return Status::Ok();
+  }
+  Status End(bool replay) {
+    ops_++;
+    if (replay || ops_ >= batch_ || priv_bytes_ >= kPublishBytes) return Publish();
+    return ReclaimDue();
+  }
+
+  // Writes the working version and swaps the root in one transaction, fenced.
+  Status Publish() {
+    if (!writer() || !dirty_) return Status::Ok();
+    const uint64_t v = NextVersion();
+    for (auto& [a, b] : priv_) {
+      PutU32(b.data() + 4, ObjSum(b.data(), b.size()));
+      ASYMNVM_RETURN_IF_ERROR(Write(a, b));
+    }
+    uint8_t w[24];
+    PutU64(w, root_);
+    PutU64(w + 8, count_ | (static_cast<uint64_t>(Tag(root_)) << 48));
+    PutU64(w + 16, v);
+    ASYMNVM_RETURN_IF_ERROR(Write(anchor_ + kRootOff, w));  // last: after every object
+    ASYMNVM_RETURN_IF_ERROR(s_.TxWrite(st_));
+    ASYMNVM_RETURN_IF_ERROR(s_.Fence());
+    version_ = v;
+    priv_.clear();
+    priv_bytes_ = 0;
+    ops_ = 0;
+    dirty_ = false;
+    stats_.publishes++;
+    const auto deadline = Clock::now() + grace_;
+    for (uint64_t a : retired_) reclaim_.emplace_back(deadline, a);
+    retired_.clear();
+    return ReclaimDue();
+  }
+
+  Status ReclaimDue() {
+    const auto now = Clock::now();
+    while (!reclaim_.empty() && reclaim_.front().first <= now) {
+      const uint64_t a = reclaim_.front().second;
+      reclaim_.pop_front();
+      stats_.reclaimed_frees++;
+      ASYMNVM_RETURN_IF_ERROR(s_.Free(a));
+    }
+    return Status::Ok();
+  }
+
+  const uint32_t node_magic_;
+  const uint32_t node_bytes_;
+  uint32_t val_bytes_ = 0;
+  uint32_t batch_ = 1;
+  uint64_t anchor_ = 0;
+  // Writer: the working version (root, count) and the last published version number.
+  uint64_t root_ = 0, count_ = 0, version_ = 0;
+  std::unordered_map<uint64_t, std::vector<uint8_t>> priv_;
+  size_t priv_bytes_ = 0;
+  uint32_t ops_ = 0;
+  bool dirty_ = false;
+  std::vector<uint64_t> retired_;  // published objects replaced since the last publish
+  std::deque<std::pair<Clock::time_point, uint64_t>> reclaim_;
+  std::chrono::microseconds grace_ = kDefaultGrace;
+  // Readers.
+  Clock::time_point op_start_{};
+  bool restart_ = false;
+  bool timed_ = true;
+  bool verifying_ = false;
+  MvStats stats_;
+};
+
+// Test hooks (nullptr / no-op for other kinds).
+inline MvStats GetMvStats(Map* m) {
+  auto* b = dynamic_cast<MvBase*>(m);
+  return b ? b->stats() : MvStats{};
+}
+inline void SetMvGraceForTesting(Map* m, std::chrono::microseconds g) {
+  if (auto* b = dynamic_cast<MvBase*>(m)) b->set_grace(g);
+}
+
+}  // namespace asymnvm::structures::internal::mv

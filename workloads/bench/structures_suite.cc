@@ -13,6 +13,8 @@
 //
 // The cache is --cache-pct percent of the data, estimated as (preload + ops) × frontends ×
 // (key 8 B + value slot + 24 B of node overhead); batches hold --batch operations.
+// The back-end persists with --pm-mode flush by default (cache-line flush + fence: the cost model
+// of real PM; on this disk-backed file msync would make every persist a page write-back).
 // Level "symmetric" of the issue (local PM + asynchronous log shipping) is not built.
 #include <unistd.h>
 
@@ -85,6 +87,10 @@ class StructuresSuite : public Suite {
         ->capture_default_str();
     cmd->add_option("--sweep-structure", sweep_structure_, "structure of the sweeps")->capture_default_str();
     cmd->add_option("--dir", dir_, "directory for the pool files")->capture_default_str();
+    cmd->add_option("--pm-mode", pm_mode_, "back-end persistence: flush (cache-line flush + fence, "
+                                           "the model of real PM) | msync (page write-back to the "
+                                           "file's disk) | auto")
+        ->capture_default_str();
     cmd->add_option("--backend-bin", backend_bin_, "asymnvm-backend binary (default: found next "
                                                    "to asymnvm-bench)");
   }
@@ -113,6 +119,9 @@ class StructuresSuite : public Suite {
     }
     ASYMNVM_ASSIGN_OR_RETURN(sweep_kind_, structures::ParseKind(sweep_structure_));
     if (ops_ < 1) return Status::InvalidArgument("--measure-ops must be >= 1");
+    if (pm_mode_ != "flush" && pm_mode_ != "msync" && pm_mode_ != "auto") {
+      return Status::InvalidArgument("--pm-mode must be flush, msync or auto");
+    }
     return Status::Ok();
   }
 
@@ -144,7 +153,8 @@ class StructuresSuite : public Suite {
                       std::to_string(readers_) + " reader(s), mix " + mix_ + ", " + dist_ +
                       ", value " + std::to_string(value_size_) + " B, batch " +
                       std::to_string(batch_) + ", cache " + std::to_string(cache_pct_) +
-                      "% of data, " + std::to_string(ops_) + " ops per front-end per cell");
+                      "% of data, " + std::to_string(ops_) + " ops per front-end per cell, back-end "
+                      "pm-mode " + pm_mode_);
     std::map<std::pair<std::string, std::string>, double> tput;
     for (const Cell& cell : cells) {
       ASYMNVM_ASSIGN_OR_RETURN(CellResult r, RunCell(cell));
@@ -207,7 +217,7 @@ class StructuresSuite : public Suite {
     const std::string name = structures::KindName(cell.kind);
     const std::string pool = dir_ + "/asymnvm-bench-st-" + std::to_string(getpid()) + ".pool";
     std::filesystem::remove(pool);
-    ASYMNVM_ASSIGN_OR_RETURN(auto be, driver::BackendProcess::Start(backend_bin_, pool, "1G", {}, "warn"));
+    ASYMNVM_ASSIGN_OR_RETURN(auto be, driver::BackendProcess::Start(backend_bin_, pool, "1G", {"--pm-mode", pm_mode_}, "warn"));
     struct Cleanup {
       std::string pool;
       ~Cleanup() {
@@ -371,6 +381,7 @@ class StructuresSuite : public Suite {
   int frontends_ = 1, readers_ = 0;
   std::string dir_ = std::filesystem::temp_directory_path().string();
   std::string backend_bin_;
+  std::string pm_mode_ = "flush";
   std::vector<Kind> kinds_;
   std::vector<Level> level_values_;
   Kind sweep_kind_ = Kind::kBPlusTree;

@@ -14,12 +14,14 @@
 #include <unistd.h>
 
 #include <deque>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <random>
 #include <thread>
 
 #include "structures/testing.h"
+#include "workloads/driver/backend_process.h"
 
 namespace asymnvm::structures {
 namespace {
@@ -134,24 +136,17 @@ int64_t AckedOps(const std::string& path) {
   return static_cast<int64_t>(in.tellg()) / 4;
 }
 
-TEST_P(CrashTest, AcknowledgedOperationsSurviveSigkillAndReplay) {
-  const Kind kind = GetParam();
-  const char* env = std::getenv("ASYMNVM_CRASH_ROUNDS");
-  const int rounds = env ? std::max(1, std::atoi(env)) : 1;
-  {  // kinds not built yet are reported, not silently passed
-    auto s = OpenSession(999, Level::kRcb);
-    auto h = Open(*s, kind, "probe");
-    if (!h.ok() && h.status().code() == StatusCode::kNotSupported) {
-      GTEST_SKIP() << h.status().ToString();
-    }
-  }
-  std::mt19937_64 seeds(1000 + static_cast<int>(kind));
-  for (int round = 0; round < rounds; round++) {
-    const uint64_t fe = 100 + static_cast<uint64_t>(round);
-    const uint64_t seed = seeds();
-    const std::string acks = path_ + ".acks";
+// One round: child against `address`, SIGKILL at a seeded moment (`also_kill` runs right after
+// the child is killed: the both-at-once campaign kills the back-end daemon there and returns the
+// restarted daemon's address), then recovery through `recover_address` and the model check.
+void CrashRound(Kind kind, int round, uint64_t fe, uint64_t seed, int64_t kill_after,
+                const std::string& address, const std::string& scratch,
+                const std::function<std::string()>& also_kill,
+                const std::function<std::unique_ptr<frontend::Session>(const std::string&, uint64_t)>& open) {
+  {
+    const std::string acks = scratch + ".acks";
     std::remove(acks.c_str());
-    const std::string spec = be_->address() + "|" + KindName(kind) + "|" + std::to_string(fe) +
+    const std::string spec = address + "|" + KindName(kind) + "|" + std::to_string(fe) +
                              "|" + std::to_string(seed) + "|" + acks;
     const pid_t pid = fork();
     ASSERT_GE(pid, 0);
@@ -160,7 +155,6 @@ TEST_P(CrashTest, AcknowledgedOperationsSurviveSigkillAndReplay) {
       execl("/proc/self/exe", "crash-child", static_cast<char*>(nullptr));
       _exit(97);
     }
-    const int64_t kill_after = 50 + static_cast<int64_t>(seeds() % 1500);
     int status = 0;
     bool exited = false;
     for (int i = 0; i < 6000; i++) {  // up to ~60 s
@@ -178,6 +172,8 @@ TEST_P(CrashTest, AcknowledgedOperationsSurviveSigkillAndReplay) {
     ASSERT_TRUE(!exited || (WIFEXITED(status) && WEXITSTATUS(status) == 0))
         << "child failed: status " << status;
     const int64_t acked = AckedOps(acks);
+    const std::string recover_address = also_kill ? also_kill() : address;
+    ASSERT_FALSE(recover_address.empty());
     // The model after `acked` operations, and after one more (in flight at the kill).
     const bool sequence = IsSequence(kind);
     Model before, after;
@@ -190,7 +186,7 @@ TEST_P(CrashTest, AcknowledgedOperationsSurviveSigkillAndReplay) {
       after.Apply(op);
     }
 
-    auto s = OpenSession(fe, Level::kRcb);
+    auto s = open(recover_address, fe);
     ASSERT_TRUE(s);
     RegisterReplays(*s);
     auto h = Open(*s, kind, std::string("crash-") + KindName(kind) + "-" + std::to_string(fe));
@@ -198,8 +194,9 @@ TEST_P(CrashTest, AcknowledgedOperationsSurviveSigkillAndReplay) {
     Status rep = s->Replay();
     ASSERT_TRUE(rep.ok()) << rep.ToString();
     ASSERT_TRUE((*h)->Verify().ok()) << (*h)->Verify().ToString();
-    std::printf("round %d: %s killed=%d after %lld acknowledged ops, replayed %llu\n", round,
-                KindName(kind), exited ? 0 : 1, static_cast<long long>(acked),
+    std::printf("round %d: %s killed=%d%s after %lld acknowledged ops, replayed %llu\n", round,
+                KindName(kind), exited ? 0 : 1, also_kill ? " (+ back-end)" : "",
+                static_cast<long long>(acked),
                 static_cast<unsigned long long>(s->counters().replayed_ops));
     if (sequence) {
       auto* q = static_cast<Sequence*>(h->get());
@@ -232,6 +229,75 @@ TEST_P(CrashTest, AcknowledgedOperationsSurviveSigkillAndReplay) {
       EXPECT_EQ(*n, got.size());
     }
   }
+}
+
+bool Built(frontend::Session& s, Kind kind) {
+  auto h = Open(s, kind, "probe");
+  return h.ok() || h.status().code() != StatusCode::kNotSupported;
+}
+
+int Rounds() {
+  const char* env = std::getenv("ASYMNVM_CRASH_ROUNDS");
+  return env ? std::max(1, std::atoi(env)) : 1;
+}
+
+TEST_P(CrashTest, AcknowledgedOperationsSurviveSigkillAndReplay) {
+  const Kind kind = GetParam();
+  {  // kinds not built yet are reported, not silently passed
+    auto s = OpenSession(999, Level::kRcb);
+    if (!Built(*s, kind)) GTEST_SKIP() << KindName(kind) << " is not built";
+  }
+  std::mt19937_64 seeds(1000 + static_cast<int>(kind));
+  for (int round = 0; round < Rounds(); round++) {
+    const uint64_t seed = seeds();
+    const int64_t kill_after = 50 + static_cast<int64_t>(seeds() % 1500);
+    CrashRound(kind, round, 100 + static_cast<uint64_t>(round), seed, kill_after, be_->address(),
+               path_, nullptr, [&](const std::string&, uint64_t fe) { return OpenSession(fe, Level::kRcb); });
+    if (HasFatalFailure() || HasFailure()) return;
+  }
+}
+
+// Both at once: the back-end is an asymnvm-backend daemon; the front-end child and the daemon are
+// SIGKILLed together, the daemon restarts on the same pool, and the front-end recovers.
+TEST_P(CrashTest, FrontendAndBackendKilledTogether) {
+  const Kind kind = GetParam();
+  {
+    auto s = OpenSession(999, Level::kRcb);
+    if (!Built(*s, kind)) GTEST_SKIP() << KindName(kind) << " is not built";
+  }
+  const std::string pool = path_ + ".daemon";
+  std::remove(pool.c_str());
+  auto start = [&]() -> std::unique_ptr<driver::BackendProcess> {
+    auto be = driver::BackendProcess::Start(ASYMNVM_BACKEND_BIN, pool, "64M",
+                                            {"--pm-mode", "flush", "--log-segment", "256K"});
+    EXPECT_TRUE(be.ok()) << be.status().ToString();
+    return be.ok() ? std::move(*be) : nullptr;
+  };
+  auto daemon = start();
+  ASSERT_TRUE(daemon);
+  std::mt19937_64 seeds(2000 + static_cast<int>(kind));
+  for (int round = 0; round < Rounds(); round++) {
+    const uint64_t seed = seeds();
+    const int64_t kill_after = 50 + static_cast<int64_t>(seeds() % 1500);
+    CrashRound(kind, round, 200 + static_cast<uint64_t>(round), seed, kill_after, daemon->address(),
+               pool,
+               [&]() -> std::string {
+                 daemon->Kill();
+                 daemon = start();
+                 return daemon ? daemon->address() : std::string();
+               },
+               [&](const std::string& address, uint64_t fe) -> std::unique_ptr<frontend::Session> {
+                 auto o = SessionOpts(fe, Level::kRcb);
+                 o.backends = {address};
+                 auto s = frontend::Session::Open(o);
+                 EXPECT_TRUE(s.ok()) << s.status().ToString();
+                 return s.ok() ? std::move(*s) : nullptr;
+               });
+    if (HasFatalFailure() || HasFailure()) break;
+  }
+  daemon.reset();
+  std::remove(pool.c_str());
+  std::remove((pool + ".backend.log").c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(All, CrashTest, ::testing::ValuesIn(kAllKinds),

@@ -386,6 +386,7 @@ TEST_F(MvTest, ReaderDuringWriterNeverMissesStableKeys) {
   }
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> writes{0};
+  std::atomic<bool> writer_done{false};
   Status wst;
   std::thread writer([&] {
     auto s = OpenSession(51, Level::kRcb);
@@ -405,12 +406,13 @@ TEST_F(MvTest, ReaderDuringWriterNeverMissesStableKeys) {
       }
       writes++;
     }
+    writer_done = true;
   });
   auto s = OpenSession(52, Level::kRc);
   auto r = OpenMv(*s, "cc", ReaderOpts());
   ASSERT_TRUE(r.ok());
   uint64_t gets = 0;
-  for (int iter = 0; iter < 200 && !HasFailure(); iter++) {
+  for (int iter = 0; iter < 200 && !HasFailure() && !(iter >= 20 && writer_done.load()); iter++) {
     for (uint64_t k = 0; k < 100; k++) {
       Value v;
       Status st = (*r)->Get(k, &v);
@@ -446,7 +448,8 @@ TEST_F(MvTest, ReaderAlwaysSeesAConsistentVersion) {
       return;
     }
     // Ascending keys make the BST a chain: keep it short enough for one publish per update.
-    for (uint64_t k = 0; k < 500 && wst.ok(); k++) {
+    const uint64_t n = kKind == Kind::kMvBst ? 250 : 1500;
+    for (uint64_t k = 0; k < n && wst.ok(); k++) {
       wst = (*m)->Put(k, TestValue(k, 0, 8));
       if (wst.ok() && k % 16 == 0) wst = (*m)->Sync();
     }

@@ -101,7 +101,51 @@ struct Session::Impl {
 
   // Sequence state.
   uint64_t next_txn = 1, last_sent = 0, known_lpn = 0;
-  uint64_t next_op = 1, cur_op = 0, pending_opn = 0, sent_opn = 0;
+  uint64_t next_op = 1, pending_opn = 0, sent_opn = 0;
+  // Op logs whose memory logs are not in a transaction yet (op_seq → structure id), and the
+  // highest op_seq logged. The OPN sent with a transaction never passes an open op, whichever
+  // structure it belongs to (several structures may keep ops open across calls: stack/queue
+  // annulment, multi-version publishing), nor an op still to be replayed.
+  std::map<uint64_t, uint32_t> open_ops;
+  uint64_t max_logged = 0;
+  std::map<uint32_t, std::function<Status()>> closers;  // structure id → closes its open ops
+  void AdvanceOpn() {
+    const uint64_t c = open_ops.empty() ? max_logged : open_ops.begin()->first - 1;
+    pending_opn = std::max(pending_opn, c);
+  }
+  // Before an op log of structure `id`: every other structure closes its open ops, so the ops
+  // whose effects a transaction carries are always exactly those up to its OPN (a group of ops a
+  // structure closes together never interleaves with another structure's).
+  Status CloseOthers(uint32_t id) {
+    if (open_ops.empty()) return Status::Ok();
+    std::vector<uint32_t> others;
+    for (const auto& [seq, sid] : open_ops) {
+      if (sid != id && std::find(others.begin(), others.end(), sid) == others.end()) others.push_back(sid);
+    }
+    for (uint32_t sid : others) {
+      auto it = closers.find(sid);
+      if (it == closers.end()) {
+        return Status::FailedPrecondition("op log while structure " + std::to_string(sid) +
+                                          " has an operation in progress (no closer registered)");
+      }
+      ASYMNVM_RETURN_IF_ERROR(it->second());
+      for (const auto& [seq, sid2] : open_ops) {
+        if (sid2 == sid) {
+          return Status::Internal("structure " + std::to_string(sid) + "'s closer left op " +
+                                  std::to_string(seq) + " open");
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
+  // The ops of structure `id` up to `upto` now have their memory logs in the batch.
+  void CloseOps(uint32_t id, uint64_t upto) {
+    for (auto it = open_ops.begin(); it != open_ops.end() && it->first <= upto;) {
+      it = it->second == id ? open_ops.erase(it) : std::next(it);
+    }
+    AdvanceOpn();
+  }
   bool replaying = false;
   uint64_t replay_seq = 0;
   Status broken = Status::Ok();  // sticky: a transaction's outcome is unknown
@@ -443,6 +487,7 @@ Result<std::unique_ptr<Session>> Session::Open(const SessionOptions& options) {
   m.registered_opn = opn;
   m.sent_opn = opn;
   m.pending_opn = opn;
+  m.max_logged = opn;
   if (rejected != 0) {
     LOG_WARN("frontend", "front-end " << options.frontend_id
                                       << ": the back-end recorded rejected transaction "
@@ -700,13 +745,12 @@ Result<uint64_t> Session::OpLog(const Structure& s, uint16_t op_type,
   Impl& m = *impl_;
   if (op_type >= 0xFF00) return Status::InvalidArgument("op types 0xFF00.. are reserved");
   if (m.o.level == Level::kNaive) return uint64_t{0};
-  if (m.replaying) {
-    m.cur_op = m.replay_seq;
-    return m.replay_seq;
-  }
+  if (m.replaying) return m.replay_seq;  // already in open_ops (Replay put it there)
   ASYMNVM_RETURN_IF_ERROR(m.MaybeTimer());
+  ASYMNVM_RETURN_IF_ERROR(m.CloseOthers(s.id));
   ASYMNVM_ASSIGN_OR_RETURN(uint64_t seq, m.SendOpLog(s.id, op_type, params));
-  m.cur_op = seq;
+  m.open_ops[seq] = s.id;
+  m.max_logged = std::max(m.max_logged, seq);
   return seq;
 }
 
@@ -728,8 +772,7 @@ Status Session::TxWrite(const Structure& s) {
   m.cur_bytes = 0;
   m.batch_ops++;
   m.batch_seq_addr = s.seq_addr;
-  m.pending_opn = std::max(m.pending_opn, m.cur_op);
-  m.cur_op = 0;
+  m.CloseOps(s.id, m.replaying ? m.replay_seq : m.max_logged);
   m.batch_last_order = m.overlay_order;
   const bool send = m.o.level != Level::kRcb || m.batch_ops >= m.o.batch_ops ||
                     m.batch.encoded_size() >= m.batch_limit;
@@ -795,7 +838,8 @@ Status Session::WriterLock(const Structure& s) {
     uint8_t p[8];
     PutLe64(p, s.lock_addr);
     ASYMNVM_ASSIGN_OR_RETURN(uint64_t seq, m.SendOpLog(s.id, kLockAheadOpType, p));
-    m.pending_opn = std::max(m.pending_opn, seq);  // it has no memory logs: covered at once
+    m.max_logged = std::max(m.max_logged, seq);  // it has no memory logs: covered at once
+    m.AdvanceOpn();
   }
   const auto deadline = Clock::now() + m.o.lock_timeout;
   Backoff backoff;
@@ -833,6 +877,14 @@ Status Session::WriterUnlock(const Structure& s) {
 }
 
 // ---- recovery ----
+
+void Session::SetOpCloser(uint32_t structure_id, std::function<Status()> close) {
+  if (close) {
+    impl_->closers[structure_id] = std::move(close);
+  } else {
+    impl_->closers.erase(structure_id);
+  }
+}
 
 void Session::RegisterReplay(uint32_t structure_type, ReplayFn fn) {
   impl_->replay[structure_type] = std::move(fn);
@@ -878,11 +930,18 @@ Status Session::Replay(OpLogFetcher* fetcher) {
   ASYMNVM_ASSIGN_OR_RETURN(auto ops, fetcher->Fetch(m.o.frontend_id, m.registered_opn));
   std::sort(ops.begin(), ops.end(),
             [](const RecoveredOp& a, const RecoveredOp& b) { return a.op_seq < b.op_seq; });
+  // Every op to replay is open until re-executed: a transaction sent meanwhile never carries an
+  // OPN past one (a crash during replay replays the rest again).
+  for (const RecoveredOp& op : ops) {
+    if (op.op_seq <= m.registered_opn || op.op_seq >= m.first_op) continue;
+    m.max_logged = std::max(m.max_logged, op.op_seq);
+    if (op.op_type != kLockAheadOpType) m.open_ops[op.op_seq] = op.structure_id;
+  }
   for (const RecoveredOp& op : ops) {
     if (op.op_seq <= m.registered_opn || op.op_seq >= m.first_op) continue;
     m.next_op = std::max(m.next_op, op.op_seq + 1);
     if (op.op_type == kLockAheadOpType) {
-      m.pending_opn = std::max(m.pending_opn, op.op_seq);
+      m.AdvanceOpn();
       continue;
     }
     auto st = m.structures.find(op.structure_id);
@@ -901,8 +960,14 @@ Status Session::Replay(OpLogFetcher* fetcher) {
     Status s = fn->second(*this, st->second, op);
     m.replaying = false;
     if (!s.ok()) return s.WithContext("replay of op " + std::to_string(op.op_seq));
-    if (!m.cur.empty()) ASYMNVM_RETURN_IF_ERROR(TxWrite(st->second));
-    m.pending_opn = std::max(m.pending_opn, op.op_seq);
+    if (!m.cur.empty()) {
+      m.replaying = true;  // TxWrite closes ops of this structure up to replay_seq only
+      Status t = TxWrite(st->second);
+      m.replaying = false;
+      ASYMNVM_RETURN_IF_ERROR(t);
+    }
+    m.open_ops.erase(op.op_seq);
+    m.AdvanceOpn();
     m.c.replayed_ops++;
   }
   return Fence();

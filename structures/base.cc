@@ -138,6 +138,7 @@ Base::~Base() {
     auto it = Registry().find({&s_, st_.id});
     if (it != Registry().end() && it->second == this) Registry().erase(it);
   }
+  if (closer_set_) s_.SetOpCloser(st_.id, nullptr);
   if (writer()) {
     Status st = s_.Fence();
     if (!st.ok()) LOG_WARN("structures", Describe(kind_, st_.name) << ": sync at close: " << st.ToString());
@@ -146,6 +147,11 @@ Base::~Base() {
     Status st = s_.WriterUnlock(st_);
     if (!st.ok()) LOG_WARN("structures", Describe(kind_, st_.name) << ": unlock at close: " << st.ToString());
   }
+}
+
+void Base::KeepsOpsOpen(std::function<Status()> close) {
+  s_.SetOpCloser(st_.id, std::move(close));
+  closer_set_ = true;
 }
 
 Status Base::AcquireWriterLock() {

@@ -58,6 +58,9 @@ class Base {
 
   // Re-executes a recovered operation (Session::Replay through RegisterReplays).
   virtual Status ReplayOp(const frontend::RecoveredOp& op) = 0;
+  // Structures that keep op logs open across calls call this once (in their constructor): the
+  // session then calls `close` before another structure's op log (Session::SetOpCloser).
+  void KeepsOpsOpen(std::function<Status()> close);
 
   // Lock-based writers: takes the writer lock (held until destruction).
   Status AcquireWriterLock();
@@ -97,6 +100,7 @@ class Base {
   Kind kind_;
   Options opt_;
   bool locked_ = false;
+  bool closer_set_ = false;
 };
 
 // Default name of a kind in messages: "stack 'name'".

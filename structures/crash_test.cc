@@ -13,6 +13,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <fstream>
@@ -84,7 +86,8 @@ struct Model {
     if (bar == std::string::npos) break;
     pos = bar + 1;
   }
-  if (f.size() != 5) _exit(90);
+  if (f.size() != 6) _exit(90);
+  const bool companion = f[5] == "1";
   auto kind = ParseKind(f[1]);
   if (!kind.ok()) _exit(91);
   frontend::SessionOptions o;
@@ -99,6 +102,14 @@ struct Model {
   if (!h.ok()) {
     std::fprintf(stderr, "child open: %s\n", h.status().ToString().c_str());
     _exit(93);
+  }
+  // The companion: a stack in the same session whose pushes stay pending (annulment) while the
+  // main structure commits — the OPN must not pass them.
+  std::unique_ptr<Sequence> comp;
+  if (companion) {
+    auto c = OpenSequence(**session, Kind::kStack, "companion-" + f[2]);
+    if (!c.ok()) _exit(98);
+    comp = std::move(*c);
   }
   const int fd = open(f[4].c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) _exit(94);
@@ -118,6 +129,11 @@ struct Model {
     if (!st.ok() && st.code() != StatusCode::kNotFound) {
       std::fprintf(stderr, "child op %d: %s\n", i, st.ToString().c_str());
       _exit(95);
+    }
+    if (comp) {
+      uint8_t b[4];
+      std::memcpy(b, &i, 4);
+      if (!comp->Push(b).ok()) _exit(99);
     }
     // Acknowledged: one 4-byte record per operation.
     int32_t rec = i;
@@ -139,7 +155,7 @@ int64_t AckedOps(const std::string& path) {
 // One round: child against `address`, SIGKILL at a seeded moment (`also_kill` runs right after
 // the child is killed: the both-at-once campaign kills the back-end daemon there and returns the
 // restarted daemon's address), then recovery through `recover_address` and the model check.
-void CrashRound(Kind kind, int round, uint64_t fe, uint64_t seed, int64_t kill_after,
+void CrashRound(Kind kind, bool companion, int round, uint64_t fe, uint64_t seed, int64_t kill_after,
                 const std::string& address, const std::string& scratch,
                 const std::function<std::string()>& also_kill,
                 const std::function<std::unique_ptr<frontend::Session>(const std::string&, uint64_t)>& open) {
@@ -147,7 +163,7 @@ void CrashRound(Kind kind, int round, uint64_t fe, uint64_t seed, int64_t kill_a
     const std::string acks = scratch + ".acks";
     std::remove(acks.c_str());
     const std::string spec = address + "|" + KindName(kind) + "|" + std::to_string(fe) +
-                             "|" + std::to_string(seed) + "|" + acks;
+                             "|" + std::to_string(seed) + "|" + acks + "|" + (companion ? "1" : "0");
     const pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
@@ -191,9 +207,31 @@ void CrashRound(Kind kind, int round, uint64_t fe, uint64_t seed, int64_t kill_a
     RegisterReplays(*s);
     auto h = Open(*s, kind, std::string("crash-") + KindName(kind) + "-" + std::to_string(fe));
     ASSERT_TRUE(h.ok()) << h.status().ToString();
+    std::unique_ptr<Sequence> comp;
+    if (companion) {
+      auto c = OpenSequence(*s, Kind::kStack, "companion-" + std::to_string(fe));
+      ASSERT_TRUE(c.ok()) << c.status().ToString();
+      comp = std::move(*c);
+    }
     Status rep = s->Replay();
     ASSERT_TRUE(rep.ok()) << rep.ToString();
     ASSERT_TRUE((*h)->Verify().ok()) << (*h)->Verify().ToString();
+    if (comp) {
+      std::vector<int32_t> got;
+      Value v;
+      Status st;
+      while ((st = comp->Pop(&v)).ok()) {
+        ASSERT_EQ(v.size(), 4u);
+        int32_t x;
+        std::memcpy(&x, v.data(), 4);
+        got.push_back(x);
+      }
+      ASSERT_EQ(st.code(), StatusCode::kNotFound);
+      std::reverse(got.begin(), got.end());
+      ASSERT_TRUE(static_cast<int64_t>(got.size()) == acked || static_cast<int64_t>(got.size()) == acked + 1)
+          << "companion stack holds " << got.size() << " pushes, " << acked << " acknowledged";
+      for (size_t i = 0; i < got.size(); i++) ASSERT_EQ(got[i], static_cast<int32_t>(i)) << i;
+    }
     std::printf("round %d: %s killed=%d%s after %lld acknowledged ops, replayed %llu\n", round,
                 KindName(kind), exited ? 0 : 1, also_kill ? " (+ back-end)" : "",
                 static_cast<long long>(acked),
@@ -251,7 +289,22 @@ TEST_P(CrashTest, AcknowledgedOperationsSurviveSigkillAndReplay) {
   for (int round = 0; round < Rounds(); round++) {
     const uint64_t seed = seeds();
     const int64_t kill_after = 50 + static_cast<int64_t>(seeds() % 1500);
-    CrashRound(kind, round, 100 + static_cast<uint64_t>(round), seed, kill_after, be_->address(),
+    CrashRound(kind, false, round, 100 + static_cast<uint64_t>(round), seed, kill_after, be_->address(),
+               path_, nullptr, [&](const std::string&, uint64_t fe) { return OpenSession(fe, Level::kRcb); });
+    if (HasFatalFailure() || HasFailure()) return;
+  }
+}
+
+// Two structures in one session: the main one commits while a companion stack keeps pushes
+// pending (annulment); after the kill both hold exactly their acknowledged operations (the OPN
+// sent with the main structure's transactions never passed the companion's open ops).
+TEST_P(CrashTest, TwoStructuresInOneSession) {
+  const Kind kind = GetParam();
+  std::mt19937_64 seeds(3000 + static_cast<int>(kind));
+  for (int round = 0; round < Rounds(); round++) {
+    const uint64_t seed = seeds();
+    const int64_t kill_after = 50 + static_cast<int64_t>(seeds() % 1500);
+    CrashRound(kind, true, round, 300 + static_cast<uint64_t>(round), seed, kill_after, be_->address(),
                path_, nullptr, [&](const std::string&, uint64_t fe) { return OpenSession(fe, Level::kRcb); });
     if (HasFatalFailure() || HasFailure()) return;
   }
@@ -279,7 +332,7 @@ TEST_P(CrashTest, FrontendAndBackendKilledTogether) {
   for (int round = 0; round < Rounds(); round++) {
     const uint64_t seed = seeds();
     const int64_t kill_after = 50 + static_cast<int64_t>(seeds() % 1500);
-    CrashRound(kind, round, 200 + static_cast<uint64_t>(round), seed, kill_after, daemon->address(),
+    CrashRound(kind, false, round, 200 + static_cast<uint64_t>(round), seed, kill_after, daemon->address(),
                pool,
                [&]() -> std::string {
                  daemon->Kill();

@@ -90,6 +90,8 @@ class MvBase : public Map, public Base {
       : Base(s, std::move(st), kind, o), node_magic_(node_magic), node_bytes_(node_bytes) {
     val_bytes_ = kHdr + SlotBytes(vsize());
     batch_ = (level() == frontend::Level::kRcb && opt_.optimize) ? kBatchUpdates : 1;
+    // Unpublished updates keep their op logs open; another structure's op publishes them first.
+    if (writer()) KeepsOpsOpen([this] { return dirty_ ? Publish() : s_.TxWrite(st_); });
   }
   ~MvBase() override {
     if (!writer()) return;

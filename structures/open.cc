@@ -23,9 +23,10 @@ Result<std::unique_ptr<Map>> OpenMap(frontend::Session& s, Kind kind, const std:
     case Kind::kSkipList: return internal::OpenSkipList(s, name, o);
     case Kind::kBst: return internal::OpenBst(s, name, o);
     case Kind::kBPlusTree: return internal::OpenBPlusTree(s, name, o);
-    default: break;
+    case Kind::kMvBst: return internal::OpenMvBst(s, name, o);
+    case Kind::kMvBPlusTree: return internal::OpenMvBPlusTree(s, name, o);
   }
-  return Status::NotSupported(std::string(KindName(kind)) + " is not built yet");
+  return Status::InvalidArgument("unknown structure kind " + std::to_string(static_cast<uint32_t>(kind)));
 }
 
 Result<std::unique_ptr<Handle>> Open(frontend::Session& s, Kind kind, const std::string& name,

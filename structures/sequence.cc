@@ -29,6 +29,8 @@ class LinkedSequence final : public Sequence, public Base {
       : Base(s, std::move(st), kind, o), lifo_(kind == Kind::kStack) {
     node_bytes_ = 8 + SlotBytes(vsize());
     max_pending_ = std::max<size_t>(1, std::min<size_t>(256, kPendingBytes / node_bytes_));
+    // Pending pushes keep their op logs open; another structure's op materializes them first.
+    if (writer()) KeepsOpsOpen([this] { return pending_.empty() ? s_.TxWrite(st_) : Materialize(); });
   }
   ~LinkedSequence() override {
     if (writer()) {

@@ -175,6 +175,62 @@ TEST(Demo, RunsTwiceOnTheSameDataDir) {
 }
 
 #ifdef ASYMNVM_JOB_BIN
+nlohmann::json RunJson(const std::string& args, const std::string& path) {
+  RunResult r = RunCmd(kBench + " " + args + " --json " + path);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream f(path);
+  nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+  EXPECT_FALSE(j.is_discarded()) << r.output;
+  return j;
+}
+
+// The register-array anchors of issue 4 (counts, not times): naive sends no op log and at least
+// two network operations per update; r/rc/rcb exactly one op-log send per update.
+TEST(BenchSdk, RoundTripAnchorsPerLevel) {
+  TempDir dir;
+  nlohmann::json j = RunJson("sdk --quick --updates 200", dir.path() + "/sdk.json");
+  ASSERT_EQ(j["suite"], "sdk");
+  ASSERT_EQ(j["results"].size(), 4u);
+  for (const auto& rec : j["results"]) {
+    const std::string v = rec["variant"];
+    if (v == "naive") {
+      EXPECT_EQ(rec["op_log_sends_per_op"].get<double>(), 0.0);
+      EXPECT_GE(rec["round_trips_per_op"].get<double>(), 2.0);
+    } else {
+      EXPECT_DOUBLE_EQ(rec["op_log_sends_per_op"].get<double>(), 1.0) << v;
+    }
+    if (v == "r" || v == "rc") {
+      EXPECT_DOUBLE_EQ(rec["txns_per_op"].get<double>(), 1.0) << v;
+    }
+    if (v == "rcb") {
+      EXPECT_LT(rec["txns_per_op"].get<double>(), 0.5);
+    }
+  }
+}
+
+// Table 3 machinery: every level of the chosen structures in one run, the ratios in the JSON.
+TEST(BenchStructures, QuickRunHasEveryLevelAndTable3) {
+  TempDir dir;
+  nlohmann::json j = RunJson("structures --quick --structures queue,bptree --measure-ops 200",
+                             dir.path() + "/st.json");
+  ASSERT_EQ(j["suite"], "structures");
+  std::set<std::string> cells;
+  for (const auto& rec : j["results"]) {
+    cells.insert(rec["structure"].get<std::string>() + "/" + rec["variant"].get<std::string>());
+    for (const char* k : {"ops_per_sec", "p50_us", "p99_us", "round_trips_per_op", "bytes_per_op",
+                          "backend_cpu_us_per_op", "cache_hit_ratio"}) {
+      EXPECT_TRUE(rec[k].is_number()) << k;
+    }
+  }
+  EXPECT_EQ(cells.size(), 8u);
+  ASSERT_EQ(j["table3"].size(), 2u);
+  EXPECT_EQ(j["table3"][0]["structure"], "queue");
+  RunResult bad = RunCmd(kBench + " structures --structures heap");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  bad = RunCmd(kBench + " structures --levels symmetric");
+  EXPECT_NE(bad.exit_code, 0) << bad.output;
+}
+
 // README command (1): the main job twice on one data dir — the second run reopens the pool and
 // verifies what the first left; a third run with fewer structures still verifies all of them.
 TEST(Job, RunsTwiceOnTheSameDataDirAndVerifies) {

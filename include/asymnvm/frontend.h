@@ -199,6 +199,12 @@ class Session {
   // Flush, Fence, CAS frontend_id → 0 + FLUSH. kFailedPrecondition if the lock is not ours.
   Status WriterUnlock(const Structure& s);
 
+  // A structure that keeps op logs open across calls (memory logs deferred: stack/queue
+  // annulment, multi-version publishing) registers how to close them (MemLogs + TxWrite of all of
+  // them). The session calls it before another structure's op log, so transactions never carry
+  // effects of ops past their OPN. An empty function unregisters.
+  void SetOpCloser(uint32_t structure_id, std::function<Status()> close);
+
   // ---- recovery (§7.2 case 2) ----
   // Structures register a replay function per structure type before Replay.
   void RegisterReplay(uint32_t structure_type, ReplayFn fn);

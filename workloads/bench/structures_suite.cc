@@ -126,6 +126,10 @@ class StructuresSuite : public Suite {
   }
 
   Status Run(const CommonOptions& common, Report* report) override {
+    report->machine()["cores"] = MachineCores();
+    report->machine()["provider"] = "soft";
+    report->machine()["transport"] = "tcp";
+    report->machine()["pm_mode"] = pm_mode_;
     if (common.quick) ops_ = std::min<uint64_t>(ops_, 600);
     if (common.ops > 0) ops_ = std::min(ops_, common.ops);
     auto mix = workloads::ParseMix(mix_);

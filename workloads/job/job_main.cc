@@ -1,7 +1,8 @@
 // asymnvm-job: the main job (README command 1; issue 5 "Main job").
 //
 //   asymnvm-job [--data-dir DIR] [--ops N] [--structures LIST] [--level L] [--pool-size SIZE]
-//               [--json FILE] [--fresh] [--backend-bin PATH] [--log-level L]
+//               [--json FILE] [--fresh] [--pm-mode auto|flush|msync] [--backend-bin PATH]
+//               [--log-level L]
 //
 // Starts an asymnvm-backend daemon on DIR/asymnvm.pool (created on first use), opens every
 // structure kind as a named root from one front-end session, replays op logs left by a crashed
@@ -113,8 +114,8 @@ std::string Fmt(double v, int prec) {
 int main(int argc, char** argv) {
   CLI::App app{"asymnvm-job: the AsymNVM main job (back-end daemon + front-end over all structures)"};
   std::string data_dir = "data", level_name = "rcb", pool_size = "1G", json_path, backend_bin,
-              log_level = "warn";
-  uint64_t ops = 20000;
+              log_level = "warn", pm_mode = "auto";
+  uint64_t ops = 10000;
   std::vector<std::string> names = {"stack", "queue", "hash", "skiplist", "bst", "bptree", "mvbst", "mvbptree"};
   bool fresh = false;
   app.add_option("--data-dir", data_dir, "directory of the pool file")->capture_default_str();
@@ -125,6 +126,11 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_path, "write the result as JSON");
   app.add_flag("--fresh", fresh, "delete the pool first (start over)");
   app.add_option("--backend-bin", backend_bin, "asymnvm-backend binary (default: found next to this one)");
+  app.add_option("--pm-mode", pm_mode, "back-end persistence: auto (msync on a disk-backed file: "
+                 "durable across power loss) | flush (cache-line flush: the cost model of real PM; "
+                 "on a disk-backed file durable across process crashes only) | msync")
+      ->check(CLI::IsMember({"auto", "flush", "msync"}))
+      ->capture_default_str();
   app.add_option("--log-level", log_level, "debug|info|warn|error|off")->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))->capture_default_str();
   try {
     app.parse(argc, argv);
@@ -162,7 +168,7 @@ int main(int argc, char** argv) {
     backend_bin = *b;
   }
   std::cout << "asymnvm-job: " << (existed ? "reopening " : "creating ") << pool << "\n";
-  auto be = driver::BackendProcess::Start(backend_bin, pool, pool_size, {}, log_level);
+  auto be = driver::BackendProcess::Start(backend_bin, pool, pool_size, {"--pm-mode", pm_mode}, log_level);
   if (!be.ok()) return fail("starting the back-end", be.status());
   std::cout << "back-end pid " << (*be)->pid() << " serving at " << (*be)->address() << "\n";
 

@@ -44,6 +44,7 @@
 #include <set>
 
 #include "structures/base.h"
+#include "structures/level_threshold.h"
 #include "structures/kinds.h"
 
 namespace asymnvm::structures::internal {
@@ -61,106 +62,7 @@ constexpr uint32_t kInlineValueMax = 256;
 constexpr uint64_t kInlineLeafValuesMax = 16 * 1024;
 
 // The §8 level threshold: depth < n → cached read.
-class LevelThreshold {
- public:
-  LevelThreshold(int initial, int max) : n_(initial), max_(max) {}
-  int n() const { return n_; }
-  bool Cached(bool active, int depth) const { return !active || depth < n_; }
-  void Tick(frontend::Session& s) {
-    if (++reads_ < kWindow) return;
-    reads_ = 0;
-    const frontend::Counters c = s.counters();
-    const uint64_t h = c.cache_hits - last_hits_, m = c.cache_misses - last_misses_;
-    last_hits_ = c.cache_hits;
-    last_misses_ = c.cache_misses;
-    if (h + m == 0) return;
-    if (m * 2 > h + m) {
-      n_ = std::max(1, n_ - 1);
-    } else if (m * 4 < h + m) {
-      n_ = std::min(max_, n_ + 1);
-    }
-  }
 
- private:
-  static constexpr int kWindow = 1024;
-  int n_, max_;
-  int reads_ = 0;
-  uint64_t last_hits_ = 0, last_misses_ = 0;
-};
-
-// Write ordering guard (workaround for backend::TxnBuilder): an rcb batch coalesces a write of
-// exactly the same (addr, len) as an earlier one into the earlier entry's position, which
-// reorders it before any overlapping write made in between (a later shift of a key range, a node
-// reallocated at a freed address, ...), so the stale bytes would win. Each operation's writes are
-// staged; before they are issued, a write that would coalesce into an entry overlapped by a
-// different entry of the current batch flushes the batch first (the op log is already durable
-// and no memory log of the operation is buffered yet). The batch is tracked per session
-// transaction counter (a sent transaction starts a new batch).
-class WriteGuard {
- public:
-  void Stage(uint64_t addr, std::span<const uint8_t> data) {
-    staged_.emplace_back(addr, std::vector<uint8_t>(data.begin(), data.end()));
-  }
-  void Clear() { staged_.clear(); }
-  // Issues the staged writes through `memlog`, flushing the batch first when needed.
-  template <typename MemLogFn>
-  Status Issue(frontend::Session& s, MemLogFn memlog) {
-    if (s.level() == frontend::Level::kNaive) {
-      for (auto& [a, d] : staged_) ASYMNVM_RETURN_IF_ERROR(memlog(a, d));
-      staged_.clear();
-      return Status::Ok();
-    }
-    const uint64_t txns = s.counters().txns;
-    if (txns != seen_txns_) Reset(txns);
-    if (Hazard()) {
-      ASYMNVM_RETURN_IF_ERROR(s.Flush());
-      Reset(s.counters().txns);
-    }
-    for (auto& [a, d] : staged_) {
-      keys_.insert({a, static_cast<uint32_t>(d.size())});
-      max_len_ = std::max<uint64_t>(max_len_, d.size());
-      ASYMNVM_RETURN_IF_ERROR(memlog(a, d));
-    }
-    staged_.clear();
-    return Status::Ok();
-  }
-
- private:
-  void Reset(uint64_t txns) {
-    keys_.clear();
-    max_len_ = 0;
-    seen_txns_ = txns;
-  }
-  // Would a staged write coalesce into an entry that another entry overlaps? (Checked against
-  // the batch and the operation's earlier writes.)
-  bool Hazard() const {
-    uint64_t max_len = max_len_;
-    for (size_t i = 0; i < staged_.size(); i++) {
-      const uint64_t a = staged_[i].first;
-      const std::pair<uint64_t, uint32_t> k{a, static_cast<uint32_t>(staged_[i].second.size())};
-      max_len = std::max<uint64_t>(max_len, k.second);
-      bool exact = keys_.count(k) > 0;
-      for (size_t j = 0; j < i && !exact; j++) {
-        exact = staged_[j].first == a && staged_[j].second.size() == k.second;
-      }
-      if (!exact) continue;
-      const uint64_t lo = a > max_len ? a - max_len : 0;
-      for (auto it = keys_.lower_bound({lo, 0}); it != keys_.end() && it->first < a + k.second; ++it) {
-        if (*it != k && it->first + it->second > a) return true;
-      }
-      for (size_t j = 0; j < i; j++) {
-        const uint64_t b = staged_[j].first, bl = staged_[j].second.size();
-        if ((b != a || bl != k.second) && b < a + k.second && b + bl > a) return true;
-      }
-    }
-    return false;
-  }
-
-  std::vector<std::pair<uint64_t, std::vector<uint8_t>>> staged_;
-  std::set<std::pair<uint64_t, uint32_t>> keys_;
-  uint64_t max_len_ = 0;
-  uint64_t seen_txns_ = ~0ull;
-};
 
 struct Node {
   uint64_t addr = 0;
@@ -324,25 +226,6 @@ class BPlusTree final : public Map, public Base {
   }
 
  private:
-  // Operation writes go through the guard (see WriteGuard); these hide Base's.
-  Status Write(uint64_t addr, std::span<const uint8_t> data) {
-    guard_.Stage(addr, data);
-    return Status::Ok();
-  }
-  Status WriteU64(uint64_t addr, uint64_t v) {
-    uint8_t w[8];
-    PutU64(w, v);
-    guard_.Stage(addr, w);
-    return Status::Ok();
-  }
-  Status Update(uint16_t op_type, std::span<const uint8_t> params, const std::function<Status()>& body) {
-    guard_.Clear();
-    return Base::Update(op_type, params, [&]() -> Status {
-      ASYMNVM_RETURN_IF_ERROR(body());
-      return guard_.Issue(s_, [&](uint64_t a, std::span<const uint8_t> d) { return Base::Write(a, d); });
-    });
-  }
-
   Status Torn(const std::string& why) const {
     return Status::Aborted(Describe(kind_, st_.name) + ": torn read: " + why);
   }
@@ -791,7 +674,6 @@ class BPlusTree final : public Map, public Base {
     return Status::Ok();
   }
 
-  WriteGuard guard_;
   uint64_t anchor_ = 0;
   uint32_t f_ = 0, slot_bytes_ = 0, vstride_ = 0;
   bool ool_ = false;

@@ -103,6 +103,15 @@ class Base {
   bool closer_set_ = false;
 };
 
+// The smallest power-of-two cache page (64 B .. 4 KiB) holding `bytes`: structures whose nodes
+// are much smaller than a 4 KiB page cache them at node granularity, so a cache of a tenth of
+// the data holds the hot nodes rather than pages of unrelated neighbours (§8).
+inline uint32_t NodePageSize(uint64_t bytes) {
+  uint32_t p = 64;
+  while (p < bytes && p < 4096) p *= 2;
+  return p;
+}
+
 // Default name of a kind in messages: "stack 'name'".
 std::string Describe(Kind kind, const std::string& name);
 

@@ -53,6 +53,7 @@ class Bst final : public Map, public Base {
       : Base(s, std::move(st), Kind::kBst, o), levels_(16, 64) {
     slot_bytes_ = SlotBytes(vsize());
     node_bytes_ = kSlot + slot_bytes_;
+    if (opt_.optimize) st_.page_size = NodePageSize(node_bytes_);  // node-granular cache pages
     adapt_ = writer() && opt_.optimize &&
              (level() == frontend::Level::kRc || level() == frontend::Level::kRcb);
   }

@@ -60,6 +60,8 @@ class SkipList final : public Map, public Base {
     slot_bytes_ = SlotBytes(vsize());
     max_level_ = static_cast<uint32_t>(opt_.param);
     anchor_bytes_ = kHead + 8ull * max_level_;
+    // Node-granular cache pages (a node of height 2, the common tall one, fits one page).
+    if (opt_.optimize) st_.page_size = NodePageSize(16 + 16 + slot_bytes_);
   }
   ~SkipList() override {
     if (writer() && !freed_.empty()) {

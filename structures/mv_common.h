@@ -57,6 +57,7 @@ inline constexpr size_t kPublishBytes = 48 * 1024;  // memory logs of one publis
 inline constexpr uint32_t kBatchUpdates = 64;
 inline constexpr std::chrono::microseconds kDefaultGrace{5000};
 inline constexpr std::chrono::seconds kReaderDeadline{5};  // kAborted after restarting this long
+inline constexpr int kTimedAttempts = 3;  // grace-period restarts before a reader runs untimed
 
 inline uint64_t Addr(uint64_t p) { return p & kAddrMask; }
 inline uint16_t Tag(uint64_t p) { return static_cast<uint16_t>(p >> 48); }
@@ -209,8 +210,12 @@ class MvBase : public Map, public Base {
     timed_ = timed;
     if (writer()) return body(root_, count_);
     const auto deadline = Clock::now() + kReaderDeadline;
-    while (true) {
+    for (int attempt = 0;; attempt++) {
       if (Clock::now() > deadline) return Status::Aborted(What() + ": reader kept restarting");
+      // After kTimedAttempts traversals that outlived the grace period (a slow or loaded reader),
+      // the next ones run untimed and rely on validation alone, as scans do: the reader stays
+      // live on a slow machine instead of restarting forever.
+      timed_ = timed && attempt < kTimedAttempts;
       uint8_t a[16];
       ASYMNVM_RETURN_IF_ERROR(s_.ReadRemote(anchor_ + kRootOff, a));
       const uint64_t root = GetU64(a), cw = GetU64(a + 8);

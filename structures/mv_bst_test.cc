@@ -447,6 +447,9 @@ TEST_F(MvTest, ReaderAlwaysSeesAConsistentVersion) {
       done = true;
       return;
     }
+    // The grace period must outlast a reader's traversal (§6.2); whole-structure scans under a
+    // sanitizer on a loaded 2-core machine take far longer than the default 5 ms.
+    internal::mv::SetMvGraceForTesting(m->get(), std::chrono::seconds(2));
     // Ascending keys make the BST a chain: keep it short enough for one publish per update.
     const uint64_t n = kKind == Kind::kMvBst ? 250 : 1500;
     for (uint64_t k = 0; k < n && wst.ok(); k++) {

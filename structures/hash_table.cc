@@ -14,7 +14,7 @@
 // Updates (one op log + one transaction each): a new key is pushed at the head of its chain (the
 // node written whole, then the bucket word and the count); an update rewrites the value slot; a
 // delete relinks the predecessor's next (or the bucket word), writes the count, and frees the node
-// once the batch holding the unlink has been sent (ReleaseFreed).
+// at once (the unlink is already in the batch; a reuse of the address is written after it).
 //
 // §8.2 hot items cached per item: with Options::optimize the bucket words are read through 64-byte
 // cache pages and nodes through pages of the node size rounded up to a power of two (64 B ..
@@ -55,13 +55,7 @@ class HashTable final : public Map, public Base {
     node_page_ = ItemPage(node_bytes_);
   }
 
-  ~HashTable() override {
-    if (writer() && !freed_.empty()) {
-      Status st = s_.Flush();
-      if (st.ok()) st = ReleaseFreed(/*all=*/true);
-      if (!st.ok()) LOG_WARN("structures", Describe(kind_, st_.name) << ": close: " << st.ToString());
-    }
-  }
+
 
   Status Init() {
     ASYMNVM_RETURN_IF_ERROR(AcquireWriterLock());
@@ -150,8 +144,7 @@ class HashTable final : public Map, public Base {
 
   Status Sync() override {
     if (!writer()) return Status::Ok();
-    ASYMNVM_RETURN_IF_ERROR(SyncBase());
-    return ReleaseFreed(/*all=*/true);
+    return SyncBase();
   }
 
   Status Verify() override {
@@ -297,9 +290,7 @@ class HashTable final : public Map, public Base {
     ASYMNVM_RETURN_IF_ERROR(Find(key, count_, &f, nullptr));
     const auto params = EncodeKeyValue(key, value);
     if (f.node != 0) {
-      // Update in place: the value slot only. Always the whole slot: a batch coalesces writes
-      // of the same (addr, len) at the first one's position, so slot writes of varying lengths
-      // could be reordered (SDK TxnBuilder; see ReleaseFreed).
+      // Update in place: the value slot only (the whole slot).
       std::vector<uint8_t> slot(slot_bytes_);
       EncodeSlot(value, slot);
       return Update(kOpPut, params, [&]() -> Status { return Write(f.node + kSlot, slot); });
@@ -327,35 +318,12 @@ class HashTable final : public Map, public Base {
       return WriteU64(anchor_ + kCount, count_ - 1);
     }));
     count_--;
-    freed_.push_back({f.node, s_.counters().txns});
-    return ReleaseFreed(/*all=*/false);
-  }
-
-  // Unlinked nodes are freed once the batch holding their last writes has been sent: the batch
-  // builder coalesces writes of the same (addr, len) at the first write's position, so a node
-  // reallocated at the same address within one batch would get its new contents reordered
-  // before the old node's later writes (backend::TxnBuilder).
-  Status ReleaseFreed(bool all) {
-    if (freed_.empty()) return Status::Ok();
-    const uint64_t sent = level() == frontend::Level::kNaive ? ~0ull : s_.counters().txns;
-    size_t kept = 0;
-    Status result;
-    for (const auto& [addr, mark] : freed_) {
-      if (all || mark < sent) {
-        Status st = s_.Free(addr);
-        if (!st.ok() && result.ok()) result = st;
-      } else {
-        freed_[kept++] = {addr, mark};
-      }
-    }
-    freed_.resize(kept);
-    return result;
+    return s_.Free(f.node);  // its unlink is already in the batch, ahead of any reuse
   }
 
   uint64_t anchor_ = 0, buckets_ = 0, nbuckets_ = 0;
   uint32_t slot_bytes_ = 0, node_bytes_ = 0, node_page_ = 0;
   uint64_t count_ = 0;  // the writer's view (it holds the lock); readers read the anchor
-  std::vector<std::pair<uint64_t, uint64_t>> freed_;  // unlinked node, Counters::txns at unlink
 };
 
 }  // namespace

@@ -13,8 +13,8 @@
 // Updates (one op log + one transaction each): an insert Mallocs the node, writes it whole (its
 // next pointers set), then links it bottom-up (level 0 first) and writes count + level once; an
 // update rewrites the value slot; a delete unlinks at every level of its tower, writes count +
-// level (shrunk while the top head list is empty), and frees the node once the batch holding the
-// unlink has been sent (ReleaseFreed).
+// level (shrunk while the top head list is empty), and frees the node at once (the unlink is already
+// in the batch; a reuse of the address is written after it).
 //
 // §8.4 "cache nodes of higher levels" (the §8.3 threshold rule): with Options::optimize, nodes of
 // height ≥ T are read through the cache and lower ones with one-sided READs that bypass it, so
@@ -63,13 +63,7 @@ class SkipList final : public Map, public Base {
     // Node-granular cache pages (a node of height 2, the common tall one, fits one page).
     if (opt_.optimize) st_.page_size = NodePageSize(16 + 16 + slot_bytes_);
   }
-  ~SkipList() override {
-    if (writer() && !freed_.empty()) {
-      Status st = s_.Flush();
-      if (st.ok()) st = ReleaseFreed(/*all=*/true);
-      if (!st.ok()) LOG_WARN("structures", Describe(kind_, st_.name) << ": close: " << st.ToString());
-    }
-  }
+
 
   Status Init() {
     ASYMNVM_RETURN_IF_ERROR(AcquireWriterLock());
@@ -161,8 +155,7 @@ class SkipList final : public Map, public Base {
 
   Status Sync() override {
     if (!writer()) return Status::Ok();
-    ASYMNVM_RETURN_IF_ERROR(SyncBase());
-    return ReleaseFreed(/*all=*/true);
+    return SyncBase();
   }
 
   Status Verify() override {
@@ -454,8 +447,7 @@ class SkipList final : public Map, public Base {
     }));
     count_--;
     level_ = new_level;
-    freed_.push_back({node, s_.counters().txns});
-    return ReleaseFreed(/*all=*/false);
+    return s_.Free(node);  // its unlink is already in the batch, ahead of any reuse
   }
 
   Status WriteCountLevel(uint64_t count, uint64_t level) {
@@ -465,32 +457,10 @@ class SkipList final : public Map, public Base {
     return Write(anchor_ + kCount, w);
   }
 
-  // Unlinked nodes are freed once the batch holding their last writes has been sent: the batch
-  // builder coalesces writes of the same (addr, len) at the first write's position, so a node
-  // reallocated at the same address within one batch would get its new contents reordered
-  // before the old node's later writes (backend::TxnBuilder).
-  Status ReleaseFreed(bool all) {
-    if (freed_.empty()) return Status::Ok();
-    const uint64_t sent = level() == frontend::Level::kNaive ? ~0ull : s_.counters().txns;
-    size_t kept = 0;
-    Status result;
-    for (const auto& [addr, mark] : freed_) {
-      if (all || mark < sent) {
-        Status st = s_.Free(addr);
-        if (!st.ok() && result.ok()) result = st;
-      } else {
-        freed_[kept++] = {addr, mark};
-      }
-    }
-    freed_.resize(kept);
-    return result;
-  }
-
   uint64_t anchor_ = 0, anchor_bytes_ = 0;
   uint32_t max_level_ = 0, slot_bytes_ = 0;
   // The writer's view of the anchor (it holds the lock); readers read it in each query.
   uint64_t count_ = 0, level_ = 0;
-  std::vector<std::pair<uint64_t, uint64_t>> freed_;  // unlinked node, Counters::txns at unlink
   // §8.4 caching threshold T and its adaptation window.
   uint32_t cache_height_ = kCachedHeight;
   uint64_t searches_ = 0, last_hits_ = 0, last_misses_ = 0;

@@ -378,6 +378,14 @@ TEST_P(FabricConformance, RingCq_MoreCompletionsThanCapacity_NeverBlocksAndCount
     ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "target did not serve all writes";
     std::this_thread::yield();
   }
+  // The target having served a write does not mean its acknowledgement has reached the initiator
+  // yet; wait (without polling) until every completion has landed in the ring, so the ring must
+  // have wrapped: capacity entries kept, the rest overwritten.
+  while (ring->overwritten() < uint64_t(kOps) - ring->capacity()) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline)
+        << "completions did not arrive; overwritten=" << ring->overwritten();
+    std::this_thread::sleep_for(milliseconds(1));
+  }
   // Drain until the last completion shows up; ids must be increasing.
   size_t seen = 0;
   uint64_t last = 0;

@@ -229,6 +229,7 @@ struct Backend::Impl : public OpLogSource {
         reply.naming_region = naming_mr->descriptor();
         reply.data_region = data_mr->descriptor();
         reply.log_address = receiver->address();
+        reply.pool_uuid = pool->superblock().uuid;
         *response = EncodeRegisterReply(reply);
         return Status::Ok();
         break;

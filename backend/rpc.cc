@@ -12,6 +12,7 @@ std::vector<uint8_t> EncodeRegisterReply(const RegisterReply& r) {
   w.U64(r.naming_begin).U64(r.data_begin).U64(r.data_end);
   w.U32(r.block_size).U32(0).Bytes(regions);
   w.U32(static_cast<uint32_t>(r.log_address.size())).Str(r.log_address);
+  w.Bytes(r.pool_uuid);
   return std::move(w.bytes());
 }
 
@@ -31,7 +32,9 @@ Result<RegisterReply> DecodeRegisterReply(std::span<const uint8_t> bytes) {
   in.U32();
   auto regions = in.Bytes(2 * fabric::RegionDescriptor::kEncodedSize);
   auto log = in.Bytes(in.U32());
+  auto uuid = in.Bytes(r.pool_uuid.size());
   ASYMNVM_RETURN_IF_ERROR(in.status());
+  std::copy(uuid.begin(), uuid.end(), r.pool_uuid.begin());
   constexpr size_t kSize = fabric::RegionDescriptor::kEncodedSize;
   ASYMNVM_ASSIGN_OR_RETURN(r.naming_region, fabric::RegionDescriptor::Decode(regions.data(), kSize));
   ASYMNVM_ASSIGN_OR_RETURN(r.data_region,

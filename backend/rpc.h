@@ -110,6 +110,7 @@ struct RegisterReply {
   uint32_t block_size = 0;
   fabric::RegionDescriptor naming_region, data_region;
   std::string log_address;  // the Rowan receiver's
+  std::array<uint8_t, 16> pool_uuid{};  // the pool's identity (pm superblock), fixed at creation
 };
 std::vector<uint8_t> EncodeRegisterReply(const RegisterReply& reply);
 // kInvalidArgument (short), kCorruption (bad region descriptor).

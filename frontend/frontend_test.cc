@@ -174,6 +174,33 @@ INSTANTIATE_TEST_SUITE_P(Levels, LevelTest,
 
 // Not a benchmark: prints what one update and one read cost per level (round trips and wire bytes
 // from the fabric counters), for doc/frontend.md. Asserts only the deterministic parts.
+TEST_F(FrontendTest, PoolUuidIdentifiesTheBackendAcrossRestarts) {
+  std::array<uint8_t, 16> first{};
+  {
+    auto s = OpenSession(7, Level::kRcb);
+    ASSERT_TRUE(s);
+    first = s->pool_uuid();
+  }
+  EXPECT_NE(first, (std::array<uint8_t, 16>{}));
+  RestartBackend();
+  auto s = OpenSession(7, Level::kRcb);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->pool_uuid(), first);
+  // Another pool is another identity.
+  const std::string other = path_ + ".other";
+  std::remove(other.c_str());
+  auto be2 = backend::Backend::Start(SmallBackend(other));
+  ASSERT_TRUE(be2.ok()) << be2.status().ToString();
+  SessionOptions o = Options(8, Level::kRcb);
+  o.backends = {(*be2)->address()};
+  auto s2 = Session::Open(o);
+  ASSERT_TRUE(s2.ok()) << s2.status().ToString();
+  EXPECT_NE((*s2)->pool_uuid(), first);
+  s2->reset();
+  (*be2)->Stop();
+  std::remove(other.c_str());
+}
+
 TEST_F(FrontendTest, CostPerLevel) {
   constexpr int kOps = 200;
   for (Level level : {Level::kNaive, Level::kR, Level::kRc, Level::kRcb}) {

@@ -92,6 +92,7 @@ struct Session::Impl {
   uint64_t naming_begin = 0, naming_end = 0, data_begin = 0, data_end = 0;
   fabric::RegionDescriptor naming_desc, data_desc;
   uint32_t block_size = 0;
+  std::array<uint8_t, 16> pool_uuid{};
   uint64_t registered_opn = 0;
   uint64_t first_op = 1;  // the first op_seq of this session (earlier ones belong to crashed ones)
   uint64_t first_txn = 0;  // first txn_seq of this session
@@ -478,6 +479,7 @@ Result<std::unique_ptr<Session>> Session::Open(const SessionOptions& options) {
   m.data_begin = reg.data_begin;
   m.data_end = reg.data_end;
   m.block_size = reg.block_size;
+  m.pool_uuid = reg.pool_uuid;
   m.naming_desc = reg.naming_region;
   m.data_desc = reg.data_region;
   m.naming_end = m.naming_begin + m.naming_desc.length;
@@ -996,5 +998,6 @@ uint64_t Session::next_op_seq() const { return impl_->next_op; }
 uint64_t Session::data_begin() const { return impl_->data_begin; }
 uint64_t Session::data_end() const { return impl_->data_end; }
 Level Session::level() const { return impl_->o.level; }
+const std::array<uint8_t, 16>& Session::pool_uuid() const { return impl_->pool_uuid; }
 
 }  // namespace asymnvm::frontend

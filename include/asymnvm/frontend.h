@@ -226,6 +226,9 @@ class Session {
   uint64_t data_begin() const;
   uint64_t data_end() const;
   Level level() const;
+  // The identity of the back-end's pool (fixed when the pool file was created; survives restarts
+  // and address changes). Partition maps name back-ends by it.
+  const std::array<uint8_t, 16>& pool_uuid() const;
 
  private:
   struct Impl;

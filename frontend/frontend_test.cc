@@ -741,3 +741,161 @@ TEST(FrontendCrash, AckedOpsSurviveSigkillOfTheFrontend) {
 
 }  // namespace
 }  // namespace asymnvm::frontend
+
+// ---- the symmetric baseline: op logs redirected to another back-end, posted asynchronously ----
+// (Included here rather than at the top: this block is self-contained.)
+#include "backend/rpc.h"
+#include "common/coding.h"
+#include "fabric/oq/oq.h"
+
+namespace asymnvm::frontend {
+namespace {
+
+// The data back-end is FrontendTest's be_; a second in-process back-end receives the op logs.
+class SymmetricTest : public FrontendTest {
+ protected:
+  void SetUp() override {
+    FrontendTest::SetUp();
+    log_path_ = path_ + ".log-backend";
+    std::remove(log_path_.c_str());
+    auto be = backend::Backend::Start(SmallBackend(log_path_));
+    ASSERT_TRUE(be.ok()) << be.status().ToString();
+    log_be_ = std::move(*be);
+  }
+  void TearDown() override {
+    if (log_be_) log_be_->Stop();
+    log_be_.reset();
+    std::remove(log_path_.c_str());
+    FrontendTest::TearDown();
+  }
+  SessionOptions SymOptions(uint64_t fe, Level level) {
+    SessionOptions o = Options(fe, level);
+    o.op_log_address = log_be_->log_address();
+    o.async_op_logs = true;
+    o.timeout = std::chrono::milliseconds(3000);
+    return o;
+  }
+
+  std::string log_path_;
+  std::unique_ptr<backend::Backend> log_be_;
+};
+
+// The op logs of front-end `fe` a back-end holds in its b-log (request kFetchOpLogs, one page).
+std::vector<backend::FetchedOp> FetchOpLogsAt(const std::string& oq_address, uint64_t fe) {
+  auto fab = fabric::Fabric::Open({});
+  EXPECT_TRUE(fab.ok());
+  if (!fab.ok()) return {};
+  auto pd = (*fab)->AllocPd();
+  EXPECT_TRUE(pd.ok());
+  if (!pd.ok()) return {};
+  oq::ClientOptions co;
+  co.fabric = fab->get();
+  co.pd = pd->get();
+  co.server_address = oq_address;
+  co.client_id = 61000;
+  auto cl = oq::Client::Connect(co);
+  EXPECT_TRUE(cl.ok()) << cl.status().ToString();
+  if (!cl.ok()) return {};
+  backend::PayloadWriter w;
+  w.U64(fe).U64(0).U64(~0ull);
+  std::vector<uint8_t> reply;
+  Status st = (*cl)->Call(0, backend::kFetchOpLogs, w.bytes(), &reply);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  bool more = false;
+  auto ops = backend::DecodeFetchedOps(reply, &more);
+  EXPECT_TRUE(ops.ok()) << ops.status().ToString();
+  EXPECT_FALSE(more);
+  return ops.ok() ? std::move(*ops) : std::vector<backend::FetchedOp>{};
+}
+
+TEST_F(SymmetricTest, AsyncOpLogsLandAtTheLogBackendAfterAFence) {
+  constexpr int kOps = 300;  // more than the send queue holds (128 appends of one block)
+  auto s = Session::Open(SymOptions(21, Level::kRc));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto st = (*s)->CreateRoot("sym", 9);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  auto a = (*s)->Malloc(8 * kOps);
+  ASSERT_TRUE(a.ok());
+  std::vector<uint64_t> seqs;
+  for (uint64_t i = 0; i < kOps; i++) {
+    uint8_t p[8];
+    PutLe64(p, i + 1);
+    auto seq = (*s)->OpLog(*st, 3, p);
+    ASSERT_TRUE(seq.ok()) << seq.status().ToString();
+    seqs.push_back(*seq);
+    ASSERT_TRUE((*s)->MemLog(*a + 8 * i, p).ok());
+    ASSERT_TRUE((*s)->TxWrite(*st).ok());
+  }
+  ASSERT_TRUE((*s)->Fence().ok());
+  EXPECT_EQ((*s)->counters().op_logs, static_cast<uint64_t>(kOps));
+
+  // Every op log is in the log back-end's b-log, with its payload; none in the data back-end's.
+  auto at_log = FetchOpLogsAt(log_be_->address(), 21);
+  ASSERT_EQ(at_log.size(), static_cast<size_t>(kOps));
+  for (int i = 0; i < kOps; i++) {
+    EXPECT_EQ(at_log[i].op_seq, seqs[i]);
+    EXPECT_EQ(at_log[i].structure_id, st->id);
+    EXPECT_EQ(at_log[i].op_type, 3);
+    ASSERT_EQ(at_log[i].payload.size(), 8u);
+    EXPECT_EQ(GetLe64(at_log[i].payload.data()), static_cast<uint64_t>(i + 1));
+  }
+  EXPECT_TRUE(FetchOpLogsAt(be_->address(), 21).empty());
+
+  // The data went to the data back-end: another front-end reads it there after the fence.
+  auto r = OpenSession(22, Level::kNaive);
+  ASSERT_TRUE(r);
+  std::vector<uint8_t> got(8 * kOps);
+  ASSERT_TRUE(r->Read(*a, got).ok());
+  for (uint64_t i = 0; i < kOps; i++) EXPECT_EQ(GetLe64(got.data() + 8 * i), i + 1);
+
+  // Recovery cannot find these op logs at the data back-end.
+  EXPECT_EQ((*s)->Replay().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(SymmetricTest, BadOpLogAddressFailsAtOpen) {
+  for (const std::string addr : {"tcp://127.0.0.1:1", "nonsense"}) {
+    SessionOptions o = SymOptions(23, Level::kRcb);
+    o.op_log_address = addr;
+    auto s = Session::Open(o);
+    ASSERT_FALSE(s.ok()) << addr;
+    EXPECT_NE(s.status().ToString().find(addr), std::string::npos) << s.status().ToString();
+  }
+  // Synchronous redirected op logs (no async) also work, and also refuse Replay().
+  SessionOptions o = SymOptions(23, Level::kR);
+  o.async_op_logs = false;
+  auto s = Session::Open(o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto st = (*s)->CreateRoot("sync", 9);
+  ASSERT_TRUE(st.ok());
+  auto a = (*s)->Malloc(64);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(Update(**s, *st, *a, 7).ok());
+  ASSERT_TRUE((*s)->Fence().ok());
+  EXPECT_EQ(FetchOpLogsAt(log_be_->address(), 23).size(), 1u);
+  EXPECT_EQ((*s)->Replay().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(SymmetricTest, LostLogBackendBreaksTheSession) {
+  auto s = Session::Open(SymOptions(24, Level::kRcb));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto st = (*s)->CreateRoot("lost", 9);
+  ASSERT_TRUE(st.ok());
+  auto a = (*s)->Malloc(64);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(Update(**s, *st, *a, 1).ok());
+  ASSERT_TRUE((*s)->Fence().ok());
+  log_be_->Stop();
+  log_be_.reset();
+  // The failure surfaces at an op log or at the latest at the fence that waits for the acks.
+  Status err = Status::Ok();
+  for (int i = 0; i < 10 && err.ok(); i++) err = Update(**s, *st, *a, static_cast<uint8_t>(i));
+  if (err.ok()) err = (*s)->Fence();
+  ASSERT_FALSE(err.ok());
+  EXPECT_NE(err.ToString().find("async op log"), std::string::npos) << err.ToString();
+  // Sticky: the session stays broken.
+  EXPECT_FALSE((*s)->Fence().ok());
+  EXPECT_FALSE(Update(**s, *st, *a, 9).ok());
+}
+
+}  // namespace
+}  // namespace asymnvm::frontend

@@ -1,6 +1,7 @@
 // The front-end Session (include/asymnvm/frontend.h; design in doc/frontend.md).
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <set>
 #include <thread>
@@ -78,6 +79,11 @@ struct Session::Impl {
   std::unique_ptr<fabric::Fabric> fabric;
   std::unique_ptr<fabric::ProtectionDomain> pd;
   std::unique_ptr<oq::Client> oq;
+  // Async op logs (SessionOptions::async_op_logs): the sender posts on `log_cq` (declared first so
+  // it outlives the sender's connection); `log_inflight` holds the op_seqs (the appends' tokens)
+  // not acknowledged yet, in post order.
+  std::unique_ptr<fabric::CompletionQueue> log_cq;
+  std::deque<uint64_t> log_inflight;
   std::unique_ptr<rowan::Sender> sender;
   std::unique_ptr<fabric::CompletionQueue> cq;
   std::unique_ptr<fabric::Connection> conn;  // one-sided operations
@@ -312,10 +318,83 @@ struct Session::Impl {
     rec.payload = params;
     const std::vector<uint8_t> bytes = backend::EncodeOpLog(rec);
     rowan::EntryMeta meta{kOpLogEntryType, static_cast<uint16_t>(o.frontend_id), next_op};
-    ASYMNVM_RETURN_IF_ERROR(sender->Append(meta, bytes).WithContext("op log"));
+    if (log_cq) {
+      ASYMNVM_RETURN_IF_ERROR(PostOpLog(meta, bytes));
+    } else {
+      ASYMNVM_RETURN_IF_ERROR(sender->Append(meta, bytes).WithContext("op log"));
+    }
     c.op_logs++;
     c.op_log_bytes += bytes.size();
     return next_op++;
+  }
+
+  std::string LogTarget() const {
+    return o.op_log_address.empty() ? "the data back-end" : o.op_log_address;
+  }
+
+  // Async op logs: posts the append without waiting for its acknowledgement (the symmetric
+  // baseline's "flushed asynchronously"). Waits only while the send queue is full.
+  Status PostOpLog(const rowan::EntryMeta& meta, std::span<const uint8_t> bytes) {
+    ASYMNVM_RETURN_IF_ERROR(broken);
+    ASYMNVM_RETURN_IF_ERROR(CollectLogAcks(false, 0));
+    while (true) {
+      Status s = sender->PostAppend(meta, bytes, meta.version);
+      if (s.ok()) break;
+      if (s.code() == StatusCode::kInvalidArgument) return s.WithContext("async op log");
+      if (s.code() != StatusCode::kResourceExhausted || log_inflight.empty()) {
+        broken = s.WithContext("async op log to " + LogTarget() +
+                               " (op logs not acknowledged may be lost)");
+        return broken;
+      }
+      ASYMNVM_RETURN_IF_ERROR(CollectLogAcks(true, log_inflight.size() - 1));
+    }
+    log_inflight.push_back(meta.version);
+    return Status::Ok();
+  }
+
+  // Async op logs: takes the acknowledgements that have arrived (never blocks), or, with `wait`,
+  // waits until at most `keep` op logs are unacknowledged. A failed completion or no progress
+  // within o.timeout breaks the session: the op logs not acknowledged may never have landed.
+  Status CollectLogAcks(bool wait, size_t keep) {
+    if (!log_cq) return Status::Ok();
+    ASYMNVM_RETURN_IF_ERROR(broken);
+    const std::string target = LogTarget();
+    auto deadline = Clock::now() + o.timeout;
+    fabric::Completion comp[32];
+    while (true) {
+      const bool need = wait && log_inflight.size() > keep;
+      Result<size_t> n = need ? log_cq->Wait(comp, std::chrono::milliseconds(100))
+                              : log_cq->Poll(comp);
+      if (!n.ok()) {
+        broken = n.status().WithContext("async op log acknowledgements from " + target);
+        return broken;
+      }
+      for (size_t i = 0; i < *n; i++) {
+        if (comp[i].status != fabric::CompletionStatus::kSuccess) {
+          broken = Status::ConnectionError(
+              std::string("async op log to ") + target + ": " +
+              fabric::OpcodeName(comp[i].opcode) + " " +
+              fabric::CompletionStatusName(comp[i].status) + " (" +
+              std::to_string(log_inflight.size()) + " op logs not acknowledged may be lost)");
+          return broken;
+        }
+        if (!sender->IsAck(comp[i], comp[i].wr_id)) continue;
+        auto it = std::find(log_inflight.begin(), log_inflight.end(), comp[i].wr_id);
+        if (it != log_inflight.end()) log_inflight.erase(it);
+        deadline = Clock::now() + o.timeout;  // progress
+      }
+      if (!need) {
+        if (*n < std::size(comp)) return Status::Ok();
+        continue;
+      }
+      if (log_inflight.size() <= keep) return Status::Ok();
+      if (Clock::now() > deadline) {
+        broken = Status::TimedOut("async op log to " + target + ": " +
+                                  std::to_string(log_inflight.size()) +
+                                  " op logs not acknowledged within the timeout");
+        return broken;
+      }
+    }
   }
 
   Status SendTxn(backend::TxnBuilder* b, uint64_t seq_addr, uint64_t opn) {
@@ -363,6 +442,7 @@ struct Session::Impl {
   }
 
   Status Fence() {
+    ASYMNVM_RETURN_IF_ERROR(CollectLogAcks(true, 0));
     ASYMNVM_RETURN_IF_ERROR(FlushBatch());
     c.fences++;
     const auto deadline = Clock::now() + o.timeout;
@@ -496,21 +576,34 @@ Result<std::unique_ptr<Session>> Session::Open(const SessionOptions& options) {
                                       << rejected << " (an earlier session)");
   }
 
-  // Rowan sender for op logs; a plain connection to the same listener for one-sided operations.
+  // Rowan sender for op logs (to the data back-end's b-log, or to op_log_address: the symmetric
+  // baseline); a plain connection to the data back-end's listener for one-sided operations.
   rowan::SenderOptions so;
   so.fabric = m.fabric.get();
   so.pd = m.pd.get();
-  so.address = reg.log_address;
+  so.address = options.op_log_address.empty() ? reg.log_address : options.op_log_address;
   so.timeout = options.timeout;
+  if (options.async_op_logs) {
+    // PostAppend sends blocks inline; an op log must fit the provider's inline limit.
+    ASYMNVM_ASSIGN_OR_RETURN(m.log_cq, m.fabric->CreateCq({.capacity = 1024}));
+    so.cq = m.log_cq.get();
+    const uint32_t cap = m.fabric->capabilities().max_inline;
+    so.max_inline = std::min<uint32_t>(cap == 0 ? so.max_inline : cap,
+                                       static_cast<uint32_t>(rowan::kDefaultMtu));
+  }
   auto snd = rowan::Sender::Connect(so);
-  if (!snd.ok()) return snd.status().WithContext(ctx);
+  if (!snd.ok()) {
+    return snd.status().WithContext(options.op_log_address.empty()
+                                        ? ctx
+                                        : "session: op log target " + options.op_log_address);
+  }
   m.sender = std::move(snd).value();
   ASYMNVM_ASSIGN_OR_RETURN(m.cq, m.fabric->CreateCq({.capacity = 1024}));
   fabric::ConnectionOptions cop;
   cop.send_cq = m.cq.get();
   cop.recv_cq = m.cq.get();
   cop.timeout = options.timeout;
-  auto conn = m.fabric->Connect(m.pd.get(), so.address, cop);
+  auto conn = m.fabric->Connect(m.pd.get(), reg.log_address, cop);
   if (!conn.ok()) return conn.status().WithContext(ctx + ": one-sided connection");
   m.conn = std::move(conn).value();
   m.max_message = m.fabric->capabilities().max_message;
@@ -551,6 +644,7 @@ Session::~Session() {
   m.allocator.reset();
   m.slabs.reset();
   m.sender.reset();
+  m.log_cq.reset();
   m.conn.reset();
   m.scratch_mr.reset();
   m.cq.reset();
@@ -799,7 +893,10 @@ Status Session::Fence() {
   return m.Fence();
 }
 
-Status Session::Poll() { return impl_->MaybeTimer(); }
+Status Session::Poll() {
+  ASYMNVM_RETURN_IF_ERROR(impl_->CollectLogAcks(false, 0));
+  return impl_->MaybeTimer();
+}
 
 // ---- allocation ----
 
@@ -922,6 +1019,12 @@ class BackendFetcher : public OpLogFetcher {
 }  // namespace
 
 Status Session::Replay() {
+  if (!impl_->o.op_log_address.empty()) {
+    return Status::FailedPrecondition(
+        "replay: this session's op logs go to " + impl_->o.op_log_address +
+        " (SessionOptions::op_log_address), not to the data back-end; replay them with a fetcher "
+        "for that back-end");
+  }
   BackendFetcher f(impl_->oq.get(), impl_->first_op);
   return Replay(&f);
 }

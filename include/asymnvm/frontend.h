@@ -69,6 +69,26 @@ struct SessionOptions {
   std::chrono::milliseconds timeout{5000};       // connect, each request, each fence
   std::chrono::milliseconds lock_timeout{2000};  // WriterLock
   uint64_t seed = 1;                             // cache sampling
+
+  // ---- the `symmetric` comparison baseline only (doc/frontend.md §Symmetric baseline) ----
+  // Where op logs go: the Rowan receiver address (Backend::log_address()) of ANOTHER back-end,
+  // which then holds them instead of the data back-end's own b-log. Empty (the default): the data
+  // back-end's b-log, the only configuration recovery supports — with a redirected op log,
+  // Replay() (no fetcher) is kFailedPrecondition because the op logs are not at the data back-end,
+  // and the log back-end never truncates them (its OPN for this front-end never advances), so a
+  // run is bounded by that back-end's b-log size. Open fails with the address in the message when
+  // nothing at `op_log_address` answers as a Rowan receiver.
+  std::string op_log_address;
+  // !!! BREAKS THE DURABILITY GUARANTEE. Op logs are posted (rowan::Sender::PostAppend) and OpLog
+  // returns without waiting for the acknowledgement, so an operation the caller considers done can
+  // be lost when the front-end crashes before the log landed. Acknowledgements are drained on
+  // later calls; the session waits for them only when the send queue is full, on Fence, and when
+  // closed. A failed or missing acknowledgement makes the session broken (every later update
+  // call returns that error). Exists to measure the paper's symmetric architecture ("logs are
+  // flushed asynchronously, without waiting for the acknowledgement"); never use it for data you
+  // need. Each op log must fit in one inline block (the provider's inline limit, at most 4 KiB
+  // with the soft NIC): larger ones are kInvalidArgument.
+  bool async_op_logs = false;
 };
 
 // A named root in the back-end's naming space (doc/backend.md §Naming space).
@@ -167,8 +187,9 @@ class Session {
   // Table 1 `mem_log`: buffers a redo write of the current operation (naive: Write). The range
   // must lie in the data area (kInvalidArgument).
   Status MemLog(uint64_t addr, std::span<const uint8_t> data);
-  // Table 1 `op_log`: persists an operation log now (Rowan append, durable on return) and returns
-  // its op_seq; naive: returns 0 and sends nothing. kInvalidArgument (op type reserved).
+  // Table 1 `op_log`: persists an operation log now (Rowan append, durable on return; not so with
+  // SessionOptions::async_op_logs) and returns its op_seq; naive: returns 0 and sends nothing.
+  // kInvalidArgument (op type reserved).
   Result<uint64_t> OpLog(const Structure& s, uint16_t op_type, std::span<const uint8_t> params);
   // Table 1 `tx_write`: ends the current operation; its memory logs join the batch (r, rc: sent
   // at once). The transaction brackets `s`'s sequence word. kResourceExhausted when one operation's
@@ -177,7 +198,8 @@ class Session {
   // Sends the batch now (no wait for application).
   Status Flush();
   // Flushes, then waits until the back-end applied every transaction sent (one-sided reads of the
-  // LPN word). kAborted if the back-end rejected a transaction; kTimedOut.
+  // LPN word). kAborted if the back-end rejected a transaction; kTimedOut. With async_op_logs it
+  // also waits for every op log's acknowledgement (a failed one: the session's broken error).
   Status Fence();
   // Flushes an rcb batch whose age exceeds batch_timeout (call from an idle loop; every other call
   // does it too).
@@ -214,6 +236,7 @@ class Session {
   Status Replay(OpLogFetcher* fetcher);
   // Replay with the op logs the back-end still holds in its b-log (request kFetchOpLogs): the
   // ops of crashed earlier sessions of this front-end id that are not covered by the OPN.
+  // kFailedPrecondition when SessionOptions::op_log_address redirects the op logs elsewhere.
   Status Replay();
 
   // ---- introspection ----

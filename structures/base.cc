@@ -1,5 +1,6 @@
 #include "structures/base.h"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 
@@ -33,6 +34,19 @@ Result<Kind> ParseKind(const std::string& name) {
 bool IsSequence(Kind kind) { return kind == Kind::kStack || kind == Kind::kQueue; }
 bool IsOrdered(Kind kind) { return !IsSequence(kind) && kind != Kind::kHashTable; }
 bool IsMultiVersion(Kind kind) { return kind == Kind::kMvBst || kind == Kind::kMvBPlusTree; }
+
+Status Map::PutBatch(std::span<const KeyValue> kvs) {
+  // Validate everything first: a bad entry fails the call before any Put.
+  for (const KeyValue& kv : kvs) {
+    if (kv.second.size() > value_size()) {
+      return Status::InvalidArgument(internal::Describe(kind(), structure().name) + ": value of " +
+                                     std::to_string(kv.second.size()) + " bytes exceeds value_size " +
+                                     std::to_string(value_size()));
+    }
+  }
+  for (const KeyValue& kv : kvs) ASYMNVM_RETURN_IF_ERROR(Put(kv.first, kv.second));
+  return Status::Ok();
+}
 
 namespace internal {
 namespace {
@@ -84,6 +98,61 @@ Status DecodeKeyValue(std::span<const uint8_t> params, uint64_t* key, Value* val
   }
   if (value) value->assign(params.begin() + 12, params.end());
   return Status::Ok();
+}
+
+std::vector<uint8_t> EncodeVector(std::span<const KeyValue> kvs) {
+  size_t n = 4;
+  for (const KeyValue& kv : kvs) n += 12 + kv.second.size();
+  std::vector<uint8_t> p(n);
+  PutU32(p.data(), static_cast<uint32_t>(kvs.size()));
+  size_t at = 4;
+  for (const KeyValue& kv : kvs) {
+    PutU64(p.data() + at, kv.first);
+    PutU32(p.data() + at + 8, static_cast<uint32_t>(kv.second.size()));
+    if (!kv.second.empty()) std::memcpy(p.data() + at + 12, kv.second.data(), kv.second.size());
+    at += 12 + kv.second.size();
+  }
+  return p;
+}
+
+Status DecodeVector(std::span<const uint8_t> params, std::vector<KeyValue>* out) {
+  out->clear();
+  if (params.size() < 4) return Status::Corruption("vector op log shorter than its count");
+  const uint32_t n = GetU32(params.data());
+  if (n == 0 || n > params.size() / 12) {
+    return Status::Corruption("vector op log: count " + std::to_string(n) + " does not fit " +
+                              std::to_string(params.size()) + " bytes");
+  }
+  size_t at = 4;
+  out->reserve(n);
+  for (uint32_t i = 0; i < n; i++) {
+    if (params.size() - at < 12) return Status::Corruption("vector op log: entry " + std::to_string(i) + " truncated");
+    const uint64_t key = GetU64(params.data() + at);
+    const uint32_t len = GetU32(params.data() + at + 8);
+    if (params.size() - at - 12 < len) {
+      return Status::Corruption("vector op log: entry " + std::to_string(i) + " value truncated");
+    }
+    if (!out->empty() && out->back().first >= key) {
+      return Status::Corruption("vector op log: keys not strictly ascending at entry " + std::to_string(i));
+    }
+    out->emplace_back(key, Value(params.begin() + at + 12, params.begin() + at + 12 + len));
+    at += 12 + len;
+  }
+  if (at != params.size()) return Status::Corruption("vector op log: trailing bytes after the last entry");
+  return Status::Ok();
+}
+
+std::vector<KeyValue> SortedUnique(std::span<const KeyValue> kvs) {
+  std::vector<size_t> order(kvs.size());
+  for (size_t i = 0; i < order.size(); i++) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return kvs[a].first < kvs[b].first; });
+  std::vector<KeyValue> out;
+  out.reserve(order.size());
+  for (size_t i = 0; i < order.size(); i++) {
+    if (i + 1 < order.size() && kvs[order[i + 1]].first == kvs[order[i]].first) continue;  // a later one wins
+    out.push_back(kvs[order[i]]);
+  }
+  return out;
 }
 
 Result<frontend::Structure> Base::Resolve(frontend::Session& s, Kind kind, const std::string& name,
@@ -203,6 +272,63 @@ Status Base::Update(uint16_t op_type, std::span<const uint8_t> params,
   ASYMNVM_RETURN_IF_ERROR(s_.OpLog(st_, op_type, params).status());
   ASYMNVM_RETURN_IF_ERROR(body());
   return s_.TxWrite(st_);
+}
+
+Status Base::PutVector(std::span<const KeyValue> kvs, const VectorGather& gather) {
+  ASYMNVM_RETURN_IF_ERROR(CheckWritable());
+  for (const KeyValue& kv : kvs) ASYMNVM_RETURN_IF_ERROR(CheckValue(kv.second));
+  const std::vector<KeyValue> sorted = SortedUnique(kvs);
+  size_t begin = 0;
+  while (begin < sorted.size()) {
+    size_t end = begin, bytes = 4;
+    while (end < sorted.size() && (end == begin || bytes + 12 + sorted[end].second.size() <= kVectorPayloadMax)) {
+      bytes += 12 + sorted[end].second.size();
+      end++;
+    }
+    ASYMNVM_RETURN_IF_ERROR(
+        ApplyVectorRun(std::span<const KeyValue>(sorted).subspan(begin, end - begin), false, gather));
+    begin = end;
+  }
+  return Status::Ok();
+}
+
+Status Base::ApplyVectorRun(std::span<const KeyValue> run, bool replay, const VectorGather& gather) {
+  VectorPlan plan;
+  auto abandon = [&]() {
+    for (uint64_t a : plan.allocs) (void)s_.Free(a);
+  };
+  Status st = gather(run, &plan);
+  if (!st.ok()) {
+    abandon();
+    return st;
+  }
+  if (!replay && run.size() > 1 && plan.bytes > kVectorWriteBudget) {
+    // Too many writes for one transaction: nothing is logged yet, so gather the halves anew.
+    abandon();
+    const size_t half = run.size() / 2;
+    ASYMNVM_RETURN_IF_ERROR(ApplyVectorRun(run.first(half), false, gather));
+    return ApplyVectorRun(run.subspan(half), false, gather);
+  }
+  st = Update(kOpPutVector, EncodeVector(run), [&]() -> Status {
+    for (const auto& [addr, bytes] : plan.writes) ASYMNVM_RETURN_IF_ERROR(Write(addr, bytes));
+    return Status::Ok();
+  });
+  if (!st.ok()) {
+    abandon();
+    return st;
+  }
+  if (plan.commit) plan.commit();
+  return Status::Ok();
+}
+
+Status Base::ReplayVector(const frontend::RecoveredOp& op, const VectorGather& gather) {
+  std::vector<KeyValue> run;
+  Status st = DecodeVector(op.payload, &run);
+  if (!st.ok()) return Status::Corruption(Describe(kind_, st_.name) + ": " + st.message());
+  for (const KeyValue& kv : run) {
+    if (kv.second.size() > vsize()) return Status::Corruption(Describe(kind_, st_.name) + ": replayed value too long");
+  }
+  return ApplyVectorRun(run, true, gather);
 }
 
 Status Base::Query(const std::function<Status()>& body) {

@@ -30,6 +30,44 @@ Status DecodeSlot(std::span<const uint8_t> slot, uint32_t value_size, Value* out
 std::vector<uint8_t> EncodeKeyValue(uint64_t key, std::span<const uint8_t> value);
 Status DecodeKeyValue(std::span<const uint8_t> params, uint64_t* key, Value* value);
 
+// Vector operations (Map::PutBatch; doc/structures.md "Vector operations"). Op type 3 of every
+// vectorized kind; its op-log parameters: count u32 | count × (key u64 | len u32 | value bytes),
+// keys strictly ascending.
+inline constexpr uint16_t kOpPutVector = 3;
+// A vector's op-log parameters stay within this many bytes (longer input is cut into runs).
+inline constexpr size_t kVectorPayloadMax = 64 * 1024;
+// A vector's memory logs (each counted as 16 B of entry header + its bytes padded to 8) stay
+// within this many bytes, well inside the largest transaction of the default 64 KiB OQ buffer;
+// a run whose gathered writes exceed it is halved (a single pair is applied whatever its size,
+// like Put).
+inline constexpr size_t kVectorWriteBudget = 32 * 1024;
+std::vector<uint8_t> EncodeVector(std::span<const KeyValue> kvs);
+// kCorruption when the count, a length or the key order does not match.
+Status DecodeVector(std::span<const uint8_t> params, std::vector<KeyValue>* out);
+// The pairs sorted by key; of equal keys the last one in the input is kept.
+std::vector<KeyValue> SortedUnique(std::span<const KeyValue> kvs);
+
+// What a vector's gather phase decided, applied in one operation: redo writes (each node's bytes
+// once), blocks allocated for it (freed when the plan is abandoned), and the writer's DRAM
+// state to adopt once it is applied.
+struct VectorPlan {
+  std::vector<std::pair<uint64_t, std::vector<uint8_t>>> writes;
+  std::vector<uint64_t> allocs;
+  size_t bytes = 0;  // memory-log footprint of `writes`
+  std::function<void()> commit;
+  void Add(uint64_t addr, std::vector<uint8_t> data) {
+    bytes += 16 + (data.size() + 7) / 8 * 8;
+    writes.emplace_back(addr, std::move(data));
+  }
+  void AddU64(uint64_t addr, uint64_t v) {
+    std::vector<uint8_t> b(8);
+    std::memcpy(b.data(), &v, 8);
+    Add(addr, std::move(b));
+  }
+};
+// Fills a plan for a sorted, duplicate-free run (reads only; allocations recorded in the plan).
+using VectorGather = std::function<Status(std::span<const KeyValue> run, VectorPlan* plan)>;
+
 inline void PutU64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
 inline uint64_t GetU64(const uint8_t* p) {
   uint64_t v;
@@ -79,6 +117,14 @@ class Base {
 
   // One update: op log (not at naive), body (reads + Write), tx_write. Writers only.
   Status Update(uint16_t op_type, std::span<const uint8_t> params, const std::function<Status()>& body);
+  // A vector put (Map::PutBatch of the vectorized kinds): validates every value, sorts and
+  // de-duplicates, cuts the vector into runs of bounded op log, and applies each run as
+  // gather → (halved while its writes exceed kVectorWriteBudget) → op log (type 3) → writes →
+  // tx_write → plan.commit.
+  Status PutVector(std::span<const KeyValue> kvs, const VectorGather& gather);
+  // Replays a type-3 op log: the recorded run, gathered again and applied whole.
+  Status ReplayVector(const frontend::RecoveredOp& op, const VectorGather& gather);
+
   // A read-only operation: the writer runs it directly (it sees its own writes); a reader runs
   // it under the seqlock (retried while the writer's transactions apply).
   Status Query(const std::function<Status()>& body);
@@ -101,6 +147,9 @@ class Base {
   Options opt_;
   bool locked_ = false;
   bool closer_set_ = false;
+
+ private:
+  Status ApplyVectorRun(std::span<const KeyValue> run, bool replay, const VectorGather& gather);
 };
 
 // The smallest power-of-two cache page (64 B .. 4 KiB) holding `bytes`: structures whose nodes

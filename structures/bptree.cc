@@ -127,6 +127,10 @@ class BPlusTree final : public Map, public Base {
     return DoDelete(key, /*replay=*/false);
   }
 
+  Status PutBatch(std::span<const KeyValue> kvs) override {
+    return PutVector(kvs, [this](std::span<const KeyValue> run, VectorPlan* plan) { return GatherVector(run, plan); });
+  }
+
   Status Get(uint64_t key, Value* value) override {
     return Query([&]() -> Status {
       Node leaf;
@@ -214,6 +218,9 @@ class BPlusTree final : public Map, public Base {
   }
 
   Status ReplayOp(const frontend::RecoveredOp& op) override {
+    if (op.op_type == kOpPutVector) {
+      return ReplayVector(op, [this](std::span<const KeyValue> run, VectorPlan* plan) { return GatherVector(run, plan); });
+    }
     uint64_t key;
     Value v;
     ASYMNVM_RETURN_IF_ERROR(DecodeKeyValue(op.payload, &key, &v));
@@ -533,6 +540,288 @@ class BPlusTree final : public Map, public Base {
     root_ = root;
     height_ = height;
     count_++;
+    return Status::Ok();
+  }
+
+  // ---- vector put (Algorithm 3, Gather-Apply; doc/structures.md "Vector operations") ----
+  // The sorted run is split at every internal node by its keys and each part descends into its
+  // child, so every node on the way is read once for the whole run. At a leaf the run is merged
+  // with the leaf's entries in DRAM; the merged leaf is written once from its first changed entry
+  // (header, key range, value range), and when it holds more than F entries it is cut into
+  // ceil(T/F) leaves of even size (the first stays in place, the rest are new and chained after
+  // it). The new right siblings go up to the parent, merged the same way and cut into
+  // ceil((K+1)/(F+1)) nodes when over-full; new levels above the root are built the same way.
+
+  // Sizes of ceil(total / cap) groups of even size (each <= cap).
+  static std::vector<uint64_t> Spread(uint64_t total, uint64_t cap) {
+    const uint64_t k = (total + cap - 1) / cap;
+    std::vector<uint64_t> g(k, total / k);
+    for (uint64_t j = 0; j < total % k; j++) g[j]++;
+    return g;
+  }
+
+  Result<uint64_t> PlanAlloc(uint64_t bytes, VectorPlan* plan) {
+    ASYMNVM_ASSIGN_OR_RETURN(uint64_t a, s_.Malloc(bytes));
+    plan->allocs.push_back(a);
+    return a;
+  }
+
+  // A whole new leaf: header (next), keys and value entries (vals: n entries of vstride_).
+  void PlanLeaf(uint64_t addr, uint64_t next, std::span<const uint64_t> keys, std::span<const uint8_t> vals,
+                VectorPlan* plan) {
+    std::vector<uint8_t> b(kKeys + 8 * keys.size());
+    PutU64(b.data(), Word0(kLeafTag, static_cast<uint32_t>(keys.size())));
+    PutU64(b.data() + kNext, next);
+    for (size_t k = 0; k < keys.size(); k++) PutU64(b.data() + kKeys + 8 * k, keys[k]);
+    plan->Add(addr, std::move(b));
+    plan->Add(addr + ValOff(0), std::vector<uint8_t>(vals.begin(), vals.end()));
+  }
+
+  // A whole new internal node with keys.size() keys and keys.size() + 1 children.
+  void PlanInternal(uint64_t addr, std::span<const uint64_t> keys, std::span<const uint64_t> children,
+                    VectorPlan* plan) {
+    std::vector<uint8_t> b(kKeys + 8 * keys.size(), 0);
+    PutU64(b.data(), Word0(kInternalTag, static_cast<uint32_t>(keys.size())));
+    for (size_t k = 0; k < keys.size(); k++) PutU64(b.data() + kKeys + 8 * k, keys[k]);
+    plan->Add(addr, std::move(b));
+    plan->Add(addr + ChildOff(0), KeyBytes(children.data(), children.size()));
+  }
+
+  // Cuts an over-full internal level (keys.size() + 1 children) into nodes; `first` (0 = none)
+  // is the node keeping the first group in place, written from entry `from` on. Appends the new
+  // nodes as (separator, address) to *up.
+  Status PlanInternalGroups(uint64_t first, uint32_t from, const std::vector<uint64_t>& keys,
+                            const std::vector<uint64_t>& children, VectorPlan* plan,
+                            std::vector<std::pair<uint64_t, uint64_t>>* up, uint64_t* first_out) {
+    const std::vector<uint64_t> g = Spread(children.size(), uint64_t{f_} + 1);
+    uint64_t c = 0;
+    for (size_t j = 0; j < g.size(); j++) {
+      const uint64_t nk = g[j] - 1;
+      std::span<const uint64_t> ks(keys.data() + c, nk), cs(children.data() + c, g[j]);
+      if (j == 0 && first != 0) {
+        PlanU64Header(first, Word0(kInternalTag, static_cast<uint32_t>(nk)), plan);
+        if (from < nk) plan->Add(first + kKeys + 8ull * from, KeyBytes(ks.data() + from, nk - from));
+        if (from + 1 < g[j]) plan->Add(first + ChildOff(from + 1), KeyBytes(cs.data() + from + 1, g[j] - from - 1));
+        if (first_out) *first_out = first;
+      } else {
+        ASYMNVM_ASSIGN_OR_RETURN(uint64_t a, PlanAlloc(internal_bytes_, plan));
+        PlanInternal(a, ks, cs, plan);
+        if (j == 0) {
+          if (first_out) *first_out = a;
+        } else {
+          up->emplace_back(keys[c - 1], a);
+        }
+      }
+      c += g[j];
+    }
+    return Status::Ok();
+  }
+  static void PlanU64Header(uint64_t addr, uint64_t word0, VectorPlan* plan) {
+    std::vector<uint8_t> b(8);
+    PutU64(b.data(), word0);
+    plan->Add(addr, std::move(b));
+  }
+
+  // Gathers `run` into the subtree at `addr` (depth d; a leaf at leaf_depth_). *added counts
+  // new keys; *up receives the new right siblings (separator, node) for the parent.
+  Status GatherSubtree(uint64_t addr, int d, std::span<const KeyValue> run, VectorPlan* plan, uint64_t* added,
+                       std::vector<std::pair<uint64_t, uint64_t>>* up) {
+    const bool is_leaf = d == leaf_depth_;
+    Node node;
+    ASYMNVM_RETURN_IF_ERROR(ReadNode(addr, d, is_leaf, &node));
+    if (is_leaf) return GatherLeaf(node, run, plan, added, up);
+    // Split the run by the node's keys; every child with a part is visited once.
+    std::vector<uint64_t> keys, children;
+    uint32_t changed = UINT32_MAX;
+    size_t r = 0;
+    for (uint32_t c = 0; c <= node.n; c++) {
+      size_t e = r;
+      while (e < run.size() && (c == node.n || run[e].first < node.keys[c])) e++;
+      children.push_back(node.children[c]);
+      if (e > r) {
+        std::vector<std::pair<uint64_t, uint64_t>> sub;
+        ASYMNVM_RETURN_IF_ERROR(GatherSubtree(node.children[c], d + 1, run.subspan(r, e - r), plan, added, &sub));
+        if (!sub.empty() && changed == UINT32_MAX) changed = static_cast<uint32_t>(keys.size());
+        for (const auto& [sep, child] : sub) {
+          keys.push_back(sep);
+          children.push_back(child);
+        }
+      }
+      if (c < node.n) keys.push_back(node.keys[c]);
+      r = e;
+    }
+    if (changed == UINT32_MAX) return Status::Ok();
+    if (keys.size() <= f_) {
+      const uint32_t nk = static_cast<uint32_t>(keys.size());
+      PlanU64Header(addr, Word0(kInternalTag, nk), plan);
+      plan->Add(addr + kKeys + 8ull * changed, KeyBytes(keys.data() + changed, nk - changed));
+      plan->Add(addr + ChildOff(changed + 1), KeyBytes(children.data() + changed + 1, nk - changed));
+      return Status::Ok();
+    }
+    return PlanInternalGroups(addr, changed, keys, children, plan, up, nullptr);
+  }
+
+  Status GatherLeaf(const Node& leaf, std::span<const KeyValue> run, VectorPlan* plan, uint64_t* added,
+                    std::vector<std::pair<uint64_t, uint64_t>>* up) {
+    struct Ent {
+      uint64_t key;
+      int64_t old;         // index in the leaf, -1 for a new key
+      const Value* value;  // new value, or null (unchanged)
+    };
+    std::vector<Ent> m;
+    m.reserve(leaf.n + run.size());
+    size_t i = 0, j = 0;
+    while (i < leaf.n || j < run.size()) {
+      if (j == run.size() || (i < leaf.n && leaf.keys[i] < run[j].first)) {
+        m.push_back({leaf.keys[i], static_cast<int64_t>(i), nullptr});
+        i++;
+      } else if (i == leaf.n || run[j].first < leaf.keys[i]) {
+        m.push_back({run[j].first, -1, &run[j].second});
+        j++;
+      } else {
+        m.push_back({leaf.keys[i], static_cast<int64_t>(i), &run[j].second});
+        i++;
+        j++;
+      }
+    }
+    const uint64_t total = m.size();
+    uint64_t p = total;  // the first new entry: entries before it keep their positions
+    for (uint64_t k = 0; k < total; k++) {
+      if (m[k].old < 0) {
+        p = k;
+        break;
+      }
+    }
+    const std::vector<uint64_t> g = total > f_ ? Spread(total, f_) : std::vector<uint64_t>{total};
+    const uint64_t q = std::min(p, g[0]);  // entries [q, total) are rewritten
+    std::vector<uint8_t> raw;
+    ASYMNVM_RETURN_IF_ERROR(ReadValues(leaf, static_cast<uint32_t>(std::min<uint64_t>(q, leaf.n)), leaf.n, &raw));
+    std::vector<uint8_t> vals((total - q) * vstride_, 0);
+    std::vector<uint64_t> keys(total);
+    for (uint64_t k = 0; k < total; k++) {
+      keys[k] = m[k].key;
+      const Ent& e = m[k];
+      if (k < q) {  // in place; an update rewrites its slot
+        if (e.value == nullptr) continue;
+        uint64_t slot = leaf.addr + ValOff(static_cast<uint32_t>(k));
+        if (ool_) {
+          ASYMNVM_ASSIGN_OR_RETURN(slot, ReadU64(slot, levels_.Cached(adapt_, leaf_depth_)));
+        }
+        plan->Add(slot, SlotPrefix(*e.value));
+        continue;
+      }
+      uint8_t* out = vals.data() + (k - q) * vstride_;
+      if (e.old >= 0) {
+        const uint8_t* in = raw.data() + (static_cast<uint64_t>(e.old) - q) * vstride_;
+        if (e.value == nullptr || ool_) std::memcpy(out, in, vstride_);
+        if (e.value != nullptr) {
+          if (ool_) {
+            plan->Add(GetU64(in), SlotPrefix(*e.value));
+          } else {
+            EncodeSlot(*e.value, std::span<uint8_t>(out, vstride_));
+          }
+        }
+        continue;
+      }
+      (*added)++;
+      if (ool_) {
+        ASYMNVM_ASSIGN_OR_RETURN(uint64_t vb, PlanAlloc(slot_bytes_, plan));
+        plan->Add(vb, SlotPrefix(*e.value));
+        PutU64(out, vb);
+      } else {
+        EncodeSlot(*e.value, std::span<uint8_t>(out, vstride_));
+      }
+    }
+    if (p == total) return Status::Ok();  // updates only
+    // New leaves first (their addresses go into the chain).
+    std::vector<uint64_t> addrs(g.size());
+    addrs[0] = leaf.addr;
+    for (size_t k = 1; k < g.size(); k++) {
+      ASYMNVM_ASSIGN_OR_RETURN(addrs[k], PlanAlloc(leaf_bytes_, plan));
+    }
+    uint64_t at = g[0];
+    for (size_t k = 1; k < g.size(); k++) {
+      const uint64_t next = k + 1 < g.size() ? addrs[k + 1] : leaf.next;
+      PlanLeaf(addrs[k], next, std::span<const uint64_t>(keys).subspan(at, g[k]),
+               std::span<const uint8_t>(vals).subspan((at - q) * vstride_, g[k] * vstride_), plan);
+      up->emplace_back(keys[at], addrs[k]);
+      at += g[k];
+    }
+    // The leaf itself: header, then its keys and values from q on.
+    std::vector<uint8_t> h(g.size() > 1 ? 16 : 8);
+    PutU64(h.data(), Word0(kLeafTag, static_cast<uint32_t>(g[0])));
+    if (g.size() > 1) PutU64(h.data() + 8, addrs[1]);
+    plan->Add(leaf.addr, std::move(h));
+    if (q < g[0]) {
+      plan->Add(leaf.addr + kKeys + 8 * q, KeyBytes(keys.data() + q, g[0] - q));
+      plan->Add(leaf.addr + ValOff(static_cast<uint32_t>(q)),
+                std::vector<uint8_t>(vals.begin(), vals.begin() + (g[0] - q) * vstride_));
+    }
+    return Status::Ok();
+  }
+
+  Status GatherVector(std::span<const KeyValue> run, VectorPlan* plan) {
+    uint64_t added = 0, root = root_, height = height_;
+    std::vector<std::pair<uint64_t, uint64_t>> up;
+    if (root_ == 0) {
+      // An empty tree: the run becomes ceil(n/F) chained leaves under new levels.
+      const std::vector<uint64_t> g = Spread(run.size(), f_);
+      std::vector<uint64_t> addrs(g.size());
+      for (size_t k = 0; k < g.size(); k++) {
+        ASYMNVM_ASSIGN_OR_RETURN(addrs[k], PlanAlloc(leaf_bytes_, plan));
+      }
+      uint64_t at = 0;
+      for (size_t k = 0; k < g.size(); k++) {
+        std::vector<uint64_t> keys(g[k]);
+        std::vector<uint8_t> vals(g[k] * vstride_, 0);
+        for (uint64_t e = 0; e < g[k]; e++) {
+          const KeyValue& kv = run[at + e];
+          keys[e] = kv.first;
+          if (ool_) {
+            ASYMNVM_ASSIGN_OR_RETURN(uint64_t vb, PlanAlloc(slot_bytes_, plan));
+            plan->Add(vb, SlotPrefix(kv.second));
+            PutU64(vals.data() + e * vstride_, vb);
+          } else {
+            EncodeSlot(kv.second, std::span<uint8_t>(vals.data() + e * vstride_, vstride_));
+          }
+        }
+        PlanLeaf(addrs[k], k + 1 < g.size() ? addrs[k + 1] : 0, keys, vals, plan);
+        if (k > 0) up.emplace_back(keys[0], addrs[k]);
+        at += g[k];
+      }
+      root = addrs[0];
+      height = 1;
+      added = run.size();
+    } else {
+      leaf_depth_ = static_cast<int>(height_ - 1);
+      ASYMNVM_RETURN_IF_ERROR(GatherSubtree(root_, 0, run, plan, &added, &up));
+    }
+    // New levels while the top is more than one node.
+    while (!up.empty()) {
+      std::vector<uint64_t> keys, children{root};
+      for (const auto& [sep, child] : up) {
+        keys.push_back(sep);
+        children.push_back(child);
+      }
+      up.clear();
+      ASYMNVM_RETURN_IF_ERROR(PlanInternalGroups(0, 0, keys, children, plan, &up, &root));
+      height++;
+      if (height > kMaxHeight) return Status::Corruption(Describe(kind_, st_.name) + ": tree too high");
+    }
+    if (root != root_ || height != height_) {
+      uint8_t a[24];
+      PutU64(a, root);
+      PutU64(a + 8, height);
+      PutU64(a + 16, count_ + added);
+      plan->Add(anchor_ + kRoot, std::vector<uint8_t>(a, a + 24));
+    } else if (added > 0) {
+      plan->AddU64(anchor_ + kCount, count_ + added);
+    }
+    plan->commit = [this, root, height, added]() {
+      root_ = root;
+      height_ = height;
+      count_ += added;
+    };
     return Status::Ok();
   }
 

@@ -1,0 +1,368 @@
+// Vector operations (Map::PutBatch, §8.3 Algorithm 3; doc/structures.md "Vector operations"),
+// one suite over every map kind: random vectors (sorted and shuffled, duplicates, updates of
+// existing keys, sizes 1..2000) against a std::map model at r / rc / rcb with Verify after each
+// and across reopen; all-or-nothing validation; replay of a vector op log; round-trip and op-log
+// counts of a vector against the same Puts; a reader under ReadConsistent while vectors are
+// written.
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "structures/base.h"
+#include "structures/kinds.h"
+#include "structures/testing.h"
+
+namespace asymnvm::structures {
+namespace {
+
+using frontend::Level;
+using testing::StructuresTest;
+using testing::TestValue;
+
+struct KindParam {
+  Kind kind;
+  uint64_t param;  // shape (0 = default)
+  const char* name;
+};
+
+// Kinds whose PutBatch is one op log per run (the others loop Put).
+bool Vectorized(Kind k) { return k == Kind::kBPlusTree; }
+
+class VectorTest : public StructuresTest, public ::testing::WithParamInterface<KindParam> {
+ protected:
+  Result<std::unique_ptr<Map>> OpenM(frontend::Session& s, const std::string& name, Options o = {}) {
+    if (o.param == 0) o.param = GetParam().param;
+    return OpenMap(s, GetParam().kind, name, o);
+  }
+};
+
+void ExpectMatches(Map& m, const std::map<uint64_t, Value>& model) {
+  std::vector<KeyValue> all;
+  if (IsOrdered(m.kind())) {
+    ASSERT_TRUE(m.Scan(0, model.size() + 10, &all).ok());
+    ASSERT_EQ(all.size(), model.size());
+    size_t i = 0;
+    for (const auto& [k, v] : model) {
+      ASSERT_EQ(all[i].first, k) << "entry " << i;
+      ASSERT_EQ(all[i].second, v) << "key " << k;
+      i++;
+    }
+  } else {
+    for (const auto& [k, v] : model) {
+      Value got;
+      Status st = m.Get(k, &got);
+      ASSERT_TRUE(st.ok()) << "key " << k << ": " << st.ToString();
+      ASSERT_EQ(got, v) << "key " << k;
+    }
+  }
+  auto n = m.Count();
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, model.size());
+  Status vs = m.Verify();
+  ASSERT_TRUE(vs.ok()) << vs.ToString();
+}
+
+// A random vector: sorted or shuffled, with duplicates (the last one wins in the model) and keys
+// that already exist (updates).
+std::vector<KeyValue> RandomVector(std::mt19937_64& rng, size_t n, uint64_t range, uint64_t* version,
+                                   uint32_t max_len) {
+  std::vector<KeyValue> kvs;
+  for (size_t i = 0; i < n; i++) {
+    const uint64_t key = rng() % range;
+    kvs.emplace_back(key, TestValue(key, ++*version, rng() % (max_len + 1)));
+    if (rng() % 8 == 0) {  // a duplicate of this key later in the vector
+      kvs.emplace_back(key, TestValue(key, ++*version, rng() % (max_len + 1)));
+    }
+  }
+  if (rng() % 2 == 0) {
+    std::stable_sort(kvs.begin(), kvs.end(), [](const KeyValue& a, const KeyValue& b) { return a.first < b.first; });
+  } else {
+    std::shuffle(kvs.begin(), kvs.end(), rng);
+  }
+  return kvs;
+}
+
+void ApplyToModel(const std::vector<KeyValue>& kvs, std::map<uint64_t, Value>* model) {
+  for (const auto& [k, v] : kvs) (*model)[k] = v;
+}
+
+TEST_P(VectorTest, RandomVectorsMatchModelAtEveryLevelAcrossReopen) {
+  for (Level level : {Level::kR, Level::kRc, Level::kRcb}) {
+    SCOPED_TRACE(frontend::LevelName(level));
+    const uint64_t seed = 101 + static_cast<uint64_t>(level);
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    std::map<uint64_t, Value> model;
+    uint64_t version = 0;
+    Options o;
+    o.value_size = 40;
+    const std::string name = std::string("vec_") + frontend::LevelName(level);
+    const size_t sizes[] = {1, 2, 7, 33, 200, 2000, 5, 640, 1};
+    size_t step = 0;
+    for (int phase = 0; phase < 3; phase++) {
+      auto s = OpenSession(5, level);
+      ASSERT_TRUE(s);
+      auto m = OpenM(*s, name, o);
+      ASSERT_TRUE(m.ok()) << m.status().ToString();
+      ExpectMatches(**m, model);
+      for (int i = 0; i < 3; i++, step++) {
+        const size_t n = sizes[step % std::size(sizes)];
+        const auto kvs = RandomVector(rng, n, 3000, &version, 40);
+        Status st = (*m)->PutBatch(kvs);
+        ASSERT_TRUE(st.ok()) << "vector of " << n << ": " << st.ToString();
+        ApplyToModel(kvs, &model);
+        // Interleave plain operations so vectors meet trees shaped by Put and Delete too.
+        for (int j = 0; j < 20; j++) {
+          const uint64_t key = rng() % 3000;
+          if (rng() % 2) {
+            auto v = TestValue(key, ++version, rng() % 41);
+            ASSERT_TRUE((*m)->Put(key, v).ok());
+            model[key] = v;
+          } else if (model.erase(key)) {
+            ASSERT_TRUE((*m)->Delete(key).ok());
+          }
+        }
+        ExpectMatches(**m, model);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+      m->reset();
+      s.reset();
+    }
+    // A reader of another session sees the same.
+    auto s = OpenSession(6, level);
+    Options ro;
+    ro.access = Access::kReader;
+    auto r = OpenM(*s, name, ro);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ExpectMatches(**r, model);
+    EXPECT_EQ((*r)->PutBatch(std::vector<KeyValue>{{1, Value(3, 1)}}).code(), StatusCode::kFailedPrecondition);
+  }
+}
+
+TEST_P(VectorTest, EmptyTreeBulkLoadAndOutOfLineValues) {
+  // A vector into an empty structure builds it whole; 300-byte values are out of line in the
+  // B+tree; ascending and descending inputs.
+  auto s = OpenSession(7, Level::kRcb);
+  Options o;
+  o.value_size = 300;
+  auto m = OpenM(*s, "big", o);
+  ASSERT_TRUE(m.ok());
+  std::map<uint64_t, Value> model;
+  std::vector<KeyValue> kvs;
+  for (uint64_t k = 0; k < 500; k++) kvs.emplace_back(1000 - 2 * k, TestValue(k, 1, 1 + k % 300));
+  ASSERT_TRUE((*m)->PutBatch(kvs).ok());
+  ApplyToModel(kvs, &model);
+  ExpectMatches(**m, model);
+  kvs.clear();
+  for (uint64_t k = 0; k < 700; k++) kvs.emplace_back(k * 3, TestValue(k, 2, 300 - k % 300));
+  ASSERT_TRUE((*m)->PutBatch(kvs).ok());
+  ApplyToModel(kvs, &model);
+  ExpectMatches(**m, model);
+  ASSERT_TRUE((*m)->PutBatch({}).ok());
+  ExpectMatches(**m, model);
+}
+
+TEST_P(VectorTest, BadValueFailsTheWholeVectorWithNothingLogged) {
+  auto s = OpenSession(8, Level::kRcb);
+  Options o;
+  o.value_size = 16;
+  auto m = OpenM(*s, "bad", o);
+  ASSERT_TRUE(m.ok());
+  ASSERT_TRUE((*m)->Put(5, TestValue(5, 0, 16)).ok());
+  std::vector<KeyValue> kvs;
+  for (uint64_t k = 0; k < 50; k++) kvs.emplace_back(k, TestValue(k, 1, 16));
+  kvs.emplace_back(77, Value(17, 1));  // one byte too long, last in the input
+  const auto before = s->counters();
+  EXPECT_EQ((*m)->PutBatch(kvs).code(), StatusCode::kInvalidArgument);
+  const auto after = s->counters();
+  EXPECT_EQ(after.op_logs, before.op_logs);
+  EXPECT_EQ(after.mem_logs, before.mem_logs);
+  ExpectMatches(**m, {{5, TestValue(5, 0, 16)}});
+}
+
+class FakeFetcher : public frontend::OpLogFetcher {
+ public:
+  Result<std::vector<frontend::RecoveredOp>> Fetch(uint64_t, uint64_t) override { return ops; }
+  std::vector<frontend::RecoveredOp> ops;
+};
+
+TEST_P(VectorTest, ReplayReexecutesVectorOps) {
+  if (!Vectorized(GetParam().kind)) GTEST_SKIP() << "PutBatch of this kind logs one Put per pair";
+  std::map<uint64_t, Value> model;
+  {
+    auto s = OpenSession(20, Level::kRcb);
+    auto m = OpenM(*s, "t");
+    ASSERT_TRUE(m.ok());
+    for (uint64_t k = 1; k <= 60; k++) {
+      ASSERT_TRUE((*m)->Put(k * 10, TestValue(k, 0, 8)).ok());
+      model[k * 10] = TestValue(k, 0, 8);
+    }
+  }
+  // The crashed session had logged two vectors (never applied): the new session replays them.
+  auto s = OpenSession(20, Level::kRcb);
+  RegisterReplays(*s);
+  auto m = OpenM(*s, "t");
+  ASSERT_TRUE(m.ok());
+  const uint64_t opn = s->recovered_opn();
+  const uint32_t id = (*m)->structure().id;
+  std::mt19937_64 rng(3);
+  uint64_t version = 0;
+  FakeFetcher f;
+  for (uint64_t seq = 1; seq <= 2; seq++) {
+    const auto run = internal::SortedUnique(RandomVector(rng, 300, 1000, &version, 40));
+    ApplyToModel(run, &model);
+    frontend::RecoveredOp op;
+    op.op_seq = opn + seq;
+    op.structure_id = id;
+    op.op_type = internal::kOpPutVector;
+    op.payload = internal::EncodeVector(run);
+    f.ops.push_back(op);
+  }
+  const auto before = s->counters();
+  ASSERT_TRUE(s->Replay(&f).ok());
+  EXPECT_EQ(s->counters().replayed_ops - before.replayed_ops, 2u);
+  ExpectMatches(**m, model);
+}
+
+TEST_P(VectorTest, VectorEncodingRejectsMalformedPayloads) {
+  std::vector<KeyValue> kvs{{1, Value(3, 7)}, {9, Value{}}, {12, Value(40, 2)}};
+  auto p = internal::EncodeVector(kvs);
+  std::vector<KeyValue> out;
+  ASSERT_TRUE(internal::DecodeVector(p, &out).ok());
+  EXPECT_EQ(out, kvs);
+  auto truncated = p;
+  truncated.pop_back();
+  EXPECT_EQ(internal::DecodeVector(truncated, &out).code(), StatusCode::kCorruption);
+  auto longer = p;
+  longer.push_back(0);
+  EXPECT_EQ(internal::DecodeVector(longer, &out).code(), StatusCode::kCorruption);
+  auto count = p;
+  count[0] = 4;
+  EXPECT_EQ(internal::DecodeVector(count, &out).code(), StatusCode::kCorruption);
+  EXPECT_EQ(internal::DecodeVector(std::vector<uint8_t>{0, 0, 0, 0}, &out).code(), StatusCode::kCorruption);
+  // Last duplicate wins.
+  auto su = internal::SortedUnique(std::vector<KeyValue>{{3, Value(1, 1)}, {1, Value(1, 2)}, {3, Value(1, 3)}});
+  ASSERT_EQ(su.size(), 2u);
+  EXPECT_EQ(su[0].first, 1u);
+  EXPECT_EQ(su[1].second, Value(1, 3));
+}
+
+// A vector of N inserts against the same N Puts on an equal structure: exactly one op log (N
+// small enough for one run) and fewer remote reads (each node on the way read once). Level r:
+// no cache, every read is a round trip.
+TEST_P(VectorTest, OneOpLogAndFewerReadsThanPuts) {
+  if (!Vectorized(GetParam().kind)) GTEST_SKIP() << "PutBatch of this kind logs one Put per pair";
+  auto s = OpenSession(30, Level::kR);
+  Options o;
+  o.value_size = 8;
+  auto a = OpenM(*s, "puts", o);
+  auto b = OpenM(*s, "vec", o);
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::mt19937_64 rng(17);
+  std::vector<KeyValue> base, kvs;
+  for (uint64_t k = 0; k < 2000; k++) base.emplace_back((rng() % 100000) * 2, TestValue(k, 0, 8));
+  ASSERT_TRUE((*a)->PutBatch(base).ok());
+  ASSERT_TRUE((*b)->PutBatch(base).ok());
+  for (uint64_t k = 0; k < 32; k++) kvs.emplace_back((rng() % 100000) * 2 + 1, TestValue(k, 1, 8));
+  std::sort(kvs.begin(), kvs.end());
+  auto c0 = s->counters();
+  for (const auto& [k, v] : kvs) ASSERT_TRUE((*a)->Put(k, v).ok());
+  auto c1 = s->counters();
+  ASSERT_TRUE((*b)->PutBatch(kvs).ok());
+  auto c2 = s->counters();
+  EXPECT_EQ(c1.op_logs - c0.op_logs, kvs.size());
+  EXPECT_EQ(c2.op_logs - c1.op_logs, 1u);
+  EXPECT_LT(c2.remote_reads - c1.remote_reads, c1.remote_reads - c0.remote_reads);
+  EXPECT_LT(c2.txns - c1.txns, c1.txns - c0.txns);
+  std::map<uint64_t, Value> model;
+  ApplyToModel(base, &model);
+  ApplyToModel(kvs, &model);
+  // A long vector still takes far fewer op logs than its pairs.
+  kvs.clear();
+  for (uint64_t k = 0; k < 2000; k++) kvs.emplace_back((rng() % 100000) * 2 + 1, TestValue(k, 2, 8));
+  auto c3 = s->counters();
+  ASSERT_TRUE((*b)->PutBatch(kvs).ok());
+  auto c4 = s->counters();
+  EXPECT_LE(c4.op_logs - c3.op_logs, kvs.size() / 8);
+  ApplyToModel(kvs, &model);
+  ExpectMatches(**b, model);
+}
+
+// A reader under the seqlock never misses a stable key while the writer applies vectors of
+// inserts and updates around them.
+TEST_P(VectorTest, ReaderFindsStableKeysDuringVectorWrites) {
+  auto ws = OpenSession(40, Level::kRcb);
+  auto w = OpenM(*ws, "conc");
+  ASSERT_TRUE(w.ok());
+  std::vector<KeyValue> stable;
+  for (uint64_t i = 0; i < 100; i++) stable.emplace_back(i * 10, TestValue(i * 10, 0, 16));
+  ASSERT_TRUE((*w)->PutBatch(stable).ok());
+  ASSERT_TRUE((*w)->Sync().ok());
+  auto rs = OpenSession(41, Level::kRcb);
+  Options ro;
+  ro.access = Access::kReader;
+  auto r = OpenM(*rs, "conc", ro);
+  ASSERT_TRUE(r.ok());
+  std::atomic<bool> done{false}, failed{false};
+  std::atomic<uint64_t> reads{0};
+  std::string failure;
+  std::thread reader([&] {
+    std::mt19937_64 rng(9);
+    while (!done.load() && !failed.load()) {
+      const auto& [k, want] = stable[rng() % stable.size()];
+      Value v;
+      Status st = (*r)->Get(k, &v);
+      if (st.code() == StatusCode::kTimedOut) {
+        // seqlock liveness under a fast writer on a loaded machine, not a wrong answer
+      } else if (!st.ok()) {
+        failure = "get " + std::to_string(k) + ": " + st.ToString();
+      } else if (v != want) {
+        failure = "get " + std::to_string(k) + ": wrong value";
+      }
+      reads++;
+      if (!failure.empty()) failed = true;
+    }
+  });
+  std::mt19937_64 rng(7);
+  std::string writer_error;
+  for (int i = 0; i < 60 && !failed.load(); i++) {
+    std::vector<KeyValue> kvs;
+    const size_t n = 1 + rng() % 200;
+    for (size_t j = 0; j < n; j++) {
+      uint64_t k = rng() % 2000;
+      if (k < 1000 && k % 10 == 0) k++;
+      kvs.emplace_back(k, TestValue(k, i, 16));
+    }
+    Status st = (*w)->PutBatch(kvs);
+    if (st.ok() && i % 4 == 0) st = (*w)->Sync();
+    if (!st.ok()) {
+      writer_error = st.ToString();
+      break;
+    }
+  }
+  Status st = (*w)->Sync();
+  if (!st.ok() && writer_error.empty()) writer_error = st.ToString();
+  const uint64_t until = reads.load() + 20;
+  while (reads.load() < until && !failed.load()) std::this_thread::yield();
+  done = true;
+  reader.join();
+  EXPECT_TRUE(failure.empty()) << failure;
+  ASSERT_TRUE(writer_error.empty()) << writer_error;
+  EXPECT_GT(reads.load(), 0u);
+  ASSERT_TRUE((*w)->Verify().ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, VectorTest,
+                         ::testing::Values(KindParam{Kind::kBPlusTree, 4, "bptree4"},
+                                           KindParam{Kind::kBPlusTree, 0, "bptree"},
+                                           KindParam{Kind::kBst, 0, "bst"},
+                                           KindParam{Kind::kSkipList, 0, "skiplist"},
+                                           KindParam{Kind::kHashTable, 0, "hash"},
+                                           KindParam{Kind::kMvBst, 0, "mvbst"},
+                                           KindParam{Kind::kMvBPlusTree, 0, "mvbptree"}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace asymnvm::structures

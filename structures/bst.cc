@@ -86,6 +86,10 @@ class Bst final : public Map, public Base {
     return DoDelete(key, /*replay=*/false);
   }
 
+  Status PutBatch(std::span<const KeyValue> kvs) override {
+    return PutVector(kvs, [this](std::span<const KeyValue> run, VectorPlan* plan) { return GatherVector(run, plan); });
+  }
+
   Status Get(uint64_t key, Value* value) override {
     return Query([&]() -> Status {
       uint64_t root = 0, count = 0;
@@ -208,6 +212,9 @@ class Bst final : public Map, public Base {
   }
 
   Status ReplayOp(const frontend::RecoveredOp& op) override {
+    if (op.op_type == kOpPutVector) {
+      return ReplayVector(op, [this](std::span<const KeyValue> run, VectorPlan* plan) { return GatherVector(run, plan); });
+    }
     uint64_t key;
     Value v;
     ASYMNVM_RETURN_IF_ERROR(DecodeKeyValue(op.payload, &key, &v));
@@ -327,6 +334,95 @@ class Bst final : public Map, public Base {
     }
     if (parent == 0) root_ = node;
     count_++;
+    return Status::Ok();
+  }
+
+  // ---- vector put (Algorithm 3; doc/structures.md "Vector operations") ----
+  // From the root down, each node is read once for the whole run: the run is split at the
+  // node's key (an equal key rewrites its slot), and each part goes to the child on its side;
+  // a part that meets an empty child becomes a balanced subtree of new nodes hung there by one
+  // link write.
+
+  // A balanced subtree of new nodes for `run` (each node written whole, once); its root.
+  Result<uint64_t> PlanSubtree(std::span<const KeyValue> run, VectorPlan* plan) {
+    if (run.empty()) return uint64_t{0};
+    const size_t mid = run.size() / 2;
+    ASYMNVM_ASSIGN_OR_RETURN(uint64_t node, s_.Malloc(node_bytes_));
+    plan->allocs.push_back(node);
+    ASYMNVM_ASSIGN_OR_RETURN(uint64_t left, PlanSubtree(run.first(mid), plan));
+    ASYMNVM_ASSIGN_OR_RETURN(uint64_t right, PlanSubtree(run.subspan(mid + 1), plan));
+    const std::vector<uint8_t> prefix = SlotPrefix(run[mid].second);
+    std::vector<uint8_t> b(kSlot + prefix.size(), 0);
+    PutU64(b.data(), run[mid].first);
+    PutU64(b.data() + kLeft, left);
+    PutU64(b.data() + kRight, right);
+    std::memcpy(b.data() + kSlot, prefix.data(), prefix.size());
+    plan->Add(node, std::move(b));
+    return node;
+  }
+
+  Status GatherVector(std::span<const KeyValue> run, VectorPlan* plan) {
+    uint64_t root = root_, added = 0;
+    if (root_ == 0) {
+      ASYMNVM_ASSIGN_OR_RETURN(root, PlanSubtree(run, plan));
+      added = run.size();
+    } else {
+      struct Part {
+        uint64_t node;
+        int depth;
+        std::span<const KeyValue> run;
+      };
+      std::vector<Part> queue{{root_, 0, run}};  // explicit: an unbalanced tree may be deep
+      while (!queue.empty()) {
+        const Part part = queue.back();
+        queue.pop_back();
+        if (static_cast<uint64_t>(part.depth) > count_ + 64) return Status::Corruption(Describe(kind_, st_.name) + ": cycle");
+        NodeHead h;
+        ASYMNVM_RETURN_IF_ERROR(ReadHead(part.node, part.depth, &h));
+        const auto lo = std::lower_bound(part.run.begin(), part.run.end(), h.key,
+                                         [](const KeyValue& kv, uint64_t k) { return kv.first < k; });
+        const size_t mid = static_cast<size_t>(lo - part.run.begin());
+        size_t right_begin = mid;
+        if (lo != part.run.end() && lo->first == h.key) {
+          plan->Add(part.node + kSlot, SlotPrefix(lo->second));
+          right_begin = mid + 1;
+        }
+        const std::span<const KeyValue> sides[2] = {part.run.first(mid), part.run.subspan(right_begin)};
+        const uint64_t child[2] = {h.left, h.right};
+        uint64_t hung[2] = {0, 0};
+        for (int c = 0; c < 2; c++) {
+          if (sides[c].empty()) continue;
+          if (child[c] != 0) {
+            queue.push_back({child[c], part.depth + 1, sides[c]});
+            continue;
+          }
+          ASYMNVM_ASSIGN_OR_RETURN(hung[c], PlanSubtree(sides[c], plan));
+          added += sides[c].size();
+        }
+        if (hung[0] != 0 && hung[1] != 0) {
+          std::vector<uint8_t> b(16);
+          PutU64(b.data(), hung[0]);
+          PutU64(b.data() + 8, hung[1]);
+          plan->Add(part.node + kLeft, std::move(b));
+        } else if (hung[0] != 0) {
+          plan->AddU64(part.node + kLeft, hung[0]);
+        } else if (hung[1] != 0) {
+          plan->AddU64(part.node + kRight, hung[1]);
+        }
+      }
+    }
+    if (root != root_) {
+      uint8_t a[16];
+      PutU64(a, root);
+      PutU64(a + 8, count_ + added);
+      plan->Add(anchor_ + kRoot, std::vector<uint8_t>(a, a + 16));
+    } else if (added > 0) {
+      plan->AddU64(anchor_ + kCount, count_ + added);
+    }
+    plan->commit = [this, root, added]() {
+      root_ = root;
+      count_ += added;
+    };
     return Status::Ok();
   }
 

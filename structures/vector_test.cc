@@ -28,7 +28,7 @@ struct KindParam {
 };
 
 // Kinds whose PutBatch is one op log per run (the others loop Put).
-bool Vectorized(Kind k) { return k == Kind::kBPlusTree; }
+bool Vectorized(Kind k) { return k == Kind::kBPlusTree || k == Kind::kBst; }
 
 class VectorTest : public StructuresTest, public ::testing::WithParamInterface<KindParam> {
  protected:

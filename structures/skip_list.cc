@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <map>
 #include <unordered_map>
 
 #include "structures/base.h"
@@ -110,6 +111,10 @@ class SkipList final : public Map, public Base {
   Status Delete(uint64_t key) override {
     ASYMNVM_RETURN_IF_ERROR(CheckWritable());
     return DoDelete(key, /*replay=*/false);
+  }
+
+  Status PutBatch(std::span<const KeyValue> kvs) override {
+    return PutVector(kvs, [this](std::span<const KeyValue> run, VectorPlan* plan) { return GatherVector(run, plan); });
   }
 
   Status Scan(uint64_t from, size_t limit, std::vector<KeyValue>* out) override {
@@ -252,6 +257,9 @@ class SkipList final : public Map, public Base {
   }
 
   Status ReplayOp(const frontend::RecoveredOp& op) override {
+    if (op.op_type == kOpPutVector) {
+      return ReplayVector(op, [this](std::span<const KeyValue> run, VectorPlan* plan) { return GatherVector(run, plan); });
+    }
     uint64_t key;
     Value v;
     ASYMNVM_RETURN_IF_ERROR(DecodeKeyValue(op.payload, &key, &v));
@@ -448,6 +456,127 @@ class SkipList final : public Map, public Base {
     count_--;
     level_ = new_level;
     return s_.Free(node);  // its unlink is already in the batch, ahead of any reuse
+  }
+
+  // ---- vector put (doc/structures.md "Vector operations") ----
+  // One walk over the sorted run: the predecessor array of a key is the start of the next key's
+  // search (at each level the further of the previous predecessor and the node the level above
+  // stopped at), so every node is read at most once per vector. Links are kept in DRAM (a new
+  // node becomes the predecessor at each level of its tower); at the end every new node is
+  // written whole and every changed link word once (last value).
+  Status GatherVector(std::span<const KeyValue> run, VectorPlan* plan) {
+    Adapt();
+    struct View {
+      uint64_t key = 0;
+      uint32_t height = 0;
+      uint32_t known = 0;  // next[0..known) read (or, for new nodes, all of height)
+      std::array<uint64_t, kLevelCap> next{};
+      bool fresh = false;
+      const Value* value = nullptr;
+    };
+    std::unordered_map<uint64_t, View> nodes;  // 0 = the head
+    std::vector<uint8_t> a(anchor_bytes_ - kHead);
+    ASYMNVM_RETURN_IF_ERROR(Read(anchor_ + kHead, a));
+    View& head = nodes[0];
+    head.height = head.known = max_level_;
+    for (uint32_t i = 0; i < max_level_; i++) head.next[i] = GetU64(a.data() + 8ull * i);
+    std::map<std::pair<uint64_t, uint32_t>, uint64_t> links;  // changed words of existing nodes / head
+    std::vector<uint64_t> fresh_order;
+    std::array<uint64_t, kLevelCap> pred{};  // all head
+    uint64_t level = level_, added = 0, steps = 0;
+    const uint64_t bound = (count_ + 64) * 4 + run.size();
+    // The node y met at level i (read when not known yet: first met at level i, height i + 1
+    // unless at the top).
+    auto view = [&](uint64_t y, int i) -> Result<View*> {
+      auto it = nodes.find(y);
+      if (it != nodes.end()) {
+        if (static_cast<int>(it->second.known) <= i) return Torn("node " + std::to_string(y) + " met above its tower");
+        return &it->second;
+      }
+      if (++steps > bound) return Torn("vector walk longer than the count");
+      const uint64_t len = kNext + 8ull * (i + 1);
+      if (!ValidAddr(y, len)) return Torn("node address " + std::to_string(y) + " outside the data area");
+      uint8_t buf[kNext + 8 * kLevelCap];
+      const bool top = i + 1 == static_cast<int>(level);
+      ASYMNVM_RETURN_IF_ERROR(Read(y, std::span<uint8_t>(buf, len), top || Cached(i + 1)));
+      View v;
+      v.key = GetU64(buf);
+      v.height = GetU32(buf + kHeight);
+      if (GetU32(buf + kHeight + 4) != kNodeMagic || v.height <= static_cast<uint32_t>(i) || v.height > max_level_) {
+        return Torn("node " + std::to_string(y) + " has a bad header");
+      }
+      v.known = static_cast<uint32_t>(i + 1);
+      for (int j = 0; j <= i; j++) v.next[j] = GetU64(buf + kNext + 8 * j);
+      return &nodes.emplace(y, v).first->second;
+    };
+    for (const KeyValue& kv : run) {
+      const uint32_t h = Height(kv.first);
+      uint64_t x = 0;  // the node the level above stopped at
+      uint64_t found = 0;
+      for (int i = static_cast<int>(std::max<uint64_t>(level, h)) - 1; i >= 0; i--) {
+        if (pred[i] != 0 && (x == 0 || nodes.at(pred[i]).key > nodes.at(x).key)) x = pred[i];
+        for (;;) {
+          const uint64_t y = nodes.at(x).next[i];
+          if (y == 0) break;
+          ASYMNVM_ASSIGN_OR_RETURN(View * vy, view(y, i));
+          if (x != 0 && vy->key <= nodes.at(x).key) return Torn("keys out of order");
+          if (vy->key >= kv.first) {
+            if (i == 0 && vy->key == kv.first) found = y;
+            break;
+          }
+          x = y;
+        }
+        pred[i] = x;
+      }
+      if (found != 0) {  // the whole slot, like Put
+        const View& f = nodes.at(found);
+        std::vector<uint8_t> slot(slot_bytes_);
+        EncodeSlot(kv.second, slot);
+        plan->Add(found + kNext + 8ull * f.height, std::move(slot));
+        continue;
+      }
+      const uint64_t node_bytes = kNext + 8ull * h + slot_bytes_;
+      ASYMNVM_ASSIGN_OR_RETURN(uint64_t node, s_.Malloc(node_bytes));
+      plan->allocs.push_back(node);
+      View nv;
+      nv.key = kv.first;
+      nv.height = nv.known = h;
+      nv.fresh = true;
+      nv.value = &kv.second;
+      for (uint32_t i = 0; i < h; i++) {
+        View& p = nodes.at(pred[i]);
+        nv.next[i] = p.next[i];
+        p.next[i] = node;
+        if (!p.fresh) links[{pred[i], i}] = node;
+        pred[i] = node;
+      }
+      nodes.emplace(node, nv);
+      fresh_order.push_back(node);
+      level = std::max<uint64_t>(level, h);
+      added++;
+    }
+    for (uint64_t node : fresh_order) {
+      const View& v = nodes.at(node);
+      std::vector<uint8_t> buf(kNext + 8ull * v.height + slot_bytes_);
+      PutU64(buf.data(), v.key);
+      PutU32(buf.data() + kHeight, v.height);
+      PutU32(buf.data() + kHeight + 4, kNodeMagic);
+      for (uint32_t i = 0; i < v.height; i++) PutU64(buf.data() + kNext + 8 * i, v.next[i]);
+      EncodeSlot(*v.value, std::span<uint8_t>(buf).subspan(kNext + 8ull * v.height));
+      plan->Add(node, std::move(buf));
+    }
+    for (const auto& [word, to] : links) plan->AddU64(NextAddr(word.first, word.second), to);
+    if (added > 0) {
+      std::vector<uint8_t> w(16);
+      PutU64(w.data(), count_ + added);
+      PutU64(w.data() + 8, level);
+      plan->Add(anchor_ + kCount, std::move(w));
+    }
+    plan->commit = [this, added, level]() {
+      count_ += added;
+      level_ = level;
+    };
+    return Status::Ok();
   }
 
   Status WriteCountLevel(uint64_t count, uint64_t level) {

@@ -28,7 +28,7 @@ struct KindParam {
 };
 
 // Kinds whose PutBatch is one op log per run (the others loop Put).
-bool Vectorized(Kind k) { return k == Kind::kBPlusTree || k == Kind::kBst; }
+bool Vectorized(Kind k) { return k == Kind::kBPlusTree || k == Kind::kBst || k == Kind::kSkipList; }
 
 class VectorTest : public StructuresTest, public ::testing::WithParamInterface<KindParam> {
  protected:

@@ -208,7 +208,8 @@ TEST(BenchSdk, RoundTripAnchorsPerLevel) {
   }
 }
 
-// Table 3 machinery: every level of the chosen structures in one run, the ratios in the JSON.
+// Table 3 machinery: every level of the chosen structures in one run (the symmetric baselines
+// included by default), the ratios in the JSON.
 TEST(BenchStructures, QuickRunHasEveryLevelAndTable3) {
   TempDir dir;
   nlohmann::json j = RunJson("structures --quick --structures queue,bptree --measure-ops 200",
@@ -222,13 +223,32 @@ TEST(BenchStructures, QuickRunHasEveryLevelAndTable3) {
       EXPECT_TRUE(rec[k].is_number()) << k;
     }
   }
-  EXPECT_EQ(cells.size(), 8u);
+  EXPECT_EQ(cells.size(), 12u);
+  EXPECT_TRUE(cells.count("bptree/symmetric")) << j["results"].dump();
+  EXPECT_TRUE(cells.count("queue/symmetric-b")) << j["results"].dump();
+  for (const auto& rec : j["results"]) {
+    const std::string v = rec["variant"].get<std::string>();
+    if (v.rfind("symmetric", 0) != 0) continue;
+    // Every op log of the measured phase went to the remote log (one doorbell each).
+    EXPECT_GT(rec["ops"].get<uint64_t>(), 0u) << v;
+    EXPECT_DOUBLE_EQ(rec["log_round_trips_per_op"].get<double>(), 1.0) << v;
+  }
   ASSERT_EQ(j["table3"].size(), 2u);
   EXPECT_EQ(j["table3"][0]["structure"], "queue");
+  // rcb ÷ symmetric and rcb ÷ symmetric-b per structure, with the paper's figure.
+  ASSERT_EQ(j["table3_vs_symmetric"].size(), 4u) << j["table3_vs_symmetric"].dump();
+  std::set<std::string> of;
+  for (const auto& e : j["table3_vs_symmetric"]) {
+    of.insert(e["structure"].get<std::string>() + ":" + e["of"].get<std::string>());
+    EXPECT_GT(e["ratio"].get<double>(), 0.0);
+    EXPECT_TRUE(e["paper"].is_number());
+  }
+  EXPECT_EQ(of, (std::set<std::string>{"queue:rcb/symmetric", "queue:rcb/symmetric-b",
+                                       "bptree:rcb/symmetric", "bptree:rcb/symmetric-b"}));
   RunResult bad = RunCmd(kBench + " structures --structures heap");
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
-  bad = RunCmd(kBench + " structures --levels symmetric");
-  EXPECT_NE(bad.exit_code, 0) << bad.output;
+  bad = RunCmd(kBench + " structures --levels symmetric,fast");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
 }
 
 // README command (1): the main job twice on one data dir — the second run reopens the pool and
@@ -245,7 +265,11 @@ TEST(Job, RunsTwiceOnTheSameDataDirAndVerifies) {
   RunResult second = RunCmd(base);
   ASSERT_EQ(second.exit_code, 0) << second.output;
   EXPECT_NE(second.output.find("reopening"), std::string::npos) << second.output;
-  EXPECT_NE(second.output.find("left by 1 earlier run"), std::string::npos) << second.output;
+  EXPECT_NE(second.output.find("left by 1 earlier run(s) in 9 structures"), std::string::npos)
+      << second.output;  // the eight kinds and the B+tree partitioned over both back-ends
+  EXPECT_NE(second.output.find("back-end 1: asymnvm-backend: stopped (signal 15)"),
+            std::string::npos)
+      << second.output;
   RunResult third = RunCmd(base + " --structures queue --json " + dir.path() + "/job.json");
   ASSERT_EQ(third.exit_code, 0) << third.output;
   EXPECT_NE(third.output.find("left by 2 earlier run"), std::string::npos) << third.output;
@@ -254,10 +278,12 @@ TEST(Job, RunsTwiceOnTheSameDataDirAndVerifies) {
   ASSERT_TRUE(j.is_object());
   EXPECT_EQ(j["run"], 3);
   EXPECT_EQ(j["ops"], 800);
+  EXPECT_EQ(j["backends"], 2);
 }
 
 TEST(Job, BadArgumentsExitWithCode2) {
-  for (const char* args : {" --ops 0", " --structures heap", " --level fast", " --bogus"}) {
+  for (const char* args : {" --ops 0", " --structures heap", " --level fast", " --bogus",
+                           " --backends 0", " --backends 9"}) {
     RunResult r = RunCmd(kJob + args);
     EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
   }

@@ -1,12 +1,14 @@
 // asymnvm-job: the main job (README command 1; issue 5 "Main job").
 //
 //   asymnvm-job [--data-dir DIR] [--ops N] [--structures LIST] [--level L] [--pool-size SIZE]
-//               [--json FILE] [--fresh] [--pm-mode auto|flush|msync] [--backend-bin PATH]
-//               [--log-level L]
+//               [--backends N] [--json FILE] [--fresh] [--pm-mode auto|flush|msync]
+//               [--backend-bin PATH] [--log-level L]
 //
-// Starts an asymnvm-backend daemon on DIR/asymnvm.pool (created on first use), opens every
-// structure kind as a named root from one front-end session, replays op logs left by a crashed
-// earlier run, VERIFIES the data left by earlier runs against a model regenerated from their
+// Starts asymnvm-backend daemons on DIR/asymnvm.pool, DIR/asymnvm-1.pool, ... (created on first
+// use; as many as --backends or as the pools already there, default 2), opens every structure kind
+// as a named root on the first back-end and a B+tree partitioned over all back-ends ("pbptree",
+// frontend::Cluster + structures::OpenPartitioned) from one front-end, replays op logs left by a
+// crashed earlier run, VERIFIES the data left by earlier runs against a model regenerated from their
 // seeds, runs a mixed workload over all structures (maps: 50 % get, 40 % put, 10 % delete;
 // sequences: 60 % push, 40 % pop) checking every read against the model, prints progress and a
 // result table, records the run, stops the back-end with SIGTERM and checks that it exited
@@ -27,7 +29,9 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "asymnvm/cluster.h"
 #include "asymnvm/frontend.h"
+#include "asymnvm/structures/partitioned.h"
 #include "asymnvm/structures/structure.h"
 #include "common/logging.h"
 #include "workloads/bench/latency.h"
@@ -44,6 +48,35 @@ namespace {
 constexpr uint64_t kKeys = 4096;        // keynums per map
 constexpr uint64_t kSeedBase = 0xA5A5;  // run r uses seed kSeedBase + r
 constexpr uint32_t kValueSize = 64;
+// The job's B+tree partitioned over every back-end: a pseudo-kind of its own (bit 16 of a run
+// record's mask), a map like the others.
+constexpr Kind kPartitioned = static_cast<Kind>(16);
+
+const char* JobName(Kind k) { return k == kPartitioned ? "pbptree" : structures::KindName(k); }
+
+Result<Kind> ParseJobKind(const std::string& n) {
+  if (n == "pbptree") return kPartitioned;
+  auto k = structures::ParseKind(n);
+  if (!k.ok()) {
+    return Status::InvalidArgument(std::string(k.status().message()) + ", or pbptree (a B+tree "
+                                   "partitioned over every back-end)");
+  }
+  return k;
+}
+
+std::vector<Kind> JobKinds() {
+  std::vector<Kind> v(std::begin(structures::kAllKinds), std::end(structures::kAllKinds));
+  v.push_back(kPartitioned);
+  return v;
+}
+
+Result<std::unique_ptr<structures::Handle>> OpenJobStructure(frontend::Cluster& c, Kind k) {
+  if (k == kPartitioned) {
+    ASYMNVM_ASSIGN_OR_RETURN(auto m, structures::OpenPartitioned(c, Kind::kBPlusTree, "job-pbptree"));
+    return std::unique_ptr<structures::Handle>(std::move(m));
+  }
+  return structures::Open(c.session(0), k, std::string("job-") + structures::KindName(k));
+}
 
 struct Model {
   std::map<uint64_t, structures::Value> map;
@@ -97,7 +130,7 @@ void ApplyToModel(Model& m, Kind kind, const JobOp& op) {
 size_t names_count(const std::vector<Kind>& kinds, const std::vector<std::string>& names) {
   size_t n = 0;
   for (Kind k : kinds) {
-    if (std::find(names.begin(), names.end(), structures::KindName(k)) == names.end()) break;
+    if (std::find(names.begin(), names.end(), JobName(k)) == names.end()) break;
     n++;
   }
   return n;
@@ -116,13 +149,18 @@ int main(int argc, char** argv) {
   std::string data_dir = "data", level_name = "rcb", pool_size = "1G", json_path, backend_bin,
               log_level = "warn", pm_mode = "auto";
   uint64_t ops = 10000;
-  std::vector<std::string> names = {"stack", "queue", "hash", "skiplist", "bst", "bptree", "mvbst", "mvbptree"};
+  uint32_t nbackends = 2;
+  std::vector<std::string> names = {"stack", "queue", "hash", "skiplist", "bst", "bptree", "mvbst", "mvbptree", "pbptree"};
   bool fresh = false;
   app.add_option("--data-dir", data_dir, "directory of the pool file")->capture_default_str();
   app.add_option("--ops", ops, "operations in this run")->check(CLI::Range(uint64_t{1}, uint64_t{100000000}))->capture_default_str();
   app.add_option("--structures", names, "structures to use")->delimiter(',')->capture_default_str();
   app.add_option("--level", level_name, "naive|r|rc|rcb")->check(CLI::IsMember({"naive", "r", "rc", "rcb"}))->capture_default_str();
-  app.add_option("--pool-size", pool_size, "pool size when creating it")->capture_default_str();
+  app.add_option("--pool-size", pool_size, "pool size of each back-end when creating it")->capture_default_str();
+  app.add_option("--backends", nbackends, "back-end daemons (more if the data dir holds more pools); "
+                 "pbptree is partitioned over all of them")
+      ->check(CLI::Range(1, 8))
+      ->capture_default_str();
   app.add_option("--json", json_path, "write the result as JSON");
   app.add_flag("--fresh", fresh, "delete the pool first (start over)");
   app.add_option("--backend-bin", backend_bin, "asymnvm-backend binary (default: found next to this one)");
@@ -142,7 +180,7 @@ int main(int argc, char** argv) {
   SetLogLevel(ll);
   std::vector<Kind> kinds;  // this run's structures
   for (const auto& n : names) {
-    auto k = structures::ParseKind(n);
+    auto k = ParseJobKind(n);
     if (!k.ok()) {
       std::cerr << "asymnvm-job: --structures: " << k.status().message() << "\n";
       return 2;
@@ -159,44 +197,62 @@ int main(int argc, char** argv) {
     std::cerr << "asymnvm-job: cannot create " << data_dir << ": " << ec.message() << "\n";
     return 1;
   }
-  const std::string pool = (fs::path(data_dir) / "asymnvm.pool").string();
-  if (fresh) fs::remove(pool, ec);
-  const bool existed = fs::exists(pool);
+  auto pool_path = [&](uint32_t i) {
+    return (fs::path(data_dir) / (i == 0 ? std::string("asymnvm.pool")
+                                         : "asymnvm-" + std::to_string(i) + ".pool"))
+        .string();
+  };
+  if (fresh) {
+    for (uint32_t i = 0; fs::exists(pool_path(i)); i++) {
+      fs::remove(pool_path(i), ec);
+      fs::remove(pool_path(i) + ".backend.log", ec);
+    }
+  }
+  const std::string pool = pool_path(0);
+  while (fs::exists(pool_path(nbackends))) nbackends++;  // every pool of earlier runs is served
   if (backend_bin.empty()) {
     auto b = driver::FindBackendBinary(argv[0]);
     if (!b.ok()) return fail("back-end", b.status());
     backend_bin = *b;
   }
-  std::cout << "asymnvm-job: " << (existed ? "reopening " : "creating ") << pool << "\n";
-  auto be = driver::BackendProcess::Start(backend_bin, pool, pool_size, {"--pm-mode", pm_mode}, log_level);
-  if (!be.ok()) return fail("starting the back-end", be.status());
-  std::cout << "back-end pid " << (*be)->pid() << " serving at " << (*be)->address() << "\n";
+  std::vector<std::unique_ptr<driver::BackendProcess>> daemons;
+  std::vector<std::string> addresses;
+  for (uint32_t i = 0; i < nbackends; i++) {
+    const std::string p = pool_path(i);
+    std::cout << "asymnvm-job: " << (fs::exists(p) ? "reopening " : "creating ") << p << "\n";
+    auto be = driver::BackendProcess::Start(backend_bin, p, pool_size, {"--pm-mode", pm_mode}, log_level);
+    if (!be.ok()) return fail("starting back-end " + std::to_string(i), be.status());
+    std::cout << "back-end " << i << ": pid " << (*be)->pid() << " serving at " << (*be)->address() << "\n";
+    addresses.push_back((*be)->address());
+    daemons.push_back(std::move(*be));
+  }
 
   frontend::SessionOptions so;
-  so.backends = {(*be)->address()};
+  so.backends = addresses;
   so.frontend_id = 1;
   so.level = frontend::ParseLevel(level_name).value();
   so.cache_bytes = 32ull << 20;
   so.timeout = std::chrono::milliseconds(30000);
-  auto session = frontend::Session::Open(so);
-  if (!session.ok()) return fail("session", session.status());
-  frontend::Session& s = **session;
-  structures::RegisterReplays(s);
+  auto cluster = frontend::Cluster::Open(so);
+  if (!cluster.ok()) return fail("session", cluster.status());
+  frontend::Cluster& cl = **cluster;
+  frontend::Session& s = cl.session(0);
+  for (size_t i = 0; i < cl.size(); i++) structures::RegisterReplays(cl.session(i));
   std::vector<std::unique_ptr<structures::Handle>> handles;
   for (Kind k : kinds) {
-    auto h = structures::Open(s, k, std::string("job-") + structures::KindName(k));
-    if (!h.ok()) return fail(std::string("opening ") + structures::KindName(k), h.status());
+    auto h = OpenJobStructure(cl, k);
+    if (!h.ok()) return fail(std::string("opening ") + JobName(k), h.status());
     handles.push_back(std::move(*h));
   }
   // The run log: one push per completed run (value = run number u64 | op count u64 | mask u64 of
   // the structure kinds it used, bit = Kind value).
   auto runs = structures::OpenSequence(s, Kind::kStack, "job-runs");
   if (!runs.ok()) return fail("opening the run log", runs.status());
-  Status rep = s.Replay();
+  Status rep = cl.Replay();
   if (!rep.ok()) return fail("replaying op logs of an interrupted run", rep);
-  if (s.counters().replayed_ops > 0) {
-    std::cout << "replayed " << s.counters().replayed_ops << " operations of an interrupted run\n";
-  }
+  uint64_t replayed = 0;
+  for (size_t i = 0; i < cl.size(); i++) replayed += cl.session(i).counters().replayed_ops;
+  if (replayed > 0) std::cout << "replayed " << replayed << " operations of an interrupted run\n";
 
   // Regenerate the model of every earlier completed run and verify.
   auto nruns = (*runs)->Count();
@@ -229,7 +285,7 @@ int main(int argc, char** argv) {
   std::map<Kind, Model> by_kind;
   for (uint64_t r = 0; r < run_recs.size(); r++) {
     std::vector<Kind> rk;
-    for (Kind k : structures::kAllKinds) {
+    for (Kind k : JobKinds()) {
       if (run_recs[r].mask & (uint64_t{1} << static_cast<uint32_t>(k))) rk.push_back(k);
     }
     if (rk.empty()) {
@@ -245,8 +301,8 @@ int main(int argc, char** argv) {
   // Structures of earlier runs that this run does not use are verified too.
   for (const auto& [k, m] : by_kind) {
     if (std::find(kinds.begin(), kinds.end(), k) != kinds.end()) continue;
-    auto h = structures::Open(s, k, std::string("job-") + structures::KindName(k));
-    if (!h.ok()) return fail(std::string("opening ") + structures::KindName(k), h.status());
+    auto h = OpenJobStructure(cl, k);
+    if (!h.ok()) return fail(std::string("opening ") + JobName(k), h.status());
     kinds.push_back(k);
     handles.push_back(std::move(*h));
   }
@@ -254,7 +310,7 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < kinds.size(); i++) models[i] = by_kind[kinds[i]];
   uint64_t verified = 0;
   for (size_t i = 0; i < kinds.size(); i++) {
-    const std::string name = structures::KindName(kinds[i]);
+    const std::string name = JobName(kinds[i]);
     auto bad = [&](const std::string& why) {
       std::cerr << "asymnvm-job: VERIFICATION FAILED for " << name << ": " << why << "\n";
       return 3;
@@ -299,8 +355,27 @@ int main(int argc, char** argv) {
   workloads::Rng rng(kSeedBase + run);
   std::vector<bench::LatencySampler> lat(kinds.size());
   std::vector<uint64_t> per_ops(kinds.size()), mismatches(kinds.size());
-  const auto c0 = s.counters();
-  auto cpu0 = (*be)->CpuSeconds();
+  auto counters = [&] {
+    frontend::Counters sum;
+    for (size_t i = 0; i < cl.size(); i++) {
+      const auto c = cl.session(i).counters();
+      sum.fabric.round_trips += c.fabric.round_trips;
+      sum.fabric.bytes_out += c.fabric.bytes_out;
+      sum.cache_hits += c.cache_hits;
+      sum.cache_misses += c.cache_misses;
+    }
+    return sum;
+  };
+  auto cpu = [&]() -> Result<double> {
+    double t = 0;
+    for (auto& d : daemons) {
+      ASYMNVM_ASSIGN_OR_RETURN(double x, d->CpuSeconds());
+      t += x;
+    }
+    return t;
+  };
+  const auto c0 = counters();
+  auto cpu0 = cpu();
   const bool tty = isatty(1);
   const auto t0 = bench::Clock::now();
   for (uint64_t i = 0; i < ops; i++) {
@@ -339,7 +414,7 @@ int main(int argc, char** argv) {
     }
     lat[x].Add(bench::ElapsedNs(a, bench::Clock::now()));
     if (!st.ok()) {
-      return fail("operation " + std::to_string(i) + " on " + structures::KindName(kinds[x]), st);
+      return fail("operation " + std::to_string(i) + " on " + JobName(kinds[x]), st);
     }
     ApplyToModel(m, kinds[x], op);
     per_ops[x]++;
@@ -355,8 +430,8 @@ int main(int argc, char** argv) {
   }
   const double secs = std::chrono::duration<double>(bench::Clock::now() - t0).count();
   if (tty) std::cout << "\r\033[K";
-  const auto c1 = s.counters();
-  auto cpu1 = (*be)->CpuSeconds();
+  const auto c1 = counters();
+  auto cpu1 = cpu();
   // Record the run, durably, before declaring success.
   uint8_t rec[24];
   std::memcpy(rec, &run, 8);
@@ -382,10 +457,10 @@ int main(int argc, char** argv) {
     auto n = handles[i]->Count();
     const uint64_t elems = n.ok() ? *n : 0;
     total_mismatch += mismatches[i];
-    std::printf("%-10s %8llu %10.1f %10.1f %10llu %8s\n", structures::KindName(kinds[i]),
+    std::printf("%-10s %8llu %10.1f %10.1f %10llu %8s\n", JobName(kinds[i]),
                 static_cast<unsigned long long>(per_ops[i]), lat[i].PercentileUs(50), lat[i].PercentileUs(99),
                 static_cast<unsigned long long>(elems), mismatches[i] ? "WRONG" : "ok");
-    j["structures"].push_back({{"structure", structures::KindName(kinds[i])},
+    j["structures"].push_back({{"structure", JobName(kinds[i])},
                                {"ops", per_ops[i]},
                                {"p50_us", lat[i].PercentileUs(50)},
                                {"p99_us", lat[i].PercentileUs(99)},
@@ -402,15 +477,18 @@ int main(int argc, char** argv) {
   j["round_trips_per_op"] = rt;
   j["bytes_per_op"] = bytes;
   j["backend_cpu_us_per_op"] = cpu_us;
+  j["backends"] = cl.size();
   handles.clear();
   runs->reset();
-  session->reset();
-  std::string log;
-  Status stop = (*be)->Stop(&log);
-  if (!stop.ok()) return fail("stopping the back-end", stop);
-  while (!log.empty() && log.back() == '\n') log.pop_back();
-  const size_t nl = log.rfind('\n');
-  std::cout << (nl == std::string::npos ? log : log.substr(nl + 1)) << "\n";
+  cluster->reset();
+  for (size_t i = 0; i < daemons.size(); i++) {
+    std::string log;
+    Status stop = daemons[i]->Stop(&log);
+    if (!stop.ok()) return fail("stopping back-end " + std::to_string(i), stop);
+    while (!log.empty() && log.back() == '\n') log.pop_back();
+    const size_t nl = log.rfind('\n');
+    std::cout << "back-end " << i << ": " << (nl == std::string::npos ? log : log.substr(nl + 1)) << "\n";
+  }
   if (!json_path.empty()) {
     std::ofstream out(json_path);
     out << j.dump(2) << "\n";
@@ -419,6 +497,7 @@ int main(int argc, char** argv) {
     std::cerr << "asymnvm-job: " << total_mismatch << " reads returned data that differs from the model\n";
     return 3;
   }
-  std::cout << "ok: data kept in " << pool << " (run again to reopen and verify it)\n";
+  std::cout << "ok: data kept in " << data_dir << " (" << daemons.size()
+            << " pool(s); run again to reopen and verify it)\n";
   return 0;
 }

@@ -9,6 +9,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <unordered_map>
@@ -26,7 +27,7 @@
 namespace asymnvm::backend {
 namespace {
 
-constexpr uint16_t kOpLogEntryType = 1;  // Rowan entry type of an operation log
+constexpr uint16_t kOpLogEntryType = kOpLogRowanType;
 
 double ProcessCpuSeconds() {
   rusage ru{};
@@ -147,7 +148,82 @@ struct Backend::Impl : public OpLogSource {
         frontends[std::stoull(e.name.substr(3))] = e;
       }
     }
+    if (!fresh) CheckLanded();
     return Status::Ok();
+  }
+
+  // Runs before the receiver and the OQ server recover (OQ recovery zeroes its buffers, and it
+  // skips a request that fails its checksum without a word): every landed record that fails
+  // validation is logged and counted; a corrupt transaction is recorded as rejected for its
+  // front-end. Unfinished landings (a crash cut them short; never acknowledged) are only noted.
+  void CheckLanded() {
+    auto blog = rowan::CheckArea({base() + layout.rowan.offset, layout.rowan.size}, {});
+    if (blog.ok()) {
+      for (const std::string& p : blog->meta_problems) LOG_WARN("backend", "b-log: " << p);
+      for (const rowan::AreaBadLanding& b : blog->bad) {
+        std::ostringstream what;
+        what << "pool offset " << layout.rowan.offset + b.offset << " (segment " << b.segment;
+        if (b.header_read) what << ", owner " << b.meta.owner << ", version " << b.meta.version;
+        what << "): " << b.what;
+        if (b.tail) {
+          LOG_INFO("backend", "b-log: unfinished landing at " << what.str()
+                                                              << " (never acknowledged; ignored)");
+          continue;
+        }
+        counters.log_corrupt_entries++;
+        LOG_WARN("backend", "b-log: corrupt entry at " << what.str()
+                                                       << "; skipped, its operation cannot be "
+                                                          "replayed");
+      }
+    } else if (blog.status().code() != StatusCode::kNotFound) {
+      LOG_WARN("backend", "b-log: " << blog.status().ToString());  // Receiver::Open decides
+    }
+    auto area = oq::ScanDurableArea({base() + layout.oq.offset, layout.oq.size},
+                                    OqMaxRequest(o.oq_buffer_size));
+    if (!area.ok()) {
+      if (area.status().code() != StatusCode::kNotFound) {
+        LOG_WARN("backend", "oq area: " << area.status().ToString());  // Server::Start decides
+      }
+      return;
+    }
+    for (const oq::LandedRequest& l : area->landed) {
+      if (l.valid) continue;  // recovery re-executes it; a transaction is validated when applied
+      const std::string where = "pool offset " + std::to_string(layout.oq.offset + l.area_offset) +
+                                " (worker " + std::to_string(l.worker) + ", buffer " +
+                                std::to_string(l.post_seq) + ", offset " +
+                                std::to_string(l.offset) + ")";
+      if (l.tail) {
+        LOG_INFO("backend", "oq: unfinished landing at " << where << ": " << l.error
+                                                         << " (never acknowledged; ignored)");
+        continue;
+      }
+      counters.oq_corrupt_records++;
+      auto txn = l.bytes.size() > oq::kRequestHeaderSize
+                     ? PeekTxnHeader(l.bytes.subspan(oq::kRequestHeaderSize))
+                     : Result<TxnHeader>(Status::Corruption("short"));
+      if (!txn.ok()) {
+        LOG_WARN("backend", "oq: corrupt request at " << where << ": " << l.error
+                                                      << "; never executed");
+        continue;
+      }
+      LOG_WARN("backend", "oq: corrupt transaction at " << where << " (txn_seq " << txn->txn_seq
+                                                        << " of front-end " << txn->frontend_id
+                                                        << ", unverified): " << l.error
+                                                        << "; never applied");
+      // The fields are unverified: record them only where they are plausible — a registered
+      // front-end whose LPN has not passed the txn (one at or below the LPN was applied before
+      // the crash, only ReqToExecute had not moved) — as its first rejected txn_seq, which the
+      // front-end reads on registration; an earlier rejection stays first.
+      auto it = frontends.find(txn->frontend_id);
+      if (it == frontends.end()) continue;
+      if (txn->txn_seq <= Word(base(), it->second.root_addr).load()) continue;
+      counters.txns_rejected++;
+      auto rejected = Word(base(), it->second.seq_addr);
+      if (rejected.load() == 0) {
+        rejected.store(txn->txn_seq, std::memory_order_release);
+        pool->persister()->Persist(base() + it->second.seq_addr, 8);
+      }
+    }
   }
 
   Status StartFabric() {
@@ -177,7 +253,7 @@ struct Backend::Impl : public OpLogSource {
     so.workers = 1;
     so.buffer_size = o.oq_buffer_size;
     so.buffers_per_worker = o.oq_buffers;
-    so.max_request = std::min<uint32_t>(o.oq_buffer_size, 64 * 1024);
+    so.max_request = OqMaxRequest(o.oq_buffer_size);
     so.max_response = 64 * 1024;
     so.durable = true;
     so.pm_area = base() + layout.oq.offset;
@@ -561,6 +637,8 @@ struct Backend::Impl : public OpLogSource {
     j["op_logs_seen"] = s.op_logs_seen;
     j["log_segments_digested"] = s.log_segments_digested;
     j["log_segments_recycled"] = s.log_segments_recycled;
+    j["log_corrupt_entries"] = s.log_corrupt_entries;
+    j["oq_corrupt_records"] = s.oq_corrupt_records;
     j["requests"] = s.requests;
     j["cpu_seconds"] = s.cpu_seconds;
     auto as = allocator->stats();

@@ -8,13 +8,15 @@
 //     memory-log transactions (nilext: committed on the NIC ack + flush, applied in queue order by
 //     the worker; a transaction with txn_seq <= the front-end's LPN is a recovery re-execution and
 //     is skipped, one that fails validation is never applied and is recorded in the front-end's
-//     record as its first rejected txn_seq).
+//     record as its first rejected txn_seq; so is a landed transaction found corrupt at start).
 //   * Rowan b-log (the pool's log area): operation logs, durable on the NIC ack + flush. A consumer
 //     thread digests used segments and recycles a segment once every op log in it is covered by
 //     its front-end's OPN (so recovery can still find op logs whose memory logs never arrived).
 //
 // Start formats a fresh pool (the back-end header is written last) or recovers an existing one
 // (allocator from its bitmap, OQ from ReqToExecute..SRQTail, the b-log from its segment table).
+// Before recovering, it checks every landed record (rowan::CheckArea, oq::ScanDurableArea — the
+// same checks `asymnvm-ctl check` runs) and logs and counts the corrupt ones (doc/backend.md).
 //
 // Thread safety: stats()/Stop() from any thread; Stop is idempotent.
 #pragma once
@@ -54,6 +56,12 @@ struct BackendStats {
   uint64_t txns_applied = 0, txns_skipped = 0, txns_rejected = 0;
   uint64_t txn_bytes_applied = 0;
   uint64_t op_logs_seen = 0, log_segments_digested = 0, log_segments_recycled = 0;
+  // Found at start, before recovery: landed records that fail validation (not unfinished
+  // landings of a crash, which are only logged). A corrupt op log is skipped (its operation
+  // cannot be replayed); a corrupt OQ request is never executed, and when it holds a
+  // transaction of a registered front-end that txn is recorded as rejected (and counted in
+  // txns_rejected).
+  uint64_t log_corrupt_entries = 0, oq_corrupt_records = 0;
   uint64_t deferred_frees_pending = 0, deferred_frees_done = 0;
   uint64_t requests = 0;
   // CPU time of the whole back-end process (user + system), for "back-end CPU per operation".

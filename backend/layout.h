@@ -48,6 +48,12 @@ struct Layout {
   std::string Describe() const;
 };
 
+// Largest OQ request the back-end accepts (its OQ server's max_request) for a buffer size; OQ
+// recovery and the start-up check of landed requests use the same bound.
+inline uint32_t OqMaxRequest(uint32_t oq_buffer_size) {
+  return oq_buffer_size < 64 * 1024 ? oq_buffer_size : 64 * 1024;
+}
+
 // Plans the regions for a pool of `pool_size` bytes. kInvalidArgument (bad parameters) or
 // kResourceExhausted (the pool is too small to hold the metadata and at least 16 data blocks —
 // the message says how large it must be).

@@ -18,6 +18,17 @@ size_t EntryFootprint(MemLogKind kind, uint32_t len) {
   return kTxnEntryHeaderSize + (kind == MemLogKind::kInline ? Pad8(len) : kPointerBodySize);
 }
 
+TxnHeader ReadTxnHeader(const uint8_t* p) {
+  TxnHeader h;
+  h.frontend_id = GetLe64(p + 8);
+  h.txn_seq = GetLe64(p + 16);
+  h.opn = GetLe64(p + 24);
+  h.seq_addr = GetLe64(p + 32);
+  h.entry_count = GetLe32(p + 40);
+  h.total_len = GetLe32(p + 44);
+  return h;
+}
+
 }  // namespace
 
 std::vector<uint8_t> EncodeOpLog(const OpLogRecord& r) {
@@ -158,12 +169,7 @@ Result<TxnView> DecodeTxn(std::span<const uint8_t> bytes) {
     return Status::Corruption("memory-log txn: unknown version " + std::to_string(GetLe16(p + 48)));
   }
   TxnView v;
-  v.header.frontend_id = GetLe64(p + 8);
-  v.header.txn_seq = GetLe64(p + 16);
-  v.header.opn = GetLe64(p + 24);
-  v.header.seq_addr = GetLe64(p + 32);
-  v.header.entry_count = GetLe32(p + 40);
-  v.header.total_len = total;
+  v.header = ReadTxnHeader(p);
   const size_t end = total - kTxnCommitSize;
   size_t off = kTxnHeaderSize;
   if (v.header.entry_count > (end - off) / kTxnEntryHeaderSize) {
@@ -206,6 +212,15 @@ Result<TxnView> DecodeTxn(std::span<const uint8_t> bytes) {
     return Status::Corruption("memory-log txn: commit record missing or does not match");
   }
   return v;
+}
+
+Result<TxnHeader> PeekTxnHeader(std::span<const uint8_t> bytes) {
+  if (bytes.size() < kTxnHeaderSize) {
+    return Status::Corruption("memory-log txn: " + std::to_string(bytes.size()) +
+                              " bytes cannot hold a header");
+  }
+  if (GetLe32(bytes.data() + 4) != kTxnMagic) return Status::Corruption("memory-log txn: bad magic");
+  return ReadTxnHeader(bytes.data());
 }
 
 }  // namespace asymnvm::backend

@@ -30,6 +30,9 @@ inline constexpr size_t kTxnHeaderSize = 56;
 inline constexpr size_t kTxnEntryHeaderSize = 16;
 inline constexpr size_t kTxnCommitSize = 8;
 inline constexpr uint32_t kMaxRecordSize = 64u << 20;
+// Rowan entry type of an operation log in the back-end's b-log (the entry's owner is the
+// front-end id, its version the op_seq).
+inline constexpr uint16_t kOpLogRowanType = 1;
 
 struct OpLogRecord {
   uint64_t frontend_id = 0;
@@ -107,5 +110,11 @@ class TxnBuilder {
 // Validates checksum, magics, entry count, every length (nothing read beyond `bytes`), and the
 // commit marker. kCorruption names what failed; the view's spans point into `bytes`.
 Result<TxnView> DecodeTxn(std::span<const uint8_t> bytes);
+
+// The header fields of bytes that start like a transaction (magic ATXN), WITHOUT checking the
+// checksum or anything else: only for naming a record that failed DecodeTxn (a corrupt landed
+// transaction: which front-end, which txn_seq — unverified). kCorruption when shorter than a
+// header or the magic is not ATXN.
+Result<TxnHeader> PeekTxnHeader(std::span<const uint8_t> bytes);
 
 }  // namespace asymnvm::backend

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iomanip>
+#include <map>
 #include <memory>
 #include <sstream>
 
@@ -11,10 +12,12 @@
 #include "asymnvm/fabric.h"
 #include "asymnvm/pm.h"
 #include "backend/layout.h"
+#include "backend/log_format.h"
 #include "backend/naming.h"
 #include "backend/rpc.h"
 #include "common/coding.h"
 #include "fabric/oq/oq.h"
+#include "fabric/rowan/receiver.h"
 
 namespace asymnvm::tools {
 namespace {
@@ -143,6 +146,162 @@ void ExamineBitmap(const backend::Layout& layout, const uint8_t* base, PoolRepor
                          {"intents_recovered", s.intents_recovered}};
 }
 
+// The Rowan b-log: every live segment's entries (rowan::CheckArea, the back-end's own scanner and
+// the receiver's rules), each op log decoded with backend::DecodeOpLog.
+void ExamineLog(const backend::Layout& layout, const uint8_t* base, PoolReport* r) {
+  const uint64_t at = layout.rowan.offset;
+  std::map<uint64_t, std::pair<uint64_t, uint64_t>> per_fe;  // fe → (op logs, highest op_seq)
+  uint64_t op_logs = 0, other = 0;
+  auto c = rowan::CheckArea(
+      {base + at, layout.rowan.size},
+      [&](const rowan::AreaSegment& s, const rowan::ScannedEntry& e) {
+        if (e.meta.type != backend::kOpLogRowanType) {
+          other++;
+          return;
+        }
+        auto rec = backend::DecodeOpLog(e.payload);
+        if (!rec.ok()) {  // the block's checksum held but the op log's own does not
+          r->problems.push_back("b-log @" + std::to_string(at + s.offset + e.offset) +
+                                ": segment " + std::to_string(s.index) + ": op log of front-end " +
+                                std::to_string(e.meta.owner) + " version " +
+                                std::to_string(e.meta.version) + ": " + rec.status().message());
+          return;
+        }
+        op_logs++;
+        auto& [n, top] = per_fe[rec->frontend_id];
+        n++;
+        top = std::max(top, rec->op_seq);
+      });
+  if (!c.ok()) {
+    if (c.status().code() == StatusCode::kNotFound) {
+      r->notes.push_back("b-log @" + std::to_string(at) +
+                         ": not formatted yet (the back-end formats it when it starts)");
+    } else {
+      r->problems.push_back("b-log @" + std::to_string(at) + ": " + c.status().message());
+    }
+    return;
+  }
+  for (const rowan::AreaSegment& s : c->view.segments) {
+    if (!s.meta_ok) {
+      r->problems.push_back("b-log @" + std::to_string(at + c->view.meta_offset + 8ull * s.index) +
+                            ": segment " + std::to_string(s.index) +
+                            ": meta word fails its check (recovery scans the segment as used)");
+    }
+  }
+  uint64_t corrupt = 0, unfinished = 0;
+  for (const rowan::AreaBadLanding& b : c->bad) {
+    std::string text = "b-log @" + std::to_string(at + b.offset) + ": segment " +
+                       std::to_string(b.segment) + ": ";
+    std::string who;
+    if (b.header_read) {
+      who = " (front-end " + std::to_string(b.meta.owner) + ", version " +
+            std::to_string(b.meta.version) + ", unverified)";
+    }
+    if (b.tail) {
+      unfinished++;
+      r->notes.push_back(text + "unfinished landing at the end of what was landed (a crash cut it "
+                                "short; never acknowledged, recovery ignores it): " + b.what + who);
+    } else {
+      corrupt++;
+      r->problems.push_back(text + "corrupt entry: " + b.what + who);
+    }
+  }
+  for (const std::string& i : c->incomplete) {
+    r->notes.push_back("b-log: " + i + " (a sender died between the blocks of an entry; never "
+                                       "acknowledged)");
+  }
+  Json fes = Json::array();
+  for (const auto& [fe, v] : per_fe) {
+    fes.push_back({{"id", fe}, {"op_logs", v.first}, {"highest_op_seq", v.second}});
+  }
+  r->report["log"] = {{"segments", c->view.count},
+                      {"segment_size", c->view.segment_size},
+                      {"live_segments", c->live_segments},
+                      {"entries", c->entries},
+                      {"op_logs", op_logs},
+                      {"other_entries", other},
+                      {"corrupt", corrupt},
+                      {"unfinished", unfinished},
+                      {"incomplete", c->incomplete_entries},
+                      {"frontends", fes}};
+}
+
+// The OQ durable area: header, worker words, and every request landed after ReqToExecute (what
+// the back-end's recovery would execute), transactions decoded with backend::DecodeTxn.
+void ExamineOq(const backend::Layout& layout, const uint8_t* base, PoolReport* r) {
+  const uint64_t at = layout.oq.offset;
+  auto d = oq::ScanDurableArea({base + at, layout.oq.size}, /*max_request=*/0);
+  if (!d.ok()) {
+    if (d.status().code() == StatusCode::kNotFound) {
+      r->notes.push_back("oq @" + std::to_string(at) +
+                         ": not formatted yet (the back-end formats it when it starts)");
+    } else {
+      r->problems.push_back("oq @" + std::to_string(at) + ": " + d.status().message());
+    }
+    return;
+  }
+  std::map<uint64_t, uint64_t> lpn;  // fe → LPN, from the naming space (ExamineNaming ran first)
+  if (r->report.contains("frontends")) {
+    for (const auto& f : r->report["frontends"]) {
+      lpn[f["id"].get<uint64_t>()] = f["lpn"].get<uint64_t>();
+    }
+  }
+  uint64_t pending_txns = 0, other = 0, corrupt = 0, unfinished = 0;
+  for (const oq::LandedRequest& l : d->landed) {
+    const std::string where = "oq @" + std::to_string(at + l.area_offset) + ": worker " +
+                              std::to_string(l.worker) + ", buffer " +
+                              std::to_string(l.post_seq) + ", offset " + std::to_string(l.offset);
+    const auto payload = l.bytes.size() > oq::kRequestHeaderSize
+                             ? l.bytes.subspan(oq::kRequestHeaderSize)
+                             : std::span<const uint8_t>();
+    if (l.valid) {
+      if (l.header.type != backend::kTxn) {
+        other++;
+        continue;
+      }
+      auto txn = backend::DecodeTxn(payload);
+      if (!txn.ok()) {  // the request's checksum held: the front-end sent a bad transaction
+        r->problems.push_back(where + ": landed transaction fails its own check (the back-end "
+                                      "rejects it): " + txn.status().message());
+        continue;
+      }
+      auto it = lpn.find(txn->header.frontend_id);
+      if (it == lpn.end() || txn->header.txn_seq > it->second) pending_txns++;
+      continue;
+    }
+    std::string who;
+    if (auto h = backend::PeekTxnHeader(payload); h.ok()) {
+      who = " (transaction txn_seq " + std::to_string(h->txn_seq) + " of front-end " +
+            std::to_string(h->frontend_id) + ", unverified)";
+    }
+    if (l.tail) {
+      unfinished++;
+      r->notes.push_back(where + ": unfinished landing at the end of what was landed (a crash cut "
+                                 "it short; never acknowledged, recovery ignores it): " + l.error +
+                         who);
+    } else {
+      corrupt++;
+      r->problems.push_back(where + ": corrupt request: " + l.error + who);
+    }
+  }
+  if (pending_txns > 0) {
+    r->notes.push_back("oq: " + std::to_string(pending_txns) +
+                       " landed transaction(s) not yet applied (the back-end's recovery applies "
+                       "them)");
+  }
+  Json workers = Json::array();
+  for (uint32_t w = 0; w < d->workers; w++) {
+    workers.push_back({{"req_to_execute", d->req_to_execute[w]}, {"srq_tail", d->srq_tail[w]}});
+  }
+  r->report["oq"] = {{"workers", workers},
+                     {"buffers_per_worker", d->buffers_per_worker},
+                     {"buffer_size", d->buffer_size},
+                     {"pending_txns", pending_txns},
+                     {"pending_other", other},
+                     {"corrupt", corrupt},
+                     {"unfinished", unfinished}};
+}
+
 }  // namespace
 
 Result<PoolReport> ExaminePool(const std::string& pool_path) {
@@ -196,6 +355,8 @@ Result<PoolReport> ExaminePool(const std::string& pool_path) {
                           {"data", RegionJson(l.data)}};
     ExamineNaming(l, p.base(), &r);
     ExamineBitmap(l, p.base(), &r);
+    ExamineLog(l, p.base(), &r);
+    ExamineOq(l, p.base(), &r);
   }
   r.report["problems"] = r.problems;
   r.report["notes"] = r.notes;
@@ -241,6 +402,8 @@ void PrintStatus(const nlohmann::json& j, std::ostream& out) {
       << ", rejected " << get("txns_rejected") << "\n";
   out << "op logs:     seen " << get("op_logs_seen") << "; log segments digested "
       << get("log_segments_digested") << ", recycled " << get("log_segments_recycled") << "\n";
+  out << "corrupt:     b-log entries " << get("log_corrupt_entries") << ", OQ records "
+      << get("oq_corrupt_records") << "  (found at start; doc/backend.md)\n";
   out << "requests:    " << get("requests") << "  (back-end CPU " << get("cpu_seconds") << " s)\n";
   if (j.contains("alloc") && j["alloc"].is_object()) {
     const uint64_t total = j["alloc"].value("blocks_total", 0ull);
@@ -286,6 +449,22 @@ void PrintPoolReport(const PoolReport& r, std::ostream& out) {
     out << "bitmap: " << b["blocks_used"].get<uint64_t>() << " / " << b["blocks_total"].get<uint64_t>()
         << " blocks used in " << b["extents"].get<uint64_t>() << " extents, largest free run "
         << b["largest_free_run_blocks"].get<uint64_t>() << " blocks\n";
+  }
+  if (j.contains("log")) {
+    const Json& l = j["log"];
+    out << "b-log: " << l["live_segments"].get<uint32_t>() << " live of "
+        << l["segments"].get<uint32_t>() << " segments, " << l["op_logs"].get<uint64_t>()
+        << " op logs";
+    for (const auto& f : l["frontends"]) {
+      out << "; fe " << f["id"].get<uint64_t>() << ": " << f["op_logs"].get<uint64_t>()
+          << " (highest op_seq " << f["highest_op_seq"].get<uint64_t>() << ")";
+    }
+    out << "\n";
+  }
+  if (j.contains("oq")) {
+    const Json& q = j["oq"];
+    out << "oq: " << q["pending_txns"].get<uint64_t>() << " landed transactions not applied, "
+        << q["pending_other"].get<uint64_t>() << " other requests after ReqToExecute\n";
   }
   for (const auto& n : r.notes) out << "note: " << n << "\n";
   for (const auto& p : r.problems) out << "PROBLEM: " << p << "\n";

@@ -221,4 +221,37 @@ void EncodeRequest(const RequestHeader& h, std::span<const uint8_t> payload,
                    std::vector<uint8_t>* out);
 Result<RequestHeader> ValidateRequest(std::span<const uint8_t> bytes, uint32_t max_request);
 
+// ---- Read-only inspection of a durable area no server holds (asymnvm-ctl check; a back-end
+// before Server::Start, whose recovery zeroes the buffers). Nothing is written. ----
+
+// One landing between a worker's ReqToExecute and its SRQTail, in queue order: a request
+// recovery would re-execute (valid) or a run of strides holding bytes but no valid request.
+struct LandedRequest {
+  uint32_t worker = 0;
+  uint64_t post_seq = 0;      // of the receive buffer
+  uint32_t offset = 0;        // within the buffer
+  uint64_t area_offset = 0;   // from the start of the area
+  bool valid = false;         // ValidateRequest passed: `header` is verified
+  RequestHeader header;
+  std::string error;          // !valid: what ValidateRequest said about the first stride
+  // !valid and an unfinished landing: nothing valid landed after it in its buffer and the NIC
+  // had not moved on to the next buffer (first word zero). The normal state after a crash: the
+  // request was never acknowledged (the FLUSH behind it completes only after it landed).
+  bool tail = false;
+  std::span<const uint8_t> bytes;  // valid: the request; else from `offset` to the buffer's end
+};
+
+struct DurableAreaScan {
+  uint32_t workers = 0, buffers_per_worker = 0, buffer_size = 0, stride = 0;
+  std::vector<uint64_t> req_to_execute, srq_tail;  // per worker (positions as in doc/oq.md)
+  std::vector<LandedRequest> landed;
+};
+
+// Walks every worker's buffers from ReqToExecute to SRQTail exactly as Server::Start's recovery
+// does (requests validated with ValidateRequest against `max_request`; 0: the area's buffer
+// size). kNotFound: blank area (not
+// formatted); kCorruption: header or a worker word fails its check or is inconsistent;
+// kInvalidArgument: the area is smaller than the geometry in its header.
+Result<DurableAreaScan> ScanDurableArea(std::span<const uint8_t> area, uint32_t max_request);
+
 }  // namespace asymnvm::oq

@@ -247,6 +247,99 @@ Status Server::Impl::InitDurable() {
   return Status::Ok();
 }
 
+Result<DurableAreaScan> ScanDurableArea(std::span<const uint8_t> area, uint32_t max_request) {
+  if (area.size() < kHeaderPage) {
+    return Status::InvalidArgument("oq durable area: " + std::to_string(area.size()) +
+                                   " bytes, shorter than its header page");
+  }
+  const uint8_t* h = area.data();
+  if (std::all_of(h, h + 32, [](uint8_t b) { return b == 0; })) {
+    return Status::NotFound("oq durable area: not formatted (blank header)");
+  }
+  if (std::memcmp(h, kAreaMagic, 8) != 0 || GetLe32(h + 28) != Crc32c(h, 28)) {
+    return Status::Corruption("oq durable area: header is corrupt (bad magic or checksum)");
+  }
+  DurableAreaScan d;
+  d.workers = GetLe32(h + 12);
+  d.buffers_per_worker = GetLe32(h + 16);
+  d.buffer_size = GetLe32(h + 20);
+  d.stride = GetLe32(h + 24);
+  if (GetLe32(h + 8) != 1 || d.workers == 0 || d.workers > kMaxWorkers ||
+      d.buffers_per_worker < 2 || d.buffer_size < 4096 || d.buffer_size % 4096 != 0 ||
+      d.stride < 64 || (d.stride & (d.stride - 1)) != 0 || d.buffer_size / d.stride > 0xFFFF) {
+    return Status::Corruption("oq durable area: impossible version or geometry in the header");
+  }
+  if (DurableAreaSize(d.workers, d.buffers_per_worker, d.buffer_size) > area.size()) {
+    return Status::InvalidArgument("oq durable area: geometry needs more than the " +
+                                   std::to_string(area.size()) + "-byte area");
+  }
+  if (max_request == 0) max_request = d.buffer_size;
+  for (uint32_t w = 0; w < d.workers; w++) {
+    const uint8_t* wh = h + 64 + kWorkerHeaderStride * w;
+    uint64_t rte = 0, tail = 0;
+    if (!wire::DecodeWord(GetLe64(wh), &rte) || !wire::DecodeWord(GetLe64(wh + 8), &tail)) {
+      return Status::Corruption("oq durable area: worker " + std::to_string(w) +
+                                ": ReqToExecute / SRQTail word fails its check");
+    }
+    if ((rte >> 16) > tail || tail - (rte >> 16) > d.buffers_per_worker ||
+        (rte & 0xFFFF) > d.buffer_size / d.stride) {
+      return Status::Corruption("oq durable area: worker " + std::to_string(w) +
+                                ": ReqToExecute " + std::to_string(rte) +
+                                " inconsistent with SRQTail " + std::to_string(tail));
+    }
+    d.req_to_execute.push_back(rte);
+    d.srq_tail.push_back(tail);
+    const uint8_t* buffers = h + kHeaderPage + size_t{w} * d.buffers_per_worker * d.buffer_size;
+    auto buffer = [&](uint64_t seq) {
+      return buffers + (seq % d.buffers_per_worker) * size_t{d.buffer_size};
+    };
+    const uint64_t first = rte >> 16;
+    for (uint64_t seq = first; seq < tail; seq++) {
+      const uint8_t* buf = buffer(seq);
+      uint32_t off = seq == first ? static_cast<uint32_t>(rte & 0xFFFF) * d.stride : 0;
+      const size_t first_landing = d.landed.size();
+      bool in_bad_run = false;
+      uint32_t valid_end = 0;  // end of the last valid request in this buffer
+      while (off + kRequestHeaderSize <= d.buffer_size) {
+        LandedRequest l;
+        l.worker = w;
+        l.post_seq = seq;
+        l.offset = off;
+        l.area_offset = static_cast<uint64_t>(buf - h) + off;
+        auto r = ValidateRequest({buf + off, d.buffer_size - off}, max_request);
+        if (r.ok() && r->worker == w) {
+          in_bad_run = false;
+          l.valid = true;
+          l.header = *r;
+          l.bytes = {buf + off, r->size};
+          d.landed.push_back(l);
+          off = RoundUp(off + r->size, d.stride);
+          valid_end = off;
+          continue;
+        }
+        const bool empty = std::all_of(buf + off, buf + off + d.stride,
+                                       [](uint8_t b) { return b == 0; });
+        if (!empty && !in_bad_run) {  // one record per contiguous run of bad strides
+          l.error = r.ok() ? "request addressed to worker " + std::to_string(r->worker)
+                           : r.status().message();
+          l.bytes = {buf + off, d.buffer_size - off};
+          d.landed.push_back(l);
+        }
+        in_bad_run = !empty;
+        off += d.stride;
+      }
+      // Landings into one buffer are sequential, and the NIC fills the next buffer only after
+      // this one: a bad run is an unfinished landing only if it is the last thing landed.
+      const bool moved_on = seq + 1 < tail && GetLe64(buffer(seq + 1)) != 0;
+      for (size_t i = first_landing; i < d.landed.size(); i++) {
+        LandedRequest& l = d.landed[i];
+        l.tail = !l.valid && l.offset >= valid_end && !moved_on;
+      }
+    }
+  }
+  return d;
+}
+
 void Server::Impl::PersistRte(Worker& w) {
   if (!o.durable || w.rte == w.rte_persisted) return;
   __atomic_store_n(reinterpret_cast<uint64_t*>(w.header), wire::EncodeWord(w.rte),

@@ -41,6 +41,107 @@ bool DecodeMeta(uint64_t word, SegmentState* s, uint32_t* post_seq) {
 
 }  // namespace
 
+Result<AreaView> ReadArea(std::span<const uint8_t> area) {
+  if (area.size() < kHeaderBytes) {
+    return Status::Corruption("rowan b-log: area of " + std::to_string(area.size()) +
+                              " bytes holds no header");
+  }
+  const uint8_t* h = area.data();
+  if (std::all_of(h, h + 32, [](uint8_t b) { return b == 0; })) {
+    return Status::NotFound("rowan b-log: not formatted (blank header)");
+  }
+  if (std::memcmp(h, kMagic, 8) != 0 || GetLe32(h + 28) != Crc32c(h, 28)) {
+    return Status::Corruption("rowan b-log: header is corrupt (bad magic or checksum)");
+  }
+  AreaView v;
+  v.segment_size = GetLe64(h + 8);
+  v.count = GetLe32(h + 16);
+  v.mtu = GetLe32(h + 20);
+  v.meta_offset = kHeaderBytes;
+  const uint64_t seg_begin = kHeaderBytes + RoundUp(size_t{v.count} * kMetaEntry, kPage);
+  if (v.segment_size == 0 || v.segment_size % kPage != 0 || v.count < 2 ||
+      v.mtu <= kBlockHeaderSize || v.mtu % kStride != 0 || v.mtu > v.segment_size ||
+      v.count > (area.size() - seg_begin) / v.segment_size) {
+    return Status::Corruption("rowan b-log: header geometry (segment size " +
+                              std::to_string(v.segment_size) + ", " + std::to_string(v.count) +
+                              " segments, mtu " + std::to_string(v.mtu) + ") does not fit the " +
+                              std::to_string(area.size()) + "-byte area");
+  }
+  for (uint32_t i = 0; i < v.count; i++) {
+    AreaSegment s;
+    s.index = i;
+    s.meta_ok = DecodeMeta(GetLe64(h + kHeaderBytes + size_t{i} * kMetaEntry), &s.state,
+                           &s.post_seq);
+    if (!s.meta_ok) {  // as recovery: scanned as used, after every readable one
+      s.state = SegmentState::kUsed;
+      s.post_seq = UINT32_MAX;
+    }
+    s.offset = seg_begin + size_t{i} * v.segment_size;
+    s.bytes = area.subspan(s.offset, v.segment_size);
+    v.segments.push_back(s);
+  }
+  return v;
+}
+
+Result<AreaCheck> CheckArea(
+    std::span<const uint8_t> area,
+    const std::function<void(const AreaSegment&, const ScannedEntry&)>& sink) {
+  AreaCheck c;
+  ASYMNVM_ASSIGN_OR_RETURN(c.view, ReadArea(area));
+  std::vector<const AreaSegment*> live;
+  for (const AreaSegment& s : c.view.segments) {
+    if (!s.meta_ok) {
+      c.meta_problems.push_back("segment " + std::to_string(s.index) +
+                                ": meta word fails its check (recovery scans it as used)");
+    }
+    if (s.state == SegmentState::kUsing || s.state == SegmentState::kUsed) live.push_back(&s);
+  }
+  std::sort(live.begin(), live.end(), [](const AreaSegment* a, const AreaSegment* b) {
+    return a->post_seq != b->post_seq ? a->post_seq < b->post_seq : a->index < b->index;
+  });
+  c.live_segments = static_cast<uint32_t>(live.size());
+  // Whether the NIC had moved on past segment k: the segment posted right after it (post_seq + 1)
+  // holds landed bytes — the control thread's own "used" signal. A segment posted before a crash
+  // stays live (and empty) behind k until k is committed, so a landing cut short by a crash is
+  // never followed by a landed next segment, even after later restarts posted more segments.
+  auto next_landed = [&](const AreaSegment& k) {
+    for (const AreaSegment* n : live) {
+      if (n->meta_ok && n->post_seq == uint64_t{k.post_seq} + 1) return GetLe64(n->bytes.data()) != 0;
+    }
+    return false;
+  };
+  Scanner scanner(c.view.mtu);
+  std::vector<BadBlock> bad;
+  scanner.set_bad_sink([&](const BadBlock& b) { bad.push_back(b); });
+  for (const AreaSegment* s : live) {
+    bad.clear();
+    scanner.ScanSegment(s->bytes, s->index, [&](const ScannedEntry& e) {
+      c.entries++;
+      if (sink) sink(*s, e);
+    });
+    const bool moved_on = s->meta_ok && next_landed(*s);
+    for (const BadBlock& b : bad) {
+      AreaBadLanding l;
+      l.segment = s->index;
+      l.offset = s->offset + b.offset;
+      l.what = b.what;
+      l.header_read = b.header_read;
+      l.meta = b.meta;
+      // Landings into one segment are sequential (one SRQ buffer), so a landing cut short by a
+      // crash is the last one in its segment; one followed by a valid block was complete.
+      l.tail = !b.checksum_ok && b.offset >= scanner.last_block_end() && !moved_on;
+      c.bad.push_back(std::move(l));
+    }
+  }
+  scanner.Finish();
+  const ScanReport& r = scanner.report();
+  c.incomplete_entries = r.incomplete_entries;
+  for (const std::string& p : r.problems) {
+    if (p.rfind("entry owner ", 0) == 0) c.incomplete.push_back(p);
+  }
+  return c;
+}
+
 Result<std::unique_ptr<Receiver>> Receiver::Open(const ReceiverOptions& o, bool format) {
   if (o.fabric == nullptr || o.pd == nullptr || o.area == nullptr || o.persister == nullptr) {
     return Status::InvalidArgument("rowan receiver: fabric, pd, area and persister are required");

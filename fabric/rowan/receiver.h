@@ -20,6 +20,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -31,6 +32,7 @@
 #include "asymnvm/pm.h"
 #include "asymnvm/status.h"
 #include "fabric/rowan/landing.h"
+#include "fabric/rowan/scanner.h"
 
 namespace asymnvm::rowan {
 
@@ -67,6 +69,59 @@ struct SegmentView {
   uint64_t post_seq = 0;
   std::span<const uint8_t> bytes;
 };
+
+// ---- Read-only inspection of a b-log that no Receiver holds (asymnvm-ctl check, a back-end
+// before it opens its receiver). Same rules as Open's recovery; nothing is written. ----
+
+struct AreaSegment {
+  uint32_t index = 0;
+  SegmentState state = SegmentState::kFree;
+  uint32_t post_seq = 0;
+  bool meta_ok = true;       // false: the meta word fails its check (recovery scans it as used)
+  uint64_t offset = 0;       // of the segment, from the start of the area
+  std::span<const uint8_t> bytes;
+};
+
+struct AreaView {
+  uint64_t segment_size = 0;
+  uint32_t count = 0;
+  uint32_t mtu = 0;
+  uint64_t meta_offset = 0;  // from the start of the area
+  std::vector<AreaSegment> segments;  // every segment, by index
+};
+
+// Decodes the header and the meta table. kNotFound: blank header (no b-log formatted yet);
+// kCorruption: bad magic or checksum, or a geometry that does not fit `area`.
+Result<AreaView> ReadArea(std::span<const uint8_t> area);
+
+// A landing that holds bytes but no valid block (or a block that contradicts its entry).
+struct AreaBadLanding {
+  uint32_t segment = 0;        // index
+  uint64_t offset = 0;         // from the start of the area
+  std::string what;
+  bool header_read = false;    // only the checksum failed: meta holds the unverified fields
+  EntryMeta meta;
+  // An unfinished landing: nothing valid landed after it in its segment and the NIC had not
+  // moved on to the next posted segment (its first word is still zero). The normal state after
+  // a crash — never acknowledged, because the sender's FLUSH completes only after the landing.
+  bool tail = false;
+};
+
+struct AreaCheck {
+  AreaView view;
+  uint32_t live_segments = 0;   // using, used, or unreadable meta: what recovery scans
+  uint64_t entries = 0;
+  std::vector<AreaBadLanding> bad;       // corrupt (tail == false) and unfinished (tail == true)
+  uint64_t incomplete_entries = 0;       // multi-block entries with blocks missing (a sender
+  std::vector<std::string> incomplete;   // died between its SENDs: never acknowledged); first 64
+  std::vector<std::string> meta_problems;  // meta words that fail their check
+};
+
+// Scans every live segment in posting order with one Scanner (as the consumer would), yields every
+// valid entry to `sink` (may be empty) and classifies every bad landing. Errors as ReadArea.
+Result<AreaCheck> CheckArea(
+    std::span<const uint8_t> area,
+    const std::function<void(const AreaSegment&, const ScannedEntry&)>& sink);
 
 class Receiver {
  public:

@@ -8,9 +8,28 @@ void Scanner::Problem(std::string text) {
   if (report_.problems.size() < 64) report_.problems.push_back(std::move(text));
 }
 
+void Scanner::Bad(uint64_t segment_id, uint64_t offset, std::string what, const BlockHeader* h,
+                  bool checksum_ok) {
+  report_.corrupt_runs++;
+  Problem("segment " + std::to_string(segment_id) + " offset " + std::to_string(offset) + ": " +
+          what);
+  if (!bad_sink_) return;
+  BadBlock b;
+  b.segment_id = segment_id;
+  b.offset = offset;
+  b.what = std::move(what);
+  b.checksum_ok = checksum_ok;
+  if (h != nullptr) {
+    b.header_read = true;
+    b.meta = h->meta;
+  }
+  bad_sink_(b);
+}
+
 void Scanner::ScanSegment(std::span<const uint8_t> seg, uint64_t segment_id, const Sink& sink) {
   const size_t per_block = MaxBlockPayload(mtu_);
   size_t off = 0;
+  last_block_end_ = 0;
   bool in_bad_run = false;
   while (off + kBlockHeaderSize <= seg.size()) {
     BlockHeader h;
@@ -22,9 +41,10 @@ void Scanner::ScanSegment(std::span<const uint8_t> seg, uint64_t segment_id, con
     }
     if (!st.ok()) {
       if (!in_bad_run) {
-        report_.corrupt_runs++;
-        Problem("segment " + std::to_string(segment_id) + " offset " + std::to_string(off) + ": " +
-                st.message());
+        // DecodeBlock checks the checksum last: when that is what failed, the header fields it
+        // read passed every other check and are worth naming (unverified).
+        const bool header_read = st.message().find("checksum") != std::string::npos;
+        Bad(segment_id, off, st.message(), header_read ? &h : nullptr, false);
       }
       in_bad_run = true;
       off += kStride;
@@ -32,6 +52,7 @@ void Scanner::ScanSegment(std::span<const uint8_t> seg, uint64_t segment_id, con
     }
     in_bad_run = false;
     report_.blocks++;
+    last_block_end_ = off + BlockFootprint(h.payload_len);
     const uint8_t* payload = seg.data() + off + kBlockHeaderSize;
     auto key = std::make_pair(h.meta.owner, h.meta.version);
     if (seen_.count(key) != 0) {
@@ -41,9 +62,7 @@ void Scanner::ScanSegment(std::span<const uint8_t> seg, uint64_t segment_id, con
     }
     if (h.block_count == 1) {
       if (h.payload_len != h.total_len) {
-        report_.corrupt_runs++;
-        Problem("segment " + std::to_string(segment_id) + " offset " + std::to_string(off) +
-                ": single block with inconsistent total length");
+        Bad(segment_id, off, "single block with inconsistent total length", &h, true);
       } else {
         report_.entries++;
         seen_.insert(key);
@@ -62,10 +81,10 @@ void Scanner::ScanSegment(std::span<const uint8_t> seg, uint64_t segment_id, con
     size_t expect_len = std::min<size_t>(per_block, p.total_len - std::min<size_t>(
                                                         p.total_len, size_t{h.block_seq} * per_block));
     if (p.count != h.block_count || p.total_len != h.total_len || h.payload_len != expect_len) {
-      report_.corrupt_runs++;
-      Problem("segment " + std::to_string(segment_id) + " offset " + std::to_string(off) +
-              ": block disagrees with its entry's other blocks (owner " +
-              std::to_string(h.meta.owner) + " version " + std::to_string(h.meta.version) + ")");
+      Bad(segment_id, off,
+          "block disagrees with its entry's other blocks (owner " + std::to_string(h.meta.owner) +
+              " version " + std::to_string(h.meta.version) + ")",
+          &h, true);
     } else if (p.have[h.block_seq]) {
       report_.duplicate_blocks++;
     } else {

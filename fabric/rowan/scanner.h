@@ -42,15 +42,33 @@ struct ScanReport {
   std::vector<std::string> problems;  // human-readable, first 64 kept
 };
 
+// One bad landing: the first stride of a run of strides that hold bytes but no valid block, or a
+// block whose checksum holds but that contradicts its entry (checksum_ok).
+struct BadBlock {
+  uint64_t segment_id = 0;
+  uint64_t offset = 0;        // within the segment
+  std::string what;
+  bool header_read = false;   // only the checksum failed: `meta` holds the (unverified) fields
+  bool checksum_ok = false;   // a block that validates but disagrees with its entry's other blocks
+  EntryMeta meta;
+};
+
 class Scanner {
  public:
   using Sink = std::function<void(const ScannedEntry&)>;
+  using BadSink = std::function<void(const BadBlock&)>;
   explicit Scanner(size_t mtu = kDefaultMtu) : mtu_(mtu) {}
 
   void ScanSegment(std::span<const uint8_t> segment, uint64_t segment_id, const Sink& sink);
   // Reports multi-block entries that never completed.
   void Finish();
   const ScanReport& report() const { return report_; }
+  // Optional: told about every bad landing as it is found (read-only checkers, e.g.
+  // rowan::CheckArea; the problems strings of report() keep only text).
+  void set_bad_sink(BadSink s) { bad_sink_ = std::move(s); }
+  // End offset of the last valid block of the most recent ScanSegment (0: none): a bad landing
+  // before it was followed by a completed one.
+  uint64_t last_block_end() const { return last_block_end_; }
 
  private:
   struct Partial {
@@ -62,7 +80,12 @@ class Scanner {
   };
   void Problem(std::string text);
 
+  void Bad(uint64_t segment_id, uint64_t offset, std::string what, const BlockHeader* h,
+           bool checksum_ok);
+
   size_t mtu_;
+  BadSink bad_sink_;
+  uint64_t last_block_end_ = 0;
   ScanReport report_;
   std::map<std::pair<uint16_t, uint64_t>, Partial> partial_;
   std::set<std::pair<uint16_t, uint64_t>> seen_;  // entries already yielded

@@ -8,7 +8,11 @@
 // exclusive lock, so a pool a running back-end holds is refused with a message saying so — use
 // `status` for a live back-end), then decode the superblock and back-end header from the mapping
 // and run the naming-space and allocator validators over DRAM copies of those regions (allocator
-// recovery may rewrite its copy; the pool file is untouched).
+// recovery may rewrite its copy; the pool file is untouched). check also scans the landed records
+// — every live Rowan b-log segment (rowan::CheckArea) and the OQ durable area from ReqToExecute
+// (oq::ScanDurableArea), with the back-end's own decoders — and names a corrupt entry / request
+// (region, pool offset, owner or txn_seq when readable), while an unfinished landing a crash cut
+// short (never acknowledged) is only a note (doc/tools.md §check).
 //
 // Exit codes: 0 ok / clean, 1 cannot open or connect (message on stderr), 2 bad arguments,
 // 3 (check) corruption found: one line per problem on stdout, naming the region and pool offset.

@@ -3,7 +3,8 @@
 // in its OQ durable area, a byte flipped in the pool file at the record's offset, then
 //   (a) `asymnvm-ctl check` names the record (region, pool offset, owner / txn_seq) with exit 3,
 //   (b) a restarted back-end does not crash, never applies the corrupt transaction, records it as
-//       rejected for its front-end and counts it; a corrupt op log is skipped by replay and counted,
+//       rejected for its front-end and counts it; a corrupt op log is skipped by replay and
+//       counted,
 //   (c) unfinished landings (a landing cut short by a crash: never acknowledged) are notes, not
 //       problems — deterministically (a torn tail made in a stopped pool, with a negative control
 //       where the same damage is followed by a later landing) and under real SIGKILLs of a writer
@@ -408,6 +409,9 @@ TEST_F(CorruptionTest, CorruptLandedTransactionIsNamedRejectedAndNeverApplied) {
 const std::string kDaemon = ASYMNVM_BACKEND_BIN;
 
 pid_t SpawnDaemon(const std::string& pool, std::string* address) {
+  // ASYMNVM_CORRUPT_DAEMON_LOG=warn shows the daemon's warnings (debugging a failed round).
+  const char* env_level = std::getenv("ASYMNVM_CORRUPT_DAEMON_LOG");
+  const char* level = env_level != nullptr ? env_level : "error";
   int p[2];
   if (pipe(p) != 0) return -1;
   const pid_t pid = fork();
@@ -415,7 +419,7 @@ pid_t SpawnDaemon(const std::string& pool, std::string* address) {
     dup2(p[1], 1);
     close(p[0]);
     execl(kDaemon.c_str(), kDaemon.c_str(), "--pool", pool.c_str(), "--size", "16M",
-          "--log-segment", "256K", "--log-level", std::getenv("ASYMNVM_CORRUPT_DAEMON_LOG") ? std::getenv("ASYMNVM_CORRUPT_DAEMON_LOG") : "error", nullptr);
+          "--log-segment", "256K", "--log-level", level, nullptr);
     _exit(127);
   }
   close(p[1]);

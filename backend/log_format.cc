@@ -219,7 +219,9 @@ Result<TxnHeader> PeekTxnHeader(std::span<const uint8_t> bytes) {
     return Status::Corruption("memory-log txn: " + std::to_string(bytes.size()) +
                               " bytes cannot hold a header");
   }
-  if (GetLe32(bytes.data() + 4) != kTxnMagic) return Status::Corruption("memory-log txn: bad magic");
+  if (GetLe32(bytes.data() + 4) != kTxnMagic) {
+    return Status::Corruption("memory-log txn: bad magic");
+  }
   return ReadTxnHeader(bytes.data());
 }
 

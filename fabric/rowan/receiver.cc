@@ -61,7 +61,7 @@ Result<AreaView> ReadArea(std::span<const uint8_t> area) {
   const uint64_t seg_begin = kHeaderBytes + RoundUp(size_t{v.count} * kMetaEntry, kPage);
   if (v.segment_size == 0 || v.segment_size % kPage != 0 || v.count < 2 ||
       v.mtu <= kBlockHeaderSize || v.mtu % kStride != 0 || v.mtu > v.segment_size ||
-      v.count > (area.size() - seg_begin) / v.segment_size) {
+      seg_begin > area.size() || v.count > (area.size() - seg_begin) / v.segment_size) {
     return Status::Corruption("rowan b-log: header geometry (segment size " +
                               std::to_string(v.segment_size) + ", " + std::to_string(v.count) +
                               " segments, mtu " + std::to_string(v.mtu) + ") does not fit the " +
@@ -106,7 +106,9 @@ Result<AreaCheck> CheckArea(
   // never followed by a landed next segment, even after later restarts posted more segments.
   auto next_landed = [&](const AreaSegment& k) {
     for (const AreaSegment* n : live) {
-      if (n->meta_ok && n->post_seq == uint64_t{k.post_seq} + 1) return GetLe64(n->bytes.data()) != 0;
+      if (n->meta_ok && n->post_seq == uint64_t{k.post_seq} + 1) {
+        return GetLe64(n->bytes.data()) != 0;
+      }
     }
     return false;
   };

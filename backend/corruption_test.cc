@@ -252,6 +252,52 @@ TEST_F(CorruptionTest, TornLastOpLogIsAnUnfinishedLandingNotCorruption) {
   EXPECT_NE(r2.out.find("PROBLEM: b-log @"), std::string::npos) << r2.out;
 }
 
+TEST_F(CorruptionTest, LogMetaWordAndQueueHeaderCorruptionAreNamed) {
+  const std::string golden = NewPath("meta.pool");
+  const auto seqs = WriteUncoveredOpLogs(golden);
+  ASSERT_EQ(seqs.size(), 5u);
+  // A b-log meta word (segment 0's, which holds the op logs): a problem at the word's offset;
+  // the back-end still starts (the receiver scans that segment as used) and finds every op log.
+  const std::string meta = NewPath("meta-word.pool");
+  CopyFile(golden, meta);
+  uint64_t word = 0;
+  {
+    Mapped m(meta);
+    word = m.layout.rowan.offset + 4096;
+    m.Flip(word + 4);  // post_seq byte: the word's check byte no longer matches
+  }
+  CtlRun r = Check(meta);
+  EXPECT_EQ(r.rc, tools::kCtlCorrupt) << r.out;
+  EXPECT_NE(r.out.find("PROBLEM: b-log @" + std::to_string(word) +
+                       ": segment 0: meta word fails its check"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(Examine(meta)["log"]["op_logs"], 5);
+  {
+    auto be = Backend::Start(SmallOptions(meta));
+    ASSERT_TRUE(be.ok()) << be.status().ToString();
+    EXPECT_EQ((*be)->stats().log_corrupt_entries, 0u);
+  }
+  // The OQ area header: a problem naming the area; the back-end refuses to start (no crash).
+  const std::string oqh = NewPath("oq-header.pool");
+  CopyFile(golden, oqh);
+  uint64_t oq_at = 0;
+  {
+    Mapped m(oqh);
+    oq_at = m.layout.oq.offset;
+    m.Flip(oq_at + 12);
+  }
+  CtlRun q = Check(oqh);
+  EXPECT_EQ(q.rc, tools::kCtlCorrupt) << q.out;
+  EXPECT_NE(q.out.find("PROBLEM: oq @" + std::to_string(oq_at) +
+                       ": oq durable area: header is corrupt"),
+            std::string::npos)
+      << q.out;
+  auto be = Backend::Start(SmallOptions(oqh));
+  ASSERT_FALSE(be.ok());
+  EXPECT_EQ(be.status().code(), StatusCode::kCorruption) << be.status().ToString();
+}
+
 // ---- transactions landed in the OQ durable area ----
 
 // What the NIC lands for a nilext kTxn Submit: the OQ request (header + transaction), at the next

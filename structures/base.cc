@@ -274,15 +274,23 @@ Status Base::Update(uint16_t op_type, std::span<const uint8_t> params,
   return s_.TxWrite(st_);
 }
 
-Status Base::PutVector(std::span<const KeyValue> kvs, const VectorGather& gather) {
+Status Base::PutVector(std::span<const KeyValue> kvs, const VectorGather& gather, const VectorKeyBound& bound) {
   ASYMNVM_RETURN_IF_ERROR(CheckWritable());
   for (const KeyValue& kv : kvs) ASYMNVM_RETURN_IF_ERROR(CheckValue(kv.second));
   const std::vector<KeyValue> sorted = SortedUnique(kvs);
+  constexpr size_t kAnchorSlack = 64;  // the anchor words every plan may add
   size_t begin = 0;
   while (begin < sorted.size()) {
     size_t end = begin, bytes = 4;
-    while (end < sorted.size() && (end == begin || bytes + 12 + sorted[end].second.size() <= kVectorPayloadMax)) {
+    double writes = kAnchorSlack;
+    while (end < sorted.size()) {
+      const double w = bound ? static_cast<double>(bound(sorted[end])) : vector_pair_bytes_;
+      if (end > begin && (bytes + 12 + sorted[end].second.size() > kVectorPayloadMax ||
+                          writes + w > static_cast<double>(kVectorWriteBudget))) {
+        break;
+      }
       bytes += 12 + sorted[end].second.size();
+      writes += w;
       end++;
     }
     ASYMNVM_RETURN_IF_ERROR(
@@ -303,11 +311,17 @@ Status Base::ApplyVectorRun(std::span<const KeyValue> run, bool replay, const Ve
     return st;
   }
   if (!replay && run.size() > 1 && plan.bytes > kVectorWriteBudget) {
-    // Too many writes for one transaction: nothing is logged yet, so gather the halves anew.
+    // Too many writes for one transaction: nothing is logged yet, so cut the run into parts
+    // expected to fit (by this plan's bytes per pair) and gather them anew.
     abandon();
-    const size_t half = run.size() / 2;
-    ASYMNVM_RETURN_IF_ERROR(ApplyVectorRun(run.first(half), false, gather));
-    return ApplyVectorRun(run.subspan(half), false, gather);
+    const size_t parts = std::min(run.size(), std::max<size_t>(2, (plan.bytes * 5 / 4 + kVectorWriteBudget - 1) / kVectorWriteBudget));
+    size_t at = 0;
+    for (size_t k = 0; k < parts; k++) {
+      const size_t n = run.size() / parts + (k < run.size() % parts ? 1 : 0);
+      ASYMNVM_RETURN_IF_ERROR(ApplyVectorRun(run.subspan(at, n), false, gather));
+      at += n;
+    }
+    return Status::Ok();
   }
   st = Update(kOpPutVector, EncodeVector(run), [&]() -> Status {
     for (const auto& [addr, bytes] : plan.writes) ASYMNVM_RETURN_IF_ERROR(Write(addr, bytes));
@@ -317,6 +331,7 @@ Status Base::ApplyVectorRun(std::span<const KeyValue> run, bool replay, const Ve
     abandon();
     return st;
   }
+  vector_pair_bytes_ = static_cast<double>(plan.bytes) / static_cast<double>(run.size());
   if (plan.commit) plan.commit();
   return Status::Ok();
 }

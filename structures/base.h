@@ -67,6 +67,9 @@ struct VectorPlan {
 };
 // Fills a plan for a sorted, duplicate-free run (reads only; allocations recorded in the plan).
 using VectorGather = std::function<Status(std::span<const KeyValue> run, VectorPlan* plan)>;
+// An upper bound of the memory-log bytes one pair adds to a plan (kinds that know one), so runs
+// are cut to the budget before they are gathered rather than gathered twice.
+using VectorKeyBound = std::function<size_t(const KeyValue& kv)>;
 
 inline void PutU64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
 inline uint64_t GetU64(const uint8_t* p) {
@@ -118,10 +121,11 @@ class Base {
   // One update: op log (not at naive), body (reads + Write), tx_write. Writers only.
   Status Update(uint16_t op_type, std::span<const uint8_t> params, const std::function<Status()>& body);
   // A vector put (Map::PutBatch of the vectorized kinds): validates every value, sorts and
-  // de-duplicates, cuts the vector into runs of bounded op log, and applies each run as
-  // gather → (halved while its writes exceed kVectorWriteBudget) → op log (type 3) → writes →
-  // tx_write → plan.commit.
-  Status PutVector(std::span<const KeyValue> kvs, const VectorGather& gather);
+  // de-duplicates, cuts the vector into runs of bounded op log and of bounded writes (by
+  // `bound`, or else by the bytes per pair of the previous plan), and applies each run as
+  // gather → (cut again and re-gathered when its writes still exceed kVectorWriteBudget) → op
+  // log (type 3) → writes → tx_write → plan.commit.
+  Status PutVector(std::span<const KeyValue> kvs, const VectorGather& gather, const VectorKeyBound& bound = {});
   // Replays a type-3 op log: the recorded run, gathered again and applied whole.
   Status ReplayVector(const frontend::RecoveredOp& op, const VectorGather& gather);
 
@@ -150,6 +154,7 @@ class Base {
 
  private:
   Status ApplyVectorRun(std::span<const KeyValue> run, bool replay, const VectorGather& gather);
+  double vector_pair_bytes_ = 0;  // memory-log bytes per pair of the last applied vector plan
 };
 
 // The smallest power-of-two cache page (64 B .. 4 KiB) holding `bytes`: structures whose nodes

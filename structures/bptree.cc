@@ -128,7 +128,7 @@ class BPlusTree final : public Map, public Base {
   }
 
   Status PutBatch(std::span<const KeyValue> kvs) override {
-    return PutVector(kvs, [this](std::span<const KeyValue> run, VectorPlan* plan) { return GatherVector(run, plan); });
+    return PutVector(kvs, [this](std::span<const KeyValue> run, VectorPlan* plan) { return GatherWalk(run, plan); });
   }
 
   Status Get(uint64_t key, Value* value) override {
@@ -219,7 +219,7 @@ class BPlusTree final : public Map, public Base {
 
   Status ReplayOp(const frontend::RecoveredOp& op) override {
     if (op.op_type == kOpPutVector) {
-      return ReplayVector(op, [this](std::span<const KeyValue> run, VectorPlan* plan) { return GatherVector(run, plan); });
+      return ReplayVector(op, [this](std::span<const KeyValue> run, VectorPlan* plan) { return GatherWalk(run, plan); });
     }
     uint64_t key;
     Value v;
@@ -252,7 +252,7 @@ class BPlusTree final : public Map, public Base {
     if (!Plausible(addr, leaf ? leaf_bytes_ : internal_bytes_)) return Torn("node address " + std::to_string(addr));
     buf_.resize(bytes);
     ASYMNVM_RETURN_IF_ERROR(Read(addr, buf_, levels_.Cached(adapt_, depth)));
-    if (adapt_) levels_.Tick(s_);
+    if (adapt_ && !vector_walk_) levels_.Tick(s_);
     const uint8_t* b = buf_.data();
     const uint32_t tag = GetU32(b), n = GetU32(b + 4);
     if (tag != (leaf ? kLeafTag : kInternalTag)) return Torn("node tag at depth " + std::to_string(depth));
@@ -760,6 +760,16 @@ class BPlusTree final : public Map, public Base {
     return Status::Ok();
   }
 
+  // A vector walk reads each node once for many keys, so its hit ratio says nothing about the
+  // per-key descents the §8 threshold is tuned for: it reads under the current N without
+  // adapting it.
+  Status GatherWalk(std::span<const KeyValue> run, VectorPlan* plan) {
+    vector_walk_ = true;
+    Status st = GatherVector(run, plan);
+    vector_walk_ = false;
+    return st;
+  }
+
   Status GatherVector(std::span<const KeyValue> run, VectorPlan* plan) {
     uint64_t added = 0, root = root_, height = height_;
     std::vector<std::pair<uint64_t, uint64_t>> up;
@@ -969,6 +979,7 @@ class BPlusTree final : public Map, public Base {
   uint64_t internal_bytes_ = 0, leaf_bytes_ = 0;
   bool adapt_ = false;
   LevelThreshold levels_;
+  bool vector_walk_ = false;  // inside GatherVector: reads do not adapt the threshold
   int leaf_depth_ = 0;  // of the last descent
   std::vector<uint8_t> buf_;
   // The writer's view of the anchor (it holds the lock).

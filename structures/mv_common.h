@@ -168,7 +168,37 @@ class MvBase : public Map, public Base {
     verifying_ = false;
     return st;
   }
+  // A vector (doc/structures.md "Vector operations"): each run of the sorted vector is applied
+  // to a fresh working version in DRAM (path copies shared by its keys), then one op log (type 3)
+  // and one publish — one root swap — for the whole run. A run whose private objects would exceed
+  // one publish is dropped before its op log and applied in parts.
+  Status PutBatch(std::span<const KeyValue> kvs) override {
+    ASYMNVM_RETURN_IF_ERROR(CheckWritable());
+    for (const KeyValue& kv : kvs) ASYMNVM_RETURN_IF_ERROR(CheckValue(kv.second));
+    const std::vector<KeyValue> sorted = SortedUnique(kvs);
+    size_t begin = 0;
+    while (begin < sorted.size()) {
+      size_t end = begin, bytes = 4;
+      while (end < sorted.size() && (end == begin || bytes + 12 + sorted[end].second.size() <= kVectorPayloadMax)) {
+        bytes += 12 + sorted[end].second.size();
+        end++;
+      }
+      ASYMNVM_RETURN_IF_ERROR(ApplyVectorRun(std::span<const KeyValue>(sorted).subspan(begin, end - begin), false));
+      begin = end;
+    }
+    return Status::Ok();
+  }
+
   Status ReplayOp(const frontend::RecoveredOp& op) override {
+    if (op.op_type == kOpPutVector) {
+      std::vector<KeyValue> run;
+      Status st = DecodeVector(op.payload, &run);
+      if (!st.ok()) return Status::Corruption(What() + ": " + st.message());
+      for (const KeyValue& kv : run) {
+        if (kv.second.size() > vsize()) return Status::Corruption(What() + ": replayed value too long");
+      }
+      return ApplyVectorRun(run, true);
+    }
     uint64_t key;
     Value v;
     ASYMNVM_RETURN_IF_ERROR(DecodeKeyValue(op.payload, &key, &v));
@@ -322,12 +352,14 @@ class MvBase : public Map, public Base {
 
   // Before an update whose private objects may take `estimate` bytes: publish first when they
   // would not fit (fails before the op log when one update alone cannot), then the op log.
+  // Inside a vector run neither: the run's op log follows its DRAM work (ApplyVectorRun).
   Status Begin(uint16_t op, uint64_t key, std::span<const uint8_t> value, size_t estimate) {
     if (estimate > kPublishBytes) {
       return Status::ResourceExhausted(What() + ": one update would copy " + std::to_string(estimate) +
                                        " bytes, more than one publish holds (" +
                                        std::to_string(kPublishBytes) + ")");
     }
+    if (in_vector_) return Status::Ok();
     if (priv_bytes_ + estimate > kPublishBytes) ASYMNVM_RETURN_IF_ERROR(Publish());
     ASYMNVM_RETURN_IF_ERROR(s_.OpLog(st_, op, EncodeKeyValue(key, value)).status());
     dirty_ = true;
@@ -335,8 +367,67 @@ class MvBase : public Map, public Base {
   }
   Status End(bool replay) {
     ops_++;
+    if (in_vector_) return Status::Ok();
     if (replay || ops_ >= batch_ || priv_bytes_ >= kPublishBytes) return Publish();
     return ReclaimDue();
+  }
+
+  // One run of a vector: everything unpublished is published first, so the working version then
+  // holds this run's objects alone and dropping them undoes the run. The puts run in DRAM (no
+  // op log, no publish); then the run's op log and one publish, or — too many private bytes for
+  // one publish, nothing logged yet — the run is dropped and applied in parts.
+  Status ApplyVectorRun(std::span<const KeyValue> run, bool replay) {
+    ASYMNVM_RETURN_IF_ERROR(Publish());
+    const uint64_t root = root_, count = count_;
+    const size_t retired = retired_.size();
+    auto drop = [&]() {
+      for (const auto& [a, b] : priv_) (void)s_.Free(a);
+      priv_.clear();
+      priv_bytes_ = 0;
+      root_ = root;
+      count_ = count;
+      retired_.resize(retired);
+      ops_ = 0;
+    };
+    // Medians first (breadth-first over the halves of the sorted run): a run that falls into an
+    // empty part of the MV-BST becomes a balanced subtree rather than a chain. Deterministic, so
+    // a replay builds the same shape.
+    in_vector_ = true;
+    Status st = Status::Ok();
+    std::deque<std::pair<size_t, size_t>> halves{{0, run.size()}};
+    while (!halves.empty() && st.ok()) {
+      const auto [lo, hi] = halves.front();
+      halves.pop_front();
+      if (lo >= hi) continue;
+      const size_t mid = lo + (hi - lo) / 2;
+      st = DoPut(run[mid].first, run[mid].second, replay);
+      halves.emplace_back(lo, mid);
+      halves.emplace_back(mid + 1, hi);
+    }
+    in_vector_ = false;
+    if (!st.ok()) {
+      drop();
+      return st;
+    }
+    if (!replay && run.size() > 1 && priv_bytes_ > kPublishBytes) {
+      const size_t parts = std::min(run.size(), std::max<size_t>(2, (priv_bytes_ * 5 / 4 + kPublishBytes - 1) / kPublishBytes));
+      drop();
+      size_t at = 0;
+      for (size_t k = 0; k < parts; k++) {
+        const size_t n = run.size() / parts + (k < run.size() % parts ? 1 : 0);
+        ASYMNVM_RETURN_IF_ERROR(ApplyVectorRun(run.subspan(at, n), false));
+        at += n;
+      }
+      return Status::Ok();
+    }
+    st = s_.OpLog(st_, kOpPutVector, EncodeVector(run)).status();
+    if (!st.ok()) {
+      drop();
+      return st;
+    }
+    dirty_ = !priv_.empty() || count_ != count || root_ != root;
+    if (!dirty_) return s_.TxWrite(st_);  // nothing changed (cannot happen for a put): close the op
+    return Publish();
   }
 
   // Writes the working version and swaps the root in one transaction, fenced.
@@ -388,6 +479,7 @@ class MvBase : public Map, public Base {
   size_t priv_bytes_ = 0;
   uint32_t ops_ = 0;
   bool dirty_ = false;
+  bool in_vector_ = false;  // DoPut inside ApplyVectorRun: no op log, no publish of its own
   std::vector<uint64_t> retired_;  // published objects replaced since the last publish
   std::deque<std::pair<Clock::time_point, uint64_t>> reclaim_;
   std::chrono::microseconds grace_ = kDefaultGrace;

@@ -4,7 +4,8 @@
 #   2. the CMake package: install to a staging prefix and build an application against it;
 #   3. an ASan+UBSan build running the unit and conformance suites;
 #   4. the libFuzzer targets for a bounded time each (FUZZ_SECONDS, default 30) when clang exists.
-# Environment: SKIP_ASAN=1 / SKIP_FUZZ=1 skip steps 3 / 4; CTEST_ARGS adds ctest arguments
+# Environment: SKIP_ASAN=1 / SKIP_FUZZ=1 skip steps 3 / 4; TSAN=1 adds a ThreadSanitizer build
+# running the unit suites (off by default: it doubles the run time); CTEST_ARGS adds ctest arguments
 # (e.g. CTEST_ARGS="-L long" runs the long campaigns instead).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +36,15 @@ if [ "${SKIP_ASAN:-0}" != 1 ]; then
   cmake --build build-asan -j"$JOBS"
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan -L "unit|conformance" --output-on-failure -j"$JOBS"
+fi
+
+if [ "${TSAN:-0}" = 1 ]; then
+  step "ThreadSanitizer build: unit suites (suppressions: tests/tsan.supp, the soft NIC's DMA only)"
+  cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DASYMNVM_SANITIZE=thread \
+    -DASYMNVM_BUILD_BENCH=OFF >/dev/null
+  cmake --build build-tsan -j"$JOBS"
+  TSAN_OPTIONS="halt_on_error=1 history_size=7 suppressions=$ROOT/tests/tsan.supp" \
+    ctest --test-dir build-tsan -L unit --output-on-failure -j"$JOBS"
 fi
 
 if [ "${SKIP_FUZZ:-0}" != 1 ] && command -v clang++ >/dev/null; then

@@ -550,7 +550,7 @@ TEST_F(FrontendTest, BadInput) {
   EXPECT_EQ(Session::Open(o).status().code(), StatusCode::kInvalidArgument);
   o.frontend_id = 1;
   o.backends.push_back(be_->address());
-  EXPECT_EQ(Session::Open(o).status().code(), StatusCode::kNotSupported);
+  EXPECT_EQ(Session::Open(o).status().code(), StatusCode::kInvalidArgument);
   o.backends = {};
   EXPECT_EQ(Session::Open(o).status().code(), StatusCode::kInvalidArgument);
   o = Options(1, Level::kRcb);

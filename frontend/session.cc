@@ -519,7 +519,8 @@ static bool ValidPageSize(uint32_t ps) {
 Result<std::unique_ptr<Session>> Session::Open(const SessionOptions& options) {
   if (options.backends.empty()) return Status::InvalidArgument("session: no back-end address");
   if (options.backends.size() > 1) {
-    return Status::NotSupported("session: more than one back-end (partitioning is not done)");
+    return Status::InvalidArgument(
+        "session: one back-end per Session; use frontend::Cluster for several (include/asymnvm/cluster.h)");
   }
   if (options.frontend_id == 0 || options.frontend_id > 0xFFFF) {
     return Status::InvalidArgument("session: frontend_id must be in 1..65535");

@@ -48,8 +48,8 @@ Result<Level> ParseLevel(const std::string& name);   // kInvalidArgument on anyt
 inline constexpr uint16_t kLockAheadOpType = 0xFF01;  // payload: lock word address u64
 
 struct SessionOptions {
-  // OQ addresses of the back-ends (Backend::address()). This cut serves exactly one; more are
-  // kNotSupported (partitioning across back-ends is not done).
+  // The back-end's OQ address (Backend::address()): exactly one. frontend::Cluster
+  // (asymnvm/cluster.h) takes several and opens one Session each.
   std::vector<std::string> backends;
   uint64_t frontend_id = 0;  // 1..65535 (the Rowan owner field is 16 bits)
   Level level = Level::kRcb;
@@ -142,7 +142,8 @@ using ReplayFn = std::function<Status(Session&, const Structure&, const Recovere
 class Session {
  public:
   // Connects, registers the front-end (creating its record on first use) and learns LPN/OPN.
-  // Errors: kInvalidArgument (options), kNotSupported (more than one back-end), fabric / OQ
+  // Errors: kInvalidArgument (options, more than one back-end: frontend::Cluster serves several),
+  // fabric / OQ
   // errors with context. A rejected transaction of an earlier session recorded by the back-end is
   // logged (it cannot be cleared yet; doc/frontend.md).
   static Result<std::unique_ptr<Session>> Open(const SessionOptions& options);

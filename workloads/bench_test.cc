@@ -223,8 +223,19 @@ TEST(BenchStructures, QuickRunHasEveryLevelAndTable3) {
       EXPECT_TRUE(rec[k].is_number()) << k;
     }
   }
-  EXPECT_EQ(cells.size(), 12u);
+  EXPECT_EQ(cells.size(), 13u);  // 2 x 6 levels + rcb-v for the ordered one
   EXPECT_TRUE(cells.count("bptree/symmetric")) << j["results"].dump();
+  EXPECT_TRUE(cells.count("bptree/rcb-v")) << j["results"].dump();
+  EXPECT_FALSE(cells.count("queue/rcb-v")) << j["results"].dump();
+  // Vectors: one op log and one descent per vector, so fewer round trips per insert than rcb.
+  double rt_rcb = -1, rt_vec = -1;
+  for (const auto& rec : j["results"]) {
+    if (rec["structure"] != "bptree") continue;
+    if (rec["variant"] == "rcb") rt_rcb = rec["round_trips_per_op"].get<double>();
+    if (rec["variant"] == "rcb-v") rt_vec = rec["round_trips_per_op"].get<double>();
+  }
+  EXPECT_GE(rt_vec, 0.0);
+  EXPECT_LT(rt_vec, rt_rcb);
   EXPECT_TRUE(cells.count("queue/symmetric-b")) << j["results"].dump();
   for (const auto& rec : j["results"]) {
     const std::string v = rec["variant"].get<std::string>();
@@ -233,8 +244,9 @@ TEST(BenchStructures, QuickRunHasEveryLevelAndTable3) {
     EXPECT_GT(rec["ops"].get<uint64_t>(), 0u) << v;
     EXPECT_DOUBLE_EQ(rec["log_round_trips_per_op"].get<double>(), 1.0) << v;
   }
-  ASSERT_EQ(j["table3"].size(), 2u);
+  ASSERT_EQ(j["table3"].size(), 3u);
   EXPECT_EQ(j["table3"][0]["structure"], "queue");
+  EXPECT_EQ(j["table3"][2]["of"], "rcb-v/naive");
   // rcb ÷ symmetric and rcb ÷ symmetric-b per structure, with the paper's figure.
   ASSERT_EQ(j["table3_vs_symmetric"].size(), 4u) << j["table3_vs_symmetric"].dump();
   std::set<std::string> of;
@@ -246,6 +258,8 @@ TEST(BenchStructures, QuickRunHasEveryLevelAndTable3) {
   EXPECT_EQ(of, (std::set<std::string>{"queue:rcb/symmetric", "queue:rcb/symmetric-b",
                                        "bptree:rcb/symmetric", "bptree:rcb/symmetric-b"}));
   RunResult bad = RunCmd(kBench + " structures --structures heap");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  bad = RunCmd(kBench + " structures --vector 1");
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   bad = RunCmd(kBench + " structures --levels symmetric,fast");
   EXPECT_EQ(bad.exit_code, 2) << bad.output;

@@ -25,6 +25,10 @@ struct RunConfig {
   bool hashed_keys = true;               // key = FnvHash64(keynum) (random order), else keynum
   std::string value_size = "constant:64";
   uint64_t ops = 10000;
+  // Maps: consecutive writes are gathered into vectors of this many pairs and sent with one
+  // Map::PutBatch (Algorithm 3; a read first sends the pending vector). Each write's latency is
+  // its vector's (the write is not done before the vector returns). 1 = every write is a Put.
+  uint32_t vector = 1;
   std::chrono::nanoseconds max_time = std::chrono::seconds(60);
   uint64_t seed = 1;
 };

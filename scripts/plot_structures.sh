@@ -5,7 +5,8 @@
 #
 # <prefix>-table3.png: throughput of each structure per level, normalised to naive (Table 3 style,
 #   log scale), with the paper's RCB/naive ratio as a marker. The symmetric baselines (levels
-#   symmetric, symmetric-b) are bars too when the run had them (missing cells are left empty).
+#   symmetric, symmetric-b) and rcb-v (vector operations, ordered maps) are bars too when the run
+#   had them (missing cells are left empty).
 # <prefix>-sweeps.png: throughput vs batch size (rcb) and vs cache size (rc), when the run had
 #   --sweep rows.
 set -euo pipefail
@@ -29,7 +30,7 @@ d = json.load(open(src))
 if d.get("suite") != "structures":
     sys.exit(f"{src}: suite is {d.get('suite')!r}, expected 'structures'")
 paper = {t["structure"]: t["paper"] for t in d.get("table3", [])}
-levels = ["naive", "r", "rc", "rcb", "symmetric", "symmetric-b"]
+levels = ["naive", "r", "rc", "rcb", "rcb-v", "symmetric", "symmetric-b"]
 tput = {}
 order = []
 for r in d["results"]:
@@ -76,8 +77,8 @@ set grid ytics
 set key top left
 set ylabel 'x naive'
 plot '$tmp/t3.dat' using 2:xtic(1) title 'naive', '' using 3 title 'r', '' using 4 title 'rc', \
-     '' using 5 title 'rcb', '' using 6 title 'symmetric', '' using 7 title 'symmetric-b', \
-     '' using 0:8 with points pt 7 ps 1.5 lc rgb 'black' title 'paper rcb/naive'
+     '' using 5 title 'rcb', '' using 6 title 'rcb-v (vectors)', '' using 7 title 'symmetric', \
+     '' using 8 title 'symmetric-b', '' using 0:9 with points pt 7 ps 1.5 lc rgb 'black' title 'paper rcb/naive'
 GP
 if [[ -s "$tmp/batch.dat" || -s "$tmp/cache.dat" ]]; then
   gnuplot <<GP

@@ -1101,6 +1101,7 @@ uint64_t Session::recovered_opn() const { return impl_->registered_opn; }
 uint64_t Session::next_op_seq() const { return impl_->next_op; }
 uint64_t Session::data_begin() const { return impl_->data_begin; }
 uint64_t Session::data_end() const { return impl_->data_end; }
+size_t Session::max_transaction_bytes() const { return impl_->max_txn; }
 Level Session::level() const { return impl_->o.level; }
 const std::array<uint8_t, 16>& Session::pool_uuid() const { return impl_->pool_uuid; }
 

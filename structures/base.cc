@@ -286,7 +286,7 @@ Status Base::PutVector(std::span<const KeyValue> kvs, const VectorGather& gather
     while (end < sorted.size()) {
       const double w = bound ? static_cast<double>(bound(sorted[end])) : vector_pair_bytes_;
       if (end > begin && (bytes + 12 + sorted[end].second.size() > kVectorPayloadMax ||
-                          writes + w > static_cast<double>(kVectorWriteBudget))) {
+                          writes + w > static_cast<double>(VectorWriteBudget()))) {
         break;
       }
       bytes += 12 + sorted[end].second.size();
@@ -310,11 +310,12 @@ Status Base::ApplyVectorRun(std::span<const KeyValue> run, bool replay, const Ve
     abandon();
     return st;
   }
-  if (!replay && run.size() > 1 && plan.bytes > kVectorWriteBudget) {
+  const size_t budget = VectorWriteBudget();
+  if (!replay && run.size() > 1 && plan.bytes > budget) {
     // Too many writes for one transaction: nothing is logged yet, so cut the run into parts
     // expected to fit (by this plan's bytes per pair) and gather them anew.
     abandon();
-    const size_t parts = std::min(run.size(), std::max<size_t>(2, (plan.bytes * 5 / 4 + kVectorWriteBudget - 1) / kVectorWriteBudget));
+    const size_t parts = std::min(run.size(), std::max<size_t>(2, (plan.bytes * 5 / 4 + budget - 1) / budget));
     size_t at = 0;
     for (size_t k = 0; k < parts; k++) {
       const size_t n = run.size() / parts + (k < run.size() % parts ? 1 : 0);

@@ -37,9 +37,9 @@ inline constexpr uint16_t kOpPutVector = 3;
 // A vector's op-log parameters stay within this many bytes (longer input is cut into runs).
 inline constexpr size_t kVectorPayloadMax = 64 * 1024;
 // A vector's memory logs (each counted as 16 B of entry header + its bytes padded to 8) stay
-// within this many bytes, well inside the largest transaction of the default 64 KiB OQ buffer;
-// a run whose gathered writes exceed it is halved (a single pair is applied whatever its size,
-// like Put).
+// within this many bytes, and within half the session's largest transaction
+// (Base::VectorWriteBudget); a run whose gathered writes exceed it is cut (a single pair is
+// applied whatever its size, like Put).
 inline constexpr size_t kVectorWriteBudget = 32 * 1024;
 std::vector<uint8_t> EncodeVector(std::span<const KeyValue> kvs);
 // kCorruption when the count, a length or the key order does not match.
@@ -133,6 +133,11 @@ class Base {
   // it under the seqlock (retried while the writer's transactions apply).
   Status Query(const std::function<Status()>& body);
 
+  // kVectorWriteBudget, or half the back-end's largest transaction when that is smaller (a
+  // back-end with small OQ buffers).
+  size_t VectorWriteBudget() const {
+    return std::min(kVectorWriteBudget, s_.max_transaction_bytes() / 2);
+  }
   Status CheckWritable() const;  // kFailedPrecondition for reader handles
   Status CheckValue(std::span<const uint8_t> value) const;  // kInvalidArgument when too long
   Status SyncBase();  // Flush + Fence

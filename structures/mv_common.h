@@ -353,14 +353,20 @@ class MvBase : public Map, public Base {
   // Before an update whose private objects may take `estimate` bytes: publish first when they
   // would not fit (fails before the op log when one update alone cannot), then the op log.
   // Inside a vector run neither: the run's op log follows its DRAM work (ApplyVectorRun).
+  // kPublishBytes, or the back-end's largest transaction less room for the transaction's header,
+  // commit record and anchor words when that is smaller.
+  size_t PublishBudget() const {
+    const size_t max = s_.max_transaction_bytes();
+    return std::min(kPublishBytes, max > 512 ? max - 512 : max / 2);
+  }
   Status Begin(uint16_t op, uint64_t key, std::span<const uint8_t> value, size_t estimate) {
-    if (estimate > kPublishBytes) {
+    if (estimate > PublishBudget()) {
       return Status::ResourceExhausted(What() + ": one update would copy " + std::to_string(estimate) +
                                        " bytes, more than one publish holds (" +
-                                       std::to_string(kPublishBytes) + ")");
+                                       std::to_string(PublishBudget()) + ")");
     }
     if (in_vector_) return Status::Ok();
-    if (priv_bytes_ + estimate > kPublishBytes) ASYMNVM_RETURN_IF_ERROR(Publish());
+    if (priv_bytes_ + estimate > PublishBudget()) ASYMNVM_RETURN_IF_ERROR(Publish());
     ASYMNVM_RETURN_IF_ERROR(s_.OpLog(st_, op, EncodeKeyValue(key, value)).status());
     dirty_ = true;
     return Status::Ok();
@@ -368,7 +374,7 @@ class MvBase : public Map, public Base {
   Status End(bool replay) {
     ops_++;
     if (in_vector_) return Status::Ok();
-    if (replay || ops_ >= batch_ || priv_bytes_ >= kPublishBytes) return Publish();
+    if (replay || ops_ >= batch_ || priv_bytes_ >= PublishBudget()) return Publish();
     return ReclaimDue();
   }
 
@@ -409,8 +415,8 @@ class MvBase : public Map, public Base {
       drop();
       return st;
     }
-    if (!replay && run.size() > 1 && priv_bytes_ > kPublishBytes) {
-      const size_t parts = std::min(run.size(), std::max<size_t>(2, (priv_bytes_ * 5 / 4 + kPublishBytes - 1) / kPublishBytes));
+    if (!replay && run.size() > 1 && priv_bytes_ > PublishBudget()) {
+      const size_t parts = std::min(run.size(), std::max<size_t>(2, (priv_bytes_ * 5 / 4 + PublishBudget() - 1) / PublishBudget()));
       drop();
       size_t at = 0;
       for (size_t k = 0; k < parts; k++) {

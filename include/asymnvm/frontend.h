@@ -249,6 +249,10 @@ class Session {
   uint64_t next_op_seq() const;
   uint64_t data_begin() const;
   uint64_t data_end() const;
+  // The largest transaction (bytes, headers included) the back-end accepts: one operation's
+  // memory logs must fit (TxWrite returns kResourceExhausted otherwise). Structures size
+  // multi-pair runs and multi-version publishes by it.
+  size_t max_transaction_bytes() const;
   Level level() const;
   // The identity of the back-end's pool (fixed when the pool file was created; survives restarts
   // and address changes). Partition maps name back-ends by it.

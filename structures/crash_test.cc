@@ -40,14 +40,24 @@ struct Op {
   bool write;  // push / put
   uint64_t key;
   Value value;
+  // Maps, one operation in 20: a PutBatch of 2..6 pairs (one vector run, so it is atomic like a
+  // Put: small enough for one op log and one transaction of every kind).
+  std::vector<KeyValue> batch;
 };
 
 Op MakeOp(std::mt19937_64& rng, int i, bool sequence) {
   Op op;
-  const int r = static_cast<int>(rng() % 10);
-  op.write = sequence ? r < 6 : r < 7;
+  const int r = static_cast<int>(rng() % 20);
+  op.write = sequence ? r < 12 : r < 14 || r == 19;
   op.key = rng() % kKeys;
   op.value = TestValue(op.key, static_cast<uint64_t>(i), 1 + rng() % 40);
+  if (!sequence && r == 19) {
+    const int n = 2 + static_cast<int>(rng() % 5);
+    for (int k = 0; k < n; k++) {
+      const uint64_t key = rng() % kKeys;
+      op.batch.emplace_back(key, TestValue(key, static_cast<uint64_t>(i) * 8 + k, 1 + rng() % 40));
+    }
+  }
   return op;
 }
 
@@ -66,6 +76,8 @@ struct Model {
           seq.pop_front();
         }
       }
+    } else if (!op.batch.empty()) {
+      for (const auto& [k, v] : op.batch) map[k] = v;  // in order: the last of equal keys wins
     } else if (op.write) {
       map[op.key] = op.value;
     } else {
@@ -124,7 +136,11 @@ struct Model {
       st = op.write ? q->Push(op.value) : q->Pop(&v);
     } else {
       auto* m = static_cast<Map*>(h->get());
-      st = op.write ? m->Put(op.key, op.value) : m->Delete(op.key);
+      if (!op.batch.empty()) {
+        st = m->PutBatch(op.batch);
+      } else {
+        st = op.write ? m->Put(op.key, op.value) : m->Delete(op.key);
+      }
     }
     if (!st.ok() && st.code() != StatusCode::kNotFound) {
       std::fprintf(stderr, "child op %d: %s\n", i, st.ToString().c_str());

@@ -1,10 +1,13 @@
-// A front-end application built against the installed package only: it starts the installed
-// asymnvm-backend daemon on a temporary pool, opens a B+tree and a queue through the SDK, writes
-// and reads them back, reopens the session and reads again, and stops the daemon with SIGTERM.
-// Exit code 0 only if every value round-trips and the daemon exits cleanly.
+// A front-end application built against the installed package only: it starts two installed
+// asymnvm-backend daemons on temporary pools, opens a B+tree and a queue through the SDK on the
+// first and a hash table partitioned over both (frontend::Cluster), writes and reads them back,
+// reopens and reads again, and stops the daemons with SIGTERM. Exit code 0 only if every value
+// round-trips and the daemons exit cleanly.
 //
 //   asymnvm_sdk_consumer PATH-TO-asymnvm-backend
+#include <asymnvm/cluster.h>
 #include <asymnvm/frontend.h>
+#include <asymnvm/structures/partitioned.h>
 #include <asymnvm/structures/structure.h>
 #include <signal.h>
 #include <spawn.h>
@@ -23,6 +26,34 @@ static int Fail(const char* what, const Status& st) {
   return 1;
 }
 
+// Starts `bin` on `pool`; its address (the "listening ADDR" line) in *address. false on failure.
+static bool StartDaemon(const char* bin, const std::string& pool, pid_t* pid, std::string* address) {
+  int out[2];
+  if (pipe(out) != 0) return false;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  std::vector<std::string> args = {bin, "--pool", pool, "--size", "64M", "--log-level", "warn"};
+  std::vector<char*> av;
+  for (auto& a : args) av.push_back(a.data());
+  av.push_back(nullptr);
+  if (posix_spawn(pid, bin, &fa, nullptr, av.data(), environ) != 0) {
+    std::fprintf(stderr, "cannot start %s\n", bin);
+    return false;
+  }
+  close(out[1]);
+  std::string line;
+  char c;
+  while (read(out[0], &c, 1) == 1 && c != '\n') line.push_back(c);
+  close(out[0]);
+  if (line.rfind("listening ", 0) != 0) {
+    std::fprintf(stderr, "back-end did not start: '%s'\n", line.c_str());
+    return false;
+  }
+  *address = line.substr(10);
+  return true;
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: %s PATH-TO-asymnvm-backend\n", argv[0]);
@@ -30,39 +61,24 @@ int main(int argc, char** argv) {
   }
   char dir[] = "/tmp/asymnvm-sdk-consumer-XXXXXX";
   if (mkdtemp(dir) == nullptr) return 1;
-  const std::string pool = std::string(dir) + "/pool";
-  int out[2];
-  if (pipe(out) != 0) return 1;
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  std::vector<std::string> args = {argv[1], "--pool", pool, "--size", "64M", "--log-level", "warn"};
-  std::vector<char*> av;
-  for (auto& a : args) av.push_back(a.data());
-  av.push_back(nullptr);
-  pid_t pid;
-  if (posix_spawn(&pid, argv[1], &fa, nullptr, av.data(), environ) != 0) {
-    std::fprintf(stderr, "cannot start %s\n", argv[1]);
-    return 1;
+  const std::string pools[2] = {std::string(dir) + "/pool0", std::string(dir) + "/pool1"};
+  pid_t pids[2];
+  std::string addresses[2];
+  for (int i = 0; i < 2; i++) {
+    if (!StartDaemon(argv[1], pools[i], &pids[i], &addresses[i])) return 1;
   }
-  close(out[1]);
-  std::string line;
-  char c;
-  while (read(out[0], &c, 1) == 1 && c != '\n') line.push_back(c);
-  if (line.rfind("listening ", 0) != 0) {
-    std::fprintf(stderr, "back-end did not start: '%s'\n", line.c_str());
-    return 1;
-  }
-  const std::string address = line.substr(10);
   frontend::SessionOptions so;
-  so.backends = {address};
+  so.backends = {addresses[0], addresses[1]};
   so.frontend_id = 7;
   int rc = 0;
   for (int round = 0; round < 2 && rc == 0; round++) {
-    auto s = frontend::Session::Open(so);
-    if (!s.ok()) return Fail("session", s.status());
-    auto tree = structures::OpenMap(**s, structures::Kind::kBPlusTree, "consumer-tree");
-    auto queue = structures::OpenSequence(**s, structures::Kind::kQueue, "consumer-queue");
+    auto cluster = frontend::Cluster::Open(so);
+    if (!cluster.ok()) return Fail("cluster", cluster.status());
+    frontend::Session* s = &(*cluster)->session(0);
+    auto users = structures::OpenPartitioned(**cluster, structures::Kind::kHashTable, "consumer-users");
+    if (!users.ok()) return Fail("open partitioned hash", users.status());
+    auto tree = structures::OpenMap(*s, structures::Kind::kBPlusTree, "consumer-tree");
+    auto queue = structures::OpenSequence(*s, structures::Kind::kQueue, "consumer-queue");
     if (!tree.ok()) return Fail("open tree", tree.status());
     if (!queue.ok()) return Fail("open queue", queue.status());
     if (round == 0) {
@@ -71,10 +87,26 @@ int main(int argc, char** argv) {
         Status st = (*tree)->Put(k, std::span(reinterpret_cast<const uint8_t*>(v.data()), v.size()));
         if (!st.ok()) return Fail("put", st);
       }
+      for (uint64_t k = 0; k < 200; k++) {
+        std::string v = "user-" + std::to_string(k);
+        Status st = (*users)->Put(k, std::span(reinterpret_cast<const uint8_t*>(v.data()), v.size()));
+        if (!st.ok()) return Fail("partitioned put", st);
+      }
       Status st = (*queue)->Push(std::span(reinterpret_cast<const uint8_t*>("first"), 5));
       if (st.ok()) st = (*tree)->Sync();
       if (st.ok()) st = (*queue)->Sync();
+      if (st.ok()) st = (*users)->Sync();
       if (!st.ok()) return Fail("sync", st);
+    }
+    for (uint64_t k = 0; k < 200; k++) {
+      structures::Value v;
+      Status st = (*users)->Get(k, &v);
+      if (!st.ok()) return Fail("partitioned get", st);
+      if (std::string(v.begin(), v.end()) != "user-" + std::to_string(k)) {
+        std::fprintf(stderr, "round %d: partitioned key %llu has the wrong value\n", round,
+                     static_cast<unsigned long long>(k));
+        rc = 1;
+      }
     }
     for (uint64_t k = 0; k < 500; k++) {
       structures::Value v;
@@ -92,15 +124,20 @@ int main(int argc, char** argv) {
       rc = 1;
     }
   }
-  kill(pid, SIGTERM);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    std::fprintf(stderr, "back-end exit status %d\n", status);
-    rc = 1;
+  for (int i = 0; i < 2; i++) {
+    kill(pids[i], SIGTERM);
+    int status = 0;
+    waitpid(pids[i], &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      std::fprintf(stderr, "back-end %d exit status %d\n", i, status);
+      rc = 1;
+    }
+    std::remove(pools[i].c_str());
   }
-  std::remove(pool.c_str());
   rmdir(dir);
-  if (rc == 0) std::printf("SDK consumer: 500 B+tree keys and a queue written, reopened and read back ok\n");
+  if (rc == 0) {
+    std::printf("SDK consumer: 500 B+tree keys, a queue and 200 keys of a hash partitioned over two "
+                "back-ends written, reopened and read back ok\n");
+  }
   return rc;
 }

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -80,19 +81,34 @@ Result<std::unique_ptr<BackendProcess>> BackendProcess::Start(const std::string&
     close(out[1]);
     return Status::IoError("backend process: cannot create " + err_path, errno);
   }
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, err, 2);
-  pid_t pid;
-  int rc = posix_spawn(&pid, bin.c_str(), &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
+  if (access(bin.c_str(), X_OK) != 0) {
+    const int e = errno;
+    close(out[0]);
+    close(out[1]);
+    close(err);
+    return Status::IoError("backend process: cannot start " + bin, e);
+  }
+  // fork + exec rather than posix_spawn: the child asks for SIGTERM when its parent dies
+  // (PR_SET_PDEATHSIG), so a driver killed with SIGKILL does not leave a daemon holding the pool
+  // lock; the daemon shuts down cleanly instead. Only async-signal-safe calls after fork.
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) {
+    const int e = errno;
+    close(out[0]);
+    close(out[1]);
+    close(err);
+    return Status::IoError("backend process: fork", e);
+  }
+  if (pid == 0) {
+    if (dup2(out[1], 1) < 0 || dup2(err, 2) < 0) _exit(126);
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0) _exit(126);
+    if (getppid() != parent) _exit(126);  // the parent died before prctl
+    execve(bin.c_str(), argv.data(), environ);
+    _exit(127);
+  }
   close(out[1]);
   close(err);
-  if (rc != 0) {
-    close(out[0]);
-    return Status::IoError("backend process: cannot start " + bin, rc);
-  }
   auto p = std::unique_ptr<BackendProcess>(new BackendProcess());
   p->pid_ = pid;
   p->err_fd_ = open(err_path.c_str(), O_RDONLY | O_CLOEXEC);

@@ -21,6 +21,9 @@ class BackendProcess {
  public:
   // Starts `bin --pool POOL --size SIZE --log-level LEVEL extra...` and waits for its
   // "listening ADDR" line. kIoError / kInternal with the daemon's stderr when it fails to start.
+  // The daemon gets SIGTERM when the thread that started it dies (PR_SET_PDEATHSIG: a driver
+  // killed with SIGKILL leaves no daemon behind holding the pool lock), so start daemons from a
+  // thread that outlives them (the main thread).
   static Result<std::unique_ptr<BackendProcess>> Start(const std::string& bin, const std::string& pool,
                                                        const std::string& size,
                                                        const std::vector<std::string>& extra = {},

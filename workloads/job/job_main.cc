@@ -16,6 +16,7 @@
 //
 // Exit codes: 0 success, 1 failure (back-end, session, structure errors), 2 bad command line,
 // 3 verification failed (data differs from what earlier runs acknowledged).
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -51,6 +52,9 @@ constexpr uint32_t kValueSize = 64;
 // The job's B+tree partitioned over every back-end: a pseudo-kind of its own (bit 16 of a run
 // record's mask), a map like the others.
 constexpr Kind kPartitioned = static_cast<Kind>(16);
+// Run log records: run u64 | ops u64 | kinds mask u64; this bit of the mask marks a run's start
+// record (pushed before its first operation; the end record follows when it completes).
+constexpr uint64_t kStartedBit = uint64_t{1} << 63;
 
 const char* JobName(Kind k) { return k == kPartitioned ? "pbptree" : structures::KindName(k); }
 
@@ -187,6 +191,9 @@ int main(int argc, char** argv) {
     }
     if (std::find(kinds.begin(), kinds.end(), *k) == kinds.end()) kinds.push_back(*k);
   }
+  // A run's operations pick structures by index into its kinds in this order; a later run
+  // regenerates them from the kinds mask, so the order must not depend on the command line.
+  std::sort(kinds.begin(), kinds.end());
   auto fail = [](const std::string& what, const Status& st) {
     std::cerr << "asymnvm-job: " << what << ": " << st.ToString() << "\n";
     return 1;
@@ -258,9 +265,11 @@ int main(int argc, char** argv) {
   auto nruns = (*runs)->Count();
   if (!nruns.ok()) return fail("run log", nruns.status());
   struct RunRec {
-    uint64_t ops, mask;
+    uint64_t run, ops, mask;
   };
-  std::vector<RunRec> run_recs;
+  std::vector<RunRec> run_recs;        // completed runs, in order (ops = operations applied)
+  RunRec irec{};               // a run that started and never recorded its end ...
+  bool interrupted = false;    // ... when this is set
   {
     // Read the run records without removing them: pop all, then push back in order.
     std::vector<structures::Value> recs;
@@ -274,11 +283,29 @@ int main(int argc, char** argv) {
         return 3;
       }
       RunRec rr;
+      std::memcpy(&rr.run, it->data(), 8);
       std::memcpy(&rr.ops, it->data() + 8, 8);
       std::memcpy(&rr.mask, it->data() + 16, 8);
-      run_recs.push_back(rr);
       Status p = (*runs)->Push(*it);
       if (!p.ok()) return fail("run log", p);
+      if (rr.mask & kStartedBit) {  // a run's start record; its end record follows it
+        if (interrupted) {
+          std::cerr << "asymnvm-job: run log: run " << irec.run + 1
+                    << " started twice without an end record\n";
+          return 3;
+        }
+        rr.mask &= ~kStartedBit;
+        irec = rr;
+        interrupted = true;
+        continue;
+      }
+      if (interrupted && irec.run != rr.run) {
+        std::cerr << "asymnvm-job: run log: run " << irec.run + 1 << " is followed by the "
+                  << "end record of run " << rr.run + 1 << "\n";
+        return 3;
+      }
+      interrupted = false;
+      run_recs.push_back(rr);
     }
   }
   // Models per kind, from every earlier run's own structure list.
@@ -298,6 +325,20 @@ int main(int argc, char** argv) {
       ApplyToModel(by_kind[rk[op.structure]], rk[op.structure], op);
     }
   }
+  // The structures of an interrupted run are verified too.
+  std::vector<Kind> interrupted_kinds;
+  if (interrupted) {
+    for (Kind k : JobKinds()) {
+      if (irec.mask & (uint64_t{1} << static_cast<uint32_t>(k))) {
+        interrupted_kinds.push_back(k);
+        (void)by_kind[k];
+      }
+    }
+    if (interrupted_kinds.empty()) {
+      std::cerr << "asymnvm-job: run log: interrupted run " << irec.run + 1 << " names no structure\n";
+      return 3;
+    }
+  }
   // Structures of earlier runs that this run does not use are verified too.
   for (const auto& [k, m] : by_kind) {
     if (std::find(kinds.begin(), kinds.end(), k) != kinds.end()) continue;
@@ -308,37 +349,102 @@ int main(int argc, char** argv) {
   }
   std::vector<Model> models(kinds.size());
   for (size_t i = 0; i < kinds.size(); i++) models[i] = by_kind[kinds[i]];
-  uint64_t verified = 0;
-  for (size_t i = 0; i < kinds.size(); i++) {
-    const std::string name = JobName(kinds[i]);
-    auto bad = [&](const std::string& why) {
-      std::cerr << "asymnvm-job: VERIFICATION FAILED for " << name << ": " << why << "\n";
-      return 3;
-    };
-    Status vs = handles[i]->Verify();
-    if (!vs.ok()) return bad(vs.ToString());
-    auto n = handles[i]->Count();
-    if (!n.ok()) return fail("count " + name, n.status());
-    const uint64_t want = structures::IsSequence(kinds[i]) ? models[i].seq.size() : models[i].map.size();
-    if (*n != want) return bad(std::to_string(*n) + " elements, earlier runs left " + std::to_string(want));
-    if (structures::IsSequence(kinds[i])) {
-      if (want > 0) {
-        structures::Value v;
-        Status st = static_cast<structures::Sequence*>(handles[i].get())->Peek(&v);
-        if (!st.ok()) return bad(st.ToString());
-        const auto& expect = kinds[i] == Kind::kStack ? models[i].seq.back() : models[i].seq.front();
-        if (v != expect) return bad("the next element to pop differs");
+  // Compares every structure with `ms`: "" when equal, else what differs. *elements counts them.
+  auto verify = [&](const std::vector<Model>& ms, uint64_t* elements) -> std::string {
+    for (size_t i = 0; i < kinds.size(); i++) {
+      const std::string name = JobName(kinds[i]) + std::string(": ");
+      Status vs = handles[i]->Verify();
+      if (!vs.ok()) return name + vs.ToString();
+      auto n = handles[i]->Count();
+      if (!n.ok()) return name + n.status().ToString();
+      const uint64_t want = structures::IsSequence(kinds[i]) ? ms[i].seq.size() : ms[i].map.size();
+      if (*n != want) return name + std::to_string(*n) + " elements, expected " + std::to_string(want);
+      if (structures::IsSequence(kinds[i])) {
+        if (want > 0) {
+          structures::Value v;
+          Status st = static_cast<structures::Sequence*>(handles[i].get())->Peek(&v);
+          if (!st.ok()) return name + st.ToString();
+          const auto& expect = kinds[i] == Kind::kStack ? ms[i].seq.back() : ms[i].seq.front();
+          if (v != expect) return name + "the next element to pop differs";
+        }
+      } else {
+        auto* m = static_cast<structures::Map*>(handles[i].get());
+        for (const auto& [k, val] : ms[i].map) {
+          structures::Value v;
+          Status st = m->Get(k, &v);
+          if (!st.ok()) return name + "key " + std::to_string(k) + ": " + st.ToString();
+          if (v != val) return name + "key " + std::to_string(k) + " has a different value";
+        }
       }
-    } else {
-      auto* m = static_cast<structures::Map*>(handles[i].get());
-      for (const auto& [k, val] : models[i].map) {
-        structures::Value v;
-        Status st = m->Get(k, &v);
-        if (!st.ok()) return bad("key " + std::to_string(k) + ": " + st.ToString());
-        if (v != val) return bad("key " + std::to_string(k) + " has a different value");
+      *elements += want;
+    }
+    return "";
+  };
+  uint64_t verified = 0;
+  const std::string progress_path = (fs::path(data_dir) / "job.progress").string();
+  if (interrupted) {
+    // An interrupted run (the job was killed): its acknowledged operations are durable and the
+    // replay above re-executed those whose memory logs were pending, so the data is the state
+    // after a prefix of its operations: A (the last acknowledged one, from the progress file)
+    // or A + 1 (the one in flight, when its op log had landed). Find which, and record it.
+    uint64_t acked = 0;
+    bool known = false;
+    {
+      std::ifstream pf(progress_path, std::ios::binary);
+      uint64_t rec[2];
+      if (pf.read(reinterpret_cast<char*>(rec), sizeof rec) && rec[0] == irec.run) {
+        acked = rec[1];
+        known = true;
       }
     }
-    verified += want;
+    if (!known) {
+      std::cerr << "asymnvm-job: VERIFICATION FAILED: run " << irec.run + 1
+                << " was interrupted and its progress file " << progress_path
+                << " is missing or from another run\n";
+      return 3;
+    }
+    std::map<Kind, size_t> index;
+    for (size_t i = 0; i < kinds.size(); i++) index[kinds[i]] = i;
+    std::string why;
+    bool resolved = false;
+    for (uint64_t cand : {acked + 1, acked}) {
+      if (cand > irec.ops) continue;
+      std::vector<Model> ms = models;
+      workloads::Rng irng(kSeedBase + irec.run);
+      for (uint64_t i = 0; i < cand; i++) {
+        JobOp op = NextOp(irng, interrupted_kinds, irec.run, i);
+        const Kind k = interrupted_kinds[op.structure];
+        ApplyToModel(ms[index[k]], k, op);
+      }
+      uint64_t elements = 0;
+      why = verify(ms, &elements);
+      if (!why.empty()) continue;
+      models = std::move(ms);
+      verified = elements;
+      uint8_t rec[24];
+      std::memcpy(rec, &irec.run, 8);
+      std::memcpy(rec + 8, &cand, 8);
+      std::memcpy(rec + 16, &irec.mask, 8);
+      Status pr = (*runs)->Push(std::span<const uint8_t>(rec, 24));
+      if (pr.ok()) pr = (*runs)->Sync();
+      if (!pr.ok()) return fail("run log", pr);
+      run_recs.push_back({irec.run, cand, irec.mask});
+      std::cout << "run " << irec.run + 1 << " was interrupted after " << cand << " of "
+                << irec.ops << " operations (" << acked << " acknowledged); recorded\n";
+      resolved = true;
+      break;
+    }
+    if (!resolved) {
+      std::cerr << "asymnvm-job: VERIFICATION FAILED after interrupted run " << irec.run + 1
+                << " (" << acked << " operations acknowledged): " << why << "\n";
+      return 3;
+    }
+  } else {
+    const std::string why = verify(models, &verified);
+    if (!why.empty()) {
+      std::cerr << "asymnvm-job: VERIFICATION FAILED for " << why << "\n";
+      return 3;
+    }
   }
   if (!run_recs.empty()) {
     std::cout << "verified " << verified << " elements left by " << run_recs.size()
@@ -353,6 +459,27 @@ int main(int argc, char** argv) {
   uint64_t mask = 0;
   for (Kind k : run_kinds) mask |= uint64_t{1} << static_cast<uint32_t>(k);
   workloads::Rng rng(kSeedBase + run);
+  {
+    // The start record: a later job that finds it without its end record knows this run was
+    // interrupted, and which operations it was running.
+    uint8_t rec[24];
+    const uint64_t started = mask | kStartedBit;
+    std::memcpy(rec, &run, 8);
+    std::memcpy(rec + 8, &ops, 8);
+    std::memcpy(rec + 16, &started, 8);
+    Status pr = (*runs)->Push(std::span<const uint8_t>(rec, 24));
+    if (pr.ok()) pr = (*runs)->Sync();
+    if (!pr.ok()) return fail("recording the run's start", pr);
+  }
+  // The progress file: (run, operations acknowledged), rewritten after every operation. It
+  // survives a kill of the job (page cache), not necessarily a machine crash.
+  const int progress_fd = open(progress_path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (progress_fd < 0) return fail("progress file", Status::IoError(progress_path, errno));
+  auto note_progress = [&](uint64_t done) {
+    const uint64_t rec[2] = {run, done};
+    return pwrite(progress_fd, rec, sizeof rec, 0) == static_cast<ssize_t>(sizeof rec);
+  };
+  if (!note_progress(0)) return fail("progress file", Status::IoError(progress_path, errno));
   std::vector<bench::LatencySampler> lat(kinds.size());
   std::vector<uint64_t> per_ops(kinds.size()), mismatches(kinds.size());
   auto counters = [&] {
@@ -418,6 +545,7 @@ int main(int argc, char** argv) {
     }
     ApplyToModel(m, kinds[x], op);
     per_ops[x]++;
+    if (!note_progress(i + 1)) return fail("progress file", Status::IoError(progress_path, errno));
     if (tty && (i % 512 == 0 || i + 1 == ops)) {
       const double el = std::chrono::duration<double>(bench::Clock::now() - t0).count();
       std::cout << "\r\033[Krun " << run + 1 << ": " << i + 1 << "/" << ops << " ops, "
@@ -432,7 +560,8 @@ int main(int argc, char** argv) {
   if (tty) std::cout << "\r\033[K";
   const auto c1 = counters();
   auto cpu1 = cpu();
-  // Record the run, durably, before declaring success.
+  close(progress_fd);
+  // Record the run's end, durably, before declaring success.
   uint8_t rec[24];
   std::memcpy(rec, &run, 8);
   std::memcpy(rec + 8, &ops, 8);

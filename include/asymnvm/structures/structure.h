@@ -116,11 +116,12 @@ class Map : public Handle {
   // Insert or update every pair (a vector operation, §8.3 Algorithm 3). The input may be in any
   // order; of pairs with the same key the last one wins. Every value is checked before anything
   // is logged: one value longer than value_size fails the whole call (kInvalidArgument) with
-  // nothing written; kFailedPrecondition for a reader. B+tree, BST and skip list apply the sorted
-  // vector as few operations (op type 3, doc/structures.md "Vector operations"): one op log and
-  // one tx_write per run of the vector whose op log and memory logs fit the bounds there. Other
-  // kinds (this default) apply the pairs as one Put each. On a later error the runs applied
-  // before it stay applied.
+  // nothing written; kFailedPrecondition for a reader. B+tree, BST, skip list, MV-BST and
+  // MV-B+tree apply the sorted vector as few operations (op type 3, doc/structures.md "Vector
+  // operations"): one op log and one tx_write per run of the vector whose op log and memory logs
+  // fit the bounds there; each run is atomic across a crash. The hash table (this default)
+  // applies the pairs as one Put each, so a crash can leave any prefix of them. On a later error
+  // the runs applied before it stay applied.
   virtual Status PutBatch(std::span<const KeyValue> kvs);
 };
 

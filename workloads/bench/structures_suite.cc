@@ -39,10 +39,9 @@
 #include "asymnvm/frontend.h"
 #include "asymnvm/structures/structure.h"
 #include "backend/backend.h"
-#include "backend/rpc.h"
-#include "fabric/oq/oq.h"
 #include "workloads/bench/bench.h"
 #include "workloads/bench/latency.h"
+#include "tools/ctl.h"
 #include "workloads/driver/backend_process.h"
 #include "workloads/driver/runner.h"
 
@@ -93,20 +92,11 @@ Result<Variant> ParseVariant(const std::string& name) {
   return Variant{*l, false};
 }
 
-// The Rowan receiver address of the back-end at `oq_address`, from its status reply (kStatus),
-// so the remote log back-end needs no front-end registration.
+// The Rowan receiver address of the back-end at `oq_address`, from its status reply (kStatus,
+// through asymnvm-ctl's client), so the remote log back-end needs no front-end registration.
 Result<std::string> FetchLogAddress(const std::string& oq_address) {
-  ASYMNVM_ASSIGN_OR_RETURN(auto fab, fabric::Fabric::Open(fabric::FabricOptions{}));
-  ASYMNVM_ASSIGN_OR_RETURN(auto pd, fab->AllocPd());
-  oq::ClientOptions co;
-  co.fabric = fab.get();
-  co.pd = pd.get();
-  co.server_address = oq_address;
-  co.window = 1;
-  ASYMNVM_ASSIGN_OR_RETURN(auto client, oq::Client::Connect(co));
-  std::vector<uint8_t> response;
-  ASYMNVM_RETURN_IF_ERROR(client->Call(0, backend::kStatus, {}, &response));
-  Json j = Json::parse(response.begin(), response.end(), nullptr, /*allow_exceptions=*/false);
+  ASYMNVM_ASSIGN_OR_RETURN(std::string text, tools::FetchStatus(oq_address, std::chrono::seconds(5)));
+  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object() || !j.contains("log_address") || !j["log_address"].is_string() ||
       j["log_address"].get<std::string>().empty()) {
     return Status::ProtocolError(oq_address + ": status reply names no log_address");

@@ -307,7 +307,7 @@ TEST(Job, KilledMidRunIsResolvedOnTheNextRun) {
   const std::string base = kJob + " --data-dir " + dir.path() + "/data --pool-size 256M --pm-mode flush";
   RunResult first = RunCmd(base + " --ops 300");
   ASSERT_EQ(first.exit_code, 0) << first.output;
-  RunResult killed = RunCmd("timeout -s KILL 6 " + base + " --ops 100000000");
+  RunResult killed = RunCmd("timeout -s KILL 12 " + base + " --ops 100000000");
   ASSERT_EQ(killed.exit_code, 128 + 9) << killed.output;
   // The daemons shut down on their own (SIGTERM from the kernel when the job died); the pools
   // are free once they have exited.

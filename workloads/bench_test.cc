@@ -4,6 +4,9 @@
 
 #include <chrono>
 #include <thread>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -307,16 +310,42 @@ TEST(Job, KilledMidRunIsResolvedOnTheNextRun) {
   const std::string base = kJob + " --data-dir " + dir.path() + "/data --pool-size 256M --pm-mode flush";
   RunResult first = RunCmd(base + " --ops 300");
   ASSERT_EQ(first.exit_code, 0) << first.output;
-  RunResult killed = RunCmd("timeout -s KILL 12 " + base + " --ops 100000000");
-  ASSERT_EQ(killed.exit_code, 128 + 9) << killed.output;
-  // The daemons shut down on their own (SIGTERM from the kernel when the job died); the pools
-  // are free once they have exited.
-  RunResult next;
-  for (int attempt = 0; attempt < 20; attempt++) {
-    next = RunCmd(base + " --ops 300");
-    if (next.output.find("in use by another process") == std::string::npos) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // Run 2 in the background; SIGKILL it once its progress file shows 100 acknowledged operations.
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const std::string cmd = "exec " + base + " --ops 100000000 >/dev/null 2>&1";
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
   }
+  const std::string progress = dir.path() + "/data/job.progress";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+  bool running = false;
+  while (!running && std::chrono::steady_clock::now() < deadline) {
+    std::ifstream pf(progress, std::ios::binary);
+    uint64_t rec[2] = {0, 0};
+    running = pf.read(reinterpret_cast<char*>(rec), sizeof rec) && rec[0] == 1 && rec[1] >= 100;
+    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(running) << "run 2 never reached 100 acknowledged operations";
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "status " << status;
+  // The daemons shut down on their own (SIGTERM from the kernel when the job died); wait until
+  // both pool locks are free (each daemon holds an exclusive flock on its pool file).
+  auto locked = [&](const std::string& pool) {
+    const int fd = open(pool.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    const bool held = flock(fd, LOCK_EX | LOCK_NB) != 0;
+    close(fd);
+    return held;
+  };
+  while ((locked(dir.path() + "/data/asymnvm.pool") || locked(dir.path() + "/data/asymnvm-1.pool")) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  RunResult next = RunCmd(base + " --ops 300");
   ASSERT_EQ(next.exit_code, 0) << next.output;
   EXPECT_NE(next.output.find("run 2 was interrupted after"), std::string::npos) << next.output;
   EXPECT_NE(next.output.find("left by 2 earlier run(s) in 9 structures"), std::string::npos)

@@ -252,7 +252,7 @@ class BPlusTree final : public Map, public Base {
     if (!Plausible(addr, leaf ? leaf_bytes_ : internal_bytes_)) return Torn("node address " + std::to_string(addr));
     buf_.resize(bytes);
     ASYMNVM_RETURN_IF_ERROR(Read(addr, buf_, levels_.Cached(adapt_, depth)));
-    if (adapt_ && !vector_walk_) levels_.Tick(s_);
+    if (adapt_) levels_.Tick(s_);
     const uint8_t* b = buf_.data();
     const uint32_t tag = GetU32(b), n = GetU32(b + 4);
     if (tag != (leaf ? kLeafTag : kInternalTag)) return Torn("node tag at depth " + std::to_string(depth));
@@ -760,14 +760,9 @@ class BPlusTree final : public Map, public Base {
     return Status::Ok();
   }
 
-  // A vector walk reads each node once for many keys, so its hit ratio says nothing about the
-  // per-key descents the §8 threshold is tuned for: it reads under the current N without
-  // adapting it.
+  // A vector walk reads under the current N without adapting it (LevelThreshold::Paused).
   Status GatherWalk(std::span<const KeyValue> run, VectorPlan* plan) {
-    vector_walk_ = true;
-    Status st = GatherVector(run, plan);
-    vector_walk_ = false;
-    return st;
+    return levels_.Paused([&] { return GatherVector(run, plan); });
   }
 
   Status GatherVector(std::span<const KeyValue> run, VectorPlan* plan) {
@@ -979,7 +974,6 @@ class BPlusTree final : public Map, public Base {
   uint64_t internal_bytes_ = 0, leaf_bytes_ = 0;
   bool adapt_ = false;
   LevelThreshold levels_;
-  bool vector_walk_ = false;  // inside GatherVector: reads do not adapt the threshold
   int leaf_depth_ = 0;  // of the last descent
   std::vector<uint8_t> buf_;
   // The writer's view of the anchor (it holds the lock).

@@ -259,7 +259,7 @@ class Bst final : public Map, public Base {
     if (!Plausible(addr)) return Torn("node address " + std::to_string(addr));
     uint8_t b[kSlot];
     ASYMNVM_RETURN_IF_ERROR(Read(addr, b, levels_.Cached(adapt_, depth)));
-    if (adapt_ && !vector_walk_) levels_.Tick(s_);
+    if (adapt_) levels_.Tick(s_);
     h->key = GetU64(b);
     h->left = GetU64(b + kLeft);
     h->right = GetU64(b + kRight);
@@ -365,14 +365,9 @@ class Bst final : public Map, public Base {
     return node;
   }
 
-  // A vector walk reads each node once for many keys, so its hit ratio says nothing about the
-  // per-key descents the §8 threshold is tuned for: it reads under the current N without
-  // adapting it.
+  // A vector walk reads under the current N without adapting it (LevelThreshold::Paused).
   Status GatherWalk(std::span<const KeyValue> run, VectorPlan* plan) {
-    vector_walk_ = true;
-    Status st = GatherVector(run, plan);
-    vector_walk_ = false;
-    return st;
+    return levels_.Paused([&] { return GatherVector(run, plan); });
   }
 
   Status GatherVector(std::span<const KeyValue> run, VectorPlan* plan) {
@@ -499,7 +494,6 @@ class Bst final : public Map, public Base {
   uint32_t slot_bytes_ = 0, node_bytes_ = 0;
   bool adapt_ = false;
   LevelThreshold levels_;
-  bool vector_walk_ = false;  // inside GatherVector: reads do not adapt the threshold
   // The writer's view of the anchor (it holds the lock).
   uint64_t root_ = 0, count_ = 0;
 };

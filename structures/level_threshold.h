@@ -15,8 +15,17 @@ class LevelThreshold {
   LevelThreshold(int initial, int max) : n_(initial), max_(max) {}
   int n() const { return n_; }
   bool Cached(bool active, int depth) const { return !active || depth < n_; }
+  // Runs `walk` without adapting N: a vector walk reads each node once for many keys, so its hit
+  // ratio says nothing about the per-key descents the rule is tuned for.
+  template <typename F>
+  auto Paused(F&& walk) {
+    paused_ = true;
+    auto r = walk();
+    paused_ = false;
+    return r;
+  }
   void Tick(frontend::Session& s) {
-    if (++reads_ < kWindow) return;
+    if (paused_ || ++reads_ < kWindow) return;
     reads_ = 0;
     const frontend::Counters c = s.counters();
     const uint64_t h = c.cache_hits - last_hits_, m = c.cache_misses - last_misses_;
@@ -34,6 +43,7 @@ class LevelThreshold {
   static constexpr int kWindow = 1024;
   int n_, max_;
   int reads_ = 0;
+  bool paused_ = false;
   uint64_t last_hits_ = 0, last_misses_ = 0;
 };
 

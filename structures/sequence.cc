@@ -93,6 +93,29 @@ class LinkedSequence final : public Sequence, public Base {
     return n;
   }
 
+  Status List(size_t limit, std::vector<Value>* out) override {
+    ASYMNVM_RETURN_IF_ERROR(Materialize());
+    return Query([&]() -> Status {
+      out->clear();
+      uint8_t a[kAnchorBytes];
+      ASYMNVM_RETURN_IF_ERROR(Read(anchor_, a));
+      const uint64_t count = GetU64(a + kCount);
+      std::vector<uint8_t> node(node_bytes_);
+      for (uint64_t at = GetU64(a + kHead), n = 0; at != 0 && out->size() < limit; n++) {
+        if (n >= count) {
+          return Status::Corruption(Describe(kind_, st_.name) + ": more nodes than the count " +
+                                    std::to_string(count));
+        }
+        ASYMNVM_RETURN_IF_ERROR(Read(at, node));
+        Value v;
+        ASYMNVM_RETURN_IF_ERROR(DecodeSlot(std::span<const uint8_t>(node).subspan(8), vsize(), &v));
+        out->push_back(std::move(v));
+        at = GetU64(node.data());
+      }
+      return Status::Ok();
+    });
+  }
+
   Status Sync() override {
     ASYMNVM_RETURN_IF_ERROR(Materialize());
     return writer() ? SyncBase() : Status::Ok();

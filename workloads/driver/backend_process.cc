@@ -164,10 +164,27 @@ Status BackendProcess::Stop(std::string* log) {
   pid_ = -1;
   std::string msg = Drain(err_fd_);
   if (log) *log = msg;
+  if (WIFSIGNALED(status) && WTERMSIG(status) != SIGTERM) {
+    // It died before it could handle the SIGTERM (someone else killed it): not a shutdown bug.
+    return Status::Aborted("asymnvm-backend was killed by signal " + std::to_string(WTERMSIG(status)) +
+                           " before it stopped: " + msg);
+  }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     return Status::Internal("asymnvm-backend did not stop cleanly (status " + std::to_string(status) + "): " + msg);
   }
   return Status::Ok();
+}
+
+bool BackendProcess::Exited(std::string* how) const {
+  if (pid_ < 0) return false;  // stopped or killed by us, and reaped
+  siginfo_t info{};
+  if (waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) != 0) return false;
+  if (info.si_pid == 0) return false;
+  if (how) {
+    *how = info.si_code == CLD_EXITED ? "exited with status " + std::to_string(info.si_status)
+                                      : "killed by signal " + std::to_string(info.si_status);
+  }
+  return true;
 }
 
 void BackendProcess::Kill() {

@@ -35,10 +35,14 @@ class BackendProcess {
   pid_t pid() const { return pid_; }
   // User + system CPU seconds of the daemon so far (/proc/PID/stat).
   Result<double> CpuSeconds() const;
-  // SIGTERM and wait; kInternal unless it exits 0. Its stderr summary line is returned in `*log`.
+  // SIGTERM and wait; kAborted if it died of another signal first (killed by someone else),
+  // kInternal unless it exits 0. Its stderr summary line is returned in `*log`.
   Status Stop(std::string* log = nullptr);
   // SIGKILL and wait (crash tests).
   void Kill();
+  // Whether the daemon has exited (without reaping it, so Stop/Kill still work); `*how` says how
+  // ("killed by signal 9", "exited with status 1").
+  bool Exited(std::string* how = nullptr) const;
 
  private:
   BackendProcess() = default;

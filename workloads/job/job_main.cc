@@ -2,7 +2,7 @@
 //
 //   asymnvm-job [--data-dir DIR] [--ops N] [--structures LIST] [--level L] [--pool-size SIZE]
 //               [--backends N] [--json FILE] [--fresh] [--pm-mode auto|flush|msync]
-//               [--backend-bin PATH] [--log-level L]
+//               [--backend-bin PATH] [--log-level L] [--show-runs]
 //
 // Starts asymnvm-backend daemons on DIR/asymnvm.pool, DIR/asymnvm-1.pool, ... (created on first
 // use; as many as --backends or as the pools already there, default 2), opens every structure kind
@@ -14,8 +14,14 @@
 // result table, records the run, stops the back-end with SIGTERM and checks that it exited
 // cleanly. Running it again on the same DIR reopens and verifies the same data.
 //
-// Exit codes: 0 success, 1 failure (back-end, session, structure errors), 2 bad command line,
-// 3 verification failed (data differs from what earlier runs acknowledged).
+// Exit codes (one meaning each; kExit* below, also in --help and the README):
+//   0 success; 1 failure (a session, structure or file error); 2 bad command line;
+//   3 verification failed: the data differs from what earlier runs acknowledged;
+//   4 interrupted: a back-end daemon died or a connection to one was lost. Everything acknowledged
+//     is durable; the next run replays and verifies it.
+//
+// The run log ("job-runs", a stack on the first back-end) is only ever pushed to and read with
+// Sequence::List: a run never removes a record, so a kill at any moment cannot lose one.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -28,6 +34,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "asymnvm/cluster.h"
@@ -55,6 +62,27 @@ constexpr Kind kPartitioned = static_cast<Kind>(16);
 // Run log records: run u64 | ops u64 | kinds mask u64; this bit of the mask marks a run's start
 // record (pushed before its first operation; the end record follows when it completes).
 constexpr uint64_t kStartedBit = uint64_t{1} << 63;
+
+constexpr int kExitOk = 0, kExitFailure = 1, kExitUsage = 2, kExitVerification = 3,
+              kExitInterrupted = 4;
+constexpr const char* kExitCodesHelp =
+    "Exit codes: 0 success; 1 failure (session, structure or file error); 2 bad command line; "
+    "3 verification failed (the data differs from what earlier runs acknowledged); 4 interrupted "
+    "(a back-end daemon died or a connection to it was lost: everything acknowledged is durable, "
+    "run the job again to replay and verify it).";
+
+// Errors that mean "a daemon or a connection went away", not "the data is wrong".
+bool IsLostConnection(const Status& st) {
+  switch (st.code()) {
+    case StatusCode::kConnectionError:
+    case StatusCode::kTimedOut:
+    case StatusCode::kRnrRetryExceeded:
+    case StatusCode::kAborted:
+      return true;
+    default:
+      return false;
+  }
+}
 
 const char* JobName(Kind k) { return k == kPartitioned ? "pbptree" : structures::KindName(k); }
 
@@ -140,6 +168,10 @@ size_t names_count(const std::vector<Kind>& kinds, const std::vector<std::string
   return n;
 }
 
+std::string progress_path_for_forensics(const std::string& data_dir) {
+  return (fs::path(data_dir) / "job.progress").string();
+}
+
 std::string Fmt(double v, int prec) {
   char b[64];
   std::snprintf(b, sizeof(b), "%.*f", prec, v);
@@ -149,13 +181,17 @@ std::string Fmt(double v, int prec) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Line-buffered even into a file or pipe: a supervisor reading the output (the back-end pids,
+  // progress) sees each line when it is printed.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   CLI::App app{"asymnvm-job: the AsymNVM main job (back-end daemon + front-end over all structures)"};
+  app.footer(kExitCodesHelp);
   std::string data_dir = "data", level_name = "rcb", pool_size = "1G", json_path, backend_bin,
               log_level = "warn", pm_mode = "auto";
   uint64_t ops = 10000;
   uint32_t nbackends = 2;
   std::vector<std::string> names = {"stack", "queue", "hash", "skiplist", "bst", "bptree", "mvbst", "mvbptree", "pbptree"};
-  bool fresh = false;
+  bool fresh = false, show_runs = false;
   app.add_option("--data-dir", data_dir, "directory of the pool file")->capture_default_str();
   app.add_option("--ops", ops, "operations in this run")->check(CLI::Range(uint64_t{1}, uint64_t{100000000}))->capture_default_str();
   app.add_option("--structures", names, "structures to use")->delimiter(',')->capture_default_str();
@@ -167,6 +203,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--json", json_path, "write the result as JSON");
   app.add_flag("--fresh", fresh, "delete the pool first (start over)");
+  app.add_flag("--show-runs", show_runs, "print the run log (after replaying an interrupted run) and exit");
   app.add_option("--backend-bin", backend_bin, "asymnvm-backend binary (default: found next to this one)");
   app.add_option("--pm-mode", pm_mode, "back-end persistence: auto (msync on a disk-backed file: "
                  "durable across power loss) | flush (cache-line flush: the cost model of real PM; "
@@ -177,7 +214,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
+    return app.exit(e) == 0 ? kExitOk : kExitUsage;
   }
   LogLevel ll;
   ParseLogLevel(log_level, &ll);
@@ -187,22 +224,39 @@ int main(int argc, char** argv) {
     auto k = ParseJobKind(n);
     if (!k.ok()) {
       std::cerr << "asymnvm-job: --structures: " << k.status().message() << "\n";
-      return 2;
+      return kExitUsage;
     }
     if (std::find(kinds.begin(), kinds.end(), *k) == kinds.end()) kinds.push_back(*k);
   }
   // A run's operations pick structures by index into its kinds in this order; a later run
   // regenerates them from the kinds mask, so the order must not depend on the command line.
   std::sort(kinds.begin(), kinds.end());
-  auto fail = [](const std::string& what, const Status& st) {
+  std::vector<std::unique_ptr<driver::BackendProcess>> daemons;
+  // A failed step: kExitInterrupted when a daemon died or a connection was lost (the data is
+  // safe), kExitFailure otherwise.
+  auto fail = [&daemons](const std::string& what, const Status& st) {
     std::cerr << "asymnvm-job: " << what << ": " << st.ToString() << "\n";
-    return 1;
+    bool died = false;
+    for (size_t i = 0; i < daemons.size(); i++) {
+      std::string how;
+      if (daemons[i] && daemons[i]->Exited(&how)) {
+        std::cerr << "asymnvm-job: back-end " << i << " (pid " << daemons[i]->pid() << ") " << how << "\n";
+        died = true;
+      }
+    }
+    if (died || IsLostConnection(st)) {
+      std::cerr << "asymnvm-job: interrupted: everything acknowledged is durable in the pool files; "
+                   "run the job again to replay and verify it (exit "
+                << kExitInterrupted << ")\n";
+      return kExitInterrupted;
+    }
+    return kExitFailure;
   };
   std::error_code ec;
   fs::create_directories(data_dir, ec);
   if (ec) {
     std::cerr << "asymnvm-job: cannot create " << data_dir << ": " << ec.message() << "\n";
-    return 1;
+    return kExitFailure;
   }
   auto pool_path = [&](uint32_t i) {
     return (fs::path(data_dir) / (i == 0 ? std::string("asymnvm.pool")
@@ -222,7 +276,6 @@ int main(int argc, char** argv) {
     if (!b.ok()) return fail("back-end", b.status());
     backend_bin = *b;
   }
-  std::vector<std::unique_ptr<driver::BackendProcess>> daemons;
   std::vector<std::string> addresses;
   for (uint32_t i = 0; i < nbackends; i++) {
     const std::string p = pool_path(i);
@@ -271,28 +324,32 @@ int main(int argc, char** argv) {
   RunRec irec{};               // a run that started and never recorded its end ...
   bool interrupted = false;    // ... when this is set
   {
-    // Read the run records without removing them: pop all, then push back in order.
+    // Read the run records without removing anything (a kill here must not lose one): List gives
+    // them newest first.
     std::vector<structures::Value> recs;
-    structures::Value v;
-    Status st;
-    while ((st = (*runs)->Pop(&v)).ok()) recs.push_back(v);
-    if (st.code() != StatusCode::kNotFound) return fail("run log", st);
+    Status st = (*runs)->List(SIZE_MAX, &recs);
+    if (!st.ok()) return fail("run log", st);
     for (auto it = recs.rbegin(); it != recs.rend(); ++it) {
       if (it->size() != 24) {
-        std::cerr << "asymnvm-job: run log record of " << it->size() << " bytes (expected 24)\n";
-        return 3;
+        std::cerr << "asymnvm-job: VERIFICATION FAILED: run log record of " << it->size()
+                  << " bytes (expected 24)\n";
+        return kExitVerification;
       }
       RunRec rr;
       std::memcpy(&rr.run, it->data(), 8);
       std::memcpy(&rr.ops, it->data() + 8, 8);
       std::memcpy(&rr.mask, it->data() + 16, 8);
-      Status p = (*runs)->Push(*it);
-      if (!p.ok()) return fail("run log", p);
+      if (show_runs) {
+        std::printf("run log %3zu: run %llu %s ops %llu mask 0x%llx\n",
+                    static_cast<size_t>(it - recs.rbegin()), static_cast<unsigned long long>(rr.run + 1),
+                    (rr.mask & kStartedBit) ? "start" : "end  ", static_cast<unsigned long long>(rr.ops),
+                    static_cast<unsigned long long>(rr.mask & ~kStartedBit));
+      }
       if (rr.mask & kStartedBit) {  // a run's start record; its end record follows it
         if (interrupted) {
-          std::cerr << "asymnvm-job: run log: run " << irec.run + 1
+          std::cerr << "asymnvm-job: VERIFICATION FAILED: run log: run " << irec.run + 1
                     << " started twice without an end record\n";
-          return 3;
+          return kExitVerification;
         }
         rr.mask &= ~kStartedBit;
         irec = rr;
@@ -300,12 +357,80 @@ int main(int argc, char** argv) {
         continue;
       }
       if (interrupted && irec.run != rr.run) {
-        std::cerr << "asymnvm-job: run log: run " << irec.run + 1 << " is followed by the "
-                  << "end record of run " << rr.run + 1 << "\n";
-        return 3;
+        std::cerr << "asymnvm-job: VERIFICATION FAILED: run log: run " << irec.run + 1
+                  << " is followed by the end record of run " << rr.run + 1 << "\n";
+        return kExitVerification;
+      }
+      if (rr.run != run_recs.size()) {
+        std::cerr << "asymnvm-job: VERIFICATION FAILED: run log: the end record of run " << rr.run + 1
+                  << " follows " << run_recs.size() << " completed run(s)\n";
+        return kExitVerification;
       }
       interrupted = false;
       run_recs.push_back(rr);
+    }
+    if (show_runs) {
+      std::printf("%zu completed run(s)%s\n", run_recs.size(),
+                  interrupted ? (", run " + std::to_string(irec.run + 1) + " interrupted").c_str() : "");
+      // Forensics: which run pushed each element of the stack? Every pushed value is a function of
+      // (run, operation index), so the runs that left data can be named even without their
+      // records. Runs are assumed to have used every structure, and as many operations as the
+      // largest start record asks for. Short values can be pushed by several (run, op): ambiguous.
+      uint64_t last_run = run_recs.size() + (interrupted ? 1 : 0);
+      {
+        std::ifstream pf(progress_path_for_forensics(data_dir), std::ios::binary);
+        uint64_t rec[2];
+        if (pf.read(reinterpret_cast<char*>(rec), sizeof rec)) last_run = std::max(last_run, rec[0] + 1);
+      }
+      const auto kst = std::find(kinds.begin(), kinds.end(), Kind::kStack);
+      std::vector<structures::Value> elems;
+      if (kst != kinds.end() &&
+          static_cast<structures::Sequence*>(handles[static_cast<size_t>(kst - kinds.begin())].get())
+              ->List(SIZE_MAX, &elems)
+              .ok()) {
+        std::map<structures::Value, std::pair<uint64_t, uint64_t>> origin;
+        std::set<structures::Value> ambiguous;
+        uint64_t max_ops = 1;
+        for (const auto& v : recs) {
+          uint64_t o = 0, m = 0;
+          std::memcpy(&o, v.data() + 8, 8);
+          std::memcpy(&m, v.data() + 16, 8);
+          if (m & kStartedBit) max_ops = std::max(max_ops, o);
+        }
+        const std::vector<Kind> all = JobKinds();
+        const size_t stack_index = static_cast<size_t>(std::find(all.begin(), all.end(), Kind::kStack) - all.begin());
+        for (uint64_t r = 0; r < last_run; r++) {
+          workloads::Rng rng(kSeedBase + r);
+          for (uint64_t i = 0; i < max_ops; i++) {
+            JobOp op = NextOp(rng, all, r, i);
+            if (op.structure != stack_index || op.kind != 1) continue;
+            if (!origin.emplace(op.value, std::make_pair(r, i)).second) ambiguous.insert(op.value);
+          }
+        }
+        std::map<uint64_t, std::pair<uint64_t, uint64_t>> per_run;  // run -> (elements, max op index)
+        uint64_t unknown = 0;
+        for (const auto& e : elems) {
+          auto it = origin.find(e);
+          if (ambiguous.count(e)) continue;
+          if (it == origin.end()) {
+            unknown++;
+            continue;
+          }
+          auto& pr = per_run[it->second.first];
+          pr.first++;
+          pr.second = std::max(pr.second, it->second.second);
+        }
+        std::printf("stack: %zu elements (of runs of up to %llu operations)\n", elems.size(),
+                    static_cast<unsigned long long>(max_ops));
+        for (const auto& [r, pr] : per_run) {
+          std::printf("  %llu pushed by run %llu (latest at operation %llu)\n",
+                      static_cast<unsigned long long>(pr.first), static_cast<unsigned long long>(r + 1),
+                      static_cast<unsigned long long>(pr.second + 1));
+        }
+        if (unknown) std::printf("  %llu of no run 1..%llu\n", static_cast<unsigned long long>(unknown),
+                                 static_cast<unsigned long long>(last_run));
+      }
+      return kExitOk;
     }
   }
   // Models per kind, from every earlier run's own structure list.
@@ -316,8 +441,8 @@ int main(int argc, char** argv) {
       if (run_recs[r].mask & (uint64_t{1} << static_cast<uint32_t>(k))) rk.push_back(k);
     }
     if (rk.empty()) {
-      std::cerr << "asymnvm-job: run log record " << r << " names no structure\n";
-      return 3;
+      std::cerr << "asymnvm-job: VERIFICATION FAILED: run log record " << r << " names no structure\n";
+      return kExitVerification;
     }
     workloads::Rng rng(kSeedBase + r);
     for (uint64_t i = 0; i < run_recs[r].ops; i++) {
@@ -335,8 +460,9 @@ int main(int argc, char** argv) {
       }
     }
     if (interrupted_kinds.empty()) {
-      std::cerr << "asymnvm-job: run log: interrupted run " << irec.run + 1 << " names no structure\n";
-      return 3;
+      std::cerr << "asymnvm-job: VERIFICATION FAILED: run log: interrupted run " << irec.run + 1
+                << " names no structure\n";
+      return kExitVerification;
     }
   }
   // Structures of earlier runs that this run does not use are verified too.
@@ -349,30 +475,42 @@ int main(int argc, char** argv) {
   }
   std::vector<Model> models(kinds.size());
   for (size_t i = 0; i < kinds.size(); i++) models[i] = by_kind[kinds[i]];
-  // Compares every structure with `ms`: "" when equal, else what differs. *elements counts them.
-  auto verify = [&](const std::vector<Model>& ms, uint64_t* elements) -> std::string {
+  // Compares every structure with `ms`: "" when equal, else what differs; *elements counts them.
+  // A call that fails for another reason than corruption (a lost connection, a dead daemon) sets
+  // *err instead: that is not evidence about the data.
+  auto verify = [&](const std::vector<Model>& ms, uint64_t* elements, Status* err) -> std::string {
+    auto check = [&](const std::string& name, const Status& st) -> std::string {
+      if (st.code() == StatusCode::kCorruption) return name + st.ToString();
+      *err = st.WithContext(name + "verification");
+      return name + st.ToString();
+    };
     for (size_t i = 0; i < kinds.size(); i++) {
       const std::string name = JobName(kinds[i]) + std::string(": ");
       Status vs = handles[i]->Verify();
-      if (!vs.ok()) return name + vs.ToString();
+      if (!vs.ok()) return check(name, vs);
       auto n = handles[i]->Count();
-      if (!n.ok()) return name + n.status().ToString();
+      if (!n.ok()) return check(name, n.status());
       const uint64_t want = structures::IsSequence(kinds[i]) ? ms[i].seq.size() : ms[i].map.size();
       if (*n != want) return name + std::to_string(*n) + " elements, expected " + std::to_string(want);
       if (structures::IsSequence(kinds[i])) {
-        if (want > 0) {
-          structures::Value v;
-          Status st = static_cast<structures::Sequence*>(handles[i].get())->Peek(&v);
-          if (!st.ok()) return name + st.ToString();
-          const auto& expect = kinds[i] == Kind::kStack ? ms[i].seq.back() : ms[i].seq.front();
-          if (v != expect) return name + "the next element to pop differs";
+        // Every element, in pop order.
+        std::vector<structures::Value> got;
+        Status st = static_cast<structures::Sequence*>(handles[i].get())->List(SIZE_MAX, &got);
+        if (!st.ok()) return check(name, st);
+        if (got.size() != want) {
+          return name + "lists " + std::to_string(got.size()) + " elements, expected " + std::to_string(want);
+        }
+        for (uint64_t j = 0; j < want; j++) {
+          const auto& expect = kinds[i] == Kind::kStack ? ms[i].seq[want - 1 - j] : ms[i].seq[j];
+          if (got[j] != expect) return name + "element " + std::to_string(j) + " (in pop order) differs";
         }
       } else {
         auto* m = static_cast<structures::Map*>(handles[i].get());
         for (const auto& [k, val] : ms[i].map) {
           structures::Value v;
           Status st = m->Get(k, &v);
-          if (!st.ok()) return name + "key " + std::to_string(k) + ": " + st.ToString();
+          if (st.code() == StatusCode::kNotFound) return name + "key " + std::to_string(k) + " is missing";
+          if (!st.ok()) return check(name + "key " + std::to_string(k) + ": ", st);
           if (v != val) return name + "key " + std::to_string(k) + " has a different value";
         }
       }
@@ -382,6 +520,21 @@ int main(int argc, char** argv) {
   };
   uint64_t verified = 0;
   const std::string progress_path = (fs::path(data_dir) / "job.progress").string();
+  {
+    // Run numbers are the count of completed runs when a run starts, and the progress file names
+    // the last run that started: a larger number than the run log knows means the run log lost
+    // records. Jobs before the run log became push-only read it by popping every record and
+    // pushing it back, and a kill in between lost the records popped (doc/workloads.md).
+    std::ifstream pf(progress_path, std::ios::binary);
+    uint64_t rec[2];
+    if (pf.read(reinterpret_cast<char*>(rec), sizeof rec) && rec[0] > run_recs.size()) {
+      std::cerr << "asymnvm-job: VERIFICATION FAILED: the run log holds " << run_recs.size()
+                << " completed run(s) but " << progress_path << " names run " << rec[0] + 1
+                << ": run records were lost (a job older than the push-only run log was killed "
+                   "while it re-pushed them); the model of earlier runs cannot be rebuilt\n";
+      return kExitVerification;
+    }
+  }
   if (interrupted) {
     // An interrupted run (the job was killed): its acknowledged operations are durable and the
     // replay above re-executed those whose memory logs were pending, so the data is the state
@@ -401,7 +554,7 @@ int main(int argc, char** argv) {
       std::cerr << "asymnvm-job: VERIFICATION FAILED: run " << irec.run + 1
                 << " was interrupted and its progress file " << progress_path
                 << " is missing or from another run\n";
-      return 3;
+      return kExitVerification;
     }
     std::map<Kind, size_t> index;
     for (size_t i = 0; i < kinds.size(); i++) index[kinds[i]] = i;
@@ -417,7 +570,9 @@ int main(int argc, char** argv) {
         ApplyToModel(ms[index[k]], k, op);
       }
       uint64_t elements = 0;
-      why = verify(ms, &elements);
+      Status err;
+      why = verify(ms, &elements, &err);
+      if (!err.ok()) return fail("verifying interrupted run " + std::to_string(irec.run + 1), err);
       if (!why.empty()) continue;
       models = std::move(ms);
       verified = elements;
@@ -437,13 +592,15 @@ int main(int argc, char** argv) {
     if (!resolved) {
       std::cerr << "asymnvm-job: VERIFICATION FAILED after interrupted run " << irec.run + 1
                 << " (" << acked << " operations acknowledged): " << why << "\n";
-      return 3;
+      return kExitVerification;
     }
   } else {
-    const std::string why = verify(models, &verified);
+    Status err;
+    const std::string why = verify(models, &verified, &err);
+    if (!err.ok()) return fail("verifying", err);
     if (!why.empty()) {
       std::cerr << "asymnvm-job: VERIFICATION FAILED for " << why << "\n";
-      return 3;
+      return kExitVerification;
     }
   }
   if (!run_recs.empty()) {
@@ -459,6 +616,16 @@ int main(int argc, char** argv) {
   uint64_t mask = 0;
   for (Kind k : run_kinds) mask |= uint64_t{1} << static_cast<uint32_t>(k);
   workloads::Rng rng(kSeedBase + run);
+  // The progress file: (run, operations acknowledged), rewritten after every operation. It
+  // survives a kill of the job (page cache), not necessarily a machine crash. (run, 0) is written
+  // before the start record, so a start record found by a later job always has its progress.
+  const int progress_fd = open(progress_path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (progress_fd < 0) return fail("progress file", Status::IoError(progress_path, errno));
+  auto note_progress = [&](uint64_t done) {
+    const uint64_t rec[2] = {run, done};
+    return pwrite(progress_fd, rec, sizeof rec, 0) == static_cast<ssize_t>(sizeof rec);
+  };
+  if (!note_progress(0)) return fail("progress file", Status::IoError(progress_path, errno));
   {
     // The start record: a later job that finds it without its end record knows this run was
     // interrupted, and which operations it was running.
@@ -471,15 +638,6 @@ int main(int argc, char** argv) {
     if (pr.ok()) pr = (*runs)->Sync();
     if (!pr.ok()) return fail("recording the run's start", pr);
   }
-  // The progress file: (run, operations acknowledged), rewritten after every operation. It
-  // survives a kill of the job (page cache), not necessarily a machine crash.
-  const int progress_fd = open(progress_path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-  if (progress_fd < 0) return fail("progress file", Status::IoError(progress_path, errno));
-  auto note_progress = [&](uint64_t done) {
-    const uint64_t rec[2] = {run, done};
-    return pwrite(progress_fd, rec, sizeof rec, 0) == static_cast<ssize_t>(sizeof rec);
-  };
-  if (!note_progress(0)) return fail("progress file", Status::IoError(progress_path, errno));
   std::vector<bench::LatencySampler> lat(kinds.size());
   std::vector<uint64_t> per_ops(kinds.size()), mismatches(kinds.size());
   auto counters = [&] {
@@ -623,10 +781,11 @@ int main(int argc, char** argv) {
     out << j.dump(2) << "\n";
   }
   if (total_mismatch > 0) {
-    std::cerr << "asymnvm-job: " << total_mismatch << " reads returned data that differs from the model\n";
-    return 3;
+    std::cerr << "asymnvm-job: VERIFICATION FAILED: " << total_mismatch
+              << " reads returned data that differs from the model\n";
+    return kExitVerification;
   }
   std::cout << "ok: data kept in " << data_dir << " (" << daemons.size()
             << " pool(s); run again to reopen and verify it)\n";
-  return 0;
+  return kExitOk;
 }

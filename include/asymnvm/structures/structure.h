@@ -101,6 +101,10 @@ class Sequence : public Handle {
   virtual Status Pop(Value* value) = 0;
   // Reads the element Pop would remove. kNotFound when empty.
   virtual Status Peek(Value* value) = 0;
+  // Up to `limit` elements in the order Pop would remove them (stack: newest first; queue: oldest
+  // first), removing nothing (`out` is replaced). A writer's pending pushes are made durable first
+  // (as Count does); a reader reads a consistent snapshot. kCorruption if the chain is broken.
+  virtual Status List(size_t limit, std::vector<Value>* out) = 0;
 };
 
 class Map : public Handle {

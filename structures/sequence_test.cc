@@ -1,5 +1,6 @@
 // Stack and queue: model-checked random sequences at every level (with session reopen and
 // back-end restart), annulment, readers, bad input.
+#include <algorithm>
 #include <deque>
 #include <random>
 
@@ -66,6 +67,17 @@ TEST_P(SequenceModelTest, RandomOpsMatchModelAcrossReopenAndRestart) {
         }
       }
     }
+    // List (pending pushes included) gives every element in pop order, removing nothing.
+    auto in_pop_order = [&] {
+      std::vector<Value> v(model.begin(), model.end());
+      if (lifo) std::reverse(v.begin(), v.end());
+      return v;
+    };
+    std::vector<Value> listed;
+    ASSERT_TRUE((*q)->List(SIZE_MAX, &listed).ok());
+    EXPECT_EQ(listed, in_pop_order());
+    ASSERT_TRUE((*q)->List(3, &listed).ok());
+    EXPECT_EQ(listed.size(), std::min<size_t>(3, model.size()));
     auto n = (*q)->Count();
     ASSERT_TRUE(n.ok());
     EXPECT_EQ(*n, model.size());
@@ -84,6 +96,11 @@ TEST_P(SequenceModelTest, RandomOpsMatchModelAcrossReopenAndRestart) {
   ASSERT_TRUE(n.ok());
   EXPECT_EQ(*n, model.size());
   EXPECT_TRUE((*r)->Verify().ok());
+  std::vector<Value> listed;
+  ASSERT_TRUE((*r)->List(SIZE_MAX, &listed).ok());
+  std::vector<Value> want(model.begin(), model.end());
+  if (lifo) std::reverse(want.begin(), want.end());
+  EXPECT_EQ(listed, want);
   EXPECT_EQ((*r)->Push(TestValue(1, 1, 4)).code(), StatusCode::kFailedPrecondition);
 }
 

@@ -355,6 +355,66 @@ TEST(Job, KilledMidRunIsResolvedOnTheNextRun) {
   EXPECT_NE(again.output.find("left by 3 earlier run(s)"), std::string::npos) << again.output;
 }
 
+// A back-end SIGKILLed mid-run: the job exits 4 ("interrupted", not 3 "verification failed" and
+// not the generic 1) and says the data is safe; the next run resolves the run and verifies.
+TEST(Job, BackendKilledMidRunExits4AndTheNextRunVerifies) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const std::string base = kJob + " --data-dir " + dir.path() + "/data --pool-size 256M --pm-mode flush";
+  const std::string log = dir.path() + "/run.log";
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const std::string cmd = "exec " + base + " --ops 100000000 >" + log + " 2>&1";
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Once 100 operations are acknowledged, SIGKILL back-end 0 (its pid is in the job's output).
+  const std::string progress = dir.path() + "/data/job.progress";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+  bool running = false;
+  while (!running && std::chrono::steady_clock::now() < deadline) {
+    std::ifstream pf(progress, std::ios::binary);
+    uint64_t rec[2] = {0, 0};
+    running = pf.read(reinterpret_cast<char*>(rec), sizeof rec) && rec[1] >= 100;
+    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::ifstream lf(log);
+  std::stringstream out;
+  out << lf.rdbuf();
+  const std::string key = "back-end 0: pid ";
+  const size_t at = out.str().find(key);
+  pid_t be = -1;
+  if (at != std::string::npos) be = static_cast<pid_t>(std::atol(out.str().c_str() + at + key.size()));
+  if (!running || be <= 0) kill(pid, SIGKILL);
+  ASSERT_TRUE(running) << "the run never reached 100 acknowledged operations";
+  ASSERT_GT(be, 0) << out.str();
+  ASSERT_EQ(kill(be, SIGKILL), 0);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  std::ifstream lf2(log);
+  std::stringstream out2;
+  out2 << lf2.rdbuf();
+  ASSERT_TRUE(WIFEXITED(status)) << out2.str();
+  EXPECT_EQ(WEXITSTATUS(status), 4) << out2.str();
+  EXPECT_NE(out2.str().find("back-end 0 (pid " + std::to_string(be) + ") killed by signal 9"),
+            std::string::npos)
+      << out2.str();
+  EXPECT_NE(out2.str().find("run the job again"), std::string::npos) << out2.str();
+  RunResult next = RunCmd(base + " --ops 200");
+  ASSERT_EQ(next.exit_code, 0) << next.output;
+  EXPECT_NE(next.output.find("run 1 was interrupted after"), std::string::npos) << next.output;
+}
+
+TEST(Job, HelpNamesEveryExitCode) {
+  RunResult r = RunCmd(kJob + " --help");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* code : {"0 success", "1 failure", "2 bad command line", "3 verification failed",
+                           "4 interrupted"}) {
+    EXPECT_NE(r.output.find(code), std::string::npos) << code << "\n" << r.output;
+  }
+}
+
 TEST(Job, BadArgumentsExitWithCode2) {
   for (const char* args : {" --ops 0", " --structures heap", " --level fast", " --bogus",
                            " --backends 0", " --backends 9"}) {

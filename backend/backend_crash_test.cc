@@ -127,7 +127,12 @@ TEST(BackendCrash, SigkillMidStreamLosesNoAcknowledgedTransaction) {
     }
     // Stream transactions from LPN + 1 until the kill cuts the connection.
     std::atomic<uint64_t> acked{lpn}, sent{lpn};
+    std::atomic<bool> writer_done{false};
     std::thread writer([&] {
+      struct Done {
+        std::atomic<bool>& d;
+        ~Done() { d = true; }
+      } done{writer_done};
       for (uint64_t seq = lpn + 1;; seq++) {
         TxnBuilder b;
         std::vector<uint8_t> data(64, Fill(seq));
@@ -138,7 +143,14 @@ TEST(BackendCrash, SigkillMidStreamLosesNoAcknowledgedTransaction) {
         acked = seq;
       }
     });
-    std::this_thread::sleep_for(std::chrono::milliseconds(20 + rng() % 80));
+    // Kill after a seeded number of acknowledged transactions (progress, not elapsed time: a slow
+    // or sanitized build only takes longer), at a seeded moment after that.
+    const uint64_t want = lpn + 1 + rng() % 40;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (acked.load() < want && !writer_done.load() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 5000));
     d.Kill(SIGKILL);
     writer.join();
     last_acked = acked;

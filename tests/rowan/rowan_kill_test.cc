@@ -152,6 +152,7 @@ TEST(RowanReceiverKill, AcknowledgedEntriesSurviveSigkillAndRestart) {
 
   std::vector<std::vector<uint64_t>> acked(kSenders);  // per sender, in order
   std::vector<uint64_t> failures(kSenders, 0);
+  std::atomic<uint64_t> landed{0};  // read by the killer: it kills after progress, not time
   std::vector<std::thread> senders;
   for (int s = 0; s < kSenders; s++) {
     senders.emplace_back([&, s] {
@@ -190,6 +191,7 @@ TEST(RowanReceiverKill, AcknowledgedEntriesSurviveSigkillAndRestart) {
         Status st = sender->Append({.type = 7, .owner = owner, .version = version}, p);
         if (st.ok()) {
           acked[s].push_back(version);
+          landed.fetch_add(1);
         } else {
           failures[s]++;
           sender.reset();  // reconnect (to the restarted receiver)
@@ -202,8 +204,18 @@ TEST(RowanReceiverKill, AcknowledgedEntriesSurviveSigkillAndRestart) {
   }
 
   for (int round = 0; round < rounds; round++) {
-    // Seeded moment: let the senders run 20–120 ms, then kill -9 mid-stream.
-    std::this_thread::sleep_for(std::chrono::milliseconds(20 + rng() % 100));
+    // Seeded moment: once the senders have landed a seeded number of entries on this
+    // generation (progress, not elapsed time: a slow machine only takes longer), kill -9
+    // mid-stream.
+    const uint64_t want = landed.load() + 1 + rng() % 60;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (landed.load() < want && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    if (landed.load() < want) {  // not ASSERT: the senders must be stopped and joined below
+      ADD_FAILURE() << "round " << round << ": no entry landed in 120 s";
+      break;
+    }
     rx.Kill();
     ASSERT_TRUE(rx.Start(pool_path)) << "restart " << round;
     std::lock_guard<std::mutex> lock(d.mu);

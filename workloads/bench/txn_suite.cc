@@ -56,12 +56,12 @@ class TxnSuite : public Suite {
 
   void AddOptions(CLI::App* cmd) override {
     if (tatp_) {
-      cmd->add_option("--subscribers", scale_, "TATP subscribers P (default 100000; --quick 2000)");
+      cmd->add_option("--subscribers", scale_, "TATP subscribers P (default 100000; --quick 1000)");
     } else {
-      cmd->add_option("--accounts", scale_, "SmallBank accounts N (default 100000; --quick 5000)");
+      cmd->add_option("--accounts", scale_, "SmallBank accounts N (default 100000; --quick 1000)");
     }
     cmd->add_option("--frontends", frontends_, "front-end threads, a comma list (default 1; --quick 1,2,4)");
-    cmd->add_option("--seconds", seconds_, "seconds per run (default 10; --quick 1.5)");
+    cmd->add_option("--seconds", seconds_, "seconds per run (default 10; --quick 1)");
     cmd->add_option("--levels", levels_, "naive,r,rc,rcb,symmetric (default all)");
     cmd->add_option("--hold", hold_, "transactions a front-end keeps its locks for (default 64)");
     cmd->add_option("--lock-timeout-ms", lock_ms_, "per-lock deadline before a transaction aborts (default 200)");
@@ -69,9 +69,9 @@ class TxnSuite : public Suite {
   }
 
   Status Run(const CommonOptions& common, Report* report) override {
-    if (scale_ == 0) scale_ = common.quick ? (tatp_ ? 2000 : 5000) : 100000;
+    if (scale_ == 0) scale_ = common.quick ? (tatp_ ? 1000 : 1000) : 100000;
     if (frontends_.empty()) frontends_ = common.quick ? "1,2,4" : "1";
-    if (seconds_ <= 0) seconds_ = common.duration_s > 0 ? common.duration_s : common.quick ? 1.5 : 10;
+    if (seconds_ <= 0) seconds_ = common.duration_s > 0 ? common.duration_s : common.quick ? 1.0 : 10;
     ASYMNVM_ASSIGN_OR_RETURN(bin_, driver::FindBackendBinary(""));
     report->machine()["cores"] = MachineCores();
     report->AddHeader(std::string(tatp_ ? "TATP subscribers " : "SmallBank accounts ") + std::to_string(scale_) +
@@ -108,7 +108,9 @@ class TxnSuite : public Suite {
   Status RunOne(const CommonOptions& common, const std::string& level_name, int nfe, Json* out) {
     const bool symmetric = level_name == "symmetric";
     Level level = Level::kRc;
-    if (!symmetric) ASYMNVM_ASSIGN_OR_RETURN(level, frontend::ParseLevel(level_name));
+    if (!symmetric) {
+      ASYMNVM_ASSIGN_OR_RETURN(level, frontend::ParseLevel(level_name));
+    }
     auto wl = tatp_ ? txnbench::MakeTatp(scale_) : txnbench::MakeSmallBank(scale_);
     const std::string pool = dir_ + "/asymnvm-bench-" + wl->name() + "-" + std::to_string(getpid()) + ".pool";
     std::filesystem::remove(pool);
@@ -183,7 +185,11 @@ class TxnSuite : public Suite {
       fes[i].lat_type.resize(types.size());
       fes[i].c0 = fes[i].s->counters();
     }
-    const double cpu0 = be->CpuSeconds().value_or(0);
+    auto cpu_now = [&]() {
+      auto c = be->CpuSeconds();
+      return c.ok() ? *c : 0.0;
+    };
+    const double cpu0 = cpu_now();
     std::atomic<bool> stop{false};
     std::vector<std::thread> th;
     const auto t0 = std::chrono::steady_clock::now();
@@ -219,7 +225,7 @@ class TxnSuite : public Suite {
     stop = true;
     for (auto& t : th) t.join();
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double cpu = be->CpuSeconds().value_or(0) - cpu0;
+    const double cpu = cpu_now() - cpu0;
     for (auto& f : fes) ASYMNVM_RETURN_IF_ERROR(f.st.WithContext(label));
     // Totals.
     uint64_t committed = 0, failed = 0, aborted = 0, rts = 0;

@@ -32,10 +32,6 @@ Result<int64_t> Bal(Txn& t, size_t table, uint64_t acct) {
   return x;
 }
 
-Outcome FromStatus(const Status& st) {
-  return st.code() == StatusCode::kAborted || st.code() == StatusCode::kTimedOut ? Outcome::kAborted
-                                                                                  : Outcome::kFailed;
-}
 bool IsAbort(const Status& st) {
   return st.code() == StatusCode::kAborted || st.code() == StatusCode::kTimedOut;
 }

@@ -176,6 +176,7 @@ struct Session::Impl {
   uint64_t overlay_order = 0, overlay_size = 0, overlay_max_len = 0, batch_last_order = 0;
 
   bool bypass_cache = false;
+  bool group_writes = false;  // naive: MemLogs buffered until TxWrite (SetGroupWrites)
   uint64_t next_wr_id = 1;
   std::set<uint64_t> held_locks;
   std::unordered_map<uint32_t, Structure> structures;
@@ -822,7 +823,7 @@ Status Session::Write(uint64_t addr, std::span<const uint8_t> data, const Struct
 
 Status Session::MemLog(uint64_t addr, std::span<const uint8_t> data) {
   Impl& m = *impl_;
-  if (m.o.level == Level::kNaive) return Write(addr, data);
+  if (m.o.level == Level::kNaive && !m.group_writes) return Write(addr, data);
   ASYMNVM_RETURN_IF_ERROR(m.CheckData(addr, data.size()));
   const size_t fp = EntryFootprint(data.size());
   if (m.cur_bytes + fp + backend::kTxnHeaderSize + backend::kTxnCommitSize > m.max_txn) {
@@ -853,7 +854,8 @@ Result<uint64_t> Session::OpLog(const Structure& s, uint16_t op_type,
 
 Status Session::TxWrite(const Structure& s) {
   Impl& m = *impl_;
-  if (m.o.level == Level::kNaive) return Status::Ok();
+  const bool naive = m.o.level == Level::kNaive;
+  if (naive && m.cur.empty()) return Status::Ok();
   ASYMNVM_RETURN_IF_ERROR(m.broken);
   // A batch brackets one sequence word, and has a size limit.
   if (m.batch_ops > 0 &&
@@ -874,7 +876,7 @@ Status Session::TxWrite(const Structure& s) {
   const bool send = m.o.level != Level::kRcb || m.batch_ops >= m.o.batch_ops ||
                     m.batch.encoded_size() >= m.batch_limit;
   if (send) ASYMNVM_RETURN_IF_ERROR(m.FlushBatch());
-  if (m.overlay_size > m.o.overlay_bytes) return m.Fence();
+  if (naive || m.overlay_size > m.o.overlay_bytes) return m.Fence();  // naive: grouped writes
   return m.MaybeTimer();
 }
 
@@ -893,6 +895,8 @@ Status Session::Fence() {
   }
   return m.Fence();
 }
+
+void Session::SetGroupWrites(bool on) { impl_->group_writes = on; }
 
 Status Session::Poll() {
   ASYMNVM_RETURN_IF_ERROR(impl_->CollectLogAcks(false, 0));

@@ -224,7 +224,7 @@ void Base::KeepsOpsOpen(std::function<Status()> close) {
 }
 
 Status Base::AcquireWriterLock() {
-  if (!writer() || locked_) return Status::Ok();
+  if (!writer() || locked_ || !opt_.lock_at_open) return Status::Ok();
   Status st = s_.WriterLock(st_);
   if (!st.ok()) {
     if (st.code() == StatusCode::kTimedOut) {
@@ -269,6 +269,7 @@ Status Base::WriteU64(uint64_t addr, uint64_t v) {
 Status Base::Update(uint16_t op_type, std::span<const uint8_t> params,
                     const std::function<Status()>& body) {
   ASYMNVM_RETURN_IF_ERROR(CheckWritable());
+  if (in_txn_) return body();  // the transaction logs and commits
   ASYMNVM_RETURN_IF_ERROR(s_.OpLog(st_, op_type, params).status());
   ASYMNVM_RETURN_IF_ERROR(body());
   return s_.TxWrite(st_);

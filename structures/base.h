@@ -103,8 +103,16 @@ class Base {
   // session then calls `close` before another structure's op log (Session::SetOpCloser).
   void KeepsOpsOpen(std::function<Status()> close);
 
-  // Lock-based writers: takes the writer lock (held until destruction).
+  // Lock-based writers: takes the writer lock (held until destruction); nothing when
+  // Options::lock_at_open is false.
   Status AcquireWriterLock();
+  // Re-reads the writer's DRAM view of the structure (anchor words) from PM: another front-end
+  // may have changed it while this handle did not hold the lock (Options::lock_at_open false).
+  virtual Status Refresh() { return Status::Ok(); }
+  // Inside a multi-structure transaction (structures/transaction.cc): Update runs only the body;
+  // the transaction writes the one op log and the one TxWrite for all its operations.
+  void set_in_txn(bool on) { in_txn_ = on; }
+  bool in_txn() const { return in_txn_; }
   // The anchor block: a data-area block whose address is the root word. A writer creates it
   // (allocated, written with `init` and fenced, then published by CAS 0 → addr; a loser of the
   // race frees its block); a reader of a structure without one gets kNotFound.
@@ -156,6 +164,7 @@ class Base {
   Options opt_;
   bool locked_ = false;
   bool closer_set_ = false;
+  bool in_txn_ = false;
 
  private:
   Status ApplyVectorRun(std::span<const KeyValue> run, bool replay, const VectorGather& gather);

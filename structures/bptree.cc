@@ -112,6 +112,16 @@ class BPlusTree final : public Map, public Base {
     return Status::Ok();
   }
 
+  Status Refresh() override {
+    uint8_t a[kAnchorBytes];
+    ASYMNVM_RETURN_IF_ERROR(Read(anchor_, a));
+    if (GetU64(a) != kMagic) return Status::Corruption(Describe(kind_, st_.name) + ": anchor has a bad magic");
+    root_ = GetU64(a + kRoot);
+    height_ = GetU64(a + kHeight);
+    count_ = GetU64(a + kCount);
+    return Status::Ok();
+  }
+
   Kind kind() const override { return kind_; }
   const frontend::Structure& structure() const override { return st_; }
   uint32_t value_size() const override { return vsize(); }

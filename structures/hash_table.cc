@@ -100,6 +100,11 @@ class HashTable final : public Map, public Base {
     return Status::Ok();
   }
 
+  Status Refresh() override {
+    ASYMNVM_ASSIGN_OR_RETURN(count_, ReadU64(anchor_ + kCount));
+    return Status::Ok();
+  }
+
   Kind kind() const override { return kind_; }
   const frontend::Structure& structure() const override { return st_; }
   uint32_t value_size() const override { return vsize(); }

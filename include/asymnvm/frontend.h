@@ -198,6 +198,10 @@ class Session {
   Status TxWrite(const Structure& s);
   // Sends the batch now (no wait for application).
   Status Flush();
+  // Grouped writes (multi-structure transactions, asymnvm/structures/transaction.h): at `naive`
+  // MemLog then buffers like at r instead of sending each write at once, and TxWrite sends the
+  // operation's memory logs as ONE transaction and fences it. No effect at r, rc, rcb.
+  void SetGroupWrites(bool on);
   // Flushes, then waits until the back-end applied every transaction sent (one-sided reads of the
   // LPN word). kAborted if the back-end rejected a transaction; kTimedOut. With async_op_logs it
   // also waits for every op log's acknowledgement (a failed one: the session's broken error).

@@ -72,6 +72,11 @@ struct Options {
   bool optimize = true;
   // Create when missing (writers only; a reader of a missing structure gets kNotFound).
   bool create = true;
+  // Lock-based writers take the writer lock at Open and hold it until the handle is destroyed.
+  // false: the handle never locks by itself; whoever drives it (the multi-structure transactions
+  // of asymnvm/structures/transaction.h) takes Session::WriterLock around its updates, and the
+  // handle re-reads its DRAM view of the structure after each acquisition. Hash table and B+tree.
+  bool lock_at_open = true;
 };
 
 using Value = std::vector<uint8_t>;

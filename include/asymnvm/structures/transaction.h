@@ -1,0 +1,158 @@
+// Transactions across structures of one back-end (DESIGN.md §13; doc/frontend.md "Transactions").
+//
+// A Database is a set of maps ("tables": hash tables or B+trees) plus a transaction root, all
+// named roots of one back-end, opened in one Session. A write transaction
+//   Begin(tables)            writer locks of `tables`, taken in name order, each within
+//                            SessionOptions::lock_timeout; a lock not obtained → kAborted, every
+//                            lock this call took released, nothing written
+//   Get / Put / Delete ...   reads see the transaction's own writes; writes are memory logs only
+//   Commit()                 ONE op log (op type kOpTxn on the transaction root: the write set)
+//                            and ONE memory-log transaction holding every write of every table
+// is all-or-nothing across a crash of the front-end or of the back-end: the op log is durable
+// before any memory log is sent, the memory logs travel in one Ordered-Queue transaction that
+// also carries the OPN covering the op log, and Session::Replay re-executes the op log (its
+// write set, logically) iff that transaction was not applied. At `naive` (no op log) Commit sends
+// the one transaction and fences it before returning.
+//
+// Locks stay held after Commit for up to DatabaseOptions::hold_txns transactions (the writer of
+// §6 keeps its lock; batching at rcb needs it), and are released earlier when a transaction
+// needs a lock set that is not held: held locks that sort after the first missing one are
+// released first, so every front-end acquires in one global order (no deadlock).
+//
+// A read-only transaction (Read) runs its body with no locks: under the transaction root's
+// sequence word (every committed transaction's memory-log transaction brackets it), retried while
+// a transaction applies; or directly through the page cache when this front-end already holds
+// every lock it needs.
+//
+// Thread safety: like its Session, one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "asymnvm/frontend.h"
+#include "asymnvm/structures/structure.h"
+
+namespace asymnvm::structures {
+
+// Naming-space type of a database's transaction root, and its op type.
+inline constexpr uint32_t kTxnRootType = 0x40;
+inline constexpr uint16_t kOpTxn = 1;
+
+struct TableSpec {
+  std::string name;  // naming-space name (1..63 bytes); also the lock order
+  Kind kind = Kind::kHashTable;  // kHashTable or kBPlusTree
+  uint32_t value_size = kDefaultValueSize;
+  uint64_t param = 0;  // buckets / fan-out (0: the kind's default)
+};
+
+struct DatabaseOptions {
+  std::string name;  // the transaction root is named "<name>.txn"
+  std::vector<TableSpec> tables;
+  // Locks are released after this many transactions (read or write) since they were taken;
+  // 0 = only when another lock set is needed or at ReleaseLocks / close.
+  uint32_t hold_txns = 64;
+};
+
+struct TxnCounters {
+  uint64_t commits = 0, lock_aborts = 0, read_retries = 0, replayed = 0;
+};
+
+class Database;
+
+// One write transaction (Database::Begin). Not reusable after Commit or Abort.
+class Txn {
+ public:
+  ~Txn();  // Abort when neither committed nor aborted
+  Txn(const Txn&) = delete;
+  Txn& operator=(const Txn&) = delete;
+  // kNotFound when absent.
+  Status Get(size_t table, uint64_t key, Value* value);
+  // Insert or update. kInvalidArgument: value longer than the table's value_size.
+  Status Put(size_t table, uint64_t key, std::span<const uint8_t> value);
+  // kNotFound when absent (nothing written then).
+  Status Delete(size_t table, uint64_t key);
+  // Writes the op log and hands the memory logs over (see the file comment). A transaction with
+  // no write commits without logging anything.
+  Status Commit();
+  // Before the first write: nothing happens (locks stay held per the hold policy). After a
+  // write the writes cannot be taken back: kFailedPrecondition and the database is broken
+  // (reopen the session).
+  Status Abort();
+  bool wrote() const { return nops_ > 0; }
+
+ private:
+  friend class Database;
+  explicit Txn(Database* db) : db_(db) {}
+  Status CheckTable(size_t table) const;
+  Database* db_;
+  std::vector<uint8_t> payload_;
+  std::vector<size_t> tables_;
+  uint16_t nops_ = 0;
+  bool done_ = false;
+  bool read_only_ = false;
+};
+
+class Database {
+ public:
+  // Creates or opens every table (writer handles that never lock on their own, with
+  // Options::lock_at_open false, and reader handles) and the transaction root, and registers
+  // the transaction replay function with the session. kInvalidArgument: no tables, a kind other
+  // than hash/bptree, duplicate names.
+  static Result<std::unique_ptr<Database>> Open(frontend::Session& session,
+                                                const DatabaseOptions& options);
+  // Releases held locks (errors logged).
+  ~Database();
+  Database(const Database&) = delete;
+  Database& operator=(const Database&) = delete;
+
+  // After a crash of an earlier session of this front-end id: Session::Replay (re-executes the
+  // transactions whose op log is durable and whose memory logs were not applied, each exactly
+  // once), then releases the table locks that session held.
+  Status Recover();
+
+  // Starts a write transaction over `tables` (indexes into options.tables; it may read and write
+  // only these). kAborted when a lock was not obtained in time (nothing written, the locks this
+  // call took released). kFailedPrecondition while another transaction is open.
+  Result<std::unique_ptr<Txn>> Begin(std::vector<size_t> tables);
+  // A read-only transaction: `body` may call Get on `tables` and is retried (so it must not have
+  // side effects it cannot repeat) while transactions apply. kTimedOut after options.timeout.
+  Status Read(std::vector<size_t> tables, const std::function<Status(Txn&)>& body);
+
+  // Bulk access for loaders and checkers: every lock taken (kAborted on timeout), then the
+  // writer handles, used outside transactions; ReleaseLocks fences and unlocks.
+  Status LockAll();
+  Status ReleaseLocks();
+  Map& table(size_t i) { return *writers_[i]; }
+  size_t num_tables() const { return writers_.size(); }
+  const DatabaseOptions& options() const { return o_; }
+  frontend::Session& session() { return s_; }
+  const TxnCounters& counters() const { return c_; }
+
+ private:
+  friend class Txn;
+  Database(frontend::Session& s, DatabaseOptions o);
+  Status AcquireFor(const std::vector<size_t>& tables);
+  Status Release(size_t t);
+  void SetInTxn(bool on);
+  Status ReplayTxn(const frontend::RecoveredOp& op);
+  Status Finish(Txn* t);
+
+  frontend::Session& s_;
+  DatabaseOptions o_;
+  frontend::Structure root_;
+  std::vector<std::unique_ptr<Map>> writers_, readers_;
+  std::vector<size_t> order_;      // table indexes in name order
+  std::vector<bool> held_;         // by table index
+  uint32_t since_lock_ = 0;
+  bool open_txn_ = false;
+  bool read_direct_ = false;       // Read through the writer handles (every lock held)
+  Status broken_ = Status::Ok();
+  TxnCounters c_;
+};
+
+}  // namespace asymnvm::structures

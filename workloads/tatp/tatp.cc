@@ -1,0 +1,347 @@
+// TATP (doc/workloads.md "TATP"; spec: workloads.md §1): five B+trees — SUBSCRIBER, ACCESS_INFO,
+// SPECIAL_FACILITY, CALL_FORWARDING and the sub_nbr → s_id index — with composite keys packed into
+// u64, NURand s_ids, the standard mix 35/10/35/2/14/2/2 and the spec-text population.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <set>
+
+#include "workloads/smallbank/txn_workload.h"
+
+namespace asymnvm::txnbench {
+namespace {
+
+using structures::Database;
+using structures::Txn;
+using structures::Value;
+
+// Table indexes; lock order is by name: tatp.ai < tatp.cf < tatp.nbr < tatp.sf < tatp.sub.
+constexpr size_t kSub = 0, kAi = 1, kSf = 2, kCf = 3, kNbr = 4;
+constexpr uint32_t kSubBytes = 40, kAiBytes = 16, kSfBytes = 8, kCfBytes = 16, kNbrBytes = 24;
+enum Type { kGetSub, kGetNewDest, kGetAccess, kUpdSub, kUpdLoc, kInsCf, kDelCf, kTypes };
+constexpr int kMix[kTypes] = {35, 10, 35, 2, 14, 2, 2};
+
+uint64_t AiKey(uint64_t s, uint64_t t) { return s << 8 | t; }
+uint64_t SfKey(uint64_t s, uint64_t t) { return s << 8 | t; }
+uint64_t CfKey(uint64_t s, uint64_t t, uint64_t start) { return s << 16 | t << 8 | start; }
+std::string SubNbr(uint64_t s) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%015llu", static_cast<unsigned long long>(s));
+  return b;
+}
+// The sub_nbr index key: FNV-1a of the 15-character string (the row holds the string to check).
+uint64_t NbrKey(const std::string& nbr) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (char c : nbr) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
+  return h;
+}
+
+uint64_t U(std::mt19937_64& r, uint64_t lo, uint64_t hi) { return lo + r() % (hi - lo + 1); }
+
+struct Rng {
+  uint64_t p, a;
+  uint64_t NURand(std::mt19937_64& r) const { return ((U(r, 0, a) | U(r, 1, p)) % p) + 1; }
+};
+
+Value SubRow(std::mt19937_64& r, uint64_t s) {
+  Value v(kSubBytes, 0);
+  for (int i = 0; i < 10; i++) v[i] = static_cast<uint8_t>(U(r, 0, 1));        // bit_1..10
+  for (int i = 0; i < 10; i++) v[10 + i] = static_cast<uint8_t>(U(r, 0, 15));  // hex_1..10
+  for (int i = 0; i < 10; i++) v[20 + i] = static_cast<uint8_t>(U(r, 0, 255)); // byte2 (low)
+  const uint32_t msc = static_cast<uint32_t>(U(r, 1, 0xFFFFFFFFull)), vlr = static_cast<uint32_t>(U(r, 1, 0xFFFFFFFFull));
+  std::memcpy(v.data() + 30, &msc, 4);
+  std::memcpy(v.data() + 34, &vlr, 4);
+  const uint16_t id16 = static_cast<uint16_t>(s);  // a check that the row belongs to s_id
+  std::memcpy(v.data() + 38, &id16, 2);
+  return v;
+}
+
+class TatpWorker final : public Worker {
+ public:
+  explicit TatpWorker(Rng g) : g_(g) {}
+  Result<Outcome> RunOne(Database& db, std::mt19937_64& r, int* type) override {
+    int x = static_cast<int>(r() % 100), t = 0;
+    while (x >= kMix[t]) x -= kMix[t++];
+    *type = t;
+    const uint64_t s = g_.NURand(r);
+    Status st = Status::Ok();
+    bool found = true;
+    auto abort_or = [](const Status& e) -> Result<Outcome> {
+      if (e.code() == StatusCode::kAborted || e.code() == StatusCode::kTimedOut) return Outcome::kAborted;
+      return e;
+    };
+    switch (t) {
+      case kGetSub: {
+        st = db.Read({kSub}, [&](Txn& tx) -> Status {
+          Value v;
+          ASYMNVM_RETURN_IF_ERROR(tx.Get(kSub, s, &v));
+          uint16_t id16;
+          std::memcpy(&id16, v.data() + 38, 2);
+          if (v.size() != kSubBytes || id16 != static_cast<uint16_t>(s)) return Status::Corruption("subscriber row of " + std::to_string(s) + " is not its own");
+          return Status::Ok();
+        });
+        if (!st.ok()) return abort_or(st);
+        return Outcome::kCommitted;
+      }
+      case kGetNewDest: {
+        const uint64_t sf = U(r, 1, 4), start = 8 * U(r, 0, 2), end = U(r, 1, 24);
+        st = db.Read({kSf, kCf}, [&](Txn& tx) -> Status {
+          found = false;
+          Value v;
+          Status g = tx.Get(kSf, SfKey(s, sf), &v);
+          if (g.code() == StatusCode::kNotFound) return Status::Ok();
+          ASYMNVM_RETURN_IF_ERROR(g);
+          if (v[0] != 1) return Status::Ok();
+          for (uint64_t st0 = 0; st0 <= start; st0 += 8) {
+            Value c;
+            Status h = tx.Get(kCf, CfKey(s, sf, st0), &c);
+            if (h.code() == StatusCode::kNotFound) continue;
+            ASYMNVM_RETURN_IF_ERROR(h);
+            if (end < c[0]) found = true;
+          }
+          return Status::Ok();
+        });
+        if (!st.ok()) return abort_or(st);
+        return found ? Outcome::kCommitted : Outcome::kFailed;
+      }
+      case kGetAccess: {
+        const uint64_t ai = U(r, 1, 4);
+        st = db.Read({kAi}, [&](Txn& tx) -> Status {
+          Value v;
+          Status g = tx.Get(kAi, AiKey(s, ai), &v);
+          found = g.ok();
+          return g.code() == StatusCode::kNotFound ? Status::Ok() : g;
+        });
+        if (!st.ok()) return abort_or(st);
+        return found ? Outcome::kCommitted : Outcome::kFailed;
+      }
+      default: break;
+    }
+    // Write transactions: every check before the first write.
+    std::vector<size_t> tables;
+    if (t == kUpdSub) tables = {kSub, kSf};
+    else if (t == kUpdLoc) tables = {kNbr, kSub};
+    else if (t == kInsCf) tables = {kNbr, kSf, kCf};
+    else tables = {kNbr, kCf};
+    auto txn = db.Begin(tables);
+    if (!txn.ok()) return abort_or(txn.status());
+    Txn& tx = **txn;
+    int cf_delta = 0;
+    auto resolve = [&](uint64_t* sid) -> Status {  // sub_nbr → s_id through the index
+      const std::string nbr = SubNbr(s);
+      Value v;
+      ASYMNVM_RETURN_IF_ERROR(tx.Get(kNbr, NbrKey(nbr), &v).WithContext("sub_nbr " + nbr));
+      if (v.size() != kNbrBytes || std::memcmp(v.data() + 8, nbr.data(), 15) != 0) return Status::Corruption("sub_nbr index row of " + nbr + " names another number");
+      std::memcpy(sid, v.data(), 8);
+      return Status::Ok();
+    };
+    auto body = [&]() -> Status {
+      switch (t) {
+        case kUpdSub: {
+          const uint64_t sf = U(r, 1, 4);
+          const uint8_t bit = static_cast<uint8_t>(U(r, 0, 1)), data_a = static_cast<uint8_t>(U(r, 0, 255));
+          Value sfrow, sub;
+          Status g = tx.Get(kSf, SfKey(s, sf), &sfrow);
+          if (g.code() == StatusCode::kNotFound) {
+            found = false;
+            return Status::Ok();
+          }
+          ASYMNVM_RETURN_IF_ERROR(g);
+          ASYMNVM_RETURN_IF_ERROR(tx.Get(kSub, s, &sub));
+          sub[0] = bit;
+          sfrow[2] = data_a;
+          ASYMNVM_RETURN_IF_ERROR(tx.Put(kSub, s, sub));
+          return tx.Put(kSf, SfKey(s, sf), sfrow);
+        }
+        case kUpdLoc: {
+          const uint32_t vlr = static_cast<uint32_t>(U(r, 1, 0xFFFFFFFFull));
+          uint64_t sid;
+          ASYMNVM_RETURN_IF_ERROR(resolve(&sid));
+          Value sub;
+          ASYMNVM_RETURN_IF_ERROR(tx.Get(kSub, sid, &sub));
+          std::memcpy(sub.data() + 34, &vlr, 4);
+          return tx.Put(kSub, sid, sub);
+        }
+        case kInsCf: {
+          const uint64_t sf = U(r, 1, 4), start = 8 * U(r, 0, 2), end = U(r, 1, 24);
+          uint64_t sid;
+          ASYMNVM_RETURN_IF_ERROR(resolve(&sid));
+          Value sfrow, cf;
+          Status g = tx.Get(kSf, SfKey(sid, sf), &sfrow);
+          if (g.code() == StatusCode::kNotFound) {  // FK violation: an expected failure
+            found = false;
+            return Status::Ok();
+          }
+          ASYMNVM_RETURN_IF_ERROR(g);
+          g = tx.Get(kCf, CfKey(sid, sf, start), &cf);
+          if (g.ok()) {  // PK violation: an expected failure
+            found = false;
+            return Status::Ok();
+          }
+          if (g.code() != StatusCode::kNotFound) return g;
+          Value row(kCfBytes, 0);
+          row[0] = static_cast<uint8_t>(end);
+          const std::string nx = SubNbr(g_.NURand(r));
+          std::memcpy(row.data() + 1, nx.data(), 15);
+          cf_delta = 1;
+          return tx.Put(kCf, CfKey(sid, sf, start), row);
+        }
+        case kDelCf: {
+          const uint64_t sf = U(r, 1, 4), start = 8 * U(r, 0, 2);
+          uint64_t sid;
+          ASYMNVM_RETURN_IF_ERROR(resolve(&sid));
+          Status g = tx.Delete(kCf, CfKey(sid, sf, start));
+          if (g.code() == StatusCode::kNotFound) {
+            found = false;
+            return Status::Ok();
+          }
+          cf_delta = -1;
+          return g;
+        }
+      }
+      return Status::Internal("unknown type");
+    };
+    st = body();
+    if (st.ok()) st = found ? tx.Commit() : tx.Abort();
+    if (!st.ok()) return st;
+    if (!found) return Outcome::kFailed;
+    cf_ += cf_delta;
+    return Outcome::kCommitted;
+  }
+  Rng g_;
+  int64_t cf_ = 0;  // committed inserts − deletes of call-forwarding rows
+};
+
+class Tatp final : public Workload {
+ public:
+  explicit Tatp(uint64_t p) : p_(p) {}
+  std::string name() const override { return "tatp"; }
+  std::vector<std::string> TypeNames() const override {
+    return {"get_subscriber_data", "get_new_destination", "get_access_data", "update_subscriber_data",
+            "update_location", "insert_call_forwarding", "delete_call_forwarding"};
+  }
+  structures::DatabaseOptions Schema() const override {
+    structures::DatabaseOptions o;
+    o.name = "tatp";
+    o.tables = {{"tatp.sub", structures::Kind::kBPlusTree, kSubBytes, 0},
+                {"tatp.ai", structures::Kind::kBPlusTree, kAiBytes, 0},
+                {"tatp.sf", structures::Kind::kBPlusTree, kSfBytes, 0},
+                {"tatp.cf", structures::Kind::kBPlusTree, kCfBytes, 0},
+                {"tatp.nbr", structures::Kind::kBPlusTree, kNbrBytes, 0}};
+    return o;
+  }
+  Status Load(Database& db, uint64_t seed, const std::function<void(uint64_t, uint64_t)>& progress) override {
+    std::mt19937_64 r(seed);
+    ASYMNVM_RETURN_IF_ERROR(db.LockAll());
+    std::vector<structures::KeyValue> sub, ai, sf, cf, nbr;
+    auto flush = [&]() -> Status {
+      for (auto [t, v] : {std::pair{kSub, &sub}, {kAi, &ai}, {kSf, &sf}, {kCf, &cf}, {kNbr, &nbr}}) {
+        if (!v->empty()) ASYMNVM_RETURN_IF_ERROR(db.table(t).PutBatch(*v));
+        v->clear();
+      }
+      return Status::Ok();
+    };
+    for (uint64_t s = 1; s <= p_; s++) {
+      sub.emplace_back(s, SubRow(r, s));
+      const std::string nb = SubNbr(s);
+      Value nrow(kNbrBytes, 0);
+      std::memcpy(nrow.data(), &s, 8);
+      std::memcpy(nrow.data() + 8, nb.data(), 15);
+      nbr.emplace_back(NbrKey(nb), nrow);
+      auto pick = [&](uint64_t n) {  // n distinct of {1,2,3,4}
+        std::vector<uint64_t> all{1, 2, 3, 4};
+        std::shuffle(all.begin(), all.end(), r);
+        all.resize(n);
+        return all;
+      };
+      for (uint64_t t : pick(U(r, 1, 4))) {
+        Value v(kAiBytes, 0);
+        v[0] = static_cast<uint8_t>(U(r, 0, 255));
+        v[2] = static_cast<uint8_t>(U(r, 0, 255));
+        for (int i = 0; i < 8; i++) v[4 + i] = static_cast<uint8_t>('A' + U(r, 0, 25));
+        ai.emplace_back(AiKey(s, t), v);
+        ai_rows_++;
+      }
+      for (uint64_t t : pick(U(r, 1, 4))) {
+        Value v(kSfBytes, 0);
+        v[0] = U(r, 1, 100) <= 85 ? 1 : 0;
+        v[1] = static_cast<uint8_t>(U(r, 0, 255));
+        v[2] = static_cast<uint8_t>(U(r, 0, 255));
+        for (int i = 0; i < 5; i++) v[3 + i] = static_cast<uint8_t>('A' + U(r, 0, 25));
+        sf.emplace_back(SfKey(s, t), v);
+        sf_rows_++;
+        std::vector<uint64_t> starts{0, 8, 16};
+        std::shuffle(starts.begin(), starts.end(), r);
+        starts.resize(U(r, 0, 3));
+        for (uint64_t st : starts) {
+          Value c(kCfBytes, 0);
+          c[0] = static_cast<uint8_t>(st + U(r, 1, 8));  // spec text: start_time + U[1,8]
+          const std::string nx = SubNbr(U(r, 1, p_));
+          std::memcpy(c.data() + 1, nx.data(), 15);
+          cf.emplace_back(CfKey(s, t, st), c);
+          cf_rows_++;
+        }
+      }
+      if (sub.size() >= 512) ASYMNVM_RETURN_IF_ERROR(flush());
+      if (progress && s % std::max<uint64_t>(1, p_ / 10) == 0) progress(s, p_);
+    }
+    ASYMNVM_RETURN_IF_ERROR(flush());
+    return db.ReleaseLocks();
+  }
+  std::unique_ptr<Worker> MakeWorker(int) override {
+    uint64_t a = p_ <= 1000000 ? 65535 : p_ <= 10000000 ? 1048575 : 2097151;
+    return std::make_unique<TatpWorker>(Rng{p_, a});
+  }
+  Status Check(Database& db, const std::vector<Worker*>& workers) override {
+    ASYMNVM_RETURN_IF_ERROR(db.LockAll());
+    int64_t cf_want = static_cast<int64_t>(cf_rows_);
+    for (Worker* w : workers) cf_want += static_cast<TatpWorker*>(w)->cf_;
+    const uint64_t want[5] = {p_, ai_rows_, sf_rows_, static_cast<uint64_t>(cf_want), p_};
+    for (size_t t = 0; t < 5; t++) {
+      ASYMNVM_RETURN_IF_ERROR(db.table(t).Verify().WithContext(db.options().tables[t].name));
+      ASYMNVM_ASSIGN_OR_RETURN(uint64_t n, db.table(t).Count());
+      if (n != want[t]) {
+        return Status::Corruption(db.options().tables[t].name + " has " + std::to_string(n) + " rows, want " + std::to_string(want[t]));
+      }
+    }
+    // Every call-forwarding row has its special-facility row; sub_nbr rows match their ids.
+    std::vector<structures::KeyValue> rows;
+    for (uint64_t from = 0;;) {
+      ASYMNVM_RETURN_IF_ERROR(db.table(kCf).Scan(from, 1024, &rows));
+      for (auto& [k, v] : rows) {
+        const uint64_t s = k >> 16, sf = (k >> 8) & 0xFF, start = k & 0xFF;
+        Value x;
+        if (s < 1 || s > p_ || sf < 1 || sf > 4 || start % 8 != 0 || start > 16) return Status::Corruption("call-forwarding key " + std::to_string(k) + " is malformed");
+        if (!db.table(kSf).Get(SfKey(s, sf), &x).ok()) {
+          return Status::Corruption("call-forwarding row (" + std::to_string(s) + ", " + std::to_string(sf) + ", " + std::to_string(start) + ") has no special-facility row");
+        }
+        if (v.size() != kCfBytes || v[0] < 1 || v[0] > 24) return Status::Corruption("call-forwarding end_time out of range");
+      }
+      if (rows.size() < 1024) break;
+      from = rows.back().first + 1;
+    }
+    for (uint64_t s = 1; s <= p_; s++) {
+      const std::string nb = SubNbr(s);
+      Value v, sub;
+      ASYMNVM_RETURN_IF_ERROR(db.table(kNbr).Get(NbrKey(nb), &v).WithContext("sub_nbr " + nb));
+      uint64_t id;
+      std::memcpy(&id, v.data(), 8);
+      if (id != s || std::memcmp(v.data() + 8, nb.data(), 15) != 0) return Status::Corruption("sub_nbr " + nb + " maps to s_id " + std::to_string(id));
+      ASYMNVM_RETURN_IF_ERROR(db.table(kSub).Get(s, &sub).WithContext("subscriber " + std::to_string(s)));
+      uint16_t id16;
+      std::memcpy(&id16, sub.data() + 38, 2);
+      if (id16 != static_cast<uint16_t>(s)) return Status::Corruption("subscriber row " + std::to_string(s) + " holds another id");
+    }
+    return db.ReleaseLocks();
+  }
+
+ private:
+  uint64_t p_;
+  uint64_t ai_rows_ = 0, sf_rows_ = 0, cf_rows_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Workload> MakeTatp(uint64_t subscribers) { return std::make_unique<Tatp>(subscribers); }
+
+}  // namespace asymnvm::txnbench

@@ -29,9 +29,10 @@
 // within operation_timeout), kIoError (embedded: the OS refused; errno set), kCorruption
 // (embedded: a node file failed its checksum).
 //
-// Thread safety: every method may be called from any thread concurrently. Watch callbacks run on
-// one internal thread per Coordinator, one at a time; they may call any method of the Coordinator
-// (including Unwatch of themselves) but should not block for long.
+// Thread safety: every method may be called from any thread concurrently, except Close() and the
+// destructor, which must not race other calls on the same object. Watch callbacks run on one
+// internal thread per Coordinator, one at a time; they may call any method of the Coordinator
+// (including Unwatch of themselves, but not Close) and should not block for long.
 #pragma once
 
 #include <chrono>

@@ -106,7 +106,7 @@ TEST_F(IdentityTest, SessionOpenRefusesAHeldIdBeforeContactingTheBackend) {
   auto holder = FrontendIdentity::Claim(uri_, 9, 5s);
   ASSERT_TRUE(holder.ok());
   SessionOptions o;
-  o.backends = {"127.0.0.1:1"};  // never contacted
+  o.backends = {"tcp://127.0.0.1:1"};  // nothing listens; never reached with a held id
   o.frontend_id = 9;
   o.coordinator = uri_;
   auto s = Session::Open(o);

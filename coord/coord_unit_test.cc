@@ -1,13 +1,18 @@
 // Unit tests of the coordinator pieces that need no second process or server: path rules, URI
 // parsing and refusals, the embedded node file format, corruption handling and the polling
 // fallback of embedded watches.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <thread>
 
 #include "asymnvm/coord.h"
 #include "coord/embedded_format.h"
@@ -64,6 +69,59 @@ TEST(CoordOpen, UnreachableZooKeeperFailsWithinTheConnectTimeout) {
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), StatusCode::kConnectionError);
   EXPECT_TRUE(c.status().retryable());
+}
+
+// A loopback listener that never answers (silent) or answers every connection with garbage.
+class HostilePeer {
+ public:
+  explicit HostilePeer(bool garbage) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    EXPECT_EQ(::listen(fd_, 16), 0);
+    EXPECT_EQ(::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len), 0);
+    port_ = ntohs(a.sin_port);
+    if (garbage) {
+      thread_ = std::thread([this] {
+        for (;;) {
+          const int c = ::accept(fd_, nullptr, nullptr);
+          if (c < 0) return;  // listener shut down
+          const char junk[] = "\xff\xff\xff\x7fHTTP/1.1 400 Bad Request\r\n\r\n";
+          (void)::write(c, junk, sizeof(junk));
+          ::close(c);
+        }
+      });
+    }
+  }
+  ~HostilePeer() {
+    ::shutdown(fd_, SHUT_RDWR);
+    if (thread_.joinable()) thread_.join();
+    ::close(fd_);
+  }
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+TEST(CoordOpen, HostileZooKeeperPeersGiveAClearErrorNotAHang) {
+  Options o;
+  o.connect_timeout = 500ms;
+  for (bool garbage : {false, true}) {
+    HostilePeer peer(garbage);
+    auto c = Coordinator::Open("zk:127.0.0.1:" + std::to_string(peer.port()), o);
+    ASSERT_FALSE(c.ok()) << (garbage ? "garbage" : "silent");
+    EXPECT_EQ(c.status().code(), StatusCode::kConnectionError) << c.status().ToString();
+  }
+  auto unresolvable = Coordinator::Open("zk:no-such-host.invalid:2181", o);
+  ASSERT_FALSE(unresolvable.ok());
+  EXPECT_NE(unresolvable.status().message().find("no-such-host.invalid"), std::string::npos)
+      << unresolvable.status().ToString();
 }
 
 TEST(CoordOpen, EmptyUriMeansEmbeddedInTheDataDirectory) {

@@ -82,6 +82,10 @@ void StringsDone(int rc, const struct String_vector* strings, const void* data) 
   });
 }
 
+// The C client's own log lines (WARN and above) go through our logger ("zookeeper" component), so
+// ASYMNVM_LOG_LEVEL governs them like every other line.
+void ClientLog(const char* message) { LOG_WARN("zookeeper", (message != nullptr ? message : "")); }
+
 constexpr int kLocalTimeout = -1000;  // our own: the deadline passed before the reply
 
 class ZkCoordinator final : public Coordinator {
@@ -197,7 +201,8 @@ Status ZkCoordinator::Init(const std::string& hosts, const std::string& chroot) 
   ho.idle_tick = std::chrono::milliseconds(0);     // server watches wake us
   hub_ = std::make_unique<WatchHub>(std::move(ho));
   const int timeout_ms = static_cast<int>(options_.session_timeout.count());
-  zh_ = zookeeper_init(hosts.c_str(), &ZkCoordinator::GlobalWatcher, timeout_ms, nullptr, this, 0);
+  zh_ = zookeeper_init2(hosts.c_str(), &ZkCoordinator::GlobalWatcher, timeout_ms, nullptr, this,
+                        0, &ClientLog);
   if (zh_ == nullptr) {
     return Status::IoError("coord(zk): zookeeper_init('" + hosts + "') failed", errno);
   }

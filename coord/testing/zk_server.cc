@@ -291,4 +291,9 @@ Status ZkEnsemble::WaitServing(Deadline deadline) const {
 
 void ZkEnsemble::Kill(int i) { servers_[i].proc.reset(); }
 
+Status ZkEnsemble::Restart(int i) {
+  if (servers_[i].proc) return Status::FailedPrecondition("server is running");
+  return Launch(i);
+}
+
 }  // namespace asymnvm::coord::testing

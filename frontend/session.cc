@@ -15,6 +15,7 @@
 #include "common/logging.h"
 #include "fabric/oq/oq.h"
 #include "fabric/rowan/sender.h"
+#include "frontend/identity.h"
 #include "frontend/page_cache.h"
 #include "frontend/rpc_slab_source.h"
 
@@ -75,6 +76,7 @@ Result<Level> ParseLevel(const std::string& name) {
 }
 
 struct Session::Impl {
+  std::unique_ptr<FrontendIdentity> identity;  // first: the lease outlives everything else
   SessionOptions o;
   std::unique_ptr<fabric::Fabric> fabric;
   std::unique_ptr<fabric::ProtectionDomain> pd;
@@ -517,21 +519,24 @@ static bool ValidPageSize(uint32_t ps) {
   return ps >= 64 && ps <= (1u << 20) && (ps & (ps - 1)) == 0;
 }
 
-Result<std::unique_ptr<Session>> Session::Open(const SessionOptions& options) {
+Result<std::unique_ptr<Session>> Session::Open(const SessionOptions& given) {
+  SessionOptions options = given;  // frontend_id may come from the coordinator (identity.h)
   if (options.backends.empty()) return Status::InvalidArgument("session: no back-end address");
   if (options.backends.size() > 1) {
     return Status::InvalidArgument(
         "session: one back-end per Session; use frontend::Cluster for several (include/asymnvm/cluster.h)");
   }
-  if (options.frontend_id == 0 || options.frontend_id > 0xFFFF) {
+  if ((options.frontend_id == 0 && options.coordinator.empty()) || options.frontend_id > 0xFFFF) {
     return Status::InvalidArgument("session: frontend_id must be in 1..65535");
   }
   if (!ValidPageSize(options.page_size)) {
     return Status::InvalidArgument("session: page_size must be a power of two in 64..1 MiB");
   }
   if (options.batch_ops == 0) return Status::InvalidArgument("session: batch_ops must be > 0");
+  ASYMNVM_ASSIGN_OR_RETURN(auto identity, ClaimSessionIdentity(&options));
   auto impl = std::make_unique<Impl>();
   Impl& m = *impl;
+  m.identity = std::move(identity);
   m.o = options;
   const std::string ctx = "session " + options.backends[0];
   ASYMNVM_ASSIGN_OR_RETURN(m.fabric, fabric::Fabric::Open(options.fabric));

@@ -471,7 +471,10 @@ void PrintPoolReport(const PoolReport& r, std::ostream& out) {
 }
 
 int RunCtl(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  CLI::App app{"asymnvm-ctl: inspect and check AsymNVM back-ends and pools"};
+  if (!args.empty() && args[0] == "coord") {
+    return RunCtlCoord(std::vector<std::string>(args.begin() + 1, args.end()), out, err);
+  }
+  CLI::App app{"asymnvm-ctl: inspect and check AsymNVM back-ends and pools (and: asymnvm-ctl coord --help)"};
   app.require_subcommand(1);
   std::string address, pool_path;
   bool json = false;

@@ -3,6 +3,7 @@
 //   asymnvm-ctl status ADDR [--json] [--timeout-ms N]   ask a running back-end (kStatus over the OQ)
 //   asymnvm-ctl inspect POOL [--json]                   dump a pool that no back-end holds
 //   asymnvm-ctl check POOL [--json]                     validate a pool that no back-end holds
+//   asymnvm-ctl coord ls|get|set|rm URI PATH ...        read / edit coordinator nodes
 //
 // inspect and check never write the pool: they open it with pm::Pool::Open (which takes the pool's
 // exclusive lock, so a pool a running back-end holds is refused with a message saying so — use
@@ -62,6 +63,9 @@ Result<std::string> FetchStatus(const std::string& address, std::chrono::millise
 // Human-readable rendering of a status JSON document / a pool report.
 void PrintStatus(const nlohmann::json& status, std::ostream& out);
 void PrintPoolReport(const PoolReport& r, std::ostream& out);
+
+// `asymnvm-ctl coord ls|get|set|rm URI PATH ...` (tools/ctl_coord.cc; args exclude "coord").
+int RunCtlCoord(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 // The whole command line (args exclude the program name). Returns the exit code above.
 int RunCtl(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);

@@ -52,6 +52,11 @@ struct SessionOptions {
   // (asymnvm/cluster.h) takes several and opens one Session each.
   std::vector<std::string> backends;
   uint64_t frontend_id = 0;  // 1..65535 (the Rowan owner field is 16 bits)
+  // Coordinator URI (asymnvm/coord.h: dir:PATH or zk:HOST:PORT[,...][/chroot]). When set, Open
+  // claims the front-end id there for the session's life (frontend/identity.h): frontend_id 0 is
+  // allocated; a given id held by another live process is refused with kAlreadyExists. Empty (the
+  // default): frontend_id must be given and is not checked.
+  std::string coordinator;
   Level level = Level::kRcb;
   fabric::FabricOptions fabric;
   // Page cache (rc, rcb): capacity in bytes and the default page size (a structure may choose its

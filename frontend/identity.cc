@@ -1,0 +1,106 @@
+#include "frontend/identity.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "common/logging.h"
+
+namespace asymnvm::frontend {
+
+namespace {
+constexpr const char* kIdCounter = "/asymnvm/ids/frontend";
+constexpr uint64_t kMaxFrontendId = 0xFFFF;  // the Rowan owner field is 16 bits
+constexpr int kAllocateAttempts = 64;
+}  // namespace
+
+std::string FrontendIdentity::EpochPath(uint64_t id) {
+  return "/asymnvm/frontends/" + std::to_string(id);
+}
+std::string FrontendIdentity::LeasePath(uint64_t id) { return EpochPath(id) + "/lease"; }
+
+Status FrontendIdentity::TryClaim(uint64_t id) {
+  ASYMNVM_RETURN_IF_ERROR(coord_->EnsurePath(EpochPath(id)));
+  const std::string lease = "pid " + std::to_string(::getpid());
+  auto created = coord_->Create(LeasePath(id), lease, coord::kEphemeral);
+  if (!created.ok()) {
+    if (created.status().code() == StatusCode::kAlreadyExists) {
+      std::string holder;
+      auto n = coord_->Get(LeasePath(id));
+      if (n.ok()) holder = " (" + n->data + ", session " + std::to_string(n->owner_session) + ")";
+      return Status::AlreadyExists("session: front-end id " + std::to_string(id) +
+                                   " is held by another live process" + holder +
+                                   "; choose another id, or frontend_id 0 to be given one");
+    }
+    return created.status();
+  }
+  // The lease is ours: bump the incarnation epoch (only the lease holder writes it).
+  for (;;) {
+    auto node = coord_->Get(EpochPath(id));
+    if (!node.ok()) return node.status();
+    uint64_t epoch = 0;
+    if (node->data.rfind("epoch ", 0) == 0) epoch = std::strtoull(node->data.c_str() + 6, nullptr, 10);
+    auto set = coord_->Set(EpochPath(id), "epoch " + std::to_string(epoch + 1), node->version);
+    if (set.ok()) {
+      id_ = id;
+      epoch_ = epoch + 1;
+      return Status::Ok();
+    }
+    if (set.status().code() != StatusCode::kAborted) return set.status();
+  }
+}
+
+Result<std::unique_ptr<FrontendIdentity>> FrontendIdentity::Claim(
+    const std::string& uri, uint64_t requested, std::chrono::milliseconds timeout) {
+  if (requested > kMaxFrontendId) {
+    return Status::InvalidArgument("session: frontend_id must be in 1..65535 (0: allocate one)");
+  }
+  coord::Options o;
+  o.connect_timeout = timeout;
+  o.operation_timeout = timeout;
+  auto c = coord::Coordinator::Open(uri, o);
+  if (!c.ok()) return c.status().WithContext("session: coordinator " + uri);
+  std::unique_ptr<FrontendIdentity> me(new FrontendIdentity());
+  me->coord_ = std::move(c).value();
+  if (requested != 0) {
+    ASYMNVM_RETURN_IF_ERROR(me->TryClaim(requested));
+    return me;
+  }
+  for (int attempt = 0; attempt < kAllocateAttempts; ++attempt) {
+    auto id = me->coord_->AllocateId(kIdCounter);
+    if (!id.ok()) return id.status().WithContext("session: allocating a front-end id");
+    if (*id > kMaxFrontendId) {
+      return Status::ResourceExhausted("session: the coordinator's front-end ids ran past 65535",
+                                       false);
+    }
+    Status st = me->TryClaim(*id);
+    if (st.ok()) return me;
+    // An id someone chose by hand: take the next one.
+    if (st.code() != StatusCode::kAlreadyExists) return st;
+  }
+  return Status::ResourceExhausted("session: no free front-end id after " +
+                                   std::to_string(kAllocateAttempts) + " allocations", true);
+}
+
+FrontendIdentity::~FrontendIdentity() {
+  if (!coord_) return;
+  if (id_ != 0) {
+    Status st = coord_->Delete(LeasePath(id_));
+    if (!st.ok() && st.code() != StatusCode::kNotFound) {
+      LOG_WARN("frontend", "releasing front-end id " << id_ << ": " << st.ToString());
+    }
+  }
+  coord_->Close();
+}
+
+Result<std::unique_ptr<FrontendIdentity>> ClaimSessionIdentity(SessionOptions* options) {
+  if (options->coordinator.empty()) return std::unique_ptr<FrontendIdentity>();
+  auto identity = FrontendIdentity::Claim(options->coordinator, options->frontend_id,
+                                          std::max(options->timeout, std::chrono::milliseconds(1)));
+  if (!identity.ok()) return identity.status();
+  options->frontend_id = (*identity)->id();
+  return std::move(identity).value();
+}
+
+}  // namespace asymnvm::frontend

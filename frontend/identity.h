@@ -1,0 +1,52 @@
+// Front-end identity from the coordinator (issue 10 item 2; doc/coord.md §Node layout).
+//
+// A FrontendIdentity holds a front-end id for a Session's lifetime: the ephemeral node
+// /asymnvm/frontends/<id>/lease proves a live holder (a second live holder is refused), and the
+// persistent /asymnvm/frontends/<id> holds the id's incarnation epoch ("epoch N"), bumped by
+// compare-and-set each time the id is claimed. Id 0 asks for a fresh id from
+// AllocateId("/asymnvm/ids/frontend").
+//
+// Thread safety: immutable after Claim; destroy it (releasing the lease) from one thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "asymnvm/coord.h"
+#include "asymnvm/frontend.h"
+
+namespace asymnvm::frontend {
+
+class FrontendIdentity {
+ public:
+  // Claims `requested` (0: allocate one) on the coordinator at `uri`. Errors: kAlreadyExists
+  // (another live process holds the id; the message names it), kInvalidArgument (id > 65535),
+  // kResourceExhausted (allocated ids ran past 65535), and the coordinator's own errors.
+  static Result<std::unique_ptr<FrontendIdentity>> Claim(const std::string& uri,
+                                                         uint64_t requested,
+                                                         std::chrono::milliseconds timeout);
+  ~FrontendIdentity();  // deletes the lease and closes the coordinator session
+
+  uint64_t id() const { return id_; }
+  uint64_t epoch() const { return epoch_; }
+  coord::Coordinator& coordinator() { return *coord_; }
+
+  static std::string LeasePath(uint64_t id);
+  static std::string EpochPath(uint64_t id);
+
+ private:
+  FrontendIdentity() = default;
+  Status TryClaim(uint64_t id);
+
+  std::unique_ptr<coord::Coordinator> coord_;
+  uint64_t id_ = 0;
+  uint64_t epoch_ = 0;
+};
+
+// For Session::Open: when options->coordinator is set, claims the identity and writes the id into
+// options->frontend_id; otherwise returns nullptr and leaves options alone.
+Result<std::unique_ptr<FrontendIdentity>> ClaimSessionIdentity(SessionOptions* options);
+
+}  // namespace asymnvm::frontend

@@ -35,6 +35,7 @@
 #include <iostream>
 #include <map>
 #include <set>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "asymnvm/cluster.h"
@@ -294,6 +295,20 @@ int main(int argc, char** argv) {
   so.cache_bytes = 32ull << 20;
   so.timeout = std::chrono::milliseconds(30000);
   auto cluster = frontend::Cluster::Open(so);
+  // A connection refused or cut during the handshake while every daemon is alive is a slow or
+  // busy machine, not a failure: retry with back-off for up to the session timeout.
+  const auto open_deadline = std::chrono::steady_clock::now() + so.timeout;
+  for (int attempt = 1; !cluster.ok() && cluster.status().code() == StatusCode::kConnectionError &&
+                        std::chrono::steady_clock::now() < open_deadline;
+       attempt++) {
+    bool alive = true;
+    for (auto& d : daemons) alive = alive && !d->Exited();
+    if (!alive) break;
+    std::cerr << "asymnvm-job: connecting (attempt " << attempt << "): " << cluster.status().ToString()
+              << "; retrying\n";
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(1000, 50 * attempt)));
+    cluster = frontend::Cluster::Open(so);
+  }
   if (!cluster.ok()) return fail("session", cluster.status());
   frontend::Cluster& cl = **cluster;
   frontend::Session& s = cl.session(0);

@@ -8,6 +8,8 @@
 //   ASYMNVM_TORTURE_ROUNDS  rounds (default 6: the default suite; the `long` label runs 500)
 //   ASYMNVM_TORTURE_SEED    seed (default 1; printed, so a failing series can be re-run)
 //   ASYMNVM_TORTURE_KEEP    keep the data directory of a failed series in this directory
+//   ASYMNVM_TORTURE_PM_MODE the back-ends' --pm-mode (default flush; msync = the disk-durable
+//                           redo-log mode, the job's default on a disk)
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -132,11 +134,14 @@ class JobTorture : public ::testing::Test {
 TEST_F(JobTorture, RandomKillsNeverLoseAcknowledgedData) {
   const uint64_t rounds = EnvU64("ASYMNVM_TORTURE_ROUNDS", 6);
   const uint64_t seed = EnvU64("ASYMNVM_TORTURE_SEED", 1);
-  std::printf("torture: seed %llu, %llu rounds (ASYMNVM_TORTURE_SEED / ASYMNVM_TORTURE_ROUNDS)\n",
-              static_cast<unsigned long long>(seed), static_cast<unsigned long long>(rounds));
+  std::printf("torture: seed %llu, %llu rounds (ASYMNVM_TORTURE_SEED / ASYMNVM_TORTURE_ROUNDS), pm mode %s\n",
+              static_cast<unsigned long long>(seed), static_cast<unsigned long long>(rounds),
+              std::getenv("ASYMNVM_TORTURE_PM_MODE") ? std::getenv("ASYMNVM_TORTURE_PM_MODE") : "flush");
   std::mt19937_64 rng(seed);
   const std::string data = dir_ + "/data";
-  const std::string base = "--data-dir " + data + " --pool-size 256M --pm-mode flush";
+  const char* mode_env = std::getenv("ASYMNVM_TORTURE_PM_MODE");
+  const std::string mode = mode_env != nullptr && *mode_env != '\0' ? mode_env : "flush";
+  const std::string base = "--data-dir " + data + " --pool-size 256M --pm-mode " + mode;
   int verified_rounds = 0, kills[3] = {0, 0, 0}, finished_before_kill = 0;
   for (uint64_t round = 0; round < rounds; round++) {
     const uint64_t ops = 200 + rng() % 1800;

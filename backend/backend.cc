@@ -48,6 +48,7 @@ std::atomic_ref<uint64_t> Word(uint8_t* base, uint64_t offset) {
 
 // ---- redo-log mode (doc/backend.md §Disk-durable mode) ----
 constexpr uint32_t kOqStride = 64;
+constexpr uint32_t kRedoNicThreads = 4;
 // Checkpoint record: two 64-byte slots in the back-end header page (pool offsets 6144, 6208).
 constexpr uint64_t kCkptSlotOffset = kBackendHeaderOffset + 2048;
 constexpr uint64_t kCkptSlotSize = 64;
@@ -532,7 +533,12 @@ struct Backend::Impl : public OpLogSource {
   }
 
   Status StartFabric() {
-    ASYMNVM_ASSIGN_OR_RETURN(fabric, fabric::Fabric::Open(o.fabric));
+    fabric::FabricOptions fo = o.fabric;
+    // Redo mode: a FLUSH waits for an msync. With one soft-NIC thread the FLUSHes of all
+    // connections would wait one after another; with several, those that arrive together share
+    // one group commit (pm: MsyncPersister). The threads block when idle (no spinning on 2 cores).
+    if (redo) fo.nic_threads = std::max<uint32_t>(fo.nic_threads, kRedoNicThreads);
+    ASYMNVM_ASSIGN_OR_RETURN(fabric, fabric::Fabric::Open(fo));
     ASYMNVM_ASSIGN_OR_RETURN(pd, fabric->AllocPd());
     fabric::MemoryRegionOptions mo;
     mo.access = fabric::kAllRemote;

@@ -13,6 +13,11 @@
 //     thread digests used segments and recycles a segment once every op log in it is covered by
 //     its front-end's OPN (so recovery can still find op logs whose memory logs never arrived).
 //
+// On a pool that is not PM (persist mode msync) the back-end runs a redo log with checkpoints
+// (doc/backend.md §Disk-durable mode): op logs and transactions are durable when their landings
+// are synced (group commit), transactions are applied in memory and written back by checkpoints,
+// and log space is recycled only behind the newest durable checkpoint.
+//
 // Start formats a fresh pool (the back-end header is written last) or recovers an existing one
 // (allocator from its bitmap, OQ from ReqToExecute..SRQTail, the b-log from its segment table).
 // Before recovering, it checks every landed record (rowan::CheckArea, oq::ScanDurableArea — the

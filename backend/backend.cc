@@ -3,10 +3,12 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -19,8 +21,12 @@
 #include "backend/log_format.h"
 #include "backend/naming.h"
 #include "backend/rpc.h"
+#include "common/checksum.h"
+#include "common/coding.h"
+#include "common/crash_point.h"
 #include "common/logging.h"
 #include "fabric/oq/oq.h"
+#include "fabric/oq/wire.h"
 #include "fabric/rowan/receiver.h"
 #include "fabric/rowan/scanner.h"
 
@@ -39,6 +45,110 @@ double ProcessCpuSeconds() {
 std::atomic_ref<uint64_t> Word(uint8_t* base, uint64_t offset) {
   return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(base + offset));
 }
+
+// ---- redo-log mode (doc/backend.md §Disk-durable mode) ----
+constexpr uint32_t kOqStride = 64;
+constexpr uint32_t kRedoNicThreads = 4;
+// Checkpoint record: two 64-byte slots in the back-end header page (pool offsets 6144, 6208).
+constexpr uint64_t kCkptSlotOffset = kBackendHeaderOffset + 2048;
+constexpr uint64_t kCkptSlotSize = 64;
+constexpr uint64_t kCkptMagic = 0x3154504B434D564EULL;  // "NVMCKPT1"
+constexpr uint32_t kCkptVersion = 1;
+constexpr uint64_t kCkptActive = 1;
+// Per front-end checkpoint copies in its naming slot: two copies of (seq, LPN, OPN) at slot
+// bytes 160 and 184 (root word at 128, so root_addr + 32 + 24 × (seq % 2)).
+constexpr uint64_t kCkptCopyFromRoot = 32;
+
+struct CkptRecord {
+  uint64_t seq = 0;
+  uint64_t rte = 0;
+  uint64_t flags = 0;
+  uint64_t time_ns = 0;
+};
+
+void EncodeCkpt(const CkptRecord& r, uint8_t* p) {
+  std::memset(p, 0, kCkptSlotSize);
+  PutLe64(p, kCkptMagic);
+  PutLe32(p + 12, kCkptVersion);
+  PutLe64(p + 16, r.seq);
+  PutLe64(p + 24, r.rte);
+  PutLe64(p + 32, r.flags);
+  PutLe64(p + 40, r.time_ns);
+  PutLe32(p + 8, Crc32c(p + 12, kCkptSlotSize - 12));
+}
+
+bool DecodeCkpt(const uint8_t* p, CkptRecord* r) {
+  if (GetLe64(p) != kCkptMagic || GetLe32(p + 12) != kCkptVersion ||
+      GetLe32(p + 8) != Crc32c(p + 12, kCkptSlotSize - 12)) {
+    return false;
+  }
+  r->seq = GetLe64(p + 16);
+  r->rte = GetLe64(p + 24);
+  r->flags = GetLe64(p + 32);
+  r->time_ns = GetLe64(p + 40);
+  return r->seq != 0;
+}
+
+uint64_t NowNs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+// In redo mode the applier's writes (data area, sequence words) and the LPN/OPN words are not
+// synced when applied: this persister records the hull of the written ranges for the next
+// checkpoint and returns.
+class DeferredPersister final : public pm::Persister {
+ public:
+  explicit DeferredPersister(const uint8_t* base) : base_(base) {}
+  void Flush(const void* addr, size_t length) override {
+    if (length == 0) return;
+    const uint64_t off = static_cast<uint64_t>(static_cast<const uint8_t*>(addr) - base_);
+    std::lock_guard<std::mutex> lock(mu_);
+    lo_ = std::min(lo_, off);
+    hi_ = std::max(hi_, off + length);
+    bytes_ += length;
+  }
+  void Drain() override {}
+  // Takes the hull written since the last call ({UINT64_MAX, 0}: nothing) and its byte count.
+  void Take(uint64_t* lo, uint64_t* hi, uint64_t* bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    *lo = lo_;
+    *hi = hi_;
+    *bytes = bytes_;
+    lo_ = UINT64_MAX;
+    hi_ = 0;
+    bytes_ = 0;
+  }
+  uint64_t pending_bytes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return bytes_;
+  }
+
+ private:
+  const uint8_t* base_;
+  std::mutex mu_;
+  uint64_t lo_ = UINT64_MAX, hi_ = 0, bytes_ = 0;
+};
+
+// The data region's persister in redo mode: a one-sided WRITE into the data area is synced at
+// once, but only after a checkpoint covers every transaction applied so far — otherwise recovery
+// could replay an older logged write over it.
+class OneSidedPersister final : public pm::Persister {
+ public:
+  OneSidedPersister(pm::Persister* inner, std::function<void()> before)
+      : inner_(inner), before_(std::move(before)) {}
+  void Flush(const void* addr, size_t length) override {
+    if (length == 0) return;
+    before_();
+    inner_->Flush(addr, length);
+  }
+  void Drain() override { inner_->Drain(); }
+
+ private:
+  pm::Persister* inner_;
+  std::function<void()> before_;
+};
 
 
 }  // namespace
@@ -68,6 +178,23 @@ struct Backend::Impl : public OpLogSource {
 
   std::atomic<bool> stop{false};
   std::thread consumer;
+
+  // Redo-log mode (pool in msync mode: not PM). See doc/backend.md §Disk-durable mode.
+  bool redo = false;
+  std::unique_ptr<DeferredPersister> deferred_writes;
+  std::unique_ptr<OneSidedPersister> one_sided;
+  std::mutex ckpt_mu;                // serializes checkpoints; taken before mu
+  uint64_t ckpt_seq = 0;             // newest durable checkpoint (0: none)            [ckpt_mu]
+  bool ckpt_active = false;          // a valid active record is on media             [ckpt_mu]
+  uint64_t applied_rte = 0;          // OQ position after the last executed request   [mu]
+  uint64_t ckpt_txns = 0;            // txns_applied covered by the newest checkpoint [mu]
+  std::unordered_map<uint64_t, uint64_t> ckpt_opn;  // fe → OPN of the newest checkpoint [mu]
+  std::condition_variable ckpt_cv;
+  std::thread checkpointer;
+
+  pm::Persister* apply_persister() {
+    return redo ? static_cast<pm::Persister*>(deferred_writes.get()) : pool->persister();
+  }
 
   uint8_t* base() const { return pool->base(); }
 
@@ -114,6 +241,7 @@ struct Backend::Impl : public OpLogSource {
     pm::PoolOptions po;
     po.mode = o.persist_mode;
     po.layout = "asymnvm-backend";
+    po.crash_sim = o.crash_sim;
     ASYMNVM_ASSIGN_OR_RETURN(pool, pm::Pool::OpenOrCreate(o.pool_path, o.pool_size, po));
     uint8_t* header = base() + kBackendHeaderOffset;
     auto decoded = DecodeLayout(header, pool->size());
@@ -148,8 +276,186 @@ struct Backend::Impl : public OpLogSource {
         frontends[std::stoull(e.name.substr(3))] = e;
       }
     }
+    redo = pool->mode() == pm::PersistMode::kMsync;
+    deferred_writes = std::make_unique<DeferredPersister>(base());
+    one_sided = std::make_unique<OneSidedPersister>(pool->persister(),
+                                                    [this] { CheckpointIfTxnsSince(); });
+    ASYMNVM_RETURN_IF_ERROR(RestoreCheckpoint());
     if (!fresh) CheckLanded();
     return Status::Ok();
+  }
+
+  // ---- redo-log mode: checkpoints and recovery (doc/backend.md §Disk-durable mode) ----
+
+  uint8_t* CkptSlot(uint64_t seq) { return base() + kCkptSlotOffset + kCkptSlotSize * (seq % 2); }
+
+  // The OQ worker 0's ReqToExecute as found in the area (0 when the area is not formatted).
+  uint64_t OqAreaRte() {
+    const uint8_t* h = base() + layout.oq.offset;
+    if (std::all_of(h, h + 32, [](uint8_t b) { return b == 0; })) return 0;
+    uint64_t rte = 0;
+    return oq::wire::DecodeWord(GetLe64(h + 64), &rte) ? rte : 0;
+  }
+
+  // Runs at open, before the landed records are checked and before the OQ server recovers. A
+  // valid active checkpoint record means the pool was last served in redo mode: the LPN/OPN
+  // words of every front-end and the OQ worker's ReqToExecute go back to the checkpoint's values
+  // (the mapped words may hold later values that reached the file by page write-back), so OQ
+  // recovery re-executes every transaction logged after the checkpoint, in order (physical redo:
+  // idempotent). Without a record, a redo-mode back-end takes the first checkpoint of the
+  // current (directly persisted) state.
+  Status RestoreCheckpoint() {
+    CkptRecord best;
+    for (uint64_t i = 0; i < 2; i++) {
+      CkptRecord r;
+      if (DecodeCkpt(base() + kCkptSlotOffset + kCkptSlotSize * i, &r) && r.seq > best.seq) {
+        best = r;
+      }
+    }
+    if (best.seq != 0 && (best.flags & kCkptActive) != 0) {
+      std::lock_guard<std::mutex> cl(ckpt_mu);
+      std::lock_guard<std::mutex> lock(mu);
+      ckpt_seq = best.seq;
+      ckpt_active = true;
+      for (const auto& [fe, rec] : frontends) {
+        const uint8_t* copy = base() + rec.root_addr + kCkptCopyFromRoot + 24 * (best.seq % 2);
+        uint64_t lpn = 0, opn = 0;
+        if (GetLe64(copy) == best.seq) {  // else registered after the checkpoint
+          lpn = GetLe64(copy + 8);
+          opn = GetLe64(copy + 16);
+        }
+        Word(base(), rec.root_addr).store(lpn);
+        Word(base(), rec.lock_addr).store(opn);
+        ckpt_opn[fe] = opn;
+        pool->persister()->Flush(base() + rec.root_addr, 16);
+      }
+      uint8_t* h = base() + layout.oq.offset;
+      if (!std::all_of(h, h + 32, [](uint8_t b) { return b == 0; })) {
+        PutLe64(h + 64, oq::wire::EncodeWord(best.rte));
+        pool->persister()->Flush(h + 64, 8);
+      }
+      pool->persister()->Drain();
+      applied_rte = best.rte;
+      LOG_INFO("backend", "redo recovery from checkpoint " << best.seq << " (queue position "
+                                                           << best.rte << ")");
+      return Status::Ok();
+    }
+    if (best.seq != 0) ckpt_seq = best.seq;  // an inactive record: numbering continues
+    if (!redo) return Status::Ok();
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      applied_rte = OqAreaRte();
+    }
+    return Checkpoint(0);
+  }
+
+  // Makes every effect applied so far durable and records it: capture (under mu) the positions,
+  // write the per-front-end copies, sync the naming area and every range written since the last
+  // checkpoint (one msync), then write and sync the record (one msync). Log space before the
+  // captured position may be recycled only after this returns.
+  Status Checkpoint(uint64_t rte_floor) {
+    std::lock_guard<std::mutex> cl(ckpt_mu);
+    return CheckpointLocked(rte_floor);
+  }
+
+  Status CheckpointLocked(uint64_t rte_floor) {
+    struct Fe {
+      uint64_t root_addr, lpn, opn, id;
+    };
+    std::vector<Fe> fes;
+    uint64_t rte, lo, hi, bytes, txns;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      applied_rte = std::max(applied_rte, rte_floor);
+      rte = applied_rte;
+      txns = counters.txns_applied;
+      for (const auto& [fe, rec] : frontends) {
+        fes.push_back({rec.root_addr, Word(base(), rec.root_addr).load(),
+                       Word(base(), rec.lock_addr).load(), fe});
+      }
+      deferred_writes->Take(&lo, &hi, &bytes);
+    }
+    const uint64_t seq = ckpt_seq + 1;
+    for (const Fe& f : fes) {
+      uint8_t* copy = base() + f.root_addr + kCkptCopyFromRoot + 24 * (seq % 2);
+      PutLe64(copy, seq);
+      PutLe64(copy + 8, f.lpn);
+      PutLe64(copy + 16, f.opn);
+    }
+    ASYMNVM_CRASH_POINT("backend.checkpoint.before_data_sync");
+    lo = std::min(lo, layout.naming.offset);
+    hi = std::max(hi, layout.naming.end());
+    pool->persister()->Persist(base() + lo, hi - lo);
+    ASYMNVM_CRASH_POINT("backend.checkpoint.after_data_sync");
+    CkptRecord r{seq, rte, kCkptActive, NowNs()};
+    EncodeCkpt(r, CkptSlot(seq));
+    pool->persister()->Persist(CkptSlot(seq), kCkptSlotSize);
+    ASYMNVM_CRASH_POINT("backend.checkpoint.after_record");
+    ckpt_seq = seq;
+    ckpt_active = true;
+    std::lock_guard<std::mutex> lock(mu);
+    ckpt_txns = txns;
+    for (const Fe& f : fes) ckpt_opn[f.id] = f.opn;
+    counters.checkpoints++;
+    counters.checkpoint_bytes += bytes;
+    return Status::Ok();
+  }
+
+  // Direct mode after a redo-mode run: once OQ recovery has re-applied (and persisted) the
+  // logged transactions, the record is retired so the next start does not replay again.
+  void RetireCheckpointRecord() {
+    std::lock_guard<std::mutex> cl(ckpt_mu);
+    if (!ckpt_active) return;
+    CkptRecord r{ckpt_seq + 1, 0, 0, NowNs()};
+    EncodeCkpt(r, CkptSlot(r.seq));
+    pool->persister()->Persist(CkptSlot(r.seq), kCkptSlotSize);
+    ckpt_seq = r.seq;
+    ckpt_active = false;
+  }
+
+  // oq::ServerOptions::before_recycle: the OQ buffers before `rte` are about to be reused.
+  void BeforeRecycle(uint64_t rte) {
+    if (!redo) {
+      RetireCheckpointRecord();
+      return;
+    }
+    Status s = Checkpoint(rte);
+    if (!s.ok()) LOG_ERROR("backend", "checkpoint: " << s.ToString());
+  }
+
+  void CheckpointIfTxnsSince() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (counters.txns_applied == ckpt_txns) return;
+    }
+    Status s = Checkpoint(0);
+    if (!s.ok()) LOG_ERROR("backend", "checkpoint: " << s.ToString());
+  }
+
+  // Background checkpointer (redo mode): a checkpoint when something was applied since the last
+  // one and the interval passed, or sooner when much was written or log segments wait for it.
+  void CheckpointLoop() {
+    std::mutex wait_mu;
+    auto last = std::chrono::steady_clock::now();
+    while (!stop.load()) {
+      {
+        std::unique_lock<std::mutex> lock(wait_mu);
+        ckpt_cv.wait_for(lock, o.checkpoint_interval / 4);
+      }
+      if (stop.load()) break;
+      bool due = false;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        const bool dirty = counters.txns_applied != ckpt_txns;
+        const auto now = std::chrono::steady_clock::now();
+        due = dirty && (now - last >= o.checkpoint_interval ||
+                        deferred_writes->pending_bytes() >= o.checkpoint_bytes || held.size() >= 4);
+      }
+      if (!due) continue;
+      Status s = Checkpoint(0);
+      if (!s.ok()) LOG_ERROR("backend", "checkpoint: " << s.ToString());
+      last = std::chrono::steady_clock::now();
+    }
   }
 
   // Runs before the receiver and the OQ server recover (OQ recovery zeroes its buffers, and it
@@ -227,13 +533,19 @@ struct Backend::Impl : public OpLogSource {
   }
 
   Status StartFabric() {
-    ASYMNVM_ASSIGN_OR_RETURN(fabric, fabric::Fabric::Open(o.fabric));
+    fabric::FabricOptions fo = o.fabric;
+    // Redo mode: a FLUSH waits for an msync. With one soft-NIC thread the FLUSHes of all
+    // connections would wait one after another; with several, those that arrive together share
+    // one group commit (pm: MsyncPersister). The threads block when idle (no spinning on 2 cores).
+    if (redo) fo.nic_threads = std::max<uint32_t>(fo.nic_threads, kRedoNicThreads);
+    ASYMNVM_ASSIGN_OR_RETURN(fabric, fabric::Fabric::Open(fo));
     ASYMNVM_ASSIGN_OR_RETURN(pd, fabric->AllocPd());
     fabric::MemoryRegionOptions mo;
     mo.access = fabric::kAllRemote;
     mo.persister = pool->persister();
     ASYMNVM_ASSIGN_OR_RETURN(
         naming_mr, pd->RegisterMemory(base() + layout.naming.offset, layout.naming.size, mo));
+    if (redo) mo.persister = one_sided.get();
     ASYMNVM_ASSIGN_OR_RETURN(
         data_mr, pd->RegisterMemory(base() + layout.data.offset, layout.data.size, mo));
     rowan::ReceiverOptions ro;
@@ -259,6 +571,9 @@ struct Backend::Impl : public OpLogSource {
     so.pm_area = base() + layout.oq.offset;
     so.pm_area_size = layout.oq.size;
     so.persister = pool->persister();
+    so.stride = kOqStride;
+    if (redo) so.rte_persister = deferred_writes.get();
+    so.before_recycle = [this](uint32_t, uint64_t rte) { BeforeRecycle(rte); };
     ASYMNVM_ASSIGN_OR_RETURN(
         server, oq::Server::Start(so, [this](const oq::RequestContext& ctx,
                                              std::span<const uint8_t> payload,
@@ -272,6 +587,21 @@ struct Backend::Impl : public OpLogSource {
 
   Status Handle(const oq::RequestContext& ctx, std::span<const uint8_t> payload,
                 std::vector<uint8_t>* response) {
+    Status st = HandleRequest(ctx, payload, response);
+    // The queue position after this request (what the OQ worker's ReqToExecute becomes): a
+    // checkpoint taken from now on covers it.
+    const uint64_t end = uint64_t{ctx.position & 0xFFFF} * kOqStride + oq::kRequestHeaderSize +
+                         payload.size();
+    const uint64_t after = oq::wire::Position(ctx.position >> 16,
+                                              static_cast<uint32_t>((end + kOqStride - 1) /
+                                                                    kOqStride));
+    std::lock_guard<std::mutex> lock(mu);
+    applied_rte = std::max(applied_rte, after);
+    return st;
+  }
+
+  Status HandleRequest(const oq::RequestContext& ctx, std::span<const uint8_t> payload,
+                       std::vector<uint8_t>* response) {
     {
       std::lock_guard<std::mutex> lock(mu);
       counters.requests++;
@@ -471,7 +801,7 @@ struct Backend::Impl : public OpLogSource {
                                      " does not follow LPN " + std::to_string(applied));
     } else {
       ApplyTarget t{base(), pool->size(), layout.data.offset, layout.data.end(),
-                    pool->persister()};
+                    apply_persister()};
       auto st = ApplyTxn(txn, t, this);
       if (st.ok()) {
         counters.txns_applied++;
@@ -479,7 +809,7 @@ struct Backend::Impl : public OpLogSource {
         auto opn = Word(base(), rec.lock_addr);
         if (txn.header.opn > opn.load()) opn.store(txn.header.opn, std::memory_order_release);
         lpn.store(txn.header.txn_seq, std::memory_order_release);
-        pool->persister()->Persist(base() + rec.root_addr, 16);
+        apply_persister()->Persist(base() + rec.root_addr, 16);
         return Status::Ok();
       }
       s = st.status();
@@ -575,8 +905,13 @@ struct Backend::Impl : public OpLogSource {
       while (!held.empty()) {
         bool covered = true;
         for (const auto& [fe, max_seq] : held.front().max_op_seq) {
-          auto it = frontends.find(fe);
-          const uint64_t opn = it == frontends.end() ? 0 : Word(base(), it->second.lock_addr).load();
+          uint64_t opn = 0;
+          if (redo) {  // only a durable checkpoint makes an OPN durable
+            auto c = ckpt_opn.find(fe);
+            opn = c == ckpt_opn.end() ? 0 : c->second;
+          } else if (auto it = frontends.find(fe); it != frontends.end()) {
+            opn = Word(base(), it->second.lock_addr).load();
+          }
           if (max_seq > opn) covered = false;
         }
         if (!covered) break;
@@ -641,6 +976,11 @@ struct Backend::Impl : public OpLogSource {
     j["oq_corrupt_records"] = s.oq_corrupt_records;
     j["requests"] = s.requests;
     j["cpu_seconds"] = s.cpu_seconds;
+    j["durability"] = redo ? "redo-log" : "direct";
+    j["pm_syncs"] = s.pm_syncs;
+    j["pm_sync_bytes"] = s.pm_sync_bytes;
+    j["checkpoints"] = s.checkpoints;
+    j["checkpoint_bytes"] = s.checkpoint_bytes;
     auto as = allocator->stats();
     j["alloc"] = {{"blocks_total", as.blocks_total}, {"blocks_used", as.blocks_used}};
     return j.dump();
@@ -652,13 +992,26 @@ struct Backend::Impl : public OpLogSource {
     s.frontends = frontends.size();
     s.deferred_frees_pending = deferred.size();
     s.cpu_seconds = ProcessCpuSeconds();
+    const pm::SyncStats ss = pool->sync_stats();
+    s.pm_syncs = ss.syncs;
+    s.pm_sync_bytes = ss.bytes;
+    s.redo = redo;
     return s;
   }
+
+  bool skip_final_checkpoint = false;  // TEST_CrashAndClose
 
   void Stop() {
     if (stop.exchange(true)) return;
     if (server) server->Stop();
     if (consumer.joinable()) consumer.join();
+    ckpt_cv.notify_all();
+    if (checkpointer.joinable()) checkpointer.join();
+    if (redo && pool && deferred_writes && !skip_final_checkpoint) {
+      // A clean stop leaves nothing to replay. (A crash instead replays from the last one.)
+      Status s = Checkpoint(0);
+      if (!s.ok()) LOG_ERROR("backend", "final checkpoint: " << s.ToString());
+    }
     if (receiver) receiver->Close();
   }
 };
@@ -677,6 +1030,10 @@ Result<std::unique_ptr<Backend>> Backend::Start(const BackendOptions& options) {
     impl->Stop();
     return s;
   }
+  if (impl->redo) {
+    Impl* p = impl.get();
+    impl->checkpointer = std::thread([p] { p->CheckpointLoop(); });
+  }
   return std::unique_ptr<Backend>(new Backend(std::move(impl)));
 }
 
@@ -688,5 +1045,20 @@ const Layout& Backend::layout() const { return impl_->layout; }
 BackendStats Backend::stats() const { return impl_->Stats(); }
 std::string Backend::StatusJson() const { return impl_->StatusJson(); }
 void Backend::Stop() { impl_->Stop(); }
+
+Status Backend::TEST_CrashAndClose(uint64_t seed, double keep, uint64_t* dropped_lines) {
+  if (!impl_->pool || !impl_->pool->crash_sim()) {
+    return Status::FailedPrecondition("backend: TEST_CrashAndClose needs a crash-simulation pool");
+  }
+  impl_->skip_final_checkpoint = true;
+  impl_->Stop();
+  Status s = impl_->pool->SimulateCrash(seed, keep, dropped_lines, nullptr);
+  impl_->data_mr.reset();
+  impl_->naming_mr.reset();
+  impl_->server.reset();
+  impl_->receiver.reset();
+  impl_->pool.reset();  // writes the crashed state (copy == media now) to the file
+  return s;
+}
 
 }  // namespace asymnvm::backend

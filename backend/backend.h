@@ -13,6 +13,11 @@
 //     thread digests used segments and recycles a segment once every op log in it is covered by
 //     its front-end's OPN (so recovery can still find op logs whose memory logs never arrived).
 //
+// On a pool that is not PM (persist mode msync) the back-end runs a redo log with checkpoints
+// (doc/backend.md §Disk-durable mode): op logs and transactions are durable when their landings
+// are synced (group commit), transactions are applied in memory and written back by checkpoints,
+// and log space is recycled only behind the newest durable checkpoint.
+//
 // Start formats a fresh pool (the back-end header is written last) or recovers an existing one
 // (allocator from its bitmap, OQ from ReqToExecute..SRQTail, the b-log from its segment table).
 // Before recovering, it checks every landed record (rowan::CheckArea, oq::ScanDurableArea — the
@@ -49,6 +54,14 @@ struct BackendOptions {
   uint32_t oq_buffer_size = 64 * 1024;
   // Lazy reclamation (§6.2: n + l µs, 4000 + 1000 by default).
   std::chrono::microseconds reclaim_delay{5000};
+  // Redo-log mode (a pool in msync mode, i.e. not PM; doc/backend.md §Disk-durable mode): the
+  // background checkpointer runs when something was applied and this much time passed since the
+  // last checkpoint, or when this many bytes were applied since.
+  std::chrono::milliseconds checkpoint_interval{200};
+  uint64_t checkpoint_bytes = 16ull << 20;
+  // Tests: open the pool with pm crash simulation (PoolOptions::crash_sim); see
+  // TEST_CrashAndClose.
+  bool crash_sim = false;
 };
 
 struct BackendStats {
@@ -64,6 +77,12 @@ struct BackendStats {
   uint64_t log_corrupt_entries = 0, oq_corrupt_records = 0;
   uint64_t deferred_frees_pending = 0, deferred_frees_done = 0;
   uint64_t requests = 0;
+  // Durability: redo = the redo-log mode (pool not PM, msync mode) is on; pm_syncs / pm_sync_bytes
+  // = msync calls and bytes of the pool (pm::Pool::sync_stats; 0 in flush mode); checkpoints
+  // taken and the bytes they wrote back (sum of the applied ranges they covered).
+  bool redo = false;
+  uint64_t pm_syncs = 0, pm_sync_bytes = 0;
+  uint64_t checkpoints = 0, checkpoint_bytes = 0;
   // CPU time of the whole back-end process (user + system), for "back-end CPU per operation".
   double cpu_seconds = 0;
 };
@@ -83,6 +102,10 @@ class Backend {
   std::string StatusJson() const;   // what `asymnvm-ctl status` prints
   // Stops serving, joins threads, closes the pool. Acknowledged work is already durable.
   void Stop();
+  // Tests (crash_sim pools only): stops serving without the final checkpoint, then models a power
+  // loss with pm::Pool::SimulateCrash(seed, keep) and closes the pool; the file then holds the
+  // crashed state. Errors: kFailedPrecondition when the pool is not in crash simulation.
+  Status TEST_CrashAndClose(uint64_t seed, double keep, uint64_t* dropped_lines = nullptr);
 
  private:
   struct Impl;

@@ -30,7 +30,8 @@ struct Daemon {
   pid_t pid = -1;
   std::string address;
 
-  static Daemon Spawn(const std::string& pool) {
+  // crash_at: ASYMNVM_CRASH_AT for the daemon (a named crash point, common/crash_point.h).
+  static Daemon Spawn(const std::string& pool, const std::string& crash_at = "") {
     Daemon d;
     int p[2];
     if (pipe(p) != 0) return d;
@@ -38,8 +39,9 @@ struct Daemon {
     if (d.pid == 0) {
       dup2(p[1], 1);
       close(p[0]);
+      if (!crash_at.empty()) setenv("ASYMNVM_CRASH_AT", crash_at.c_str(), 1);
       execl(kDaemon.c_str(), kDaemon.c_str(), "--pool", pool.c_str(), "--size", "16M",
-            "--log-segment", "256K", "--log-level", "error", nullptr);
+            "--log-segment", "256K", "--log-level", "error", "--checkpoint-ms", "10", nullptr);
       _exit(127);
     }
     close(p[1]);
@@ -184,6 +186,84 @@ TEST(BackendCrash, SigkillMidStreamLosesNoAcknowledgedTransaction) {
   for (int i = 0; i < 64; i++) {
     ASSERT_EQ(a[i], Fill(lpn)) << "first range, byte " << i;
     ASSERT_EQ(b[i], Fill(lpn)) << "second range, byte " << i;
+  }
+  std::remove(pool.c_str());
+}
+
+// The daemon on a disk file runs the redo-log mode (doc/backend.md §Disk-durable mode): it kills
+// itself (SIGKILL) inside a checkpoint — before the data sync, between the data sync and the
+// record, right after the record — while a front-end streams transactions; the restart replays
+// from the previous (or the new) checkpoint and loses nothing acknowledged.
+TEST(BackendCrash, SigkillDuringCheckpointLosesNoAcknowledgedTransaction) {
+  const std::string pool = (std::filesystem::temp_directory_path() /
+                            ("asymnvm-ckpt-crash-" + std::to_string(getpid()) + ".pool"))
+                               .string();
+  std::remove(pool.c_str());
+  constexpr uint64_t kFe = 43;
+  uint64_t slab = 0, seq_addr = 0, last_acked = 0, last_sent = 0;
+  const char* points[] = {"backend.checkpoint.before_data_sync:6",
+                          "backend.checkpoint.after_data_sync:6",
+                          "backend.checkpoint.after_record:6", ""};
+  for (int round = 0; round < 4; round++) {
+    SCOPED_TRACE(std::string("round ") + std::to_string(round) + " " + points[round]);
+    Daemon d = Daemon::Spawn(pool, points[round]);
+    ASSERT_FALSE(d.address.empty()) << "daemon did not start";
+    Session s;
+    ASSERT_TRUE(s.Connect(d.address).ok());
+    PayloadWriter reg;
+    reg.U64(kFe);
+    auto r = s.Call(kRegister, reg.bytes());
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    auto reply = DecodeRegisterReply(*r);
+    ASSERT_TRUE(reply.ok());
+    EXPECT_GE(reply->lpn, last_acked);
+    EXPECT_LE(reply->lpn, last_sent);
+    const uint64_t lpn = reply->lpn;
+    if (round == 0) {
+      auto e = s.Call(kNamingCreate, EncodeNamingCreate("ckpt", 9, {}));
+      ASSERT_TRUE(e.ok()) << e.status().ToString();
+      seq_addr = DecodeNamingEntry(*e)->seq_addr;
+      auto a = s.Call(kAllocSlab, {});
+      ASSERT_TRUE(a.ok());
+      slab = PayloadReader(*a, "addr").U64();
+    }
+    if (round == 3) {  // the last start: check the data, then stop cleanly
+      s.client.reset();
+      EXPECT_EQ(WEXITSTATUS(d.Kill(SIGTERM)), 0);
+      FILE* f = std::fopen(pool.c_str(), "rb");
+      ASSERT_NE(f, nullptr);
+      uint8_t a[64], b[64];
+      std::fseek(f, static_cast<long>(slab), SEEK_SET);
+      ASSERT_EQ(std::fread(a, 1, 64, f), 64u);
+      std::fseek(f, static_cast<long>(slab + 2048), SEEK_SET);
+      ASSERT_EQ(std::fread(b, 1, 64, f), 64u);
+      std::fclose(f);
+      for (int i = 0; i < 64; i++) {
+        ASSERT_EQ(a[i], Fill(lpn)) << "first range, byte " << i;
+        ASSERT_EQ(b[i], Fill(lpn)) << "second range, byte " << i;
+      }
+      break;
+    }
+    // Stream until the daemon kills itself at the armed point (generous deadline).
+    uint64_t acked = lpn, sent = lpn;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    for (uint64_t seq = lpn + 1; std::chrono::steady_clock::now() < deadline; seq++) {
+      TxnBuilder b;
+      std::vector<uint8_t> data(64, Fill(seq));
+      b.Write(slab, data);
+      b.Write(slab + 2048, data);
+      sent = seq;
+      if (!s.client->Submit(0, kTxn, b.Finish(kFe, seq, seq, seq_addr)).ok()) break;
+      acked = seq;
+    }
+    s.client.reset();
+    int st = 0;
+    ASSERT_EQ(waitpid(d.pid, &st, 0), d.pid);
+    ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL)
+        << "the daemon did not reach " << points[round];
+    EXPECT_GT(acked, lpn) << "nothing acknowledged before the crash point";
+    last_acked = acked;
+    last_sent = sent;
   }
   std::remove(pool.c_str());
 }

@@ -46,6 +46,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--log-segment", segment_text, "b-log segment size (new pools)")
       ->capture_default_str();
+  app.add_option("--checkpoint-ms", o.checkpoint_interval,
+                 "redo-log mode (pool not PM): background checkpoint interval");
   app.add_option("--reclaim-us", o.reclaim_delay, "lazy reclamation delay (n + l, microseconds)")
       ->capture_default_str();
   app.add_option("--log-level", log_level, "debug|info|warn|error|off")
@@ -96,6 +98,7 @@ int main(int argc, char** argv) {
   auto st = (*be)->stats();
   std::cerr << "asymnvm-backend: stopped (signal " << sig << "): " << st.txns_applied
             << " txns applied, " << st.txns_rejected << " rejected, " << st.requests
-            << " requests, " << st.cpu_seconds << " s CPU\n";
+            << " requests, " << st.cpu_seconds << " s CPU, " << st.pm_syncs << " pm syncs ("
+            << (st.redo ? "redo log, " : "direct, ") << st.checkpoints << " checkpoints)\n";
   return 0;
 }

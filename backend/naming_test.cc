@@ -70,7 +70,8 @@ TEST(Naming, FullTableTombstonesAndProbing) {
   Mem m(4);
   auto ns = m.Open(true);
   ASSERT_TRUE(ns.ok());
-  for (int i = 0; i < 4; i++) ASSERT_TRUE((*ns)->Create("s" + std::to_string(i), 1, {}).ok());
+  for (int i = 0; i < 4; i++)
+    ASSERT_TRUE((*ns)->Create(std::string("s") + std::to_string(i), 1, {}).ok());
   EXPECT_EQ((*ns)->Create("s4", 1, {}).status().code(), StatusCode::kResourceExhausted);
   // Every name stays reachable after removing others (probing continues past tombstones).
   ASSERT_TRUE((*ns)->Remove("s1").ok());
@@ -102,11 +103,12 @@ TEST(Naming, CorruptLiveSlotIsReportedNotTrusted) {
   ASSERT_TRUE(lenient.ok());
   auto problems = (*lenient)->Check();
   ASSERT_EQ(problems.size(), 1u);
-  EXPECT_NE(problems[0].find("slot " + std::to_string(slot_a)), std::string::npos);
+  EXPECT_NE(problems[0].find(std::string("slot ") + std::to_string(slot_a)), std::string::npos);
   EXPECT_TRUE((*lenient)->Lookup("b").ok());
   EXPECT_EQ((*lenient)->Lookup("a").status().code(), StatusCode::kNotFound);
   // The corrupt slot is never reused for a new name.
-  for (int i = 0; i < 6; i++) ASSERT_TRUE((*lenient)->Create("n" + std::to_string(i), 1, {}).ok());
+  for (int i = 0; i < 6; i++)
+    ASSERT_TRUE((*lenient)->Create(std::string("n") + std::to_string(i), 1, {}).ok());
   EXPECT_EQ((*lenient)->Create("n6", 1, {}).status().code(), StatusCode::kResourceExhausted);
 }
 
@@ -121,7 +123,8 @@ TEST(Naming, TornCreateLeavesAFreeSlot) {
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_TRUE((*again)->Check().empty());
   EXPECT_EQ((*again)->live(), 0u);
-  for (int i = 0; i < 4; i++) ASSERT_TRUE((*again)->Create("x" + std::to_string(i), 1, {}).ok());
+  for (int i = 0; i < 4; i++)
+    ASSERT_TRUE((*again)->Create(std::string("x") + std::to_string(i), 1, {}).ok());
 }
 
 TEST(Naming, SurvivesRestartAndPowerLoss) {

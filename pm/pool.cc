@@ -11,6 +11,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -39,11 +42,21 @@ Status SysError(const std::string& what, const std::string& path, int e) {
   CheckFailed(__FILE__, __LINE__, what);
 }
 
+// Sync counters of one pool (Pool::sync_stats).
+struct SyncCounter {
+  std::atomic<uint64_t> syncs{0}, bytes{0};
+  void Msync(const void* addr, size_t len) {
+    if (pmem_msync(addr, len) != 0) FatalPersist("pmem_msync", addr, len, errno);
+    syncs.fetch_add(1, std::memory_order_relaxed);
+    bytes.fetch_add(len, std::memory_order_relaxed);
+  }
+};
+
 // Makes [addr, addr+len) of a real file mapping durable in the resolved mode.
-void PersistMedia(PersistMode mode, const void* addr, size_t len) {
+void PersistMedia(PersistMode mode, const void* addr, size_t len, SyncCounter* counter) {
   if (len == 0) return;
   if (mode == PersistMode::kMsync) {
-    if (pmem_msync(addr, len) != 0) FatalPersist("pmem_msync", addr, len, errno);
+    counter->Msync(addr, len);
   } else {
     pmem_persist(addr, len);
   }
@@ -80,17 +93,82 @@ class FlushPersister final : public ObservedPersister {
   void Drain() override { pmem_drain(); }
 };
 
-// kMsync (and kAuto off DAX): Flush msyncs the pages synchronously; Drain has nothing left to do.
+// kMsync (and kAuto off DAX): Flush records the range for the calling thread; Drain syncs the
+// calling thread's ranges with a group commit. The first thread to find no sync running becomes
+// the leader: it takes every range queued so far (its own and those of threads that arrived while
+// the previous sync ran), merges ranges closer than kMergeGap, msyncs each merged range and wakes
+// the others; a thread whose ranges were queued after the leader took its batch waits and leads
+// the next one. So N threads draining at once cost one sync per merged range, not N.
 class MsyncPersister final : public ObservedPersister {
  public:
-  using ObservedPersister::ObservedPersister;
+  static constexpr uint64_t kMergeGap = 64 * 1024;
+  MsyncPersister(const uint8_t* base, uint64_t size, PersistObserver* observer,
+                 SyncCounter* counter)
+      : ObservedPersister(base, size, observer), counter_(counter) {}
   void Flush(const void* addr, size_t length) override {
+    if (length == 0) return;
     Report(addr, length);
-    if (length != 0 && pmem_msync(addr, length) != 0) {
-      FatalPersist("pmem_msync", addr, length, errno);
+    auto p = reinterpret_cast<uintptr_t>(addr);
+    std::lock_guard<std::mutex> lock(pending_mu_);
+    auto& v = pending_[std::this_thread::get_id()];
+    if (!v.empty() && v.back().second == p) {
+      v.back().second = p + length;  // sequential landings: extend
+    } else {
+      v.emplace_back(p, p + length);
     }
   }
-  void Drain() override {}
+  void Drain() override {
+    std::vector<std::pair<uintptr_t, uintptr_t>> mine;
+    {
+      std::lock_guard<std::mutex> lock(pending_mu_);
+      auto it = pending_.find(std::this_thread::get_id());
+      if (it == pending_.end()) return;
+      mine.swap(it->second);
+      pending_.erase(it);
+    }
+    if (mine.empty()) return;
+    std::unique_lock<std::mutex> lock(group_mu_);
+    queue_.insert(queue_.end(), mine.begin(), mine.end());
+    const uint64_t ticket = ++queued_;
+    while (synced_ < ticket) {
+      if (syncing_) {
+        cv_.wait(lock);
+        continue;
+      }
+      syncing_ = true;
+      std::vector<std::pair<uintptr_t, uintptr_t>> batch;
+      batch.swap(queue_);
+      const uint64_t upto = queued_;
+      lock.unlock();
+      SyncAll(&batch);
+      lock.lock();
+      synced_ = upto;
+      syncing_ = false;
+      cv_.notify_all();
+    }
+  }
+
+ private:
+  void SyncAll(std::vector<std::pair<uintptr_t, uintptr_t>>* ranges) {
+    std::sort(ranges->begin(), ranges->end());
+    size_t i = 0;
+    while (i < ranges->size()) {
+      uintptr_t lo = (*ranges)[i].first, hi = (*ranges)[i].second;
+      for (i++; i < ranges->size() && (*ranges)[i].first <= hi + kMergeGap; i++) {
+        hi = std::max(hi, (*ranges)[i].second);
+      }
+      counter_->Msync(reinterpret_cast<const void*>(lo), hi - lo);
+    }
+  }
+
+  SyncCounter* counter_;
+  std::mutex pending_mu_;
+  std::unordered_map<std::thread::id, std::vector<std::pair<uintptr_t, uintptr_t>>> pending_;
+  std::mutex group_mu_;
+  std::condition_variable cv_;
+  std::vector<std::pair<uintptr_t, uintptr_t>> queue_;
+  uint64_t queued_ = 0, synced_ = 0;
+  bool syncing_ = false;
 };
 
 class PoolImpl;
@@ -139,7 +217,7 @@ class PoolImpl final : public Pool {
       base_ = copy_;
       persister_ = std::make_unique<CrashSimPersister>(this, base_, size_, options.observer);
     } else if (mode_ == PersistMode::kMsync) {
-      persister_ = std::make_unique<MsyncPersister>(base_, size_, options.observer);
+      persister_ = std::make_unique<MsyncPersister>(base_, size_, options.observer, &syncs_);
     } else {
       persister_ = std::make_unique<FlushPersister>(base_, size_, options.observer);
     }
@@ -151,7 +229,7 @@ class PoolImpl final : public Pool {
       // A clean close: the whole copy reaches the file, as the page cache would carry a real
       // mapping's stores. Only SimulateCrash loses data.
       std::memcpy(media_, copy_, size_);
-      PersistMedia(mode_, media_, size_);
+      PersistMedia(mode_, media_, size_, &syncs_);
       munmap(copy_, size_);
     }
     if (media_ != nullptr) pmem_unmap(media_, size_);
@@ -166,6 +244,10 @@ class PoolImpl final : public Pool {
   PersistMode mode() const override { return mode_; }
   bool crash_sim() const override { return crash_sim_; }
   Persister* persister() override { return persister_.get(); }
+  SyncStats sync_stats() const override {
+    return {syncs_.syncs.load(std::memory_order_relaxed),
+            syncs_.bytes.load(std::memory_order_relaxed)};
+  }
 
   Status SimulateCrash(uint64_t seed, double keep_probability, uint64_t* dropped_lines,
                        uint64_t* kept_lines) override {
@@ -189,7 +271,7 @@ class PoolImpl final : public Pool {
         ++dropped;
       }
     }
-    if (kept != 0) PersistMedia(mode_, media_, size_);
+    if (kept != 0) PersistMedia(mode_, media_, size_, &syncs_);
     static_cast<CrashSimPersister*>(persister_.get())->DropAllPending();
     std::memcpy(copy_, media_, size_);
     if (dropped_lines != nullptr) *dropped_lines = dropped;
@@ -207,7 +289,7 @@ class PoolImpl final : public Pool {
     uint64_t end = std::min<uint64_t>((last + 1) * kCacheLine, size_);
     if (off >= end) return;
     std::memcpy(media_ + off, copy_ + off, end - off);
-    PersistMedia(mode_, media_ + off, end - off);
+    PersistMedia(mode_, media_ + off, end - off, &syncs_);
   }
 
  private:
@@ -221,6 +303,7 @@ class PoolImpl final : public Pool {
   bool crash_sim_;
   uint8_t* copy_ = nullptr;
   uint8_t* base_ = nullptr;
+  SyncCounter syncs_;
   std::unique_ptr<Persister> persister_;
 };
 

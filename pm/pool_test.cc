@@ -134,6 +134,69 @@ TEST(PoolObserver, EveryPersistedRange_IsReportedRelativeToBase) {
   }
 }
 
+TEST(PoolSyncStats, MsyncModeCountsEveryMsyncAndFlushModeNone) {
+  TempDir dir;
+  PoolOptions opts;
+  opts.mode = PersistMode::kMsync;
+  auto pool = MustCreate(dir.File("pool"), opts);
+  ASSERT_NE(pool, nullptr);
+  const SyncStats before = pool->sync_stats();
+  // One Drain, two close ranges: merged into one msync.
+  pool->persister()->Flush(pool->user_base(), 100);
+  pool->persister()->Flush(pool->user_base() + 4096, 100);
+  pool->persister()->Drain();
+  SyncStats s = pool->sync_stats();
+  EXPECT_EQ(s.syncs - before.syncs, 1u);
+  EXPECT_EQ(s.bytes - before.bytes, 4196u);
+  // Ranges far apart (beyond the merge gap) are synced separately.
+  pool->persister()->Flush(pool->user_base(), 64);
+  pool->persister()->Flush(pool->user_base() + 512 * 1024, 64);
+  pool->persister()->Drain();
+  EXPECT_EQ(pool->sync_stats().syncs - s.syncs, 2u);
+  // A Drain with nothing flushed by this thread does not sync.
+  s = pool->sync_stats();
+  pool->persister()->Drain();
+  EXPECT_EQ(pool->sync_stats().syncs, s.syncs);
+
+  TempDir dir2;
+  opts.mode = PersistMode::kFlushOnly;
+  auto flush_pool = MustCreate(dir2.File("pool"), opts);
+  ASSERT_NE(flush_pool, nullptr);
+  flush_pool->persister()->Persist(flush_pool->user_base(), 100);
+  EXPECT_EQ(flush_pool->sync_stats().syncs, 0u);
+}
+
+TEST(PoolSyncStats, ConcurrentDrainsAllCompleteAndNeverSyncMoreThanOncePerDrain) {
+  TempDir dir;
+  PoolOptions opts;
+  opts.mode = PersistMode::kMsync;
+  auto pool = MustCreate(dir.File("pool"), opts);
+  ASSERT_NE(pool, nullptr);
+  const SyncStats before = pool->sync_stats();
+  constexpr int kThreads = 4, kEach = 50;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; t++) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kEach; i++) {
+        uint8_t* p = pool->user_base() + (t * kEach + i) * 64;
+        std::memset(p, t + 1, 64);
+        pool->persister()->Persist(p, 64);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  const uint64_t syncs = pool->sync_stats().syncs - before.syncs;
+  EXPECT_GE(syncs, 1u);
+  EXPECT_LE(syncs, uint64_t{kThreads * kEach});
+  pool.reset();
+  auto bytes = testing::ReadFileBytes(dir.File("pool"));
+  for (int t = 0; t < kThreads; t++) {
+    for (int i = 0; i < kEach; i++) {
+      EXPECT_EQ(bytes[kSuperblockSize + (t * kEach + i) * 64], t + 1);
+    }
+  }
+}
+
 TEST(PoolOffsets, OffsetOfAndContains_MatchTheMapping) {
   TempDir dir;
   auto pool = MustCreate(dir.File("pool"), PoolOptions{});

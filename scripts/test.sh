@@ -17,7 +17,7 @@ CTEST_ARGS=${CTEST_ARGS:--LE long}
 step() { printf '\n=== %s ===\n' "$*"; }
 
 step "build (RelWithDebInfo)"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DASYMNVM_WERROR=ON >/dev/null
 cmake --build build -j"$JOBS"
 
 step "CMake package: install + find_package(AsymNVM) from an application"
@@ -31,7 +31,8 @@ LD_LIBRARY_PATH="$ROOT/build/stage/lib" build/package-consumer/asymnvm_sdk_consu
 
 if [ "${SKIP_ASAN:-0}" != 1 ]; then
   step "ASan+UBSan build: unit and conformance suites"
-  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DASYMNVM_SANITIZE=address,undefined \
+  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DASYMNVM_WERROR=ON \
+    -DASYMNVM_SANITIZE=address,undefined \
     -DASYMNVM_BUILD_BENCH=OFF >/dev/null
   cmake --build build-asan -j"$JOBS"
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
@@ -40,7 +41,8 @@ fi
 
 if [ "${TSAN:-0}" = 1 ]; then
   step "ThreadSanitizer build: unit suites (suppressions: tests/tsan.supp, the soft NIC's DMA only)"
-  cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DASYMNVM_SANITIZE=thread \
+  cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DASYMNVM_WERROR=ON \
+    -DASYMNVM_SANITIZE=thread \
     -DASYMNVM_BUILD_BENCH=OFF >/dev/null
   cmake --build build-tsan -j"$JOBS"
   TSAN_OPTIONS="halt_on_error=1 history_size=7 suppressions=$ROOT/tests/tsan.supp" \
@@ -49,7 +51,8 @@ fi
 
 if [ "${SKIP_FUZZ:-0}" != 1 ] && command -v clang++ >/dev/null; then
   step "fuzz targets (${FUZZ_SECONDS:-30} s each)"
-  cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+  cmake -S . -B build-fuzz -DASYMNVM_WERROR=ON \
+    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
     -DASYMNVM_BUILD_FUZZ=ON -DASYMNVM_BUILD_TESTS=OFF -DASYMNVM_BUILD_BENCH=OFF >/dev/null
   cmake --build build-fuzz -j"$JOBS"
   for f in $(find build-fuzz -maxdepth 3 -type f -name '*_fuzz' -perm -u+x | sort); do

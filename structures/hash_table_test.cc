@@ -232,7 +232,7 @@ TEST_F(HashTableTest, BadInput) {
 TEST_F(HashTableTest, ItemGranularityCachingFetchesLessThanPages) {
   uint64_t fetched[2];
   for (int opt = 0; opt < 2; opt++) {
-    const std::string name = "g" + std::to_string(opt);
+    const std::string name = std::string("g") + std::to_string(opt);
     Options o;
     o.optimize = opt == 1;
     o.param = 4096;
@@ -343,7 +343,8 @@ TEST_F(HashTableTest, ReaderNeverMissesStableKeysWhileWriterRuns) {
         Value v;
         Status st = (*r)->Get(k, &v);
         if (!st.ok() || v != TestValue(k, 0, 32)) {
-          if (bad.fetch_add(1) == 0) first_bad = "key " + std::to_string(k) + ": " + st.ToString();
+          if (bad.fetch_add(1) == 0)
+            first_bad = std::string("key ") + std::to_string(k) + ": " + st.ToString();
         }
         gets++;
         k = (k + 1) % 100;

@@ -141,10 +141,14 @@ std::vector<Param> AllParams() {
   return v;
 }
 
-INSTANTIATE_TEST_SUITE_P(All, SkipModelTest, ::testing::ValuesIn(AllParams()), [](const auto& info) {
-  return std::string(frontend::LevelName(info.param.level)) + (info.param.optimize ? "" : "_plain") +
-         (info.param.max_level ? "_max" + std::to_string(info.param.max_level) : "");
-});
+INSTANTIATE_TEST_SUITE_P(All, SkipModelTest, ::testing::ValuesIn(AllParams()),
+                         [](const auto& info) {
+                           return std::string(frontend::LevelName(info.param.level)) +
+                                  (info.param.optimize ? "" : "_plain") +
+                                  (info.param.max_level
+                                       ? std::string("_max") + std::to_string(info.param.max_level)
+                                       : "");
+                         });
 
 class SkipListTest : public StructuresTest {};
 
@@ -266,7 +270,7 @@ TEST_F(SkipListTest, BadInput) {
 TEST_F(SkipListTest, UpperLevelsCachedLowestLevelRemote) {
   uint64_t second_round[2], first_round[2];
   for (int opt = 0; opt < 2; opt++) {
-    const std::string name = "c" + std::to_string(opt);
+    const std::string name = std::string("c") + std::to_string(opt);
     Options o;
     o.optimize = opt == 1;
     {
@@ -385,7 +389,8 @@ TEST_F(SkipListTest, ReaderNeverMissesStableKeysWhileWriterRuns) {
         Value v;
         Status st = (*r)->Get(k, &v);
         if (!st.ok() || v != TestValue(k, 0, 32)) {
-          if (bad.fetch_add(1) == 0) first_bad = "key " + std::to_string(k) + ": " + st.ToString();
+          if (bad.fetch_add(1) == 0)
+            first_bad = std::string("key ") + std::to_string(k) + ": " + st.ToString();
         }
         gets++;
         k = (k + 1) % 100;

@@ -405,6 +405,11 @@ void PrintStatus(const nlohmann::json& j, std::ostream& out) {
   out << "corrupt:     b-log entries " << get("log_corrupt_entries") << ", OQ records "
       << get("oq_corrupt_records") << "  (found at start; doc/backend.md)\n";
   out << "requests:    " << get("requests") << "  (back-end CPU " << get("cpu_seconds") << " s)\n";
+  if (j.contains("pm_syncs")) {
+    out << "durability:  " << str("durability") << "; pm syncs " << get("pm_syncs") << " ("
+        << get("pm_sync_bytes") << " bytes), checkpoints " << get("checkpoints") << " ("
+        << get("checkpoint_bytes") << " bytes applied)\n";
+  }
   if (j.contains("alloc") && j["alloc"].is_object()) {
     const uint64_t total = j["alloc"].value("blocks_total", 0ull);
     const uint64_t used = j["alloc"].value("blocks_used", 0ull);

@@ -214,6 +214,38 @@ TEST(BenchSdk, RoundTripAnchorsPerLevel) {
   }
 }
 
+// Issue 12: one invocation reports every variant with the agreed fields; counts, not times: the
+// msync variants sync (redo log: at most about two syncs per update — op log and transaction
+// landings plus amortized checkpoints), the flush variants never do.
+TEST(BenchDurability, VariantsFieldsAndSyncCounts) {
+  TempDir dir;
+  nlohmann::json j =
+      RunJson("durability --quick --updates 200 --dir " + dir.path(), dir.path() + "/d.json");
+  ASSERT_EQ(j["suite"], "durability");
+  ASSERT_EQ(j["results"].size(), 4u);
+  std::set<std::string> variants;
+  for (const auto& rec : j["results"]) {
+    const std::string v = rec["variant"];
+    variants.insert(v);
+    for (const char* f : {"ops_per_sec", "p50_us", "p99_us", "syncs_per_op",
+                          "backend_cpu_us_per_op", "round_trips_per_op", "floor_us"}) {
+      ASSERT_TRUE(rec.contains(f)) << v << " lacks " << f;
+    }
+    EXPECT_GT(rec["ops_per_sec"].get<double>(), 0.0) << v;
+    EXPECT_GT(rec["floor_us"].get<double>(), 0.0) << v;
+    const double syncs = rec["syncs_per_op"].get<double>();
+    if (v.rfind("msync", 0) == 0) {
+      EXPECT_EQ(rec["durability"], "redo-log") << v;
+      EXPECT_GT(syncs, 0.5) << v;  // every op log landing is synced
+      EXPECT_LE(syncs, 2.5) << v;
+    } else {
+      EXPECT_EQ(rec["durability"], "direct") << v;
+      EXPECT_EQ(syncs, 0.0) << v;
+    }
+  }
+  EXPECT_EQ(variants, (std::set<std::string>{"msync", "flush", "msync-4fe", "flush-4fe"}));
+}
+
 // Table 3 machinery: every level of the chosen structures in one run (the symmetric baselines
 // included by default), the ratios in the JSON.
 TEST(BenchStructures, QuickRunHasEveryLevelAndTable3) {

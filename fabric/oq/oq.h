@@ -94,6 +94,15 @@ struct ServerOptions {
   uint8_t* pm_area = nullptr;
   size_t pm_area_size = 0;
   pm::Persister* persister = nullptr;
+  // Durable mode, optional. A handler whose effects become durable later than its return (the
+  // back-end's redo log with checkpoints, doc/backend.md) sets both:
+  //  * rte_persister persists the ReqToExecute word instead of `persister` (e.g. one that does
+  //    not sync: the handler then restores the word from its own checkpoint before Start);
+  //  * before_recycle(worker, rte) runs on the worker thread before the buffers holding requests
+  //    at queue positions < rte (all executed) are zeroed and re-posted — in Retire and at the
+  //    end of recovery — and must make those requests' effects durable before it returns.
+  pm::Persister* rte_persister = nullptr;
+  std::function<void(uint32_t worker, uint64_t rte)> before_recycle;
   std::chrono::milliseconds accept_poll{100};  // how often acceptors check for Stop
 };
 

@@ -344,7 +344,7 @@ void Server::Impl::PersistRte(Worker& w) {
   if (!o.durable || w.rte == w.rte_persisted) return;
   __atomic_store_n(reinterpret_cast<uint64_t*>(w.header), wire::EncodeWord(w.rte),
                    __ATOMIC_RELEASE);
-  o.persister->Persist(w.header, 8);
+  (o.rte_persister != nullptr ? o.rte_persister : o.persister)->Persist(w.header, 8);
   w.rte_persisted = w.rte;
 }
 
@@ -384,6 +384,7 @@ Status Server::Impl::Recover(Worker& w) {
     PersistRte(w);
   }
   // Fresh buffers: zero every buffer, then ReqToExecute = (tail, 0); posting advances SRQTail.
+  if (o.before_recycle) o.before_recycle(w.index, wire::Position(w.tail, 0));
   std::memset(w.buffers, 0, size_t{o.buffers_per_worker} * o.buffer_size);
   o.persister->Persist(w.buffers, size_t{o.buffers_per_worker} * o.buffer_size);
   w.rte = wire::Position(w.tail, 0);
@@ -621,6 +622,7 @@ void Server::Impl::Execute(Worker& w, const OrderedExecutor::Event& ev) {
 
 void Server::Impl::Retire(Worker& w, const OrderedExecutor::Event& ev) {
   w.rte = wire::Position(ev.buffer_id + 1, 0);
+  if (o.durable && o.before_recycle) o.before_recycle(w.index, w.rte);
   PersistRte(w);
   SendPending(w);
   if (o.durable) {

@@ -7,9 +7,11 @@
 //
 // Persistence: everything above this layer persists through a Persister. Flush(range) starts
 // write-back of the cache lines covering the range; Drain() waits until every line flushed by this
-// thread (pmem semantics) is durable; Persist = Flush + Drain. In msync mode Flush is synchronous
-// (it msyncs the pages) and Drain is a no-op. The observer (PoolOptions::observer) sees each range
-// when it is flushed.
+// thread (pmem semantics) is durable; Persist = Flush + Drain. In msync mode Flush records the
+// range for the calling thread and Drain syncs it with a group commit: one thread msyncs the
+// ranges of every thread waiting in Drain at that moment (merged when close), the others wait for
+// it. Every msync is counted (Pool::sync_stats). The observer (PoolOptions::observer) sees each
+// range when it is flushed.
 //
 // Crash simulation (PoolOptions::crash_sim): the mapping the program uses is a private DRAM copy;
 // the file ("media") only receives lines that were Flushed and then Drained. SimulateCrash() models
@@ -73,6 +75,13 @@ class Persister {
   }
 };
 
+// Counts of synchronous syncs to stable storage (msync calls) and the bytes of the ranges
+// synced, since the pool was opened. Cache-line flushes (flush mode, DAX) are not syncs.
+struct SyncStats {
+  uint64_t syncs = 0;
+  uint64_t bytes = 0;
+};
+
 // A Persister for ordinary DRAM (non-persistent regions): does nothing.
 Persister* DramPersister();
 
@@ -132,6 +141,7 @@ class Pool {
   virtual PersistMode mode() const = 0;  // resolved mode (never kAuto after open)
   virtual bool crash_sim() const = 0;
   virtual Persister* persister() = 0;  // persists ranges inside this pool
+  virtual SyncStats sync_stats() const = 0;
   // Offset of `p` from base(), or UINT64_MAX when `p` is outside the pool.
   uint64_t OffsetOf(const void* p) const;
   bool Contains(const void* p, size_t len) const;

@@ -43,6 +43,7 @@
 #include "asymnvm/structures/partitioned.h"
 #include "asymnvm/structures/structure.h"
 #include "common/logging.h"
+#include "tools/ctl.h"
 #include "workloads/bench/latency.h"
 #include "workloads/driver/backend_process.h"
 #include "workloads/driver/runner.h"
@@ -674,8 +675,20 @@ int main(int argc, char** argv) {
     }
     return t;
   };
+  // Back-end syncs (msync/fdatasync calls, from each daemon's status): the disk-durable mode's cost.
+  auto syncs = [&]() -> Result<uint64_t> {
+    uint64_t t = 0;
+    for (const auto& a : addresses) {
+      ASYMNVM_ASSIGN_OR_RETURN(std::string st, tools::FetchStatus(a, std::chrono::milliseconds(10000)));
+      auto j = nlohmann::json::parse(st, nullptr, /*allow_exceptions=*/false);
+      if (j.is_discarded() || !j.contains("pm_syncs")) return Status::ProtocolError("status without pm_syncs");
+      t += j["pm_syncs"].get<uint64_t>();
+    }
+    return t;
+  };
   const auto c0 = counters();
   auto cpu0 = cpu();
+  auto syncs0 = syncs();
   const bool tty = isatty(1);
   const auto t0 = bench::Clock::now();
   for (uint64_t i = 0; i < ops; i++) {
@@ -733,6 +746,7 @@ int main(int argc, char** argv) {
   if (tty) std::cout << "\r\033[K";
   const auto c1 = counters();
   auto cpu1 = cpu();
+  auto syncs1 = syncs();
   close(progress_fd);
   // Record the run's end, durably, before declaring success.
   uint8_t rec[24];
@@ -779,6 +793,20 @@ int main(int argc, char** argv) {
   j["round_trips_per_op"] = rt;
   j["bytes_per_op"] = bytes;
   j["backend_cpu_us_per_op"] = cpu_us;
+  uint64_t updates = 0;  // acknowledged operations that change data (puts, deletes, pushes, pops)
+  {
+    workloads::Rng urng(kSeedBase + run);
+    for (uint64_t i = 0; i < ops; i++) updates += NextOp(urng, run_kinds, run, i).kind != 0 ? 1 : 0;
+  }
+  const double syncs_per_op = syncs0.ok() && syncs1.ok()
+                                  ? static_cast<double>(*syncs1 - *syncs0) / static_cast<double>(ops) : -1;
+  const double syncs_per_update = syncs0.ok() && syncs1.ok() && updates > 0
+                                      ? static_cast<double>(*syncs1 - *syncs0) / static_cast<double>(updates) : -1;
+  std::printf("back-end syncs/op %.2f (%.2f per update), pm mode %s\n", syncs_per_op, syncs_per_update,
+              pm_mode.c_str());
+  j["syncs_per_op"] = syncs_per_op;
+  j["syncs_per_update"] = syncs_per_update;
+  j["pm_mode"] = pm_mode;
   j["backends"] = cl.size();
   handles.clear();
   runs->reset();

@@ -816,7 +816,8 @@ Result<HandshakeAcceptor::Peer> HandshakeAcceptor::Accept(std::span<const uint8_
       return out;
     }
     auto now = Clock::now();
-    if (log_suppressed_since_ > 0 && now - log_window_ >= std::chrono::seconds(1)) {
+    if (log_suppressed_since_ > 0 && limits_.log_lines_per_second > 0 &&
+        now - log_window_ >= std::chrono::seconds(1)) {
       LOG_WARN(kLog, name_ << ": " << log_suppressed_since_ << " more refusal lines suppressed "
                            << "(at most " << limits_.log_lines_per_second << " a second)");
       log_suppressed_since_ = 0;

@@ -573,7 +573,7 @@ HandshakeAcceptorStats HandshakeAcceptor::stats() const {
   return stats_;
 }
 
-// Called with accept_mu_ held. At most log_lines_per_second lines per one-second window; the first
+// Called by the Accept() that holds the gate (busy_). At most log_lines_per_second lines per one-second window; the first
 // line of a later window says how many were suppressed.
 void HandshakeAcceptor::Refusal(const std::string& line) {
   auto now = Clock::now();
@@ -788,10 +788,23 @@ Result<HandshakeAcceptor::Peer> HandshakeAcceptor::Accept(std::span<const uint8_
                                                           std::chrono::milliseconds timeout) {
   if (my_blob.size() > kMaxBlob) return Status::InvalidArgument("handshake: blob too large");
   auto until = Clock::now() + timeout;
-  std::unique_lock<std::timed_mutex> lock(accept_mu_, std::defer_lock);
-  if (!lock.try_lock_until(until)) {
-    return Status::TimedOut("accept " + name_ + ": no peer in time (another Accept is running)");
+  {
+    std::unique_lock<std::mutex> gate(gate_mu_);
+    if (!gate_cv_.wait_until(gate, until, [&] { return !busy_; })) {
+      return Status::TimedOut("accept " + name_ + ": no peer in time (another Accept is running)");
+    }
+    busy_ = true;
   }
+  struct Release {
+    HandshakeAcceptor* a;
+    ~Release() {
+      {
+        std::lock_guard<std::mutex> gate(a->gate_mu_);
+        a->busy_ = false;
+      }
+      a->gate_cv_.notify_one();
+    }
+  } release{this};
   std::vector<pollfd> fds;
   std::vector<Pending*> order;
   for (;;) {

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -116,7 +117,11 @@ class HandshakeAcceptor {
   std::string secret_;
   std::string name_;
   HandshakeLimits limits_;
-  std::timed_mutex accept_mu_;  // one Accept() at a time
+  // One Accept() at a time (a flag + condvar rather than std::timed_mutex, whose
+  // pthread_mutex_clocklock ThreadSanitizer does not intercept).
+  std::mutex gate_mu_;
+  std::condition_variable gate_cv_;
+  bool busy_ = false;
   mutable std::mutex stats_mu_;
   HandshakeAcceptorStats stats_;
   std::deque<std::unique_ptr<Pending>> pending_;  // oldest first

@@ -2,12 +2,17 @@
 //
 //   asymnvm-backend --pool PATH [--size SIZE] [--listen ADDR] [--log-listen ADDR]
 //                   [--fabric soft|verbs|auto] [--pm-mode auto|msync|flush]
+//                   [--secret-file PATH] [--handshake-timeout-ms MS] [--max-pending-handshakes N]
 //                   [--log-level L] [--config FILE]
+//
+// The cluster secret comes from --secret-file, else ASYMNVM_SECRET_FILE / ASYMNVM_SECRET, else the
+// built-in default, which is only accepted for loopback listen addresses (doc/fabric.md).
 //
 // Prints "listening <oq address>" and "log <rowan address>" as the first two stdout lines, serves
 // until SIGTERM/SIGINT, then stops cleanly (everything acknowledged is already durable) and exits 0.
 // Exit codes: 0 clean stop, 1 start-up failure (the message names the pool and the cause: not a
-// pool, corrupt, too small, locked by another back-end), 2 bad command line.
+// pool, corrupt, too small, locked by another back-end; or the cluster secret: unreadable file,
+// default secret on a non-loopback address), 2 bad command line.
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
@@ -50,6 +55,17 @@ int main(int argc, char** argv) {
                  "redo-log mode (pool not PM): background checkpoint interval");
   app.add_option("--reclaim-us", o.reclaim_delay, "lazy reclamation delay (n + l, microseconds)")
       ->capture_default_str();
+  uint32_t handshake_ms = 5000;
+  app.add_option("--secret-file", o.fabric.secret_file,
+                 "file holding the cluster secret (default: ASYMNVM_SECRET_FILE, ASYMNVM_SECRET, "
+                 "or the built-in one, loopback only)");
+  app.add_option("--handshake-timeout-ms", handshake_ms, "per-peer connection set-up deadline")
+      ->check(CLI::Range(1u, 600000u))
+      ->capture_default_str();
+  app.add_option("--max-pending-handshakes", o.fabric.max_pending_handshakes,
+                 "connection set-ups in progress at once (beyond: the oldest is closed)")
+      ->check(CLI::Range(1u, 65536u))
+      ->capture_default_str();
   app.add_option("--log-level", log_level, "debug|info|warn|error|off")
       ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
@@ -75,9 +91,25 @@ int main(int argc, char** argv) {
   if (!mode.ok()) return usage(mode.status().message());
   o.persist_mode = *mode;
   o.fabric.provider = provider;
+  o.fabric.handshake_timeout = std::chrono::milliseconds(handshake_ms);
   LogLevel level;
   ParseLogLevel(log_level, &level);
   SetLogLevel(level);
+
+  {
+    auto secret = fabric::ResolveClusterSecret(o.fabric);
+    if (!secret.ok()) {
+      std::cerr << "asymnvm-backend: " << secret.status().message() << "\n";
+      return 1;
+    }
+    for (const auto& a : {o.listen_address, o.log_listen_address}) {
+      Status st = fabric::CheckListenSecret(a, *secret);
+      if (!st.ok()) {
+        std::cerr << "asymnvm-backend: " << st.message() << "\n";
+        return 1;
+      }
+    }
+  }
 
   sigset_t stop_set;
   sigemptyset(&stop_set);

@@ -17,8 +17,15 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "asymnvm/fabric.h"
+#include "common/logging.h"
 
 namespace asymnvm::fabric {
 namespace {
@@ -125,6 +132,41 @@ Status CheckHello(const uint8_t* in) {
 
 constexpr size_t kHelloLen = 8 + kNonceLen;
 
+constexpr char kLog[] = "bootstrap";
+
+std::string PeerName(int fd) {
+  sockaddr_storage ss{};
+  socklen_t sl = sizeof ss;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &sl) != 0) return "?";
+  char host[INET6_ADDRSTRLEN] = {};
+  if (ss.ss_family == AF_INET) {
+    auto* s4 = reinterpret_cast<sockaddr_in*>(&ss);
+    ::inet_ntop(AF_INET, &s4->sin_addr, host, sizeof host);
+    return std::string(host) + ":" + std::to_string(ntohs(s4->sin_port));
+  }
+  if (ss.ss_family == AF_INET6) {
+    auto* s6 = reinterpret_cast<sockaddr_in6*>(&ss);
+    ::inet_ntop(AF_INET6, &s6->sin6_addr, host, sizeof host);
+    return "[" + std::string(host) + "]:" + std::to_string(ntohs(s6->sin6_port));
+  }
+  if (ss.ss_family == AF_UNIX) return "unix peer fd " + std::to_string(fd);
+  return "?";
+}
+
+bool IsLoopbackSockaddr(const sockaddr* sa) {
+  if (sa->sa_family == AF_INET) {
+    uint32_t a = ntohl(reinterpret_cast<const sockaddr_in*>(sa)->sin_addr.s_addr);
+    return (a >> 24) == 127;
+  }
+  if (sa->sa_family == AF_INET6) {
+    const auto* s6 = reinterpret_cast<const sockaddr_in6*>(sa);
+    if (IN6_IS_ADDR_LOOPBACK(&s6->sin6_addr)) return true;
+    if (IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr)) return s6->sin6_addr.s6_addr[12] == 127;
+    return false;
+  }
+  return false;
+}
+
 }  // namespace
 
 Result<Endpoint> ParseAddress(const std::string& address) {
@@ -203,7 +245,7 @@ Result<int> ListenSocket(const Endpoint& ep, Endpoint* bound) {
       ::close(fd);
       return Errno("bind(" + ep.path + ")", e);
     }
-    if (::listen(fd, 128) != 0) {
+    if (::listen(fd, SOMAXCONN) != 0) {
       int e = errno;
       ::close(fd);
       return Errno("listen(" + ep.path + ")", e);
@@ -230,7 +272,7 @@ Result<int> ListenSocket(const Endpoint& ep, Endpoint* bound) {
     }
     int one = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || ::listen(fd, 128) != 0) {
+    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || ::listen(fd, SOMAXCONN) != 0) {
       last = Errno("bind/listen " + FormatAddress(ep), errno);
       ::close(fd);
       continue;
@@ -402,7 +444,9 @@ Status HandshakeClient(int fd, const std::string& secret, std::span<const uint8_
   uint8_t expect[kMacLen];
   ComputeMac(secret, 'S', nonce_c, nonce_s, {}, expect);
   if (CRYPTO_memcmp(expect, reply + kHelloLen, kMacLen) != 0) {
-    return Status::PermissionDenied("handshake: the server does not know the cluster secret");
+    return Status::PermissionDenied(
+        "cluster secret mismatch: the server's proof does not verify with our cluster secret "
+        "(check --secret-file / ASYMNVM_SECRET_FILE / ASYMNVM_SECRET on both sides)");
   }
   uint8_t mac_c[kMacLen];
   ComputeMac(secret, 'C', nonce_c, nonce_s, my_blob, mac_c);
@@ -412,7 +456,8 @@ Status HandshakeClient(int fd, const std::string& secret, std::span<const uint8_
   uint8_t verdict = kRefused;
   ASYMNVM_RETURN_IF_ERROR(ReadFull(fd, &verdict, 1, deadline));
   if (verdict != kAccepted) {
-    return Status::PermissionDenied("handshake: the server refused our credentials");
+    return Status::PermissionDenied(
+        "cluster secret mismatch: the server refused our proof of the cluster secret");
   }
   return ReadBlob(fd, peer_blob, deadline);
 }
@@ -441,13 +486,499 @@ Status HandshakeServer(int fd, const std::string& secret, std::span<const uint8_
   if (CRYPTO_memcmp(expect, mac_c, kMacLen) != 0) {
     uint8_t v = kRefused;
     (void)WriteFull(fd, &v, 1, deadline);
-    return Status::PermissionDenied("handshake: the client does not know the cluster secret");
+    return Status::PermissionDenied(
+        "cluster secret mismatch: the client's proof does not verify with our cluster secret");
   }
   uint8_t v = kAccepted;
   ASYMNVM_RETURN_IF_ERROR(WriteFull(fd, &v, 1, deadline));
   ASYMNVM_RETURN_IF_ERROR(WriteBlob(fd, my_blob, deadline));
   if (peer_blob) *peer_blob = std::move(blob);
   return Status::Ok();
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// HandshakeAcceptor
+
+namespace {
+enum class HsState : uint8_t {
+  kReadHello,       // ← HELLO(nonce_c)
+  kWriteChallenge,  // → HELLO(nonce_s) + MAC_S
+  kReadMac,         // ← MAC_C
+  kReadLen,         // ← blob length
+  kReadBlob,        // ← blob
+  kWriteVerdict,    // → verdict + blob length + our blob
+};
+const char* HsStateName(HsState s) {
+  switch (s) {
+    case HsState::kReadHello: return "waiting for its hello";
+    case HsState::kWriteChallenge: return "sending our challenge";
+    case HsState::kReadMac: return "waiting for its proof";
+    case HsState::kReadLen:
+    case HsState::kReadBlob: return "reading its parameters";
+    case HsState::kWriteVerdict: return "sending our verdict";
+  }
+  return "?";
+}
+}  // namespace
+
+struct HandshakeAcceptor::Pending {
+  int fd = -1;
+  std::string address;
+  Clock::time_point accepted_at, deadline;
+  HsState state = HsState::kReadHello;
+  std::vector<uint8_t> in;   // bytes of the message being read
+  size_t have = 0;           // of in
+  std::vector<uint8_t> out;  // bytes being written
+  size_t sent = 0;           // of out
+  uint8_t nonce_c[kNonceLen] = {};
+  uint8_t nonce_s[kNonceLen] = {};
+  uint8_t mac_c[kMacLen] = {};
+  std::vector<uint8_t> peer_blob;
+  std::vector<uint8_t> my_blob;  // what we sent (kWriteVerdict and later)
+  Status error;                  // why it failed (Step::kFailed)
+  bool secret_mismatch = false;
+
+  ~Pending() {
+    if (fd >= 0) ::close(fd);
+  }
+  void Expect(HsState s, size_t n) {
+    state = s;
+    in.assign(n, 0);
+    have = 0;
+  }
+  void Send(HsState s, std::vector<uint8_t> bytes) {
+    state = s;
+    out = std::move(bytes);
+    sent = 0;
+  }
+  bool reading() const {
+    return state != HsState::kWriteChallenge && state != HsState::kWriteVerdict;
+  }
+};
+
+HandshakeAcceptor::HandshakeAcceptor(int listen_fd, std::string secret, std::string name,
+                                     HandshakeLimits limits)
+    : listen_fd_(listen_fd), secret_(std::move(secret)), name_(std::move(name)), limits_(limits) {
+  if (limits_.max_pending == 0) limits_.max_pending = 1;
+  if (limits_.deadline.count() <= 0) limits_.deadline = std::chrono::milliseconds(1);
+  int fl = ::fcntl(listen_fd_, F_GETFL);
+  if (fl >= 0) ::fcntl(listen_fd_, F_SETFL, fl | O_NONBLOCK);
+}
+
+HandshakeAcceptor::~HandshakeAcceptor() = default;
+
+HandshakeAcceptorStats HandshakeAcceptor::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return stats_;
+}
+
+// Called by the Accept() that holds the gate (busy_). At most log_lines_per_second lines per one-second window; the first
+// line of a later window says how many were suppressed.
+void HandshakeAcceptor::Refusal(const std::string& line) {
+  auto now = Clock::now();
+  if (now - log_window_ >= std::chrono::seconds(1)) {
+    log_window_ = now;
+    log_in_window_ = 0;
+  }
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  stats_.last_refusal = line;
+  if (log_in_window_ >= limits_.log_lines_per_second) {
+    stats_.log_suppressed++;
+    log_suppressed_since_++;
+    return;
+  }
+  log_in_window_++;
+  stats_.log_lines++;
+  if (log_suppressed_since_ > 0) {
+    LOG_WARN(kLog, name_ << ": " << line << " (" << log_suppressed_since_
+                         << " similar lines suppressed; at most " << limits_.log_lines_per_second
+                         << " a second)");
+    log_suppressed_since_ = 0;
+  } else {
+    LOG_WARN(kLog, name_ << ": " << line);
+  }
+}
+
+void HandshakeAcceptor::Drop(std::unique_ptr<Pending> p, const std::string& why,
+                             bool count_refused) {
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    if (count_refused) stats_.refused++;
+    if (p->secret_mismatch) stats_.secret_mismatch++;
+  }
+  Refusal("refused peer " + p->address + ": " + why);
+  p.reset();  // closes
+}
+
+void HandshakeAcceptor::AcceptNew(Clock::time_point now) {
+  // Bounded batch so one Accept() round also gets to the pending handshakes.
+  for (int i = 0; i < 256; i++) {
+    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      int e = errno;
+      if (e == EINTR || e == ECONNABORTED) continue;
+      if (e == EAGAIN || e == EWOULDBLOCK) return;
+      if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
+        // Out of descriptors: make room by closing the oldest pending handshake, or, with none
+        // pending, stop polling the listening socket for a moment (it would stay readable).
+        if (!pending_.empty()) {
+          auto p = std::move(pending_.front());
+          pending_.pop_front();
+          {
+            std::lock_guard<std::mutex> lock(stats_mu_);
+            stats_.evicted++;
+          }
+          Refusal("accept: " + std::string(std::strerror(e)) + ": closed the oldest pending " +
+                  "handshake (peer " + p->address + ")");
+          continue;
+        }
+        Refusal("accept: " + std::string(std::strerror(e)) + ": pausing accepts for 100 ms");
+        listen_backoff_until_ = now + std::chrono::milliseconds(100);
+        return;
+      }
+      Refusal("accept: " + std::string(std::strerror(e)));
+      listen_backoff_until_ = now + std::chrono::milliseconds(100);
+      return;
+    }
+    auto p = std::make_unique<Pending>();
+    p->fd = fd;
+    p->address = PeerName(fd);
+    p->accepted_at = now;
+    p->deadline = now + limits_.deadline;
+    p->Expect(HsState::kReadHello, kHelloLen);
+    sockaddr_storage ss{};
+    socklen_t sl = sizeof ss;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &sl) == 0 &&
+        (ss.ss_family == AF_INET || ss.ss_family == AF_INET6)) {
+      int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
+    if (pending_.size() >= limits_.max_pending) {
+      auto old = std::move(pending_.front());
+      pending_.pop_front();
+      {
+        std::lock_guard<std::mutex> lock(stats_mu_);
+        stats_.evicted++;
+      }
+      auto age = std::chrono::duration_cast<std::chrono::milliseconds>(now - old->accepted_at);
+      Refusal("closed peer " + old->address + " (" + HsStateName(old->state) + " for " +
+              std::to_string(age.count()) + " ms): " + std::to_string(limits_.max_pending) +
+              " handshakes pending, the oldest makes room");
+    }
+    pending_.push_back(std::move(p));
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    stats_.pending = pending_.size();
+    stats_.max_pending_seen = std::max(stats_.max_pending_seen, pending_.size());
+  }
+}
+
+HandshakeAcceptor::Step HandshakeAcceptor::Advance(Pending& p, std::span<const uint8_t> my_blob) {
+  for (;;) {
+    if (!p.reading()) {
+      while (p.sent < p.out.size()) {
+        ssize_t r = ::send(p.fd, p.out.data() + p.sent, p.out.size() - p.sent,
+                           MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (r > 0) {
+          p.sent += static_cast<size_t>(r);
+          continue;
+        }
+        if (r < 0 && (errno == EINTR)) continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Step::kWait;
+        p.error = Status(StatusCode::kConnectionError,
+                         std::string("write while ") + HsStateName(p.state) + ": " +
+                             std::strerror(errno), errno);
+        return Step::kFailed;
+      }
+      if (p.state == HsState::kWriteVerdict) return Step::kDone;
+      p.Expect(HsState::kReadMac, kMacLen);  // after the challenge
+      continue;
+    }
+    while (p.have < p.in.size()) {
+      ssize_t r = ::recv(p.fd, p.in.data() + p.have, p.in.size() - p.have, MSG_DONTWAIT);
+      if (r > 0) {
+        p.have += static_cast<size_t>(r);
+        continue;
+      }
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Step::kWait;
+      if (r == 0) {
+        if (p.state == HsState::kReadMac && p.have == 0) {
+          // A client closes right after our challenge when our proof does not verify with its
+          // secret (HandshakeClient). The wire cannot say more than that.
+          p.secret_mismatch = true;
+          p.error = Status::PermissionDenied(
+              "cluster secret mismatch: the peer closed the connection after our challenge, "
+              "i.e. it rejected our proof of the cluster secret (check --secret-file / "
+              "ASYMNVM_SECRET_FILE / ASYMNVM_SECRET on both sides)");
+        } else {
+          p.error = Status::ConnectionError(std::string("peer closed the connection while ") +
+                                            HsStateName(p.state));
+        }
+        return Step::kFailed;
+      }
+      p.error = Status(StatusCode::kConnectionError,
+                       std::string("read while ") + HsStateName(p.state) + ": " +
+                           std::strerror(errno), errno);
+      return Step::kFailed;
+    }
+    // A whole message is in.
+    switch (p.state) {
+      case HsState::kReadHello: {
+        Status st = CheckHello(p.in.data());
+        if (!st.ok()) {
+          p.error = st;
+          return Step::kFailed;
+        }
+        std::memcpy(p.nonce_c, p.in.data() + 8, kNonceLen);
+        if (RAND_bytes(p.nonce_s, kNonceLen) != 1) {
+          p.error = Status::Internal("handshake: RAND_bytes failed");
+          return Step::kFailed;
+        }
+        std::vector<uint8_t> reply(kHelloLen + kMacLen);
+        EncodeHello(reply.data(), p.nonce_s);
+        ComputeMac(secret_, 'S', p.nonce_c, p.nonce_s, {}, reply.data() + kHelloLen);
+        p.Send(HsState::kWriteChallenge, std::move(reply));
+        break;
+      }
+      case HsState::kReadMac:
+        std::memcpy(p.mac_c, p.in.data(), kMacLen);
+        p.Expect(HsState::kReadLen, 4);
+        break;
+      case HsState::kReadLen: {
+        uint32_t n = GetLe32(p.in.data());
+        if (n > kMaxBlob) {
+          p.error = Status::ProtocolError("handshake: blob of " + std::to_string(n) +
+                                          " bytes exceeds the limit");
+          return Step::kFailed;
+        }
+        p.Expect(HsState::kReadBlob, n);
+        break;
+      }
+      case HsState::kReadBlob: {
+        p.peer_blob = std::move(p.in);
+        p.in.clear();
+        uint8_t expect[kMacLen];
+        ComputeMac(secret_, 'C', p.nonce_c, p.nonce_s, p.peer_blob, expect);
+        if (CRYPTO_memcmp(expect, p.mac_c, kMacLen) != 0) {
+          uint8_t v = kRefused;
+          (void)::send(p.fd, &v, 1, MSG_NOSIGNAL | MSG_DONTWAIT);  // best effort
+          p.secret_mismatch = true;
+          p.error = Status::PermissionDenied(
+              "cluster secret mismatch: the client's proof does not verify with our cluster "
+              "secret (check --secret-file / ASYMNVM_SECRET_FILE / ASYMNVM_SECRET on both sides)");
+          return Step::kFailed;
+        }
+        std::vector<uint8_t> v(1 + 4 + my_blob.size());
+        v[0] = kAccepted;
+        PutLe32(v.data() + 1, static_cast<uint32_t>(my_blob.size()));
+        if (!my_blob.empty()) std::memcpy(v.data() + 5, my_blob.data(), my_blob.size());
+        p.my_blob.assign(my_blob.begin(), my_blob.end());
+        p.Send(HsState::kWriteVerdict, std::move(v));
+        break;
+      }
+      default:
+        p.error = Status::Internal("handshake: bad state");
+        return Step::kFailed;
+    }
+  }
+}
+
+Result<HandshakeAcceptor::Peer> HandshakeAcceptor::Accept(std::span<const uint8_t> my_blob,
+                                                          std::chrono::milliseconds timeout) {
+  if (my_blob.size() > kMaxBlob) return Status::InvalidArgument("handshake: blob too large");
+  auto until = Clock::now() + timeout;
+  {
+    std::unique_lock<std::mutex> gate(gate_mu_);
+    if (!gate_cv_.wait_until(gate, until, [&] { return !busy_; })) {
+      return Status::TimedOut("accept " + name_ + ": no peer in time (another Accept is running)");
+    }
+    busy_ = true;
+  }
+  struct Release {
+    HandshakeAcceptor* a;
+    ~Release() {
+      {
+        std::lock_guard<std::mutex> gate(a->gate_mu_);
+        a->busy_ = false;
+      }
+      a->gate_cv_.notify_one();
+    }
+  } release{this};
+  std::vector<pollfd> fds;
+  std::vector<Pending*> order;
+  for (;;) {
+    // Completed handshakes first (from an earlier round or call).
+    while (!ready_.empty()) {
+      auto p = std::move(ready_.front());
+      ready_.pop_front();
+      if (!std::equal(p->my_blob.begin(), p->my_blob.end(), my_blob.begin(), my_blob.end())) {
+        // Completed under another Accept()'s options: what it got from us is stale.
+        Drop(std::move(p), "our connection parameters changed between Accept calls", true);
+        continue;
+      }
+      int fl = ::fcntl(p->fd, F_GETFL);
+      if (fl >= 0) ::fcntl(p->fd, F_SETFL, fl & ~O_NONBLOCK);
+      Peer out;
+      out.fd = p->fd;
+      p->fd = -1;
+      out.blob = std::move(p->peer_blob);
+      out.address = p->address;
+      std::lock_guard<std::mutex> sl(stats_mu_);
+      stats_.accepted++;
+      return out;
+    }
+    auto now = Clock::now();
+    if (log_suppressed_since_ > 0 && limits_.log_lines_per_second > 0 &&
+        now - log_window_ >= std::chrono::seconds(1)) {
+      LOG_WARN(kLog, name_ << ": " << log_suppressed_since_ << " more refusal lines suppressed "
+                           << "(at most " << limits_.log_lines_per_second << " a second)");
+      log_suppressed_since_ = 0;
+    }
+    // Expire.
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (now >= (*it)->deadline) {
+        auto p = std::move(*it);
+        it = pending_.erase(it);
+        {
+          std::lock_guard<std::mutex> sl(stats_mu_);
+          stats_.timed_out++;
+        }
+        std::string why = "handshake deadline of " + std::to_string(limits_.deadline.count()) +
+                          " ms passed while " + HsStateName(p->state);
+        Drop(std::move(p), why, false);
+      } else {
+        ++it;
+      }
+    }
+    {
+      std::lock_guard<std::mutex> sl(stats_mu_);
+      stats_.pending = pending_.size();
+    }
+    if (now >= until) return Status::TimedOut("accept " + name_ + ": no peer in time");
+    // Poll the listening socket and every pending handshake.
+    fds.clear();
+    order.clear();
+    bool poll_listen = now >= listen_backoff_until_;
+    if (poll_listen) fds.push_back({listen_fd_, POLLIN, 0});
+    auto wake = until;
+    if (!poll_listen) wake = std::min(wake, listen_backoff_until_);
+    for (auto& p : pending_) {
+      fds.push_back({p->fd, static_cast<short>(p->reading() ? POLLIN : POLLOUT), 0});
+      order.push_back(p.get());
+      wake = std::min(wake, p->deadline);
+    }
+    int ms = RemainingMs(wake);
+    int r = ::poll(fds.data(), fds.size(), ms);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return Errno("accept " + name_ + ": poll", errno);
+    }
+    now = Clock::now();
+    size_t base = poll_listen ? 1 : 0;
+    // Advance the handshakes that have something to do (before accepting new ones, so the
+    // indices in `order` still match).
+    std::vector<Pending*> finished, failed;
+    for (size_t i = 0; i < order.size(); i++) {
+      if (fds[base + i].revents == 0) continue;
+      Step s = Advance(*order[i], my_blob);
+      if (s == Step::kDone) finished.push_back(order[i]);
+      if (s == Step::kFailed) failed.push_back(order[i]);
+    }
+    if (!finished.empty() || !failed.empty()) {
+      for (auto it = pending_.begin(); it != pending_.end();) {
+        Pending* raw = it->get();
+        bool done = std::find(finished.begin(), finished.end(), raw) != finished.end();
+        bool bad = std::find(failed.begin(), failed.end(), raw) != failed.end();
+        if (!done && !bad) {
+          ++it;
+          continue;
+        }
+        auto p = std::move(*it);
+        it = pending_.erase(it);
+        if (done) {
+          ready_.push_back(std::move(p));
+        } else {
+          std::string why = p->error.ToString();
+          Drop(std::move(p), why, true);
+        }
+      }
+    }
+    if (poll_listen && (fds[0].revents & (POLLIN | POLLERR | POLLHUP))) AcceptNew(now);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The cluster secret
+
+bool IsLoopbackAddress(const std::string& address) {
+  auto ep = ParseAddress(address);
+  if (!ep.ok()) return false;
+  if (ep->kind != Endpoint::Kind::kTcp) return true;  // unix / inproc: this machine only
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  std::string port = std::to_string(ep->port);
+  if (::getaddrinfo(ep->host.c_str(), port.c_str(), &hints, &res) != 0) return false;
+  bool all = res != nullptr;
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    if (!IsLoopbackSockaddr(ai->ai_addr)) all = false;
+  }
+  ::freeaddrinfo(res);
+  return all;
+}
+
+namespace {
+Result<std::string> ReadSecretFile(const std::string& path, const char* origin) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) {
+    return Status::InvalidArgument(std::string("cluster secret: cannot read ") + origin + " '" +
+                                   path + "': " + std::strerror(errno));
+  }
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  std::string s = ss.str();
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+  if (s.empty()) {
+    return Status::InvalidArgument(std::string("cluster secret: ") + origin + " '" + path +
+                                   "' is empty");
+  }
+  if (s.size() > 4096) {
+    return Status::InvalidArgument(std::string("cluster secret: ") + origin + " '" + path +
+                                   "' is longer than 4096 bytes");
+  }
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && (st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
+    LOG_WARN(kLog, "cluster secret file '" << path << "' is readable by group/others (mode "
+                                           << std::oct << (st.st_mode & 0777) << std::dec
+                                           << "); chmod 600 it");
+  }
+  return s;
+}
+}  // namespace
+
+Result<std::string> ResolveClusterSecret(const FabricOptions& o) {
+  if (!o.secret_file.empty()) return ReadSecretFile(o.secret_file, "--secret-file");
+  if (o.cluster_secret.empty()) return Status::InvalidArgument("cluster secret: empty");
+  if (o.cluster_secret != kDefaultClusterSecret) return o.cluster_secret;
+  if (const char* f = std::getenv("ASYMNVM_SECRET_FILE"); f != nullptr && *f != '\0') {
+    return ReadSecretFile(f, "ASYMNVM_SECRET_FILE");
+  }
+  if (const char* s = std::getenv("ASYMNVM_SECRET"); s != nullptr && *s != '\0') {
+    return std::string(s);
+  }
+  return std::string(kDefaultClusterSecret);
+}
+
+Status CheckListenSecret(const std::string& address, const std::string& secret) {
+  if (secret != kDefaultClusterSecret || IsLoopbackAddress(address)) return Status::Ok();
+  return Status::FailedPrecondition(
+      "refusing to listen on " + address +
+      ": it is not a loopback address and the cluster secret is the built-in default, which "
+      "anybody can know; give this daemon and every peer a secret with --secret-file PATH (or "
+      "ASYMNVM_SECRET_FILE=PATH / ASYMNVM_SECRET=... in the environment)");
 }
 
 }  // namespace asymnvm::fabric

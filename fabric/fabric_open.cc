@@ -5,7 +5,11 @@
 
 namespace asymnvm::fabric {
 
-Result<std::unique_ptr<Fabric>> Fabric::Open(const FabricOptions& options) {
+Result<std::unique_ptr<Fabric>> Fabric::Open(const FabricOptions& given) {
+  // The providers see the resolved secret (file / environment / default).
+  FabricOptions options = given;
+  ASYMNVM_ASSIGN_OR_RETURN(options.cluster_secret, ResolveClusterSecret(given));
+  options.secret_file.clear();
   if (options.provider == "soft") return soft::OpenSoftFabric(options);
   if (options.provider == "verbs") return verbs::OpenVerbsFabric(options);
   if (options.provider == "auto") {

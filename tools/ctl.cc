@@ -363,8 +363,11 @@ Result<PoolReport> ExaminePool(const std::string& pool_path) {
   return r;
 }
 
-Result<std::string> FetchStatus(const std::string& address, std::chrono::milliseconds timeout) {
-  ASYMNVM_ASSIGN_OR_RETURN(auto fab, fabric::Fabric::Open(fabric::FabricOptions{}));
+Result<std::string> FetchStatus(const std::string& address, std::chrono::milliseconds timeout,
+                                const std::string& secret_file) {
+  fabric::FabricOptions fo;
+  fo.secret_file = secret_file;
+  ASYMNVM_ASSIGN_OR_RETURN(auto fab, fabric::Fabric::Open(fo));
   ASYMNVM_ASSIGN_OR_RETURN(auto pd, fab->AllocPd());
   oq::ClientOptions co;
   co.fabric = fab.get();
@@ -481,7 +484,7 @@ int RunCtl(const std::vector<std::string>& args, std::ostream& out, std::ostream
   }
   CLI::App app{"asymnvm-ctl: inspect and check AsymNVM back-ends and pools (and: asymnvm-ctl coord --help)"};
   app.require_subcommand(1);
-  std::string address, pool_path;
+  std::string address, pool_path, secret_file;
   bool json = false;
   int timeout_ms = 3000;
   auto* status = app.add_subcommand("status", "Status of a running back-end (kStatus over the OQ)");
@@ -490,6 +493,9 @@ int RunCtl(const std::vector<std::string>& args, std::ostream& out, std::ostream
   status->add_flag("--json", json, "Print the raw JSON");
   status->add_option("--timeout-ms", timeout_ms, "Connect / call timeout")
       ->check(CLI::Range(1, 600000));
+  status->add_option("--secret-file", secret_file,
+                     "file holding the cluster secret (default: ASYMNVM_SECRET_FILE, "
+                     "ASYMNVM_SECRET, or the built-in one)");
   auto* inspect = app.add_subcommand("inspect", "Dump a pool (read-only; takes the pool lock)");
   inspect->add_option("POOL", pool_path, "Pool file")->required();
   inspect->add_flag("--json", json, "Print JSON");
@@ -506,7 +512,7 @@ int RunCtl(const std::vector<std::string>& args, std::ostream& out, std::ostream
   }
 
   if (status->parsed()) {
-    auto text = FetchStatus(address, std::chrono::milliseconds(timeout_ms));
+    auto text = FetchStatus(address, std::chrono::milliseconds(timeout_ms), secret_file);
     if (!text.ok()) {
       err << "asymnvm-ctl status " << address << ": " << text.status().ToString() << "\n";
       return kCtlFailed;

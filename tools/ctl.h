@@ -1,6 +1,7 @@
 // asymnvm-ctl: operator tool for a back-end and its pool (doc/tools.md).
 //
-//   asymnvm-ctl status ADDR [--json] [--timeout-ms N]   ask a running back-end (kStatus over the OQ)
+//   asymnvm-ctl status ADDR [--json] [--timeout-ms N] [--secret-file PATH]
+//                                                      ask a running back-end (kStatus over the OQ)
 //   asymnvm-ctl inspect POOL [--json]                   dump a pool that no back-end holds
 //   asymnvm-ctl check POOL [--json]                     validate a pool that no back-end holds
 //   asymnvm-ctl coord ls|get|set|rm URI PATH ...        read / edit coordinator nodes
@@ -58,7 +59,9 @@ Result<PoolReport> ExaminePool(const std::string& pool_path);
 // Sends kStatus to the back-end at `address` (as printed by asymnvm-backend "listening ...") and
 // returns its JSON text. Errors: connection errors (kConnectionError, kTimedOut, ...) from the OQ
 // client, kProtocolError (the reply is not JSON).
-Result<std::string> FetchStatus(const std::string& address, std::chrono::milliseconds timeout);
+// `secret_file` empty: the cluster secret from ASYMNVM_SECRET_FILE / ASYMNVM_SECRET or the default.
+Result<std::string> FetchStatus(const std::string& address, std::chrono::milliseconds timeout,
+                                const std::string& secret_file = "");
 
 // Human-readable rendering of a status JSON document / a pool report.
 void PrintStatus(const nlohmann::json& status, std::ostream& out);

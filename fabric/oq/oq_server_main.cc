@@ -40,6 +40,16 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--buffers", buffers, "receive buffers per worker")
       ->check(CLI::Range(2u, 65536u))->capture_default_str();
+  fabric::FabricOptions fo;
+  uint32_t handshake_ms = 5000;
+  app.add_option("--secret-file", fo.secret_file,
+                 "file holding the cluster secret (default: ASYMNVM_SECRET_FILE, ASYMNVM_SECRET, "
+                 "or the built-in one, loopback only)");
+  app.add_option("--handshake-timeout-ms", handshake_ms, "per-peer connection set-up deadline")
+      ->check(CLI::Range(1u, 600000u))->capture_default_str();
+  app.add_option("--max-pending-handshakes", fo.max_pending_handshakes,
+                 "connection set-ups in progress at once (beyond: the oldest is closed)")
+      ->check(CLI::Range(1u, 65536u))->capture_default_str();
   app.add_option("--log-level", log_level, "debug|info|warn|error|off")
       ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))->capture_default_str();
   try {
@@ -66,6 +76,19 @@ int main(int argc, char** argv) {
   if (!durable && !pool_path.empty()) return fail_args("--pool needs --durable");
   LogLevel level;
   if (ParseLogLevel(log_level, &level)) SetLogLevel(level);
+  fo.handshake_timeout = std::chrono::milliseconds(handshake_ms);
+  {
+    auto secret = fabric::ResolveClusterSecret(fo);
+    if (!secret.ok()) {
+      std::cerr << "asymnvm-oq-server: " << secret.status().message() << "\n";
+      return 1;
+    }
+    Status st = fabric::CheckListenSecret(listen, *secret);
+    if (!st.ok()) {
+      std::cerr << "asymnvm-oq-server: " << st.message() << "\n";
+      return 1;
+    }
+  }
 
   // Block the stop signals before any thread starts, then sigwait for them.
   sigset_t stop_set;
@@ -74,7 +97,7 @@ int main(int argc, char** argv) {
   sigaddset(&stop_set, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_set, nullptr);
 
-  auto fabric = fabric::Fabric::Open({});
+  auto fabric = fabric::Fabric::Open(fo);
   if (!fabric.ok()) {
     std::cerr << "asymnvm-oq-server: " << fabric.status().ToString() << "\n";
     return 1;

@@ -460,6 +460,9 @@ void Server::Impl::AcceptLoop(Worker& w) {
     co.srq = w.srq.get();
     co.max_send_wr = 1024;
     co.private_data = w.hello;
+    // accept_poll is only how long this call waits before re-checking `stop`: each peer's
+    // handshake runs concurrently in the listener with its own deadline
+    // (FabricOptions::handshake_timeout, doc/fabric.md §Handshake), across calls.
     co.timeout = o.accept_poll;
     auto c = w.listener->Accept(co);
     if (!c.ok()) {

@@ -890,10 +890,20 @@ std::vector<uint8_t> MyBlob(const ConnectionOptions& o) {
   return p.Encode();
 }
 
+// Handshakes run concurrently in the listener's HandshakeAcceptor (doc/fabric.md §Handshake): a
+// silent, garbage-sending or slow peer costs one pending slot until its own deadline, never the
+// accept loop's time.
 class SocketListener final : public Listener {
  public:
   SocketListener(SoftFabric* f, uint64_t pd_id, int fd, std::string address)
-      : fabric_(f), pd_id_(pd_id), fd_(fd), address_(std::move(address)) {}
+      : fabric_(f),
+        pd_id_(pd_id),
+        fd_(fd),
+        address_(std::move(address)),
+        acceptor_(fd_, f->options().cluster_secret, "listener " + address_,
+                  HandshakeLimits{.deadline = f->options().handshake_timeout,
+                                  .max_pending = f->options().max_pending_handshakes,
+                                  .log_lines_per_second = f->options().handshake_log_per_second}) {}
   ~SocketListener() override {
     ::close(fd_);
     if (address_.rfind("unix://", 0) == 0) ::unlink(address_.substr(7).c_str());
@@ -906,26 +916,31 @@ class SocketListener final : public Listener {
     for (;;) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       if (left.count() <= 0) return Status::TimedOut("Accept " + address_ + ": no peer in time");
-      ASYMNVM_ASSIGN_OR_RETURN(int fd, AcceptSocket(fd_, left));
-      std::vector<uint8_t> peer;
-      Status st = HandshakeServer(fd, fabric_->options().cluster_secret, blob, &peer, o.timeout);
-      if (st.ok()) {
-        auto params = ConnParams::Decode(peer);
-        if (params.ok()) {
-          return fabric_->MakeConnection(pd_id_, MakeSocketChannel(fd), o, peer, address_);
+      auto peer = acceptor_.Accept(blob, left);
+      if (!peer.ok()) {
+        if (peer.status().code() == StatusCode::kTimedOut) {
+          return Status::TimedOut("Accept " + address_ + ": no peer in time");
         }
-        st = params.status();
+        return peer.status().WithContext("Accept " + address_);
       }
-      LOG_WARN(kLog, "Accept " << address_ << ": refused a peer: " << st.ToString());
-      ::close(fd);
+      auto params = ConnParams::Decode(peer->blob);
+      if (params.ok()) {
+        return fabric_->MakeConnection(pd_id_, MakeSocketChannel(peer->fd), o, peer->blob,
+                                       address_);
+      }
+      LOG_WARN(kLog, "Accept " << address_ << ": refused peer " << peer->address << ": "
+                               << params.status().ToString());
+      ::close(peer->fd);
     }
   }
+  HandshakeAcceptorStats handshake_stats() const { return acceptor_.stats(); }
 
  private:
   SoftFabric* fabric_;
   uint64_t pd_id_;
   int fd_;
   std::string address_;
+  HandshakeAcceptor acceptor_;
 };
 
 class InprocListener final : public Listener {
@@ -992,6 +1007,7 @@ Result<std::unique_ptr<Listener>> SoftFabric::Listen(ProtectionDomain* pd,
     ASYMNVM_RETURN_IF_ERROR(RegisterInproc(ep.path, st));
     return std::unique_ptr<Listener>(new InprocListener(this, spd->id(), ep.path, st));
   }
+  ASYMNVM_RETURN_IF_ERROR(CheckListenSecret(address, options_.cluster_secret));
   Endpoint bound;
   ASYMNVM_ASSIGN_OR_RETURN(int fd, ListenSocket(ep, &bound));
   return std::unique_ptr<Listener>(new SocketListener(this, spd->id(), fd, FormatAddress(bound)));
@@ -1568,7 +1584,10 @@ Result<std::unique_ptr<Fabric>> OpenSoftFabric(const FabricOptions& options) {
   if (options.nic_threads == 0 || options.nic_threads > 64) {
     return Status::InvalidArgument("soft fabric: nic_threads must be 1..64");
   }
-  auto f = std::make_unique<SoftFabric>(options);
+  FabricOptions resolved = options;  // idempotent after Fabric::Open; tests open it directly
+  ASYMNVM_ASSIGN_OR_RETURN(resolved.cluster_secret, ResolveClusterSecret(options));
+  resolved.secret_file.clear();
+  auto f = std::make_unique<SoftFabric>(resolved);
   ASYMNVM_RETURN_IF_ERROR(f->Start());
   return std::unique_ptr<Fabric>(std::move(f));
 }

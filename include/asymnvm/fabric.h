@@ -248,7 +248,9 @@ struct ConnectionOptions {
   uint32_t rnr_retry = 7;              // RNR retries before kRnrRetryExceeded
   std::chrono::microseconds rnr_backoff{50};  // first back-off; doubles per retry
   std::vector<uint8_t> private_data;   // <= 1024 bytes handed to the peer at set-up
-  std::chrono::milliseconds timeout{5000};  // connect / accept / handshake
+  // Connect: connect + handshake. Accept: how long to wait for an authenticated peer (each peer's
+  // handshake has its own deadline, FabricOptions::handshake_timeout, across Accept calls).
+  std::chrono::milliseconds timeout{5000};
 };
 
 enum class ConnectionState : uint8_t { kConnected, kError, kClosed };
@@ -296,15 +298,38 @@ struct Capabilities {
 // environment variable ASYMNVM_SPIN_US overrides both.
 std::chrono::microseconds DefaultSpin();
 
+// The built-in cluster secret: fine on one machine (loopback, unix://, inproc://), refused for a
+// listener on any other address (CheckListenSecret).
+inline constexpr char kDefaultClusterSecret[] = "asymnvm";
+
 struct FabricOptions {
   std::string provider = "soft";            // "soft" | "verbs" | "auto" (verbs if a device exists)
-  std::string cluster_secret = "asymnvm";   // connection set-up is authenticated with it
+  // Connection set-up is authenticated with the cluster secret (doc/fabric.md §Cluster secret).
+  // Fabric::Open resolves it (ResolveClusterSecret): secret_file when set, else cluster_secret when
+  // changed from the default, else the environment (ASYMNVM_SECRET_FILE, then ASYMNVM_SECRET),
+  // else the built-in default.
+  std::string cluster_secret = kDefaultClusterSecret;
+  std::string secret_file;                  // file holding the secret (one trailing newline ignored)
+  // Server side of the handshake (soft provider; doc/fabric.md §Handshake): each accepted peer
+  // must finish within handshake_timeout; at most max_pending_handshakes run at once (beyond,
+  // the oldest is closed); refused peers are logged at most handshake_log_per_second a second.
+  std::chrono::milliseconds handshake_timeout{5000};
+  uint32_t max_pending_handshakes = 256;
+  uint32_t handshake_log_per_second = 5;
   uint32_t nic_threads = 1;                 // soft: software NIC threads
   std::chrono::microseconds spin = DefaultSpin();  // adaptive polling: spin, then block
   std::string device;                       // verbs: device name ("" = first)
   uint8_t port = 1;                         // verbs: port number
   int gid_index = 0;                        // verbs
 };
+
+// The secret `o` names (see FabricOptions). Errors: kInvalidArgument (unreadable or empty file).
+Result<std::string> ResolveClusterSecret(const FabricOptions& o);
+// true for unix://, inproc:// and tcp:// addresses whose host resolves only to loopback addresses.
+bool IsLoopbackAddress(const std::string& address);
+// kFailedPrecondition (with what to do) when `address` is not loopback and `secret` is the built-in
+// default. Every listener of the soft provider checks it; daemons check it before starting.
+Status CheckListenSecret(const std::string& address, const std::string& secret);
 
 class Fabric {
  public:

@@ -170,10 +170,6 @@ size_t names_count(const std::vector<Kind>& kinds, const std::vector<std::string
   return n;
 }
 
-std::string progress_path_for_forensics(const std::string& data_dir) {
-  return (fs::path(data_dir) / "job.progress").string();
-}
-
 std::string Fmt(double v, int prec) {
   char b[64];
   std::snprintf(b, sizeof(b), "%.*f", prec, v);
@@ -238,14 +234,21 @@ int main(int argc, char** argv) {
   // safe), kExitFailure otherwise.
   auto fail = [&daemons](const std::string& what, const Status& st) {
     std::cerr << "asymnvm-job: " << what << ": " << st.ToString() << "\n";
+    // A killed daemon's sockets close as it exits, so the lost connection can be seen a moment
+    // before the exit itself: give the exit up to a second to show before naming the cause.
     bool died = false;
-    for (size_t i = 0; i < daemons.size(); i++) {
-      std::string how;
-      if (daemons[i] && daemons[i]->Exited(&how)) {
-        std::cerr << "asymnvm-job: back-end " << i << " (pid " << daemons[i]->pid() << ") " << how << "\n";
-        died = true;
+    const auto settle = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    do {
+      for (size_t i = 0; i < daemons.size(); i++) {
+        std::string how;
+        if (daemons[i] && daemons[i]->Exited(&how)) {
+          std::cerr << "asymnvm-job: back-end " << i << " (pid " << daemons[i]->pid() << ") " << how << "\n";
+          died = true;
+        }
       }
-    }
+      if (died || !IsLostConnection(st)) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    } while (std::chrono::steady_clock::now() < settle);
     if (died || IsLostConnection(st)) {
       std::cerr << "asymnvm-job: interrupted: everything acknowledged is durable in the pool files; "
                    "run the job again to replay and verify it (exit "
@@ -336,6 +339,14 @@ int main(int argc, char** argv) {
   struct RunRec {
     uint64_t run, ops, mask;
   };
+  // The progress file of the last run that started: (run u64, operations acknowledged u64).
+  const std::string progress_path = (fs::path(data_dir) / "job.progress").string();
+  uint64_t progress[2] = {0, 0};
+  bool have_progress = false;
+  {
+    std::ifstream pf(progress_path, std::ios::binary);
+    have_progress = static_cast<bool>(pf.read(reinterpret_cast<char*>(progress), sizeof progress));
+  }
   std::vector<RunRec> run_recs;        // completed runs, in order (ops = operations applied)
   RunRec irec{};               // a run that started and never recorded its end ...
   bool interrupted = false;    // ... when this is set
@@ -393,11 +404,7 @@ int main(int argc, char** argv) {
       // records. Runs are assumed to have used every structure, and as many operations as the
       // largest start record asks for. Short values can be pushed by several (run, op): ambiguous.
       uint64_t last_run = run_recs.size() + (interrupted ? 1 : 0);
-      {
-        std::ifstream pf(progress_path_for_forensics(data_dir), std::ios::binary);
-        uint64_t rec[2];
-        if (pf.read(reinterpret_cast<char*>(rec), sizeof rec)) last_run = std::max(last_run, rec[0] + 1);
-      }
+      if (have_progress) last_run = std::max(last_run, progress[0] + 1);
       const auto kst = std::find(kinds.begin(), kinds.end(), Kind::kStack);
       std::vector<structures::Value> elems;
       if (kst != kinds.end() &&
@@ -535,17 +542,14 @@ int main(int argc, char** argv) {
     return "";
   };
   uint64_t verified = 0;
-  const std::string progress_path = (fs::path(data_dir) / "job.progress").string();
   {
     // Run numbers are the count of completed runs when a run starts, and the progress file names
     // the last run that started: a larger number than the run log knows means the run log lost
     // records. Jobs before the run log became push-only read it by popping every record and
     // pushing it back, and a kill in between lost the records popped (doc/workloads.md).
-    std::ifstream pf(progress_path, std::ios::binary);
-    uint64_t rec[2];
-    if (pf.read(reinterpret_cast<char*>(rec), sizeof rec) && rec[0] > run_recs.size()) {
+    if (have_progress && progress[0] > run_recs.size()) {
       std::cerr << "asymnvm-job: VERIFICATION FAILED: the run log holds " << run_recs.size()
-                << " completed run(s) but " << progress_path << " names run " << rec[0] + 1
+                << " completed run(s) but " << progress_path << " names run " << progress[0] + 1
                 << ": run records were lost (a job older than the push-only run log was killed "
                    "while it re-pushed them); the model of earlier runs cannot be rebuilt\n";
       return kExitVerification;
@@ -556,16 +560,8 @@ int main(int argc, char** argv) {
     // replay above re-executed those whose memory logs were pending, so the data is the state
     // after a prefix of its operations: A (the last acknowledged one, from the progress file)
     // or A + 1 (the one in flight, when its op log had landed). Find which, and record it.
-    uint64_t acked = 0;
-    bool known = false;
-    {
-      std::ifstream pf(progress_path, std::ios::binary);
-      uint64_t rec[2];
-      if (pf.read(reinterpret_cast<char*>(rec), sizeof rec) && rec[0] == irec.run) {
-        acked = rec[1];
-        known = true;
-      }
-    }
+    const bool known = have_progress && progress[0] == irec.run;
+    const uint64_t acked = known ? progress[1] : 0;
     if (!known) {
       std::cerr << "asymnvm-job: VERIFICATION FAILED: run " << irec.run + 1
                 << " was interrupted and its progress file " << progress_path

@@ -3,26 +3,87 @@
 //   asymnvm-backend --pool PATH [--size SIZE] [--listen ADDR] [--log-listen ADDR]
 //                   [--fabric soft|verbs|auto] [--pm-mode auto|msync|flush]
 //                   [--secret-file PATH] [--handshake-timeout-ms MS] [--max-pending-handshakes N]
-//                   [--log-level L] [--config FILE]
+//                   [--log-level L] [--coord URI] [--config FILE]
 //
 // The cluster secret comes from --secret-file, else ASYMNVM_SECRET_FILE / ASYMNVM_SECRET, else the
 // built-in default, which is only accepted for loopback listen addresses (doc/fabric.md).
 //
-// Prints "listening <oq address>" and "log <rowan address>" as the first two stdout lines, serves
-// until SIGTERM/SIGINT, then stops cleanly (everything acknowledged is already durable) and exits 0.
+// Liveness (doc/coord.md §Back-end groups): after it starts serving, the daemon registers the
+// ephemeral node /asymnvm/groups/<pool-uuid>/primary on the coordinator (`--coord`, default the
+// embedded one next to the pool file: dir:<pool dir>/coord; `--coord none` disables it), holding
+// its addresses, pid and start time; front-end Sessions find it there when their back-end restarts
+// at another address. The node is deleted on SIGTERM/SIGINT (and vanishes with the process).
+// Prints "listening <oq address>" and "log <rowan address>" as the first two stdout lines (once
+// registered on the coordinator), serves until SIGTERM/SIGINT, then stops cleanly (everything
+// acknowledged is already durable) and exits 0.
 // Exit codes: 0 clean stop, 1 start-up failure (the message names the pool and the cause: not a
-// pool, corrupt, too small, locked by another back-end; or the cluster secret: unreadable file,
-// default secret on a non-loopback address), 2 bad command line.
+// pool, corrupt, too small, locked by another back-end; the cluster secret: unreadable file,
+// default secret on a non-loopback address; or the coordinator: unreachable, or the group's
+// primary node held by another live process for 30 s), 2 bad command line.
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
+#include <filesystem>
 #include <iostream>
+#include <thread>
 
+#include "asymnvm/coord.h"
 #include "asymnvm/pm.h"
 #include "backend/backend.h"
 #include "common/logging.h"
 
 using namespace asymnvm;
+
+namespace {
+
+// The pool's uuid, read from its superblock (the daemon holds the pool; a read-only look at the
+// first 4 KiB is harmless and keeps these changes out of backend/).
+Result<std::array<uint8_t, 16>> ReadPoolUuid(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::IoError("open " + path, errno);
+  std::vector<uint8_t> buf(pm::kSuperblockSize);
+  const ssize_t n = ::pread(fd, buf.data(), buf.size(), 0);
+  const int e = errno;
+  ::close(fd);
+  if (n != static_cast<ssize_t>(buf.size())) return Status::IoError("read superblock of " + path, e);
+  pm::Superblock sb;
+  ASYMNVM_RETURN_IF_ERROR(pm::DecodeSuperblock(buf.data(), buf.size(), &sb));
+  return sb.uuid;
+}
+
+// Registers /asymnvm/groups/<uuid>/primary (ephemeral). A node left by an earlier incarnation
+// (ZooKeeper: its session has not expired yet) is waited out for up to `wait`.
+Result<std::unique_ptr<coord::Coordinator>> RegisterPrimary(const std::string& uri,
+                                                            const std::string& pool_path,
+                                                            const std::string& data,
+                                                            std::chrono::milliseconds wait,
+                                                            std::string* node_path) {
+  ASYMNVM_ASSIGN_OR_RETURN(auto uuid, ReadPoolUuid(pool_path));
+  ASYMNVM_ASSIGN_OR_RETURN(auto c, coord::Coordinator::Open(uri));
+  const std::string group = "/asymnvm/groups/" + pm::UuidToString(uuid);
+  ASYMNVM_RETURN_IF_ERROR(c->EnsurePath(group));
+  *node_path = group + "/primary";
+  const auto deadline = coord::Clock::now() + wait;
+  for (;;) {
+    auto created = c->Create(*node_path, data, coord::kEphemeral);
+    if (created.ok()) return c;
+    if (created.status().code() != StatusCode::kAlreadyExists) return created.status();
+    auto old = c->Get(*node_path);
+    if (!old.ok() && old.status().code() == StatusCode::kNotFound) continue;
+    ASYMNVM_RETURN_IF_ERROR(old.status());
+    if (coord::Clock::now() >= deadline) {
+      return Status::AlreadyExists(*node_path + " is held by a live process (" + old->data +
+                                   "); another back-end serves this pool");
+    }
+    auto changed = c->WaitForChange(*node_path, old->version, deadline);
+    if (!changed.ok() && changed.status().code() != StatusCode::kTimedOut) return changed.status();
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"asymnvm-backend: AsymNVM back-end daemon (owns a PM pool, serves front-ends)"};
@@ -66,6 +127,10 @@ int main(int argc, char** argv) {
                  "connection set-ups in progress at once (beyond: the oldest is closed)")
       ->check(CLI::Range(1u, 65536u))
       ->capture_default_str();
+  std::string coord_uri;
+  app.add_option("--coord", coord_uri,
+                 "coordinator URI (dir:PATH | zk:HOST:PORT[,...][/chroot] | none); default "
+                 "dir:<pool dir>/coord");
   app.add_option("--log-level", log_level, "debug|info|warn|error|off")
       ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
@@ -122,10 +187,38 @@ int main(int argc, char** argv) {
     std::cerr << "asymnvm-backend: " << be.status().ToString() << "\n";
     return 1;
   }
-  std::cout << "listening " << (*be)->address() << "\nlog " << (*be)->log_address() << std::endl;
   LOG_INFO("backend", "serving " << o.pool_path << ": " << (*be)->layout().Describe());
+  std::unique_ptr<coord::Coordinator> coordinator;
+  std::string node_path;
+  if (coord_uri != "none") {
+    if (coord_uri.empty()) {
+      std::filesystem::path dir = std::filesystem::absolute(o.pool_path).parent_path();
+      coord_uri = "dir:" + (dir / "coord").string();
+    }
+    const std::string data = "address " + (*be)->address() + "\nlog " + (*be)->log_address() +
+                             "\npid " + std::to_string(::getpid()) + "\nstarted_unix_ms " +
+                             std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                std::chrono::system_clock::now().time_since_epoch())
+                                                .count()) +
+                             "\n";
+    auto reg = RegisterPrimary(coord_uri, o.pool_path, data, std::chrono::seconds(30), &node_path);
+    if (!reg.ok()) {
+      std::cerr << "asymnvm-backend: coordinator " << coord_uri << ": "
+                << reg.status().ToString() << "\n";
+      (*be)->Stop();
+      return 1;
+    }
+    coordinator = std::move(reg).value();
+    LOG_INFO("backend", "registered " << node_path << " at " << coord_uri);
+  }
+  std::cout << "listening " << (*be)->address() << "\nlog " << (*be)->log_address() << std::endl;
   int sig = 0;
   sigwait(&stop_set, &sig);
+  if (coordinator) {
+    Status d = coordinator->Delete(node_path);
+    if (!d.ok()) LOG_WARN("backend", "unregister " << node_path << ": " << d.ToString());
+    coordinator->Close();
+  }
   (*be)->Stop();
   auto st = (*be)->stats();
   std::cerr << "asymnvm-backend: stopped (signal " << sig << "): " << st.txns_applied

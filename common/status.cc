@@ -23,6 +23,7 @@ std::string_view StatusCodeName(StatusCode code) {
     case StatusCode::kAborted: return "Aborted";
     case StatusCode::kFailedPrecondition: return "FailedPrecondition";
     case StatusCode::kInternal: return "Internal";
+    case StatusCode::kUnavailable: return "Unavailable";
   }
   return "Unknown";
 }

@@ -9,6 +9,7 @@
 
 #include "alloc/frontend_allocator.h"
 #include "asymnvm/frontend.h"
+#include "asymnvm/pm.h"
 #include "backend/log_format.h"
 #include "backend/naming.h"
 #include "backend/rpc.h"
@@ -158,6 +159,10 @@ struct Session::Impl {
   bool replaying = false;
   uint64_t replay_seq = 0;
   Status broken = Status::Ok();  // sticky: a transaction's outcome is unknown
+  // The connection to the back-end broke in the middle of an operation: the next call reconnects
+  // first (Session::Reconnect). `lost_cause` is the error that showed it.
+  bool lost = false;
+  Status lost_cause = Status::Ok();
 
   // The current operation and the batch.
   std::vector<std::pair<uint64_t, std::vector<uint8_t>>> cur;
@@ -515,6 +520,199 @@ struct Session::Impl {
 
 Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
+// ---- back-end liveness (doc/frontend.md §Reconnection) ----
+
+namespace {
+// Op logs from the back-end's b-log (request kFetchOpLogs), page by page.
+class BackendFetcher : public OpLogFetcher {
+ public:
+  BackendFetcher(oq::Client* client, uint64_t before) : client_(client), before_(before) {}
+  Result<std::vector<RecoveredOp>> Fetch(uint64_t frontend_id, uint64_t after) override {
+    std::vector<RecoveredOp> all;
+    for (bool more = true; more;) {
+      backend::PayloadWriter w;
+      w.U64(frontend_id).U64(after).U64(before_);
+      std::vector<uint8_t> reply;
+      ASYMNVM_RETURN_IF_ERROR(client_->Call(0, backend::kFetchOpLogs, w.bytes(), &reply));
+      ASYMNVM_ASSIGN_OR_RETURN(auto ops, backend::DecodeFetchedOps(reply, &more));
+      if (more && ops.empty()) return Status::ProtocolError("fetch op logs: empty page with more");
+      for (auto& op : ops) {
+        if (op.op_seq <= after) return Status::ProtocolError("fetch op logs: out of order");
+        after = op.op_seq;
+        all.push_back({op.op_seq, op.structure_id, op.op_type, std::move(op.payload)});
+      }
+    }
+    return all;
+  }
+
+ private:
+  oq::Client* client_;
+  uint64_t before_;
+};
+}  // namespace
+
+
+namespace {
+bool IsConnectionLoss(const Status& s) {
+  return s.code() == StatusCode::kConnectionError || s.code() == StatusCode::kRnrRetryExceeded;
+}
+const Status& StatusOf(const Status& s) { return s; }
+template <class T>
+Status StatusOf(const Result<T>& r) {
+  return r.status();
+}
+// "address A\n..." → A (the registration written by asymnvm-backend, doc/coord.md).
+std::string RegisteredAddress(const std::string& data) {
+  size_t pos = 0;
+  while (pos < data.size()) {
+    size_t end = data.find('\n', pos);
+    if (end == std::string::npos) end = data.size();
+    std::string_view line(data.data() + pos, end - pos);
+    if (line.starts_with("address ")) return std::string(line.substr(8));
+    pos = end + 1;
+  }
+  return "";
+}
+}  // namespace
+
+std::string BackendGroupPrimaryPath(const std::array<uint8_t, 16>& pool_uuid) {
+  return "/asymnvm/groups/" + pm::UuidToString(pool_uuid) + "/primary";
+}
+
+template <class F>
+auto Session::Guarded(bool retry, F&& f) -> decltype(f()) {
+  // Nested calls (a structure's body inside ReadConsistent, replay functions, public methods
+  // calling each other) run plainly: only the outermost call may replace impl_.
+  if (guard_depth_ > 0) {
+    auto r = f();
+    if (!r.ok() && IsConnectionLoss(StatusOf(r)) && impl_->identity) {
+      impl_->lost = true;
+      impl_->lost_cause = StatusOf(r);
+    }
+    return r;
+  }
+  struct Depth {
+    int& d;
+    explicit Depth(int& x) : d(x) { d++; }
+    ~Depth() { d--; }
+  };
+  if (impl_->lost) {
+    Status s = Reconnect(impl_->lost_cause);
+    if (!s.ok()) return s;
+  }
+  const bool can_reconnect = impl_->identity != nullptr && impl_->o.reconnect_deadline.count() > 0;
+  auto r = [&] {
+    Depth depth(guard_depth_);
+    return f();
+  }();
+  if (r.ok() || !IsConnectionLoss(StatusOf(r)) || !can_reconnect) return r;
+  Impl& m = *impl_;
+  const Status cause = StatusOf(r);
+  m.lost = true;
+  m.lost_cause = cause;
+  m.broken = cause;  // the destructor must not fence a dead connection
+  // Retry only calls that are safe to repeat, and only when no operation was in progress (an
+  // interrupted operation's op log, if acknowledged, is replayed by the reconnection; the caller
+  // learns of the interruption from this error).
+  if (!retry || !m.cur.empty() || !m.open_ops.empty()) {
+    return cause.WithContext(
+        "the connection to the back-end broke; this Session reconnects at its next call (the "
+        "outcome of this call is unknown)");
+  }
+  Status s = Reconnect(cause);
+  if (!s.ok()) return s;
+  Depth depth(guard_depth_);
+  return f();
+}
+
+Status Session::Reconnect(const Status& cause) {
+  Impl& old = *impl_;
+  if (!old.identity) return cause;
+  guard_depth_++;
+  struct Undo {
+    int& d;
+    ~Undo() { d--; }
+  } undo{guard_depth_};
+  coord::Coordinator& c = old.identity->coordinator();
+  const std::string path = BackendGroupPrimaryPath(old.pool_uuid);
+  const auto start = coord::Clock::now();
+  const auto deadline = start + old.o.reconnect_deadline;
+  LOG_WARN("frontend", "front-end " << old.o.frontend_id << ": lost back-end "
+                                    << old.o.backends[0] << " (" << cause.ToString()
+                                    << "); waiting up to " << old.o.reconnect_deadline.count()
+                                    << " ms for pool " << pm::UuidToString(old.pool_uuid)
+                                    << " to register at " << path);
+  Status last = cause;
+  auto pause = std::chrono::milliseconds(20);
+  for (;;) {
+    int64_t known = coord::Coordinator::kNoNode;
+    bool absent = false;
+    auto node = c.Get(path);
+    if (node.ok()) {
+      known = node->version;
+      const std::string address = RegisteredAddress(node->data);
+      if (address.empty()) {
+        last = Status::ProtocolError(path + " holds no address");
+      } else {
+        SessionOptions so = old.o;
+        so.backends = {address};
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            deadline - coord::Clock::now());
+        so.timeout = std::max(std::chrono::milliseconds(1), std::min(so.timeout, left));
+        auto fresh = Connect(so);
+        if (fresh.ok() && (*fresh)->pool_uuid != old.pool_uuid) {
+          fresh = Status::FailedPrecondition(address + " serves pool " +
+                                             pm::UuidToString((*fresh)->pool_uuid) +
+                                             ", not " + pm::UuidToString(old.pool_uuid));
+        }
+        if (fresh.ok()) {
+          Impl& n = **fresh;
+          n.o.timeout = old.o.timeout;
+          n.identity = std::move(old.identity);
+          n.structures = std::move(old.structures);
+          n.replay = std::move(old.replay);
+          n.closers = std::move(old.closers);
+          n.held_locks = std::move(old.held_locks);  // the lock words name our id; still ours
+          n.group_writes = old.group_writes;
+          n.bypass_cache = old.bypass_cache;
+          n.c.replayed_ops = old.c.replayed_ops;
+          std::unique_ptr<Impl> dead = std::move(impl_);
+          impl_ = std::move(fresh).value();
+          dead.reset();
+          reconnects_++;
+          LOG_INFO("frontend", "front-end " << impl_->o.frontend_id << ": reconnected to "
+                                            << address << " after "
+                                            << std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                   coord::Clock::now() - start)
+                                                   .count()
+                                            << " ms; replaying");
+          BackendFetcher f(impl_->oq.get(), impl_->first_op);
+          return ReplayWith(&f).WithContext("reconnect: replay at " + address);
+        }
+        last = fresh.status().WithContext("reconnect to " + address);
+      }
+    } else if (node.status().code() == StatusCode::kNotFound) {
+      absent = true;
+    } else {
+      last = node.status();
+    }
+    const auto now = coord::Clock::now();
+    if (now >= deadline) {
+      return Status::Unavailable(
+          "back-end of pool " + pm::UuidToString(old.pool_uuid) + " (was " + old.o.backends[0] +
+          ") did not come back within reconnect_deadline " +
+          std::to_string(old.o.reconnect_deadline.count()) + " ms; last: " + last.ToString());
+    }
+    // Wake on a change of the registration; re-try a registered address with backoff (it may be
+    // a dead holder's node that has not vanished yet, or a daemon still starting).
+    auto until = std::min(deadline, now + pause);
+    if (absent) until = deadline;  // nothing to try until a back-end registers
+    auto w = c.WaitForChange(path, known, until);
+    if (!w.ok() && w.status().code() != StatusCode::kTimedOut) last = w.status();
+    pause = std::min(pause * 2, std::chrono::milliseconds(1000));
+  }
+}
+
 static bool ValidPageSize(uint32_t ps) {
   return ps >= 64 && ps <= (1u << 20) && (ps & (ps - 1)) == 0;
 }
@@ -534,9 +732,16 @@ Result<std::unique_ptr<Session>> Session::Open(const SessionOptions& given) {
   }
   if (options.batch_ops == 0) return Status::InvalidArgument("session: batch_ops must be > 0");
   ASYMNVM_ASSIGN_OR_RETURN(auto identity, ClaimSessionIdentity(&options));
+  ASYMNVM_ASSIGN_OR_RETURN(auto impl, Connect(options));
+  impl->identity = std::move(identity);
+  return std::unique_ptr<Session>(new Session(std::move(impl)));
+}
+
+// Connects to options.backends[0] and registers options.frontend_id (already claimed): the part of
+// Open a reconnection repeats (Session::Reconnect).
+Result<std::unique_ptr<Session::Impl>> Session::Connect(const SessionOptions& options) {
   auto impl = std::make_unique<Impl>();
   Impl& m = *impl;
-  m.identity = std::move(identity);
   m.o = options;
   const std::string ctx = "session " + options.backends[0];
   ASYMNVM_ASSIGN_OR_RETURN(m.fabric, fabric::Fabric::Open(options.fabric));
@@ -633,7 +838,7 @@ Result<std::unique_ptr<Session>> Session::Open(const SessionOptions& given) {
   if (options.level == Level::kRc || options.level == Level::kRcb) {
     m.cache = std::make_unique<PageCache>(options.cache_bytes, options.seed);
   }
-  return std::unique_ptr<Session>(new Session(std::move(impl)));
+  return impl;
 }
 
 Session::~Session() {
@@ -664,83 +869,95 @@ Session::~Session() {
 
 Result<Structure> Session::CreateRoot(const std::string& name, uint32_t type,
                                       const std::array<uint64_t, 4>& params, uint32_t page_size) {
-  Impl& m = *impl_;
-  if (name.empty() || name.size() > 63) {
-    return Status::InvalidArgument("root name must be 1..63 bytes");
-  }
-  if (type == 0 || type == backend::kFrontendRecordType) {
-    return Status::InvalidArgument("root type must be non-zero and not 0xFE");
-  }
-  if (page_size != 0 && !ValidPageSize(page_size)) {
-    return Status::InvalidArgument("page_size must be a power of two in 64..1 MiB");
-  }
-  ASYMNVM_ASSIGN_OR_RETURN(
-      auto reply, m.Call(backend::kNamingCreate, backend::EncodeNamingCreate(name, type, params)));
-  ASYMNVM_ASSIGN_OR_RETURN(Structure s, DecodeEntry(reply));
-  s.page_size = page_size;
-  m.structures[s.id] = s;
-  return s;
+  return Guarded(true, [&]() -> Result<Structure> {
+    Impl& m = *impl_;
+    if (name.empty() || name.size() > 63) {
+      return Status::InvalidArgument("root name must be 1..63 bytes");
+    }
+    if (type == 0 || type == backend::kFrontendRecordType) {
+      return Status::InvalidArgument("root type must be non-zero and not 0xFE");
+    }
+    if (page_size != 0 && !ValidPageSize(page_size)) {
+      return Status::InvalidArgument("page_size must be a power of two in 64..1 MiB");
+    }
+    ASYMNVM_ASSIGN_OR_RETURN(
+        auto reply, m.Call(backend::kNamingCreate, backend::EncodeNamingCreate(name, type, params)));
+    ASYMNVM_ASSIGN_OR_RETURN(Structure s, DecodeEntry(reply));
+    s.page_size = page_size;
+    m.structures[s.id] = s;
+    return s;
+  });
 }
 
 Result<Structure> Session::OpenRoot(const std::string& name) {
-  Impl& m = *impl_;
-  std::vector<uint8_t> n(name.begin(), name.end());
-  ASYMNVM_ASSIGN_OR_RETURN(auto reply, m.Call(backend::kNamingLookup, n));
-  ASYMNVM_ASSIGN_OR_RETURN(Structure s, DecodeEntry(reply));
-  if (auto it = m.structures.find(s.id); it != m.structures.end()) {
-    s.page_size = it->second.page_size;
-  }
-  m.structures[s.id] = s;
-  return s;
+  return Guarded(true, [&]() -> Result<Structure> {
+    Impl& m = *impl_;
+    std::vector<uint8_t> n(name.begin(), name.end());
+    ASYMNVM_ASSIGN_OR_RETURN(auto reply, m.Call(backend::kNamingLookup, n));
+    ASYMNVM_ASSIGN_OR_RETURN(Structure s, DecodeEntry(reply));
+    if (auto it = m.structures.find(s.id); it != m.structures.end()) {
+      s.page_size = it->second.page_size;
+    }
+    m.structures[s.id] = s;
+    return s;
+  });
 }
 
 Status Session::RemoveRoot(const std::string& name) {
-  std::vector<uint8_t> n(name.begin(), name.end());
-  return impl_->Call(backend::kNamingRemove, n).status();
+  return Guarded(false, [&]() -> Status {
+    std::vector<uint8_t> n(name.begin(), name.end());
+    return impl_->Call(backend::kNamingRemove, n).status();
+  });
 }
 
 // ---- reads ----
 
 Status Session::Read(uint64_t addr, std::span<uint8_t> out, uint32_t page_size) {
-  Impl& m = *impl_;
-  ASYMNVM_RETURN_IF_ERROR(m.MaybeTimer());
-  ASYMNVM_RETURN_IF_ERROR(m.Target(addr, out.size()).status());
-  const bool data = addr >= m.data_begin && addr < m.data_end;
-  if (!m.cache || m.bypass_cache || !data) return m.RemoteRead(addr, out);
-  const uint32_t ps = m.PageSize(page_size);
-  if (!ValidPageSize(ps)) return Status::InvalidArgument("page_size must be a power of two");
-  // Pages are aligned relative to the data area's start.
-  uint64_t pos = addr;
-  const uint64_t end = addr + out.size();
-  while (pos < end) {
-    const uint64_t page = m.data_begin + (pos - m.data_begin) / ps * ps;
-    const uint64_t page_len = std::min<uint64_t>(ps, m.data_end - page);
-    uint8_t* p = m.cache->Lookup(ps, page);
-    std::vector<uint8_t> tmp;
-    if (p == nullptr) {
-      tmp.resize(page_len);
-      ASYMNVM_RETURN_IF_ERROR(m.RemoteRead(page, tmp));
-      p = m.cache->Insert(ps, page, tmp);
-      if (p == nullptr) p = tmp.data();
+  return Guarded(true, [&]() -> Status {
+    Impl& m = *impl_;
+    ASYMNVM_RETURN_IF_ERROR(m.MaybeTimer());
+    ASYMNVM_RETURN_IF_ERROR(m.Target(addr, out.size()).status());
+    const bool data = addr >= m.data_begin && addr < m.data_end;
+    if (!m.cache || m.bypass_cache || !data) return m.RemoteRead(addr, out);
+    const uint32_t ps = m.PageSize(page_size);
+    if (!ValidPageSize(ps)) return Status::InvalidArgument("page_size must be a power of two");
+    // Pages are aligned relative to the data area's start.
+    uint64_t pos = addr;
+    const uint64_t end = addr + out.size();
+    while (pos < end) {
+      const uint64_t page = m.data_begin + (pos - m.data_begin) / ps * ps;
+      const uint64_t page_len = std::min<uint64_t>(ps, m.data_end - page);
+      uint8_t* p = m.cache->Lookup(ps, page);
+      std::vector<uint8_t> tmp;
+      if (p == nullptr) {
+        tmp.resize(page_len);
+        ASYMNVM_RETURN_IF_ERROR(m.RemoteRead(page, tmp));
+        p = m.cache->Insert(ps, page, tmp);
+        if (p == nullptr) p = tmp.data();
+      }
+      const uint64_t n = std::min(end, page + page_len) - pos;
+      std::memcpy(out.data() + (pos - addr), p + (pos - page), n);
+      pos += n;
     }
-    const uint64_t n = std::min(end, page + page_len) - pos;
-    std::memcpy(out.data() + (pos - addr), p + (pos - page), n);
-    pos += n;
-  }
-  return Status::Ok();
+    return Status::Ok();
+  });
 }
 
 Status Session::ReadRemote(uint64_t addr, std::span<uint8_t> out) {
-  Impl& m = *impl_;
-  ASYMNVM_RETURN_IF_ERROR(m.MaybeTimer());
-  return m.RemoteRead(addr, out);
+  return Guarded(true, [&]() -> Status {
+    Impl& m = *impl_;
+    ASYMNVM_RETURN_IF_ERROR(m.MaybeTimer());
+    return m.RemoteRead(addr, out);
+  });
 }
 
 Result<uint64_t> Session::ReadWord(uint64_t addr) {
-  if (addr % 8 != 0) return Status::InvalidArgument("ReadWord: address not 8-byte aligned");
-  uint8_t w[8];
-  ASYMNVM_RETURN_IF_ERROR(impl_->RemoteRead(addr, w));
-  return GetLe64(w);
+  return Guarded(true, [&]() -> Result<uint64_t> {
+    if (addr % 8 != 0) return Status::InvalidArgument("ReadWord: address not 8-byte aligned");
+    uint8_t w[8];
+    ASYMNVM_RETURN_IF_ERROR(impl_->RemoteRead(addr, w));
+    return GetLe64(w);
+  });
 }
 
 namespace {
@@ -760,229 +977,255 @@ bool IsRetryableBodyError(const Status& st) {
 }  // namespace
 
 Status Session::ReadConsistent(const Structure& s, const std::function<Status()>& body) {
-  Impl& m = *impl_;
-  const auto deadline = Clock::now() + m.o.timeout;
-  Backoff backoff;
-  const bool saved = m.bypass_cache;
-  m.bypass_cache = true;
-  Status result = Status::Ok();
-  while (true) {
-    auto v1 = ReadWord(s.seq_addr);
-    if (!v1.ok()) {
-      result = v1.status();
-      break;
-    }
-    if (*v1 % 2 == 0) {
-      result = body();
-      auto v2 = ReadWord(s.seq_addr);
-      if (!v2.ok()) {
-        result = v2.status();
+  return Guarded(true, [&]() -> Status {
+    Impl& m = *impl_;
+    const auto deadline = Clock::now() + m.o.timeout;
+    Backoff backoff;
+    const bool saved = m.bypass_cache;
+    m.bypass_cache = true;
+    Status result = Status::Ok();
+    while (true) {
+      auto v1 = ReadWord(s.seq_addr);
+      if (!v1.ok()) {
+        result = v1.status();
         break;
       }
-      // A body error is final only when the data did not change under it: a torn read may make
-      // the body fail (bad pointer, bad magic), and that is a retry, not an error.
-      if (*v2 == *v1) break;
-      if (!result.ok() && !IsRetryableBodyError(result)) break;
+      if (*v1 % 2 == 0) {
+        result = body();
+        auto v2 = ReadWord(s.seq_addr);
+        if (!v2.ok()) {
+          result = v2.status();
+          break;
+        }
+        // A body error is final only when the data did not change under it: a torn read may make
+        // the body fail (bad pointer, bad magic), and that is a retry, not an error.
+        if (*v2 == *v1) break;
+        if (!result.ok() && !IsRetryableBodyError(result)) break;
+      }
+      m.c.reader_retries++;
+      if (Clock::now() > deadline) {
+        result = Status::TimedOut("reader: sequence word kept changing");
+        break;
+      }
+      backoff.Wait();
     }
-    m.c.reader_retries++;
-    if (Clock::now() > deadline) {
-      result = Status::TimedOut("reader: sequence word kept changing");
-      break;
-    }
-    backoff.Wait();
-  }
-  m.bypass_cache = saved;
-  return result;
+    m.bypass_cache = saved;
+    return result;
+  });
 }
 
 Result<uint64_t> Session::CompareSwap(uint64_t addr, uint64_t expected, uint64_t desired) {
-  Impl& m = *impl_;
-  if (addr % 8 != 0) return Status::InvalidArgument("CompareSwap: address not 8-byte aligned");
-  ASYMNVM_ASSIGN_OR_RETURN(uint64_t old, m.Cas(addr, expected, desired));
-  if (old == expected && m.cache) {
-    uint8_t w[8];
-    PutLe64(w, desired);
-    m.cache->Update(addr, w);
-  }
-  return old;
+  return Guarded(false, [&]() -> Result<uint64_t> {
+    Impl& m = *impl_;
+    if (addr % 8 != 0) return Status::InvalidArgument("CompareSwap: address not 8-byte aligned");
+    ASYMNVM_ASSIGN_OR_RETURN(uint64_t old, m.Cas(addr, expected, desired));
+    if (old == expected && m.cache) {
+      uint8_t w[8];
+      PutLe64(w, desired);
+      m.cache->Update(addr, w);
+    }
+    return old;
+  });
 }
 
 // ---- writes ----
 
 Status Session::Write(uint64_t addr, std::span<const uint8_t> data, const Structure* s) {
-  Impl& m = *impl_;
-  if (!m.cur.empty()) {
-    return Status::FailedPrecondition("Write inside an operation (MemLog before TxWrite)");
-  }
-  ASYMNVM_RETURN_IF_ERROR(m.CheckData(addr, data.size()));
-  ASYMNVM_RETURN_IF_ERROR(m.FlushBatch());  // keep transaction order = program order
-  backend::TxnBuilder b;
-  b.Write(addr, data);
-  m.c.mem_logs++;
-  m.AddOverlay(addr, data, 0);
-  m.batch_last_order = m.overlay_order;
-  if (m.cache) m.cache->Update(addr, data);
-  ASYMNVM_RETURN_IF_ERROR(m.SendTxn(&b, s ? s->seq_addr : 0, m.pending_opn));
-  return m.Fence();
+  return Guarded(true, [&]() -> Status {
+    Impl& m = *impl_;
+    if (!m.cur.empty()) {
+      return Status::FailedPrecondition("Write inside an operation (MemLog before TxWrite)");
+    }
+    ASYMNVM_RETURN_IF_ERROR(m.CheckData(addr, data.size()));
+    ASYMNVM_RETURN_IF_ERROR(m.FlushBatch());  // keep transaction order = program order
+    backend::TxnBuilder b;
+    b.Write(addr, data);
+    m.c.mem_logs++;
+    m.AddOverlay(addr, data, 0);
+    m.batch_last_order = m.overlay_order;
+    if (m.cache) m.cache->Update(addr, data);
+    ASYMNVM_RETURN_IF_ERROR(m.SendTxn(&b, s ? s->seq_addr : 0, m.pending_opn));
+    return m.Fence();
+  });
 }
 
 Status Session::MemLog(uint64_t addr, std::span<const uint8_t> data) {
-  Impl& m = *impl_;
-  if (m.o.level == Level::kNaive && !m.group_writes) return Write(addr, data);
-  ASYMNVM_RETURN_IF_ERROR(m.CheckData(addr, data.size()));
-  const size_t fp = EntryFootprint(data.size());
-  if (m.cur_bytes + fp + backend::kTxnHeaderSize + backend::kTxnCommitSize > m.max_txn) {
-    return Status::ResourceExhausted("the operation's memory logs exceed the largest transaction (" +
-                                     std::to_string(m.max_txn) + " bytes)");
-  }
-  m.cur.emplace_back(addr, std::vector<uint8_t>(data.begin(), data.end()));
-  m.cur_bytes += fp;
-  m.c.mem_logs++;
-  m.AddOverlay(addr, data, 0);
-  if (m.cache) m.cache->Update(addr, data);
-  return Status::Ok();
+  return Guarded(false, [&]() -> Status {
+    Impl& m = *impl_;
+    if (m.o.level == Level::kNaive && !m.group_writes) return Write(addr, data);
+    ASYMNVM_RETURN_IF_ERROR(m.CheckData(addr, data.size()));
+    const size_t fp = EntryFootprint(data.size());
+    if (m.cur_bytes + fp + backend::kTxnHeaderSize + backend::kTxnCommitSize > m.max_txn) {
+      return Status::ResourceExhausted("the operation's memory logs exceed the largest transaction (" +
+                                       std::to_string(m.max_txn) + " bytes)");
+    }
+    m.cur.emplace_back(addr, std::vector<uint8_t>(data.begin(), data.end()));
+    m.cur_bytes += fp;
+    m.c.mem_logs++;
+    m.AddOverlay(addr, data, 0);
+    if (m.cache) m.cache->Update(addr, data);
+    return Status::Ok();
+  });
 }
 
 Result<uint64_t> Session::OpLog(const Structure& s, uint16_t op_type,
                                 std::span<const uint8_t> params) {
-  Impl& m = *impl_;
-  if (op_type >= 0xFF00) return Status::InvalidArgument("op types 0xFF00.. are reserved");
-  if (m.o.level == Level::kNaive) return uint64_t{0};
-  if (m.replaying) return m.replay_seq;  // already in open_ops (Replay put it there)
-  ASYMNVM_RETURN_IF_ERROR(m.MaybeTimer());
-  ASYMNVM_RETURN_IF_ERROR(m.CloseOthers(s.id));
-  ASYMNVM_ASSIGN_OR_RETURN(uint64_t seq, m.SendOpLog(s.id, op_type, params));
-  m.open_ops[seq] = s.id;
-  m.max_logged = std::max(m.max_logged, seq);
-  return seq;
+  return Guarded(false, [&]() -> Result<uint64_t> {
+    Impl& m = *impl_;
+    if (op_type >= 0xFF00) return Status::InvalidArgument("op types 0xFF00.. are reserved");
+    if (m.o.level == Level::kNaive) return uint64_t{0};
+    if (m.replaying) return m.replay_seq;  // already in open_ops (Replay put it there)
+    ASYMNVM_RETURN_IF_ERROR(m.MaybeTimer());
+    ASYMNVM_RETURN_IF_ERROR(m.CloseOthers(s.id));
+    ASYMNVM_ASSIGN_OR_RETURN(uint64_t seq, m.SendOpLog(s.id, op_type, params));
+    m.open_ops[seq] = s.id;
+    m.max_logged = std::max(m.max_logged, seq);
+    return seq;
+  });
 }
 
 Status Session::TxWrite(const Structure& s) {
-  Impl& m = *impl_;
-  const bool naive = m.o.level == Level::kNaive;
-  if (naive && m.cur.empty()) return Status::Ok();
-  ASYMNVM_RETURN_IF_ERROR(m.broken);
-  // A batch brackets one sequence word, and has a size limit.
-  if (m.batch_ops > 0 &&
-      (m.batch_seq_addr != s.seq_addr || m.batch.encoded_size() + m.cur_bytes > m.batch_limit)) {
-    ASYMNVM_RETURN_IF_ERROR(m.FlushBatch());
-  }
-  if (m.batch_ops == 0) m.batch_start = Clock::now();
-  for (auto& [addr, data] : m.cur) {
-    if (!m.batch_keys.insert({addr, static_cast<uint32_t>(data.size())}).second) m.c.coalesced++;
-    m.batch.Write(addr, data);
-  }
-  m.cur.clear();
-  m.cur_bytes = 0;
-  m.batch_ops++;
-  m.batch_seq_addr = s.seq_addr;
-  m.CloseOps(s.id, m.replaying ? m.replay_seq : m.max_logged);
-  m.batch_last_order = m.overlay_order;
-  const bool send = m.o.level != Level::kRcb || m.batch_ops >= m.o.batch_ops ||
-                    m.batch.encoded_size() >= m.batch_limit;
-  if (send) ASYMNVM_RETURN_IF_ERROR(m.FlushBatch());
-  if (naive || m.overlay_size > m.o.overlay_bytes) return m.Fence();  // naive: grouped writes
-  return m.MaybeTimer();
+  return Guarded(false, [&]() -> Status {
+    Impl& m = *impl_;
+    const bool naive = m.o.level == Level::kNaive;
+    if (naive && m.cur.empty()) return Status::Ok();
+    ASYMNVM_RETURN_IF_ERROR(m.broken);
+    // A batch brackets one sequence word, and has a size limit.
+    if (m.batch_ops > 0 &&
+        (m.batch_seq_addr != s.seq_addr || m.batch.encoded_size() + m.cur_bytes > m.batch_limit)) {
+      ASYMNVM_RETURN_IF_ERROR(m.FlushBatch());
+    }
+    if (m.batch_ops == 0) m.batch_start = Clock::now();
+    for (auto& [addr, data] : m.cur) {
+      if (!m.batch_keys.insert({addr, static_cast<uint32_t>(data.size())}).second) m.c.coalesced++;
+      m.batch.Write(addr, data);
+    }
+    m.cur.clear();
+    m.cur_bytes = 0;
+    m.batch_ops++;
+    m.batch_seq_addr = s.seq_addr;
+    m.CloseOps(s.id, m.replaying ? m.replay_seq : m.max_logged);
+    m.batch_last_order = m.overlay_order;
+    const bool send = m.o.level != Level::kRcb || m.batch_ops >= m.o.batch_ops ||
+                      m.batch.encoded_size() >= m.batch_limit;
+    if (send) ASYMNVM_RETURN_IF_ERROR(m.FlushBatch());
+    if (naive || m.overlay_size > m.o.overlay_bytes) return m.Fence();  // naive: grouped writes
+    return m.MaybeTimer();
+  });
 }
 
 Status Session::Flush() {
-  Impl& m = *impl_;
-  if (!m.cur.empty()) {
-    return Status::FailedPrecondition("Flush inside an operation (MemLog before TxWrite)");
-  }
-  return m.FlushBatch();
+  return Guarded(true, [&]() -> Status {
+    Impl& m = *impl_;
+    if (!m.cur.empty()) {
+      return Status::FailedPrecondition("Flush inside an operation (MemLog before TxWrite)");
+    }
+    return m.FlushBatch();
+  });
 }
 
 Status Session::Fence() {
-  Impl& m = *impl_;
-  if (!m.cur.empty()) {
-    return Status::FailedPrecondition("Fence inside an operation (MemLog before TxWrite)");
-  }
-  return m.Fence();
+  return Guarded(true, [&]() -> Status {
+    Impl& m = *impl_;
+    if (!m.cur.empty()) {
+      return Status::FailedPrecondition("Fence inside an operation (MemLog before TxWrite)");
+    }
+    return m.Fence();
+  });
 }
 
 void Session::SetGroupWrites(bool on) { impl_->group_writes = on; }
 
 Status Session::Poll() {
-  ASYMNVM_RETURN_IF_ERROR(impl_->CollectLogAcks(false, 0));
-  return impl_->MaybeTimer();
+  return Guarded(true, [&]() -> Status {
+    ASYMNVM_RETURN_IF_ERROR(impl_->CollectLogAcks(false, 0));
+    return impl_->MaybeTimer();
+  });
 }
 
 // ---- allocation ----
 
-Result<uint64_t> Session::Malloc(uint64_t size) { return impl_->allocator->Malloc(size); }
+Result<uint64_t> Session::Malloc(uint64_t size) {
+  return Guarded(false, [&]() -> Result<uint64_t> { return impl_->allocator->Malloc(size); });
+}
 Status Session::Free(uint64_t addr) {
-  Impl& m = *impl_;
-  Status st = m.allocator->Free(addr);
-  if (st.code() != StatusCode::kInvalidArgument || addr < m.data_begin || addr >= m.data_end ||
-      m.OwnsMemoryAt(addr)) {
-    return st;
-  }
-  // Not this session's: ask the back-end what lives there.
-  ASYMNVM_ASSIGN_OR_RETURN(auto ext, m.slabs->ExtentOf(addr));
-  const auto [start, bytes] = ext;
-  if (bytes == 0) {
-    return Status::FailedPrecondition("free of " + std::to_string(addr) +
-                                      ": not in any live allocation (double free?)");
-  }
-  if (bytes > m.block_size) {  // a large extent of an earlier session: the back-end frees it
-    if (addr != start) {
-      return Status::InvalidArgument("free of " + std::to_string(addr) +
-                                     ": points into the middle of a large allocation");
+  return Guarded(false, [&]() -> Status {
+    Impl& m = *impl_;
+    Status st = m.allocator->Free(addr);
+    if (st.code() != StatusCode::kInvalidArgument || addr < m.data_begin || addr >= m.data_end ||
+        m.OwnsMemoryAt(addr)) {
+      return st;
     }
-    return m.slabs->Free(addr);
-  }
-  m.c.orphan_frees++;  // an object in a slab of an earlier session: stays allocated
-  return Status::Ok();
+    // Not this session's: ask the back-end what lives there.
+    ASYMNVM_ASSIGN_OR_RETURN(auto ext, m.slabs->ExtentOf(addr));
+    const auto [start, bytes] = ext;
+    if (bytes == 0) {
+      return Status::FailedPrecondition("free of " + std::to_string(addr) +
+                                        ": not in any live allocation (double free?)");
+    }
+    if (bytes > m.block_size) {  // a large extent of an earlier session: the back-end frees it
+      if (addr != start) {
+        return Status::InvalidArgument("free of " + std::to_string(addr) +
+                                       ": points into the middle of a large allocation");
+      }
+      return m.slabs->Free(addr);
+    }
+    m.c.orphan_frees++;  // an object in a slab of an earlier session: stays allocated
+    return Status::Ok();
+  });
 }
 
 // ---- concurrency ----
 
 Status Session::WriterLock(const Structure& s) {
-  Impl& m = *impl_;
-  if (m.held_locks.count(s.lock_addr)) {
-    return Status::FailedPrecondition("writer lock of '" + s.name + "' already held");
-  }
-  if (m.o.level != Level::kNaive) {
-    uint8_t p[8];
-    PutLe64(p, s.lock_addr);
-    ASYMNVM_ASSIGN_OR_RETURN(uint64_t seq, m.SendOpLog(s.id, kLockAheadOpType, p));
-    m.max_logged = std::max(m.max_logged, seq);  // it has no memory logs: covered at once
-    m.AdvanceOpn();
-  }
-  const auto deadline = Clock::now() + m.o.lock_timeout;
-  Backoff backoff;
-  while (true) {
-    ASYMNVM_ASSIGN_OR_RETURN(uint64_t old, m.Cas(s.lock_addr, 0, m.o.frontend_id));
-    if (old == 0 || old == m.o.frontend_id) break;
-    m.c.lock_retries++;
-    if (Clock::now() > deadline) {
-      return Status::TimedOut("writer lock of '" + s.name + "' held by front-end " +
-                              std::to_string(old));
+  return Guarded(false, [&]() -> Status {
+    Impl& m = *impl_;
+    if (m.held_locks.count(s.lock_addr)) {
+      return Status::FailedPrecondition("writer lock of '" + s.name + "' already held");
     }
-    backoff.Wait();
-  }
-  m.held_locks.insert(s.lock_addr);
-  m.c.lock_acquires++;
-  // The previous holder fenced before unlocking, so what it committed is applied; our cached
-  // pages may predate it.
-  InvalidateCache();
-  return Status::Ok();
+    if (m.o.level != Level::kNaive) {
+      uint8_t p[8];
+      PutLe64(p, s.lock_addr);
+      ASYMNVM_ASSIGN_OR_RETURN(uint64_t seq, m.SendOpLog(s.id, kLockAheadOpType, p));
+      m.max_logged = std::max(m.max_logged, seq);  // it has no memory logs: covered at once
+      m.AdvanceOpn();
+    }
+    const auto deadline = Clock::now() + m.o.lock_timeout;
+    Backoff backoff;
+    while (true) {
+      ASYMNVM_ASSIGN_OR_RETURN(uint64_t old, m.Cas(s.lock_addr, 0, m.o.frontend_id));
+      if (old == 0 || old == m.o.frontend_id) break;
+      m.c.lock_retries++;
+      if (Clock::now() > deadline) {
+        return Status::TimedOut("writer lock of '" + s.name + "' held by front-end " +
+                                std::to_string(old));
+      }
+      backoff.Wait();
+    }
+    m.held_locks.insert(s.lock_addr);
+    m.c.lock_acquires++;
+    // The previous holder fenced before unlocking, so what it committed is applied; our cached
+    // pages may predate it.
+    InvalidateCache();
+    return Status::Ok();
+  });
 }
 
 Status Session::WriterUnlock(const Structure& s) {
-  Impl& m = *impl_;
-  if (!m.held_locks.count(s.lock_addr)) {
-    return Status::FailedPrecondition("writer lock of '" + s.name + "' not held");
-  }
-  ASYMNVM_RETURN_IF_ERROR(Fence());
-  ASYMNVM_ASSIGN_OR_RETURN(uint64_t old, m.Cas(s.lock_addr, m.o.frontend_id, 0));
-  m.held_locks.erase(s.lock_addr);
-  if (old != m.o.frontend_id) {
-    return Status::FailedPrecondition("writer lock of '" + s.name + "' was held by front-end " +
-                                      std::to_string(old));
-  }
-  return Status::Ok();
+  return Guarded(false, [&]() -> Status {
+    Impl& m = *impl_;
+    if (!m.held_locks.count(s.lock_addr)) {
+      return Status::FailedPrecondition("writer lock of '" + s.name + "' not held");
+    }
+    ASYMNVM_RETURN_IF_ERROR(Fence());
+    ASYMNVM_ASSIGN_OR_RETURN(uint64_t old, m.Cas(s.lock_addr, m.o.frontend_id, 0));
+    m.held_locks.erase(s.lock_addr);
+    if (old != m.o.frontend_id) {
+      return Status::FailedPrecondition("writer lock of '" + s.name + "' was held by front-end " +
+                                        std::to_string(old));
+    }
+    return Status::Ok();
+  });
 }
 
 // ---- recovery ----
@@ -999,34 +1242,6 @@ void Session::RegisterReplay(uint32_t structure_type, ReplayFn fn) {
   impl_->replay[structure_type] = std::move(fn);
 }
 
-namespace {
-// Op logs from the back-end's b-log (request kFetchOpLogs), page by page.
-class BackendFetcher : public OpLogFetcher {
- public:
-  BackendFetcher(oq::Client* client, uint64_t before) : client_(client), before_(before) {}
-  Result<std::vector<RecoveredOp>> Fetch(uint64_t frontend_id, uint64_t after) override {
-    std::vector<RecoveredOp> all;
-    for (bool more = true; more;) {
-      backend::PayloadWriter w;
-      w.U64(frontend_id).U64(after).U64(before_);
-      std::vector<uint8_t> reply;
-      ASYMNVM_RETURN_IF_ERROR(client_->Call(0, backend::kFetchOpLogs, w.bytes(), &reply));
-      ASYMNVM_ASSIGN_OR_RETURN(auto ops, backend::DecodeFetchedOps(reply, &more));
-      if (more && ops.empty()) return Status::ProtocolError("fetch op logs: empty page with more");
-      for (auto& op : ops) {
-        if (op.op_seq <= after) return Status::ProtocolError("fetch op logs: out of order");
-        after = op.op_seq;
-        all.push_back({op.op_seq, op.structure_id, op.op_type, std::move(op.payload)});
-      }
-    }
-    return all;
-  }
-
- private:
-  oq::Client* client_;
-  uint64_t before_;
-};
-}  // namespace
 
 Status Session::Replay() {
   if (!impl_->o.op_log_address.empty()) {
@@ -1035,11 +1250,17 @@ Status Session::Replay() {
         " (SessionOptions::op_log_address), not to the data back-end; replay them with a fetcher "
         "for that back-end");
   }
-  BackendFetcher f(impl_->oq.get(), impl_->first_op);
-  return Replay(&f);
+  return Guarded(false, [&]() -> Status {
+    BackendFetcher f(impl_->oq.get(), impl_->first_op);
+    return ReplayWith(&f);
+  });
 }
 
 Status Session::Replay(OpLogFetcher* fetcher) {
+  return Guarded(false, [&]() -> Status { return ReplayWith(fetcher); });
+}
+
+Status Session::ReplayWith(OpLogFetcher* fetcher) {
   Impl& m = *impl_;
   if (fetcher == nullptr) return Status::InvalidArgument("replay: no fetcher");
   ASYMNVM_ASSIGN_OR_RETURN(auto ops, fetcher->Fetch(m.o.frontend_id, m.registered_opn));
@@ -1113,5 +1334,7 @@ uint64_t Session::data_end() const { return impl_->data_end; }
 size_t Session::max_transaction_bytes() const { return impl_->max_txn; }
 Level Session::level() const { return impl_->o.level; }
 const std::array<uint8_t, 16>& Session::pool_uuid() const { return impl_->pool_uuid; }
+const std::string& Session::backend_address() const { return impl_->o.backends[0]; }
+uint64_t Session::reconnects() const { return reconnects_; }
 
 }  // namespace asymnvm::frontend

@@ -387,6 +387,43 @@ TEST(Job, KilledMidRunIsResolvedOnTheNextRun) {
   EXPECT_NE(again.output.find("left by 3 earlier run(s)"), std::string::npos) << again.output;
 }
 
+// Two live jobs on one data directory: the second is refused by the coordinator (the first holds
+// the directory's front-end id) before it touches the pools, and says why; the id is kept in
+// DIR/job.frontend-id for later runs (their replay needs the same id).
+TEST(Job, SecondLiveJobOnTheSameDirIsRefused) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const std::string base = kJob + " --data-dir " + dir.path() + "/data --pool-size 256M --pm-mode flush";
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const std::string cmd = "exec " + base + " --ops 100000000 >/dev/null 2>&1";
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const std::string progress = dir.path() + "/data/job.progress";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+  bool running = false;
+  while (!running && std::chrono::steady_clock::now() < deadline) {
+    std::ifstream pf(progress, std::ios::binary);
+    uint64_t rec[2] = {0, 0};
+    running = pf.read(reinterpret_cast<char*>(rec), sizeof rec) && rec[0] == 1 && rec[1] >= 10;
+    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  RunResult second = running ? RunCmd(base + " --ops 10") : RunResult{};
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(running) << "the first job never reached 10 acknowledged operations";
+  EXPECT_EQ(second.exit_code, 1) << second.output;
+  EXPECT_NE(second.output.find("another asymnvm-job is running on"), std::string::npos)
+      << second.output;
+  std::ifstream idf(dir.path() + "/data/job.frontend-id");
+  uint64_t id = 0;
+  EXPECT_TRUE(static_cast<bool>(idf >> id));
+  EXPECT_EQ(id, 1u);  // the first id the fresh directory's coordinator allocates
+}
+
 // A back-end SIGKILLed mid-run: the job exits 4 ("interrupted", not 3 "verification failed" and
 // not the generic 1) and says the data is safe; the next run resolves the run and verifies.
 TEST(Job, BackendKilledMidRunExits4AndTheNextRunVerifies) {

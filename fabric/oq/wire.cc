@@ -107,7 +107,7 @@ Result<ResponseHeader> ValidateResponse(std::span<const uint8_t> bytes) {
     return Status::Corruption("oq response: checksum mismatch");
   }
   uint16_t code = GetLe16(p + 12);
-  if (p[15] != kVersion || code > static_cast<uint16_t>(StatusCode::kInternal)) {
+  if (p[15] != kVersion || code > static_cast<uint16_t>(StatusCode::kUnavailable)) {
     return Status::Corruption("oq response: unknown version or status code");
   }
   h.code = static_cast<StatusCode>(code);

@@ -57,6 +57,13 @@ struct SessionOptions {
   // allocated; a given id held by another live process is refused with kAlreadyExists. Empty (the
   // default): frontend_id must be given and is not checked.
   std::string coordinator;
+  // Back-end liveness (doc/frontend.md §Reconnection; needs `coordinator`): when the connection to
+  // the back-end breaks, the Session waits up to this long for a back-end of the same pool (any
+  // address) to register at /asymnvm/groups/<pool-uuid>/primary, reconnects, re-registers and
+  // replays its op logs, then retries the call if it is safe to repeat. A call made meanwhile waits
+  // the same way; when the deadline passes it fails with kUnavailable (and the next call waits
+  // again). 0 disables reconnection (a broken connection then stays an error).
+  std::chrono::milliseconds reconnect_deadline{30000};
   Level level = Level::kRcb;
   fabric::FabricOptions fabric;
   // Page cache (rc, rcb): capacity in bytes and the default page size (a structure may choose its
@@ -266,11 +273,30 @@ class Session {
   // The identity of the back-end's pool (fixed when the pool file was created; survives restarts
   // and address changes). Partition maps name back-ends by it.
   const std::array<uint8_t, 16>& pool_uuid() const;
+  // The back-end address currently connected (changes when the Session reconnects).
+  const std::string& backend_address() const;
+  // How many times this Session reconnected to a restarted back-end.
+  uint64_t reconnects() const;
 
  private:
   struct Impl;
   explicit Session(std::unique_ptr<Impl> impl);
+  static Result<std::unique_ptr<Impl>> Connect(const SessionOptions& options);
+  // Runs one public call: reconnects first when an earlier call found the connection broken, and
+  // after a connection error reconnects and (when `retry` and no operation is in progress) runs
+  // the call again.
+  template <class F>
+  auto Guarded(bool retry, F&& f) -> decltype(f());
+  // Waits for the pool's registration, replaces impl_ with a new connection, replays.
+  // kUnavailable after reconnect_deadline.
+  Status Reconnect(const Status& cause);
+  Status ReplayWith(OpLogFetcher* fetcher);
   std::unique_ptr<Impl> impl_;
+  int guard_depth_ = 0;
+  uint64_t reconnects_ = 0;
 };
+
+// The coordinator node where the primary back-end of a pool registers (doc/coord.md).
+std::string BackendGroupPrimaryPath(const std::array<uint8_t, 16>& pool_uuid);
 
 }  // namespace asymnvm::frontend

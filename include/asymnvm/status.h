@@ -35,6 +35,8 @@ enum class StatusCode : uint8_t {
   kAborted,             // an operation was cancelled (e.g. flushed from an errored queue)
   kFailedPrecondition,  // the object is in the wrong state for this call
   kInternal,            // a bug: an invariant that should hold did not
+  kUnavailable,         // the service is not reachable now (e.g. a back-end that did not come
+                        // back within SessionOptions::reconnect_deadline); retry later
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -65,6 +67,7 @@ class [[nodiscard]] Status {
     return {StatusCode::kFailedPrecondition, m};
   }
   static Status Internal(std::string_view m) { return {StatusCode::kInternal, m}; }
+  static Status Unavailable(std::string_view m) { return {StatusCode::kUnavailable, m, 0, true}; }
 
   bool ok() const { return rep_ == nullptr; }
   StatusCode code() const { return rep_ ? rep_->code : StatusCode::kOk; }

@@ -2,7 +2,14 @@
 //
 //   asymnvm-job [--data-dir DIR] [--ops N] [--structures LIST] [--level L] [--pool-size SIZE]
 //               [--backends N] [--json FILE] [--fresh] [--pm-mode auto|flush|msync]
-//               [--backend-bin PATH] [--log-level L] [--show-runs]
+//               [--backend-bin PATH] [--log-level L] [--show-runs] [--coord URI]
+//
+// Front-end identity (doc/coord.md): the job holds its front-end id on the coordinator (--coord,
+// default the embedded one in the data directory, dir:DIR/coord, which the daemons use too) for
+// its whole life. The id is allocated on the first run and kept in DIR/job.frontend-id, because a
+// later run replays the op logs of a crashed one only under the SAME id; a data directory from
+// before this file uses id 1. A second live job on the same directory is refused (exit 1) before
+// it touches anything.
 //
 // Starts asymnvm-backend daemons on DIR/asymnvm.pool, DIR/asymnvm-1.pool, ... (created on first
 // use; as many as --backends or as the pools already there, default 2), opens every structure kind
@@ -43,6 +50,7 @@
 #include "asymnvm/structures/partitioned.h"
 #include "asymnvm/structures/structure.h"
 #include "common/logging.h"
+#include "frontend/identity.h"
 #include "tools/ctl.h"
 #include "workloads/bench/latency.h"
 #include "workloads/driver/backend_process.h"
@@ -80,6 +88,7 @@ bool IsLostConnection(const Status& st) {
     case StatusCode::kTimedOut:
     case StatusCode::kRnrRetryExceeded:
     case StatusCode::kAborted:
+    case StatusCode::kUnavailable:
       return true;
     default:
       return false;
@@ -190,6 +199,9 @@ int main(int argc, char** argv) {
   uint32_t nbackends = 2;
   std::vector<std::string> names = {"stack", "queue", "hash", "skiplist", "bst", "bptree", "mvbst", "mvbptree", "pbptree"};
   bool fresh = false, show_runs = false;
+  std::string coord_uri;
+  app.add_option("--coord", coord_uri, "coordinator URI (dir:PATH | zk:HOST:PORT[,...][/chroot]); "
+                 "default dir:DATA_DIR/coord, also passed to the back-end daemons");
   app.add_option("--data-dir", data_dir, "directory of the pool file")->capture_default_str();
   app.add_option("--ops", ops, "operations in this run")->check(CLI::Range(uint64_t{1}, uint64_t{100000000}))->capture_default_str();
   app.add_option("--structures", names, "structures to use")->delimiter(',')->capture_default_str();
@@ -268,6 +280,53 @@ int main(int argc, char** argv) {
                                          : "asymnvm-" + std::to_string(i) + ".pool"))
         .string();
   };
+  // The front-end id: claimed before anything else, held until exit (frontend/identity.h).
+  if (coord_uri.empty()) coord_uri = "dir:" + (fs::absolute(data_dir) / "coord").string();
+  const std::string id_path = (fs::path(data_dir) / "job.frontend-id").string();
+  uint64_t wanted_id = 0;
+  if (fs::exists(id_path)) {
+    std::ifstream f(id_path);
+    if (!(f >> wanted_id) || wanted_id == 0 || wanted_id > 0xFFFF) {
+      std::cerr << "asymnvm-job: " << id_path << " does not hold a front-end id (1..65535)\n";
+      return kExitFailure;
+    }
+  } else if (fs::exists(pool_path(0))) {
+    wanted_id = 1;  // a data directory of a run from before job.frontend-id: its op logs are id 1
+  }
+  auto identity = frontend::FrontendIdentity::Claim(coord_uri, wanted_id, std::chrono::seconds(30));
+  if (!identity.ok()) {
+    if (identity.status().code() == StatusCode::kAlreadyExists) {
+      std::cerr << "asymnvm-job: another asymnvm-job is running on " << data_dir << ": "
+                << identity.status().message() << "\n";
+      return kExitFailure;
+    }
+    return fail("coordinator " + coord_uri, identity.status());
+  }
+  if (wanted_id == 0) {
+    // Keep the allocated id for every later run (replay needs the same id): tmp + fsync + rename.
+    const std::string tmp = id_path + ".tmp";
+    {
+      std::ofstream f(tmp, std::ios::trunc);
+      f << (*identity)->id() << "\n";
+      f.flush();
+      if (!f) {
+        std::cerr << "asymnvm-job: cannot write " << tmp << "\n";
+        return kExitFailure;
+      }
+    }
+    int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      (void)::fsync(fd);
+      ::close(fd);
+    }
+    fs::rename(tmp, id_path, ec);
+    if (ec) {
+      std::cerr << "asymnvm-job: cannot write " << id_path << ": " << ec.message() << "\n";
+      return kExitFailure;
+    }
+  }
+  std::cout << "asymnvm-job: front-end id " << (*identity)->id() << " (epoch "
+            << (*identity)->epoch() << ") held at " << coord_uri << "\n";
   if (fresh) {
     for (uint32_t i = 0; fs::exists(pool_path(i)); i++) {
       fs::remove(pool_path(i), ec);
@@ -285,7 +344,8 @@ int main(int argc, char** argv) {
   for (uint32_t i = 0; i < nbackends; i++) {
     const std::string p = pool_path(i);
     std::cout << "asymnvm-job: " << (fs::exists(p) ? "reopening " : "creating ") << p << "\n";
-    auto be = driver::BackendProcess::Start(backend_bin, p, pool_size, {"--pm-mode", pm_mode}, log_level);
+    auto be = driver::BackendProcess::Start(backend_bin, p, pool_size,
+                                            {"--pm-mode", pm_mode, "--coord", coord_uri}, log_level);
     if (!be.ok()) return fail("starting back-end " + std::to_string(i), be.status());
     std::cout << "back-end " << i << ": pid " << (*be)->pid() << " serving at " << (*be)->address() << "\n";
     addresses.push_back((*be)->address());
@@ -294,7 +354,9 @@ int main(int argc, char** argv) {
 
   frontend::SessionOptions so;
   so.backends = addresses;
-  so.frontend_id = 1;
+  // The id is held by `identity` for the whole job: the Cluster's sessions (one per back-end,
+  // same id) are opened with it given, not claimed again per session.
+  so.frontend_id = (*identity)->id();
   so.level = frontend::ParseLevel(level_name).value();
   so.cache_bytes = 32ull << 20;
   so.timeout = std::chrono::milliseconds(30000);

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <list>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -172,7 +173,8 @@ struct Backend::Impl : public OpLogSource {
     uint32_t index;
     std::map<uint64_t, uint64_t> max_op_seq;  // fe → highest op_seq in the segment
   };
-  std::deque<HeldSegment> held;
+  std::list<HeldSegment> held;  // digested, not yet committed, in posting order
+  size_t last_pinned_warned = 0;  // consumer thread only
   std::deque<std::pair<std::chrono::steady_clock::time_point, uint64_t>> deferred;
   BackendStats counters;
 
@@ -898,36 +900,64 @@ struct Backend::Impl : public OpLogSource {
     }
   }
 
+  // Commits every held segment whose op logs are all covered by their front-end's OPN, in any
+  // order: a segment pinned by op logs no front-end has replayed yet (a writer that died before
+  // its first transaction; doc/backend.md §B-log recycling) must not pin the segments behind it —
+  // empty segments posted before a crash, and later ones already covered.
   void RecycleCovered() {
     std::vector<uint32_t> done;
+    size_t pinned = 0;
+    uint64_t pinning_fe = 0;
     {
       std::lock_guard<std::mutex> lock(mu);
-      while (!held.empty()) {
+      for (auto h = held.begin(); h != held.end();) {
         bool covered = true;
-        for (const auto& [fe, max_seq] : held.front().max_op_seq) {
-          uint64_t opn = 0;
-          if (redo) {  // only a durable checkpoint makes an OPN durable
-            auto c = ckpt_opn.find(fe);
-            opn = c == ckpt_opn.end() ? 0 : c->second;
-          } else if (auto it = frontends.find(fe); it != frontends.end()) {
-            opn = Word(base(), it->second.lock_addr).load();
+        for (const auto& [fe, max_seq] : h->max_op_seq) {
+          if (max_seq > CoveredOpn(fe)) {
+            covered = false;
+            pinning_fe = fe;
           }
-          if (max_seq > opn) covered = false;
         }
-        if (!covered) break;
-        for (const auto& [fe, max_seq] : held.front().max_op_seq) {
+        if (!covered) {
+          pinned++;
+          ++h;
+          continue;
+        }
+        for (const auto& [fe, max_seq] : h->max_op_seq) {
           op_logs.erase(op_logs.lower_bound({fe, 0}), op_logs.upper_bound({fe, max_seq}));
         }
-        done.push_back(held.front().index);
-        held.pop_front();
+        done.push_back(h->index);
+        h = held.erase(h);
       }
+      counters.log_segments_pinned = pinned;
     }
+    // More than half the b-log pinned: writers will stall on RNR once it is all pinned. Say who
+    // holds it (rate-limited by the consumer's loop: once per change of the count).
+    if (pinned != last_pinned_warned && pinned * 2 > receiver->stats().segments) {
+      LOG_WARN("backend", "b-log: " << pinned << " of " << receiver->stats().segments
+                                    << " segments hold op logs not covered by their front-end's "
+                                       "OPN (e.g. front-end "
+                                    << pinning_fe
+                                    << "): start that front-end so it replays them, or writers "
+                                       "stall when the log is full");
+    }
+    last_pinned_warned = pinned;
     for (uint32_t i : done) {
       Status s = receiver->Commit(i);
       if (!s.ok()) LOG_WARN("backend", "committing b-log segment " << i << ": " << s.ToString());
       std::lock_guard<std::mutex> lock(mu);
       counters.log_segments_recycled++;
     }
+  }
+
+  // The highest op_seq of `fe` whose effects are durably applied (under mu).
+  uint64_t CoveredOpn(uint64_t fe) const {
+    if (redo) {  // only a durable checkpoint makes an OPN durable
+      auto c = ckpt_opn.find(fe);
+      return c == ckpt_opn.end() ? 0 : c->second;
+    }
+    auto it = frontends.find(fe);
+    return it == frontends.end() ? 0 : Word(base(), it->second.lock_addr).load();
   }
 
   void ReclaimDue() {
@@ -972,6 +1002,8 @@ struct Backend::Impl : public OpLogSource {
     j["op_logs_seen"] = s.op_logs_seen;
     j["log_segments_digested"] = s.log_segments_digested;
     j["log_segments_recycled"] = s.log_segments_recycled;
+    j["log_segments_pinned"] = s.log_segments_pinned;
+    j["log_segments"] = receiver ? receiver->stats().segments : 0;
     j["log_corrupt_entries"] = s.log_corrupt_entries;
     j["oq_corrupt_records"] = s.oq_corrupt_records;
     j["requests"] = s.requests;

@@ -69,6 +69,9 @@ struct BackendStats {
   uint64_t txns_applied = 0, txns_skipped = 0, txns_rejected = 0;
   uint64_t txn_bytes_applied = 0;
   uint64_t op_logs_seen = 0, log_segments_digested = 0, log_segments_recycled = 0;
+  // Digested b-log segments held back by op logs their front-end has not covered with its OPN
+  // (a writer that died before its next transaction and has not replayed yet).
+  uint64_t log_segments_pinned = 0;
   // Found at start, before recovery: landed records that fail validation (not unfinished
   // landings of a crash, which are only logged). A corrupt op log is skipped (its operation
   // cannot be replayed); a corrupt OQ request is never executed, and when it holds a

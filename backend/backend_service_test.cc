@@ -6,7 +6,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <functional>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -16,6 +19,7 @@
 #include "backend/naming.h"
 #include "backend/rpc.h"
 #include "fabric/oq/oq.h"
+#include "fabric/rowan/sender.h"
 
 namespace asymnvm::backend {
 namespace {
@@ -95,6 +99,84 @@ struct Client {
     return nlohmann::json::parse(std::string(r->begin(), r->end()));
   }
 };
+
+// A writer that logs an op and dies before the transaction that covers it (its OPN) leaves the op
+// log in the segment being filled; each restart of the back-end hands that segment, and the empty
+// ones posted before the crash, to the consumer. Only the segments that hold uncovered op logs may
+// stay live: the torture series that found this filled all 31 segments of a job's b-log after ~8
+// such restarts (empty segments queued behind a pinned one) and every writer then failed on RNR.
+// Once the front-end covers the op logs (replay, then a transaction with its OPN) all are recycled.
+TEST(BackendService, UncoveredOpLogsAcrossRestartsDoNotExhaustTheLog) {
+  const std::string path = TempPath("pinned.pool");
+  std::remove(path.c_str());
+  BackendOptions o = SmallOptions(path);
+  o.log_bytes = 16 * o.log_segment;
+  constexpr uint64_t kFe = 7;
+  constexpr int kRestarts = 6;
+  const std::vector<uint8_t> params(100, 0x5A);
+  auto append = [&](const std::string& log_address, uint64_t op_seq) -> Status {
+    auto fabric = fabric::Fabric::Open(fabric::FabricOptions{});
+    ASYMNVM_RETURN_IF_ERROR(fabric.status());
+    auto pd = (*fabric)->AllocPd();
+    ASYMNVM_RETURN_IF_ERROR(pd.status());
+    rowan::SenderOptions so;
+    so.fabric = fabric->get();
+    so.pd = pd->get();
+    so.address = log_address;
+    ASYMNVM_ASSIGN_OR_RETURN(auto sender, rowan::Sender::Connect(so));
+    OpLogRecord rec;
+    rec.frontend_id = kFe;
+    rec.op_seq = op_seq;
+    rec.structure_id = 1;
+    rec.op_type = 1;
+    rec.payload = params;
+    return sender->Append({kOpLogRowanType, static_cast<uint16_t>(kFe), op_seq}, EncodeOpLog(rec));
+  };
+  auto wait_for = [](const std::function<bool()>& done) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!done() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return done();
+  };
+  uint64_t last_op = 0;
+  for (int i = 0; i < kRestarts; i++) {
+    auto be = Backend::Start(o);
+    ASSERT_TRUE(be.ok()) << "restart " << i << ": " << be.status().ToString();
+    Client c = Client::Connect((*be)->address());
+    ASSERT_TRUE(c.oq);
+    c.Register(kFe);
+    last_op = (uint64_t(i) + 1) << 32 | 1;  // this incarnation's first op
+    Status st = append((*be)->log_address(), last_op);
+    ASSERT_TRUE(st.ok()) << "restart " << i << ": the b-log refused an op log: " << st.ToString()
+                         << "; status " << (*be)->StatusJson();
+    // The consumer has seen the earlier incarnations' segments: each holds one uncovered op log.
+    EXPECT_TRUE(wait_for([&] { return (*be)->stats().log_segments_pinned == uint64_t(i); }))
+        << "restart " << i << ": " << (*be)->StatusJson();
+    (*be)->Stop();
+  }
+  auto be = Backend::Start(o);
+  ASSERT_TRUE(be.ok()) << be.status().ToString();
+  EXPECT_TRUE(wait_for([&] { return (*be)->stats().log_segments_pinned == kRestarts; }))
+      << (*be)->StatusJson();
+  // The front-end comes back and covers every op log with its next transaction's OPN.
+  Client c = Client::Connect((*be)->address());
+  ASSERT_TRUE(c.oq);
+  auto reg = c.Register(kFe);
+  EXPECT_EQ(reg.opn, 0u);
+  TxnBuilder b;
+  ASSERT_TRUE(c.oq->Submit(0, kTxn, b.Finish(kFe, reg.lpn + 1, last_op, 0)).ok());
+  EXPECT_TRUE(wait_for([&] {
+    const BackendStats st = (*be)->stats();
+    return st.log_segments_pinned == 0 && st.log_segments_recycled >= uint64_t{kRestarts};
+  })) << (*be)->StatusJson();
+  nlohmann::json status = c.StatusJson();
+  EXPECT_EQ(status["log_segments_pinned"], 0);
+  EXPECT_GT(status["log_segments"], kRestarts);
+  EXPECT_TRUE(append((*be)->log_address(), last_op + 1).ok());
+  (*be)->Stop();
+  std::remove(path.c_str());
+}
 
 TEST(BackendService, RegisterNamingAllocAndTransactionsSurviveRestart) {
   const std::string path = TempPath("svc.pool");

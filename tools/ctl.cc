@@ -404,7 +404,9 @@ void PrintStatus(const nlohmann::json& j, std::ostream& out) {
   out << "txns:        applied " << get("txns_applied") << ", skipped " << get("txns_skipped")
       << ", rejected " << get("txns_rejected") << "\n";
   out << "op logs:     seen " << get("op_logs_seen") << "; log segments digested "
-      << get("log_segments_digested") << ", recycled " << get("log_segments_recycled") << "\n";
+      << get("log_segments_digested") << ", recycled " << get("log_segments_recycled")
+      << ", pinned " << get("log_segments_pinned") << " of " << get("log_segments")
+      << " (by op logs not yet replayed)\n";
   out << "corrupt:     b-log entries " << get("log_corrupt_entries") << ", OQ records "
       << get("oq_corrupt_records") << "  (found at start; doc/backend.md)\n";
   out << "requests:    " << get("requests") << "  (back-end CPU " << get("cpu_seconds") << " s)\n";

@@ -7,6 +7,7 @@
 //
 //   ASYMNVM_TORTURE_ROUNDS  rounds (default 6: the default suite; the `long` label runs 500)
 //   ASYMNVM_TORTURE_SEED    seed (default 1; printed, so a failing series can be re-run)
+//   ASYMNVM_TORTURE_JOB_BIN the asymnvm-job binary (default: the build tree's)
 //   ASYMNVM_TORTURE_KEEP    keep the data directory of a failed series in this directory
 //   ASYMNVM_TORTURE_PM_MODE the back-ends' --pm-mode (default flush; msync = the disk-durable
 //                           redo-log mode, the job's default on a disk)
@@ -33,7 +34,11 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-const std::string kJob = ASYMNVM_JOB_BIN;
+// ASYMNVM_TORTURE_JOB_BIN overrides the job binary (a long series runs on a copy while the build
+// tree changes; the job finds asymnvm-backend next to itself).
+const std::string kJob = std::getenv("ASYMNVM_TORTURE_JOB_BIN") != nullptr
+                             ? std::getenv("ASYMNVM_TORTURE_JOB_BIN")
+                             : ASYMNVM_JOB_BIN;
 
 uint64_t EnvU64(const char* name, uint64_t def) {
   const char* v = std::getenv(name);

@@ -688,6 +688,18 @@ struct Backend::Impl : public OpLogSource {
         EncodeNamingEntry(e, &w);
         break;
       }
+      case kNamingAt: {
+        PayloadReader r(payload, "naming at");
+        const uint32_t slot = r.U32();
+        ASYMNVM_RETURN_IF_ERROR(r.status());
+        ASYMNVM_ASSIGN_OR_RETURN(NamingEntry e, naming->At(slot));
+        if (e.type == kFrontendRecordType) {
+          return Status::NotFound("naming at: slot " + std::to_string(slot) +
+                                  " holds a front-end record, not a structure");
+        }
+        EncodeNamingEntry(e, &w);
+        break;
+      }
       case kNamingRemove:
         ASYMNVM_RETURN_IF_ERROR(naming->Remove(std::string(payload.begin(), payload.end())));
         break;

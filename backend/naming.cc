@@ -153,6 +153,17 @@ Result<NamingEntry> NamingSpace::Lookup(const std::string& name) const {
   return Decode(static_cast<uint32_t>(i));
 }
 
+Result<NamingEntry> NamingSpace::At(uint32_t slot) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (slot >= slots_ || State(slot) != kLive) {
+    return Status::NotFound("naming: no structure in slot " + std::to_string(slot));
+  }
+  if (!SlotValid(slot)) {
+    return Status::Corruption("naming: slot " + std::to_string(slot) + " fails its checksum");
+  }
+  return Decode(slot);
+}
+
 Status NamingSpace::Remove(const std::string& name) {
   ASYMNVM_RETURN_IF_ERROR(CheckName(name));
   std::lock_guard<std::mutex> lock(mu_);

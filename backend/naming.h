@@ -64,6 +64,9 @@ class NamingSpace {
                              NamingEntry* existing = nullptr);
   // kNotFound, kInvalidArgument (bad name).
   Result<NamingEntry> Lookup(const std::string& name) const;
+  // The live entry in `slot` (the structure id op logs carry). kNotFound: free, removed, out of
+  // range; kCorruption: its CRC fails.
+  Result<NamingEntry> At(uint32_t slot) const;
   // kNotFound. The slot's words are zeroed; its space is reusable.
   Status Remove(const std::string& name);
   std::vector<NamingEntry> List() const;

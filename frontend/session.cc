@@ -188,6 +188,8 @@ struct Session::Impl {
   std::set<uint64_t> held_locks;
   std::unordered_map<uint32_t, Structure> structures;
   std::unordered_map<uint32_t, ReplayFn> replay;
+  AdoptFn adopter;
+  bool adopting = false;  // inside AdoptDeadWriter (no nested take-over)
   Counters c;
 
   // ---- RPC ----
@@ -671,6 +673,7 @@ Status Session::Reconnect(const Status& cause) {
           n.identity = std::move(old.identity);
           n.structures = std::move(old.structures);
           n.replay = std::move(old.replay);
+          n.adopter = std::move(old.adopter);
           n.closers = std::move(old.closers);
           n.held_locks = std::move(old.held_locks);  // the lock words name our id; still ours
           n.group_writes = old.group_writes;
@@ -1195,6 +1198,10 @@ Status Session::WriterLock(const Structure& s) {
     while (true) {
       ASYMNVM_ASSIGN_OR_RETURN(uint64_t old, m.Cas(s.lock_addr, 0, m.o.frontend_id));
       if (old == 0 || old == m.o.frontend_id) break;
+      if (!m.o.coordinator.empty() && m.adopter && !m.adopting) {
+        ASYMNVM_ASSIGN_OR_RETURN(bool adopted, AdoptDeadWriter(old, s));
+        if (adopted) continue;  // its lock is free now: try again at once
+      }
       m.c.lock_retries++;
       if (Clock::now() > deadline) {
         return Status::TimedOut("writer lock of '" + s.name + "' held by front-end " +
@@ -1240,6 +1247,77 @@ void Session::SetOpCloser(uint32_t structure_id, std::function<Status()> close) 
 
 void Session::RegisterReplay(uint32_t structure_type, ReplayFn fn) {
   impl_->replay[structure_type] = std::move(fn);
+}
+
+void Session::SetAdopter(AdoptFn adopt) { impl_->adopter = std::move(adopt); }
+
+Result<bool> Session::AdoptDeadWriter(uint64_t holder, const Structure& target) {
+  Impl& m = *impl_;
+  const std::string who = "front-end " + std::to_string(m.o.frontend_id) + ": taking over '" +
+                          target.name + "' from dead front-end " + std::to_string(holder);
+  if (holder > 0xFFFF) {
+    return Status::Corruption("writer lock of '" + target.name + "' holds " +
+                              std::to_string(holder) + ", not a front-end id");
+  }
+  // Claiming the id is the liveness check: it fails with kAlreadyExists while the holder (or
+  // another front-end adopting it) holds its lease, and keeps the holder from coming back while
+  // its op logs are replayed.
+  auto claim = FrontendIdentity::Claim(m.o.coordinator, holder, m.o.timeout);
+  if (!claim.ok()) {
+    if (claim.status().code() == StatusCode::kAlreadyExists) return false;
+    return claim.status().WithContext(who);
+  }
+  const auto start = Clock::now();
+  SessionOptions ro = m.o;
+  ro.coordinator.clear();  // the id is held by `claim`
+  ro.frontend_id = holder;
+  ro.backends = {m.o.backends.empty() ? std::string() : backend_address()};
+  ro.reconnect_deadline = std::chrono::milliseconds(0);
+  auto opened = Session::Open(ro);
+  if (!opened.ok()) return opened.status().WithContext(who);
+  Session& r = **opened;
+  Impl& rm = *r.impl_;
+  rm.replay = m.replay;
+  rm.adopting = true;
+  // The structures the dead writer's unreplayed op logs name (naming slots), and the target.
+  BackendFetcher f(rm.oq.get(), rm.first_op);
+  ASYMNVM_ASSIGN_OR_RETURN(auto ops, f.Fetch(holder, rm.registered_opn));
+  std::vector<Structure> named;
+  std::set<uint32_t> seen;
+  {
+    auto t = r.OpenRoot(target.name);
+    if (!t.ok()) return t.status().WithContext(who);
+    named.push_back(*t);
+    seen.insert(t->id);
+  }
+  for (const RecoveredOp& op : ops) {
+    if (!seen.insert(op.structure_id).second) continue;
+    backend::PayloadWriter w;
+    w.U32(op.structure_id);
+    auto reply = rm.Call(backend::kNamingAt, w.bytes());
+    if (!reply.ok()) return reply.status().WithContext(who + ": structure of op " + std::to_string(op.op_seq));
+    ASYMNVM_ASSIGN_OR_RETURN(Structure st, DecodeEntry(*reply));
+    rm.structures[st.id] = st;
+    named.push_back(st);
+  }
+  ASYMNVM_RETURN_IF_ERROR(m.adopter(r, named).WithContext(who));
+  // The adopter released the locks of what it opened; a lock of the dead writer still on the
+  // target (nothing of it to replay, or the adopter could not open it) is released here.
+  ASYMNVM_ASSIGN_OR_RETURN(uint64_t word, r.ReadWord(target.lock_addr));
+  if (word == holder) {
+    ASYMNVM_RETURN_IF_ERROR(r.Fence());
+    ASYMNVM_RETURN_IF_ERROR(rm.Cas(target.lock_addr, holder, 0).status());
+  }
+  const uint64_t replayed = rm.c.replayed_ops;
+  opened->reset();  // closes the recovery session before the id is released
+  m.c.takeovers++;
+  LOG_WARN("frontend", who << ": replayed " << replayed << " operation(s) on " << named.size()
+                           << " structure(s) in "
+                           << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() -
+                                                                                   start)
+                                  .count()
+                           << " ms");
+  return true;
 }
 
 

@@ -390,6 +390,27 @@ void RegisterReplays(frontend::Session& session) {
       return b->ReplayOp(op);
     });
   }
+  // A dead writer's structures (Session::SetAdopter): open each in the recovery session (taking
+  // the lock under the dead writer's id), replay, close (sync + unlock) — what a restarted writer
+  // does. Types that are not a kind (a partition map's own entry) have no op logs to replay.
+  session.SetAdopter([](frontend::Session& recovery,
+                        const std::vector<frontend::Structure>& structures) -> Status {
+    RegisterReplays(recovery);
+    std::vector<std::unique_ptr<Handle>> handles;
+    for (const frontend::Structure& st : structures) {
+      const Kind* k = std::find_if(std::begin(kAllKinds), std::end(kAllKinds),
+                                   [&](Kind x) { return static_cast<uint32_t>(x) == st.type; });
+      if (k == std::end(kAllKinds)) continue;
+      Options o;
+      o.create = false;
+      auto h = Open(recovery, *k, st.name, o);
+      if (!h.ok()) return h.status().WithContext("opening '" + st.name + "' to replay it");
+      handles.push_back(std::move(*h));
+    }
+    ASYMNVM_RETURN_IF_ERROR(recovery.Replay());
+    handles.clear();  // each syncs and releases its lock
+    return recovery.Fence();
+  });
 }
 
 }  // namespace asymnvm::structures

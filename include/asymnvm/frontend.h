@@ -122,6 +122,7 @@ struct Counters {
   uint64_t op_logs = 0, op_log_bytes = 0;
   uint64_t fences = 0, fence_polls = 0;
   uint64_t lock_acquires = 0, lock_retries = 0;
+  uint64_t takeovers = 0;  // dead writers whose locks this session took over (WriterLock)
   uint64_t reader_retries = 0;
   uint64_t replayed_ops = 0;
   // Frees of objects carved by an earlier session (another incarnation or front-end): the
@@ -150,6 +151,12 @@ class Session;
 // Re-executes one operation (the op log exists already: OpLog() inside it returns op.op_seq and
 // sends nothing). It issues MemLogs and TxWrite like the original execution.
 using ReplayFn = std::function<Status(Session&, const Structure&, const RecoveredOp&)>;
+
+// Takes over a dead writer's structures (doc/frontend.md §Dead writers): given a recovery Session
+// that holds the dead front-end's id and the structures its unreplayed op logs name (plus the one
+// whose lock was wanted), opens what the replay functions need, calls recovery.Replay() and closes
+// (fence + unlock) before returning. structures::RegisterReplays installs one.
+using AdoptFn = std::function<Status(Session& recovery, const std::vector<Structure>& structures)>;
 
 class Session {
  public:
@@ -251,6 +258,12 @@ class Session {
   // function of their structure's type; then fences. The structures must have been opened in this
   // session (kFailedPrecondition otherwise, or when no function is registered for the type).
   Status Replay(OpLogFetcher* fetcher);
+  // Dead writers (needs SessionOptions::coordinator and an adopter): when WriterLock finds the lock
+  // held by a front-end id whose lease on the coordinator is gone, it claims that id, opens a
+  // recovery Session under it on the same back-end, lets `adopt` replay the dead writer's
+  // acknowledged op logs and release its locks, then takes the lock (doc/frontend.md §Dead
+  // writers). Without an adopter a dead holder's lock is waited for until lock_timeout.
+  void SetAdopter(AdoptFn adopt);
   // Replay with the op logs the back-end still holds in its b-log (request kFetchOpLogs): the
   // ops of crashed earlier sessions of this front-end id that are not covered by the OPN.
   // kFailedPrecondition when SessionOptions::op_log_address redirects the op logs elsewhere.
@@ -291,6 +304,9 @@ class Session {
   // kUnavailable after reconnect_deadline.
   Status Reconnect(const Status& cause);
   Status ReplayWith(OpLogFetcher* fetcher);
+  // WriterLock found `target` held by `holder`: true when the holder was dead and this session
+  // replayed its op logs and released its lock; false when it is alive (or being adopted).
+  Result<bool> AdoptDeadWriter(uint64_t holder, const Structure& target);
   std::unique_ptr<Impl> impl_;
   int guard_depth_ = 0;
   uint64_t reconnects_ = 0;

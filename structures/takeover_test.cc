@@ -1,0 +1,204 @@
+// Dead writers (issue 10 item 3; doc/frontend.md §Dead writers), with real processes: a writer
+// process holding a hash table and a stack is SIGKILLed mid-stream and never restarted; another
+// front-end opening the hash table finds the lock held by an id whose lease is gone, takes the id
+// over, replays the dead writer's acknowledged op logs, releases its locks and proceeds. Every
+// acknowledged operation is visible, and the b-log keeps recycling under 10× its capacity of
+// further traffic (the dead writer's op logs no longer pin it). Without the take-over the second
+// front-end's Open times out on the lock.
+//
+// The writer is this binary re-executed with ASYMNVM_TAKEOVER_CHILD=address|coordinator|acks file.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "asymnvm/frontend.h"
+#include "asymnvm/structures/structure.h"
+#include "workloads/driver/backend_process.h"
+
+namespace asymnvm::structures {
+namespace {
+
+constexpr uint32_t kValueSize = 16384;  // kMaxValueSize: log volume in few ops
+
+Value ValueOf(uint64_t key) {
+  Value v(kValueSize, static_cast<uint8_t>(key * 7 + 1));
+  std::memcpy(v.data(), &key, 8);
+  return v;
+}
+
+frontend::SessionOptions Options(const std::string& address, const std::string& coord) {
+  frontend::SessionOptions o;
+  o.backends = {address};
+  o.coordinator = coord;
+  o.frontend_id = 0;  // allocated by the coordinator
+  o.level = frontend::Level::kRcb;
+  o.timeout = std::chrono::milliseconds(30000);
+  o.lock_timeout = std::chrono::milliseconds(30000);
+  return o;
+}
+
+// The writer: puts key i into the hash table and pushes i on the stack, recording i in the acks
+// file after both returned (acknowledged: their op logs are durable). Runs until killed.
+[[noreturn]] void RunWriter(const char* spec) {
+  std::string s(spec);
+  const size_t a = s.find('|'), b = s.find('|', a + 1);
+  const std::string address = s.substr(0, a), coord = s.substr(a + 1, b - a - 1),
+                    acks = s.substr(b + 1);
+  auto session = frontend::Session::Open(Options(address, coord));
+  if (!session.ok()) {
+    std::fprintf(stderr, "writer: %s\n", session.status().ToString().c_str());
+    _exit(2);
+  }
+  RegisterReplays(**session);
+  structures::Options mo;
+  mo.value_size = kValueSize;
+  auto map = OpenMap(**session, Kind::kHashTable, "takeover-map", mo);
+  auto stack = OpenSequence(**session, Kind::kStack, "takeover-stack");
+  if (!map.ok() || !stack.ok()) {
+    std::fprintf(stderr, "writer: open: %s %s\n", map.status().ToString().c_str(),
+                 stack.status().ToString().c_str());
+    _exit(3);
+  }
+  const int fd = ::open(acks.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (fd < 0) _exit(4);
+  for (uint64_t i = 1;; i++) {
+    Status st = (*map)->Put(i, ValueOf(i));
+    uint8_t k[8];
+    std::memcpy(k, &i, 8);
+    if (st.ok()) st = (*stack)->Push(k);
+    if (!st.ok()) {
+      std::fprintf(stderr, "writer: op %llu: %s\n", static_cast<unsigned long long>(i),
+                   st.ToString().c_str());
+      _exit(5);
+    }
+    if (::write(fd, &i, 8) != 8) _exit(6);
+  }
+}
+
+uint64_t Acked(const std::string& path) {
+  std::error_code ec;
+  const auto n = std::filesystem::file_size(path, ec);
+  return ec ? 0 : n / 8;
+}
+
+class TakeoverTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/asymnvm-takeover-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    backend_.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  std::string dir_;
+  std::unique_ptr<driver::BackendProcess> backend_;
+};
+
+TEST_F(TakeoverTest, SigkilledWriterIsTakenOverAndTheLogKeepsRecycling) {
+  // 16 MiB pool: a 2 MiB b-log (an eighth) of 64 KiB segments.
+  auto be = driver::BackendProcess::Start(ASYMNVM_BACKEND_BIN, dir_ + "/pool", "16M",
+                                          {"--log-segment", "64K"});
+  ASSERT_TRUE(be.ok()) << be.status().ToString();
+  backend_ = std::move(be).value();
+  const std::string coord = "dir:" + dir_ + "/coord";
+  const std::string acks = dir_ + "/acks";
+  const std::string spec = backend_->address() + "|" + coord + "|" + acks;
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    setenv("ASYMNVM_TAKEOVER_CHILD", spec.c_str(), 1);
+    execl("/proc/self/exe", "takeover-writer", static_cast<char*>(nullptr));
+    _exit(97);
+  }
+  // Kill it mid-stream, once it has acknowledged a few hundred operations.
+  int status = 0;
+  bool exited = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (Acked(acks) < 300 && std::chrono::steady_clock::now() < deadline) {
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      exited = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_FALSE(exited) << "the writer exited with status " << status;
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  const uint64_t acked = Acked(acks);
+  ASSERT_GE(acked, 300u);
+
+  const auto t_killed = std::chrono::steady_clock::now();
+  // Another front-end: its Open takes the writer lock, finds the dead writer's id, takes over.
+  auto s = frontend::Session::Open(Options(backend_->address(), coord));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  RegisterReplays(**s);
+  auto map = OpenMap(**s, Kind::kHashTable, "takeover-map");
+  ASSERT_TRUE(map.ok()) << map.status().ToString();
+  EXPECT_EQ((*s)->counters().takeovers, 1u);
+  for (uint64_t i = 1; i <= acked; i++) {
+    Value v;
+    Status st = (*map)->Get(i, &v);
+    ASSERT_TRUE(st.ok()) << "acknowledged key " << i << " of " << acked << ": " << st.ToString();
+    ASSERT_EQ(v, ValueOf(i)) << "key " << i;
+  }
+  // The stack was replayed and released by the same take-over: no second one.
+  auto stack = OpenSequence(**s, Kind::kStack, "takeover-stack");
+  ASSERT_TRUE(stack.ok()) << stack.status().ToString();
+  EXPECT_EQ((*s)->counters().takeovers, 1u);
+  std::vector<Value> pushed;
+  ASSERT_TRUE((*stack)->List(SIZE_MAX, &pushed).ok());
+  // Newest first: acked or acked + 1 elements (one push may have been in flight), 1.. in order.
+  ASSERT_GE(pushed.size(), acked);
+  ASSERT_LE(pushed.size(), acked + 1);
+  for (size_t j = 0; j < pushed.size(); j++) {
+    uint64_t got = 0;
+    ASSERT_EQ(pushed[j].size() >= 8, true);
+    std::memcpy(&got, pushed[j].data(), 8);
+    ASSERT_EQ(got, pushed.size() - j) << "stack element " << j;
+  }
+  ASSERT_TRUE((*map)->Verify().ok());
+
+  const auto t_verified = std::chrono::steady_clock::now();
+  // 10× the b-log's capacity of further traffic: the dead writer's op logs no longer pin it.
+  const uint64_t log_bytes = 2ull << 20;
+  const uint64_t ops = 10 * log_bytes / kValueSize + 1;
+  for (uint64_t i = 0; i < ops; i++) {
+    const uint64_t key = acked + 2 + i % 64;
+    Status st = (*map)->Put(key, ValueOf(key));
+    ASSERT_TRUE(st.ok()) << "op " << i << " of " << ops << ": " << st.ToString();
+  }
+  ASSERT_TRUE((*map)->Sync().ok());
+  auto ms = [](auto d) {
+    return static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
+  };
+  std::printf("takeover: %llu ops acknowledged before the kill; take-over + verification %lld ms, "
+              "%llu further ops %lld ms\n",
+              static_cast<unsigned long long>(acked), ms(t_verified - t_killed),
+              static_cast<unsigned long long>(ops), ms(std::chrono::steady_clock::now() - t_verified));
+}
+
+}  // namespace
+}  // namespace asymnvm::structures
+
+int main(int argc, char** argv) {
+  if (const char* spec = std::getenv("ASYMNVM_TAKEOVER_CHILD")) {
+    asymnvm::structures::RunWriter(spec);
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

@@ -348,6 +348,7 @@ class ClientImpl : public Client {
                               uint64_t expected) {
     const uint32_t shard = ShardOf(key);
     const auto deadline = std::chrono::steady_clock::now() + o_.retry_deadline;
+    int restarts = 0;
     for (;;) {
       const uint64_t upload = next_upload_++;
       Status st;
@@ -380,7 +381,7 @@ class ClientImpl : public Client {
       }
       // A lost upload (server restarted, staging expired) applied nothing: start over.
       if (st.code() != StatusCode::kFailedPrecondition) return st;
-      if (std::chrono::steady_clock::now() >= deadline) return st;
+      if (++restarts > 5 || std::chrono::steady_clock::now() >= deadline) return st;
     }
   }
 

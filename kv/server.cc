@@ -238,17 +238,22 @@ Status Server::Impl::Execute(const oq::RequestContext& ctx, const wire::Request&
     }
     case wire::kPutLarge: {
       WorkerState& ws = workers[ctx.worker];
-      auto it = ws.uploads.find({ctx.client_id, r.arg1});
-      if (it == ws.uploads.end() || it->second.data.size() != r.offset ||
-          it->second.total != r.offset + r.value.size()) {
-        return Status::FailedPrecondition("kv put: upload " + std::to_string(r.arg1) +
-                                          " unknown or incomplete (expired, or the server "
-                                          "restarted); start over");
+      Upload up;
+      if (r.offset == 0) {
+        up.data.assign(r.value);  // the whole value in this request
+      } else {
+        auto it = ws.uploads.find({ctx.client_id, r.arg1});
+        if (it == ws.uploads.end() || it->second.data.size() != r.offset ||
+            it->second.total != r.offset + r.value.size()) {
+          return Status::FailedPrecondition("kv put: upload " + std::to_string(r.arg1) +
+                                            " unknown or incomplete (expired, or the server "
+                                            "restarted); start over");
+        }
+        up = std::move(it->second);
+        ws.uploads.erase(it);
+        ws.staged -= up.data.size();
+        up.data.append(r.value);
       }
-      Upload up = std::move(it->second);
-      ws.uploads.erase(it);
-      ws.staged -= up.data.size();
-      up.data.append(r.value);
       if (r.flags & wire::kFlagConditional) {
         ASYMNVM_ASSIGN_OR_RETURN(PutIfReply p, store->PutIf(ctx.worker, r.shard, r.key, up.data,
                                                             r.arg2, position));

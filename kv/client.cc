@@ -3,7 +3,9 @@
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <map>
 #include <random>
+#include <shared_mutex>
 #include <thread>
 
 #include "asymnvm/coord.h"
@@ -11,6 +13,7 @@
 #include "common/logging.h"
 #include "fabric/oq/oq.h"
 #include "kv/server.h"
+#include "kv/shard_map.h"
 #include "kv/store.h"
 #include "kv/wire.h"
 
@@ -34,6 +37,11 @@ Status CheckValue(std::string_view value) {
                                    " bytes is over the limit of " + std::to_string(kMaxValueSize));
   }
   return Status::Ok();
+}
+
+bool NotPrimary(const Status& s) {
+  return s.code() == StatusCode::kUnavailable &&
+         s.message().find("kv: not primary") != std::string::npos;
 }
 
 bool ConnectionLost(const Status& s) {
@@ -62,21 +70,30 @@ class ClientImpl : public Client {
     }
     ASYMNVM_ASSIGN_OR_RETURN(fabric_, fabric::Fabric::Open(o_.fabric));
     ASYMNVM_ASSIGN_OR_RETURN(pd_, fabric_->AllocPd());
-    std::vector<std::string> addrs = o_.servers;
-    if (!o_.coordinator.empty()) {
-      ASYMNVM_ASSIGN_OR_RETURN(addrs, ServersFromCoordinator());
-    }
-    for (auto& a : addrs) {
-      auto c = std::make_unique<Conn>();
-      c->address = a;
-      conns_.push_back(std::move(c));
-    }
-    // Learn the shard count from the first server that answers (all must agree).
     const auto deadline = std::chrono::steady_clock::now() + o_.retry_deadline;
-    for (size_t i = 0; i < conns_.size(); i++) {
+    if (!o_.coordinator.empty()) {
+      // Cluster mode: routing follows the shard map the configuration manager keeps.
+      ASYMNVM_ASSIGN_OR_RETURN(coord_, coord::Coordinator::Open(o_.coordinator));
+      map_path_ = "/asymnvm/kv/" + o_.cluster + "/map";
+      for (;;) {
+        Status st = RefreshMap();
+        if (st.ok()) break;
+        if (st.code() != StatusCode::kNotFound || std::chrono::steady_clock::now() >= deadline) {
+          return Status::Unavailable("kv client: no shard map at " + map_path_ + " on " +
+                                     o_.coordinator + ": " + st.ToString());
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      std::shared_lock l(route_mu_);
+      shards_ = map_.shards;
+      return Status::Ok();
+    }
+    // Explicit servers: shard s is served by servers[s % n]; all must agree on the shard count.
+    for (const auto& addr : o_.servers) {
+      Conn& conn = GetConn(addr);
       Status last;
       for (;;) {
-        auto oq = Connect(*conns_[i]);
+        auto oq = Connect(conn);
         if (oq.ok()) {
           std::vector<uint8_t> payload, resp;
           wire::EncodeRequest(wire::Request{}, &payload);
@@ -89,13 +106,12 @@ class ClientImpl : public Client {
             if (shards_ != 0 && shards != shards_) {
               return Status::InvalidArgument("kv client: servers disagree on the shard count (" +
                                              std::to_string(shards_) + " vs " +
-                                             std::to_string(shards) + " at " +
-                                             conns_[i]->address + ")");
+                                             std::to_string(shards) + " at " + addr + ")");
             }
             shards_ = shards;
             break;
           }
-          Broken(*conns_[i], *oq);
+          Broken(conn, *oq);
         } else {
           last = oq.status();
         }
@@ -103,7 +119,7 @@ class ClientImpl : public Client {
             last.code() == StatusCode::kProtocolError ||
             last.code() == StatusCode::kInvalidArgument ||
             std::chrono::steady_clock::now() >= deadline) {
-          return last.WithContext("kv client: server " + conns_[i]->address);
+          return last.WithContext("kv client: server " + addr);
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
@@ -122,6 +138,12 @@ class ClientImpl : public Client {
     std::vector<uint8_t> payload;
     wire::EncodeRequest({wire::kPut, shard, 0, 0, 0, 0, key, value}, &payload);
     return Run(shard, false, [&](oq::Client& c, uint32_t workers) {
+      if (Replicated(shard)) {
+        // Replicated shards: a PUT commits when durable on every backup, which only the
+        // primary's software response can say (doc/kv.md §Commit points).
+        std::vector<uint8_t> resp;
+        return c.Call(Store::WorkerOf(key, workers), wire::kPut, Bytes(payload), &resp);
+      }
       return c.Submit(Store::WorkerOf(key, workers), wire::kPut, Bytes(payload));
     });
   }
@@ -258,32 +280,37 @@ class ClientImpl : public Client {
   uint32_t ShardOf(std::string_view key) const override { return kv::ShardOf(key, shards_); }
 
  private:
-  Result<std::vector<std::string>> ServersFromCoordinator() {
-    ASYMNVM_ASSIGN_OR_RETURN(auto c, coord::Coordinator::Open(o_.coordinator));
-    const std::string dir = "/asymnvm/kv/" + o_.cluster + "/servers";
-    const auto deadline = std::chrono::steady_clock::now() + o_.retry_deadline;
-    for (;;) {
-      auto names = c->Children(dir);
-      if (names.ok() && !names->empty()) {
-        std::vector<std::string> out;
-        for (auto& n : *names) {
-          auto node = c->Get(dir + "/" + n);
-          if (!node.ok()) continue;
-          // "address <addr>\n..."
-          const std::string& d = node->data;
-          if (d.rfind("address ", 0) != 0) continue;
-          out.push_back(d.substr(8, d.find('\n') - 8));
-        }
-        if (!out.empty()) return out;
-      } else if (!names.ok() && names.status().code() != StatusCode::kNotFound) {
-        return names.status();
-      }
-      if (std::chrono::steady_clock::now() >= deadline) {
-        return Status::Unavailable("kv client: no server registered under " + dir + " at " +
-                                   o_.coordinator);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  Status RefreshMap() {
+    auto node = coord_->Get(map_path_);
+    if (!node.ok()) return node.status();
+    ASYMNVM_ASSIGN_OR_RETURN(ShardMap m, ShardMap::Decode(node->data));
+    std::unique_lock l(route_mu_);
+    if (m.epoch >= map_.epoch) map_ = std::move(m);
+    return Status::Ok();
+  }
+
+  // The address serving `shard` now ("" when the map names no reachable server).
+  std::string Route(uint32_t shard) {
+    std::shared_lock l(route_mu_);
+    if (!coord_) return o_.servers[shard % o_.servers.size()];
+    if (shard >= map_.assignment.size()) return "";
+    auto it = map_.servers.find(map_.assignment[shard].primary);
+    return it == map_.servers.end() ? "" : it->second.oq;
+  }
+
+  bool Replicated(uint32_t shard) {
+    std::shared_lock l(route_mu_);
+    return coord_ && shard < map_.assignment.size() && !map_.assignment[shard].backups.empty();
+  }
+
+  Conn& GetConn(const std::string& address) {
+    std::lock_guard<std::mutex> l(conns_mu_);
+    auto& c = conns_[address];
+    if (!c) {
+      c = std::make_unique<Conn>();
+      c->address = address;
     }
+    return *c;
   }
 
   Result<std::shared_ptr<oq::Client>> Connect(Conn& c) {
@@ -312,35 +339,46 @@ class ClientImpl : public Client {
 
   // Runs `f` against the shard's server. Reconnects when the connection is gone; retries until
   // retry_deadline while nothing was sent, and after a failure only when `safe` (a read).
+  // Runs `f` against the shard's primary. Reconnects when the connection is gone; retries until
+  // retry_deadline while nothing was applied: never sent, refused as "not primary" (the map is
+  // re-read), and after a connection failure only when `safe` (a read).
   template <typename F>
   Status Run(uint32_t shard, bool safe, F&& f) {
-    Conn& c = *conns_[shard % conns_.size()];
     const auto deadline = std::chrono::steady_clock::now() + o_.retry_deadline;
     auto backoff = std::chrono::milliseconds(5);
     for (;;) {
-      auto oq = Connect(c);
+      const std::string address = Route(shard);
       Status st;
-      if (oq.ok()) {
-        uint32_t workers;
-        {
-          std::lock_guard<std::mutex> l(c.mu);
-          workers = c.workers;
-        }
-        st = f(**oq, workers);
-        if (st.ok()) return st;
-        if (!ConnectionLost(st)) return st;
-        Broken(c, *oq);
-        if (!safe) return st;  // the request may have reached the server: outcome unknown
+      if (address.empty()) {
+        st = Status::Unavailable("kv: no server for shard " + std::to_string(shard));
       } else {
-        st = oq.status();
-        if (!ConnectionLost(st) && st.code() != StatusCode::kIoError) return st;
+        Conn& c = GetConn(address);
+        auto oq = Connect(c);
+        if (oq.ok()) {
+          uint32_t workers;
+          {
+            std::lock_guard<std::mutex> l(c.mu);
+            workers = c.workers;
+          }
+          st = f(**oq, workers);
+          if (st.ok()) return st;
+          if (!NotPrimary(st)) {
+            if (!ConnectionLost(st)) return st;
+            Broken(c, *oq);
+            if (!safe) return st;  // the request may have reached the server: outcome unknown
+          }
+        } else {
+          st = oq.status();
+          if (!ConnectionLost(st) && st.code() != StatusCode::kIoError) return st;
+        }
       }
       if (std::chrono::steady_clock::now() + backoff >= deadline) {
-        return Status::Unavailable("kv: server " + c.address + " for shard " +
-                                   std::to_string(shard) + " unavailable: " + st.ToString());
+        return Status::Unavailable("kv: shard " + std::to_string(shard) + " unavailable (" +
+                                   address + "): " + st.ToString());
       }
       std::this_thread::sleep_for(backoff);
       backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
+      if (coord_) (void)RefreshMap();
     }
   }
 
@@ -388,7 +426,12 @@ class ClientImpl : public Client {
   ClientOptions o_;
   std::unique_ptr<fabric::Fabric> fabric_;
   std::unique_ptr<fabric::ProtectionDomain> pd_;
-  std::vector<std::unique_ptr<Conn>> conns_;
+  std::mutex conns_mu_;
+  std::map<std::string, std::unique_ptr<Conn>> conns_;  // by address
+  std::unique_ptr<coord::Coordinator> coord_;            // cluster mode
+  std::string map_path_;
+  std::shared_mutex route_mu_;
+  ShardMap map_;
   uint32_t shards_ = 0;
   std::atomic<uint64_t> next_upload_{1};
 };

@@ -13,6 +13,7 @@ constexpr uint32_t kSegmentMagic = 0x4753564B;  // "KVSG"
 // [segment_size u32][segments u32][oq_buffers u32][oq_buffer_size u32][pad u32]
 // [generation_bound u64][applied_floor u64 × kMaxWorkers]
 constexpr size_t kFloorOffset = 48;
+constexpr size_t kBlogOffset = kFloorOffset + 8 * kMaxWorkers;  // 304
 }  // namespace
 
 void EncodeServerHeader(const ServerHeader& h, uint8_t* page) {
@@ -27,6 +28,7 @@ void EncodeServerHeader(const ServerHeader& h, uint8_t* page) {
   PutLe32(page + 36, h.oq_buffer_size);
   PutLe64(page + 40, h.generation_bound);
   for (uint32_t w = 0; w < kMaxWorkers; w++) PutLe64(page + kFloorOffset + 8 * w, h.applied_floor[w]);
+  PutLe64(page + kBlogOffset, h.blog_bytes);
   PutLe32(page + 8, Crc32c(page + 12, kHeaderPage - 12));
 }
 
@@ -49,6 +51,7 @@ Status DecodeServerHeader(const uint8_t* page, ServerHeader* h) {
   r.oq_buffer_size = GetLe32(page + 36);
   r.generation_bound = GetLe64(page + 40);
   for (uint32_t w = 0; w < kMaxWorkers; w++) r.applied_floor[w] = GetLe64(page + kFloorOffset + 8 * w);
+  r.blog_bytes = GetLe64(page + kBlogOffset);
   if (r.layout_version != kLayoutVersion) {
     return Status::Corruption("kv header: layout version " + std::to_string(r.layout_version));
   }
@@ -78,7 +81,7 @@ Status DecodeSegmentHeader(const uint8_t* in, SegmentHeader* h) {
   SegmentHeader r;
   r.generation = GetLe64(in + 8);
   uint32_t kind = GetLe32(in + 16);
-  if (r.generation == 0 || (kind != 1 && kind != 2)) {
+  if (r.generation == 0 || kind < 1 || kind > 3) {
     return Status::Corruption("segment header: impossible fields");
   }
   r.kind = static_cast<SegmentKind>(kind);

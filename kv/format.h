@@ -29,7 +29,7 @@ inline constexpr uint32_t kMaxWorkers = 32;
 inline constexpr uint64_t kGenerationBlock = 1024;
 
 enum class EntryType : uint8_t { kPut = 1, kDelete = 2 };
-enum class SegmentKind : uint32_t { kTlog = 1, kGc = 2 };
+enum class SegmentKind : uint32_t { kTlog = 1, kGc = 2, kReplica = 3 };
 
 // The header page at the start of the pool's user area.
 struct ServerHeader {
@@ -42,6 +42,7 @@ struct ServerHeader {
   uint32_t oq_buffer_size = 0;
   uint64_t generation_bound = 0;               // every issued generation is below this
   uint64_t applied_floor[kMaxWorkers] = {};    // per worker: OQ position applied, at least
+  uint64_t blog_bytes = 0;                     // Rowan b-log area (replication target)
 };
 void EncodeServerHeader(const ServerHeader& h, uint8_t* page);  // kHeaderPage bytes
 // kNotFound: blank page (first 8 bytes zero); kCorruption: bad magic/checksum/fields.

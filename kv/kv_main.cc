@@ -2,10 +2,13 @@
 //
 //   asymnvm-kv --pool PATH [--size SIZE] [--listen ADDR] [--workers N] [--shards N]
 //              [--segment-size SIZE] [--pm-mode auto|msync|flush] [--gc-threshold F]
-//              [--coord URI] [--cluster NAME] [--secret-file PATH] [--log-level L] [--config FILE]
+//              [--coord URI|none] [--cluster NAME] [--log-listen ADDR] [--blog-size SIZE]
+//              [--rf N] [--initial-servers N] [--secret-file PATH] [--log-level L] [--config FILE]
 //
-// Prints "listening <address>" as the first stdout line once it serves (and, with a coordinator,
-// once registered as /asymnvm/kv/<cluster>/servers/<pool-uuid>, ephemeral), serves until
+// With a coordinator (default: dir:<pool dir>/coord) the server joins the replicated cluster
+// <cluster> (doc/kv.md §Replication); with --coord none it serves every shard of its pool alone.
+// Prints "listening <oq address>" and "log <b-log address>" as the first two stdout lines once it
+// serves (registered as /asymnvm/kv/<cluster>/servers/<pool-uuid>, ephemeral), serves until
 // SIGTERM/SIGINT, then stops cleanly (everything acknowledged is already durable) and exits 0.
 // Exit codes: 0 clean stop, 1 start-up failure (message names the pool or the coordinator and the
 // cause), 2 bad command line.
@@ -57,6 +60,16 @@ int main(int argc, char** argv) {
                  "dir:<pool dir>/coord");
   app.add_option("--cluster", cluster, "cluster name under the coordinator")
       ->capture_default_str();
+  std::string blog_text = "16M";
+  o.rowan_listen.clear();
+  app.add_option("--log-listen", o.rowan_listen,
+                 "b-log (Rowan receiver) address for replication; default: derived from --listen");
+  app.add_option("--blog-size", blog_text, "b-log area size (new pools)")->capture_default_str();
+  app.add_option("--rf", o.rf, "replication factor of a new cluster (0: min(3, servers))")
+      ->check(CLI::Range(0u, 16u))->capture_default_str();
+  app.add_option("--initial-servers", o.initial_servers,
+                 "the first shard map waits for this many servers")
+      ->check(CLI::Range(1u, 1024u))->capture_default_str();
   app.add_option("--log-level", log_level, "debug|info|warn|error|off")
       ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))->capture_default_str();
   try {
@@ -76,6 +89,11 @@ int main(int argc, char** argv) {
     return usage("--segment-size must be a multiple of 4 KiB up to 1G");
   }
   o.segment_size = static_cast<uint32_t>(*seg);
+  auto blog = pm::ParseSize(blog_text);
+  if (!blog.ok() || *blog % 4096 != 0 || (*blog != 0 && *blog < (4u << 20))) {
+    return usage("--blog-size must be 0 or a multiple of 4 KiB of at least 4M");
+  }
+  o.blog_size = *blog;
   auto mode = pm::ParsePersistMode(pm_mode);
   if (!mode.ok()) return usage(mode.status().message());
   o.pm_mode = *mode;
@@ -105,57 +123,33 @@ int main(int argc, char** argv) {
   sigaddset(&stop_set, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_set, nullptr);
 
-  auto server = kv::Server::Start(o);
-  if (!server.ok()) {
-    std::cerr << "asymnvm-kv: " << server.status().ToString() << "\n";
-    return 1;
-  }
-  std::unique_ptr<coord::Coordinator> coordinator;
-  std::string node_path;
   if (coord_uri != "none") {
     if (coord_uri.empty()) {
       std::filesystem::path dir = std::filesystem::absolute(o.pool_path).parent_path();
       coord_uri = "dir:" + (dir / "coord").string();
     }
-    auto c = coord::Coordinator::Open(coord_uri);
-    Status st = c.ok() ? Status::Ok() : c.status();
-    const std::string dir = "/asymnvm/kv/" + cluster + "/servers";
-    if (st.ok()) st = (*c)->EnsurePath(dir);
-    if (st.ok()) {
-      node_path = dir + "/" + (*server)->pool_uuid();
-      const std::string data =
-          "address " + (*server)->address() + "\npid " + std::to_string(::getpid()) + "\n";
-      // A node left by an earlier incarnation (ZooKeeper session not expired yet) is replaced.
-      const auto deadline = coord::Clock::now() + std::chrono::seconds(30);
-      for (;;) {
-        auto created = (*c)->Create(node_path, data, coord::kEphemeral);
-        if (created.ok()) break;
-        if (created.status().code() != StatusCode::kAlreadyExists ||
-            coord::Clock::now() >= deadline) {
-          st = created.status();
-          break;
-        }
-        auto old = (*c)->Get(node_path);
-        if (!old.ok()) continue;
-        auto w = (*c)->WaitForChange(node_path, old->version, deadline);
-        (void)w;
-      }
-    }
-    if (!st.ok()) {
-      std::cerr << "asymnvm-kv: coordinator " << coord_uri << ": " << st.ToString() << "\n";
-      (*server)->Stop();
-      return 1;
-    }
-    coordinator = std::move(c).value();
+    o.coordinator = coord_uri;
   }
-  std::cout << "listening " << (*server)->address() << std::endl;
+  o.cluster = cluster;
+  if (o.rowan_listen.empty()) {
+    if (o.listen_address.rfind("unix://", 0) == 0) {
+      o.rowan_listen = o.listen_address + ".blog";
+    } else if (o.listen_address.rfind("tcp://", 0) == 0) {
+      std::string hostport = o.listen_address.substr(6);
+      o.rowan_listen = "tcp://" + hostport.substr(0, hostport.rfind(':')) + ":0";
+    } else {
+      o.rowan_listen = o.listen_address + "-blog";
+    }
+  }
+  auto server = kv::Server::Start(o);
+  if (!server.ok()) {
+    std::cerr << "asymnvm-kv: " << server.status().ToString() << "\n";
+    return 1;
+  }
+  std::cout << "listening " << (*server)->address() << "\nlog " << (*server)->rowan_address()
+            << std::endl;
   int sig = 0;
   sigwait(&stop_set, &sig);
-  if (coordinator) {
-    Status d = coordinator->Delete(node_path);
-    if (!d.ok()) LOG_WARN("kv", "unregister " << node_path << ": " << d.ToString());
-    coordinator->Close();
-  }
   (*server)->Stop();
   auto st = (*server)->stats();
   std::cerr << "asymnvm-kv: stopped (signal " << sig << "): " << st.requests << " requests, "

@@ -6,11 +6,13 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <shared_mutex>
 #include <thread>
 
 #include "asymnvm/kv.h"
 #include "common/logging.h"
 #include "fabric/oq/oq.h"
+#include "kv/cluster.h"
 #include "kv/wire.h"
 
 namespace asymnvm::kv {
@@ -46,7 +48,11 @@ struct Server::Impl {
   std::unique_ptr<fabric::Fabric> fabric;
   std::unique_ptr<fabric::ProtectionDomain> pd;
   std::unique_ptr<Store> store;
+  std::unique_ptr<rowan::Receiver> receiver;
   std::unique_ptr<oq::Server> oq;
+  std::unique_ptr<ClusterAgent> agent;
+  std::atomic<ClusterAgent*> agent_ptr{nullptr};
+  bool cluster_mode = false;
   std::vector<WorkerState> workers;
   std::atomic<uint64_t> requests{0}, rejected{0}, nilext_dropped{0};
   std::thread cleaner;
@@ -100,6 +106,38 @@ Status Server::Impl::Execute(const oq::RequestContext& ctx, const wire::Request&
     if (w != ctx.worker) {
       return Status::InvalidArgument("kv: request for worker " + std::to_string(w) +
                                      " arrived at worker " + std::to_string(ctx.worker));
+    }
+  }
+  // Cluster mode: only a shard's primary serves it, and the map cannot change during a request.
+  // OQ recovery re-applies landed nilext PUTs (acknowledged: they are applied whatever the map).
+  std::shared_lock<std::shared_mutex> map_lock;
+  if (cluster_mode && !ctx.recovering && r.type != wire::kInfo && r.type != wire::kPutChunk) {
+    if (ctx.nilext) {
+      // Already acknowledged (durable in our receive buffer): it must be applied here. A client
+      // sends nilext PUTs only to the primary of an unreplicated shard, whose primary never
+      // moves; all that can lag is this server taking up its role (start-up).
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      for (;;) {
+        ClusterAgent* agent = agent_ptr.load();
+        if (agent != nullptr) {
+          map_lock = agent->Lock();
+          Status st = agent->CheckPrimary(r.shard);
+          if (st.ok()) break;
+          map_lock.unlock();
+          if (std::chrono::steady_clock::now() >= deadline) return st;
+          agent->WaitForAdoption(std::chrono::milliseconds(100));
+        } else {
+          if (std::chrono::steady_clock::now() >= deadline) {
+            return Status::Unavailable("kv: not primary (server starting)");
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+      }
+    } else {
+      ClusterAgent* agent = agent_ptr.load();
+      if (agent == nullptr) return Status::Unavailable("kv: not primary (server starting)");
+      map_lock = agent->Lock();
+      ASYMNVM_RETURN_IF_ERROR(agent->CheckPrimary(r.shard));
     }
   }
   const uint64_t position = (uint64_t{ctx.worker} << 56) | ctx.position;
@@ -341,7 +379,12 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
     if (format::kHeaderPage + oq_bytes >= usize) {
       return Status::InvalidArgument("kv server: pool " + o.pool_path + " too small");
     }
-    geo.segments = static_cast<uint32_t>((usize - format::kHeaderPage - oq_bytes) / geo.segment_size);
+    geo.blog_bytes = (o.blog_size + 4095) / 4096 * 4096;
+    if (format::kHeaderPage + oq_bytes + geo.blog_bytes >= usize) {
+      return Status::InvalidArgument("kv server: pool " + o.pool_path + " too small");
+    }
+    geo.segments = static_cast<uint32_t>(
+        (usize - format::kHeaderPage - oq_bytes - geo.blog_bytes) / geo.segment_size);
     if (geo.segments < geo.workers + 3) {
       return Status::InvalidArgument("kv server: pool " + o.pool_path + " of " +
                                      std::to_string(impl->pool->size()) + " bytes holds " +
@@ -353,12 +396,25 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   }
   size_t oq_bytes = oq::DurableAreaSize(geo.workers, geo.oq_buffers, geo.oq_buffer_size);
   oq_bytes = (oq_bytes + 4095) / 4096 * 4096;
-  if (format::kHeaderPage + oq_bytes + size_t{geo.segments} * geo.segment_size > usize) {
+  if (format::kHeaderPage + oq_bytes + geo.blog_bytes + size_t{geo.segments} * geo.segment_size >
+      usize) {
     return Status::Corruption("kv server: pool " + o.pool_path + " is smaller than its layout");
   }
+  impl->cluster_mode = !o.coordinator.empty();
+  if (impl->cluster_mode && geo.blog_bytes == 0) {
+    return Status::InvalidArgument("kv server: pool " + o.pool_path +
+                                   " has no b-log area; it cannot join a replicated cluster");
+  }
+  Impl* raw = impl.get();
   StoreOptions so;
   so.header_page = ua;
-  so.log_base = ua + format::kHeaderPage + oq_bytes;
+  so.log_base = ua + format::kHeaderPage + oq_bytes + geo.blog_bytes;
+  if (impl->cluster_mode) {
+    so.replicate = [raw](uint32_t worker, uint32_t shard, std::span<const uint8_t> e) {
+      ClusterAgent* a = raw->agent_ptr.load();
+      return a == nullptr ? Status::Ok() : a->Replicate(worker, shard, e);
+    };
+  }
   so.persister = impl->pool->persister();
   so.geometry = geo;
   so.gc_threshold = o.gc_threshold;
@@ -374,6 +430,20 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   if (!pd.ok()) return pd.status();
   impl->pd = std::move(pd).value();
 
+  if (geo.blog_bytes > 0) {
+    rowan::ReceiverOptions ro;
+    ro.fabric = impl->fabric.get();
+    ro.pd = impl->pd.get();
+    ro.area = ua + format::kHeaderPage + oq_bytes;
+    ro.area_size = geo.blog_bytes;
+    ro.persister = impl->pool->persister();
+    ro.listen_address = o.rowan_listen;
+    ro.segment_size = 1u << 20;
+    auto rec = rowan::Receiver::Open(ro);
+    if (!rec.ok()) return rec.status().WithContext("kv server: b-log");
+    impl->receiver = std::move(rec).value();
+  }
+
   oq::ServerOptions qo;
   qo.fabric = impl->fabric.get();
   qo.pd = impl->pd.get();
@@ -388,13 +458,33 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   qo.pm_area = ua + format::kHeaderPage;
   qo.pm_area_size = oq_bytes;
   qo.persister = impl->pool->persister();
-  Impl* raw = impl.get();
   auto server = oq::Server::Start(
       qo, [raw](const oq::RequestContext& ctx, std::span<const uint8_t> payload,
                 std::vector<uint8_t>* response) { return raw->Handle(ctx, payload, response); });
   if (!server.ok()) return server.status().WithContext("kv server: ordered queue");
   impl->oq = std::move(server).value();
   impl->cleaner = std::thread([raw] { raw->CleanerLoop(); });
+  if (impl->cluster_mode) {
+    AgentOptions ao;
+    ao.coordinator = o.coordinator;
+    ao.cluster = o.cluster;
+    ao.uuid = pm::UuidToString(impl->pool->superblock().uuid);
+    ao.self = {impl->oq->address(), impl->receiver->address()};
+    ao.rf = o.rf;
+    ao.initial_servers = o.initial_servers;
+    ao.store = impl->store.get();
+    ao.fabric = impl->fabric.get();
+    ao.pd = impl->pd.get();
+    ao.receiver = impl->receiver.get();
+    auto agent = ClusterAgent::Start(ao);
+    if (!agent.ok()) {
+      std::unique_ptr<Server> tmp(new Server(std::move(impl)));
+      tmp->Stop();
+      return agent.status().WithContext("kv server: coordinator " + o.coordinator);
+    }
+    impl->agent = std::move(agent).value();
+    impl->agent_ptr = impl->agent.get();
+  }
   LOG_INFO("kv", "serving " << o.pool_path << ": " << geo.workers << " workers, " << geo.shards
                             << " shards, " << geo.segments << " segments of "
                             << geo.segment_size << " B; recovered "
@@ -403,6 +493,9 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
 }
 
 std::string Server::address() const { return impl_->oq->address(); }
+std::string Server::rowan_address() const {
+  return impl_->receiver ? impl_->receiver->address() : std::string();
+}
 std::string Server::pool_uuid() const { return pm::UuidToString(impl_->pool->superblock().uuid); }
 const format::ServerHeader& Server::geometry() const { return impl_->store->geometry(); }
 
@@ -413,13 +506,20 @@ ServerStats Server::stats() const {
   s.rejected = impl_->rejected;
   s.nilext_dropped = impl_->nilext_dropped;
   s.pm_syncs = impl_->pool->sync_stats().syncs;
+  if (impl_->agent) {
+    s.map_epoch = impl_->agent->epoch();
+    s.digested = impl_->agent->digested();
+    s.catchups = impl_->agent->catchups_done();
+  }
   return s;
 }
 
 void Server::Stop() {
   if (!impl_ || impl_->stopped) return;
   impl_->stopped = true;
+  if (impl_->agent) impl_->agent->Stop();  // unregisters: the manager moves our shards
   if (impl_->oq) impl_->oq->Stop();
+  if (impl_->receiver) impl_->receiver->Close();
   {
     std::lock_guard<std::mutex> l(impl_->mu);
     impl_->stopping = true;

@@ -37,6 +37,14 @@ struct ServerOptions {
   uint32_t oq_buffers = 8;
   uint32_t oq_buffer_size = 256u << 10;
   double gc_threshold = 0.75;
+  // Replication (doc/kv.md §Replication): the b-log area of a new pool, the Rowan receiver's
+  // address, and the cluster. coordinator empty: a stand-alone server owning every shard.
+  uint64_t blog_size = 16ull << 20;
+  std::string rowan_listen = "tcp://127.0.0.1:0";
+  std::string coordinator;
+  std::string cluster = "default";
+  uint32_t rf = 0;               // replication factor of a new cluster; 0 = min(3, servers)
+  uint32_t initial_servers = 1;  // the first shard map waits for this many servers
   size_t staging_bytes = 64u << 20;
   std::chrono::milliseconds staging_timeout{30000};
 };
@@ -47,6 +55,9 @@ struct ServerStats {
   uint64_t rejected = 0;       // malformed / out-of-range requests answered with an error
   uint64_t nilext_dropped = 0; // nilext requests that failed (logged; no reply channel)
   uint64_t pm_syncs = 0;
+  uint64_t map_epoch = 0;        // cluster mode: the shard map this server follows
+  uint64_t digested = 0;         // b-log entries applied as a backup
+  uint64_t catchups = 0;         // joining backups brought in sync by this server
 };
 
 // Max request / response payload the server's OQ accepts (key + value + headers).
@@ -61,6 +72,7 @@ class Server {
   static Result<std::unique_ptr<Server>> Start(const ServerOptions& options);
   ~Server();
   std::string address() const;
+  std::string rowan_address() const;  // empty without a b-log
   std::string pool_uuid() const;
   const format::ServerHeader& geometry() const;
   ServerStats stats() const;

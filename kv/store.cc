@@ -90,7 +90,7 @@ Status Store::PersistHeader() {
 
 Status Store::Recover() {
   parts_.clear();
-  for (uint32_t i = 0; i <= geo_.workers; i++) parts_.push_back(std::make_unique<Partition>());
+  for (uint32_t i = 0; i < geo_.workers + 2; i++) parts_.push_back(std::make_unique<Partition>());
   shard_version_.reset(new std::atomic<uint64_t>[geo_.shards]);
   for (uint32_t i = 0; i < geo_.shards; i++) shard_version_[i] = 0;
   applied_.reset(new std::atomic<uint64_t>[geo_.workers]);
@@ -194,8 +194,10 @@ Result<Store::Loc> Store::Append(Partition& p, uint32_t owner, const EntryHeader
                                    " bytes does not fit a segment");
   }
   if (p.seg == UINT32_MAX || p.off + fp > geo_.segment_size) {
-    const bool gc = &p == parts_.back().get();
-    auto seg = AllocateSegment(owner, gc ? format::SegmentKind::kGc : format::SegmentKind::kTlog);
+    const auto kind = &p == &gc_part()        ? format::SegmentKind::kGc
+                      : &p == &replica_part() ? format::SegmentKind::kReplica
+                                              : format::SegmentKind::kTlog;
+    auto seg = AllocateSegment(owner, kind);
     if (!seg.ok()) return seg.status();
     if (p.seg != UINT32_MAX) segs_[p.seg].open = false;
     p.seg = *seg;
@@ -262,6 +264,12 @@ Result<uint64_t> Store::WriteLocked(uint32_t worker, EntryType type, uint32_t sh
     }
   }
   if (!loc.ok()) return loc.status();
+  if (o_.replicate) {
+    const uint8_t* e = SegmentBase(loc->seg) + loc->off;
+    Status rs = o_.replicate(worker, shard,
+                             {e, format::kEntryHeaderSize + key.size() + value.size()});
+    if (!rs.ok()) return rs;
+  }
   segs_[loc->seg].live += loc->footprint;
   const uint64_t tag = KeyHash(key);
   {
@@ -452,6 +460,90 @@ ScanOut Store::Scan(uint32_t shard, uint64_t cursor, uint32_t count, size_t max_
   return out;
 }
 
+Status Store::ApplyReplica(std::span<const uint8_t> entry) {
+  EntryHeader h;
+  if (entry.size() < format::kEntryHeaderSize) return Status::Corruption("kv replica: short entry");
+  // Validate against the generation the entry carries (the primary's segment).
+  uint64_t gen = 0;
+  for (int i = 0; i < 8; i++) gen |= uint64_t{entry[24 + i]} << (8 * i);
+  if (!format::DecodeEntry(entry.data(), entry.size(), gen, &h).ok() ||
+      format::kEntryHeaderSize + h.key_len + h.value_len != entry.size()) {
+    return Status::Corruption("kv replica: entry fails its checksum or lengths");
+  }
+  if (h.shard >= geo_.shards) return Status::Corruption("kv replica: shard out of range");
+  std::string_view key = format::EntryKey(entry.data(), h);
+  std::string_view value = format::EntryValue(entry.data(), h);
+  const uint32_t worker = WorkerOf(key, geo_.workers);
+  Partition& p = *parts_[worker];
+  const uint64_t tag = KeyHash(key);
+  {
+    std::lock_guard<std::mutex> l(p.mu);
+    auto it = FindLocked(p, h.shard, tag, key);
+    if (it != p.index.end() && it->second.version >= h.version) return Status::Ok();
+  }
+  std::lock_guard<std::mutex> rl(replica_mu_);
+  EntryHeader local = h;
+  local.position = 0;  // positions belong to the primary's OQ
+  auto loc = Append(replica_part(), 0, local, key, value);
+  if (!loc.ok()) return loc.status();
+  segs_[loc->seg].live += loc->footprint;
+  uint64_t cur = shard_version_[h.shard];
+  while (h.version > cur && !shard_version_[h.shard].compare_exchange_weak(cur, h.version)) {
+  }
+  std::lock_guard<std::mutex> l(p.mu);
+  auto it = FindLocked(p, h.shard, tag, key);
+  if (it == p.index.end()) {
+    p.index.emplace(IndexKey{h.shard, tag}, *loc);
+  } else if (it->second.version < h.version) {
+    segs_[it->second.seg].live -= it->second.footprint;
+    it->second = *loc;
+  } else {
+    segs_[loc->seg].live -= loc->footprint;  // lost a race with a newer one: garbage at once
+  }
+  return Status::Ok();
+}
+
+void Store::RaiseVersionFloor(uint32_t shard, uint64_t floor) {
+  if (shard >= geo_.shards) return;
+  uint64_t cur = shard_version_[shard];
+  while (floor > cur && !shard_version_[shard].compare_exchange_weak(cur, floor)) {
+  }
+}
+
+Status Store::ForEachEntry(uint32_t shard,
+                           const std::function<Status(std::span<const uint8_t>)>& fn) const {
+  if (shard >= geo_.shards) return Status::InvalidArgument("kv: shard out of range");
+  for (uint32_t w = 0; w < geo_.workers; w++) {
+    Partition& p = *parts_[w];
+    uint64_t cursor = 0;
+    bool more = true;
+    while (more) {
+      std::vector<std::vector<uint8_t>> batch;
+      {
+        std::lock_guard<std::mutex> l(p.mu);
+        auto it = p.index.lower_bound(IndexKey{shard, cursor});
+        uint64_t last = cursor;
+        for (; it != p.index.end() && it->first.first == shard; ++it) {
+          if (batch.size() >= 256 && it->first.second != last) break;
+          const uint8_t* e = SegmentBase(it->second.seg) + it->second.off;
+          EntryHeader h;
+          if (!format::DecodeEntry(e, geo_.segment_size - it->second.off,
+                                   segs_[it->second.seg].generation, &h)
+                   .ok()) {
+            return Status::Corruption("kv: index points at an invalid entry");
+          }
+          batch.emplace_back(e, e + format::kEntryHeaderSize + h.key_len + h.value_len);
+          last = it->first.second;
+        }
+        more = it != p.index.end() && it->first.first == shard;
+        if (more) cursor = it->first.second;
+      }
+      for (auto& b : batch) ASYMNVM_RETURN_IF_ERROR(fn(b));
+    }
+  }
+  return Status::Ok();
+}
+
 bool Store::NeedsCleaning() const {
   std::lock_guard<std::mutex> l(alloc_mu_);
   const size_t watermark = std::max<size_t>(geo_.workers + 2, geo_.segments / 4);
@@ -481,7 +573,7 @@ Result<uint32_t> Store::CleanOnce() {
   std::sort(cand.begin(), cand.end());
   if (cand.size() > 4) cand.resize(4);
   uint32_t freed = 0;
-  Partition& gc = *parts_.back();
+  Partition& gc = gc_part();
   std::vector<uint32_t> victims;
   for (auto [live, seg] : cand) {
     const uint8_t* base = SegmentBase(seg);

@@ -26,6 +26,8 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
+#include <span>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -48,6 +50,11 @@ struct StoreOptions {
   // Geometry for a blank header page (ignored, and replaced by the stored one, otherwise).
   format::ServerHeader geometry;
   double gc_threshold = 0.75;       // clean sealed segments whose live fraction is below this
+  // Replication (doc/kv.md §Replication): called by a write after its entry is durable in the
+  // local t-log and before the index shows it, with the encoded entry (kEntryHeaderSize + key +
+  // value bytes; its generation field is the local segment's). A non-OK status fails the write
+  // (the client learns an error: outcome unknown). Null: no replication.
+  std::function<Status(uint32_t worker, uint32_t shard, std::span<const uint8_t> entry)> replicate;
 };
 
 struct StoreStats {
@@ -109,6 +116,18 @@ class Store {
   ScanOut Scan(uint32_t shard, uint64_t cursor, uint32_t count, size_t max_bytes,
                size_t max_value) const;
 
+  // A backup applies an entry its primary replicated (an encoded entry as given to
+  // StoreOptions::replicate): appended to the replica log, then indexed when its version is above
+  // the key's current one (so applying twice, or out of order, is harmless). kCorruption when the
+  // bytes do not validate. Thread-safe.
+  Status ApplyReplica(std::span<const uint8_t> entry);
+  // Versions of `shard` continue above `floor` (a promoted primary: floor = epoch << 40).
+  void RaiseVersionFloor(uint32_t shard, uint64_t floor);
+  // Calls fn with the encoded current entry (tombstones included) of every key of `shard`, copied
+  // in batches under the partition locks (catch-up of a joining backup).
+  Status ForEachEntry(uint32_t shard,
+                      const std::function<Status(std::span<const uint8_t> entry)>& fn) const;
+
   // One cleaning pass; returns the number of segments freed.
   Result<uint32_t> CleanOnce();
   // Blocks until a segment is free or `deadline`; used when an append finds none.
@@ -165,7 +184,10 @@ class Store {
   format::ServerHeader geo_;
   uint8_t* log_base_;
   pm::Persister* persister_;
-  std::vector<std::unique_ptr<Partition>> parts_;  // workers + 1 (the GC log)
+  std::vector<std::unique_ptr<Partition>> parts_;  // workers, the GC log, the replica log
+  Partition& gc_part() const { return *parts_[geo_.workers]; }
+  Partition& replica_part() const { return *parts_[geo_.workers + 1]; }
+  std::mutex replica_mu_;  // serializes ApplyReplica appends
   std::unique_ptr<std::atomic<uint64_t>[]> shard_version_;
   std::unique_ptr<std::atomic<uint64_t>[]> applied_;  // per worker: largest applied position
   std::unique_ptr<SegmentMeta[]> segs_;

@@ -21,7 +21,7 @@ using testutil::StartKv;
 using testutil::TempDir;
 
 std::vector<std::string> ServerArgs(const TempDir& d, const std::string& sock = "kv.sock") {
-  return {"--pool",    d.File("kv.pool"), "--size",     "40M",  "--listen",
+  return {"--pool",    d.File("kv.pool"), "--size",     "64M",  "--listen",
           "unix://" + d.File(sock),       "--pm-mode",  "flush", "--coord",
           "none",      "--workers",       "2",          "--shards", "4"};
 }

@@ -302,11 +302,30 @@ void ClusterAgent::Adopt(const ShardMap& m) {
   for (uint32_t s = 0; s < m.shards; s++) {
     roles_[s] = m.assignment[s].primary == o_.uuid ? Role::kPrimary : Role::kNone;
   }
+  l.unlock();
   {
     std::lock_guard<std::mutex> al(adopt_mu_);
     adopt_seq_++;
   }
   adopt_cv_.notify_all();
+  if (!promoted.empty()) {
+    // The old primary may have died between its appends to different backups: they can differ
+    // in writes it never acknowledged. Until each backup has been caught up from this (new)
+    // primary it is only `joining` — never promoted — so a value once read cannot revert.
+    const std::string self = o_.uuid;
+    Status st = EditMap([&](ShardMap* mm) {
+      bool changed = false;
+      for (uint32_t s : promoted) {
+        if (s >= mm->assignment.size() || mm->assignment[s].primary != self) continue;
+        for (auto& b : mm->assignment[s].backups) {
+          changed |= b.synced;
+          b.synced = false;
+        }
+      }
+      return changed;
+    });
+    if (!st.ok()) LOG_WARN("kv", "re-syncing backups of promoted shards: " << st.ToString());
+  }
   LOG_INFO("kv", "adopted shard map epoch " << m.epoch << " (" << promoted.size()
                                             << " shards promoted here)");
 }

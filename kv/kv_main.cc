@@ -61,6 +61,10 @@ int main(int argc, char** argv) {
   app.add_option("--cluster", cluster, "cluster name under the coordinator")
       ->capture_default_str();
   std::string blog_text = "16M";
+  bool xpline = false;
+  app.add_flag("--xpline", xpline,
+               "model the XPLine write-combining buffer over every persisted range and print the "
+               "DLWA in the stop line");
   o.rowan_listen.clear();
   app.add_option("--log-listen", o.rowan_listen,
                  "b-log (Rowan receiver) address for replication; default: derived from --listen");
@@ -141,6 +145,8 @@ int main(int argc, char** argv) {
       o.rowan_listen = o.listen_address + "-blog";
     }
   }
+  pm::XPLineModel model;
+  if (xpline) o.observer = &model;
   auto server = kv::Server::Start(o);
   if (!server.ok()) {
     std::cerr << "asymnvm-kv: " << server.status().ToString() << "\n";
@@ -155,6 +161,12 @@ int main(int argc, char** argv) {
   std::cerr << "asymnvm-kv: stopped (signal " << sig << "): " << st.requests << " requests, "
             << st.rejected << " rejected, " << st.store.keys << " keys, "
             << st.store.gc_segments_freed << " segments cleaned, " << st.pm_syncs
-            << " pm syncs\n";
+            << " pm syncs";
+  if (xpline) {
+    model.Finish();
+    std::cerr << ", dlwa " << model.dlwa() << " (requested " << model.requested_bytes()
+              << " B, media " << model.media_bytes() << " B)";
+  }
+  std::cerr << "\n";
   return 0;
 }

@@ -359,6 +359,7 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   pm::PoolOptions po;
   po.mode = o.pm_mode;
   po.layout = "asymnvm-kv";
+  po.observer = o.observer;
   auto pool = pm::Pool::OpenOrCreate(o.pool_path, o.pool_size, po);
   if (!pool.ok()) return pool.status().WithContext("kv server: pool " + o.pool_path);
   impl->pool = std::move(pool).value();

@@ -45,6 +45,7 @@ struct ServerOptions {
   std::string cluster = "default";
   uint32_t rf = 0;               // replication factor of a new cluster; 0 = min(3, servers)
   uint32_t initial_servers = 1;  // the first shard map waits for this many servers
+  pm::PersistObserver* observer = nullptr;  // optional: sees every persisted range (XPLine DLWA)
   size_t staging_bytes = 64u << 20;
   std::chrono::milliseconds staging_timeout{30000};
 };

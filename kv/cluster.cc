@@ -44,7 +44,7 @@ Status ClusterAgent::Init() {
   map_path_ = base_ + "/map";
   ASYMNVM_RETURN_IF_ERROR(coord_->EnsurePath(base_ + "/servers"));
   roles_.assign(o_.store->geometry().shards, Role::kNone);
-  senders_.resize(o_.store->geometry().workers);
+  reps_.resize(o_.store->geometry().workers);
   const std::string node = base_ + "/servers/" + o_.uuid;
   const std::string data = "oq " + o_.self.oq + "\nrowan " + o_.self.rowan + "\n";
   const auto deadline = coord::Clock::now() + std::chrono::seconds(30);
@@ -136,12 +136,25 @@ Status ClusterAgent::Replicate(uint32_t worker, uint32_t shard, std::span<const 
   if (shard >= map_.assignment.size()) return Status::Ok();
   const auto& backups = map_.assignment[shard].backups;
   if (backups.empty()) return Status::Ok();
-  auto& mine = senders_[worker];
+  WorkerReplication& rep = reps_[worker];
+  if (!rep.cq) {
+    auto cq = o_.fabric->CreateCq({.capacity = 8192});
+    if (!cq.ok()) return cq.status().WithContext("kv replication: completion queue");
+    rep.cq = std::move(cq).value();
+  }
   const rowan::EntryMeta meta{kReplicaEntryType, static_cast<uint16_t>(shard), EntryVersion(entry)};
+  struct Pending {
+    std::string uuid;
+    uint64_t token;
+    rowan::Sender* sender;
+  };
+  std::vector<Pending> pending;
+  std::vector<std::pair<std::string, Status>> failed;
+  // Post to every backup at once (SEND blocks + FLUSH per backup, one doorbell each).
   for (const auto& b : backups) {
     Status st;
-    auto it = mine.find(b.uuid);
-    if (it == mine.end()) {
+    auto it = rep.senders.find(b.uuid);
+    if (it == rep.senders.end()) {
       auto addr = map_.servers.find(b.uuid);
       if (addr == map_.servers.end()) {
         st = Status::NotFound("no address for backup " + b.uuid);
@@ -151,29 +164,69 @@ Status ClusterAgent::Replicate(uint32_t worker, uint32_t shard, std::span<const 
         so.pd = o_.pd;
         so.address = addr->second.rowan;
         so.timeout = o_.replicate_timeout;
-        so.max_send_wr = 1024;
+        so.cq = rep.cq.get();
+        so.max_inline = 4096;   // every block of the default 4 KiB MTU goes inline
+        so.max_send_wr = 2048;  // a 1 MiB entry is 257 blocks + a FLUSH
         auto s = rowan::Sender::Connect(so);
         if (s.ok()) {
-          it = mine.emplace(b.uuid, std::move(s).value()).first;
+          it = rep.senders.emplace(b.uuid, std::move(s).value()).first;
         } else {
           st = s.status();
         }
       }
     }
-    if (st.ok()) st = it->second->Append(meta, entry);
-    if (st.ok()) continue;
-    // The backup is gone or unreachable: it must leave the shard before this write is
-    // acknowledged, or it could be promoted without it.
-    mine.erase(b.uuid);
-    LOG_WARN("kv", "replication of shard " << shard << " to " << b.uuid << " failed ("
+    if (st.ok()) {
+      const uint64_t token = rep.next_token++;
+      st = it->second->PostAppend(meta, entry, token);
+      if (st.ok()) pending.push_back({b.uuid, token, it->second.get()});
+    }
+    if (!st.ok()) failed.push_back({b.uuid, st});
+  }
+  // Wait for every FLUSH ack (or an error completion of that connection) up to the timeout.
+  const auto deadline = std::chrono::steady_clock::now() + o_.replicate_timeout;
+  fabric::Completion cs[64];
+  while (!pending.empty()) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      for (auto& p : pending) failed.push_back({p.uuid, Status::TimedOut("no FLUSH ack in time")});
+      pending.clear();
+      break;
+    }
+    auto n = rep.cq->Wait(cs, std::chrono::duration_cast<std::chrono::microseconds>(deadline - now));
+    if (!n.ok()) {
+      for (auto& p : pending) failed.push_back({p.uuid, n.status()});
+      pending.clear();
+      break;
+    }
+    for (size_t i = 0; i < *n; i++) {
+      for (size_t k = 0; k < pending.size(); k++) {
+        Pending& p = pending[k];
+        if (cs[i].connection_id != p.sender->connection().id()) continue;
+        if (cs[i].status != fabric::CompletionStatus::kSuccess) {
+          failed.push_back({p.uuid, Status::ConnectionError(
+                                        std::string("rowan SEND/FLUSH completed with ") +
+                                        fabric::CompletionStatusName(cs[i].status))});
+        } else if (!p.sender->IsAck(cs[i], p.token)) {
+          continue;  // an older round's completion
+        }
+        pending.erase(pending.begin() + static_cast<long>(k));
+        break;
+      }
+    }
+  }
+  // A backup that failed must leave the shard before this write is acknowledged, or it could be
+  // promoted without it.
+  for (auto& [gone, st] : failed) {
+    rep.senders.erase(gone);
+    LOG_WARN("kv", "replication of shard " << shard << " to " << gone << " failed ("
                                            << st.ToString() << "); removing it from the shard");
-    const std::string self = o_.uuid, gone = b.uuid;
-    Status e = EditMap([&](ShardMap* m) {
+    const std::string self = o_.uuid;
+    Status e = EditMap([&, g = gone](ShardMap* m) {
       if (shard >= m->assignment.size() || m->assignment[shard].primary != self) return false;
       auto& bs = m->assignment[shard].backups;
       const size_t n = bs.size();
       bs.erase(std::remove_if(bs.begin(), bs.end(),
-                              [&](const ShardAssignment::Backup& x) { return x.uuid == gone; }),
+                              [&](const ShardAssignment::Backup& x) { return x.uuid == g; }),
                bs.end());
       return bs.size() != n;
     });

@@ -92,8 +92,14 @@ class ClusterAgent {
   mutable std::shared_mutex mu_;  // map_ and roles_
   ShardMap map_;
   std::vector<Role> roles_;
-  // Per worker: uuid -> sender (used only by that worker's thread).
-  std::vector<std::map<std::string, std::unique_ptr<rowan::Sender>>> senders_;
+  // Per worker (used only by that worker's thread): one CQ shared by its senders, one sender per
+  // backup; an entry is posted to every backup at once, then the FLUSH acks are awaited together.
+  struct WorkerReplication {
+    std::unique_ptr<fabric::CompletionQueue> cq;
+    std::map<std::string, std::unique_ptr<rowan::Sender>> senders;
+    uint64_t next_token = 1;
+  };
+  std::vector<WorkerReplication> reps_;
   std::mutex catch_mu_;
   std::set<std::pair<uint32_t, std::string>> catching_;
   std::vector<std::thread> catch_threads_;

@@ -14,6 +14,9 @@
 
 #ifndef KV_SOAK_FACTOR
 #define KV_SOAK_FACTOR 10  // overwrites, in multiples of the log capacity (long build: 1000)
+#define KV_SUITE KvStore
+#else
+#define KV_SUITE KvStoreLong  // distinct ctest names, so the labels do not collide
 #endif
 
 namespace asymnvm::kv {
@@ -65,7 +68,7 @@ struct Fixture {
   ReadResult Get(std::string_view k) { return store->Get(W(k), S(k), k, 0, 1 << 20); }
 };
 
-TEST(KvStore, Operations_ReturnValuesAndVersions) {
+TEST(KV_SUITE, Operations_ReturnValuesAndVersions) {
   Fixture f;
   auto v1 = f.Put("alpha", "one");
   ASSERT_TRUE(v1.ok());
@@ -119,7 +122,7 @@ TEST(KvStore, Operations_ReturnValuesAndVersions) {
   EXPECT_EQ(f.Get("big").bytes, "9223372036854775807");
 }
 
-TEST(KvStore, ParseCounter_AcceptsOnlyCanonicalInt64) {
+TEST(KV_SUITE, ParseCounter_AcceptsOnlyCanonicalInt64) {
   int64_t v;
   EXPECT_TRUE(ParseCounter("0", &v));
   EXPECT_TRUE(ParseCounter("-9223372036854775808", &v));
@@ -129,7 +132,7 @@ TEST(KvStore, ParseCounter_AcceptsOnlyCanonicalInt64) {
   }
 }
 
-TEST(KvStore, Scan_VisitsEveryKeyOfAShardOnce) {
+TEST(KV_SUITE, Scan_VisitsEveryKeyOfAShardOnce) {
   Fixture f(24, 64 * 1024, 2, 3);
   std::map<std::string, std::string> want[3];
   for (int i = 0; i < 300; i++) {
@@ -155,7 +158,7 @@ TEST(KvStore, Scan_VisitsEveryKeyOfAShardOnce) {
   }
 }
 
-TEST(KvStore, Reopen_RebuildsIndexAndVersionsKeepGrowing) {
+TEST(KV_SUITE, Reopen_RebuildsIndexAndVersionsKeepGrowing) {
   Fixture f;
   uint64_t last = 0;
   for (int i = 0; i < 100; i++) {
@@ -185,7 +188,7 @@ TEST(KvStore, Reopen_RebuildsIndexAndVersionsKeepGrowing) {
   EXPECT_TRUE(c->applied);
 }
 
-TEST(KvStore, RecoveringPut_AtAppliedPositionIsSkipped) {
+TEST(KV_SUITE, RecoveringPut_AtAppliedPositionIsSkipped) {
   Fixture f;
   const std::string k = "pos-key";
   const uint32_t w = f.W(k);
@@ -203,7 +206,7 @@ TEST(KvStore, RecoveringPut_AtAppliedPositionIsSkipped) {
   EXPECT_EQ(f.Get(k).bytes, "b");
 }
 
-TEST(KvStore, TornTail_IsIgnoredAndEarlierEntriesSurvive) {
+TEST(KV_SUITE, TornTail_IsIgnoredAndEarlierEntriesSurvive) {
   Fixture f;
   ASSERT_TRUE(f.Put("a", "1").ok());
   ASSERT_TRUE(f.Put("a", "2").ok());
@@ -235,7 +238,7 @@ TEST(KvStore, TornTail_IsIgnoredAndEarlierEntriesSurvive) {
   EXPECT_EQ(g.bytes, "1");
 }
 
-TEST(KvStore, GcSoak_TenTimesLogCapacityMatchesShadowMap) {
+TEST(KV_SUITE, GcSoak_TenTimesLogCapacityMatchesShadowMap) {
   const uint32_t segments = 24, seg_size = 64 * 1024;
   Fixture f(segments, seg_size);
   const uint64_t capacity = uint64_t{segments} * seg_size;
@@ -289,7 +292,7 @@ TEST(KvStore, GcSoak_TenTimesLogCapacityMatchesShadowMap) {
 // Worker threads overwrite and delete their own keys while the cleaner runs in its own thread
 // and a scanner walks a shard: every scanned value must belong to its key (a moved entry is never
 // read half-moved or from a recycled segment) and the final state must match the shadow maps.
-TEST(KvStore, GcSoak_ConcurrentCleanerAndScans) {
+TEST(KV_SUITE, GcSoak_ConcurrentCleanerAndScans) {
   const uint32_t segments = 32, seg_size = 64 * 1024;
   Fixture f(segments, seg_size, 2, 2);
   const uint64_t capacity = uint64_t{segments} * seg_size;

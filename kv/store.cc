@@ -257,11 +257,12 @@ Result<uint64_t> Store::WriteLocked(uint32_t worker, EntryType type, uint32_t sh
   h.version = shard_version_[shard].fetch_add(1) + 1;
   h.position = position;
   auto loc = Append(p, worker, h, key, value);
-  if (!loc.ok() && loc.status().code() == StatusCode::kResourceExhausted) {
-    // Wait for the cleaner (it is woken by NeedsCleaning) and try once more.
-    if (WaitForFreeSegment(std::chrono::steady_clock::now() + std::chrono::seconds(10))) {
-      loc = Append(p, worker, h, key, value);
-    }
+  // No free segment: wait for the cleaner (other logs may take a freed segment first; keep
+  // waiting) up to 10 s.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!loc.ok() && loc.status().code() == StatusCode::kResourceExhausted &&
+         std::chrono::steady_clock::now() < deadline && WaitForFreeSegment(deadline)) {
+    loc = Append(p, worker, h, key, value);
   }
   if (!loc.ok()) return loc.status();
   if (o_.replicate) {

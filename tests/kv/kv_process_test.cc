@@ -9,6 +9,9 @@
 #include <random>
 #include <thread>
 
+#include "fabric/oq/oq.h"
+#include "kv/store.h"
+#include "kv/wire.h"
 #include "tests/common/linearizability.h"
 #include "tests/kv/kv_test_util.h"
 
@@ -192,6 +195,82 @@ TEST(KvApi, Coordinator_ClientFindsRegisteredServer) {
   ClientOptions both = o;
   both.servers = {p.address()};
   EXPECT_EQ(Client::Open(both).status().code(), StatusCode::kInvalidArgument);
+}
+
+// A hostile peer speaking the OQ protocol with malformed KV payloads gets clear errors; the
+// server keeps serving.
+TEST(KvApi, MalformedRequests_GetClearErrors) {
+  TempDir d;
+  Proc p = StartKv(ServerArgs(d));
+  ASSERT_FALSE(p.address().empty()) << p.first_line;
+  auto fab = fabric::Fabric::Open({});
+  ASSERT_TRUE(fab.ok());
+  auto pd = (*fab)->AllocPd();
+  ASSERT_TRUE(pd.ok());
+  oq::ClientOptions co;
+  co.fabric = fab->get();
+  co.pd = pd->get();
+  co.server_address = p.address();
+  auto c = oq::Client::Connect(co);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const uint32_t workers = (*c)->server().workers;
+  auto call = [&](uint16_t type, const wire::Request& r, uint32_t worker) {
+    std::vector<uint8_t> payload, resp;
+    wire::EncodeRequest(r, &payload);
+    return (*c)->Call(worker, type, payload, &resp);
+  };
+  const std::string key = "some-key";
+  const uint32_t shard = ShardOf(key, 4), worker = Store::WorkerOf(key, workers);
+  // Short payload, lengths that do not add up, unknown type.
+  {
+    std::vector<uint8_t> resp, shortp(10, 0);
+    EXPECT_EQ((*c)->Call(0, wire::kGet, shortp, &resp).code(), StatusCode::kInvalidArgument);
+    std::vector<uint8_t> payload;
+    wire::EncodeRequest({wire::kGet, shard, 0, 0, 0, 0, key, {}}, &payload);
+    payload[4] = 200;  // key length beyond the payload
+    EXPECT_EQ((*c)->Call(worker, wire::kGet, payload, &resp).code(), StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(call(99, {99, shard, 0, 0, 0, 0, key, {}}, worker).code(), StatusCode::kInvalidArgument);
+  // Empty key, oversized key, wrong shard, wrong worker.
+  EXPECT_EQ(call(wire::kGet, {wire::kGet, 0, 0, 0, 0, 0, {}, {}}, 0).code(),
+            StatusCode::kInvalidArgument);
+  const std::string huge(kMaxKeySize + 1, 'k');
+  EXPECT_EQ(call(wire::kGet, {wire::kGet, ShardOf(huge, 4), 0, 0, 0, 0, huge, {}},
+                 Store::WorkerOf(huge, workers))
+                .code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(call(wire::kGet, {wire::kGet, (shard + 1) % 4, 0, 0, 0, 0, key, {}}, worker).code(),
+            StatusCode::kInvalidArgument);
+  if (workers > 1) {
+    EXPECT_EQ(call(wire::kGet, {wire::kGet, shard, 0, 0, 0, 0, key, {}}, (worker + 1) % workers)
+                  .code(),
+              StatusCode::kInvalidArgument);
+  }
+  // Scan: shard out of range, count 0.
+  EXPECT_EQ(call(wire::kScan, {wire::kScan, 9, 0, 0, 0, 10, {}, {}}, 0).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(call(wire::kScan, {wire::kScan, 0, 0, 0, 0, 0, {}, {}}, 0).code(),
+            StatusCode::kInvalidArgument);
+  // Uploads: over the value limit, out of order, a commit without its chunks.
+  EXPECT_EQ(call(wire::kPutChunk, {wire::kPutChunk, 0, 0, 0, 7, kMaxValueSize + 1, {}, "x"}, worker)
+                .code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(call(wire::kPutChunk, {wire::kPutChunk, 0, 0, 100, 8, 1000, {}, "x"}, worker).code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(call(wire::kPutLarge, {wire::kPutLarge, shard, 0, 500, 9, 0, key, "x"}, worker).code(),
+            StatusCode::kFailedPrecondition);
+  // An inline PUT over the inline limit.
+  const std::string big(kMaxInlineValue + 1, 'v');
+  EXPECT_EQ(call(wire::kPut, {wire::kPut, shard, 0, 0, 0, 0, key, big}, worker).code(),
+            StatusCode::kInvalidArgument);
+  // Still serving, nothing was written.
+  auto client = OpenClient({p.address()});
+  ASSERT_NE(client, nullptr);
+  auto g = client->Get(key);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_FALSE(g->found);
+  ASSERT_TRUE(client->Put(key, "ok").ok());
+  EXPECT_EQ(client->Get(key)->value, "ok");
 }
 
 // Clients put unique values, read and delete a few shared keys while the server is SIGKILLed and

@@ -276,6 +276,16 @@ class ClientImpl : public Client {
     return out;
   }
 
+  fabric::Counters counters() const override {
+    fabric::Counters sum;
+    std::lock_guard<std::mutex> l(conns_mu_);
+    for (auto& [addr, c] : conns_) {
+      std::lock_guard<std::mutex> cl(c->mu);
+      if (c->oq) sum += c->oq->counters();
+    }
+    return sum;
+  }
+
   uint32_t shard_count() const override { return shards_; }
   uint32_t ShardOf(std::string_view key) const override { return kv::ShardOf(key, shards_); }
 
@@ -426,7 +436,7 @@ class ClientImpl : public Client {
   ClientOptions o_;
   std::unique_ptr<fabric::Fabric> fabric_;
   std::unique_ptr<fabric::ProtectionDomain> pd_;
-  std::mutex conns_mu_;
+  mutable std::mutex conns_mu_;
   std::map<std::string, std::unique_ptr<Conn>> conns_;  // by address
   std::unique_ptr<coord::Coordinator> coord_;            // cluster mode
   std::string map_path_;

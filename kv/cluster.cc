@@ -453,6 +453,14 @@ void ClusterAgent::DigestLoop() {
     });
     Status c = o_.receiver->Commit(seg->index);
     if (!c.ok()) LOG_WARN("kv", "digest commit: " << c.ToString());
+    // The scanner remembers every entry it yielded (duplicate suppression) and the blocks of
+    // entries still incomplete. Applying is idempotent, so only the latter must survive: start
+    // afresh whenever no entry is half-seen (a multi-block entry may span two segments).
+    rowan::Scanner probe = scanner;
+    probe.Finish();
+    if (probe.report().incomplete_entries == scanner.report().incomplete_entries) {
+      scanner = rowan::Scanner();
+    }
   }
 }
 

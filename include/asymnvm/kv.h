@@ -120,6 +120,10 @@ class Client {
   // for the whole scan appears exactly once.
   virtual Result<ScanReply> Scan(uint32_t shard, uint64_t cursor, uint32_t count) = 0;
 
+  // Fabric counters summed over this client's current connections (round trips = doorbells,
+  // bytes, ...); a connection replaced after a failure starts again from zero.
+  virtual fabric::Counters counters() const { return {}; }
+
   virtual uint32_t shard_count() const = 0;
   virtual uint32_t ShardOf(std::string_view key) const = 0;
 };

@@ -288,6 +288,8 @@ class KvSuite : public Suite {
       }
     }
     // Measure.
+    fabric::Counters before;
+    for (auto& c : clients) before += c->counters();
     const auto budget = std::chrono::duration<double>(seconds);
     const size_t bins = static_cast<size_t>(seconds * 100) + 2;
     std::vector<LatencySampler> put_lat(threads_), get_lat(threads_);
@@ -399,6 +401,9 @@ class KvSuite : public Suite {
       for (auto ns : get_lat[t].samples()) gets.Add(ns);
       for (size_t b = 0; b < bins; b++) total_bins[b] += bin_ops[t][b];
     }
+    fabric::Counters after;
+    for (auto& c : clients) after += c->counters();
+    const fabric::Counters delta = after - before;
     // Lost acknowledged PUTs: a private key must read its last acknowledged value, or a later
     // one whose PUT failed (outcome unknown).
     uint64_t lost = 0, checked = 0;
@@ -438,7 +443,15 @@ class KvSuite : public Suite {
     rec["get_p50_us"] = gets.PercentileUs(50);
     rec["get_p99_us"] = gets.PercentileUs(99);
     rec["dlwa"] = n ? dlwa / n : 0;
-    rec["round_trips_per_op"] = nullptr;  // not instrumented yet
+    // Client side only (doorbells and wire bytes of the clients' connections); the primary's
+    // replication to its backups is not included. A failover replaces connections: not counted.
+    if (!failover && ops > 0) {
+      rec["round_trips_per_op"] = static_cast<double>(delta.round_trips) / static_cast<double>(ops);
+      rec["bytes_per_op"] =
+          static_cast<double>(delta.bytes_out + delta.bytes_in) / static_cast<double>(ops);
+    } else {
+      rec["round_trips_per_op"] = nullptr;
+    }
     rec["errors"] = errors.load();
     rec["seconds"] = elapsed;
     if (failover) {

@@ -71,9 +71,10 @@ int main(int argc, char** argv) {
   app.add_option("--blog-size", blog_text, "b-log area size (new pools)")->capture_default_str();
   app.add_option("--rf", o.rf, "replication factor of a new cluster (0: min(3, servers))")
       ->check(CLI::Range(0u, 16u))->capture_default_str();
-  app.add_option("--initial-servers", o.initial_servers,
-                 "the first shard map waits for this many servers")
-      ->check(CLI::Range(1u, 1024u))->capture_default_str();
+  auto* initial_opt = app.add_option("--initial-servers", o.initial_servers,
+                                     "the first shard map waits for this many servers (default: "
+                                     "--rf when given, else 1)")
+                          ->check(CLI::Range(1u, 1024u));
   app.add_option("--log-level", log_level, "debug|info|warn|error|off")
       ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))->capture_default_str();
   try {
@@ -135,6 +136,8 @@ int main(int argc, char** argv) {
     o.coordinator = coord_uri;
   }
   o.cluster = cluster;
+  // The replication factor is fixed when the first map is made: with --rf N it waits for N.
+  if (initial_opt->count() == 0 && o.rf > 0) o.initial_servers = o.rf;
   if (o.rowan_listen.empty()) {
     if (o.listen_address.rfind("unix://", 0) == 0) {
       o.rowan_listen = o.listen_address + ".blog";

@@ -1,0 +1,136 @@
+// The client API of the bundled KV server, Rowan-KV (`asymnvm-kv`, DESIGN.md §12, doc/kv.md).
+//
+// Data model: byte-string keys of 1..kMaxKeySize bytes and values of 0..kMaxValueSize bytes. Keys
+// are hashed to shards (ShardOf); each shard is served by one primary server. Every key has a
+// version: a number > 0 that a shard assigns to each write (strictly increasing per shard, so
+// also per key, across restarts and failovers); 0 means "absent" (never written, or deleted).
+// Every reply that reads state says which version it read.
+//
+// Operations and their commit points:
+//   Put       nilext: no reply. A value up to kMaxInlineValue bytes travels as one nilext Ordered
+//             Queue request and commits on the NIC acknowledgement of the durable SEND + FLUSH
+//             (doc/kv.md §Commit points); a larger value is uploaded in chunks and its last
+//             request takes the software-response path.
+//   Get       value + version (found = false, version 0 for an absent key).
+//   Delete    whether the key existed and the version it deleted.
+//   PutIf     conditional put: applies only when the key's current version equals
+//             `expected_version` (0 = the key must be absent); says whether it applied and the
+//             version now current (the new one, or the one that made it fail).
+//   Incr      atomic add to a counter: the value is a decimal int64 in ASCII ("-12"), an absent
+//             key counts as 0; returns the new value and its version.
+//   Scan      one shard, in key-hash order, resumable with a cursor; every item with its version.
+//
+// Errors (every call): kInvalidArgument (key empty or over kMaxKeySize, value over kMaxValueSize,
+// count 0 or over kMaxScanCount, shard out of range; Incr on a value that is not a decimal int64
+// or whose result overflows), kTimedOut (no commit within ClientOptions::timeout; a write's
+// outcome is then unknown), kUnavailable (no server for the shard answered within
+// ClientOptions::retry_deadline; retryable), kConnectionError (the connection failed mid-request;
+// a write's outcome is unknown), kCorruption (a reply or stored entry failed its checksum),
+// kPermissionDenied (wrong cluster secret). The client retries by itself on a stale shard map or a
+// restarting server until retry_deadline, and only for requests that are safe to repeat (reads,
+// and writes that never reached a server).
+//
+// Thread safety: a Client may be used from any number of threads at once; it multiplexes them on
+// one connection per server worker. Close/destruction must not race other calls.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "asymnvm/fabric.h"
+#include "asymnvm/status.h"
+
+namespace asymnvm::kv {
+
+inline constexpr size_t kMaxKeySize = 1024;
+inline constexpr size_t kMaxValueSize = size_t{1} << 20;  // 1 MiB
+// Values up to this size are written by one request (nilext Put); larger ones are chunked.
+inline constexpr size_t kMaxInlineValue = 48 * 1024;
+inline constexpr uint32_t kMaxScanCount = 10000;
+
+struct ClientOptions {
+  // Where the cluster is. Exactly one of the two:
+  //  * coordinator: a coordinator URI (dir:PATH | zk:HOST:PORT[,...][/chroot]); the client reads
+  //    the shard map and server addresses the servers publish there under /asymnvm/kv/<cluster>.
+  //  * servers: explicit addresses of asymnvm-kv servers (the "listening" line each prints).
+  std::string coordinator;
+  std::vector<std::string> servers;
+  std::string cluster = "default";  // the cluster name under the coordinator
+  // Fabric: provider and the cluster secret, exactly as the other tools take it
+  // (fabric.secret_file, else ASYMNVM_SECRET_FILE / ASYMNVM_SECRET, else the built-in default).
+  fabric::FabricOptions fabric;
+  std::chrono::milliseconds timeout{5000};          // each request (connect included)
+  std::chrono::milliseconds retry_deadline{10000};  // retries on stale map / restarting server
+};
+
+struct GetReply {
+  bool found = false;
+  std::string value;
+  uint64_t version = 0;  // 0 when !found
+};
+
+struct DeleteReply {
+  bool existed = false;
+  uint64_t version = 0;  // the version deleted (0 when !existed)
+};
+
+struct PutIfReply {
+  bool applied = false;
+  uint64_t version = 0;  // applied: the new version; else the current one (0 = absent)
+};
+
+struct IncrReply {
+  int64_t value = 0;
+  uint64_t version = 0;
+};
+
+struct ScanItem {
+  std::string key;
+  std::string value;
+  uint64_t version = 0;
+};
+
+struct ScanReply {
+  std::vector<ScanItem> items;
+  uint64_t next_cursor = 0;  // pass to the next Scan of the same shard
+  bool done = false;         // true: the shard has no items after these
+};
+
+class Client {
+ public:
+  // Connects (to every server of the explicit list, or to those the coordinator names).
+  // Errors: kInvalidArgument (neither or both of coordinator/servers, bad address), kUnavailable /
+  // kConnectionError / kTimedOut (no server reachable), kPermissionDenied, kProtocolError (the
+  // peer is not an asymnvm-kv server).
+  static Result<std::unique_ptr<Client>> Open(const ClientOptions& options);
+  virtual ~Client() = default;
+
+  virtual Status Put(std::string_view key, std::string_view value) = 0;
+  virtual Result<GetReply> Get(std::string_view key) = 0;
+  virtual Result<DeleteReply> Delete(std::string_view key) = 0;
+  virtual Result<PutIfReply> PutIf(std::string_view key, std::string_view value,
+                                   uint64_t expected_version) = 0;
+  virtual Result<IncrReply> Incr(std::string_view key, int64_t delta) = 0;
+  // Items of `shard` whose key hash is >= cursor (start with 0), at most `count` of them (a few
+  // more when keys share a hash). Keys written during a scan may or may not appear; a key present
+  // for the whole scan appears exactly once.
+  virtual Result<ScanReply> Scan(uint32_t shard, uint64_t cursor, uint32_t count) = 0;
+
+  // Fabric counters summed over this client's current connections (round trips = doorbells,
+  // bytes, ...); a connection replaced after a failure starts again from zero.
+  virtual fabric::Counters counters() const { return {}; }
+
+  virtual uint32_t shard_count() const = 0;
+  virtual uint32_t ShardOf(std::string_view key) const = 0;
+};
+
+// The shard of `key` among `shards` shards (the same function the servers use).
+uint32_t ShardOf(std::string_view key, uint32_t shards);
+// The 64-bit key hash Scan orders by.
+uint64_t KeyHash(std::string_view key);
+
+}  // namespace asymnvm::kv

@@ -1,0 +1,457 @@
+// The Rowan-KV client library (include/asymnvm/kv.h; routing and retries in doc/kv.md §Client).
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <map>
+#include <random>
+#include <shared_mutex>
+#include <thread>
+
+#include "asymnvm/coord.h"
+#include "asymnvm/kv.h"
+#include "common/logging.h"
+#include "fabric/oq/oq.h"
+#include "kv/server.h"
+#include "kv/shard_map.h"
+#include "kv/store.h"
+#include "kv/wire.h"
+
+namespace asymnvm::kv {
+namespace {
+
+constexpr size_t kChunk = 56 * 1024;  // bytes of a large value per request
+
+Status CheckKey(std::string_view key) {
+  if (key.empty()) return Status::InvalidArgument("kv: empty key (keys are 1..1024 bytes)");
+  if (key.size() > kMaxKeySize) {
+    return Status::InvalidArgument("kv: key of " + std::to_string(key.size()) +
+                                   " bytes is over the limit of " + std::to_string(kMaxKeySize));
+  }
+  return Status::Ok();
+}
+
+Status CheckValue(std::string_view value) {
+  if (value.size() > kMaxValueSize) {
+    return Status::InvalidArgument("kv: value of " + std::to_string(value.size()) +
+                                   " bytes is over the limit of " + std::to_string(kMaxValueSize));
+  }
+  return Status::Ok();
+}
+
+bool NotPrimary(const Status& s) {
+  return s.code() == StatusCode::kUnavailable &&
+         s.message().find("kv: not primary") != std::string::npos;
+}
+
+bool ConnectionLost(const Status& s) {
+  return s.code() == StatusCode::kConnectionError || s.code() == StatusCode::kRnrRetryExceeded ||
+         s.code() == StatusCode::kTimedOut || s.code() == StatusCode::kUnavailable;
+}
+
+std::span<const uint8_t> Bytes(const std::vector<uint8_t>& v) { return {v.data(), v.size()}; }
+
+// One server: its address and a (re)connectable OQ client shared by the calling threads.
+struct Conn {
+  std::string address;
+  std::mutex mu;
+  std::shared_ptr<oq::Client> oq;  // null: not connected / broken
+  uint32_t workers = 0;
+};
+
+class ClientImpl : public Client {
+ public:
+  explicit ClientImpl(const ClientOptions& o) : o_(o) {}
+
+  Status Init() {
+    if (o_.coordinator.empty() == o_.servers.empty()) {
+      return Status::InvalidArgument(
+          "kv client: give exactly one of coordinator (a URI) or servers (addresses)");
+    }
+    ASYMNVM_ASSIGN_OR_RETURN(fabric_, fabric::Fabric::Open(o_.fabric));
+    ASYMNVM_ASSIGN_OR_RETURN(pd_, fabric_->AllocPd());
+    const auto deadline = std::chrono::steady_clock::now() + o_.retry_deadline;
+    if (!o_.coordinator.empty()) {
+      // Cluster mode: routing follows the shard map the configuration manager keeps.
+      ASYMNVM_ASSIGN_OR_RETURN(coord_, coord::Coordinator::Open(o_.coordinator));
+      map_path_ = "/asymnvm/kv/" + o_.cluster + "/map";
+      for (;;) {
+        Status st = RefreshMap();
+        if (st.ok()) break;
+        if (st.code() != StatusCode::kNotFound || std::chrono::steady_clock::now() >= deadline) {
+          return Status::Unavailable("kv client: no shard map at " + map_path_ + " on " +
+                                     o_.coordinator + ": " + st.ToString());
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      std::shared_lock l(route_mu_);
+      shards_ = map_.shards;
+      return Status::Ok();
+    }
+    // Explicit servers: shard s is served by servers[s % n]; all must agree on the shard count.
+    for (const auto& addr : o_.servers) {
+      Conn& conn = GetConn(addr);
+      Status last;
+      for (;;) {
+        auto oq = Connect(conn);
+        if (oq.ok()) {
+          std::vector<uint8_t> payload, resp;
+          wire::EncodeRequest(wire::Request{}, &payload);
+          last = (*oq)->Call(0, wire::kInfo, Bytes(payload), &resp);
+          if (last.ok()) {
+            auto r = wire::DecodeResponse(Bytes(resp));
+            if (!r.ok()) return r.status();
+            const uint32_t shards = static_cast<uint32_t>(r->arg);
+            if (shards == 0) return Status::ProtocolError("kv client: server reports 0 shards");
+            if (shards_ != 0 && shards != shards_) {
+              return Status::InvalidArgument("kv client: servers disagree on the shard count (" +
+                                             std::to_string(shards_) + " vs " +
+                                             std::to_string(shards) + " at " + addr + ")");
+            }
+            shards_ = shards;
+            break;
+          }
+          Broken(conn, *oq);
+        } else {
+          last = oq.status();
+        }
+        if (last.code() == StatusCode::kPermissionDenied ||
+            last.code() == StatusCode::kProtocolError ||
+            last.code() == StatusCode::kInvalidArgument ||
+            std::chrono::steady_clock::now() >= deadline) {
+          return last.WithContext("kv client: server " + addr);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    }
+    return Status::Ok();
+  }
+
+  Status Put(std::string_view key, std::string_view value) override {
+    ASYMNVM_RETURN_IF_ERROR(CheckKey(key));
+    ASYMNVM_RETURN_IF_ERROR(CheckValue(value));
+    if (value.size() > kMaxInlineValue) {
+      auto r = PutLarge(key, value, false, 0);
+      return r.ok() ? Status::Ok() : r.status();
+    }
+    const uint32_t shard = ShardOf(key);
+    std::vector<uint8_t> payload;
+    wire::EncodeRequest({wire::kPut, shard, 0, 0, 0, 0, key, value}, &payload);
+    return Run(shard, false, [&](oq::Client& c, uint32_t workers) {
+      if (Replicated(shard)) {
+        // Replicated shards: a PUT commits when durable on every backup, which only the
+        // primary's software response can say (doc/kv.md §Commit points).
+        std::vector<uint8_t> resp;
+        return c.Call(Store::WorkerOf(key, workers), wire::kPut, Bytes(payload), &resp);
+      }
+      return c.Submit(Store::WorkerOf(key, workers), wire::kPut, Bytes(payload));
+    });
+  }
+
+  Result<GetReply> Get(std::string_view key) override {
+    ASYMNVM_RETURN_IF_ERROR(CheckKey(key));
+    const uint32_t shard = ShardOf(key);
+    for (int attempt = 0;; attempt++) {
+      GetReply out;
+      uint64_t total = 0;
+      bool restart = false;
+      do {
+        std::vector<uint8_t> payload, resp;
+        wire::EncodeRequest({wire::kGet, shard, 0, static_cast<uint32_t>(out.value.size()),
+                             out.version, 0, key, {}},
+                            &payload);
+        ASYMNVM_RETURN_IF_ERROR(Run(shard, true, [&](oq::Client& c, uint32_t workers) {
+          return c.Call(Store::WorkerOf(key, workers), wire::kGet, Bytes(payload), &resp);
+        }));
+        ASYMNVM_ASSIGN_OR_RETURN(wire::Response r, wire::DecodeResponse(Bytes(resp)));
+        if (r.flag == 0 && out.version == 0) return GetReply{};  // absent
+        if (r.flag != 1 || (out.version != 0 && r.version != out.version)) {
+          restart = true;  // changed between chunks: read again from the start
+          break;
+        }
+        if (r.count != out.value.size() || r.body.size() + out.value.size() > r.arg ||
+            r.arg > kMaxValueSize) {
+          return Status::Corruption("kv get: reply chunk does not fit the value");
+        }
+        out.found = true;
+        out.version = r.version;
+        total = r.arg;
+        out.value.append(r.body);
+        if (r.body.empty() && out.value.size() < total) {
+          return Status::Corruption("kv get: empty chunk before the end of the value");
+        }
+      } while (out.value.size() < total);
+      if (!restart) return out;
+      if (attempt > 100) return Status::Aborted("kv get: value kept changing while read");
+    }
+  }
+
+  Result<DeleteReply> Delete(std::string_view key) override {
+    ASYMNVM_RETURN_IF_ERROR(CheckKey(key));
+    const uint32_t shard = ShardOf(key);
+    std::vector<uint8_t> payload, resp;
+    wire::EncodeRequest({wire::kDelete, shard, 0, 0, 0, 0, key, {}}, &payload);
+    ASYMNVM_RETURN_IF_ERROR(Run(shard, false, [&](oq::Client& c, uint32_t workers) {
+      return c.Call(Store::WorkerOf(key, workers), wire::kDelete, Bytes(payload), &resp);
+    }));
+    ASYMNVM_ASSIGN_OR_RETURN(wire::Response r, wire::DecodeResponse(Bytes(resp)));
+    return DeleteReply{r.flag == 1, r.version};
+  }
+
+  Result<PutIfReply> PutIf(std::string_view key, std::string_view value,
+                           uint64_t expected_version) override {
+    ASYMNVM_RETURN_IF_ERROR(CheckKey(key));
+    ASYMNVM_RETURN_IF_ERROR(CheckValue(value));
+    if (value.size() > kMaxInlineValue) return PutLarge(key, value, true, expected_version);
+    const uint32_t shard = ShardOf(key);
+    std::vector<uint8_t> payload, resp;
+    wire::EncodeRequest({wire::kPutIf, shard, 0, 0, expected_version, 0, key, value}, &payload);
+    ASYMNVM_RETURN_IF_ERROR(Run(shard, false, [&](oq::Client& c, uint32_t workers) {
+      return c.Call(Store::WorkerOf(key, workers), wire::kPutIf, Bytes(payload), &resp);
+    }));
+    ASYMNVM_ASSIGN_OR_RETURN(wire::Response r, wire::DecodeResponse(Bytes(resp)));
+    return PutIfReply{r.flag == 1, r.version};
+  }
+
+  Result<IncrReply> Incr(std::string_view key, int64_t delta) override {
+    ASYMNVM_RETURN_IF_ERROR(CheckKey(key));
+    const uint32_t shard = ShardOf(key);
+    std::vector<uint8_t> payload, resp;
+    wire::EncodeRequest(
+        {wire::kIncr, shard, 0, 0, static_cast<uint64_t>(delta), 0, key, {}}, &payload);
+    ASYMNVM_RETURN_IF_ERROR(Run(shard, false, [&](oq::Client& c, uint32_t workers) {
+      return c.Call(Store::WorkerOf(key, workers), wire::kIncr, Bytes(payload), &resp);
+    }));
+    ASYMNVM_ASSIGN_OR_RETURN(wire::Response r, wire::DecodeResponse(Bytes(resp)));
+    return IncrReply{static_cast<int64_t>(r.arg), r.version};
+  }
+
+  Result<ScanReply> Scan(uint32_t shard, uint64_t cursor, uint32_t count) override {
+    if (shard >= shards_) {
+      return Status::InvalidArgument("kv scan: shard " + std::to_string(shard) +
+                                     " out of range (" + std::to_string(shards_) + " shards)");
+    }
+    if (count == 0 || count > kMaxScanCount) {
+      return Status::InvalidArgument("kv scan: count must be 1.." + std::to_string(kMaxScanCount));
+    }
+    std::vector<uint8_t> payload, resp;
+    wire::EncodeRequest({wire::kScan, shard, 0, 0, cursor, count, {}, {}}, &payload);
+    ASYMNVM_RETURN_IF_ERROR(Run(shard, true, [&](oq::Client& c, uint32_t workers) {
+      return c.Call(0, wire::kScan, Bytes(payload), &resp);
+    }));
+    ASYMNVM_ASSIGN_OR_RETURN(wire::Response r, wire::DecodeResponse(Bytes(resp)));
+    ScanReply out;
+    out.done = r.flag == 1;
+    out.next_cursor = r.arg;
+    const uint8_t* p = reinterpret_cast<const uint8_t*>(r.body.data());
+    size_t left = r.body.size();
+    for (uint32_t i = 0; i < r.count; i++) {
+      if (left < wire::kScanItemHeader) return Status::Corruption("kv scan: short item");
+      const size_t klen = p[0] | (p[1] << 8);
+      const bool truncated = p[2] != 0;
+      uint32_t vlen = 0;
+      uint64_t ver = 0;
+      for (int k = 0; k < 4; k++) vlen |= uint32_t{p[4 + k]} << (8 * k);
+      for (int k = 0; k < 8; k++) ver |= uint64_t{p[8 + k]} << (8 * k);
+      const size_t carried = truncated ? 0 : vlen;
+      if (left < wire::kScanItemHeader + klen + carried) {
+        return Status::Corruption("kv scan: item runs past the reply");
+      }
+      ScanItem item;
+      item.key.assign(reinterpret_cast<const char*>(p + wire::kScanItemHeader), klen);
+      item.value.assign(reinterpret_cast<const char*>(p + wire::kScanItemHeader + klen), carried);
+      item.version = ver;
+      p += wire::kScanItemHeader + klen + carried;
+      left -= wire::kScanItemHeader + klen + carried;
+      if (truncated) {
+        // A large value: read it whole (it may have changed since; the scan then reports the
+        // newer version, as if the key had been written just before this read).
+        ASYMNVM_ASSIGN_OR_RETURN(GetReply g, Get(item.key));
+        if (!g.found) continue;
+        item.value = std::move(g.value);
+        item.version = g.version;
+      }
+      out.items.push_back(std::move(item));
+    }
+    return out;
+  }
+
+  fabric::Counters counters() const override {
+    fabric::Counters sum;
+    std::lock_guard<std::mutex> l(conns_mu_);
+    for (auto& [addr, c] : conns_) {
+      std::lock_guard<std::mutex> cl(c->mu);
+      if (c->oq) sum += c->oq->counters();
+    }
+    return sum;
+  }
+
+  uint32_t shard_count() const override { return shards_; }
+  uint32_t ShardOf(std::string_view key) const override { return kv::ShardOf(key, shards_); }
+
+ private:
+  Status RefreshMap() {
+    auto node = coord_->Get(map_path_);
+    if (!node.ok()) return node.status();
+    ASYMNVM_ASSIGN_OR_RETURN(ShardMap m, ShardMap::Decode(node->data));
+    std::unique_lock l(route_mu_);
+    if (m.epoch >= map_.epoch) map_ = std::move(m);
+    return Status::Ok();
+  }
+
+  // The address serving `shard` now ("" when the map names no reachable server).
+  std::string Route(uint32_t shard) {
+    std::shared_lock l(route_mu_);
+    if (!coord_) return o_.servers[shard % o_.servers.size()];
+    if (shard >= map_.assignment.size()) return "";
+    auto it = map_.servers.find(map_.assignment[shard].primary);
+    return it == map_.servers.end() ? "" : it->second.oq;
+  }
+
+  bool Replicated(uint32_t shard) {
+    std::shared_lock l(route_mu_);
+    return coord_ && shard < map_.assignment.size() && !map_.assignment[shard].backups.empty();
+  }
+
+  Conn& GetConn(const std::string& address) {
+    std::lock_guard<std::mutex> l(conns_mu_);
+    auto& c = conns_[address];
+    if (!c) {
+      c = std::make_unique<Conn>();
+      c->address = address;
+    }
+    return *c;
+  }
+
+  Result<std::shared_ptr<oq::Client>> Connect(Conn& c) {
+    std::lock_guard<std::mutex> l(c.mu);
+    if (c.oq) return c.oq;
+    oq::ClientOptions co;
+    co.fabric = fabric_.get();
+    co.pd = pd_.get();
+    co.server_address = c.address;
+    co.durable = true;
+    co.window = 16;
+    co.timeout = o_.timeout;
+    ASYMNVM_ASSIGN_OR_RETURN(std::unique_ptr<oq::Client> oq, oq::Client::Connect(co));
+    if (!oq->server().durable) {
+      return Status::ProtocolError("kv client: " + c.address + " is not a durable asymnvm-kv server");
+    }
+    c.workers = oq->server().workers;
+    c.oq = std::shared_ptr<oq::Client>(std::move(oq));
+    return c.oq;
+  }
+
+  void Broken(Conn& c, const std::shared_ptr<oq::Client>& which) {
+    std::lock_guard<std::mutex> l(c.mu);
+    if (c.oq == which) c.oq.reset();
+  }
+
+  // Runs `f` against the shard's server. Reconnects when the connection is gone; retries until
+  // retry_deadline while nothing was sent, and after a failure only when `safe` (a read).
+  // Runs `f` against the shard's primary. Reconnects when the connection is gone; retries until
+  // retry_deadline while nothing was applied: never sent, refused as "not primary" (the map is
+  // re-read), and after a connection failure only when `safe` (a read).
+  template <typename F>
+  Status Run(uint32_t shard, bool safe, F&& f) {
+    const auto deadline = std::chrono::steady_clock::now() + o_.retry_deadline;
+    auto backoff = std::chrono::milliseconds(5);
+    for (;;) {
+      const std::string address = Route(shard);
+      Status st;
+      if (address.empty()) {
+        st = Status::Unavailable("kv: no server for shard " + std::to_string(shard));
+      } else {
+        Conn& c = GetConn(address);
+        auto oq = Connect(c);
+        if (oq.ok()) {
+          uint32_t workers;
+          {
+            std::lock_guard<std::mutex> l(c.mu);
+            workers = c.workers;
+          }
+          st = f(**oq, workers);
+          if (st.ok()) return st;
+          if (!NotPrimary(st)) {
+            if (!ConnectionLost(st)) return st;
+            Broken(c, *oq);
+            if (!safe) return st;  // the request may have reached the server: outcome unknown
+          }
+        } else {
+          st = oq.status();
+          if (!ConnectionLost(st) && st.code() != StatusCode::kIoError) return st;
+        }
+      }
+      if (std::chrono::steady_clock::now() + backoff >= deadline) {
+        return Status::Unavailable("kv: shard " + std::to_string(shard) + " unavailable (" +
+                                   address + "): " + st.ToString());
+      }
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
+      if (coord_) (void)RefreshMap();
+    }
+  }
+
+  Result<PutIfReply> PutLarge(std::string_view key, std::string_view value, bool conditional,
+                              uint64_t expected) {
+    const uint32_t shard = ShardOf(key);
+    const auto deadline = std::chrono::steady_clock::now() + o_.retry_deadline;
+    int restarts = 0;
+    for (;;) {
+      const uint64_t upload = next_upload_++;
+      Status st;
+      size_t off = 0;
+      // Every chunk but the last: staged in the worker's DRAM (nothing is applied yet).
+      while (value.size() - off > kChunk) {
+        std::vector<uint8_t> payload, resp;
+        wire::EncodeRequest({wire::kPutChunk, shard, 0, static_cast<uint32_t>(off), upload,
+                             value.size(), {}, value.substr(off, kChunk)},
+                            &payload);
+        st = Run(shard, true, [&](oq::Client& c, uint32_t workers) {
+          return c.Call(Store::WorkerOf(key, workers), wire::kPutChunk, Bytes(payload), &resp);
+        });
+        if (!st.ok()) break;
+        off += kChunk;
+      }
+      if (st.ok()) {
+        std::vector<uint8_t> payload, resp;
+        wire::EncodeRequest({wire::kPutLarge, shard,
+                             static_cast<uint16_t>(conditional ? wire::kFlagConditional : 0),
+                             static_cast<uint32_t>(off), upload, expected, key, value.substr(off)},
+                            &payload);
+        st = Run(shard, false, [&](oq::Client& c, uint32_t workers) {
+          return c.Call(Store::WorkerOf(key, workers), wire::kPutLarge, Bytes(payload), &resp);
+        });
+        if (st.ok()) {
+          ASYMNVM_ASSIGN_OR_RETURN(wire::Response r, wire::DecodeResponse(Bytes(resp)));
+          return PutIfReply{r.flag == 1, r.version};
+        }
+      }
+      // A lost upload (server restarted, staging expired) applied nothing: start over.
+      if (st.code() != StatusCode::kFailedPrecondition) return st;
+      if (++restarts > 5 || std::chrono::steady_clock::now() >= deadline) return st;
+    }
+  }
+
+  ClientOptions o_;
+  std::unique_ptr<fabric::Fabric> fabric_;
+  std::unique_ptr<fabric::ProtectionDomain> pd_;
+  mutable std::mutex conns_mu_;
+  std::map<std::string, std::unique_ptr<Conn>> conns_;  // by address
+  std::unique_ptr<coord::Coordinator> coord_;            // cluster mode
+  std::string map_path_;
+  std::shared_mutex route_mu_;
+  ShardMap map_;
+  uint32_t shards_ = 0;
+  std::atomic<uint64_t> next_upload_{1};
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Client>> Client::Open(const ClientOptions& options) {
+  auto c = std::make_unique<ClientImpl>(options);
+  ASYMNVM_RETURN_IF_ERROR(c->Init());
+  return std::unique_ptr<Client>(std::move(c));
+}
+
+}  // namespace asymnvm::kv

@@ -1,0 +1,477 @@
+#include "kv/cluster.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "common/logging.h"
+
+namespace asymnvm::kv {
+
+namespace {
+constexpr uint16_t kReplicaEntryType = 1;
+
+uint64_t EntryVersion(std::span<const uint8_t> e) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v |= uint64_t{e[16 + i]} << (8 * i);
+  return v;
+}
+
+bool ParseServerNode(const std::string& data, ServerAddr* a) {
+  std::istringstream in(data);
+  std::string k, v;
+  while (in >> k >> v) {
+    if (k == "oq") a->oq = v;
+    if (k == "rowan") a->rowan = v;
+  }
+  return !a->oq.empty() && !a->rowan.empty();
+}
+}  // namespace
+
+Result<std::unique_ptr<ClusterAgent>> ClusterAgent::Start(const AgentOptions& o) {
+  if (o.store == nullptr || o.fabric == nullptr || o.pd == nullptr || o.receiver == nullptr ||
+      o.uuid.empty() || o.coordinator.empty()) {
+    return Status::InvalidArgument("kv cluster: store, fabric, pd, receiver, uuid, coordinator "
+                                   "are required");
+  }
+  std::unique_ptr<ClusterAgent> a(new ClusterAgent(o));
+  ASYMNVM_RETURN_IF_ERROR(a->Init());
+  return a;
+}
+
+Status ClusterAgent::Init() {
+  ASYMNVM_ASSIGN_OR_RETURN(coord_, coord::Coordinator::Open(o_.coordinator));
+  base_ = "/asymnvm/kv/" + o_.cluster;
+  map_path_ = base_ + "/map";
+  ASYMNVM_RETURN_IF_ERROR(coord_->EnsurePath(base_ + "/servers"));
+  roles_.assign(o_.store->geometry().shards, Role::kNone);
+  reps_.resize(o_.store->geometry().workers);
+  const std::string node = base_ + "/servers/" + o_.uuid;
+  const std::string data = "oq " + o_.self.oq + "\nrowan " + o_.self.rowan + "\n";
+  const auto deadline = coord::Clock::now() + std::chrono::seconds(30);
+  for (;;) {
+    auto created = coord_->Create(node, data, coord::kEphemeral);
+    if (created.ok()) break;
+    if (created.status().code() != StatusCode::kAlreadyExists || coord::Clock::now() >= deadline) {
+      return created.status().WithContext("kv cluster: register " + node);
+    }
+    auto old = coord_->Get(node);
+    if (!old.ok()) continue;
+    (void)coord_->WaitForChange(node, old->version, std::min(deadline, coord::Clock::now() +
+                                                                           std::chrono::seconds(1)));
+  }
+  auto wake = [this](const coord::WatchEvent&) {
+    std::lock_guard<std::mutex> l(wake_mu_);
+    wake_seq_++;
+    wake_cv_.notify_all();
+  };
+  auto w1 = coord_->Watch(base_ + "/servers", coord::WatchKind::kChildren, wake);
+  if (w1.ok()) w1_ = *w1;
+  auto w2 = coord_->Watch(map_path_, coord::WatchKind::kNode, wake);
+  if (w2.ok()) w2_ = *w2;
+  manager_ = std::thread([this] { ManagerLoop(); });
+  follower_ = std::thread([this] { FollowLoop(); });
+  digester_ = std::thread([this] { DigestLoop(); });
+  return Status::Ok();
+}
+
+ClusterAgent::~ClusterAgent() { Stop(); }
+
+void ClusterAgent::Stop() {
+  if (stop_.exchange(true)) return;
+  {
+    std::lock_guard<std::mutex> l(wake_mu_);
+    wake_seq_++;
+  }
+  wake_cv_.notify_all();
+  for (auto* t : {&manager_, &follower_, &digester_}) {
+    if (t->joinable()) t->join();
+  }
+  std::vector<std::thread> ts;
+  {
+    std::lock_guard<std::mutex> l(catch_mu_);
+    ts.swap(catch_threads_);
+  }
+  for (auto& t : ts) t.join();
+  if (coord_) {
+    if (w1_) (void)coord_->Unwatch(w1_);
+    if (w2_) (void)coord_->Unwatch(w2_);
+    (void)coord_->Delete(base_ + "/servers/" + o_.uuid);
+    coord_->Close();
+  }
+}
+
+uint64_t ClusterAgent::epoch() const {
+  std::shared_lock l(mu_);
+  return map_.epoch;
+}
+
+void ClusterAgent::WaitForAdoption(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> l(adopt_mu_);
+  const uint64_t seen = adopt_seq_;
+  adopt_cv_.wait_for(l, timeout, [&] { return adopt_seq_ != seen || stop_; });
+}
+
+Status ClusterAgent::CheckPrimary(uint32_t shard) const {
+  if (shard < roles_.size() && roles_[shard] == Role::kPrimary) return Status::Ok();
+  return Status::Unavailable("kv: not primary for shard " + std::to_string(shard) + " (map epoch " +
+                             std::to_string(map_.epoch) + ")");
+}
+
+Status ClusterAgent::EditMap(const std::function<bool(ShardMap*)>& edit) {
+  for (int attempt = 0; attempt < 50; attempt++) {
+    auto node = coord_->Get(map_path_);
+    if (!node.ok()) return node.status();
+    ASYMNVM_ASSIGN_OR_RETURN(ShardMap m, ShardMap::Decode(node->data));
+    if (!edit(&m)) return Status::Ok();
+    m.epoch++;
+    auto set = coord_->Set(map_path_, m.Encode(), node->version);
+    if (set.ok()) return Status::Ok();
+    if (set.status().code() != StatusCode::kAborted) return set.status();
+  }
+  return Status::Aborted("kv cluster: the shard map kept changing");
+}
+
+Status ClusterAgent::Replicate(uint32_t worker, uint32_t shard, std::span<const uint8_t> entry) {
+  // Called with Lock() held (the handler holds it for the whole request).
+  if (shard >= map_.assignment.size()) return Status::Ok();
+  const auto& backups = map_.assignment[shard].backups;
+  if (backups.empty()) return Status::Ok();
+  WorkerReplication& rep = reps_[worker];
+  if (!rep.cq) {
+    auto cq = o_.fabric->CreateCq({.capacity = 8192});
+    if (!cq.ok()) return cq.status().WithContext("kv replication: completion queue");
+    rep.cq = std::move(cq).value();
+  }
+  const rowan::EntryMeta meta{kReplicaEntryType, static_cast<uint16_t>(shard), EntryVersion(entry)};
+  struct Pending {
+    std::string uuid;
+    uint64_t token;
+    rowan::Sender* sender;
+  };
+  std::vector<Pending> pending;
+  std::vector<std::pair<std::string, Status>> failed;
+  // Post to every backup at once (SEND blocks + FLUSH per backup, one doorbell each).
+  for (const auto& b : backups) {
+    Status st;
+    auto it = rep.senders.find(b.uuid);
+    if (it == rep.senders.end()) {
+      auto addr = map_.servers.find(b.uuid);
+      if (addr == map_.servers.end()) {
+        st = Status::NotFound("no address for backup " + b.uuid);
+      } else {
+        rowan::SenderOptions so;
+        so.fabric = o_.fabric;
+        so.pd = o_.pd;
+        so.address = addr->second.rowan;
+        so.timeout = o_.replicate_timeout;
+        so.cq = rep.cq.get();
+        so.max_inline = 4096;   // every block of the default 4 KiB MTU goes inline
+        so.max_send_wr = 2048;  // a 1 MiB entry is 257 blocks + a FLUSH
+        auto s = rowan::Sender::Connect(so);
+        if (s.ok()) {
+          it = rep.senders.emplace(b.uuid, std::move(s).value()).first;
+        } else {
+          st = s.status();
+        }
+      }
+    }
+    if (st.ok()) {
+      const uint64_t token = rep.next_token++;
+      st = it->second->PostAppend(meta, entry, token);
+      if (st.ok()) pending.push_back({b.uuid, token, it->second.get()});
+    }
+    if (!st.ok()) failed.push_back({b.uuid, st});
+  }
+  // Wait for every FLUSH ack (or an error completion of that connection) up to the timeout.
+  const auto deadline = std::chrono::steady_clock::now() + o_.replicate_timeout;
+  fabric::Completion cs[64];
+  while (!pending.empty()) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      for (auto& p : pending) failed.push_back({p.uuid, Status::TimedOut("no FLUSH ack in time")});
+      pending.clear();
+      break;
+    }
+    auto n = rep.cq->Wait(cs, std::chrono::duration_cast<std::chrono::microseconds>(deadline - now));
+    if (!n.ok()) {
+      for (auto& p : pending) failed.push_back({p.uuid, n.status()});
+      pending.clear();
+      break;
+    }
+    for (size_t i = 0; i < *n; i++) {
+      for (size_t k = 0; k < pending.size(); k++) {
+        Pending& p = pending[k];
+        if (cs[i].connection_id != p.sender->connection().id()) continue;
+        if (cs[i].status != fabric::CompletionStatus::kSuccess) {
+          failed.push_back({p.uuid, Status::ConnectionError(
+                                        std::string("rowan SEND/FLUSH completed with ") +
+                                        fabric::CompletionStatusName(cs[i].status))});
+        } else if (!p.sender->IsAck(cs[i], p.token)) {
+          continue;  // an older round's completion
+        }
+        pending.erase(pending.begin() + static_cast<long>(k));
+        break;
+      }
+    }
+  }
+  // A backup that failed must leave the shard before this write is acknowledged, or it could be
+  // promoted without it.
+  for (auto& [gone, st] : failed) {
+    rep.senders.erase(gone);
+    LOG_WARN("kv", "replication of shard " << shard << " to " << gone << " failed ("
+                                           << st.ToString() << "); removing it from the shard");
+    const std::string self = o_.uuid;
+    Status e = EditMap([&, g = gone](ShardMap* m) {
+      if (shard >= m->assignment.size() || m->assignment[shard].primary != self) return false;
+      auto& bs = m->assignment[shard].backups;
+      const size_t n = bs.size();
+      bs.erase(std::remove_if(bs.begin(), bs.end(),
+                              [&](const ShardAssignment::Backup& x) { return x.uuid == g; }),
+               bs.end());
+      return bs.size() != n;
+    });
+    if (!e.ok()) {
+      return Status::Unavailable("kv: backup " + gone + " failed and the shard map could not be "
+                                 "updated: " + e.ToString());
+    }
+  }
+  return Status::Ok();
+}
+
+void ClusterAgent::ManagerLoop() {
+  const std::string manager_node = base_ + "/manager";
+  bool manager = false;
+  uint64_t seen = 0;
+  while (!stop_) {
+    if (!manager) {
+      auto c = coord_->Create(manager_node, o_.uuid, coord::kEphemeral);
+      manager = c.ok();
+      if (manager) LOG_INFO("kv", "configuration manager of cluster " << o_.cluster);
+    }
+    if (manager) {
+      std::map<std::string, ServerAddr> live;
+      auto names = coord_->Children(base_ + "/servers");
+      if (names.ok()) {
+        for (auto& n : *names) {
+          auto node = coord_->Get(base_ + "/servers/" + n);
+          ServerAddr a;
+          if (node.ok() && ParseServerNode(node->data, &a)) live[n] = a;
+        }
+        ShardMap cur;
+        int64_t version = coord::Coordinator::kNoNode;
+        auto node = coord_->Get(map_path_);
+        bool ok = true;
+        if (node.ok()) {
+          auto m = ShardMap::Decode(node->data);
+          if (m.ok()) {
+            cur = *m;
+            version = node->version;
+          } else {
+            LOG_ERROR("kv", "manager: " << m.status().ToString());
+            ok = false;
+          }
+        } else if (node.status().code() != StatusCode::kNotFound) {
+          ok = false;
+        }
+        ShardMap next;
+        const bool ready = cur.epoch != 0 || live.size() >= o_.initial_servers;
+        if (ok && ready &&
+            NextMap(cur, live, o_.store->geometry().shards, o_.rf == 0 ? 3 : o_.rf, &next)) {
+          Status st = version == coord::Coordinator::kNoNode
+                          ? coord_->Create(map_path_, next.Encode()).status()
+                          : coord_->Set(map_path_, next.Encode(), version).status();
+          if (st.ok()) LOG_INFO("kv", "manager: shard map epoch " << next.epoch);
+          if (st.ok() || st.code() == StatusCode::kAborted ||
+              st.code() == StatusCode::kAlreadyExists) {
+            continue;  // re-read at once (also after losing a race)
+          }
+          LOG_WARN("kv", "manager: writing the shard map: " << st.ToString());
+        }
+      }
+    }
+    std::unique_lock<std::mutex> l(wake_mu_);
+    wake_cv_.wait_for(l, std::chrono::milliseconds(200), [&] { return wake_seq_ != seen || stop_; });
+    seen = wake_seq_;
+  }
+}
+
+void ClusterAgent::FollowLoop() {
+  int64_t adopted = -1;
+  uint64_t seen = 0;
+  while (!stop_) {
+    auto node = coord_->Get(map_path_);
+    if (node.ok() && node->version != adopted) {
+      auto m = ShardMap::Decode(node->data);
+      if (m.ok()) {
+        Adopt(*m);
+        adopted = node->version;
+      } else {
+        LOG_ERROR("kv", "shard map: " << m.status().ToString());
+      }
+    }
+    // (Re)start catch-ups of joining backups of our shards.
+    {
+      std::shared_lock l(mu_);
+      for (uint32_t s = 0; s < map_.assignment.size(); s++) {
+        if (roles_[s] != Role::kPrimary) continue;
+        for (const auto& b : map_.assignment[s].backups) {
+          if (b.synced) continue;
+          std::lock_guard<std::mutex> cl(catch_mu_);
+          if (catching_.insert({s, b.uuid}).second) {
+            catch_threads_.emplace_back(
+                [this, s, u = b.uuid, e = map_.epoch] { CatchUp(s, u, e); });
+          }
+        }
+      }
+    }
+    std::unique_lock<std::mutex> l(wake_mu_);
+    wake_cv_.wait_for(l, std::chrono::milliseconds(200), [&] { return wake_seq_ != seen || stop_; });
+    seen = wake_seq_;
+  }
+}
+
+void ClusterAgent::Adopt(const ShardMap& m) {
+  const auto& g = o_.store->geometry();
+  if (m.shards != g.shards) {
+    LOG_ERROR("kv", "shard map has " << m.shards << " shards, this pool " << g.shards
+                                     << "; not serving");
+    return;
+  }
+  std::vector<uint32_t> promoted;
+  {
+    std::shared_lock l(mu_);
+    for (uint32_t s = 0; s < m.shards; s++) {
+      if (m.assignment[s].primary == o_.uuid && roles_[s] != Role::kPrimary) promoted.push_back(s);
+    }
+  }
+  if (!promoted.empty()) {
+    // Finish digesting what the old primary replicated here, then let versions continue above
+    // anything an earlier epoch issued.
+    DigestLive();
+    for (uint32_t s : promoted) o_.store->RaiseVersionFloor(s, m.epoch << 40);
+  }
+  std::unique_lock l(mu_);
+  map_ = m;
+  for (uint32_t s = 0; s < m.shards; s++) {
+    roles_[s] = m.assignment[s].primary == o_.uuid ? Role::kPrimary : Role::kNone;
+  }
+  l.unlock();
+  {
+    std::lock_guard<std::mutex> al(adopt_mu_);
+    adopt_seq_++;
+  }
+  adopt_cv_.notify_all();
+  if (!promoted.empty()) {
+    // The old primary may have died between its appends to different backups: they can differ
+    // in writes it never acknowledged. Until each backup has been caught up from this (new)
+    // primary it is only `joining` — never promoted — so a value once read cannot revert.
+    const std::string self = o_.uuid;
+    Status st = EditMap([&](ShardMap* mm) {
+      bool changed = false;
+      for (uint32_t s : promoted) {
+        if (s >= mm->assignment.size() || mm->assignment[s].primary != self) continue;
+        for (auto& b : mm->assignment[s].backups) {
+          changed |= b.synced;
+          b.synced = false;
+        }
+      }
+      return changed;
+    });
+    if (!st.ok()) LOG_WARN("kv", "re-syncing backups of promoted shards: " << st.ToString());
+  }
+  LOG_INFO("kv", "adopted shard map epoch " << m.epoch << " (" << promoted.size()
+                                            << " shards promoted here)");
+}
+
+void ClusterAgent::CatchUp(uint32_t shard, std::string backup, uint64_t epoch) {
+  auto done = [&] {
+    std::lock_guard<std::mutex> l(catch_mu_);
+    catching_.erase({shard, backup});
+  };
+  std::string address;
+  {
+    std::shared_lock l(mu_);
+    auto it = map_.servers.find(backup);
+    if (it != map_.servers.end()) address = it->second.rowan;
+  }
+  rowan::SenderOptions so;
+  so.fabric = o_.fabric;
+  so.pd = o_.pd;
+  so.address = address;
+  so.timeout = o_.replicate_timeout;
+  so.max_send_wr = 1024;
+  auto sender = rowan::Sender::Connect(so);
+  if (!sender.ok()) {
+    LOG_WARN("kv", "catch-up of shard " << shard << " to " << backup << ": "
+                                        << sender.status().ToString());
+    done();
+    return;
+  }
+  uint64_t n = 0;
+  Status st = o_.store->ForEachEntry(shard, [&](std::span<const uint8_t> e) {
+    if (stop_) return Status::Aborted("stopping");
+    n++;
+    return (*sender)->Append({kReplicaEntryType, static_cast<uint16_t>(shard), EntryVersion(e)},
+                             e);
+  });
+  if (st.ok()) {
+    const std::string self = o_.uuid;
+    st = EditMap([&](ShardMap* m) {
+      if (shard >= m->assignment.size() || m->assignment[shard].primary != self) return false;
+      for (auto& b : m->assignment[shard].backups) {
+        if (b.uuid == backup && !b.synced) {
+          b.synced = true;
+          return true;
+        }
+      }
+      return false;
+    });
+  }
+  if (st.ok()) {
+    catchups_done_++;
+    LOG_INFO("kv", "catch-up of shard " << shard << " to " << backup << ": " << n
+                                        << " entries; synced (from epoch " << epoch << ")");
+  } else {
+    LOG_WARN("kv", "catch-up of shard " << shard << " to " << backup << ": " << st.ToString());
+  }
+  done();
+}
+
+void ClusterAgent::DigestLoop() {
+  rowan::Scanner scanner;
+  while (!stop_) {
+    std::lock_guard<std::mutex> l(digest_mu_);
+    auto seg = o_.receiver->NextUsed(std::chrono::milliseconds(100));
+    if (!seg.ok()) continue;
+    scanner.ScanSegment(seg->bytes, seg->post_seq, [&](const rowan::ScannedEntry& e) {
+      Status st = o_.store->ApplyReplica(e.payload);
+      if (!st.ok()) {
+        LOG_WARN("kv", "digest: " << st.ToString());
+      } else {
+        digested_++;
+      }
+    });
+    Status c = o_.receiver->Commit(seg->index);
+    if (!c.ok()) LOG_WARN("kv", "digest commit: " << c.ToString());
+    // The scanner remembers every entry it yielded (duplicate suppression) and the blocks of
+    // entries still incomplete. Applying is idempotent, so only the latter must survive: start
+    // afresh whenever no entry is half-seen (a multi-block entry may span two segments).
+    rowan::Scanner probe = scanner;
+    probe.Finish();
+    if (probe.report().incomplete_entries == scanner.report().incomplete_entries) {
+      scanner = rowan::Scanner();
+    }
+  }
+}
+
+void ClusterAgent::DigestLive() {
+  std::lock_guard<std::mutex> l(digest_mu_);
+  rowan::Scanner scanner;
+  for (const auto& v : o_.receiver->LiveSegments()) {
+    scanner.ScanSegment(v.bytes, v.post_seq, [&](const rowan::ScannedEntry& e) {
+      if (o_.store->ApplyReplica(e.payload).ok()) digested_++;
+    });
+  }
+}
+
+}  // namespace asymnvm::kv

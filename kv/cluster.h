@@ -1,0 +1,119 @@
+// ClusterAgent: a server's part in a replicated Rowan-KV cluster (doc/kv.md §Replication,
+// §Configuration manager).
+//
+//  * Registers the ephemeral /asymnvm/kv/<cluster>/servers/<pool uuid> ("oq <addr>\nrowan <addr>").
+//  * Configuration manager: the server holding the ephemeral /asymnvm/kv/<cluster>/manager node
+//    computes the shard map (kv/shard_map.h, NextMap) whenever the live servers change and writes
+//    it with a versioned compare-and-set. Any other server takes over when the holder dies.
+//  * Follows the map: for each shard it is primary of (after a promotion: once it has digested
+//    every b-log entry it holds and raised the shard's versions above epoch << 40) it serves
+//    requests; other shards are refused with kUnavailable "kv: not primary ..." (the client
+//    refreshes its map and retries). For each joining backup of its shards it streams the shard
+//    (catch-up) and then marks the backup synced in the map.
+//  * Replicate (the Store hook): appends the entry to every backup of the shard through a Rowan
+//    Sender (one per worker and backup: SEND + FLUSH into the backup's b-log, one-sided). A backup
+//    that fails is removed from the shard in the map before the write is acknowledged.
+//  * Digest: a thread takes used b-log segments from the Rowan Receiver, applies their entries to
+//    the Store (ApplyReplica) and commits the segments.
+//
+// Thread safety: Replicate and the ShardGuard from worker threads; everything else internal.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "asymnvm/coord.h"
+#include "asymnvm/fabric.h"
+#include "fabric/rowan/receiver.h"
+#include "fabric/rowan/sender.h"
+#include "kv/shard_map.h"
+#include "kv/store.h"
+
+namespace asymnvm::kv {
+
+struct AgentOptions {
+  std::string coordinator;  // URI
+  std::string cluster = "default";
+  std::string uuid;         // this server (its pool uuid)
+  ServerAddr self;
+  uint32_t rf = 0;               // 0: min(3, servers live when the first map is made)
+  uint32_t initial_servers = 1;  // the first map waits for this many live servers
+  Store* store = nullptr;
+  fabric::Fabric* fabric = nullptr;
+  fabric::ProtectionDomain* pd = nullptr;
+  rowan::Receiver* receiver = nullptr;
+  std::chrono::milliseconds replicate_timeout{5000};
+};
+
+class ClusterAgent {
+ public:
+  static Result<std::unique_ptr<ClusterAgent>> Start(const AgentOptions& o);
+  ~ClusterAgent();
+  void Stop();
+
+  // Held by a worker for a whole request: the map cannot change underneath it. OK when this
+  // server serves `shard` as primary; *replicated = the shard has backups (a nilext PUT to it
+  // should not have been nilext; it is still replicated before being applied).
+  std::shared_lock<std::shared_mutex> Lock() const { return std::shared_lock(mu_); }
+  Status CheckPrimary(uint32_t shard) const;  // call with Lock() held
+  Status Replicate(uint32_t worker, uint32_t shard, std::span<const uint8_t> entry);
+
+  uint64_t epoch() const;
+  // Blocks until the next map adoption or `timeout` (a worker holding an acknowledged nilext
+  // PUT for a shard it does not serve yet).
+  void WaitForAdoption(std::chrono::milliseconds timeout);
+  uint64_t catchups_done() const { return catchups_done_; }
+  uint64_t digested() const { return digested_; }
+
+ private:
+  explicit ClusterAgent(const AgentOptions& o) : o_(o) {}
+  Status Init();
+  void ManagerLoop();
+  void FollowLoop();
+  void DigestLoop();
+  void Adopt(const ShardMap& m);
+  void CatchUp(uint32_t shard, std::string backup, uint64_t epoch);
+  // Compare-and-set edit of the map on the coordinator; `edit` returns false for "no change".
+  Status EditMap(const std::function<bool(ShardMap*)>& edit);
+  void DigestLive();
+
+  enum class Role : uint8_t { kNone, kPrimary };
+  AgentOptions o_;
+  std::string base_, map_path_;
+  std::unique_ptr<coord::Coordinator> coord_;
+  mutable std::shared_mutex mu_;  // map_ and roles_
+  ShardMap map_;
+  std::vector<Role> roles_;
+  // Per worker (used only by that worker's thread): one CQ shared by its senders, one sender per
+  // backup; an entry is posted to every backup at once, then the FLUSH acks are awaited together.
+  struct WorkerReplication {
+    std::unique_ptr<fabric::CompletionQueue> cq;
+    std::map<std::string, std::unique_ptr<rowan::Sender>> senders;
+    uint64_t next_token = 1;
+  };
+  std::vector<WorkerReplication> reps_;
+  std::mutex catch_mu_;
+  std::set<std::pair<uint32_t, std::string>> catching_;
+  std::vector<std::thread> catch_threads_;
+  std::mutex digest_mu_;  // DigestLive vs the digest thread's scanner
+  std::atomic<bool> stop_{false};
+  std::mutex adopt_mu_;
+  std::condition_variable adopt_cv_;
+  uint64_t adopt_seq_ = 0;
+  std::mutex wake_mu_;
+  std::condition_variable wake_cv_;
+  uint64_t wake_seq_ = 0;
+  std::thread manager_, follower_, digester_;
+  std::atomic<uint64_t> catchups_done_{0}, digested_{0};
+  coord::WatchId w1_ = 0, w2_ = 0;
+};
+
+}  // namespace asymnvm::kv

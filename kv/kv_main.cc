@@ -1,0 +1,175 @@
+// asymnvm-kv: the Rowan-KV server daemon (doc/kv.md).
+//
+//   asymnvm-kv --pool PATH [--size SIZE] [--listen ADDR] [--workers N] [--shards N]
+//              [--segment-size SIZE] [--pm-mode auto|msync|flush] [--gc-threshold F]
+//              [--coord URI|none] [--cluster NAME] [--log-listen ADDR] [--blog-size SIZE]
+//              [--rf N] [--initial-servers N] [--secret-file PATH] [--log-level L] [--config FILE]
+//
+// With a coordinator (default: dir:<pool dir>/coord) the server joins the replicated cluster
+// <cluster> (doc/kv.md §Replication); with --coord none it serves every shard of its pool alone.
+// Prints "listening <oq address>" and "log <b-log address>" as the first two stdout lines once it
+// serves (registered as /asymnvm/kv/<cluster>/servers/<pool-uuid>, ephemeral), serves until
+// SIGTERM/SIGINT, then stops cleanly (everything acknowledged is already durable) and exits 0.
+// Exit codes: 0 clean stop, 1 start-up failure (message names the pool or the coordinator and the
+// cause), 2 bad command line.
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+
+#include "asymnvm/coord.h"
+#include "common/logging.h"
+#include "kv/server.h"
+
+using namespace asymnvm;
+
+int main(int argc, char** argv) {
+  CLI::App app{"asymnvm-kv: Rowan-KV server (log-structured PM key-value store)"};
+  app.set_config("--config", "", "read options from a TOML/INI file (key = value)");
+  kv::ServerOptions o;
+  std::string size_text = "256M", segment_text = "4M", pm_mode = "auto", log_level = "info";
+  std::string coord_uri, cluster = "default";
+  uint32_t handshake_ms = 5000;
+  app.add_option("--pool", o.pool_path, "pool file (created when missing)")->required();
+  app.add_option("--size", size_text, "pool size when creating it (K/M/G suffixes)")
+      ->capture_default_str();
+  app.add_option("--listen", o.listen_address, "request (Ordered Queue) address; port 0 = any")
+      ->capture_default_str();
+  app.add_option("--workers", o.workers, "worker threads, one t-log each (new pools)")
+      ->check(CLI::Range(1u, 32u))->capture_default_str();
+  app.add_option("--shards", o.shards, "shards (new pools)")
+      ->check(CLI::Range(1u, 65536u))->capture_default_str();
+  app.add_option("--segment-size", segment_text, "log segment size (new pools)")
+      ->capture_default_str();
+  app.add_option("--pm-mode", pm_mode, "PM persistence mode")
+      ->check(CLI::IsMember({"auto", "msync", "flush"}))->capture_default_str();
+  app.add_option("--gc-threshold", o.gc_threshold, "clean segments whose live fraction is below")
+      ->check(CLI::Range(0.01, 1.0))->capture_default_str();
+  app.add_option("--fabric", o.fabric.provider, "fabric provider")
+      ->check(CLI::IsMember({"soft", "verbs", "auto"}))->capture_default_str();
+  app.add_option("--secret-file", o.fabric.secret_file,
+                 "file holding the cluster secret (default: ASYMNVM_SECRET_FILE, ASYMNVM_SECRET, "
+                 "or the built-in one, loopback only)");
+  app.add_option("--handshake-timeout-ms", handshake_ms, "per-peer connection set-up deadline")
+      ->check(CLI::Range(1u, 600000u))->capture_default_str();
+  app.add_option("--coord", coord_uri,
+                 "coordinator URI (dir:PATH | zk:HOST:PORT[,...][/chroot] | none); default "
+                 "dir:<pool dir>/coord");
+  app.add_option("--cluster", cluster, "cluster name under the coordinator")
+      ->capture_default_str();
+  std::string blog_text = "16M";
+  bool xpline = false;
+  app.add_flag("--xpline", xpline,
+               "model the XPLine write-combining buffer over every persisted range and print the "
+               "DLWA in the stop line");
+  o.rowan_listen.clear();
+  app.add_option("--log-listen", o.rowan_listen,
+                 "b-log (Rowan receiver) address for replication; default: derived from --listen");
+  app.add_option("--blog-size", blog_text, "b-log area size (new pools)")->capture_default_str();
+  app.add_option("--rf", o.rf, "replication factor of a new cluster (0: min(3, servers))")
+      ->check(CLI::Range(0u, 16u))->capture_default_str();
+  auto* initial_opt = app.add_option("--initial-servers", o.initial_servers,
+                                     "the first shard map waits for this many servers (default: "
+                                     "--rf when given, else 1)")
+                          ->check(CLI::Range(1u, 1024u));
+  app.add_option("--log-level", log_level, "debug|info|warn|error|off")
+      ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  auto usage = [](const std::string& m) {
+    std::cerr << "asymnvm-kv: " << m << "\n";
+    return 2;
+  };
+  auto size = pm::ParseSize(size_text);
+  if (!size.ok()) return usage("--size: " + size.status().message());
+  o.pool_size = *size;
+  auto seg = pm::ParseSize(segment_text);
+  if (!seg.ok() || *seg % 4096 != 0 || *seg > (1u << 30)) {
+    return usage("--segment-size must be a multiple of 4 KiB up to 1G");
+  }
+  o.segment_size = static_cast<uint32_t>(*seg);
+  auto blog = pm::ParseSize(blog_text);
+  if (!blog.ok() || *blog % 4096 != 0 || (*blog != 0 && *blog < (4u << 20))) {
+    return usage("--blog-size must be 0 or a multiple of 4 KiB of at least 4M");
+  }
+  o.blog_size = *blog;
+  auto mode = pm::ParsePersistMode(pm_mode);
+  if (!mode.ok()) return usage(mode.status().message());
+  o.pm_mode = *mode;
+  if (coord::ValidatePath("/" + cluster).code() != StatusCode::kOk) {
+    return usage("--cluster must be 1..200 characters of [A-Za-z0-9_.:-]");
+  }
+  o.fabric.handshake_timeout = std::chrono::milliseconds(handshake_ms);
+  LogLevel level;
+  ParseLogLevel(log_level, &level);
+  SetLogLevel(level);
+  {
+    auto secret = fabric::ResolveClusterSecret(o.fabric);
+    if (!secret.ok()) {
+      std::cerr << "asymnvm-kv: " << secret.status().message() << "\n";
+      return 1;
+    }
+    Status st = fabric::CheckListenSecret(o.listen_address, *secret);
+    if (!st.ok()) {
+      std::cerr << "asymnvm-kv: " << st.message() << "\n";
+      return 1;
+    }
+  }
+
+  sigset_t stop_set;
+  sigemptyset(&stop_set);
+  sigaddset(&stop_set, SIGTERM);
+  sigaddset(&stop_set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_set, nullptr);
+
+  if (coord_uri != "none") {
+    if (coord_uri.empty()) {
+      std::filesystem::path dir = std::filesystem::absolute(o.pool_path).parent_path();
+      coord_uri = "dir:" + (dir / "coord").string();
+    }
+    o.coordinator = coord_uri;
+  }
+  o.cluster = cluster;
+  // The replication factor is fixed when the first map is made: with --rf N it waits for N.
+  if (initial_opt->count() == 0 && o.rf > 0) o.initial_servers = o.rf;
+  if (o.rowan_listen.empty()) {
+    if (o.listen_address.rfind("unix://", 0) == 0) {
+      o.rowan_listen = o.listen_address + ".blog";
+    } else if (o.listen_address.rfind("tcp://", 0) == 0) {
+      std::string hostport = o.listen_address.substr(6);
+      o.rowan_listen = "tcp://" + hostport.substr(0, hostport.rfind(':')) + ":0";
+    } else {
+      o.rowan_listen = o.listen_address + "-blog";
+    }
+  }
+  pm::XPLineModel model;
+  if (xpline) o.observer = &model;
+  auto server = kv::Server::Start(o);
+  if (!server.ok()) {
+    std::cerr << "asymnvm-kv: " << server.status().ToString() << "\n";
+    return 1;
+  }
+  std::cout << "listening " << (*server)->address() << "\nlog " << (*server)->rowan_address()
+            << std::endl;
+  int sig = 0;
+  sigwait(&stop_set, &sig);
+  (*server)->Stop();
+  auto st = (*server)->stats();
+  std::cerr << "asymnvm-kv: stopped (signal " << sig << "): " << st.requests << " requests, "
+            << st.rejected << " rejected, " << st.store.keys << " keys, "
+            << st.store.gc_segments_freed << " segments cleaned, " << st.pm_syncs
+            << " pm syncs";
+  if (xpline) {
+    model.Finish();
+    std::cerr << ", dlwa " << model.dlwa() << " (requested " << model.requested_bytes()
+              << " B, media " << model.media_bytes() << " B)";
+  }
+  std::cerr << "\n";
+  return 0;
+}

@@ -1,0 +1,391 @@
+// Store: operations, versions, recovery by scanning (crash-simulating PM), exactly-once skips of
+// OQ re-executions, torn tails, and a GC soak of >= 10x the log capacity against a shadow map.
+#include "kv/store.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <atomic>
+#include <random>
+#include <thread>
+
+#include "kv/format.h"
+#include "pm/pm_test_util.h"
+
+#ifndef KV_SOAK_FACTOR
+#define KV_SOAK_FACTOR 10  // overwrites, in multiples of the log capacity (long build: 1000)
+#define KV_SUITE KvStore
+#else
+#define KV_SUITE KvStoreLong  // distinct ctest names, so the labels do not collide
+#endif
+
+namespace asymnvm::kv {
+namespace {
+
+struct Fixture {
+  pm::testing::TempDir dir;
+  std::unique_ptr<pm::Pool> pool;
+  std::unique_ptr<Store> store;
+  format::ServerHeader geo;
+
+  explicit Fixture(uint32_t segments = 24, uint32_t segment_size = 64 * 1024, uint32_t workers = 2,
+                   uint32_t shards = 4) {
+    geo.workers = workers;
+    geo.shards = shards;
+    geo.segment_size = segment_size;
+    geo.segments = segments;
+    pm::PoolOptions po;
+    po.mode = pm::PersistMode::kFlushOnly;
+    po.crash_sim = true;
+    po.layout = "kv-test";
+    auto p = pm::Pool::Create(dir.File("kv.pool"),
+                              4096 + format::kHeaderPage + uint64_t{segments} * segment_size, po);
+    EXPECT_TRUE(p.ok()) << p.status().ToString();
+    pool = std::move(p).value();
+    Open();
+  }
+  void Open() {
+    StoreOptions so;
+    so.header_page = pool->user_base();
+    so.log_base = pool->user_base() + format::kHeaderPage;
+    so.persister = pool->persister();
+    so.geometry = geo;
+    auto s = Store::Open(so);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store = std::move(s).value();
+  }
+  // Drops every line not flushed+drained, then reopens (a process crash at an arbitrary point).
+  void CrashAndReopen(uint64_t seed) {
+    store.reset();
+    ASSERT_TRUE(pool->SimulateCrash(seed, 0.0, nullptr, nullptr).ok());
+    Open();
+  }
+  uint32_t W(std::string_view k) const { return Store::WorkerOf(k, geo.workers); }
+  uint32_t S(std::string_view k) const { return ShardOf(k, geo.shards); }
+  Result<uint64_t> Put(std::string_view k, std::string_view v, uint64_t pos = 0) {
+    return store->Put(W(k), S(k), k, v, pos, false);
+  }
+  ReadResult Get(std::string_view k) { return store->Get(W(k), S(k), k, 0, 1 << 20); }
+};
+
+TEST(KV_SUITE, Operations_ReturnValuesAndVersions) {
+  Fixture f;
+  auto v1 = f.Put("alpha", "one");
+  ASSERT_TRUE(v1.ok());
+  auto g = f.Get("alpha");
+  EXPECT_TRUE(g.found);
+  EXPECT_EQ(g.bytes, "one");
+  EXPECT_EQ(g.version, *v1);
+  auto v2 = f.Put("alpha", "");
+  ASSERT_TRUE(v2.ok());
+  EXPECT_GT(*v2, *v1);
+  EXPECT_EQ(f.Get("alpha").bytes, "");
+  EXPECT_TRUE(f.Get("alpha").found);
+  EXPECT_FALSE(f.Get("beta").found);
+
+  auto d = f.store->Delete(f.W("alpha"), f.S("alpha"), "alpha", 0);
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->existed);
+  EXPECT_EQ(d->version, *v2);
+  EXPECT_FALSE(f.Get("alpha").found);
+  auto d2 = f.store->Delete(f.W("alpha"), f.S("alpha"), "alpha", 0);
+  ASSERT_TRUE(d2.ok());
+  EXPECT_FALSE(d2->existed);
+
+  // PutIf: 0 = must not exist.
+  auto c1 = f.store->PutIf(f.W("alpha"), f.S("alpha"), "alpha", "x", 0, 0);
+  ASSERT_TRUE(c1.ok());
+  EXPECT_TRUE(c1->applied);
+  EXPECT_GT(c1->version, *v2);
+  auto c2 = f.store->PutIf(f.W("alpha"), f.S("alpha"), "alpha", "y", 0, 0);
+  ASSERT_TRUE(c2.ok());
+  EXPECT_FALSE(c2->applied);
+  EXPECT_EQ(c2->version, c1->version);
+  auto c3 = f.store->PutIf(f.W("alpha"), f.S("alpha"), "alpha", "y", c1->version, 0);
+  ASSERT_TRUE(c3.ok());
+  EXPECT_TRUE(c3->applied);
+  EXPECT_EQ(f.Get("alpha").bytes, "y");
+
+  // Incr.
+  auto i1 = f.store->Incr(f.W("ctr"), f.S("ctr"), "ctr", 5, 0);
+  ASSERT_TRUE(i1.ok());
+  EXPECT_EQ(i1->value, 5);
+  auto i2 = f.store->Incr(f.W("ctr"), f.S("ctr"), "ctr", -7, 0);
+  ASSERT_TRUE(i2.ok());
+  EXPECT_EQ(i2->value, -2);
+  EXPECT_EQ(f.Get("ctr").bytes, "-2");
+  auto bad = f.store->Incr(f.W("alpha"), f.S("alpha"), "alpha", 1, 0);
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(f.Put("big", "9223372036854775807").ok());
+  auto of = f.store->Incr(f.W("big"), f.S("big"), "big", 1, 0);
+  EXPECT_EQ(of.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(f.Get("big").bytes, "9223372036854775807");
+}
+
+TEST(KV_SUITE, ParseCounter_AcceptsOnlyCanonicalInt64) {
+  int64_t v;
+  EXPECT_TRUE(ParseCounter("0", &v));
+  EXPECT_TRUE(ParseCounter("-9223372036854775808", &v));
+  EXPECT_EQ(v, INT64_MIN);
+  for (const char* s : {"", "+1", "01", "-0", " 1", "1 ", "1a", "9223372036854775808", "--1"}) {
+    EXPECT_FALSE(ParseCounter(s, &v)) << s;
+  }
+}
+
+TEST(KV_SUITE, Scan_VisitsEveryKeyOfAShardOnce) {
+  Fixture f(24, 64 * 1024, 2, 3);
+  std::map<std::string, std::string> want[3];
+  for (int i = 0; i < 300; i++) {
+    std::string k = "key" + std::to_string(i), v = "v" + std::to_string(i);
+    ASSERT_TRUE(f.Put(k, v).ok());
+    want[f.S(k)][k] = v;
+  }
+  ASSERT_TRUE(f.store->Delete(f.W("key7"), f.S("key7"), "key7", 0).ok());
+  want[f.S("key7")].erase("key7");
+  for (uint32_t s = 0; s < 3; s++) {
+    std::map<std::string, std::string> got;
+    uint64_t cursor = 0;
+    for (int rounds = 0;; rounds++) {
+      ASSERT_LT(rounds, 1000);
+      ScanOut out = f.store->Scan(s, cursor, 7, 60000, 16384);
+      for (auto& it : out.items) {
+        EXPECT_TRUE(got.emplace(it.key, it.value).second) << "duplicate " << it.key;
+      }
+      if (out.done) break;
+      cursor = out.next_cursor;
+    }
+    EXPECT_EQ(got, want[s]) << "shard " << s;
+  }
+}
+
+TEST(KV_SUITE, Reopen_RebuildsIndexAndVersionsKeepGrowing) {
+  Fixture f;
+  uint64_t last = 0;
+  for (int i = 0; i < 100; i++) {
+    auto v = f.Put("k" + std::to_string(i % 10), "value" + std::to_string(i));
+    ASSERT_TRUE(v.ok());
+    last = std::max(last, *v);
+  }
+  ASSERT_TRUE(f.store->Delete(f.W("k3"), f.S("k3"), "k3", 0).ok());
+  f.CrashAndReopen(1);
+  for (int i = 0; i < 10; i++) {
+    std::string k = "k" + std::to_string(i);
+    auto g = f.Get(k);
+    if (i == 3) {
+      EXPECT_FALSE(g.found) << "a deleted key came back";
+      continue;
+    }
+    EXPECT_TRUE(g.found) << k;
+    EXPECT_EQ(g.bytes, "value" + std::to_string(90 + i));
+  }
+  // A new write of a key gets a larger version than anything before the crash of its shard.
+  auto g9 = f.Get("k9");
+  auto v = f.Put("k9", "after");
+  ASSERT_TRUE(v.ok());
+  EXPECT_GT(*v, g9.version);
+  auto c = f.store->PutIf(f.W("k3"), f.S("k3"), "k3", "again", 0, 0);
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->applied);
+}
+
+TEST(KV_SUITE, RecoveringPut_AtAppliedPositionIsSkipped) {
+  Fixture f;
+  const std::string k = "pos-key";
+  const uint32_t w = f.W(k);
+  const uint64_t base = uint64_t{w} << 56;
+  ASSERT_TRUE(f.store->Put(w, f.S(k), k, "a", base | 100, false).ok());
+  ASSERT_TRUE(f.store->Delete(w, f.S(k), k, base | 101).ok());
+  f.CrashAndReopen(2);
+  // OQ recovery re-executes the nilext put at position 100: it must not resurrect the key.
+  auto r = f.store->Put(w, f.S(k), k, "a", base | 100, true);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(f.Get(k).found);
+  EXPECT_EQ(f.store->stats().recovery_skipped, 1u);
+  // A request past the applied position is executed.
+  ASSERT_TRUE(f.store->Put(w, f.S(k), k, "b", base | 102, true).ok());
+  EXPECT_EQ(f.Get(k).bytes, "b");
+}
+
+TEST(KV_SUITE, TornTail_IsIgnoredAndEarlierEntriesSurvive) {
+  Fixture f;
+  ASSERT_TRUE(f.Put("a", "1").ok());
+  ASSERT_TRUE(f.Put("a", "2").ok());
+  // Corrupt the last entry of the log holding "a": flip a value byte (the checksum fails).
+  const std::string k = "a";
+  // Find the entry by scanning the log area for the value "2" after the key "a".
+  uint8_t* log = f.pool->user_base() + format::kHeaderPage;
+  bool flipped = false;
+  for (size_t seg = 0; seg < f.geo.segments && !flipped; seg++) {
+    uint8_t* base = log + seg * f.geo.segment_size;
+    format::SegmentHeader sh;
+    if (!format::DecodeSegmentHeader(base, &sh).ok()) continue;
+    size_t off = format::kSegmentHeaderSize;
+    format::EntryHeader h;
+    while (format::DecodeEntry(base + off, f.geo.segment_size - off, sh.generation, &h).ok()) {
+      if (format::EntryValue(base + off, h) == "2") {
+        base[off + format::kEntryHeaderSize + 1] ^= 0xFF;
+        f.pool->persister()->Persist(base + off, 64);
+        flipped = true;
+        break;
+      }
+      off += format::EntryFootprint(h.key_len, h.value_len);
+    }
+  }
+  ASSERT_TRUE(flipped);
+  f.CrashAndReopen(3);
+  auto g = f.Get("a");
+  EXPECT_TRUE(g.found);
+  EXPECT_EQ(g.bytes, "1");
+}
+
+TEST(KV_SUITE, GcSoak_TenTimesLogCapacityMatchesShadowMap) {
+  const uint32_t segments = 24, seg_size = 64 * 1024;
+  Fixture f(segments, seg_size);
+  const uint64_t capacity = uint64_t{segments} * seg_size;
+  std::mt19937_64 rng(20261123);
+  SCOPED_TRACE("seed 20261123");
+  std::map<std::string, std::string> shadow;
+  uint64_t written = 0, freed = 0;
+  int round = 0;
+  while (written < KV_SOAK_FACTOR * capacity) {
+    std::string k = "key" + std::to_string(rng() % 200);
+    if (rng() % 10 == 0) {
+      auto d = f.store->Delete(f.W(k), f.S(k), k, 0);
+      ASSERT_TRUE(d.ok()) << d.status().ToString();
+      EXPECT_EQ(d->existed, shadow.count(k) == 1);
+      shadow.erase(k);
+    } else {
+      std::string v(rng() % 600, static_cast<char>('a' + rng() % 26));
+      auto p = f.Put(k, v);
+      ASSERT_TRUE(p.ok()) << p.status().ToString() << " after " << written << " bytes";
+      shadow[k] = v;
+      written += format::EntryFootprint(k.size(), v.size());
+    }
+    while (f.store->NeedsCleaning()) {
+      auto c = f.store->CleanOnce();
+      ASSERT_TRUE(c.ok()) << c.status().ToString();
+      if (*c == 0) break;
+    }
+    if (++round % 5000 == 0) {
+      freed += f.store->stats().gc_segments_freed;
+      f.CrashAndReopen(round);
+    }
+  }
+  freed += f.store->stats().gc_segments_freed;
+  EXPECT_GT(freed, segments * 5u);
+  auto check = [&] {
+    for (int i = 0; i < 200; i++) {
+      std::string k = "key" + std::to_string(i);
+      auto g = f.Get(k);
+      auto it = shadow.find(k);
+      ASSERT_EQ(g.found, it != shadow.end()) << k;
+      if (g.found) {
+        EXPECT_EQ(g.bytes, it->second) << k;
+      }
+    }
+  };
+  check();
+  f.CrashAndReopen(99);
+  check();
+}
+
+// Worker threads overwrite and delete their own keys while the cleaner runs in its own thread
+// and a scanner walks a shard: every scanned value must belong to its key (a moved entry is never
+// read half-moved or from a recycled segment) and the final state must match the shadow maps.
+TEST(KV_SUITE, GcSoak_ConcurrentCleanerAndScans) {
+  const uint32_t segments = 32, seg_size = 64 * 1024;
+  Fixture f(segments, seg_size, 2, 2);
+  const uint64_t capacity = uint64_t{segments} * seg_size;
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> bad_scans{0}, scans{0};
+  std::map<std::string, std::string> shadow[2];
+  std::vector<std::thread> ts;
+  std::atomic<int> failures{0};
+  for (uint32_t w = 0; w < 2; w++) {
+    ts.emplace_back([&, w] {
+      std::mt19937_64 rng(seed + w);
+      std::vector<std::string> keys;
+      for (int i = 0; keys.size() < 100; i++) {
+        std::string k = "k" + std::to_string(i);
+        if (Store::WorkerOf(k, 2) == w) keys.push_back(k);
+      }
+      uint64_t written = 0, n = 0;
+      while (written < KV_SOAK_FACTOR * capacity / 2) {
+        const std::string& k = keys[rng() % keys.size()];
+        const uint32_t shard = ShardOf(k, 2);
+        if (rng() % 8 == 0) {
+          if (!f.store->Delete(w, shard, k, 0).ok()) failures++;
+          shadow[w].erase(k);
+          continue;
+        }
+        std::string v = k + "|" + std::to_string(++n) + "|";
+        v.append(rng() % 700, 'x');
+        auto r = f.store->Put(w, shard, k, v, 0, false);
+        if (!r.ok()) {
+          failures++;
+          ADD_FAILURE() << r.status().ToString();
+          return;
+        }
+        shadow[w][k] = v;
+        written += format::EntryFootprint(k.size(), v.size());
+      }
+    });
+  }
+  std::thread cleaner([&] {
+    auto wait = std::chrono::microseconds(100);
+    while (!stop) {
+      auto r = f.store->CleanOnce();
+      if (!r.ok()) {
+        ADD_FAILURE() << r.status().ToString();
+        return;
+      }
+      wait = *r > 0 ? std::chrono::microseconds(100) : std::min(wait * 2, std::chrono::microseconds(2000));
+      std::this_thread::sleep_for(wait);
+    }
+  });
+  std::thread scanner([&] {
+    while (!stop) {
+      uint64_t cursor = 0;
+      for (;;) {
+        ScanOut out = f.store->Scan(scans % 2, cursor, 16, 60000, 16384);
+        for (auto& it : out.items) {
+          if (it.value.rfind(it.key + "|", 0) != 0) bad_scans++;
+        }
+        if (out.done) break;
+        cursor = out.next_cursor;
+      }
+      scans++;
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+    }
+  });
+  for (auto& t : ts) t.join();
+  stop = true;
+  cleaner.join();
+  scanner.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(bad_scans.load(), 0u) << "a scan returned another key's bytes";
+  EXPECT_GT(scans.load(), 0u);
+  EXPECT_GT(f.store->stats().gc_segments_freed, uint64_t{segments});
+  auto check = [&] {
+    for (uint32_t w = 0; w < 2; w++) {
+      for (int i = 0; i < 400; i++) {
+        std::string k = "k" + std::to_string(i);
+        if (Store::WorkerOf(k, 2) != w) continue;
+        auto g = f.store->Get(w, ShardOf(k, 2), k, 0, 1 << 20);
+        auto it = shadow[w].find(k);
+        ASSERT_EQ(g.found, it != shadow[w].end()) << k;
+        if (g.found) {
+          EXPECT_EQ(g.bytes, it->second) << k;
+        }
+      }
+    }
+  };
+  check();
+  f.CrashAndReopen(seed);
+  check();
+}
+
+}  // namespace
+}  // namespace asymnvm::kv

@@ -1,0 +1,532 @@
+#include "kv/server.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <shared_mutex>
+#include <thread>
+
+#include "asymnvm/kv.h"
+#include "common/logging.h"
+#include "fabric/oq/oq.h"
+#include "kv/cluster.h"
+#include "kv/wire.h"
+
+namespace asymnvm::kv {
+
+namespace {
+
+struct Upload {
+  std::string data;
+  uint64_t total = 0;
+  std::chrono::steady_clock::time_point touched;
+};
+
+// Per-worker state the handler keeps; touched only by that worker's thread.
+struct WorkerState {
+  std::map<std::pair<uint64_t, uint64_t>, Upload> uploads;  // (client id, upload id)
+  size_t staged = 0;
+};
+
+Status CheckKey(std::string_view key) {
+  if (key.empty()) return Status::InvalidArgument("kv: empty key");
+  if (key.size() > kMaxKeySize) {
+    return Status::InvalidArgument("kv: key of " + std::to_string(key.size()) +
+                                   " bytes is over the limit of " + std::to_string(kMaxKeySize));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+struct Server::Impl {
+  ServerOptions o;
+  std::unique_ptr<pm::Pool> pool;
+  std::unique_ptr<fabric::Fabric> fabric;
+  std::unique_ptr<fabric::ProtectionDomain> pd;
+  std::unique_ptr<Store> store;
+  std::unique_ptr<rowan::Receiver> receiver;
+  std::unique_ptr<oq::Server> oq;
+  std::unique_ptr<ClusterAgent> agent;
+  std::atomic<ClusterAgent*> agent_ptr{nullptr};
+  bool cluster_mode = false;
+  std::vector<WorkerState> workers;
+  std::atomic<uint64_t> requests{0}, rejected{0}, nilext_dropped{0};
+  std::thread cleaner;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stopping = false;
+  bool stopped = false;
+
+  Status Handle(const oq::RequestContext& ctx, std::span<const uint8_t> payload,
+                std::vector<uint8_t>* response);
+  Status Execute(const oq::RequestContext& ctx, const wire::Request& r,
+                 std::vector<uint8_t>* response);
+  void CleanerLoop();
+};
+
+Status Server::Impl::Handle(const oq::RequestContext& ctx, std::span<const uint8_t> payload,
+                            std::vector<uint8_t>* response) {
+  requests++;
+  Status st;
+  auto r = wire::DecodeRequest(ctx.type, payload);
+  if (!r.ok()) {
+    st = r.status();
+  } else {
+    st = Execute(ctx, *r, response);
+  }
+  if (!st.ok()) {
+    rejected++;
+    response->clear();
+    if (ctx.nilext) {
+      nilext_dropped++;
+      LOG_WARN("kv", "nilext request (type " << ctx.type << ", worker " << ctx.worker
+                                             << ") failed: " << st.ToString());
+    }
+  }
+  return st;
+}
+
+Status Server::Impl::Execute(const oq::RequestContext& ctx, const wire::Request& r,
+                             std::vector<uint8_t>* response) {
+  const auto& g = store->geometry();
+  const bool keyed = r.type != wire::kScan && r.type != wire::kInfo && r.type != wire::kPutChunk;
+  if (keyed) {
+    ASYMNVM_RETURN_IF_ERROR(CheckKey(r.key));
+    if (r.shard >= g.shards || ShardOf(r.key, g.shards) != r.shard) {
+      return Status::InvalidArgument("kv: request names shard " + std::to_string(r.shard) +
+                                     "; the key belongs to shard " +
+                                     std::to_string(ShardOf(r.key, g.shards)) + " of " +
+                                     std::to_string(g.shards));
+    }
+    const uint32_t w = Store::WorkerOf(r.key, g.workers);
+    if (w != ctx.worker) {
+      return Status::InvalidArgument("kv: request for worker " + std::to_string(w) +
+                                     " arrived at worker " + std::to_string(ctx.worker));
+    }
+  }
+  // Cluster mode: only a shard's primary serves it, and the map cannot change during a request.
+  // OQ recovery re-applies landed nilext PUTs (acknowledged: they are applied whatever the map).
+  std::shared_lock<std::shared_mutex> map_lock;
+  if (cluster_mode && !ctx.recovering && r.type != wire::kInfo && r.type != wire::kPutChunk) {
+    if (ctx.nilext) {
+      // Already acknowledged (durable in our receive buffer): it must be applied here. A client
+      // sends nilext PUTs only to the primary of an unreplicated shard, whose primary never
+      // moves; all that can lag is this server taking up its role (start-up).
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      for (;;) {
+        ClusterAgent* agent = agent_ptr.load();
+        if (agent != nullptr) {
+          map_lock = agent->Lock();
+          Status st = agent->CheckPrimary(r.shard);
+          if (st.ok()) break;
+          map_lock.unlock();
+          if (std::chrono::steady_clock::now() >= deadline) return st;
+          agent->WaitForAdoption(std::chrono::milliseconds(100));
+        } else {
+          if (std::chrono::steady_clock::now() >= deadline) {
+            return Status::Unavailable("kv: not primary (server starting)");
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+      }
+    } else {
+      ClusterAgent* agent = agent_ptr.load();
+      if (agent == nullptr) return Status::Unavailable("kv: not primary (server starting)");
+      map_lock = agent->Lock();
+      ASYMNVM_RETURN_IF_ERROR(agent->CheckPrimary(r.shard));
+    }
+  }
+  const uint64_t position = (uint64_t{ctx.worker} << 56) | ctx.position;
+  wire::Response resp;
+  std::string body;
+  switch (r.type) {
+    case wire::kPut: {
+      if (r.value.size() > kMaxInlineValue) {
+        return Status::InvalidArgument("kv put: inline value of " +
+                                       std::to_string(r.value.size()) + " bytes over " +
+                                       std::to_string(kMaxInlineValue));
+      }
+      ASYMNVM_ASSIGN_OR_RETURN(uint64_t v, store->Put(ctx.worker, r.shard, r.key, r.value,
+                                                      position, ctx.recovering));
+      resp.flag = 1;
+      resp.version = v;
+      break;
+    }
+    case wire::kGet: {
+      ReadResult rr = store->Get(ctx.worker, r.shard, r.key, r.offset,
+                                 kMaxResponse - wire::kResponseHeader);
+      if (rr.found && r.arg1 != 0 && rr.version != r.arg1) {
+        resp.flag = 2;  // the version the caller was reading changed
+        resp.version = rr.version;
+        break;
+      }
+      resp.flag = rr.found ? 1 : 0;
+      resp.version = rr.version;
+      resp.arg = rr.total_len;
+      resp.count = r.offset;
+      body = std::move(rr.bytes);
+      break;
+    }
+    case wire::kDelete: {
+      ASYMNVM_ASSIGN_OR_RETURN(DeleteReply d, store->Delete(ctx.worker, r.shard, r.key, position));
+      resp.flag = d.existed ? 1 : 0;
+      resp.version = d.version;
+      break;
+    }
+    case wire::kPutIf: {
+      if (r.value.size() > kMaxInlineValue) {
+        return Status::InvalidArgument("kv put-if: inline value over " +
+                                       std::to_string(kMaxInlineValue) + " bytes");
+      }
+      ASYMNVM_ASSIGN_OR_RETURN(PutIfReply p, store->PutIf(ctx.worker, r.shard, r.key, r.value,
+                                                          r.arg1, position));
+      resp.flag = p.applied ? 1 : 0;
+      resp.version = p.version;
+      break;
+    }
+    case wire::kIncr: {
+      ASYMNVM_ASSIGN_OR_RETURN(IncrReply i, store->Incr(ctx.worker, r.shard, r.key,
+                                                        static_cast<int64_t>(r.arg1), position));
+      resp.flag = 1;
+      resp.version = i.version;
+      resp.arg = static_cast<uint64_t>(i.value);
+      break;
+    }
+    case wire::kScan: {
+      if (r.shard >= g.shards) {
+        return Status::InvalidArgument("kv scan: shard " + std::to_string(r.shard) +
+                                       " out of range (" + std::to_string(g.shards) + " shards)");
+      }
+      if (r.arg2 == 0 || r.arg2 > kMaxScanCount) {
+        return Status::InvalidArgument("kv scan: count must be 1.." +
+                                       std::to_string(kMaxScanCount));
+      }
+      const size_t budget = kMaxResponse - wire::kResponseHeader - 2048;
+      ScanOut s = store->Scan(r.shard, r.arg1, static_cast<uint32_t>(r.arg2), budget - 17 * 1024,
+                              16 * 1024);
+      resp.flag = s.done ? 1 : 0;
+      resp.arg = s.next_cursor;
+      resp.count = static_cast<uint32_t>(s.items.size());
+      for (const auto& it : s.items) {
+        uint8_t h[wire::kScanItemHeader] = {};
+        h[0] = static_cast<uint8_t>(it.key.size());
+        h[1] = static_cast<uint8_t>(it.key.size() >> 8);
+        h[2] = it.truncated ? 1 : 0;
+        for (int k = 0; k < 4; k++) h[4 + k] = static_cast<uint8_t>(it.value_len >> (8 * k));
+        for (int k = 0; k < 8; k++) h[8 + k] = static_cast<uint8_t>(it.version >> (8 * k));
+        body.append(reinterpret_cast<const char*>(h), sizeof h);
+        body += it.key;
+        body += it.value;
+      }
+      break;
+    }
+    case wire::kInfo: {
+      resp.arg = g.shards;
+      resp.count = g.workers;
+      body = pm::UuidToString(pool->superblock().uuid);
+      break;
+    }
+    case wire::kPutChunk: {
+      WorkerState& ws = workers[ctx.worker];
+      const auto now = std::chrono::steady_clock::now();
+      for (auto it = ws.uploads.begin(); it != ws.uploads.end();) {
+        if (now - it->second.touched > o.staging_timeout) {
+          ws.staged -= it->second.data.size();
+          it = ws.uploads.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      if (r.arg2 == 0 || r.arg2 > kMaxValueSize) {
+        return Status::InvalidArgument("kv put: value of " + std::to_string(r.arg2) +
+                                       " bytes is over the limit of " +
+                                       std::to_string(kMaxValueSize));
+      }
+      auto key = std::make_pair(ctx.client_id, r.arg1);
+      auto it = ws.uploads.find(key);
+      if (r.offset == 0) {
+        if (it != ws.uploads.end()) {
+          ws.staged -= it->second.data.size();
+          ws.uploads.erase(it);
+        }
+        if (ws.staged + r.arg2 > o.staging_bytes) {
+          return Status::ResourceExhausted("kv put: staging area of worker " +
+                                           std::to_string(ctx.worker) + " is full");
+        }
+        it = ws.uploads.emplace(key, Upload{}).first;
+        it->second.total = r.arg2;
+        it->second.data.reserve(r.arg2);
+      } else if (it == ws.uploads.end() || it->second.data.size() != r.offset ||
+                 it->second.total != r.arg2) {
+        return Status::FailedPrecondition("kv put: upload " + std::to_string(r.arg1) +
+                                          " unknown or out of order (expired, or the server "
+                                          "restarted); start over");
+      }
+      if (r.offset + r.value.size() > it->second.total) {
+        return Status::InvalidArgument("kv put: chunk runs past the announced length");
+      }
+      it->second.data.append(r.value);
+      it->second.touched = now;
+      ws.staged += r.value.size();
+      break;
+    }
+    case wire::kPutLarge: {
+      WorkerState& ws = workers[ctx.worker];
+      Upload up;
+      if (r.offset == 0) {
+        up.data.assign(r.value);  // the whole value in this request
+      } else {
+        auto it = ws.uploads.find({ctx.client_id, r.arg1});
+        if (it == ws.uploads.end() || it->second.data.size() != r.offset ||
+            it->second.total != r.offset + r.value.size()) {
+          return Status::FailedPrecondition("kv put: upload " + std::to_string(r.arg1) +
+                                            " unknown or incomplete (expired, or the server "
+                                            "restarted); start over");
+        }
+        up = std::move(it->second);
+        ws.uploads.erase(it);
+        ws.staged -= up.data.size();
+        up.data.append(r.value);
+      }
+      if (r.flags & wire::kFlagConditional) {
+        ASYMNVM_ASSIGN_OR_RETURN(PutIfReply p, store->PutIf(ctx.worker, r.shard, r.key, up.data,
+                                                            r.arg2, position));
+        resp.flag = p.applied ? 1 : 0;
+        resp.version = p.version;
+      } else {
+        ASYMNVM_ASSIGN_OR_RETURN(uint64_t v,
+                                 store->Put(ctx.worker, r.shard, r.key, up.data, position, false));
+        resp.flag = 1;
+        resp.version = v;
+      }
+      break;
+    }
+    default:
+      return Status::InvalidArgument("kv: unknown request type " + std::to_string(r.type));
+  }
+  if (!ctx.nilext) {
+    wire::EncodeResponseHeader(resp, response);
+    response->insert(response->end(), body.begin(), body.end());
+  }
+  return Status::Ok();
+}
+
+void Server::Impl::CleanerLoop() {
+  auto wait = std::chrono::milliseconds(10);
+  std::unique_lock<std::mutex> l(mu);
+  while (!stopping) {
+    cv.wait_for(l, wait, [&] { return stopping; });
+    if (stopping) break;
+    l.unlock();
+    uint32_t freed = 0;
+    if (store->NeedsCleaning()) {
+      auto r = store->CleanOnce();
+      if (!r.ok()) {
+        LOG_WARN("kv", "cleaner: " << r.status().ToString());
+      } else {
+        freed = *r;
+      }
+    }
+    l.lock();
+    wait = freed > 0 ? std::chrono::milliseconds(1) : std::min(wait * 2, std::chrono::milliseconds(100));
+  }
+}
+
+Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Server::~Server() { Stop(); }
+
+Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->o = options;
+  const ServerOptions& o = impl->o;
+  if (o.pool_path.empty()) return Status::InvalidArgument("kv server: pool_path is required");
+  if (o.workers == 0 || o.workers > format::kMaxWorkers) {
+    return Status::InvalidArgument("kv server: workers must be 1..32");
+  }
+  if (o.segment_size < 2 * (kMaxValueSize + kMaxKeySize + 4096) || o.segment_size % 4096 != 0) {
+    return Status::InvalidArgument(
+        "kv server: segment_size must be a multiple of 4 KiB holding two of the largest entries "
+        "(>= 2 MiB + 12 KiB)");
+  }
+  if (o.oq_buffer_size < kMaxRequest || o.oq_buffer_size % 4096 != 0 || o.oq_buffers < 2) {
+    return Status::InvalidArgument("kv server: oq_buffer_size must be >= 64 KiB (multiple of 4 KiB)"
+                                   " and oq_buffers >= 2");
+  }
+  pm::PoolOptions po;
+  po.mode = o.pm_mode;
+  po.layout = "asymnvm-kv";
+  po.observer = o.observer;
+  auto pool = pm::Pool::OpenOrCreate(o.pool_path, o.pool_size, po);
+  if (!pool.ok()) return pool.status().WithContext("kv server: pool " + o.pool_path);
+  impl->pool = std::move(pool).value();
+  uint8_t* ua = impl->pool->user_base();
+  const size_t usize = impl->pool->user_size();
+  // The stored geometry wins for an existing pool.
+  format::ServerHeader geo;
+  Status hs = format::DecodeServerHeader(ua, &geo);
+  if (hs.code() == StatusCode::kNotFound) {
+    geo = format::ServerHeader{};
+    geo.workers = o.workers;
+    geo.shards = o.shards;
+    geo.segment_size = o.segment_size;
+    geo.oq_buffers = o.oq_buffers;
+    geo.oq_buffer_size = o.oq_buffer_size;
+    size_t oq_bytes = oq::DurableAreaSize(geo.workers, geo.oq_buffers, geo.oq_buffer_size);
+    oq_bytes = (oq_bytes + 4095) / 4096 * 4096;
+    if (format::kHeaderPage + oq_bytes >= usize) {
+      return Status::InvalidArgument("kv server: pool " + o.pool_path + " too small");
+    }
+    geo.blog_bytes = (o.blog_size + 4095) / 4096 * 4096;
+    if (format::kHeaderPage + oq_bytes + geo.blog_bytes >= usize) {
+      return Status::InvalidArgument("kv server: pool " + o.pool_path + " too small");
+    }
+    geo.segments = static_cast<uint32_t>(
+        (usize - format::kHeaderPage - oq_bytes - geo.blog_bytes) / geo.segment_size);
+    if (geo.segments < geo.workers + 3) {
+      return Status::InvalidArgument("kv server: pool " + o.pool_path + " of " +
+                                     std::to_string(impl->pool->size()) + " bytes holds " +
+                                     std::to_string(geo.segments) + " segments; needs at least " +
+                                     std::to_string(geo.workers + 3));
+    }
+  } else if (!hs.ok()) {
+    return hs.WithContext("kv server: pool " + o.pool_path);
+  }
+  size_t oq_bytes = oq::DurableAreaSize(geo.workers, geo.oq_buffers, geo.oq_buffer_size);
+  oq_bytes = (oq_bytes + 4095) / 4096 * 4096;
+  if (format::kHeaderPage + oq_bytes + geo.blog_bytes + size_t{geo.segments} * geo.segment_size >
+      usize) {
+    return Status::Corruption("kv server: pool " + o.pool_path + " is smaller than its layout");
+  }
+  impl->cluster_mode = !o.coordinator.empty();
+  if (impl->cluster_mode && geo.blog_bytes == 0) {
+    return Status::InvalidArgument("kv server: pool " + o.pool_path +
+                                   " has no b-log area; it cannot join a replicated cluster");
+  }
+  Impl* raw = impl.get();
+  StoreOptions so;
+  so.header_page = ua;
+  so.log_base = ua + format::kHeaderPage + oq_bytes + geo.blog_bytes;
+  if (impl->cluster_mode) {
+    so.replicate = [raw](uint32_t worker, uint32_t shard, std::span<const uint8_t> e) {
+      ClusterAgent* a = raw->agent_ptr.load();
+      return a == nullptr ? Status::Ok() : a->Replicate(worker, shard, e);
+    };
+  }
+  so.persister = impl->pool->persister();
+  so.geometry = geo;
+  so.gc_threshold = o.gc_threshold;
+  auto store = Store::Open(so);
+  if (!store.ok()) return store.status().WithContext("kv server: pool " + o.pool_path);
+  impl->store = std::move(store).value();
+  impl->workers.resize(geo.workers);
+
+  auto fab = fabric::Fabric::Open(o.fabric);
+  if (!fab.ok()) return fab.status();
+  impl->fabric = std::move(fab).value();
+  auto pd = impl->fabric->AllocPd();
+  if (!pd.ok()) return pd.status();
+  impl->pd = std::move(pd).value();
+
+  if (geo.blog_bytes > 0) {
+    rowan::ReceiverOptions ro;
+    ro.fabric = impl->fabric.get();
+    ro.pd = impl->pd.get();
+    ro.area = ua + format::kHeaderPage + oq_bytes;
+    ro.area_size = geo.blog_bytes;
+    ro.persister = impl->pool->persister();
+    ro.listen_address = o.rowan_listen;
+    ro.segment_size = 1u << 20;
+    auto rec = rowan::Receiver::Open(ro);
+    if (!rec.ok()) return rec.status().WithContext("kv server: b-log");
+    impl->receiver = std::move(rec).value();
+  }
+
+  oq::ServerOptions qo;
+  qo.fabric = impl->fabric.get();
+  qo.pd = impl->pd.get();
+  qo.listen_address = o.listen_address;
+  qo.workers = geo.workers;
+  qo.buffer_size = geo.oq_buffer_size;
+  qo.buffers_per_worker = geo.oq_buffers;
+  qo.max_request = kMaxRequest + oq::kRequestHeaderSize;
+  qo.max_response = kMaxResponse;
+  qo.policy = oq::Policy::kOq;
+  qo.durable = true;
+  qo.pm_area = ua + format::kHeaderPage;
+  qo.pm_area_size = oq_bytes;
+  qo.persister = impl->pool->persister();
+  auto server = oq::Server::Start(
+      qo, [raw](const oq::RequestContext& ctx, std::span<const uint8_t> payload,
+                std::vector<uint8_t>* response) { return raw->Handle(ctx, payload, response); });
+  if (!server.ok()) return server.status().WithContext("kv server: ordered queue");
+  impl->oq = std::move(server).value();
+  impl->cleaner = std::thread([raw] { raw->CleanerLoop(); });
+  if (impl->cluster_mode) {
+    AgentOptions ao;
+    ao.coordinator = o.coordinator;
+    ao.cluster = o.cluster;
+    ao.uuid = pm::UuidToString(impl->pool->superblock().uuid);
+    ao.self = {impl->oq->address(), impl->receiver->address()};
+    ao.rf = o.rf;
+    ao.initial_servers = o.initial_servers;
+    ao.store = impl->store.get();
+    ao.fabric = impl->fabric.get();
+    ao.pd = impl->pd.get();
+    ao.receiver = impl->receiver.get();
+    auto agent = ClusterAgent::Start(ao);
+    if (!agent.ok()) {
+      std::unique_ptr<Server> tmp(new Server(std::move(impl)));
+      tmp->Stop();
+      return agent.status().WithContext("kv server: coordinator " + o.coordinator);
+    }
+    impl->agent = std::move(agent).value();
+    impl->agent_ptr = impl->agent.get();
+  }
+  LOG_INFO("kv", "serving " << o.pool_path << ": " << geo.workers << " workers, " << geo.shards
+                            << " shards, " << geo.segments << " segments of "
+                            << geo.segment_size << " B; recovered "
+                            << raw->store->stats().recovered_entries << " entries");
+  return std::unique_ptr<Server>(new Server(std::move(impl)));
+}
+
+std::string Server::address() const { return impl_->oq->address(); }
+std::string Server::rowan_address() const {
+  return impl_->receiver ? impl_->receiver->address() : std::string();
+}
+std::string Server::pool_uuid() const { return pm::UuidToString(impl_->pool->superblock().uuid); }
+const format::ServerHeader& Server::geometry() const { return impl_->store->geometry(); }
+
+ServerStats Server::stats() const {
+  ServerStats s;
+  s.store = impl_->store->stats();
+  s.requests = impl_->requests;
+  s.rejected = impl_->rejected;
+  s.nilext_dropped = impl_->nilext_dropped;
+  s.pm_syncs = impl_->pool->sync_stats().syncs;
+  if (impl_->agent) {
+    s.map_epoch = impl_->agent->epoch();
+    s.digested = impl_->agent->digested();
+    s.catchups = impl_->agent->catchups_done();
+  }
+  return s;
+}
+
+void Server::Stop() {
+  if (!impl_ || impl_->stopped) return;
+  impl_->stopped = true;
+  if (impl_->agent) impl_->agent->Stop();  // unregisters: the manager moves our shards
+  if (impl_->oq) impl_->oq->Stop();
+  if (impl_->receiver) impl_->receiver->Close();
+  {
+    std::lock_guard<std::mutex> l(impl_->mu);
+    impl_->stopping = true;
+  }
+  impl_->cv.notify_all();
+  if (impl_->cleaner.joinable()) impl_->cleaner.join();
+}
+
+}  // namespace asymnvm::kv

@@ -1,0 +1,88 @@
+// Server: one asymnvm-kv server — a PM pool holding the Store and a durable Ordered Queue whose
+// handler executes KV requests (doc/kv.md §Server).
+//
+// Pool user area: [kv header page 4 KiB][OQ durable area][segments]. The OQ's receive buffers are
+// in PM, so a nilext PUT is durable on the NIC acknowledgement of its SEND + FLUSH; the worker
+// then appends it to its t-log. Start recovers: Store::Open rebuilds the index, then the OQ
+// re-executes landed nilext requests (skipping those the t-logs already hold).
+//
+// Large values: a PUT over kMaxInlineValue is uploaded as PutChunk requests staged in the
+// worker's DRAM (per client and upload id, at most `staging_bytes` per worker, dropped after
+// `staging_timeout` idle) and committed by a PutLarge request on the software-response path.
+//
+// Thread safety: Start/Stop from one thread; address(), stats() from any.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "asymnvm/fabric.h"
+#include "asymnvm/pm.h"
+#include "asymnvm/status.h"
+#include "kv/store.h"
+
+namespace asymnvm::kv {
+
+struct ServerOptions {
+  std::string pool_path;                 // required
+  uint64_t pool_size = 256ull << 20;     // when creating the pool
+  pm::PersistMode pm_mode = pm::PersistMode::kAuto;
+  std::string listen_address = "tcp://127.0.0.1:0";
+  fabric::FabricOptions fabric;
+  // Geometry of a new pool (an existing pool keeps its own).
+  uint32_t workers = 2;
+  uint32_t shards = 8;
+  uint32_t segment_size = 4u << 20;
+  uint32_t oq_buffers = 8;
+  uint32_t oq_buffer_size = 256u << 10;
+  double gc_threshold = 0.75;
+  // Replication (doc/kv.md §Replication): the b-log area of a new pool, the Rowan receiver's
+  // address, and the cluster. coordinator empty: a stand-alone server owning every shard.
+  uint64_t blog_size = 16ull << 20;
+  std::string rowan_listen = "tcp://127.0.0.1:0";
+  std::string coordinator;
+  std::string cluster = "default";
+  uint32_t rf = 0;               // replication factor of a new cluster; 0 = min(3, servers)
+  uint32_t initial_servers = 1;  // the first shard map waits for this many servers
+  pm::PersistObserver* observer = nullptr;  // optional: sees every persisted range (XPLine DLWA)
+  size_t staging_bytes = 64u << 20;
+  std::chrono::milliseconds staging_timeout{30000};
+};
+
+struct ServerStats {
+  StoreStats store;
+  uint64_t requests = 0;
+  uint64_t rejected = 0;       // malformed / out-of-range requests answered with an error
+  uint64_t nilext_dropped = 0; // nilext requests that failed (logged; no reply channel)
+  uint64_t pm_syncs = 0;
+  uint64_t map_epoch = 0;        // cluster mode: the shard map this server follows
+  uint64_t digested = 0;         // b-log entries applied as a backup
+  uint64_t catchups = 0;         // joining backups brought in sync by this server
+};
+
+// Max request / response payload the server's OQ accepts (key + value + headers).
+inline constexpr uint32_t kMaxRequest = 64 * 1024;
+inline constexpr uint32_t kMaxResponse = 64 * 1024;
+
+class Server {
+ public:
+  // Errors: kInvalidArgument (options), the pool's Open/Create errors (kCorruption,
+  // kFailedPrecondition when another process holds it, ...), kCorruption (the kv layout),
+  // fabric errors.
+  static Result<std::unique_ptr<Server>> Start(const ServerOptions& options);
+  ~Server();
+  std::string address() const;
+  std::string rowan_address() const;  // empty without a b-log
+  std::string pool_uuid() const;
+  const format::ServerHeader& geometry() const;
+  ServerStats stats() const;
+  void Stop();  // idempotent
+
+ private:
+  struct Impl;
+  explicit Server(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace asymnvm::kv

@@ -1,0 +1,660 @@
+#include "kv/store.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+
+#include "common/checksum.h"
+#include "common/logging.h"
+
+namespace asymnvm::kv {
+
+using format::EntryHeader;
+using format::EntryType;
+
+uint64_t KeyHash(std::string_view key) { return Hash64(key.data(), key.size(), 0x6b76); }
+
+uint32_t ShardOf(std::string_view key, uint32_t shards) {
+  return shards == 0 ? 0 : static_cast<uint32_t>(KeyHash(key) % shards);
+}
+
+uint32_t Store::WorkerOf(std::string_view key, uint32_t workers) {
+  return workers == 0 ? 0 : static_cast<uint32_t>((KeyHash(key) >> 32) % workers);
+}
+
+bool ParseCounter(std::string_view s, int64_t* out) {
+  if (s.empty() || s.size() > 20) return false;
+  if (s[0] == '+') return false;
+  int64_t v = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || ptr != s.data() + s.size()) return false;
+  if (s.size() > 1 && (s[0] == '0' || (s[0] == '-' && s[1] == '0'))) return false;  // canonical
+  if (s == "-0") return false;
+  *out = v;
+  return true;
+}
+
+Store::Store(const StoreOptions& o)
+    : o_(o), log_base_(o.log_base), persister_(o.persister) {}
+
+Store::~Store() = default;
+
+Result<std::unique_ptr<Store>> Store::Open(const StoreOptions& o) {
+  if (o.header_page == nullptr || o.log_base == nullptr || o.persister == nullptr) {
+    return Status::InvalidArgument("kv store: header_page, log_base and persister are required");
+  }
+  if (!(o.gc_threshold > 0 && o.gc_threshold <= 1)) {
+    return Status::InvalidArgument("kv store: gc_threshold must be in (0, 1]");
+  }
+  std::unique_ptr<Store> s(new Store(o));
+  Status st = format::DecodeServerHeader(o.header_page, &s->geo_);
+  if (st.code() == StatusCode::kNotFound) {
+    s->geo_ = o.geometry;
+    const auto& g = s->geo_;
+    if (g.workers == 0 || g.workers > format::kMaxWorkers || g.shards == 0 ||
+        g.segment_size < 64 * 1024 || g.segment_size % 4096 != 0 || g.segments < g.workers + 3) {
+      return Status::InvalidArgument(
+          "kv store: geometry needs 1..32 workers, >= 1 shard, segments of >= 64 KiB (multiple of "
+          "4 KiB) and at least workers + 3 segments");
+    }
+    ASYMNVM_RETURN_IF_ERROR(s->Format());
+  } else if (!st.ok()) {
+    return st;
+  }
+  ASYMNVM_RETURN_IF_ERROR(s->Recover());
+  return s;
+}
+
+Status Store::Format() {
+  // Segment headers first (blank = free), then the header page that makes the pool ours.
+  for (uint32_t i = 0; i < geo_.segments; i++) {
+    std::memset(SegmentBase(i), 0, format::kSegmentHeaderSize);
+    persister_->Flush(SegmentBase(i), format::kSegmentHeaderSize);
+  }
+  persister_->Drain();
+  geo_.generation_bound = 1;
+  std::vector<uint8_t> page(format::kHeaderPage);
+  format::EncodeServerHeader(geo_, page.data());
+  std::memcpy(o_.header_page, page.data(), page.size());
+  persister_->Persist(o_.header_page, page.size());
+  return Status::Ok();
+}
+
+Status Store::PersistHeader() {
+  std::vector<uint8_t> page(format::kHeaderPage);
+  format::EncodeServerHeader(geo_, page.data());
+  std::memcpy(o_.header_page, page.data(), page.size());
+  persister_->Persist(o_.header_page, page.size());
+  return Status::Ok();
+}
+
+Status Store::Recover() {
+  parts_.clear();
+  for (uint32_t i = 0; i < geo_.workers + 2; i++) parts_.push_back(std::make_unique<Partition>());
+  shard_version_.reset(new std::atomic<uint64_t>[geo_.shards]);
+  for (uint32_t i = 0; i < geo_.shards; i++) shard_version_[i] = 0;
+  applied_.reset(new std::atomic<uint64_t>[geo_.workers]);
+  for (uint32_t w = 0; w < geo_.workers; w++) applied_[w] = geo_.applied_floor[w];
+  segs_.reset(new SegmentMeta[geo_.segments]);
+  next_generation_ = geo_.generation_bound;
+  const size_t seg_size = geo_.segment_size;
+  for (uint32_t i = 0; i < geo_.segments; i++) {
+    format::SegmentHeader sh;
+    Status st = format::DecodeSegmentHeader(SegmentBase(i), &sh);
+    if (st.code() == StatusCode::kNotFound) {
+      free_.push_back(i);
+      continue;
+    }
+    if (!st.ok()) return st.WithContext("kv store: segment " + std::to_string(i));
+    segs_[i].generation = sh.generation;
+    segs_[i].owner = sh.owner;
+    next_generation_ = std::max(next_generation_, sh.generation + 1);
+    size_t off = format::kSegmentHeaderSize;
+    const uint8_t* base = SegmentBase(i);
+    while (off + format::kEntryHeaderSize <= seg_size) {
+      EntryHeader h;
+      if (!format::DecodeEntry(base + off, seg_size - off, sh.generation, &h).ok()) break;
+      recovered_entries_++;
+      const uint32_t fp = static_cast<uint32_t>(format::EntryFootprint(h.key_len, h.value_len));
+      std::string_view key = format::EntryKey(base + off, h);
+      if (h.shard < geo_.shards) {
+        uint64_t prev = shard_version_[h.shard];
+        if (h.version > prev) shard_version_[h.shard] = h.version;
+        const uint32_t worker = WorkerOf(key, geo_.workers);
+        if (h.position != 0) {
+          uint32_t pw = static_cast<uint32_t>(h.position >> 56);
+          if (pw < geo_.workers && h.position > applied_[pw]) applied_[pw] = h.position;
+        }
+        Partition& p = *parts_[worker];
+        auto it = FindLocked(p, h.shard, KeyHash(key), key);
+        Loc loc{h.shard, i, static_cast<uint32_t>(off), fp, h.version,
+                h.type == EntryType::kDelete};
+        if (it == p.index.end()) {
+          p.index.emplace(IndexKey{h.shard, KeyHash(key)}, loc);
+        } else if (h.version > it->second.version) {
+          it->second = loc;
+        }
+      } else {
+        LOG_WARN("kv", "segment " << i << " offset " << off << ": entry of shard " << h.shard
+                                  << " beyond the pool's " << geo_.shards << " shards; ignored");
+      }
+      off += fp;
+    }
+  }
+  // Live bytes from the rebuilt index.
+  for (auto& p : parts_) {
+    for (auto& [k, loc] : p->index) segs_[loc.seg].live += loc.footprint;
+  }
+  // Every recovered segment is sealed; logs open fresh segments. Free list: lowest index last.
+  std::sort(free_.begin(), free_.end(), std::greater<uint32_t>());
+  if (next_generation_ >= geo_.generation_bound) {
+    geo_.generation_bound = next_generation_;  // re-reserved on the first allocation
+  }
+  return Status::Ok();
+}
+
+Result<uint32_t> Store::AllocateSegment(uint32_t owner, format::SegmentKind kind) {
+  uint32_t seg;
+  uint64_t gen;
+  {
+    std::lock_guard<std::mutex> l(alloc_mu_);
+    // One segment is kept for the cleaner so it can always make progress.
+    const size_t reserve = kind == format::SegmentKind::kGc ? 0 : 1;
+    if (free_.size() <= reserve) {
+      return Status::ResourceExhausted("kv store: no free log segment (" +
+                                       std::to_string(geo_.segments) + " segments, all in use)");
+    }
+    seg = free_.back();
+    free_.pop_back();
+    gen = next_generation_++;
+  }
+  {
+    std::lock_guard<std::mutex> l(header_mu_);
+    if (gen >= geo_.generation_bound) {
+      geo_.generation_bound = gen + format::kGenerationBlock;
+      ASYMNVM_RETURN_IF_ERROR(PersistHeader());
+    }
+  }
+  segs_[seg].generation = gen;
+  segs_[seg].owner = owner;
+  segs_[seg].open = true;
+  segs_[seg].live = 0;
+  uint8_t hdr[format::kSegmentHeaderSize];
+  format::EncodeSegmentHeader({gen, kind, owner}, hdr);
+  std::memcpy(SegmentBase(seg), hdr, sizeof hdr);
+  persister_->Persist(SegmentBase(seg), sizeof hdr);
+  return seg;
+}
+
+Result<Store::Loc> Store::Append(Partition& p, uint32_t owner, const EntryHeader& hin,
+                                 std::string_view key, std::string_view value) {
+  const size_t fp = format::EntryFootprint(key.size(), value.size());
+  if (fp + format::kSegmentHeaderSize > geo_.segment_size) {
+    return Status::InvalidArgument("kv store: entry of " + std::to_string(fp) +
+                                   " bytes does not fit a segment");
+  }
+  if (p.seg == UINT32_MAX || p.off + fp > geo_.segment_size) {
+    const auto kind = &p == &gc_part()        ? format::SegmentKind::kGc
+                      : &p == &replica_part() ? format::SegmentKind::kReplica
+                                              : format::SegmentKind::kTlog;
+    auto seg = AllocateSegment(owner, kind);
+    if (!seg.ok()) return seg.status();
+    if (p.seg != UINT32_MAX) segs_[p.seg].open = false;
+    p.seg = *seg;
+    p.off = format::kSegmentHeaderSize;
+  }
+  EntryHeader h = hin;
+  h.generation = segs_[p.seg].generation;
+  uint8_t* at = SegmentBase(p.seg) + p.off;
+  format::EncodeEntry(h, key, value, at);
+  persister_->Persist(at, format::kEntryHeaderSize + key.size() + value.size());
+  Loc loc{h.shard, p.seg, p.off, static_cast<uint32_t>(fp), h.version,
+          h.type == EntryType::kDelete};
+  p.off += static_cast<uint32_t>(fp);
+  appended_ += fp;
+  return loc;
+}
+
+std::multimap<Store::IndexKey, Store::Loc>::iterator Store::FindLocked(Partition& p,
+                                                                       uint32_t shard,
+                                                                       uint64_t tag,
+                                                                       std::string_view key) const {
+  auto [lo, hi] = p.index.equal_range(IndexKey{shard, tag});
+  for (auto it = lo; it != hi; ++it) {
+    const uint8_t* e = SegmentBase(it->second.seg) + it->second.off;
+    const uint16_t klen = static_cast<uint16_t>(e[6] | (e[7] << 8));
+    if (klen == key.size() &&
+        std::memcmp(e + format::kEntryHeaderSize, key.data(), key.size()) == 0) {
+      return it;
+    }
+  }
+  return p.index.end();
+}
+
+void Store::NotePosition(uint32_t worker, uint64_t position) {
+  if (position != 0 && worker < geo_.workers && position > applied_[worker]) {
+    applied_[worker] = position;
+  }
+}
+
+Status Store::CheckShard(uint32_t shard) const {
+  if (shard >= geo_.shards) {
+    return Status::InvalidArgument("kv: shard " + std::to_string(shard) + " out of range (" +
+                                   std::to_string(geo_.shards) + " shards)");
+  }
+  return Status::Ok();
+}
+
+Result<uint64_t> Store::WriteLocked(uint32_t worker, EntryType type, uint32_t shard,
+                                    std::string_view key, std::string_view value,
+                                    uint64_t position) {
+  Partition& p = *parts_[worker];
+  EntryHeader h;
+  h.type = type;
+  h.key_len = static_cast<uint16_t>(key.size());
+  h.value_len = static_cast<uint32_t>(value.size());
+  h.shard = shard;
+  h.version = shard_version_[shard].fetch_add(1) + 1;
+  h.position = position;
+  auto loc = Append(p, worker, h, key, value);
+  // No free segment: wait for the cleaner (other logs may take a freed segment first; keep
+  // waiting) up to 10 s.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!loc.ok() && loc.status().code() == StatusCode::kResourceExhausted &&
+         std::chrono::steady_clock::now() < deadline && WaitForFreeSegment(deadline)) {
+    loc = Append(p, worker, h, key, value);
+  }
+  if (!loc.ok()) return loc.status();
+  if (o_.replicate) {
+    const uint8_t* e = SegmentBase(loc->seg) + loc->off;
+    Status rs = o_.replicate(worker, shard,
+                             {e, format::kEntryHeaderSize + key.size() + value.size()});
+    if (!rs.ok()) return rs;
+  }
+  segs_[loc->seg].live += loc->footprint;
+  const uint64_t tag = KeyHash(key);
+  {
+    std::lock_guard<std::mutex> l(p.mu);
+    auto it = FindLocked(p, shard, tag, key);
+    if (it == p.index.end()) {
+      p.index.emplace(IndexKey{shard, tag}, *loc);
+    } else {
+      segs_[it->second.seg].live -= it->second.footprint;
+      it->second = *loc;
+    }
+  }
+  NotePosition(worker, position);
+  return h.version;
+}
+
+Result<uint64_t> Store::Put(uint32_t worker, uint32_t shard, std::string_view key,
+                            std::string_view value, uint64_t position, bool recovering) {
+  ASYMNVM_RETURN_IF_ERROR(CheckShard(shard));
+  if (worker >= geo_.workers) return Status::InvalidArgument("kv: worker out of range");
+  if (recovering && position != 0 && position <= applied_[worker]) {
+    skipped_++;
+    return uint64_t{0};
+  }
+  return WriteLocked(worker, EntryType::kPut, shard, key, value, position);
+}
+
+ReadResult Store::Get(uint32_t worker, uint32_t shard, std::string_view key, uint64_t offset,
+                      size_t max_bytes) const {
+  ReadResult r;
+  if (shard >= geo_.shards || worker >= geo_.workers) return r;
+  Partition& p = *parts_[worker];
+  std::lock_guard<std::mutex> l(p.mu);
+  auto it = FindLocked(p, shard, KeyHash(key), key);
+  if (it == p.index.end() || it->second.tombstone) return r;
+  const uint8_t* e = SegmentBase(it->second.seg) + it->second.off;
+  EntryHeader h;
+  Status st = format::DecodeEntry(e, geo_.segment_size - it->second.off,
+                                  segs_[it->second.seg].generation, &h);
+  if (!st.ok()) {
+    LOG_ERROR("kv", "index points at an invalid entry (segment " << it->second.seg << " offset "
+                                                                   << it->second.off << ")");
+    return r;
+  }
+  r.found = true;
+  r.version = h.version;
+  r.total_len = h.value_len;
+  std::string_view v = format::EntryValue(e, h);
+  if (offset < v.size()) r.bytes.assign(v.substr(offset, max_bytes));
+  return r;
+}
+
+Result<DeleteReply> Store::Delete(uint32_t worker, uint32_t shard, std::string_view key,
+                                  uint64_t position) {
+  ASYMNVM_RETURN_IF_ERROR(CheckShard(shard));
+  if (worker >= geo_.workers) return Status::InvalidArgument("kv: worker out of range");
+  DeleteReply d;
+  {
+    Partition& p = *parts_[worker];
+    std::lock_guard<std::mutex> l(p.mu);
+    auto it = FindLocked(p, shard, KeyHash(key), key);
+    if (it == p.index.end() || it->second.tombstone) return d;  // nothing to delete
+    d.existed = true;
+    d.version = it->second.version;
+  }
+  auto v = WriteLocked(worker, EntryType::kDelete, shard, key, {}, position);
+  if (!v.ok()) return v.status();
+  return d;
+}
+
+Result<PutIfReply> Store::PutIf(uint32_t worker, uint32_t shard, std::string_view key,
+                                std::string_view value, uint64_t expected_version,
+                                uint64_t position) {
+  ASYMNVM_RETURN_IF_ERROR(CheckShard(shard));
+  if (worker >= geo_.workers) return Status::InvalidArgument("kv: worker out of range");
+  uint64_t current = 0;
+  {
+    Partition& p = *parts_[worker];
+    std::lock_guard<std::mutex> l(p.mu);
+    auto it = FindLocked(p, shard, KeyHash(key), key);
+    if (it != p.index.end() && !it->second.tombstone) current = it->second.version;
+  }
+  PutIfReply r;
+  if (current != expected_version) {
+    r.version = current;
+    return r;
+  }
+  auto v = WriteLocked(worker, EntryType::kPut, shard, key, value, position);
+  if (!v.ok()) return v.status();
+  r.applied = true;
+  r.version = *v;
+  return r;
+}
+
+Result<IncrReply> Store::Incr(uint32_t worker, uint32_t shard, std::string_view key,
+                              int64_t delta, uint64_t position) {
+  ASYMNVM_RETURN_IF_ERROR(CheckShard(shard));
+  ReadResult cur = Get(worker, shard, key, 0, 64);
+  int64_t v = 0;
+  if (cur.found) {
+    if (cur.total_len > 20 || !ParseCounter(cur.bytes, &v)) {
+      return Status::InvalidArgument("kv incr: the value of the key is not a decimal int64");
+    }
+  }
+  int64_t n;
+  if (__builtin_add_overflow(v, delta, &n)) {
+    return Status::InvalidArgument("kv incr: " + std::to_string(v) + " + " +
+                                   std::to_string(delta) + " overflows int64");
+  }
+  std::string text = std::to_string(n);
+  auto ver = WriteLocked(worker, EntryType::kPut, shard, key, text, position);
+  if (!ver.ok()) return ver.status();
+  return IncrReply{n, *ver};
+}
+
+ScanOut Store::Scan(uint32_t shard, uint64_t cursor, uint32_t count, size_t max_bytes,
+                    size_t max_value) const {
+  ScanOut out;
+  if (shard >= geo_.shards || count == 0) {
+    out.done = true;
+    return out;
+  }
+  std::vector<ScanOut::Item> all;
+  bool more = false;
+  for (uint32_t w = 0; w < geo_.workers; w++) {
+    Partition& p = *parts_[w];
+    std::lock_guard<std::mutex> l(p.mu);
+    uint32_t taken = 0;
+    uint64_t last_tag = 0;
+    for (auto it = p.index.lower_bound(IndexKey{shard, cursor});
+         it != p.index.end() && it->first.first == shard; ++it) {
+      if (it->second.tombstone) continue;
+      if (taken >= count && it->first.second != last_tag) {
+        more = true;
+        break;
+      }
+      const uint8_t* e = SegmentBase(it->second.seg) + it->second.off;
+      EntryHeader h;
+      if (!format::DecodeEntry(e, geo_.segment_size - it->second.off,
+                               segs_[it->second.seg].generation, &h)
+               .ok()) {
+        continue;
+      }
+      ScanOut::Item item;
+      item.tag = it->first.second;
+      item.key.assign(format::EntryKey(e, h));
+      item.version = h.version;
+      item.value_len = h.value_len;
+      if (h.value_len > max_value) {
+        item.truncated = true;
+      } else {
+        item.value.assign(format::EntryValue(e, h));
+      }
+      all.push_back(std::move(item));
+      taken++;
+      last_tag = it->first.second;
+    }
+  }
+  std::stable_sort(all.begin(), all.end(),
+                   [](const ScanOut::Item& a, const ScanOut::Item& b) { return a.tag < b.tag; });
+  size_t bytes = 0;
+  size_t i = 0;
+  while (i < all.size()) {
+    // One tag group at a time: a cursor cannot split keys that share a tag.
+    size_t j = i;
+    size_t group_bytes = 0;
+    while (j < all.size() && all[j].tag == all[i].tag) {
+      group_bytes += 16 + all[j].key.size() + all[j].value.size();
+      j++;
+    }
+    if (!out.items.empty() && (out.items.size() >= count || bytes + group_bytes > max_bytes)) break;
+    for (size_t k = i; k < j; k++) out.items.push_back(std::move(all[k]));
+    bytes += group_bytes;
+    i = j;
+  }
+  if (i < all.size()) more = true;
+  if (out.items.empty()) {
+    out.done = !more;
+    return out;
+  }
+  const uint64_t last = out.items.back().tag;
+  if (last == UINT64_MAX) {
+    out.done = true;
+  } else {
+    out.next_cursor = last + 1;
+    out.done = !more;
+  }
+  return out;
+}
+
+Status Store::ApplyReplica(std::span<const uint8_t> entry) {
+  EntryHeader h;
+  if (entry.size() < format::kEntryHeaderSize) return Status::Corruption("kv replica: short entry");
+  // Validate against the generation the entry carries (the primary's segment).
+  uint64_t gen = 0;
+  for (int i = 0; i < 8; i++) gen |= uint64_t{entry[24 + i]} << (8 * i);
+  if (!format::DecodeEntry(entry.data(), entry.size(), gen, &h).ok() ||
+      format::kEntryHeaderSize + h.key_len + h.value_len != entry.size()) {
+    return Status::Corruption("kv replica: entry fails its checksum or lengths");
+  }
+  if (h.shard >= geo_.shards) return Status::Corruption("kv replica: shard out of range");
+  std::string_view key = format::EntryKey(entry.data(), h);
+  std::string_view value = format::EntryValue(entry.data(), h);
+  const uint32_t worker = WorkerOf(key, geo_.workers);
+  Partition& p = *parts_[worker];
+  const uint64_t tag = KeyHash(key);
+  {
+    std::lock_guard<std::mutex> l(p.mu);
+    auto it = FindLocked(p, h.shard, tag, key);
+    if (it != p.index.end() && it->second.version >= h.version) return Status::Ok();
+  }
+  std::lock_guard<std::mutex> rl(replica_mu_);
+  EntryHeader local = h;
+  local.position = 0;  // positions belong to the primary's OQ
+  auto loc = Append(replica_part(), 0, local, key, value);
+  if (!loc.ok()) return loc.status();
+  segs_[loc->seg].live += loc->footprint;
+  uint64_t cur = shard_version_[h.shard];
+  while (h.version > cur && !shard_version_[h.shard].compare_exchange_weak(cur, h.version)) {
+  }
+  std::lock_guard<std::mutex> l(p.mu);
+  auto it = FindLocked(p, h.shard, tag, key);
+  if (it == p.index.end()) {
+    p.index.emplace(IndexKey{h.shard, tag}, *loc);
+  } else if (it->second.version < h.version) {
+    segs_[it->second.seg].live -= it->second.footprint;
+    it->second = *loc;
+  } else {
+    segs_[loc->seg].live -= loc->footprint;  // lost a race with a newer one: garbage at once
+  }
+  return Status::Ok();
+}
+
+void Store::RaiseVersionFloor(uint32_t shard, uint64_t floor) {
+  if (shard >= geo_.shards) return;
+  uint64_t cur = shard_version_[shard];
+  while (floor > cur && !shard_version_[shard].compare_exchange_weak(cur, floor)) {
+  }
+}
+
+Status Store::ForEachEntry(uint32_t shard,
+                           const std::function<Status(std::span<const uint8_t>)>& fn) const {
+  if (shard >= geo_.shards) return Status::InvalidArgument("kv: shard out of range");
+  for (uint32_t w = 0; w < geo_.workers; w++) {
+    Partition& p = *parts_[w];
+    uint64_t cursor = 0;
+    bool more = true;
+    while (more) {
+      std::vector<std::vector<uint8_t>> batch;
+      {
+        std::lock_guard<std::mutex> l(p.mu);
+        auto it = p.index.lower_bound(IndexKey{shard, cursor});
+        uint64_t last = cursor;
+        for (; it != p.index.end() && it->first.first == shard; ++it) {
+          if (batch.size() >= 256 && it->first.second != last) break;
+          const uint8_t* e = SegmentBase(it->second.seg) + it->second.off;
+          EntryHeader h;
+          if (!format::DecodeEntry(e, geo_.segment_size - it->second.off,
+                                   segs_[it->second.seg].generation, &h)
+                   .ok()) {
+            return Status::Corruption("kv: index points at an invalid entry");
+          }
+          batch.emplace_back(e, e + format::kEntryHeaderSize + h.key_len + h.value_len);
+          last = it->first.second;
+        }
+        more = it != p.index.end() && it->first.first == shard;
+        if (more) cursor = it->first.second;
+      }
+      for (auto& b : batch) ASYMNVM_RETURN_IF_ERROR(fn(b));
+    }
+  }
+  return Status::Ok();
+}
+
+bool Store::NeedsCleaning() const {
+  std::lock_guard<std::mutex> l(alloc_mu_);
+  const size_t watermark = std::max<size_t>(geo_.workers + 2, geo_.segments / 4);
+  return free_.size() < watermark;
+}
+
+bool Store::WaitForFreeSegment(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> l(alloc_mu_);
+  return free_cv_.wait_until(l, deadline, [&] { return free_.size() > 1; });
+}
+
+Result<uint32_t> Store::CleanOnce() {
+  std::lock_guard<std::mutex> cl(clean_mu_);
+  const uint64_t limit = static_cast<uint64_t>(o_.gc_threshold * geo_.segment_size);
+  // Victims: sealed segments below the threshold, emptiest first; a few per pass.
+  std::vector<std::pair<uint64_t, uint32_t>> cand;
+  {
+    std::lock_guard<std::mutex> l(alloc_mu_);
+    std::vector<bool> is_free(geo_.segments, false);
+    for (uint32_t f : free_) is_free[f] = true;
+    for (uint32_t i = 0; i < geo_.segments; i++) {
+      if (is_free[i] || segs_[i].open || segs_[i].generation == 0) continue;
+      const uint64_t live = segs_[i].live;
+      if (live < limit) cand.push_back({live, i});
+    }
+  }
+  std::sort(cand.begin(), cand.end());
+  if (cand.size() > 4) cand.resize(4);
+  uint32_t freed = 0;
+  Partition& gc = gc_part();
+  std::vector<uint32_t> victims;
+  for (auto [live, seg] : cand) {
+    const uint8_t* base = SegmentBase(seg);
+    const uint64_t gen = segs_[seg].generation;
+    size_t off = format::kSegmentHeaderSize;
+    bool ok = true;
+    while (off + format::kEntryHeaderSize <= geo_.segment_size) {
+      EntryHeader h;
+      if (!format::DecodeEntry(base + off, geo_.segment_size - off, gen, &h).ok()) break;
+      const size_t fp = format::EntryFootprint(h.key_len, h.value_len);
+      std::string_view key = format::EntryKey(base + off, h);
+      if (h.shard < geo_.shards) {
+        Partition& p = *parts_[WorkerOf(key, geo_.workers)];
+        std::lock_guard<std::mutex> l(p.mu);
+        auto it = FindLocked(p, h.shard, KeyHash(key), key);
+        if (it != p.index.end() && it->second.seg == seg && it->second.off == off) {
+          auto loc = Append(gc, 0, h, key, format::EntryValue(base + off, h));
+          if (!loc.ok()) {
+            LOG_WARN("kv", "cleaner: " << loc.status().ToString());
+            ok = false;
+            break;
+          }
+          segs_[loc->seg].live += loc->footprint;
+          segs_[seg].live -= it->second.footprint;
+          it->second = *loc;
+          gc_copied_ += fp;
+        }
+      }
+      off += fp;
+    }
+    if (!ok) break;
+    victims.push_back(seg);
+  }
+  if (victims.empty()) return 0u;
+  // The largest applied OQ positions must outlive the entries that carried them.
+  {
+    std::lock_guard<std::mutex> l(header_mu_);
+    for (uint32_t w = 0; w < geo_.workers; w++) geo_.applied_floor[w] = applied_[w];
+    ASYMNVM_RETURN_IF_ERROR(PersistHeader());
+  }
+  for (uint32_t seg : victims) {
+    std::memset(SegmentBase(seg), 0, format::kSegmentHeaderSize);
+    persister_->Persist(SegmentBase(seg), format::kSegmentHeaderSize);
+    segs_[seg].generation = 0;
+    segs_[seg].live = 0;
+    std::lock_guard<std::mutex> l(alloc_mu_);
+    free_.push_back(seg);
+    std::sort(free_.begin(), free_.end(), std::greater<uint32_t>());
+    freed++;
+  }
+  gc_freed_ += freed;
+  free_cv_.notify_all();
+  return freed;
+}
+
+StoreStats Store::stats() const {
+  StoreStats s;
+  for (uint32_t w = 0; w < geo_.workers; w++) {
+    Partition& p = *parts_[w];
+    std::lock_guard<std::mutex> l(p.mu);
+    for (auto& [k, loc] : p.index) {
+      if (loc.tombstone) {
+        s.tombstones++;
+      } else {
+        s.keys++;
+      }
+      s.live_bytes += loc.footprint;
+    }
+  }
+  s.segments = geo_.segments;
+  {
+    std::lock_guard<std::mutex> l(alloc_mu_);
+    s.free_segments = free_.size();
+  }
+  s.appended_bytes = appended_;
+  s.gc_copied_bytes = gc_copied_;
+  s.gc_segments_freed = gc_freed_;
+  s.recovery_skipped = skipped_;
+  s.recovered_entries = recovered_entries_;
+  return s;
+}
+
+}  // namespace asymnvm::kv

@@ -1,0 +1,207 @@
+// Store: one Rowan-KV server's log-structured PM state (doc/kv.md §Storage).
+//
+// PM: a header page and `segments` segments of `segment_size` bytes. Each OQ worker owns a
+// t-log (a chain of segments it appends to, single writer); the cleaner (GC) owns its own. A
+// write appends a self-validating entry (kv/format.h) and persists it before it returns, then
+// updates the DRAM index. The index is partitioned by worker (a key's requests always go to one
+// worker): per key the tag (KeyHash), the shard, the entry's PM location and its version; keys are
+// compared in PM. Open rebuilds the index by scanning every segment (the largest version wins).
+//
+// Versions: one counter per shard, rebuilt at Open as the largest version seen; each write takes
+// the next value. A delete writes a tombstone entry that stays live (and is copied by GC), so a
+// deleted key never comes back and its version is never reissued.
+//
+// Exactly-once under OQ recovery: every entry records the OQ queue position of the request that
+// wrote it; ApplyPut called with recovering = true for a position at or below the worker's
+// largest applied position is skipped. The largest positions survive GC in the header page.
+//
+// GC (CleanOnce): seals nothing; picks sealed segments whose live bytes are below
+// threshold × segment_size, copies their live entries to the GC log (same version and position),
+// persists, repoints the index, persists the header's applied floors and frees the segments
+// (zeroes and persists their header).
+//
+// Thread safety: calls for worker w (Put/Get/Delete/PutIf/Incr with worker = w) must come from one
+// thread at a time (the OQ worker). Scan, CleanOnce and stats() may run concurrently with them.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <span>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "asymnvm/kv.h"
+#include "asymnvm/pm.h"
+#include "asymnvm/status.h"
+#include "kv/format.h"
+
+namespace asymnvm::kv {
+
+struct StoreOptions {
+  uint8_t* header_page = nullptr;   // kHeaderPage bytes
+  uint8_t* log_base = nullptr;      // segments × segment_size bytes
+  pm::Persister* persister = nullptr;
+  // Geometry for a blank header page (ignored, and replaced by the stored one, otherwise).
+  format::ServerHeader geometry;
+  double gc_threshold = 0.75;       // clean sealed segments whose live fraction is below this
+  // Replication (doc/kv.md §Replication): called by a write after its entry is durable in the
+  // local t-log and before the index shows it, with the encoded entry (kEntryHeaderSize + key +
+  // value bytes; its generation field is the local segment's). A non-OK status fails the write
+  // (the client learns an error: outcome unknown). Null: no replication.
+  std::function<Status(uint32_t worker, uint32_t shard, std::span<const uint8_t> entry)> replicate;
+};
+
+struct StoreStats {
+  uint64_t keys = 0;              // live keys (tombstones excluded)
+  uint64_t tombstones = 0;
+  uint64_t segments = 0, free_segments = 0;
+  uint64_t live_bytes = 0;        // footprints of index entries
+  uint64_t appended_bytes = 0;    // entry footprints appended since Open (GC copies included)
+  uint64_t gc_copied_bytes = 0;
+  uint64_t gc_segments_freed = 0;
+  uint64_t recovery_skipped = 0;  // OQ re-executions skipped as already applied
+  uint64_t recovered_entries = 0; // valid entries found by Open's scan
+};
+
+struct ReadResult {
+  bool found = false;
+  uint64_t version = 0;
+  uint64_t total_len = 0;
+  std::string bytes;  // value bytes from the requested offset
+};
+
+struct ScanOut {
+  struct Item {
+    uint64_t tag = 0;
+    std::string key, value;
+    uint64_t version = 0;
+    uint32_t value_len = 0;
+    bool truncated = false;
+  };
+  std::vector<Item> items;
+  uint64_t next_cursor = 0;
+  bool done = false;
+};
+
+class Store {
+ public:
+  // Formats a blank header page with options.geometry, or validates the stored one and rebuilds
+  // the index. Errors: kInvalidArgument (missing pointers, bad geometry), kCorruption (header page,
+  // a segment header).
+  static Result<std::unique_ptr<Store>> Open(const StoreOptions& options);
+  ~Store();
+
+  const format::ServerHeader& geometry() const { return geo_; }
+
+  // position = worker << 56 | OQ queue position (0 when not from the OQ).
+  // Returns the version written. kResourceExhausted when no segment is free.
+  Result<uint64_t> Put(uint32_t worker, uint32_t shard, std::string_view key,
+                       std::string_view value, uint64_t position, bool recovering);
+  ReadResult Get(uint32_t worker, uint32_t shard, std::string_view key, uint64_t offset,
+                 size_t max_bytes) const;
+  Result<DeleteReply> Delete(uint32_t worker, uint32_t shard, std::string_view key,
+                             uint64_t position);
+  Result<PutIfReply> PutIf(uint32_t worker, uint32_t shard, std::string_view key,
+                           std::string_view value, uint64_t expected_version, uint64_t position);
+  Result<IncrReply> Incr(uint32_t worker, uint32_t shard, std::string_view key, int64_t delta,
+                         uint64_t position);
+  // Items of `shard` with tag >= cursor, in tag order: at most `count` (whole tag groups), at most
+  // about `max_bytes` of encoded items; values above `max_value` are left out (truncated).
+  ScanOut Scan(uint32_t shard, uint64_t cursor, uint32_t count, size_t max_bytes,
+               size_t max_value) const;
+
+  // A backup applies an entry its primary replicated (an encoded entry as given to
+  // StoreOptions::replicate): appended to the replica log, then indexed when its version is above
+  // the key's current one (so applying twice, or out of order, is harmless). kCorruption when the
+  // bytes do not validate. Thread-safe.
+  Status ApplyReplica(std::span<const uint8_t> entry);
+  // Versions of `shard` continue above `floor` (a promoted primary: floor = epoch << 40).
+  void RaiseVersionFloor(uint32_t shard, uint64_t floor);
+  // Calls fn with the encoded current entry (tombstones included) of every key of `shard`, copied
+  // in batches under the partition locks (catch-up of a joining backup).
+  Status ForEachEntry(uint32_t shard,
+                      const std::function<Status(std::span<const uint8_t> entry)>& fn) const;
+
+  // One cleaning pass; returns the number of segments freed.
+  Result<uint32_t> CleanOnce();
+  // Blocks until a segment is free or `deadline`; used when an append finds none.
+  bool WaitForFreeSegment(std::chrono::steady_clock::time_point deadline);
+  // True when the free segments fall below the cleaning watermark (wake the cleaner).
+  bool NeedsCleaning() const;
+
+  StoreStats stats() const;
+  static uint32_t WorkerOf(std::string_view key, uint32_t workers);
+
+ private:
+  struct Loc {
+    uint32_t shard = 0;
+    uint32_t seg = 0;
+    uint32_t off = 0;
+    uint32_t footprint = 0;
+    uint64_t version = 0;
+    bool tombstone = false;
+  };
+  using IndexKey = std::pair<uint32_t, uint64_t>;  // (shard, tag)
+  struct Partition {
+    mutable std::mutex mu;
+    std::multimap<IndexKey, Loc> index;
+    uint32_t seg = UINT32_MAX;  // open segment of this log (UINT32_MAX: none yet)
+    uint32_t off = 0;
+  };
+  struct SegmentMeta {
+    uint64_t generation = 0;  // 0: free
+    uint32_t owner = 0;
+    bool open = false;        // being appended to
+    std::atomic<uint64_t> live{0};
+  };
+  explicit Store(const StoreOptions& o);
+  Status Format();
+  Status Recover();
+  uint8_t* SegmentBase(uint32_t seg) const {
+    return log_base_ + size_t{seg} * geo_.segment_size;
+  }
+  // Appends an entry to partition p's log (p = workers for the GC log). Returns its location.
+  Result<Loc> Append(Partition& p, uint32_t owner, const format::EntryHeader& h,
+                     std::string_view key, std::string_view value);
+  Result<uint32_t> AllocateSegment(uint32_t owner, format::SegmentKind kind);
+  Status PersistHeader();
+  // Finds the index entry of key (partition lock held). end() when absent.
+  std::multimap<IndexKey, Loc>::iterator FindLocked(Partition& p, uint32_t shard, uint64_t tag,
+                                                     std::string_view key) const;
+  // Writes a new entry for key and repoints the index (the worker's own partition).
+  Result<uint64_t> WriteLocked(uint32_t worker, format::EntryType type, uint32_t shard,
+                               std::string_view key, std::string_view value, uint64_t position);
+  void NotePosition(uint32_t worker, uint64_t position);
+  Status CheckShard(uint32_t shard) const;
+
+  StoreOptions o_;
+  format::ServerHeader geo_;
+  uint8_t* log_base_;
+  pm::Persister* persister_;
+  std::vector<std::unique_ptr<Partition>> parts_;  // workers, the GC log, the replica log
+  Partition& gc_part() const { return *parts_[geo_.workers]; }
+  Partition& replica_part() const { return *parts_[geo_.workers + 1]; }
+  std::mutex replica_mu_;  // serializes ApplyReplica appends
+  std::unique_ptr<std::atomic<uint64_t>[]> shard_version_;
+  std::unique_ptr<std::atomic<uint64_t>[]> applied_;  // per worker: largest applied position
+  std::unique_ptr<SegmentMeta[]> segs_;
+  mutable std::mutex alloc_mu_;
+  std::condition_variable free_cv_;
+  std::vector<uint32_t> free_;          // free segment indexes, lowest last (pop_back)
+  uint64_t next_generation_ = 1;
+  std::mutex header_mu_;
+  std::mutex clean_mu_;
+  std::atomic<uint64_t> appended_{0}, gc_copied_{0}, gc_freed_{0}, skipped_{0};
+  uint64_t recovered_entries_ = 0;
+};
+
+// Parses a decimal int64 counter value ("-12"); false for anything else.
+bool ParseCounter(std::string_view s, int64_t* out);
+
+}  // namespace asymnvm::kv

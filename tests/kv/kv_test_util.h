@@ -1,0 +1,123 @@
+// Shared pieces of the asymnvm-kv process suites: start/kill/stop a daemon, a temp directory,
+// a client on explicit addresses.
+#pragma once
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "asymnvm/kv.h"
+
+namespace asymnvm::kv::testutil {
+
+// A daemon process; SIGKILLed and reaped when it goes out of scope still running (a failed
+// ASSERT never leaks a server).
+struct Proc {
+  pid_t pid = -1;
+  std::string first_line;  // "listening <address>"
+  Proc() = default;
+  Proc(Proc&& o) noexcept : pid(o.pid), first_line(std::move(o.first_line)) { o.pid = -1; }
+  Proc& operator=(Proc&& o) noexcept {
+    if (this != &o) {
+      Reap();
+      pid = o.pid;
+      first_line = std::move(o.first_line);
+      o.pid = -1;
+    }
+    return *this;
+  }
+  ~Proc() { Reap(); }
+  void Reap() {
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      int st;
+      waitpid(pid, &st, 0);
+      pid = -1;
+    }
+  }
+  std::string address() const {
+    return first_line.rfind("listening ", 0) == 0 ? first_line.substr(10) : "";
+  }
+};
+
+// Starts asymnvm-kv with `args`; waits for its first stdout line (or its exit).
+inline Proc StartKv(const std::vector<std::string>& args) {
+  int out[2];
+  EXPECT_EQ(pipe(out), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out[1], 1);
+    close(out[0]);
+    close(out[1]);
+    setenv("ASYMNVM_LOG_LEVEL", "warn", 1);
+    std::vector<char*> argv{const_cast<char*>(ASYMNVM_KV_SERVER)};
+    for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(ASYMNVM_KV_SERVER, argv.data());
+    _exit(127);
+  }
+  close(out[1]);
+  Proc p;
+  p.pid = pid;
+  char c;
+  while (read(out[0], &c, 1) == 1 && c != '\n') p.first_line.push_back(c);
+  close(out[0]);
+  return p;
+}
+
+inline int WaitExit(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return status;
+}
+
+inline void Kill9(Proc& p) {
+  if (p.pid > 0) {
+    kill(p.pid, SIGKILL);
+    WaitExit(p.pid);
+    p.pid = -1;
+  }
+}
+
+inline int Term(Proc& p) {
+  if (p.pid <= 0) return -1;
+  kill(p.pid, SIGTERM);
+  int st = WaitExit(p.pid);
+  p.pid = -1;
+  return st;
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    path_ = std::filesystem::temp_directory_path() /
+            ("kv-test-" + std::to_string(getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string File(const std::string& n) const { return (path_ / n).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+inline std::unique_ptr<Client> OpenClient(const std::vector<std::string>& servers,
+                                          std::chrono::milliseconds retry = std::chrono::seconds(20)) {
+  ClientOptions o;
+  o.servers = servers;
+  o.retry_deadline = retry;
+  auto c = Client::Open(o);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return c.ok() ? std::move(c).value() : nullptr;
+}
+
+}  // namespace asymnvm::kv::testutil

@@ -1,0 +1,522 @@
+// Suite "kv": Rowan-KV (asymnvm-kv, doc/kv.md) — three server processes on this machine sharing an
+// embedded coordinator (rf 3), closed-loop client threads in this process.
+//
+// Workloads: YCSB Load (100 % PUT of every key once) and A (50 % PUT / 50 % GET, Zipf 0.99 over the
+// loaded keys); 8-byte keys and ZippyDB-like values (the Rowan approximation of
+// ../shared/specs/workloads.md §4: average object 91 B, max 512 B). Each workload runs on a fresh
+// cluster; the servers model the XPLine buffer (--xpline) and report DLWA when stopped.
+// Failover (unless --no-failover): workload A, server 0 SIGKILLed a third into the run; reports
+// the time until the coordinator holds a map without it as a primary (failover_ms), until the
+// throughput is back to half its pre-kill mean for 50 ms (full_service_ms), throughput in 10 ms
+// bins (and a gnuplot PNG with --plot), and lost_acknowledged: private keys whose last
+// acknowledged PUT is not what a final GET reads.
+// Only the `rowan` variant exists so far; rpc/rwrite/batch/share are refused with a clear error.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "asymnvm/coord.h"
+#include "asymnvm/kv.h"
+#include "kv/shard_map.h"
+#include "workloads/bench/bench.h"
+#include "workloads/bench/latency.h"
+#include "workloads/gen/generators.h"
+
+namespace asymnvm::bench {
+namespace {
+
+using workloads::KeyNumToKey;
+using workloads::Rng;
+using workloads::ScrambledZipfianGenerator;
+
+struct ServerProc {
+  pid_t pid = -1;
+  std::string err_path;
+};
+
+class KvSuite : public Suite {
+ public:
+  void AddOptions(CLI::App* cmd) override {
+    cmd->add_option("--variants", variants_, "replication variants (rowan)")
+        ->delimiter(',')
+        ->capture_default_str();
+    cmd->add_option("--workloads", workloads_, "load,a")->delimiter(',')->capture_default_str();
+    cmd->add_option("--threads", threads_, "client threads (closed loop)")->capture_default_str();
+    cmd->add_option("--clients", clients_, "kv::Client objects the threads share")
+        ->capture_default_str();
+    cmd->add_option("--keys", keys_, "records")->capture_default_str();
+    cmd->add_flag("--no-failover", no_failover_, "skip the failover run");
+    cmd->add_option("--plot", plot_, "PNG of throughput over time across the failover (gnuplot)");
+    cmd->add_option("--dir", dir_, "working directory for pools and the coordinator");
+    cmd->add_option("--kv-binary", binary_, "path of asymnvm-kv (default: next to this binary)");
+  }
+
+  Status Validate(const CommonOptions& common) override {
+    for (const auto& v : variants_) {
+      if (v != "rowan") {
+        return Status::InvalidArgument("kv: variant '" + v +
+                                       "' is not implemented yet (only rowan; issue 13 step 5)");
+      }
+    }
+    for (const auto& w : workloads_) {
+      if (w != "load" && w != "a") return Status::InvalidArgument("kv: --workloads: load,a");
+    }
+    if (threads_ < 1 || threads_ > 64 || clients_ < 1 || clients_ > threads_) {
+      return Status::InvalidArgument("kv: --threads 1..64, --clients 1..threads");
+    }
+    if (keys_ < 10) return Status::InvalidArgument("kv: --keys >= 10");
+    return Status::Ok();
+  }
+
+  Status Run(const CommonOptions& common, Report* report) override {
+    common_ = common;
+    if (common.quick && keys_ == 20000) keys_ = 2000;
+    if (binary_.empty()) {
+      auto self = std::filesystem::read_symlink("/proc/self/exe").parent_path();
+      for (auto p : {self / ".." / "kv" / "asymnvm-kv", self / "asymnvm-kv"}) {
+        if (std::filesystem::exists(p)) binary_ = p.string();
+      }
+      if (binary_.empty()) return Status::NotFound("kv: asymnvm-kv not found; pass --kv-binary");
+    }
+    if (dir_.empty()) dir_ = "/tmp/asymnvm-bench-kv-" + std::to_string(getpid());
+    const double seconds = common.duration_s > 0 ? common.duration_s : (common.quick ? 1.0 : 5.0);
+    report->AddHeader("asymnvm-bench kv: 3 asymnvm-kv processes (rf 3, pm-mode flush), " +
+                      std::to_string(threads_) + " client threads on " + std::to_string(clients_) +
+                      " clients, " + std::to_string(MachineCores()) + " cores for everything.");
+    report->AddHeader("8 B keys, ZippyDB-like values (avg object 91 B), Zipf 0.99 over " +
+                      std::to_string(keys_) + " keys.");
+    for (const auto& v : variants_) {
+      for (const auto& w : workloads_) {
+        Json rec;
+        ASYMNVM_RETURN_IF_ERROR(RunWorkload(v, w, seconds, false, &rec));
+        report->Add(rec);
+      }
+      if (!no_failover_) {
+        Json rec;
+        ASYMNVM_RETURN_IF_ERROR(RunWorkload(v, "a", std::max(seconds * 3, 4.0), true, &rec));
+        report->Add(rec);
+      }
+    }
+    report->set_columns({{"put p50", "put_p50_us", 1},
+                         {"put p99", "put_p99_us", 1},
+                         {"get p50", "get_p50_us", 1},
+                         {"dlwa", "dlwa", 3},
+                         {"failover ms", "failover_ms", 1},
+                         {"lost", "lost_acknowledged", 0}});
+    report->AddNote("rpc/rwrite/batch/share variants: not implemented yet (issue 13 step 5).");
+    std::filesystem::remove_all(dir_);
+    return Status::Ok();
+  }
+
+ private:
+  std::string Coord() const { return "dir:" + dir_ + "/coord"; }
+
+  Result<ServerProc> Spawn(int i) {
+    ServerProc p;
+    p.err_path = dir_ + "/kv" + std::to_string(i) + ".err";
+    int out[2];
+    if (pipe(out) != 0) return Status::IoError("pipe", errno);
+    pid_t pid = fork();
+    if (pid == 0) {
+      dup2(out[1], 1);
+      close(out[0]);
+      close(out[1]);
+      FILE* e = fopen(p.err_path.c_str(), "w");
+      if (e) dup2(fileno(e), 2);
+      setenv("ASYMNVM_LOG_LEVEL", "warn", 1);
+      std::vector<std::string> args{binary_,
+                                    "--pool", dir_ + "/kv" + std::to_string(i) + ".pool",
+                                    "--size", "96M",
+                                    "--listen", "unix://" + dir_ + "/kv" + std::to_string(i),
+                                    "--pm-mode", "flush",
+                                    "--coord", Coord(),
+                                    "--initial-servers", "3",
+                                    "--workers", "2",
+                                    "--shards", "12",
+                                    "--xpline",
+                                    "--log-level", "warn"};
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(binary_.c_str(), argv.data());
+      _exit(127);
+    }
+    close(out[1]);
+    std::string line;
+    char c;
+    while (read(out[0], &c, 1) == 1 && c != '\n') line.push_back(c);
+    close(out[0]);
+    p.pid = pid;
+    if (line.rfind("listening ", 0) != 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+      return Status::Internal("kv: server " + std::to_string(i) + " did not start (see " +
+                              p.err_path + ")");
+    }
+    return p;
+  }
+
+  static double ReadDlwa(const std::string& err_path) {
+    std::ifstream in(err_path);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::smatch m;
+    if (std::regex_search(text, m, std::regex("dlwa ([0-9.]+)"))) return std::stod(m[1]);
+    return 0;
+  }
+
+  std::string Value(Rng& rng) {
+    const uint64_t avg = 91, key = 8, v = avg - key;
+    uint64_t n = v;
+    if (rng.Below(2) == 1) {
+      n = rng.Below(100) < 84 ? rng.Below(v) : v + rng.Below(512 - avg);
+    }
+    return std::string(n, static_cast<char>('a' + rng.Below(26)));
+  }
+
+  static std::string Key(uint64_t keynum) {
+    uint64_t k = KeyNumToKey(keynum, true);
+    return std::string(reinterpret_cast<const char*>(&k), 8);
+  }
+
+  Status RunWorkload(const std::string& variant, const std::string& workload, double seconds,
+                     bool failover, Json* out) {
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    std::vector<ServerProc> servers(3);
+    {
+      std::vector<std::thread> ts;
+      std::vector<Status> sts(3);
+      for (int i = 0; i < 3; i++) {
+        ts.emplace_back([&, i] {
+          auto p = Spawn(i);
+          if (p.ok()) {
+            servers[i] = *p;
+          } else {
+            sts[i] = p.status();
+          }
+        });
+      }
+      for (auto& t : ts) t.join();
+      for (auto& s : sts) {
+        if (!s.ok()) {
+          for (auto& p : servers) {
+            if (p.pid > 0) {
+              kill(p.pid, SIGKILL);
+              waitpid(p.pid, nullptr, 0);
+            }
+          }
+          return s;
+        }
+      }
+    }
+    auto stop_all = [&](int sig) {
+      for (auto& p : servers) {
+        if (p.pid > 0) {
+          kill(p.pid, sig);
+          waitpid(p.pid, nullptr, 0);
+          p.pid = -1;
+        }
+      }
+    };
+    std::vector<std::unique_ptr<kv::Client>> clients;
+    for (int i = 0; i < clients_; i++) {
+      kv::ClientOptions co;
+      co.coordinator = Coord();
+      co.retry_deadline = std::chrono::seconds(30);
+      auto c = kv::Client::Open(co);
+      if (!c.ok()) {
+        stop_all(SIGKILL);
+        return c.status();
+      }
+      clients.push_back(std::move(c).value());
+    }
+    // Wait for every shard to have two synced backups.
+    {
+      auto coord = coord::Coordinator::Open(Coord());
+      if (!coord.ok()) return coord.status();
+      const auto deadline = Clock::now() + std::chrono::seconds(30);
+      for (;;) {
+        auto n = (*coord)->Get("/asymnvm/kv/default/map");
+        bool ok = false;
+        if (n.ok()) {
+          auto m = kv::ShardMap::Decode(n->data);
+          ok = m.ok();
+          for (auto& a : m.ok() ? m->assignment : std::vector<kv::ShardAssignment>{}) {
+            int synced = 0;
+            for (auto& b : a.backups) synced += b.synced;
+            ok &= synced == 2;
+          }
+        }
+        if (ok) break;
+        if (Clock::now() > deadline) {
+          stop_all(SIGKILL);
+          return Status::TimedOut("kv: the cluster never reached rf 3 with synced backups");
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+    // Warm-up (not measured): every primary's worker connects its Rowan senders to its backups
+    // on first use.
+    for (int i = 0; i < 200; i++) {
+      if (!clients[0]->Put("warm" + std::to_string(i), "w").ok()) break;
+    }
+    // Preload for A (not measured).
+    if (workload == "a") {
+      std::vector<std::thread> ts;
+      std::atomic<bool> failed{false};
+      for (int t = 0; t < threads_; t++) {
+        ts.emplace_back([&, t] {
+          Rng rng(common_.seed + 1000 + t);
+          for (uint64_t k = t; k < keys_ && !failed; k += threads_) {
+            if (!clients[t % clients_]->Put(Key(k), Value(rng)).ok()) failed = true;
+          }
+        });
+      }
+      for (auto& t : ts) t.join();
+      if (failed) {
+        stop_all(SIGKILL);
+        return Status::Internal("kv: preload failed");
+      }
+    }
+    // Measure.
+    fabric::Counters before;
+    for (auto& c : clients) before += c->counters();
+    const auto budget = std::chrono::duration<double>(seconds);
+    const size_t bins = static_cast<size_t>(seconds * 100) + 2;
+    std::vector<LatencySampler> put_lat(threads_), get_lat(threads_);
+    std::vector<std::vector<uint32_t>> bin_ops(threads_, std::vector<uint32_t>(bins, 0));
+    std::vector<std::map<std::string, std::string>> acked(threads_), pending(threads_);
+    std::atomic<uint64_t> errors{0};
+    std::atomic<bool> stop{false};
+    std::atomic<uint64_t> next_load{0};
+    const auto start = Clock::now();
+    std::vector<std::thread> ts;
+    for (int t = 0; t < threads_; t++) {
+      ts.emplace_back([&, t] {
+        Rng rng(common_.seed + t);
+        auto zipf = ScrambledZipfianGenerator::Create(0, keys_ - 1);
+        kv::Client& c = *clients[t % clients_];
+        uint64_t seq = 0;
+        while (!stop) {
+          const auto t0 = Clock::now();
+          if (t0 - start > budget) break;
+          bool put;
+          std::string key;
+          if (workload == "load") {
+            const uint64_t k = next_load++;
+            if (k >= keys_) break;
+            put = true;
+            key = Key(k);
+          } else {
+            put = rng.Below(2) == 0;
+            key = Key((*zipf)->Next(rng));
+          }
+          // Failover runs: one PUT in ten goes to this thread's private keys (lost-ack check).
+          std::string priv;
+          if (failover && put && rng.Below(10) == 0) {
+            priv = "p" + std::to_string(t) + "-" + std::to_string(rng.Below(50));
+            key = priv;
+          }
+          Status st;
+          std::string value = priv.empty() ? Value(rng) : std::to_string(++seq);
+          if (put) {
+            st = c.Put(key, value);
+          } else {
+            auto r = c.Get(key);
+            st = r.status();
+          }
+          const auto t1 = Clock::now();
+          if (!st.ok()) {
+            errors++;
+            if (!priv.empty()) pending[t][priv] = value;
+            continue;
+          }
+          if (!priv.empty()) {
+            acked[t][priv] = value;
+            pending[t].erase(priv);
+          }
+          (put ? put_lat[t] : get_lat[t]).Add(ElapsedNs(t0, t1));
+          const size_t b = ElapsedNs(start, t1) / 10'000'000;
+          if (b < bins) bin_ops[t][b]++;
+          if (common_.ops && put_lat[t].count() + get_lat[t].count() >= common_.ops / threads_) break;
+        }
+      });
+    }
+    double failover_ms = -1;
+    double kill_at_s = 0;
+    if (failover) {
+      std::this_thread::sleep_for(budget / 3);
+      kill_at_s = std::chrono::duration<double>(Clock::now() - start).count();
+      // The uuid of server 0 = its node name; learn it from the map's server addresses.
+      auto coord = coord::Coordinator::Open(Coord());
+      if (coord.ok()) {
+        std::string victim;
+        int64_t version = 0;
+        auto n = (*coord)->Get("/asymnvm/kv/default/map");
+        if (n.ok()) {
+          version = n->version;
+          auto m = kv::ShardMap::Decode(n->data);
+          if (m.ok()) {
+            for (auto& [u, a] : m->servers) {
+              if (a.oq.find("/kv0") != std::string::npos) victim = u;
+            }
+          }
+        }
+        const auto killed = Clock::now();
+        kill(servers[0].pid, SIGKILL);
+        waitpid(servers[0].pid, nullptr, 0);
+        servers[0].pid = -1;
+        const auto deadline = killed + std::chrono::seconds(30);
+        while (Clock::now() < deadline) {
+          auto ch = (*coord)->WaitForChange("/asymnvm/kv/default/map", version, deadline);
+          if (!ch.ok() || !ch->has_value()) break;
+          version = (*ch)->version;
+          auto m = kv::ShardMap::Decode((*ch)->data);
+          bool gone = m.ok();
+          for (auto& a : m.ok() ? m->assignment : std::vector<kv::ShardAssignment>{}) {
+            gone &= a.primary != victim;
+          }
+          if (gone) {
+            failover_ms = std::chrono::duration<double, std::milli>(Clock::now() - killed).count();
+            break;
+          }
+        }
+      }
+    }
+    for (auto& t : ts) t.join();
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    LatencySampler puts, gets;
+    std::vector<uint64_t> total_bins(bins, 0);
+    for (int t = 0; t < threads_; t++) {
+      for (auto ns : put_lat[t].samples()) puts.Add(ns);
+      for (auto ns : get_lat[t].samples()) gets.Add(ns);
+      for (size_t b = 0; b < bins; b++) total_bins[b] += bin_ops[t][b];
+    }
+    fabric::Counters after;
+    for (auto& c : clients) after += c->counters();
+    const fabric::Counters delta = after - before;
+    // Lost acknowledged PUTs: a private key must read its last acknowledged value, or a later
+    // one whose PUT failed (outcome unknown).
+    uint64_t lost = 0, checked = 0;
+    if (failover) {
+      for (int t = 0; t < threads_; t++) {
+        for (auto& [k, v] : acked[t]) {
+          auto r = clients[0]->Get(k);
+          checked++;
+          const bool pending_match = pending[t].count(k) && r.ok() && r->value == pending[t][k];
+          if (!r.ok() || !r->found || (r->value != v && !pending_match)) lost++;
+        }
+      }
+    }
+    clients.clear();
+    stop_all(SIGTERM);
+    double dlwa = 0;
+    int n = 0;
+    for (int i = failover ? 1 : 0; i < 3; i++) {
+      double d = ReadDlwa(servers[i].err_path);
+      if (d > 0) {
+        dlwa += d;
+        n++;
+      }
+    }
+    const uint64_t ops = puts.count() + gets.count();
+    Json rec = MakeRecord(variant, {{"workload", failover ? "a-failover" : workload},
+                                    {"threads", threads_},
+                                    {"clients", clients_},
+                                    {"keys", keys_},
+                                    {"servers", 3},
+                                    {"rf", 3}});
+    rec["ops_per_sec"] = elapsed > 0 ? static_cast<double>(ops) / elapsed : 0;
+    rec["p50_us"] = puts.count() ? puts.PercentileUs(50) : gets.PercentileUs(50);
+    rec["p99_us"] = puts.count() ? puts.PercentileUs(99) : gets.PercentileUs(99);
+    rec["put_p50_us"] = puts.PercentileUs(50);
+    rec["put_p99_us"] = puts.PercentileUs(99);
+    rec["get_p50_us"] = gets.PercentileUs(50);
+    rec["get_p99_us"] = gets.PercentileUs(99);
+    rec["dlwa"] = n ? dlwa / n : 0;
+    // Client side only (doorbells and wire bytes of the clients' connections); the primary's
+    // replication to its backups is not included. A failover replaces connections: not counted.
+    if (!failover && ops > 0) {
+      rec["round_trips_per_op"] = static_cast<double>(delta.round_trips) / static_cast<double>(ops);
+      rec["bytes_per_op"] =
+          static_cast<double>(delta.bytes_out + delta.bytes_in) / static_cast<double>(ops);
+    } else {
+      rec["round_trips_per_op"] = nullptr;
+    }
+    rec["errors"] = errors.load();
+    rec["seconds"] = elapsed;
+    if (failover) {
+      rec["failover_ms"] = failover_ms;
+      // Full service: first 10 ms bin after the kill from which 5 bins in a row reach half the
+      // pre-kill mean.
+      const size_t kb = static_cast<size_t>(kill_at_s * 100);
+      double pre = 0;
+      for (size_t b = 1; b < kb; b++) pre += static_cast<double>(total_bins[b]);
+      pre = kb > 1 ? pre / static_cast<double>(kb - 1) : 0;
+      double full = -1;
+      for (size_t b = kb; b + 5 < bins; b++) {
+        bool ok = true;
+        for (size_t k = 0; k < 5; k++) ok &= total_bins[b + k] >= pre / 2;
+        if (ok) {
+          full = static_cast<double>(b - kb) * 10.0;
+          break;
+        }
+      }
+      rec["full_service_ms"] = full;
+      rec["lost_acknowledged"] = lost;
+      rec["acknowledged_checked"] = checked;
+      rec["throughput_bins_10ms"] = total_bins;
+      rec["kill_at_s"] = kill_at_s;
+      if (!plot_.empty()) WritePlot(total_bins, kill_at_s);
+    }
+    *out = rec;
+    return Status::Ok();
+  }
+
+  void WritePlot(const std::vector<uint64_t>& bins, double kill_at_s) {
+    const std::string dat = plot_ + ".dat";
+    {
+      std::ofstream o(dat);
+      for (size_t b = 0; b < bins.size(); b++) o << b * 10 << " " << bins[b] * 100 << "\n";
+    }
+    const std::string gp = plot_ + ".gp";
+    {
+      std::ofstream o(gp);
+      o << "set terminal png size 900,400\nset output '" << plot_ << "'\n"
+        << "set xlabel 'time (ms)'\nset ylabel 'ops/s (10 ms bins)'\n"
+        << "set title 'Rowan-KV YCSB A across a failover (server SIGKILLed at "
+        << static_cast<int>(kill_at_s * 1000) << " ms)'\n"
+        << "set arrow from " << kill_at_s * 1000 << ", graph 0 to " << kill_at_s * 1000
+        << ", graph 1 nohead lc rgb 'red'\n"
+        << "plot '" << dat << "' using 1:2 with lines title 'throughput'\n";
+    }
+    const int rc = std::system(("gnuplot " + gp + " 2>/dev/null").c_str());
+    (void)rc;
+  }
+
+  CommonOptions common_;
+  std::vector<std::string> variants_{"rowan"};
+  std::vector<std::string> workloads_{"load", "a"};
+  int threads_ = 4;
+  int clients_ = 2;
+  uint64_t keys_ = 20000;
+  bool no_failover_ = false;
+  std::string plot_, dir_, binary_;
+};
+
+}  // namespace
+
+ASYMNVM_REGISTER_SUITE(kv_suite_registered, "kv",
+                       "Rowan-KV: YCSB Load/A on three replicated asymnvm-kv servers, failover",
+                       KvSuite);
+
+}  // namespace asymnvm::bench

@@ -408,7 +408,8 @@ TEST(Job, SecondLiveJobOnTheSameDirIsRefused) {
   while (!running && std::chrono::steady_clock::now() < deadline) {
     std::ifstream pf(progress, std::ios::binary);
     uint64_t rec[2] = {0, 0};
-    running = pf.read(reinterpret_cast<char*>(rec), sizeof rec) && rec[0] == 1 && rec[1] >= 10;
+    // (run number, acknowledged ops): a fresh directory's first run is run 0.
+    running = pf.read(reinterpret_cast<char*>(rec), sizeof rec) && rec[0] == 0 && rec[1] >= 10;
     if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   RunResult second = running ? RunCmd(base + " --ops 10") : RunResult{};

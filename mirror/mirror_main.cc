@@ -143,6 +143,10 @@ struct Daemon {
     RegisterMirrorNode();
     const std::string path = mirror::GroupPath(uuid) + "/primary";
     bool absent = false;
+    // A primary is registered only once it serves, i.e. after this mirror's first copy: until
+    // the node was seen, its absence counts only after a much longer wait (a restarted mirror
+    // whose primary is gone must still be promotable).
+    bool seen = false;
     coord::Clock::time_point absent_since{};
     while (!stop.load()) {
       RegisterMirrorNode();
@@ -150,6 +154,7 @@ struct Daemon {
       const auto now = coord::Clock::now();
       if (node.ok()) {
         absent = false;
+        seen = true;
         (void)coordinator->WaitForChange(path, node->version, now + std::chrono::milliseconds(250));
         continue;
       }
@@ -165,12 +170,15 @@ struct Daemon {
         LOG_WARN("mirror", path << " is gone; promotion in " << promotion_timeout.count()
                                 << " ms unless it returns");
       }
-      if (now - absent_since >= promotion_timeout) {
+      const auto timeout =
+          seen ? promotion_timeout
+               : std::max<std::chrono::milliseconds>(promotion_timeout * 10, std::chrono::seconds(10));
+      if (now - absent_since >= timeout) {
         if (TryPromote()) return;
         absent_since = now;  // not promotable now: look again after another timeout
         continue;
       }
-      const auto until = std::min(absent_since + promotion_timeout,
+      const auto until = std::min(absent_since + timeout,
                                   now + std::chrono::milliseconds(250));
       (void)coordinator->WaitForChange(path, coord::Coordinator::kNoNode, until);
     }

@@ -112,7 +112,7 @@ struct Replicator::Impl {
       l.posted++;
       l.st.writes++;
       l.st.bytes_forwarded += n;
-      if (o.async) {
+      if (o.async && l.state == LinkState::kInSync) {  // the loss window (not the copy)
         if (l.pending_bytes == 0) l.oldest = std::chrono::steady_clock::now();
         l.pending_bytes += n;
       }

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -257,6 +258,46 @@ TEST_F(MirrorTest, MirrorKilledPrimaryGoesOnMirrorCatchesUp) {
   ASSERT_TRUE(mirror_->Stop().ok());
   std::string text;
   EXPECT_EQ(Diff(&text), tools::kCtlOk) << text;
+}
+
+// Seeded rounds (label long: ASYMNVM_MIRROR_ROUNDS=20 via the `mirror_long` ctest entry; 1 round
+// in the default run): a random number of fenced and batched acknowledged writes, SIGKILL of the
+// primary between two operations (its background applier / checkpointer at whatever point),
+// pool file removed, promotion, every acknowledged write verified on the promoted mirror.
+TEST_F(MirrorTest, SeededPromotionRounds) {
+  int rounds = 1;
+  if (const char* e = std::getenv("ASYMNVM_MIRROR_ROUNDS")) rounds = std::max(1, std::atoi(e));
+  const uint64_t seed0 = std::random_device{}();
+  for (int r = 0; r < rounds; r++) {
+    const uint64_t seed = seed0 + static_cast<uint64_t>(r);
+    SCOPED_TRACE("round " + std::to_string(r) + " seed " + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    session_.reset();
+    primary_.reset();
+    mirror_.reset();
+    oracle_.clear();
+    for (const auto& f : std::filesystem::directory_iterator(dir_)) {
+      std::filesystem::remove_all(f.path());
+    }
+    StartMirror();
+    StartPrimary();
+    OpenSession();
+    Puts(static_cast<int>(rng() % 300), rng());
+    if (rng() % 2) {
+      ASSERT_TRUE(session_->Fence().ok());
+    }
+    Puts(static_cast<int>(rng() % 40), rng());
+    primary_->Kill();
+    std::filesystem::remove(primary_pool_);
+    auto w = session_->ReadWord(base_);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    VerifyOracle(*session_);
+    Puts(20, rng());
+    ASSERT_TRUE(session_->Fence().ok());
+    VerifyOracle(*session_);
+    session_.reset();
+    ASSERT_TRUE(mirror_->Stop().ok());
+  }
 }
 
 }  // namespace

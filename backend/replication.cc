@@ -128,70 +128,88 @@ struct Replicator::Impl {
     l.cv.notify_all();
   }
 
+  // One FLUSH in flight per link: posts it (the caller then waits with AwaitFlush, unlocked).
+  // Returns false (nothing posted) when another thread's FLUSH is in flight or the link failed.
+  bool StartFlushLocked(Link& l, uint64_t* upto, uint64_t* bytes,
+                        std::chrono::steady_clock::time_point* oldest, Status* posted) {
+    if (l.flushing || l.failed || !l.conn) return false;
+    l.flushing = true;
+    *upto = l.posted;
+    *bytes = l.pending_bytes;
+    *oldest = l.oldest;
+    l.pending_bytes = 0;
+    fabric::WorkRequest f;
+    f.opcode = fabric::Opcode::kFlush;
+    f.signaled = true;
+    f.wr_id = *upto;
+    f.remote_addr = l.remote.addr;
+    f.rkey = l.remote.rkey;
+    *posted = l.conn->Post({&f, 1});
+    return true;
+  }
+
+  // Waits (l.mu NOT held) for the FLUSH `upto` posted by StartFlushLocked.
+  Status AwaitFlush(Link& l, uint64_t upto, Status s) {
+    fabric::CompletionQueue* cq = l.cq.get();  // stable while flushing (CloseLink waits)
+    const auto deadline = std::chrono::steady_clock::now() + o.timeout;
+    bool done = false;
+    while (s.ok() && !done) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) {
+        return Status::TimedOut("mirror FLUSH not acknowledged within " +
+                                std::to_string(o.timeout.count()) + " ms");
+      }
+      fabric::Completion c[16];
+      auto n = cq->Wait(c, std::chrono::duration_cast<std::chrono::microseconds>(deadline - now));
+      if (!n.ok()) return n.status();
+      for (size_t i = 0; i < *n; i++) {
+        if (c[i].status != fabric::CompletionStatus::kSuccess) {
+          return Status::ConnectionError(std::string("mirror ") + fabric::OpcodeName(c[i].opcode) +
+                                         ": " + fabric::CompletionStatusName(c[i].status));
+        }
+        if (c[i].opcode == fabric::Opcode::kFlush && c[i].wr_id == upto) done = true;
+      }
+    }
+    return s;
+  }
+
+  // Records the outcome of a FLUSH (l.mu held).
+  void FinishFlushLocked(Link& l, uint64_t upto, uint64_t bytes,
+                         std::chrono::steady_clock::time_point oldest, const Status& s) {
+    l.flushing = false;
+    if (s.ok()) {
+      l.acked = std::max(l.acked, upto);
+      l.st.flushes++;
+      if (o.async && bytes > 0) {
+        l.st.max_lag_bytes = std::max(l.st.max_lag_bytes, bytes);
+        l.st.max_lag_us = std::max(
+            l.st.max_lag_us,
+            static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                      std::chrono::steady_clock::now() - oldest)
+                                      .count()));
+      }
+    } else {
+      MarkFailedLocked(l, s);
+    }
+    l.cv.notify_all();
+  }
+
   // Waits until every write up to `target` is acknowledged durable by the mirror (one FLUSH in
   // flight per link; others wait for it). Returns with l.mu held. On a timeout or an error the
   // link is marked failed.
   void FlushLocked(Link& l, std::unique_lock<std::mutex>& lk, uint64_t target) {
     while (!l.failed && l.acked < target && l.conn) {
-      if (l.flushing) {
+      uint64_t upto = 0, bytes = 0;
+      std::chrono::steady_clock::time_point oldest;
+      Status posted;
+      if (!StartFlushLocked(l, &upto, &bytes, &oldest, &posted)) {
         l.cv.wait_for(lk, std::chrono::milliseconds(100));
         continue;
       }
-      l.flushing = true;
-      const uint64_t upto = l.posted;
-      const uint64_t bytes = l.pending_bytes;
-      const auto oldest = l.oldest;
-      l.pending_bytes = 0;
-      fabric::WorkRequest f;
-      f.opcode = fabric::Opcode::kFlush;
-      f.signaled = true;
-      f.wr_id = upto;
-      f.remote_addr = l.remote.addr;
-      f.rkey = l.remote.rkey;
-      Status s = l.conn->Post({&f, 1});
-      fabric::CompletionQueue* cq = l.cq.get();
       lk.unlock();
-      const auto deadline = std::chrono::steady_clock::now() + o.timeout;
-      bool done = false;
-      while (s.ok() && !done) {
-        const auto now = std::chrono::steady_clock::now();
-        if (now >= deadline) {
-          s = Status::TimedOut("mirror FLUSH not acknowledged within " +
-                               std::to_string(o.timeout.count()) + " ms");
-          break;
-        }
-        fabric::Completion c[16];
-        auto n = cq->Wait(c, std::chrono::duration_cast<std::chrono::microseconds>(deadline - now));
-        if (!n.ok()) {
-          s = n.status();
-          break;
-        }
-        for (size_t i = 0; i < *n; i++) {
-          if (c[i].status != fabric::CompletionStatus::kSuccess) {
-            s = Status::ConnectionError(std::string("mirror ") + fabric::OpcodeName(c[i].opcode) +
-                                        ": " + fabric::CompletionStatusName(c[i].status));
-            break;
-          }
-          if (c[i].opcode == fabric::Opcode::kFlush && c[i].wr_id == upto) done = true;
-        }
-      }
+      Status s = AwaitFlush(l, upto, posted);
       lk.lock();
-      l.flushing = false;
-      if (s.ok()) {
-        l.acked = std::max(l.acked, upto);
-        l.st.flushes++;
-        if (o.async && bytes > 0) {
-          l.st.max_lag_bytes = std::max(l.st.max_lag_bytes, bytes);
-          l.st.max_lag_us = std::max(
-              l.st.max_lag_us,
-              static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                        std::chrono::steady_clock::now() - oldest)
-                                        .count()));
-        }
-      } else {
-        MarkFailedLocked(l, s);
-      }
-      l.cv.notify_all();
+      FinishFlushLocked(l, upto, bytes, oldest, s);
     }
   }
 
@@ -415,14 +433,38 @@ struct Replicator::Impl {
     }
   }
 
+  // A barrier over every in-sync link: their FLUSHes are posted first and then awaited, so the
+  // mirrors acknowledge in parallel.
   void Sync() {
-    for (auto& lp : links) {
-      Link& l = *lp;
+    struct Mine {
+      bool posted = false;
+      uint64_t target = 0, upto = 0, bytes = 0;
+      std::chrono::steady_clock::time_point oldest;
+      Status st;
+    };
+    std::vector<Mine> mine(links.size());
+    for (size_t i = 0; i < links.size(); i++) {
+      Link& l = *links[i];
+      std::unique_lock<std::mutex> lk(l.mu);
+      if (l.state != LinkState::kInSync) continue;
+      mine[i].target = l.posted;
+      if (l.acked < l.posted) {
+        mine[i].posted = StartFlushLocked(l, &mine[i].upto, &mine[i].bytes, &mine[i].oldest,
+                                          &mine[i].st);
+      }
+    }
+    for (size_t i = 0; i < links.size(); i++) {
+      Link& l = *links[i];
       bool drop = false;
+      if (mine[i].posted) {
+        Status s = AwaitFlush(l, mine[i].upto, mine[i].st);
+        std::unique_lock<std::mutex> lk(l.mu);
+        FinishFlushLocked(l, mine[i].upto, mine[i].bytes, mine[i].oldest, s);
+      }
       {
         std::unique_lock<std::mutex> lk(l.mu);
         if (l.state != LinkState::kInSync) continue;
-        FlushLocked(l, lk, l.posted);
+        FlushLocked(l, lk, mine[i].target);
         drop = l.failed;
       }
       if (drop) EnsureDropped(l);

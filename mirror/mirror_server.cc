@@ -136,6 +136,9 @@ struct MirrorServer::Impl {
     const uint32_t nlen = r.U32();
     auto name = r.Bytes(nlen);
     ASYMNVM_RETURN_IF_ERROR(r.status());
+    if (size < pm::kMinPoolSize || size % pm::kSuperblockSize != 0 || size > (uint64_t{1} << 44)) {
+      return Status::InvalidArgument("mirror hello: impossible pool size " + std::to_string(size));
+    }
     std::array<uint8_t, 16> uuid{};
     std::memcpy(uuid.data(), uuid_bytes.data(), 16);
     std::lock_guard<std::mutex> lock(mu);
@@ -146,6 +149,7 @@ struct MirrorServer::Impl {
                                         " (remove its pool and " + o.pool_path + ".mirror to reuse it)");
     }
     if (!pool) ASYMNVM_RETURN_IF_ERROR(OpenPool(size));
+    if (!pool) return Status::Internal("mirror: no pool after opening " + o.pool_path);
     if (pool->size() != size) {
       return Status::FailedPrecondition("mirror pool " + o.pool_path + " is " +
                                         std::to_string(pool->size()) + " bytes, the primary's " +

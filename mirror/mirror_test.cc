@@ -23,6 +23,7 @@
 #include "asymnvm/coord.h"
 #include "asymnvm/frontend.h"
 #include "mirror/group.h"
+#include "mirror/mirror_server.h"
 #include "tools/ctl.h"
 #include "workloads/driver/backend_process.h"
 
@@ -62,10 +63,10 @@ class MirrorTest : public ::testing::Test {
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     mirror_ = std::move(m).value();
   }
-  void StartPrimary(const std::vector<std::string>& extra = {}) {
+  void StartPrimary(const std::vector<std::string>& extra = {}, const std::string& size = "64M") {
     std::vector<std::string> args = {"--mirror", mirror_addr_, "--mirror-timeout-ms", "2000"};
     args.insert(args.end(), extra.begin(), extra.end());
-    auto b = driver::BackendProcess::Start(ASYMNVM_BACKEND_BIN, primary_pool_, "64M", args);
+    auto b = driver::BackendProcess::Start(ASYMNVM_BACKEND_BIN, primary_pool_, size, args);
     ASSERT_TRUE(b.ok()) << b.status().ToString();
     primary_ = std::move(b).value();
   }
@@ -251,6 +252,53 @@ TEST_F(MirrorTest, MirrorKilledPrimaryGoesOnMirrorCatchesUp) {
   EXPECT_GE(st["mirrors"][0].value("copies", uint64_t{0}), 1u);
   EXPECT_GE(st["mirrors"][0].value("drops", uint64_t{0}), 1u);
   Puts(100, 9);
+  ASSERT_TRUE(session_->Fence().ok());
+  VerifyOracle(*session_);
+  session_.reset();
+  ASSERT_TRUE(primary_->Stop().ok());
+  ASSERT_TRUE(mirror_->Stop().ok());
+  std::string text;
+  EXPECT_EQ(Diff(&text), tools::kCtlOk) << text;
+}
+
+// A mirror SIGKILLed while its full copy runs: the primary never counted it (not in sync), goes
+// on, and the restarted mirror's next copy converges.
+TEST_F(MirrorTest, MirrorKilledDuringCatchUpConvergesAfterRestart) {
+  StartMirror();
+  StartPrimary({}, "256M");  // a copy long enough to be caught in the act
+  OpenSession();
+  Puts(100, 10);
+  ASSERT_TRUE(session_->Fence().ok());
+  mirror_->Kill();
+  Puts(50, 11);
+  ASSERT_TRUE(WaitInSync(0));
+  StartMirror();
+  // Wait until the primary reports the copy under way, then kill the mirror in the middle of it.
+  bool caught = false;
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (!caught && std::chrono::steady_clock::now() < deadline) {
+    auto j = StatusOf(primary_->address());
+    if (j.contains("mirrors") && j["mirrors"].size() == 1 &&
+        j["mirrors"][0].value("state", "") == "copying") {
+      caught = true;
+      break;
+    }
+    if (j.value("mirrors_in_sync", uint64_t{0}) == 1) break;  // the copy won the race
+    std::this_thread::sleep_for(10ms);
+  }
+  mirror_->Kill();
+  if (!caught) GTEST_LOG_(INFO) << "the copy finished before it was seen; killed after it";
+  Puts(50, 12);  // the primary goes on
+  ASSERT_TRUE(session_->Fence().ok());
+  ASSERT_TRUE(WaitInSync(0));
+  auto ms = ReadMirrorState(mirror_pool_);
+  ASSERT_TRUE(ms.ok());
+  if (caught) {
+    EXPECT_EQ(ms->state, "syncing");  // a torn copy is never promotable
+  }
+  StartMirror();
+  ASSERT_TRUE(WaitInSync(1));
+  Puts(50, 13);
   ASSERT_TRUE(session_->Fence().ok());
   VerifyOracle(*session_);
   session_.reset();

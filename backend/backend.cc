@@ -21,6 +21,7 @@
 #include "backend/applier.h"
 #include "backend/log_format.h"
 #include "backend/naming.h"
+#include "backend/replication.h"
 #include "backend/rpc.h"
 #include "common/checksum.h"
 #include "common/coding.h"
@@ -194,9 +195,17 @@ struct Backend::Impl : public OpLogSource {
   std::condition_variable ckpt_cv;
   std::thread checkpointer;
 
+  // Mirroring (doc/mirror.md): wrappers of the pool's persister and of the deferred one.
+  std::unique_ptr<ForwardingPersister> fwd, fwd_deferred;
+  std::unique_ptr<Replicator> repl;
+
   pm::Persister* apply_persister() {
-    return redo ? static_cast<pm::Persister*>(deferred_writes.get()) : pool->persister();
+    return redo ? static_cast<pm::Persister*>(fwd_deferred.get()) : persister();
   }
+
+  // Every persist of the pool goes through this: the range is forwarded to the mirrors and a
+  // Drain waits for them (backend/replication.h; a pass-through without mirrors).
+  pm::Persister* persister() { return fwd.get(); }
 
   uint8_t* base() const { return pool->base(); }
 
@@ -228,7 +237,7 @@ struct Backend::Impl : public OpLogSource {
     // Regions may hold bytes of an interrupted earlier format: start them from zero.
     for (const Region* r : {&layout.naming, &layout.bitmap, &layout.rowan, &layout.oq}) {
       std::memset(base() + r->offset, 0, r->size);
-      pool->persister()->Persist(base() + r->offset, r->size);
+      persister()->Persist(base() + r->offset, r->size);
     }
     LOG_INFO("backend", "formatting " << pool->path() << ": " << layout.Describe());
     return Status::Ok();
@@ -245,6 +254,7 @@ struct Backend::Impl : public OpLogSource {
     po.layout = "asymnvm-backend";
     po.crash_sim = o.crash_sim;
     ASYMNVM_ASSIGN_OR_RETURN(pool, pm::Pool::OpenOrCreate(o.pool_path, o.pool_size, po));
+    fwd = std::make_unique<ForwardingPersister>(pool->persister(), pool->base(), pool->size());
     uint8_t* header = base() + kBackendHeaderOffset;
     auto decoded = DecodeLayout(header, pool->size());
     bool fresh = false;
@@ -258,20 +268,20 @@ struct Backend::Impl : public OpLogSource {
     }
     ASYMNVM_ASSIGN_OR_RETURN(naming,
                              NamingSpace::Open(base(), layout.naming.offset, layout.naming.size,
-                                               pool->persister(), fresh));
+                                               persister(), fresh));
     alloc::BackendOptions ao;
     ao.data_begin = layout.data.offset;
     ao.data_size = layout.data.size;
     ao.block_size = layout.block_size;
     ao.bitmap = base() + layout.bitmap.offset;
     ao.bitmap_size = layout.bitmap.size;
-    ao.persister = pool->persister();
+    ao.persister = persister();
     ao.format_if_empty = fresh;
     ASYMNVM_ASSIGN_OR_RETURN(allocator, alloc::BackendAllocator::Open(ao));
     if (fresh) {
       // The header goes last: a crash before this line leaves a pool that is formatted again.
       EncodeLayout(layout, header);
-      pool->persister()->Persist(header, kBackendHeaderSize);
+      persister()->Persist(header, kBackendHeaderSize);
     }
     for (const auto& e : naming->List()) {
       if (e.type == kFrontendRecordType && e.name.rfind("fe:", 0) == 0) {
@@ -280,7 +290,10 @@ struct Backend::Impl : public OpLogSource {
     }
     redo = pool->mode() == pm::PersistMode::kMsync;
     deferred_writes = std::make_unique<DeferredPersister>(base());
-    one_sided = std::make_unique<OneSidedPersister>(pool->persister(),
+    fwd_deferred =
+        std::make_unique<ForwardingPersister>(deferred_writes.get(), pool->base(), pool->size(),
+                                              /*wait_on_drain=*/false);
+    one_sided = std::make_unique<OneSidedPersister>(persister(),
                                                     [this] { CheckpointIfTxnsSince(); });
     ASYMNVM_RETURN_IF_ERROR(RestoreCheckpoint());
     if (!fresh) CheckLanded();
@@ -329,14 +342,14 @@ struct Backend::Impl : public OpLogSource {
         Word(base(), rec.root_addr).store(lpn);
         Word(base(), rec.lock_addr).store(opn);
         ckpt_opn[fe] = opn;
-        pool->persister()->Flush(base() + rec.root_addr, 16);
+        persister()->Flush(base() + rec.root_addr, 16);
       }
       uint8_t* h = base() + layout.oq.offset;
       if (!std::all_of(h, h + 32, [](uint8_t b) { return b == 0; })) {
         PutLe64(h + 64, oq::wire::EncodeWord(best.rte));
-        pool->persister()->Flush(h + 64, 8);
+        persister()->Flush(h + 64, 8);
       }
-      pool->persister()->Drain();
+      persister()->Drain();
       applied_rte = best.rte;
       LOG_INFO("backend", "redo recovery from checkpoint " << best.seq << " (queue position "
                                                            << best.rte << ")");
@@ -383,15 +396,18 @@ struct Backend::Impl : public OpLogSource {
       PutLe64(copy, seq);
       PutLe64(copy + 8, f.lpn);
       PutLe64(copy + 16, f.opn);
+      fwd->ForwardOnly(copy, 24);  // mirrors: the hull below is not forwarded (applied ranges were)
     }
     ASYMNVM_CRASH_POINT("backend.checkpoint.before_data_sync");
     lo = std::min(lo, layout.naming.offset);
     hi = std::max(hi, layout.naming.end());
+    // Synced locally only: the mirrors received every applied range when it was applied
+    // (fwd_deferred) and the naming area's changes when they were made.
     pool->persister()->Persist(base() + lo, hi - lo);
     ASYMNVM_CRASH_POINT("backend.checkpoint.after_data_sync");
     CkptRecord r{seq, rte, kCkptActive, NowNs()};
     EncodeCkpt(r, CkptSlot(seq));
-    pool->persister()->Persist(CkptSlot(seq), kCkptSlotSize);
+    persister()->Persist(CkptSlot(seq), kCkptSlotSize);
     ASYMNVM_CRASH_POINT("backend.checkpoint.after_record");
     ckpt_seq = seq;
     ckpt_active = true;
@@ -410,7 +426,7 @@ struct Backend::Impl : public OpLogSource {
     if (!ckpt_active) return;
     CkptRecord r{ckpt_seq + 1, 0, 0, NowNs()};
     EncodeCkpt(r, CkptSlot(r.seq));
-    pool->persister()->Persist(CkptSlot(r.seq), kCkptSlotSize);
+    persister()->Persist(CkptSlot(r.seq), kCkptSlotSize);
     ckpt_seq = r.seq;
     ckpt_active = false;
   }
@@ -529,7 +545,7 @@ struct Backend::Impl : public OpLogSource {
       auto rejected = Word(base(), it->second.seq_addr);
       if (rejected.load() == 0) {
         rejected.store(txn->txn_seq, std::memory_order_release);
-        pool->persister()->Persist(base() + it->second.seq_addr, 8);
+        persister()->Persist(base() + it->second.seq_addr, 8);
       }
     }
   }
@@ -544,7 +560,7 @@ struct Backend::Impl : public OpLogSource {
     ASYMNVM_ASSIGN_OR_RETURN(pd, fabric->AllocPd());
     fabric::MemoryRegionOptions mo;
     mo.access = fabric::kAllRemote;
-    mo.persister = pool->persister();
+    mo.persister = persister();
     ASYMNVM_ASSIGN_OR_RETURN(
         naming_mr, pd->RegisterMemory(base() + layout.naming.offset, layout.naming.size, mo));
     if (redo) mo.persister = one_sided.get();
@@ -555,7 +571,7 @@ struct Backend::Impl : public OpLogSource {
     ro.pd = pd.get();
     ro.area = base() + layout.rowan.offset;
     ro.area_size = layout.rowan.size;
-    ro.persister = pool->persister();
+    ro.persister = persister();
     ro.listen_address = o.log_listen_address;
     ro.segment_size = layout.rowan_segment;
     ASYMNVM_ASSIGN_OR_RETURN(receiver, rowan::Receiver::Open(ro));
@@ -572,9 +588,9 @@ struct Backend::Impl : public OpLogSource {
     so.durable = true;
     so.pm_area = base() + layout.oq.offset;
     so.pm_area_size = layout.oq.size;
-    so.persister = pool->persister();
+    so.persister = persister();
     so.stride = kOqStride;
-    if (redo) so.rte_persister = deferred_writes.get();
+    if (redo) so.rte_persister = fwd_deferred.get();
     so.before_recycle = [this](uint32_t, uint64_t rte) { BeforeRecycle(rte); };
     ASYMNVM_ASSIGN_OR_RETURN(
         server, oq::Server::Start(so, [this](const oq::RequestContext& ctx,
@@ -621,7 +637,7 @@ struct Backend::Impl : public OpLogSource {
           // identifies entries by (owner, version)).
           auto aux = Word(base(), rec.aux_addr);
           aux.store(((aux.load() >> 32) + 1) << 32, std::memory_order_release);
-          pool->persister()->Persist(base() + rec.aux_addr, 8);
+          persister()->Persist(base() + rec.aux_addr, 8);
         }
         RegisterReply reply;
         reply.lpn = Word(base(), rec.root_addr).load();
@@ -679,7 +695,7 @@ struct Backend::Impl : public OpLogSource {
                                   " is not registered");
         }
         Word(base(), it->second.seq_addr).store(0, std::memory_order_release);
-        pool->persister()->Persist(base() + it->second.seq_addr, 8);
+        persister()->Persist(base() + it->second.seq_addr, 8);
         break;
       }
       case kNamingLookup: {
@@ -833,7 +849,7 @@ struct Backend::Impl : public OpLogSource {
     auto rejected = Word(base(), rec.seq_addr);
     if (rejected.load() == 0) {
       rejected.store(txn.header.txn_seq, std::memory_order_release);
-      pool->persister()->Persist(base() + rec.seq_addr, 8);
+      persister()->Persist(base() + rec.seq_addr, 8);
     }
     LOG_WARN("backend", "rejected " << s.ToString());
     return s;
@@ -1025,6 +1041,22 @@ struct Backend::Impl : public OpLogSource {
     j["pm_sync_bytes"] = s.pm_sync_bytes;
     j["checkpoints"] = s.checkpoints;
     j["checkpoint_bytes"] = s.checkpoint_bytes;
+    if (repl) {
+      j["mirror_mode"] = repl->async() ? "async" : "sync";
+      j["mirrors"] = nlohmann::ordered_json::array();
+      uint64_t insync = 0;
+      for (const MirrorLinkStats& m : repl->stats()) {
+        if (m.state == "in-sync") insync++;
+        j["mirrors"].push_back({{"address", m.address}, {"name", m.name}, {"state", m.state},
+                                {"bytes_forwarded", m.bytes_forwarded}, {"writes", m.writes},
+                                {"flushes", m.flushes}, {"copies", m.copies},
+                                {"copy_bytes", m.copy_bytes}, {"last_copy_ms", m.last_copy_ms},
+                                {"drops", m.drops}, {"max_lag_bytes", m.max_lag_bytes},
+                                {"max_lag_us", m.max_lag_us}, {"last_error", m.last_error}});
+      }
+      j["mirrors_in_sync"] = insync;
+      j["mirrors_configured"] = repl->stats().size();
+    }
     auto as = allocator->stats();
     j["alloc"] = {{"blocks_total", as.blocks_total}, {"blocks_used", as.blocks_used}};
     return j.dump();
@@ -1057,6 +1089,23 @@ struct Backend::Impl : public OpLogSource {
       if (!s.ok()) LOG_ERROR("backend", "final checkpoint: " << s.ToString());
     }
     if (receiver) receiver->Close();
+    if (repl) {  // last: the final checkpoint and the receiver's close were forwarded
+      fwd->set_replicator(nullptr);
+      fwd_deferred->set_replicator(nullptr);
+      repl->Stop();
+    }
+  }
+
+  Status StartReplication() {
+    const ReplicationOptions& ro = o.replication;
+    if (ro.mirrors.empty()) return Status::Ok();
+    ASYMNVM_ASSIGN_OR_RETURN(repl, Replicator::Start(ro, o.fabric, pool.get()));
+    fwd->set_replicator(repl.get());
+    fwd_deferred->set_replicator(repl.get());
+    const size_t n = repl->WaitInSync(o.mirror_wait);
+    LOG_INFO("backend", n << " of " << ro.mirrors.size() << " mirror(s) in sync ("
+                          << (ro.async ? "async" : "sync") << ")");
+    return Status::Ok();
   }
 };
 
@@ -1069,7 +1118,8 @@ Result<std::unique_ptr<Backend>> Backend::Start(const BackendOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->o = options;
   ASYMNVM_RETURN_IF_ERROR(impl->Open());
-  Status s = impl->StartFabric();
+  Status s = impl->StartReplication();
+  if (s.ok()) s = impl->StartFabric();
   if (!s.ok()) {
     impl->Stop();
     return s;

@@ -35,6 +35,7 @@
 #include "asymnvm/pm.h"
 #include "asymnvm/status.h"
 #include "backend/layout.h"
+#include "backend/replication.h"
 
 namespace asymnvm::backend {
 
@@ -59,6 +60,10 @@ struct BackendOptions {
   // last checkpoint, or when this many bytes were applied since.
   std::chrono::milliseconds checkpoint_interval{200};
   uint64_t checkpoint_bytes = 16ull << 20;
+  // Mirrors (doc/mirror.md): every persisted range is forwarded to these mirror daemons; Start
+  // waits up to mirror_wait for their first full copy before serving.
+  ReplicationOptions replication;
+  std::chrono::milliseconds mirror_wait{30000};
   // Tests: open the pool with pm crash simulation (PoolOptions::crash_sim); see
   // TEST_CrashAndClose.
   bool crash_sim = false;

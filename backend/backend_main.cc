@@ -19,7 +19,14 @@
 // Exit codes: 0 clean stop, 1 start-up failure (the message names the pool and the cause: not a
 // pool, corrupt, too small, locked by another back-end; the cluster secret: unreadable file,
 // default secret on a non-loopback address; or the coordinator: unreachable, or the group's
-// primary node held by another live process for 30 s), 2 bad command line.
+// primary node held by another live process for 30 s), 2 bad command line, 5 fenced: the group's
+// state on the coordinator names another replica (a mirror was promoted in a newer term; this
+// pool is stale), at start or while serving (doc/mirror.md).
+//
+// Mirrors (doc/mirror.md): --mirror ADDR (repeatable) forwards every persisted range to that
+// asymnvm-mirror; --mirror-mode sync (default: acknowledged = on every in-sync mirror) | async;
+// --mirror-timeout-ms (drop a mirror that does not acknowledge), --mirror-wait-ms (initial copy),
+// --name (replica name in /asymnvm/groups/<uuid>/state).
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -34,6 +41,7 @@
 #include "asymnvm/pm.h"
 #include "backend/backend.h"
 #include "common/logging.h"
+#include "mirror/group.h"
 
 using namespace asymnvm;
 
@@ -131,6 +139,26 @@ int main(int argc, char** argv) {
   app.add_option("--coord", coord_uri,
                  "coordinator URI (dir:PATH | zk:HOST:PORT[,...][/chroot] | none); default "
                  "dir:<pool dir>/coord");
+  std::vector<std::string> mirrors;
+  std::string mirror_mode = "sync", name;
+  uint32_t mirror_timeout_ms = 3000, mirror_wait_ms = 30000;
+  app.add_option("--mirror", mirrors,
+                 "control address of an asymnvm-mirror (repeatable); every persisted range is "
+                 "forwarded to it (doc/mirror.md)");
+  app.add_option("--mirror-mode", mirror_mode,
+                 "sync: an update is acknowledged once every in-sync mirror has it (RPO 0); "
+                 "async: mirrors lag (measured loss window, doc/mirror.md)")
+      ->check(CLI::IsMember({"sync", "async"}))
+      ->capture_default_str();
+  app.add_option("--mirror-timeout-ms", mirror_timeout_ms,
+                 "a mirror that does not acknowledge a barrier this long is dropped")
+      ->check(CLI::Range(1u, 600000u))
+      ->capture_default_str();
+  app.add_option("--mirror-wait-ms", mirror_wait_ms,
+                 "at start, wait this long for every mirror's full copy before serving")
+      ->check(CLI::Range(0u, 3600000u))
+      ->capture_default_str();
+  app.add_option("--name", name, "replica name in the group state (default host:pool path)");
   app.add_option("--log-level", log_level, "debug|info|warn|error|off")
       ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
@@ -182,6 +210,71 @@ int main(int argc, char** argv) {
   sigaddset(&stop_set, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_set, nullptr);
 
+  if (name.empty()) name = mirror::DefaultReplicaName(o.pool_path);
+  std::string group_uri = coord_uri;
+  if (group_uri.empty()) {
+    group_uri = "dir:" + (std::filesystem::absolute(o.pool_path).parent_path() / "coord").string();
+  }
+  // Fencing (doc/mirror.md §Promotion): a group whose state names another replica was taken over
+  // by a promoted mirror; this pool is stale and must not serve.
+  std::shared_ptr<coord::Coordinator> group_coord;
+  uint64_t term = 0;
+  if (group_uri != "none") {
+    auto c = coord::Coordinator::Open(group_uri);
+    if (!c.ok()) {
+      std::cerr << "asymnvm-backend: coordinator " << group_uri << ": " << c.status().ToString()
+                << "\n";
+      return 1;
+    }
+    group_coord = std::move(c).value();
+    if (::access(o.pool_path.c_str(), F_OK) == 0) {
+      auto uuid = ReadPoolUuid(o.pool_path);
+      if (uuid.ok()) {
+        Status f = mirror::CheckPrimary(*group_coord, *uuid, name, &term);
+        if (f.code() == StatusCode::kFailedPrecondition) {
+          std::cerr << "asymnvm-backend: " << o.pool_path << ": " << f.message() << " (exit "
+                    << mirror::kExitFenced << ")\n";
+          return mirror::kExitFenced;
+        }
+        if (!f.ok()) {
+          std::cerr << "asymnvm-backend: coordinator " << group_uri << ": " << f.ToString() << "\n";
+          return 1;
+        }
+        if (term != 0 && !mirrors.empty()) {
+          // A restart: the mirrors get a full copy again; none counts until then.
+          Status r = mirror::SetInSync(*group_coord, *uuid, name, {}, &term);
+          if (!r.ok()) {
+            std::cerr << "asymnvm-backend: " << r.ToString() << "\n";
+            return r.code() == StatusCode::kFailedPrecondition ? mirror::kExitFenced : 1;
+          }
+        }
+      }
+    }
+  }
+  o.replication.mirrors = mirrors;
+  o.replication.async = mirror_mode == "async";
+  o.replication.timeout = std::chrono::milliseconds(mirror_timeout_ms);
+  o.replication.name = name;
+  o.replication.term = term;
+  o.mirror_wait = std::chrono::milliseconds(mirror_wait_ms);
+  if (!mirrors.empty() && group_coord) {
+    o.replication.on_insync = [group_coord, name](const std::array<uint8_t, 16>& uuid,
+                                                  const std::vector<std::string>& insync) {
+      uint64_t t = 0;
+      Status s = mirror::SetInSync(*group_coord, uuid, name, insync, &t);
+      if (s.ok()) {
+        std::string list;
+        for (const auto& n : insync) list += (list.empty() ? "" : ",") + n;
+        LOG_INFO("backend", "group in-sync set (term " << t << "): {" << list << "}");
+      }
+      return s;
+    };
+  }
+  o.replication.fenced = [](const Status& s) {
+    std::cerr << "asymnvm-backend: " << s.message() << "; exiting without acknowledging more (exit "
+              << mirror::kExitFenced << ")" << std::endl;
+    std::_Exit(mirror::kExitFenced);
+  };
   auto be = backend::Backend::Start(o);
   if (!be.ok()) {
     std::cerr << "asymnvm-backend: " << be.status().ToString() << "\n";
@@ -214,6 +307,14 @@ int main(int argc, char** argv) {
   std::cout << "listening " << (*be)->address() << "\nlog " << (*be)->log_address() << std::endl;
   int sig = 0;
   sigwait(&stop_set, &sig);
+  if (!mirrors.empty() && group_coord) {
+    // An operator's stop is not a failure: empty the in-sync set first so no mirror takes over
+    // (they are re-copied when this primary starts again).
+    auto uuid = ReadPoolUuid(o.pool_path);
+    uint64_t t = 0;
+    Status s = uuid.ok() ? mirror::SetInSync(*group_coord, *uuid, name, {}, &t) : uuid.status();
+    if (!s.ok()) LOG_WARN("backend", "clearing the in-sync set: " << s.ToString());
+  }
   if (coordinator) {
     Status d = coordinator->Delete(node_path);
     if (!d.ok()) LOG_WARN("backend", "unregister " << node_path << ": " << d.ToString());

@@ -391,6 +391,15 @@ void PrintStatus(const nlohmann::json& j, std::ostream& out) {
   auto str = [&](const char* k) {
     return j.contains(k) && j[k].is_string() ? j[k].get<std::string>() : std::string("?");
   };
+  if (str("role") == "mirror") {
+    out << "mirror:      " << str("name") << "  state " << str("state") << ", term " << get("term")
+        << ", group " << str("uuid") << ", primary " << str("primary") << "\n";
+    out << str("pool") << "\n";
+    out << "address:     " << str("address") << "  (stream: " << str("data_address") << ")\n";
+    out << "received:    " << get("remote_ops_served") << " remote ops, " << get("bytes_in")
+        << " bytes; pm syncs " << get("pm_syncs") << "\n";
+    return;
+  }
   out << str("pool") << "\n";  // "pool PATH: size, DAX, mode, layout, uuid"
   out << "layout:      " << str("layout") << "\n";
   out << "address:     " << str("address") << "  (op logs: " << str("log_address") << ")\n";
@@ -414,6 +423,23 @@ void PrintStatus(const nlohmann::json& j, std::ostream& out) {
     out << "durability:  " << str("durability") << "; pm syncs " << get("pm_syncs") << " ("
         << get("pm_sync_bytes") << " bytes), checkpoints " << get("checkpoints") << " ("
         << get("checkpoint_bytes") << " bytes applied)\n";
+  }
+  if (j.contains("mirrors") && j["mirrors"].is_array()) {
+    out << "mirrors:     " << get("mirrors_in_sync") << " of " << get("mirrors_configured")
+        << " in sync (" << str("mirror_mode") << ")"
+        << (j.value("mirrors_in_sync", 0ull) < j.value("mirrors_configured", 0ull)
+                ? "  REDUCED REPLICATION"
+                : "")
+        << "\n";
+    for (const auto& m : j["mirrors"]) {
+      out << "  " << m.value("address", "") << " " << m.value("name", "") << "  "
+          << m.value("state", "") << ", forwarded " << m.value("bytes_forwarded", 0ull)
+          << " bytes, copies " << m.value("copies", 0ull) << ", drops " << m.value("drops", 0ull);
+      if (!m.value("last_error", std::string()).empty()) {
+        out << ", last error: " << m.value("last_error", std::string());
+      }
+      out << "\n";
+    }
   }
   if (j.contains("alloc") && j["alloc"].is_object()) {
     const uint64_t total = j["alloc"].value("blocks_total", 0ull);
@@ -505,6 +531,13 @@ int RunCtl(const std::vector<std::string>& args, std::ostream& out, std::ostream
   check->add_option("POOL", pool_path, "Pool file")->required();
   check->add_flag("--json", json, "Print JSON");
 
+  std::string pool_b;
+  auto* diff = app.add_subcommand("diff", "Compare two stopped pools (a primary and its mirror)");
+  diff->add_option("POOL_A", pool_path, "First pool file (its back-end header gives the regions)")
+      ->required();
+  diff->add_option("POOL_B", pool_b, "Second pool file")->required();
+  diff->add_flag("--json", json, "Print JSON");
+
   std::vector<std::string> rev(args.rbegin(), args.rend());
   try {
     app.parse(rev);
@@ -526,6 +559,7 @@ int RunCtl(const std::vector<std::string>& args, std::ostream& out, std::ostream
     }
     return kCtlOk;
   }
+  if (diff->parsed()) return RunDiff(pool_path, pool_b, json, out, err);
   auto r = ExaminePool(pool_path);
   if (!r.ok()) {
     err << "asymnvm-ctl: " << r.status().ToString() << "\n";

@@ -5,6 +5,8 @@
 //   asymnvm-ctl inspect POOL [--json]                   dump a pool that no back-end holds
 //   asymnvm-ctl check POOL [--json]                     validate a pool that no back-end holds
 //   asymnvm-ctl coord ls|get|set|rm URI PATH ...        read / edit coordinator nodes
+//   asymnvm-ctl diff POOL_A POOL_B [--json]             compare two stopped pools region by region
+//                                                      (a primary and its mirror; exit 4 if they differ)
 //
 // inspect and check never write the pool: they open it with pm::Pool::Open (which takes the pool's
 // exclusive lock, so a pool a running back-end holds is refused with a message saying so — use
@@ -37,6 +39,11 @@ inline constexpr int kCtlOk = 0;
 inline constexpr int kCtlFailed = 1;
 inline constexpr int kCtlUsage = 2;
 inline constexpr int kCtlCorrupt = 3;
+inline constexpr int kCtlDiffer = 4;  // diff: the pools differ
+
+// asymnvm-ctl diff A B (tools/ctl_diff.cc): 0 identical, 4 differ, 1 cannot open / in use.
+int RunDiff(const std::string& a_path, const std::string& b_path, bool json, std::ostream& out,
+            std::ostream& err);
 
 // What inspect/check learned about a pool. `report` is the JSON form (`--json` prints it);
 // `problems` lists every inconsistency found ("<region> @<pool offset>: <what>"), empty if clean;

@@ -3,6 +3,11 @@
 //   asymnvm-job [--data-dir DIR] [--ops N] [--structures LIST] [--level L] [--pool-size SIZE]
 //               [--backends N] [--json FILE] [--fresh] [--pm-mode auto|flush|msync]
 //               [--backend-bin PATH] [--log-level L] [--show-runs] [--coord URI]
+//               [--mirrors N] [--mirror-mode sync|async]
+//
+// Mirrors (doc/mirror.md): --mirrors N starts N asymnvm-mirror daemons per back-end (pools
+// DIR/asymnvm[-i].mirror-M.pool, control sockets next to them) before it, passes them with
+// --mirror, and stops them after the back-ends (a clean stop never promotes a mirror).
 //
 // Front-end identity (doc/coord.md): the job holds its front-end id on the coordinator (--coord,
 // default the embedded one in the data directory, dir:DIR/coord, which the daemons use too) for
@@ -220,6 +225,16 @@ int main(int argc, char** argv) {
                  "on a disk-backed file durable across process crashes only) | msync")
       ->check(CLI::IsMember({"auto", "flush", "msync"}))
       ->capture_default_str();
+  uint32_t nmirrors = 0;
+  std::string mirror_mode = "sync";
+  app.add_option("--mirrors", nmirrors, "asymnvm-mirror daemons per back-end (doc/mirror.md): every "
+                 "persisted range is forwarded to them (DIR/asymnvm[-N].mirror-M.pool); default 0 "
+                 "(a full copy per start and 2-4x slower updates on this shared machine)")
+      ->check(CLI::Range(0, 4))
+      ->capture_default_str();
+  app.add_option("--mirror-mode", mirror_mode, "sync (RPO 0) | async")
+      ->check(CLI::IsMember({"sync", "async"}))
+      ->capture_default_str();
   app.add_option("--log-level", log_level, "debug|info|warn|error|off")->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))->capture_default_str();
   try {
     app.parse(argc, argv);
@@ -327,10 +342,19 @@ int main(int argc, char** argv) {
   }
   std::cout << "asymnvm-job: front-end id " << (*identity)->id() << " (epoch "
             << (*identity)->epoch() << ") held at " << coord_uri << "\n";
+  auto mirror_path = [&](uint32_t i, uint32_t m) {
+    std::string p = pool_path(i);
+    return p.substr(0, p.size() - 5) + ".mirror-" + std::to_string(m) + ".pool";
+  };
   if (fresh) {
     for (uint32_t i = 0; fs::exists(pool_path(i)); i++) {
       fs::remove(pool_path(i), ec);
       fs::remove(pool_path(i) + ".backend.log", ec);
+      for (uint32_t m = 0; m < 4; m++) {
+        for (const char* suffix : {"", ".mirror", ".backend.log"}) {
+          fs::remove(mirror_path(i, m) + suffix, ec);
+        }
+      }
     }
   }
   const std::string pool = pool_path(0);
@@ -341,11 +365,42 @@ int main(int argc, char** argv) {
     backend_bin = *b;
   }
   std::vector<std::string> addresses;
+  std::vector<std::unique_ptr<driver::BackendProcess>> mirror_daemons;  // stopped after the back-ends
+  std::string mirror_bin;
+  if (nmirrors > 0) {
+    const auto dir = fs::path(backend_bin).parent_path();
+    for (auto p : {dir / ".." / "mirror" / "asymnvm-mirror", dir / "asymnvm-mirror"}) {
+      if (::access(p.c_str(), X_OK) == 0) {
+        mirror_bin = p.lexically_normal().string();
+        break;
+      }
+    }
+    if (mirror_bin.empty()) {
+      return fail("mirrors", Status::NotFound("asymnvm-mirror not found next to " + backend_bin));
+    }
+  }
   for (uint32_t i = 0; i < nbackends; i++) {
     const std::string p = pool_path(i);
     std::cout << "asymnvm-job: " << (fs::exists(p) ? "reopening " : "creating ") << p << "\n";
-    auto be = driver::BackendProcess::Start(backend_bin, p, pool_size,
-                                            {"--pm-mode", pm_mode, "--coord", coord_uri}, log_level);
+    std::vector<std::string> bargs = {"--pm-mode", pm_mode, "--coord", coord_uri};
+    for (uint32_t m = 0; m < nmirrors; m++) {
+      const std::string mp = mirror_path(i, m);
+      auto md = driver::BackendProcess::Start(
+          mirror_bin, mp, pool_size,
+          {"--pm-mode", pm_mode, "--coord", coord_uri, "--listen", "unix://" + fs::absolute(mp).string() + ".sock"},
+          log_level);
+      if (!md.ok()) return fail("starting mirror " + mp, md.status());
+      std::cout << "mirror " << m << " of back-end " << i << ": pid " << (*md)->pid() << " at "
+                << (*md)->address() << " (" << mp << ")\n";
+      bargs.push_back("--mirror");
+      bargs.push_back((*md)->address());
+      mirror_daemons.push_back(std::move(*md));
+    }
+    if (nmirrors > 0) {
+      bargs.push_back("--mirror-mode");
+      bargs.push_back(mirror_mode);
+    }
+    auto be = driver::BackendProcess::Start(backend_bin, p, pool_size, bargs, log_level);
     if (!be.ok()) return fail("starting back-end " + std::to_string(i), be.status());
     std::cout << "back-end " << i << ": pid " << (*be)->pid() << " serving at " << (*be)->address() << "\n";
     addresses.push_back((*be)->address());
@@ -876,6 +931,14 @@ int main(int argc, char** argv) {
     while (!log.empty() && log.back() == '\n') log.pop_back();
     const size_t nl = log.rfind('\n');
     std::cout << "back-end " << i << ": " << (nl == std::string::npos ? log : log.substr(nl + 1)) << "\n";
+  }
+  for (size_t m = 0; m < mirror_daemons.size(); m++) {
+    Status stop = mirror_daemons[m]->Stop();
+    if (!stop.ok()) return fail("stopping mirror " + std::to_string(m), stop);
+  }
+  if (nmirrors > 0) {
+    std::cout << nmirrors << " " << mirror_mode << " mirror(s) per back-end stopped after it; "
+              << "asymnvm-ctl diff POOL MIRROR_POOL compares them\n";
   }
   if (!json_path.empty()) {
     std::ofstream out(json_path);

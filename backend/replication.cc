@@ -1,0 +1,587 @@
+#include "backend/replication.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "backend/rpc.h"
+#include "common/logging.h"
+#include "fabric/oq/oq.h"
+
+namespace asymnvm::backend {
+namespace {
+
+constexpr uint64_t kChunk = 1u << 20;        // largest WRITE posted
+constexpr uint64_t kCopyFlushEvery = 64u << 20;  // full copy: a barrier every 64 MiB
+
+enum class LinkState { kDown, kCopying, kInSync };
+
+const char* StateName(LinkState s) {
+  switch (s) {
+    case LinkState::kDown:
+      return "down";
+    case LinkState::kCopying:
+      return "copying";
+    case LinkState::kInSync:
+      return "in-sync";
+  }
+  return "?";
+}
+
+double MsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+struct Replicator::Impl {
+  ReplicationOptions o;
+  pm::Pool* pool = nullptr;
+  std::unique_ptr<fabric::Fabric> fabric;
+  std::unique_ptr<fabric::ProtectionDomain> pd;
+  std::unique_ptr<fabric::MemoryRegion> pool_mr;
+
+  struct Link {
+    std::string address;
+    mutable std::mutex mu;
+    std::condition_variable cv;
+    LinkState state = LinkState::kDown;  // [mu]
+    bool failed = false;                 // [mu] the connection failed; the link is being dropped
+    bool dropping = false;               // [mu]
+    bool flushing = false;               // [mu] one thread waits on cq at a time
+    uint64_t posted = 0, acked = 0;      // [mu] writes posted / covered by an acknowledged FLUSH
+    std::unique_ptr<oq::Client> ctl;
+    std::unique_ptr<fabric::CompletionQueue> cq;
+    std::unique_ptr<fabric::Connection> conn;
+    fabric::RegionDescriptor remote;
+    MirrorLinkStats st;                  // [mu]
+    // async lag tracking [mu]
+    uint64_t pending_bytes = 0;
+    std::chrono::steady_clock::time_point oldest{};
+  };
+  std::vector<std::unique_ptr<Link>> links;
+
+  std::mutex isr_mu;  // serializes in-sync set updates
+  std::mutex mgr_mu;
+  std::condition_variable mgr_cv, async_cv;
+  std::atomic<bool> stop{false};
+  std::thread manager, async_flusher;
+  std::atomic<uint64_t> forward_epoch{0};
+
+  void Fenced(const Status& s) {
+    if (o.fenced) {
+      o.fenced(s);
+      return;
+    }
+    LOG_ERROR("mirror", "this primary was fenced: " << s.ToString()
+                                                     << "; exiting without acknowledging more");
+    std::_Exit(5);
+  }
+
+  // Posts [off, off + len) to one link. Called with l.mu held.
+  void PostLocked(Link& l, std::unique_lock<std::mutex>& lk, uint64_t off, uint64_t len) {
+    if (l.state == LinkState::kDown || l.failed || !l.conn) return;
+    uint64_t done = 0;
+    int full_retries = 0;
+    while (done < len) {
+      const uint64_t n = std::min(kChunk, len - done);
+      fabric::WorkRequest w;
+      w.opcode = fabric::Opcode::kWrite;
+      w.signaled = false;
+      w.local_addr = pool->base() + off + done;
+      w.length = static_cast<uint32_t>(n);
+      w.local_mr = pool_mr.get();
+      w.remote_addr = l.remote.addr + off + done;
+      w.rkey = l.remote.rkey;
+      Status s = l.conn->Post({&w, 1});
+      if (s.code() == StatusCode::kResourceExhausted && full_retries++ < 1000) {
+        // The send ring is full of unacknowledged WRITEs: a barrier empties it.
+        FlushLocked(l, lk, l.posted);
+        if (l.failed) return;
+        continue;
+      }
+      if (!s.ok()) {
+        MarkFailedLocked(l, s);
+        return;
+      }
+      done += n;
+      l.posted++;
+      l.st.writes++;
+      l.st.bytes_forwarded += n;
+      if (o.async && l.state == LinkState::kInSync) {  // the loss window (not the copy)
+        if (l.pending_bytes == 0) l.oldest = std::chrono::steady_clock::now();
+        l.pending_bytes += n;
+      }
+    }
+  }
+
+  void MarkFailedLocked(Link& l, const Status& s) {
+    if (!l.failed) {
+      l.failed = true;
+      l.st.last_error = s.ToString();
+      LOG_WARN("mirror", "mirror " << l.address << " (" << l.st.name << ") failed: " << s.ToString());
+    }
+    l.cv.notify_all();
+  }
+
+  // One FLUSH in flight per link: posts it (the caller then waits with AwaitFlush, unlocked).
+  // Returns false (nothing posted) when another thread's FLUSH is in flight or the link failed.
+  bool StartFlushLocked(Link& l, uint64_t* upto, uint64_t* bytes,
+                        std::chrono::steady_clock::time_point* oldest, Status* posted) {
+    if (l.flushing || l.failed || !l.conn) return false;
+    l.flushing = true;
+    *upto = l.posted;
+    *bytes = l.pending_bytes;
+    *oldest = l.oldest;
+    l.pending_bytes = 0;
+    fabric::WorkRequest f;
+    f.opcode = fabric::Opcode::kFlush;
+    f.signaled = true;
+    f.wr_id = *upto;
+    f.remote_addr = l.remote.addr;
+    f.rkey = l.remote.rkey;
+    *posted = l.conn->Post({&f, 1});
+    return true;
+  }
+
+  // Waits (l.mu NOT held) for the FLUSH `upto` posted by StartFlushLocked.
+  Status AwaitFlush(Link& l, uint64_t upto, Status s) {
+    fabric::CompletionQueue* cq = l.cq.get();  // stable while flushing (CloseLink waits)
+    const auto deadline = std::chrono::steady_clock::now() + o.timeout;
+    bool done = false;
+    while (s.ok() && !done) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) {
+        return Status::TimedOut("mirror FLUSH not acknowledged within " +
+                                std::to_string(o.timeout.count()) + " ms");
+      }
+      fabric::Completion c[16];
+      auto n = cq->Wait(c, std::chrono::duration_cast<std::chrono::microseconds>(deadline - now));
+      if (!n.ok()) return n.status();
+      for (size_t i = 0; i < *n; i++) {
+        if (c[i].status != fabric::CompletionStatus::kSuccess) {
+          return Status::ConnectionError(std::string("mirror ") + fabric::OpcodeName(c[i].opcode) +
+                                         ": " + fabric::CompletionStatusName(c[i].status));
+        }
+        if (c[i].opcode == fabric::Opcode::kFlush && c[i].wr_id == upto) done = true;
+      }
+    }
+    return s;
+  }
+
+  // Records the outcome of a FLUSH (l.mu held).
+  void FinishFlushLocked(Link& l, uint64_t upto, uint64_t bytes,
+                         std::chrono::steady_clock::time_point oldest, const Status& s) {
+    l.flushing = false;
+    if (s.ok()) {
+      l.acked = std::max(l.acked, upto);
+      l.st.flushes++;
+      if (o.async && bytes > 0) {
+        l.st.max_lag_bytes = std::max(l.st.max_lag_bytes, bytes);
+        l.st.max_lag_us = std::max(
+            l.st.max_lag_us,
+            static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                      std::chrono::steady_clock::now() - oldest)
+                                      .count()));
+      }
+    } else {
+      MarkFailedLocked(l, s);
+    }
+    l.cv.notify_all();
+  }
+
+  // Waits until every write up to `target` is acknowledged durable by the mirror (one FLUSH in
+  // flight per link; others wait for it). Returns with l.mu held. On a timeout or an error the
+  // link is marked failed.
+  void FlushLocked(Link& l, std::unique_lock<std::mutex>& lk, uint64_t target) {
+    while (!l.failed && l.acked < target && l.conn) {
+      uint64_t upto = 0, bytes = 0;
+      std::chrono::steady_clock::time_point oldest;
+      Status posted;
+      if (!StartFlushLocked(l, &upto, &bytes, &oldest, &posted)) {
+        l.cv.wait_for(lk, std::chrono::milliseconds(100));
+        continue;
+      }
+      lk.unlock();
+      Status s = AwaitFlush(l, upto, posted);
+      lk.lock();
+      FinishFlushLocked(l, upto, bytes, oldest, s);
+    }
+  }
+
+  // Removes a failed in-sync link from the group's in-sync set (the callback) and marks it down.
+  // Every caller returns only after the set no longer names it.
+  void EnsureDropped(Link& l) {
+    std::unique_lock<std::mutex> lk(l.mu);
+    if (l.state == LinkState::kDown) return;
+    if (l.dropping) {
+      l.cv.wait(lk, [&] { return l.state == LinkState::kDown; });
+      return;
+    }
+    l.dropping = true;
+    const bool was_insync = l.state == LinkState::kInSync;
+    lk.unlock();
+    if (was_insync) UpdateIsr();
+    lk.lock();
+    l.state = LinkState::kDown;
+    l.dropping = false;
+    l.st.drops++;
+    l.st.state = StateName(l.state);
+    l.cv.notify_all();
+    LOG_WARN("mirror", "mirror " << l.address << " (" << l.st.name
+                                 << ") dropped; the primary goes on without it (re-attach every "
+                                 << o.retry.count() << " ms)");
+  }
+
+  void UpdateIsr() {
+    std::lock_guard<std::mutex> g(isr_mu);
+    std::vector<std::string> names;
+    for (auto& lp : links) {
+      std::lock_guard<std::mutex> lk(lp->mu);
+      if (lp->state == LinkState::kInSync && !lp->failed && !lp->dropping) {
+        names.push_back(lp->st.name);
+      }
+    }
+    if (!o.on_insync) return;
+    Status s = o.on_insync(pool->superblock().uuid, names);
+    if (!s.ok()) Fenced(s);
+  }
+
+  void CloseLink(Link& l) {
+    std::unique_ptr<fabric::Connection> conn;
+    std::unique_ptr<fabric::CompletionQueue> cq;
+    std::unique_ptr<oq::Client> ctl;
+    {
+      std::unique_lock<std::mutex> lk(l.mu);
+      l.cv.wait(lk, [&] { return !l.flushing; });
+      conn = std::move(l.conn);
+      ctl = std::move(l.ctl);
+      cq = std::move(l.cq);
+    }
+    conn.reset();
+    ctl.reset();
+    cq.reset();
+  }
+
+  Status Attach(Link& l) {
+    CloseLink(l);
+    oq::ClientOptions co;
+    co.fabric = fabric.get();
+    co.pd = pd.get();
+    co.server_address = l.address;
+    co.window = 1;
+    co.timeout = std::max(o.timeout, std::chrono::milliseconds(1000));
+    ASYMNVM_ASSIGN_OR_RETURN(auto ctl, oq::Client::Connect(co));
+    PayloadWriter w;
+    w.U64(pool->size());
+    w.Bytes(pool->superblock().uuid);
+    w.U64(o.term);
+    w.U32(static_cast<uint32_t>(o.name.size()));
+    w.Str(o.name);
+    std::vector<uint8_t> reply;
+    ASYMNVM_RETURN_IF_ERROR(ctl->Call(0, kMirrorHello, w.bytes(), &reply));
+    PayloadReader r(reply, "mirror hello reply");
+    auto desc_bytes = r.Bytes(fabric::RegionDescriptor::kEncodedSize);
+    const uint32_t alen = r.U32();
+    auto addr = r.Bytes(alen);
+    const uint32_t nlen = r.U32();
+    auto name = r.Bytes(nlen);
+    ASYMNVM_RETURN_IF_ERROR(r.status());
+    ASYMNVM_ASSIGN_OR_RETURN(auto desc,
+                             fabric::RegionDescriptor::Decode(desc_bytes.data(), desc_bytes.size()));
+    if (desc.length != pool->size()) {
+      return Status::FailedPrecondition("mirror region is " + std::to_string(desc.length) +
+                                        " bytes, the pool " + std::to_string(pool->size()));
+    }
+    fabric::CompletionQueueOptions cqo;
+    cqo.capacity = 1024;
+    ASYMNVM_ASSIGN_OR_RETURN(auto cq, fabric->CreateCq(cqo));
+    fabric::ConnectionOptions cno;
+    cno.send_cq = cq.get();
+    cno.recv_cq = cq.get();
+    cno.max_send_wr = 1024;
+    cno.max_recv_wr = 1;
+    cno.timeout = co.timeout;
+    ASYMNVM_ASSIGN_OR_RETURN(
+        auto conn, fabric->Connect(pd.get(), std::string(addr.begin(), addr.end()), cno));
+    const auto start = std::chrono::steady_clock::now();
+    {
+      std::lock_guard<std::mutex> lk(l.mu);
+      l.ctl = std::move(ctl);
+      l.cq = std::move(cq);
+      l.conn = std::move(conn);
+      l.remote = desc;
+      l.posted = l.acked = 0;
+      l.failed = false;
+      l.pending_bytes = 0;
+      l.st.name = std::string(name.begin(), name.end());
+      l.state = LinkState::kCopying;  // from now on every forwarded range goes to it too
+      l.st.state = StateName(l.state);
+    }
+    LOG_INFO("mirror", "mirror " << l.address << " (" << l.st.name << "): full copy of "
+                                 << pool->size() << " bytes");
+    // Full copy, chunk by chunk under the link's lock: a chunk holds the bytes as they are when
+    // posted; any later change of them is flushed later and so forwarded after it.
+    for (uint64_t off = 0; off < pool->size(); off += kChunk) {
+      if (stop.load()) return Status::Aborted("stopping");
+      std::unique_lock<std::mutex> lk(l.mu);
+      PostLocked(l, lk, off, std::min(kChunk, pool->size() - off));
+      if ((off + kChunk) % kCopyFlushEvery == 0) FlushLocked(l, lk, l.posted);
+      if (l.failed) return Status::ConnectionError("during the full copy: " + l.st.last_error);
+    }
+    {
+      std::unique_lock<std::mutex> lk(l.mu);
+      FlushLocked(l, lk, l.posted);
+      if (l.failed) return Status::ConnectionError("ending the full copy: " + l.st.last_error);
+      // In sync from here: barriers wait for it. Then one more barrier covers whatever was
+      // acknowledged while it was still copying, and only then it joins the in-sync set.
+      l.state = LinkState::kInSync;
+      l.st.state = StateName(l.state);
+      FlushLocked(l, lk, l.posted);
+      if (l.failed) return Status::ConnectionError("ending the full copy: " + l.st.last_error);
+      l.st.copies++;
+      l.st.copy_bytes += pool->size();
+      l.st.last_copy_ms = MsSince(start);
+    }
+    UpdateIsr();
+    PayloadWriter sw;
+    sw.U64(o.term);
+    std::vector<uint8_t> ignored;
+    Status s = l.ctl->Call(0, kMirrorSynced, sw.bytes(), &ignored);
+    if (!s.ok()) {
+      std::unique_lock<std::mutex> lk(l.mu);
+      MarkFailedLocked(l, s);
+      return s;
+    }
+    LOG_INFO("mirror", "mirror " << l.address << " (" << l.st.name << ") in sync after "
+                                 << l.st.last_copy_ms << " ms");
+    mgr_cv.notify_all();
+    return Status::Ok();
+  }
+
+  void ManagerLoop() {
+    std::vector<std::string> last_err(links.size());
+    while (!stop.load()) {
+      for (size_t i = 0; i < links.size() && !stop.load(); i++) {
+        Link& l = *links[i];
+        LinkState state;
+        bool failed;
+        {
+          std::lock_guard<std::mutex> lk(l.mu);
+          if (l.state != LinkState::kDown && l.conn &&
+              l.conn->state() != fabric::ConnectionState::kConnected) {
+            MarkFailedLocked(l, l.conn->error());
+          }
+          state = l.state;
+          failed = l.failed;
+        }
+        if (state != LinkState::kDown && failed) {
+          EnsureDropped(l);
+          state = LinkState::kDown;
+        }
+        if (state == LinkState::kDown) {
+          Status s = Attach(l);
+          if (!s.ok()) {
+            {
+              std::lock_guard<std::mutex> lk(l.mu);
+              l.st.last_error = s.ToString();
+              if (l.state == LinkState::kCopying) {
+                l.failed = true;
+                l.state = LinkState::kDown;  // never in the in-sync set
+                l.st.state = StateName(l.state);
+              }
+            }
+            if (s.ToString() != last_err[i]) {
+              LOG_WARN("mirror", "attaching mirror " << l.address << ": " << s.ToString()
+                                                     << " (retrying every " << o.retry.count()
+                                                     << " ms)");
+              last_err[i] = s.ToString();
+            }
+          } else {
+            last_err[i].clear();
+          }
+        }
+      }
+      std::unique_lock<std::mutex> lk(mgr_mu);
+      mgr_cv.wait_for(lk, o.retry, [&] { return stop.load(); });
+    }
+  }
+
+  // Async mode: keeps one FLUSH in flight per link while anything is unacknowledged.
+  void AsyncLoop() {
+    while (!stop.load()) {
+      {
+        std::unique_lock<std::mutex> lk(mgr_mu);
+        async_cv.wait_for(lk, std::chrono::milliseconds(100));
+      }
+      bool more = true;
+      while (more && !stop.load()) {
+        more = false;
+        for (auto& lp : links) {
+          std::unique_lock<std::mutex> lk(lp->mu);
+          if (lp->state != LinkState::kInSync || lp->failed) continue;
+          if (lp->acked < lp->posted) {
+            FlushLocked(*lp, lk, lp->posted);
+            more = more || lp->acked < lp->posted;
+          }
+        }
+      }
+    }
+  }
+
+  // A barrier over every in-sync link: their FLUSHes are posted first and then awaited, so the
+  // mirrors acknowledge in parallel.
+  void Sync() {
+    struct Mine {
+      bool posted = false;
+      uint64_t target = 0, upto = 0, bytes = 0;
+      std::chrono::steady_clock::time_point oldest;
+      Status st;
+    };
+    std::vector<Mine> mine(links.size());
+    for (size_t i = 0; i < links.size(); i++) {
+      Link& l = *links[i];
+      std::unique_lock<std::mutex> lk(l.mu);
+      if (l.state != LinkState::kInSync) continue;
+      mine[i].target = l.posted;
+      if (l.acked < l.posted) {
+        mine[i].posted = StartFlushLocked(l, &mine[i].upto, &mine[i].bytes, &mine[i].oldest,
+                                          &mine[i].st);
+      }
+    }
+    for (size_t i = 0; i < links.size(); i++) {
+      Link& l = *links[i];
+      bool drop = false;
+      if (mine[i].posted) {
+        Status s = AwaitFlush(l, mine[i].upto, mine[i].st);
+        std::unique_lock<std::mutex> lk(l.mu);
+        FinishFlushLocked(l, mine[i].upto, mine[i].bytes, mine[i].oldest, s);
+      }
+      {
+        std::unique_lock<std::mutex> lk(l.mu);
+        if (l.state != LinkState::kInSync) continue;
+        FlushLocked(l, lk, mine[i].target);
+        drop = l.failed;
+      }
+      if (drop) EnsureDropped(l);
+    }
+  }
+
+  void Forward(uint64_t off, uint64_t len) {
+    for (auto& lp : links) {
+      std::unique_lock<std::mutex> lk(lp->mu);
+      PostLocked(*lp, lk, off, len);
+    }
+    if (o.async) async_cv.notify_one();
+  }
+};
+
+void ForwardingPersister::Flush(const void* addr, size_t length) {
+  inner_->Flush(addr, length);
+  ForwardOnly(addr, length);
+}
+
+void ForwardingPersister::ForwardOnly(const void* addr, size_t length) {
+  Replicator* r = repl_.load(std::memory_order_acquire);
+  if (r == nullptr || length == 0) return;
+  const auto* p = static_cast<const uint8_t*>(addr);
+  if (p < base_ || p + length > base_ + size_) return;
+  r->Forward(static_cast<uint64_t>(p - base_), length);
+}
+
+void ForwardingPersister::Drain() {
+  inner_->Drain();
+  if (!wait_on_drain_) return;
+  Replicator* r = repl_.load(std::memory_order_acquire);
+  if (r != nullptr) r->Sync();
+}
+
+Result<std::unique_ptr<Replicator>> Replicator::Start(const ReplicationOptions& options,
+                                                      const fabric::FabricOptions& fabric_options,
+                                                      pm::Pool* pool) {
+  auto impl = std::make_unique<Impl>();
+  impl->o = options;
+  impl->pool = pool;
+  fabric::FabricOptions fo = fabric_options;
+  fo.nic_threads = 1;
+  ASYMNVM_ASSIGN_OR_RETURN(impl->fabric, fabric::Fabric::Open(fo));
+  ASYMNVM_ASSIGN_OR_RETURN(impl->pd, impl->fabric->AllocPd());
+  fabric::MemoryRegionOptions mo;
+  mo.access = fabric::kLocalWrite;
+  ASYMNVM_ASSIGN_OR_RETURN(impl->pool_mr,
+                           impl->pd->RegisterMemory(pool->base(), pool->size(), mo));
+  for (const auto& a : options.mirrors) {
+    auto l = std::make_unique<Impl::Link>();
+    l->address = a;
+    l->st.address = a;
+    l->st.state = "down";
+    impl->links.push_back(std::move(l));
+  }
+  Impl* p = impl.get();
+  impl->manager = std::thread([p] { p->ManagerLoop(); });
+  if (options.async) impl->async_flusher = std::thread([p] { p->AsyncLoop(); });
+  return std::unique_ptr<Replicator>(new Replicator(std::move(impl)));
+}
+
+Replicator::Replicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Replicator::~Replicator() { Stop(); }
+
+size_t Replicator::WaitInSync(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    size_t n = 0;
+    for (auto& l : impl_->links) {
+      std::lock_guard<std::mutex> lk(l->mu);
+      if (l->state == LinkState::kInSync && !l->failed) n++;
+    }
+    if (n == impl_->links.size() || std::chrono::steady_clock::now() >= deadline) return n;
+    std::unique_lock<std::mutex> lk(impl_->mgr_mu);
+    impl_->mgr_cv.wait_for(lk, std::chrono::milliseconds(50));
+  }
+}
+
+void Replicator::Forward(uint64_t offset, uint64_t length) { impl_->Forward(offset, length); }
+
+void Replicator::Sync() {
+  if (impl_->o.async) return;
+  impl_->Sync();
+}
+
+bool Replicator::async() const { return impl_->o.async; }
+
+std::vector<MirrorLinkStats> Replicator::stats() const {
+  std::vector<MirrorLinkStats> out;
+  for (auto& l : impl_->links) {
+    std::lock_guard<std::mutex> lk(l->mu);
+    MirrorLinkStats s = l->st;
+    s.state = StateName(l->state);
+    if (l->failed && l->state != LinkState::kDown) s.state = "failed";
+    out.push_back(s);
+  }
+  return out;
+}
+
+void Replicator::Stop() {
+  if (impl_->stop.exchange(true)) return;
+  impl_->mgr_cv.notify_all();
+  impl_->async_cv.notify_all();
+  if (impl_->manager.joinable()) impl_->manager.join();
+  if (impl_->async_flusher.joinable()) impl_->async_flusher.join();
+  for (auto& l : impl_->links) {
+    {
+      std::unique_lock<std::mutex> lk(l->mu);
+      if (l->state != LinkState::kDown) impl_->FlushLocked(*l, lk, l->posted);
+      l->state = LinkState::kDown;
+    }
+    impl_->CloseLink(*l);
+  }
+  impl_->pool_mr.reset();
+  impl_->pd.reset();
+  impl_->fabric.reset();
+}
+
+}  // namespace asymnvm::backend

@@ -1,0 +1,125 @@
+// Mirroring, primary side (papers/asymnvm-asplos20.txt §7; DESIGN.md §10; doc/mirror.md).
+//
+// The primary forwards every byte range it makes durable in its pool to every attached mirror, in
+// one ordered stream per mirror (one fabric connection: WRITEs into the mirror's pool at the same
+// offsets), and a persist barrier of the primary (Persister::Drain) returns only after every
+// in-sync mirror acknowledged a FLUSH covering everything forwarded before it (RPO = 0, the
+// default). The mirror is passive: its pool is registered with its NIC, nothing of it runs on the
+// data path. A mirror's pool is thus always a state the primary's own media could have been in
+// at a crash (every range persisted before a barrier is there; ranges are applied in the order
+// they were flushed), so promoting it is a back-end restart on that pool (doc/mirror.md §Argument).
+//
+//   ForwardingPersister  wraps the pool's persister (and, in redo mode, the deferred one): Flush
+//                        forwards the range, Drain waits for the mirrors (sync mode).
+//   Replicator           the mirror links: attach (connect, hello, full copy, FLUSH, in-sync
+//                        callback, "synced" notice), forward, sync, drop (in-sync callback
+//                        BEFORE anything else is acknowledged), re-attach in the background.
+//
+// Mirror control requests (the mirror daemon's non-durable Ordered Queue; payloads little-endian):
+//   kMirrorHello  pool_size u64, uuid 16 B, name_len u32, primary name
+//                 → region descriptor (32 B: the mirror's whole pool, remote write/read),
+//                   name_len u32, mirror name
+//   kMirrorSynced term u64 → ∅  (the copy is complete and flushed; the mirror is in the group's
+//                 in-sync set from now on)
+//   kStatus (40)  as for a back-end: JSON (role "mirror").
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "asymnvm/fabric.h"
+#include "asymnvm/pm.h"
+#include "asymnvm/status.h"
+
+namespace asymnvm::backend {
+
+inline constexpr uint16_t kMirrorHello = 50;
+inline constexpr uint16_t kMirrorSynced = 51;
+
+struct ReplicationOptions {
+  std::vector<std::string> mirrors;  // OQ addresses of asymnvm-mirror daemons
+  bool async = false;                // --mirror-mode async: Drain does not wait for mirrors
+  // A FLUSH not acknowledged within this time drops the mirror (as does a broken connection).
+  std::chrono::milliseconds timeout{3000};
+  // A dropped or unreachable mirror is tried again this often (full copy while serving).
+  std::chrono::milliseconds retry{500};
+  std::string name;  // this primary's name (hello; the group state)
+  uint64_t term = 0;
+  // Called with the names of the in-sync mirrors whenever the set changes: after a mirror's copy
+  // is complete (before it counts for RPO) and after a mirror is dropped (before any further
+  // barrier returns). A non-OK result means this primary was fenced (a mirror was promoted):
+  // the process must not acknowledge anything more; the Replicator logs and calls `fenced`.
+  std::function<Status(const std::array<uint8_t, 16>& uuid, const std::vector<std::string>& insync)>
+      on_insync;
+  std::function<void(const Status&)> fenced;  // default: log and _exit(5)
+};
+
+struct MirrorLinkStats {
+  std::string address, name, state;  // state: down | copying | in-sync
+  uint64_t bytes_forwarded = 0, writes = 0, flushes = 0, copies = 0, drops = 0;
+  uint64_t copy_bytes = 0;
+  double last_copy_ms = 0;
+  std::string last_error;
+  // async mode: largest forwarded-but-unacknowledged backlog seen (bytes, and its age in µs).
+  uint64_t max_lag_bytes = 0, max_lag_us = 0;
+};
+
+class Replicator;
+
+// Persister wrapper: ranges inside the pool are forwarded; Drain waits for the in-sync mirrors.
+// Pass-through while no Replicator is attached.
+class ForwardingPersister final : public pm::Persister {
+ public:
+  // wait_on_drain = false: Drain does not wait for the mirrors (the redo mode's deferred
+  // persister, whose Drain syncs nothing locally either).
+  ForwardingPersister(pm::Persister* inner, const uint8_t* base, uint64_t size,
+                      bool wait_on_drain = true)
+      : inner_(inner), base_(base), size_(size), wait_on_drain_(wait_on_drain) {}
+  void set_replicator(Replicator* r) { repl_.store(r, std::memory_order_release); }
+  void Flush(const void* addr, size_t length) override;
+  void Drain() override;
+  // Forward without persisting locally (the caller persists through another path).
+  void ForwardOnly(const void* addr, size_t length);
+  pm::Persister* inner() const { return inner_; }
+
+ private:
+  pm::Persister* inner_;
+  const uint8_t* base_;
+  uint64_t size_;
+  bool wait_on_drain_;
+  std::atomic<Replicator*> repl_{nullptr};
+};
+
+class Replicator {
+ public:
+  // Opens its own fabric instance, registers the whole pool for local reads, starts the manager
+  // thread, which attaches every configured mirror (and re-attaches dropped ones). Returns at once.
+  static Result<std::unique_ptr<Replicator>> Start(const ReplicationOptions& options,
+                                                   const fabric::FabricOptions& fabric_options,
+                                                   pm::Pool* pool);
+  ~Replicator();
+
+  // Waits until every configured mirror is in sync or `timeout` passes; returns how many are.
+  size_t WaitInSync(std::chrono::milliseconds timeout);
+  // Posts the range [offset, offset + length) of the pool to every attached mirror (no wait).
+  void Forward(uint64_t offset, uint64_t length);
+  // Sync mode: returns when every in-sync mirror acknowledged everything forwarded before the
+  // call (or was dropped and removed from the in-sync set). Async mode: returns at once.
+  void Sync();
+  std::vector<MirrorLinkStats> stats() const;
+  bool async() const;
+  // Stops the manager, flushes and closes every link. Idempotent.
+  void Stop();
+
+ private:
+  struct Impl;
+  explicit Replicator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace asymnvm::backend

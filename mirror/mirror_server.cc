@@ -1,0 +1,327 @@
+#include "mirror/mirror_server.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "backend/replication.h"
+#include "backend/rpc.h"
+#include "common/logging.h"
+#include "fabric/oq/oq.h"
+
+namespace asymnvm::mirror {
+namespace {
+
+std::string SidecarPath(const std::string& pool_path) { return pool_path + ".mirror"; }
+
+Result<std::array<uint8_t, 16>> ParseUuid(const std::string& text) {
+  std::array<uint8_t, 16> u{};
+  std::string hex;
+  for (char c : text) {
+    if (c != '-') hex += c;
+  }
+  if (hex.size() != 32) return Status::Corruption("bad uuid '" + text + "'");
+  for (size_t i = 0; i < 16; i++) {
+    try {
+      u[i] = static_cast<uint8_t>(std::stoul(hex.substr(2 * i, 2), nullptr, 16));
+    } catch (...) {
+      return Status::Corruption("bad uuid '" + text + "'");
+    }
+  }
+  return u;
+}
+
+// Writes the sidecar atomically and durably (tmp, fsync, rename, fsync the directory).
+Status WriteMirrorState(const std::string& pool_path, const MirrorState& s) {
+  const std::string path = SidecarPath(pool_path);
+  const std::string tmp = path + ".tmp";
+  std::string text = "state " + s.state + "\nuuid " + (s.has_uuid ? pm::UuidToString(s.uuid) : "") +
+                     "\nterm " + std::to_string(s.term) + "\nprimary " + s.primary + "\n";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::IoError("create " + tmp, errno);
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+                  ::fsync(fd) == 0;
+  const int e = errno;
+  ::close(fd);
+  if (!ok) return Status::IoError("write " + tmp, e);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return Status::IoError("rename " + tmp, errno);
+  std::string dir = path.substr(0, path.find_last_of('/') == std::string::npos
+                                       ? 0
+                                       : path.find_last_of('/'));
+  if (dir.empty()) dir = ".";
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<MirrorState> ReadMirrorState(const std::string& pool_path) {
+  MirrorState s;
+  std::ifstream in(SidecarPath(pool_path));
+  if (!in) return s;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("state ", 0) == 0) {
+      s.state = line.substr(6);
+    } else if (line.rfind("uuid ", 0) == 0 && line.size() > 5) {
+      ASYMNVM_ASSIGN_OR_RETURN(s.uuid, ParseUuid(line.substr(5)));
+      s.has_uuid = true;
+    } else if (line.rfind("term ", 0) == 0) {
+      try {
+        s.term = std::stoull(line.substr(5));
+      } catch (...) {
+        return Status::Corruption(SidecarPath(pool_path) + ": bad term line");
+      }
+    } else if (line.rfind("primary ", 0) == 0) {
+      s.primary = line.substr(8);
+    }
+  }
+  if (s.state != "empty" && s.state != "syncing" && s.state != "in-sync") {
+    return Status::Corruption(SidecarPath(pool_path) + ": unknown state '" + s.state + "'");
+  }
+  return s;
+}
+
+struct MirrorServer::Impl {
+  MirrorOptions o;
+  mutable std::mutex mu;  // pool, mr, st
+  std::unique_ptr<pm::Pool> pool;
+  MirrorState st;
+  std::unique_ptr<fabric::Fabric> fabric;
+  std::unique_ptr<fabric::ProtectionDomain> pd;
+  std::unique_ptr<fabric::MemoryRegion> mr;
+  std::unique_ptr<fabric::CompletionQueue> cq;
+  std::unique_ptr<fabric::Listener> listener;
+  std::vector<std::unique_ptr<fabric::Connection>> conns;  // [mu]
+  std::unique_ptr<oq::Server> server;
+  std::thread acceptor;
+  std::atomic<bool> stop{false};
+  uint64_t hellos = 0, syncs = 0;
+
+  Status OpenPool(uint64_t size_if_new) {
+    pm::PoolOptions po;
+    po.mode = o.persist_mode;
+    po.layout = "";  // a copy carries the primary's superblock (layout asymnvm-backend)
+    if (::access(o.pool_path.c_str(), F_OK) == 0) {
+      ASYMNVM_ASSIGN_OR_RETURN(pool, pm::Pool::Open(o.pool_path, po));
+    } else {
+      if (size_if_new == 0) return Status::Ok();  // created on the first hello
+      po.layout = "asymnvm-backend";
+      ASYMNVM_ASSIGN_OR_RETURN(pool, pm::Pool::Create(o.pool_path, size_if_new, po));
+    }
+    fabric::MemoryRegionOptions mo;
+    mo.access = fabric::kLocalWrite | fabric::kRemoteWrite | fabric::kRemoteRead;
+    mo.persister = pool->persister();
+    ASYMNVM_ASSIGN_OR_RETURN(mr, pd->RegisterMemory(pool->base(), pool->size(), mo));
+    return Status::Ok();
+  }
+
+  Status Hello(std::span<const uint8_t> payload, std::vector<uint8_t>* response) {
+    backend::PayloadReader r(payload, "mirror hello");
+    const uint64_t size = r.U64();
+    auto uuid_bytes = r.Bytes(16);
+    const uint64_t term = r.U64();
+    const uint32_t nlen = r.U32();
+    auto name = r.Bytes(nlen);
+    ASYMNVM_RETURN_IF_ERROR(r.status());
+    if (size < pm::kMinPoolSize || size % pm::kSuperblockSize != 0 || size > (uint64_t{1} << 44)) {
+      return Status::InvalidArgument("mirror hello: impossible pool size " + std::to_string(size));
+    }
+    std::array<uint8_t, 16> uuid{};
+    std::memcpy(uuid.data(), uuid_bytes.data(), 16);
+    std::lock_guard<std::mutex> lock(mu);
+    if (st.has_uuid && st.uuid != uuid) {
+      return Status::FailedPrecondition("mirror " + o.pool_path + " belongs to group " +
+                                        pm::UuidToString(st.uuid) + ", not " +
+                                        pm::UuidToString(uuid) +
+                                        " (remove its pool and " + o.pool_path + ".mirror to reuse it)");
+    }
+    if (!pool) ASYMNVM_RETURN_IF_ERROR(OpenPool(size));
+    if (!pool) return Status::Internal("mirror: no pool after opening " + o.pool_path);
+    if (pool->size() != size) {
+      return Status::FailedPrecondition("mirror pool " + o.pool_path + " is " +
+                                        std::to_string(pool->size()) + " bytes, the primary's " +
+                                        std::to_string(size));
+    }
+    // Durably "syncing" before the primary may write a byte: a torn copy is never promoted.
+    MirrorState next = st;
+    next.state = "syncing";
+    next.uuid = uuid;
+    next.has_uuid = true;
+    next.term = term;
+    next.primary = std::string(name.begin(), name.end());
+    ASYMNVM_RETURN_IF_ERROR(WriteMirrorState(o.pool_path, next));
+    st = next;
+    hellos++;
+    backend::PayloadWriter w;
+    uint8_t desc[fabric::RegionDescriptor::kEncodedSize];
+    mr->descriptor().EncodeTo(desc);
+    w.Bytes(desc);
+    const std::string a = listener->address();
+    w.U32(static_cast<uint32_t>(a.size()));
+    w.Str(a);
+    w.U32(static_cast<uint32_t>(o.name.size()));
+    w.Str(o.name);
+    *response = std::move(w.bytes());
+    LOG_INFO("mirror", "primary " << st.primary << " (term " << term << ") starts a full copy of "
+                                  << size << " bytes, group " << pm::UuidToString(uuid));
+    return Status::Ok();
+  }
+
+  Status Synced(std::span<const uint8_t> payload) {
+    backend::PayloadReader r(payload, "mirror synced");
+    const uint64_t term = r.U64();
+    ASYMNVM_RETURN_IF_ERROR(r.status());
+    std::array<uint8_t, 16> uuid;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (st.state != "syncing") {
+        return Status::FailedPrecondition("mirror: synced without a hello (state " + st.state + ")");
+      }
+      MirrorState next = st;
+      next.state = "in-sync";
+      next.term = term;
+      ASYMNVM_RETURN_IF_ERROR(WriteMirrorState(o.pool_path, next));
+      st = next;
+      uuid = st.uuid;
+      syncs++;
+    }
+    LOG_INFO("mirror", "in sync with " << st.primary << " (term " << term << ")");
+    if (o.on_synced) o.on_synced(uuid, term);
+    return Status::Ok();
+  }
+
+  std::string StatusJson() const {
+    nlohmann::ordered_json j;
+    std::lock_guard<std::mutex> lock(mu);
+    j["role"] = "mirror";
+    j["pool"] = pool ? pool->Describe() : o.pool_path + " (created on the first primary's hello)";
+    j["layout"] = "mirror of " + (st.has_uuid ? pm::UuidToString(st.uuid) : std::string("-"));
+    j["address"] = server ? server->address() : "";
+    j["log_address"] = listener ? listener->address() : "";
+    j["data_address"] = listener ? listener->address() : "";
+    j["name"] = o.name;
+    j["state"] = st.state;
+    j["uuid"] = st.has_uuid ? pm::UuidToString(st.uuid) : "";
+    j["term"] = st.term;
+    j["primary"] = st.primary;
+    j["hellos"] = hellos;
+    j["syncs"] = syncs;
+    j["frontends"] = nlohmann::ordered_json::array();
+    const fabric::Counters c = fabric ? fabric->counters() : fabric::Counters{};
+    j["remote_ops_served"] = c.remote_ops_served;
+    j["bytes_in"] = c.bytes_in;
+    if (pool) {
+      j["pm_syncs"] = pool->sync_stats().syncs;
+      j["pm_sync_bytes"] = pool->sync_stats().bytes;
+      j["durability"] = pm::PersistModeName(pool->mode());
+    }
+    return j.dump();
+  }
+
+  void AcceptLoop() {
+    while (!stop.load()) {
+      fabric::ConnectionOptions co;
+      co.send_cq = cq.get();
+      co.recv_cq = cq.get();
+      co.max_recv_wr = 1;
+      co.timeout = std::chrono::milliseconds(200);
+      auto c = listener->Accept(co);
+      std::lock_guard<std::mutex> lock(mu);
+      // Forget closed connections (a primary that died or re-attached).
+      std::erase_if(conns, [](const auto& x) {
+        return x->state() != fabric::ConnectionState::kConnected;
+      });
+      if (c.ok()) conns.push_back(std::move(c).value());
+    }
+  }
+
+  void Stop() {
+    if (stop.exchange(true)) return;
+    if (server) server->Stop();
+    if (acceptor.joinable()) acceptor.join();
+    std::lock_guard<std::mutex> lock(mu);
+    conns.clear();
+    listener.reset();
+    server.reset();
+    mr.reset();
+    cq.reset();
+    if (pool) pool->persister()->Persist(pool->base(), pool->size());
+    pool.reset();
+    pd.reset();
+    fabric.reset();
+  }
+};
+
+Result<std::unique_ptr<MirrorServer>> MirrorServer::Start(const MirrorOptions& options) {
+  if (options.pool_path.empty()) return Status::InvalidArgument("mirror: --pool is required");
+  auto impl = std::make_unique<Impl>();
+  impl->o = options;
+  ASYMNVM_ASSIGN_OR_RETURN(impl->st, ReadMirrorState(options.pool_path));
+  ASYMNVM_ASSIGN_OR_RETURN(impl->fabric, fabric::Fabric::Open(options.fabric));
+  ASYMNVM_ASSIGN_OR_RETURN(impl->pd, impl->fabric->AllocPd());
+  {
+    Status s = impl->OpenPool(0);
+    if (!s.ok()) return Status(s.code(), options.pool_path + ": " + s.message());
+  }
+  ASYMNVM_ASSIGN_OR_RETURN(impl->cq, impl->fabric->CreateCq({}));
+  ASYMNVM_ASSIGN_OR_RETURN(impl->listener,
+                           impl->fabric->Listen(impl->pd.get(), options.data_listen_address));
+  oq::ServerOptions so;
+  so.fabric = impl->fabric.get();
+  so.pd = impl->pd.get();
+  so.listen_address = options.listen_address;
+  so.workers = 1;
+  so.buffer_size = 64 * 1024;
+  so.buffers_per_worker = 4;
+  so.max_request = 8 * 1024;
+  so.max_response = 64 * 1024;
+  Impl* p = impl.get();
+  ASYMNVM_ASSIGN_OR_RETURN(
+      impl->server, oq::Server::Start(so, [p](const oq::RequestContext& ctx,
+                                              std::span<const uint8_t> payload,
+                                              std::vector<uint8_t>* response) -> Status {
+        switch (ctx.type) {
+          case backend::kMirrorHello:
+            return p->Hello(payload, response);
+          case backend::kMirrorSynced:
+            return p->Synced(payload);
+          case backend::kStatus: {
+            const std::string s = p->StatusJson();
+            response->assign(s.begin(), s.end());
+            return Status::Ok();
+          }
+          default:
+            return Status::InvalidArgument("mirror: unknown request type " +
+                                           std::to_string(ctx.type) +
+                                           " (this is a mirror; front-ends talk to the primary)");
+        }
+      }));
+  impl->acceptor = std::thread([p] { p->AcceptLoop(); });
+  return std::unique_ptr<MirrorServer>(new MirrorServer(std::move(impl)));
+}
+
+MirrorServer::MirrorServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+MirrorServer::~MirrorServer() { Stop(); }
+std::string MirrorServer::address() const { return impl_->server->address(); }
+std::string MirrorServer::data_address() const { return impl_->listener->address(); }
+MirrorState MirrorServer::state() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->st;
+}
+std::string MirrorServer::StatusJson() const { return impl_->StatusJson(); }
+void MirrorServer::Stop() { impl_->Stop(); }
+
+}  // namespace asymnvm::mirror

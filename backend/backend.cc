@@ -659,18 +659,13 @@ struct Backend::Impl : public OpLogSource {
         break;
       }
       case kNamingCreate: {
-        PayloadReader r(payload, "naming create");
-        const uint32_t type = r.U32();
-        const uint32_t len = r.U32();
-        std::array<uint64_t, kNamingParams> params{};
-        for (auto& p : params) p = r.U64();
-        auto name = r.Bytes(len);
-        ASYMNVM_RETURN_IF_ERROR(r.status());
+        ASYMNVM_ASSIGN_OR_RETURN(NamingCreateRequest q, DecodeNamingCreate(payload));
+        const uint32_t type = q.type;
         if (type == kFrontendRecordType) {
           return Status::InvalidArgument("naming create: type 0xFE is reserved for front-ends");
         }
         NamingEntry existing;
-        auto e = naming->Create(std::string(name.begin(), name.end()), type, params, &existing);
+        auto e = naming->Create(q.name, type, q.params, &existing);
         if (e.ok()) {
           EncodeNamingEntry(*e, &w);
         } else if (e.status().code() == StatusCode::kAlreadyExists && existing.type == type) {

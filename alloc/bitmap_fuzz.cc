@@ -101,7 +101,7 @@ std::vector<Extent> Exercise(BackendAllocator& al) {
 void Raw(fuzz::Input& in, bool fix) {
   Area area;
   const auto bytes = in.Bytes(area.size);
-  std::memcpy(area.bytes, bytes.data(), bytes.size());
+  if (!bytes.empty()) std::memcpy(area.bytes, bytes.data(), bytes.size());
   if (fix) FixChecksums(area.bytes, area.size);
   auto al = BackendAllocator::Open(Options(area, false));
   if (!al.ok()) {

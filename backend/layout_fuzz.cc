@@ -45,7 +45,7 @@ void Header(fuzz::Input& in, bool fix) {
   const uint64_t pool_size = in.U64();
   std::vector<uint8_t> h(kBackendHeaderSize, 0);
   const auto bytes = in.Bytes(kBackendHeaderSize);
-  std::memcpy(h.data(), bytes.data(), bytes.size());
+  if (!bytes.empty()) std::memcpy(h.data(), bytes.data(), bytes.size());
   if (fix) PutLe32(h.data() + kCrcOffset, Crc32c(h.data() + kBodyBegin, kHeaderUsed - kBodyBegin));
   auto l = DecodeLayout(h.data(), pool_size);
   if (!l.ok()) return;

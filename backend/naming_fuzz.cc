@@ -46,7 +46,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<uint64_t> words((kAreaOffset + kArea) / 8, 0);
   uint8_t* base = reinterpret_cast<uint8_t*>(words.data());
   const auto area = in.Bytes(kArea);
-  std::memcpy(base + kAreaOffset, area.data(), area.size());
+  if (!area.empty()) std::memcpy(base + kAreaOffset, area.data(), area.size());
   if (flags & 2) FixSlots(base + kAreaOffset);
   const bool strict = (flags & 1) != 0;
   auto ns = NamingSpace::Open(base, kAreaOffset, kArea, pm::DramPersister(), /*format=*/false, strict);
@@ -84,7 +84,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ASYMNVM_FUZZ_CHECK(l.ok() && l->slot == c->slot && l->type == type && l->name == name);
     if (k % 2 == 1) {
       ASYMNVM_FUZZ_CHECK((*ns)->Remove(name).ok());
-      ASYMNVM_FUZZ_CHECK((*ns)->Lookup(name).status().code() == StatusCode::kNotFound);
+      // Gone — unless a damaged area holds another live slot of that name that the probe only
+      // reaches past the new tombstone (a state the naming space never writes itself).
+      auto gone = (*ns)->Lookup(name);
+      ASYMNVM_FUZZ_CHECK(gone.status().code() == StatusCode::kNotFound || (gone.ok() && gone->slot != c->slot));
     }
   }
   return 0;

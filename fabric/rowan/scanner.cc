@@ -71,6 +71,19 @@ void Scanner::ScanSegment(std::span<const uint8_t> seg, uint64_t segment_id, con
       off += BlockFootprint(h.payload_len);
       continue;
     }
+    // An entry of n > 1 blocks carries more than n - 1 and at most n full blocks: a block that
+    // claims otherwise (checksum valid, so a broken or hostile writer) is refused before its
+    // total length sizes a reassembly buffer (found by rowan_entry_fuzz: a 3 GB allocation).
+    const uint64_t total = h.total_len;
+    if (total <= uint64_t{h.block_count - 1u} * per_block || total > uint64_t{h.block_count} * per_block) {
+      Bad(segment_id, off,
+          "block count " + std::to_string(h.block_count) + " does not match the entry length " +
+              std::to_string(total) + " (owner " + std::to_string(h.meta.owner) + " version " +
+              std::to_string(h.meta.version) + ")",
+          &h, true);
+      off += BlockFootprint(h.payload_len);
+      continue;
+    }
     Partial& p = partial_[key];
     if (p.count == 0) {
       p.count = h.block_count;
@@ -90,7 +103,11 @@ void Scanner::ScanSegment(std::span<const uint8_t> seg, uint64_t segment_id, con
     } else {
       p.have[h.block_seq] = true;
       p.found++;
-      std::memcpy(p.data.data() + size_t{h.block_seq} * per_block, payload, h.payload_len);
+      // A multi-block entry of total length 0 has empty blocks and no buffer (found by
+      // rowan_entry_fuzz under UBSan: memcpy of a null pointer).
+      if (h.payload_len > 0) {
+        std::memcpy(p.data.data() + size_t{h.block_seq} * per_block, payload, h.payload_len);
+      }
       if (p.found == p.count) {
         report_.entries++;
         seen_.insert(key);

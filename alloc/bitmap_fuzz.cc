@@ -82,19 +82,35 @@ std::vector<Extent> Exercise(BackendAllocator& al) {
     blocks += e.bytes / kBlock;
   }
   ASYMNVM_FUZZ_CHECK(al.stats().blocks_used == blocks && al.stats().extents_used == ext.size());
-  // Fill what is free: nothing handed out overlaps a live extent.
-  std::vector<uint64_t> got;
-  for (uint64_t i = 0; i < kBlocks; i++) {
+  // Allocate from what is free (some slabs, then the largest free run): nothing handed out
+  // overlaps a live extent or another allocation; every one frees.
+  std::vector<Extent> got;
+  auto overlaps = [&](uint64_t a, uint64_t n) {
+    for (const Extent& e : ext) {
+      if (a < e.addr + e.bytes && e.addr < a + n) return true;
+    }
+    for (const Extent& e : got) {
+      if (a < e.addr + e.bytes && e.addr < a + n) return true;
+    }
+    return false;
+  };
+  for (int i = 0; i < 16; i++) {
     auto a = al.AllocSlab();
     if (!a.ok()) {
-      ASYMNVM_FUZZ_CHECK(a.status().code() == StatusCode::kResourceExhausted);
+      ASYMNVM_FUZZ_CHECK(a.status().code() == StatusCode::kResourceExhausted && blocks + got.size() == kBlocks);
       break;
     }
-    for (const Extent& e : ext) ASYMNVM_FUZZ_CHECK(*a < e.addr || *a >= e.addr + e.bytes);
-    got.push_back(*a);
+    ASYMNVM_FUZZ_CHECK(*a >= kDataBegin && *a + kBlock <= al.data_end() && !overlaps(*a, kBlock));
+    got.push_back(Extent{*a, kBlock});
   }
-  ASYMNVM_FUZZ_CHECK(got.size() + blocks == kBlocks);
-  for (uint64_t a : got) ASYMNVM_FUZZ_CHECK(al.Free(a).ok());
+  const uint64_t run = al.stats().largest_free_run;
+  if (run > 0) {
+    auto a = al.AllocLarge(run * kBlock);
+    ASYMNVM_FUZZ_CHECK(a.ok() && !overlaps(*a, run * kBlock) && *a + run * kBlock <= al.data_end());
+    got.push_back(Extent{*a, run * kBlock});
+  }
+  for (const Extent& e : got) ASYMNVM_FUZZ_CHECK(al.Free(e.addr).ok());
+  ASYMNVM_FUZZ_CHECK(al.Extents() == ext);
   return ext;
 }
 

@@ -207,7 +207,7 @@ void Acceptor(fuzz::Input& in) {
   std::vector<std::vector<uint8_t>> accepted;  // read after the loop ends
   std::thread loop([&] {
     while (!stop.load()) {
-      auto peer = fx.acceptor->Accept(kServerBlob, std::chrono::milliseconds(5));
+      auto peer = fx.acceptor->Accept(kServerBlob, std::chrono::milliseconds(1));
       if (peer.ok()) {
         accepted.push_back(peer->blob);
         ::close(peer->fd);

@@ -6,7 +6,8 @@
 // unacknowledged last batch all or nothing.
 //
 // ASYMNVM_HASH_BATCH_ROUNDS (default 3) sets the crash rounds; the ctest entry
-// structures_hash_batch_crash_long (label long) runs 40.
+// structures_hash_batch_crash_long (label long) runs 40. ASYMNVM_HASH_BATCH_ONLY_ROUND=N runs
+// only round N (same seeds), to reproduce one.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -233,7 +234,9 @@ TEST_F(HashBatchCrashTest, SigkillMidBatchLeavesAllOrNothing) {
     const bool at_point = round % 3 != 2;
     const char* point = round % 3 == 0 ? "structures.vector.mid_writes" : "structures.vector.after_part";
     const int64_t nth = round % 3 == 1 ? 1 + static_cast<int64_t>(seeds() % 12) : 5 + static_cast<int64_t>(seeds() % 200);
+    if (const char* only = std::getenv("ASYMNVM_HASH_BATCH_ONLY_ROUND"); only && std::atoi(only) != round) continue;
     point_rounds += at_point ? 1 : 0;
+    const backend::BackendStats be_before = be_->stats();
     const std::string acks = path_ + ".acks";
     std::remove(acks.c_str());
     const std::string spec = be_->address() + "|" + std::to_string(fe) + "|" + std::to_string(seed) + "|" + acks;
@@ -287,9 +290,13 @@ TEST_F(HashBatchCrashTest, SigkillMidBatchLeavesAllOrNothing) {
     ASSERT_TRUE((*m)->Verify().ok()) << (*m)->Verify().ToString();
     const auto got = Contents(**m, kKeys);
     const bool is_after = got == after;
+    const backend::BackendStats be_after = be_->stats();
     EXPECT_TRUE(got == before || is_after)
         << "round " << round << ": " << got.size() << " keys, model " << before.size() << " (or "
-        << after.size() << " with the in-flight operation)";
+        << after.size() << " with the in-flight operation); back-end this round: "
+        << be_after.txns_applied - be_before.txns_applied << " txns applied, "
+        << be_after.txns_skipped - be_before.txns_skipped << " skipped as already applied, "
+        << be_after.txns_rejected - be_before.txns_rejected << " rejected";
     if (at_point) {
       // The crash point is after the batch's op log became durable: replay completes it.
       EXPECT_TRUE(inflight_batch) << "round " << round;

@@ -297,6 +297,27 @@ TEST_F(HashBatchCrashTest, SigkillMidBatchLeavesAllOrNothing) {
         << be_after.txns_applied - be_before.txns_applied << " txns applied, "
         << be_after.txns_skipped - be_before.txns_skipped << " skipped as already applied, "
         << be_after.txns_rejected - be_before.txns_rejected << " rejected";
+    if (got != before && !is_after) {
+      // Which keys differ, and which operation last wrote them (for the failure message).
+      std::map<uint64_t, int64_t> last;
+      std::mt19937_64 r2(seed);
+      for (int64_t i = 0; i <= acked && i < kOps; i++) {
+        const Op op = MakeOp(r2, static_cast<int>(i));
+        if (op.del) last[op.key] = -i - 1;
+        for (const auto& [k, v] : op.batch) last[k] = i;
+      }
+      int shown = 0;
+      for (uint64_t k = 0; k < kKeys && shown < 8; k++) {
+        const bool g = got.count(k) != 0, b = before.count(k) != 0, a = after.count(k) != 0;
+        const bool gb = g && b && got.at(k) == before.at(k), ga = g && a && got.at(k) == after.at(k);
+        if ((g == b && (!g || gb)) || (g == a && (!g || ga))) continue;
+        shown++;
+        ADD_FAILURE() << "round " << round << ": key " << k << " got " << (g ? "present" : "absent")
+                      << " (before: " << (b ? (gb ? "same" : "other value") : "absent") << ", after: "
+                      << (a ? (ga ? "same" : "other value") : "absent") << "); last written by op "
+                      << last[k] << " (negative: delete -op-1) of " << acked << " acknowledged";
+      }
+    }
     if (at_point) {
       // The crash point is after the batch's op log became durable: replay completes it.
       EXPECT_TRUE(inflight_batch) << "round " << round;

@@ -898,6 +898,18 @@ struct Backend::Impl : public OpLogSource {
       auto seg = receiver->NextUsed(std::chrono::milliseconds(50));
       if (seg.ok()) {
         HeldSegment h{seg->index, {}};
+        // Every op-log block pins its segment until its op is covered, not only the block that
+        // completes the entry: a segment holding the first blocks of a multi-block op log that
+        // completes in a later segment was recycled (zeroed) once the ops it completed were
+        // covered, and the uncovered op could no longer be fetched for replay (found by
+        // structures_hash_batch_test: a large PutBatch's op log lost after a crash). An op
+        // log's Rowan owner is its front-end id and its version the op_seq.
+        scanner.set_block_sink([&](const rowan::BlockHeader& b) {
+          if (b.meta.type != kOpLogEntryType) return;
+          std::lock_guard<std::mutex> lock(mu);
+          auto& m = h.max_op_seq[b.meta.owner];
+          m = std::max(m, b.meta.version);
+        });
         scanner.ScanSegment(seg->bytes, seg->post_seq, [&](const rowan::ScannedEntry& e) {
           if (e.meta.type != kOpLogEntryType) return;
           auto rec = DecodeOpLog(e.payload);
@@ -914,6 +926,7 @@ struct Backend::Impl : public OpLogSource {
           auto& m = h.max_op_seq[rec->frontend_id];
           m = std::max(m, rec->op_seq);
         });
+        scanner.set_block_sink({});
         std::lock_guard<std::mutex> lock(mu);
         counters.log_segments_digested++;
         held.push_back(std::move(h));

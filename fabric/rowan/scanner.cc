@@ -52,6 +52,7 @@ void Scanner::ScanSegment(std::span<const uint8_t> seg, uint64_t segment_id, con
     }
     in_bad_run = false;
     report_.blocks++;
+    if (block_sink_) block_sink_(h);
     last_block_end_ = off + BlockFootprint(h.payload_len);
     const uint8_t* payload = seg.data() + off + kBlockHeaderSize;
     auto key = std::make_pair(h.meta.owner, h.meta.version);

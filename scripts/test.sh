@@ -3,7 +3,7 @@
 #   1. the default build, all ctest suites except those labelled "long";
 #   2. the CMake package: install to a staging prefix and build an application against it;
 #   3. an ASan+UBSan build running the unit and conformance suites;
-#   4. every libFuzzer target for a bounded time each (FUZZ_SECONDS, default 18) when clang exists.
+#   4. every libFuzzer target for a bounded time each (FUZZ_SECONDS, default 16) when clang exists.
 # Environment: SKIP_ASAN=1 / SKIP_FUZZ=1 skip steps 3 / 4; TSAN=1 adds a ThreadSanitizer build
 # running the unit suites (off by default: it doubles the run time); CTEST_ARGS adds ctest arguments
 # (e.g. CTEST_ARGS="-L long" runs the long campaigns instead).
@@ -53,7 +53,7 @@ if [ "${SKIP_FUZZ:-0}" != 1 ] && command -v clang++ >/dev/null; then
   # Every libFuzzer target (doc/fuzz.md) for FUZZ_SECONDS each from its checked-in seeds
   # (tests/fuzz/corpus/<target>) plus what earlier runs found (build-fuzz/corpus/<target>); a
   # crash, a failed property, a leak or a 10 s hang fails the script with the input saved.
-  FUZZ_SECONDS=${FUZZ_SECONDS:-18}
+  FUZZ_SECONDS=${FUZZ_SECONDS:-16}
   step "fuzz targets (${FUZZ_SECONDS} s each)"
   cmake -S . -B build-fuzz -DASYMNVM_WERROR=ON \
     -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \

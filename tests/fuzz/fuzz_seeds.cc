@@ -25,6 +25,8 @@
 #include "fabric/oq/wire.h"
 #include "fabric/rowan/entry.h"
 #include "fabric/soft/packet.h"
+#include "kv/format.h"
+#include "kv/wire.h"
 
 using namespace asymnvm;
 using Bytes = std::vector<uint8_t>;
@@ -314,6 +316,67 @@ void Bitmap() {
   Seed(t, "ops-damaged", 1, Cat({Bytes{0}, U16(0), Bytes{1}, U16(200), Bytes{0xFF}, U16(300), Bytes{0x10}}));
 }
 
+// ---- Rowan-KV ----
+
+void Kv() {
+  const std::string t = "kv_fuzz";
+  kv::wire::Request r;
+  r.type = kv::wire::kPut;
+  r.shard = 3;
+  r.key = "user:42";
+  r.value = "alice";
+  Bytes put;
+  kv::wire::EncodeRequest(r, &put);
+  Seed(t, "put", 0, Cat({U16(kv::wire::kPut), put}));
+  kv::wire::Request scan;
+  scan.type = kv::wire::kScan;
+  scan.arg1 = 0;
+  scan.arg2 = 100;
+  Bytes sc;
+  kv::wire::EncodeRequest(scan, &sc);
+  Seed(t, "scan", 0, Cat({U16(kv::wire::kScan), sc}));
+  kv::wire::Response resp;
+  resp.version = 7;
+  resp.count = 1;
+  Bytes rb;
+  kv::wire::EncodeResponseHeader(resp, &rb);
+  Seed(t, "response", 1, Cat({rb, Str("alice")}));
+  kv::format::ServerHeader h;
+  h.workers = 2;
+  h.shards = 64;
+  h.segment_size = 1 << 20;
+  h.segments = 16;
+  h.oq_buffers = 8;
+  h.oq_buffer_size = 65536;
+  h.generation_bound = 2048;
+  Bytes page(kv::format::kHeaderPage);
+  kv::format::EncodeServerHeader(h, page.data());
+  page.resize(512);  // the rest of the page is zero
+  Seed(t, "header-page", 2, page);
+  kv::format::SegmentHeader sh;
+  sh.generation = 5;
+  sh.owner = 1;
+  Bytes seg(kv::format::kSegmentHeaderSize);
+  kv::format::EncodeSegmentHeader(sh, seg.data());
+  Seed(t, "segment-header", 3, seg);
+  Bytes log;
+  for (int i = 0; i < 3; i++) {
+    kv::format::EntryHeader e;
+    e.type = i == 2 ? kv::format::EntryType::kDelete : kv::format::EntryType::kPut;
+    e.key_len = 6;
+    e.value_len = i == 2 ? 0 : 20;
+    e.shard = 1;
+    e.version = 10 + i;
+    e.generation = 5;
+    const std::string key = "key:0" + std::to_string(i);
+    const std::string value = i == 2 ? "" : std::string(20, static_cast<char>('a' + i));
+    const size_t at = log.size();
+    log.resize(at + kv::format::EntryFootprint(e.key_len, e.value_len), 0);
+    kv::format::EncodeEntry(e, key, value, log.data() + at);
+  }
+  Seed(t, "tlog", 4, Cat({U64(5), log}));
+}
+
 int Write(const std::filesystem::path& dir) {
   for (const auto& [target, seeds] : g_seeds) {
     std::filesystem::create_directories(dir / target);
@@ -368,5 +431,6 @@ int main(int argc, char** argv) {
   Layout();
   Superblock();
   Bitmap();
+  Kv();
   return check ? Check(argv[2]) : Write(argv[1]);
 }

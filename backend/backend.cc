@@ -659,18 +659,13 @@ struct Backend::Impl : public OpLogSource {
         break;
       }
       case kNamingCreate: {
-        PayloadReader r(payload, "naming create");
-        const uint32_t type = r.U32();
-        const uint32_t len = r.U32();
-        std::array<uint64_t, kNamingParams> params{};
-        for (auto& p : params) p = r.U64();
-        auto name = r.Bytes(len);
-        ASYMNVM_RETURN_IF_ERROR(r.status());
+        ASYMNVM_ASSIGN_OR_RETURN(NamingCreateRequest q, DecodeNamingCreate(payload));
+        const uint32_t type = q.type;
         if (type == kFrontendRecordType) {
           return Status::InvalidArgument("naming create: type 0xFE is reserved for front-ends");
         }
         NamingEntry existing;
-        auto e = naming->Create(std::string(name.begin(), name.end()), type, params, &existing);
+        auto e = naming->Create(q.name, type, q.params, &existing);
         if (e.ok()) {
           EncodeNamingEntry(*e, &w);
         } else if (e.status().code() == StatusCode::kAlreadyExists && existing.type == type) {
@@ -903,6 +898,18 @@ struct Backend::Impl : public OpLogSource {
       auto seg = receiver->NextUsed(std::chrono::milliseconds(50));
       if (seg.ok()) {
         HeldSegment h{seg->index, {}};
+        // Every op-log block pins its segment until its op is covered, not only the block that
+        // completes the entry: a segment holding the first blocks of a multi-block op log that
+        // completes in a later segment was recycled (zeroed) once the ops it completed were
+        // covered, and the uncovered op could no longer be fetched for replay (found by
+        // structures_hash_batch_test: a large PutBatch's op log lost after a crash). An op
+        // log's Rowan owner is its front-end id and its version the op_seq.
+        scanner.set_block_sink([&](const rowan::BlockHeader& b) {
+          if (b.meta.type != kOpLogEntryType) return;
+          std::lock_guard<std::mutex> lock(mu);
+          auto& m = h.max_op_seq[b.meta.owner];
+          m = std::max(m, b.meta.version);
+        });
         scanner.ScanSegment(seg->bytes, seg->post_seq, [&](const rowan::ScannedEntry& e) {
           if (e.meta.type != kOpLogEntryType) return;
           auto rec = DecodeOpLog(e.payload);
@@ -919,6 +926,7 @@ struct Backend::Impl : public OpLogSource {
           auto& m = h.max_op_seq[rec->frontend_id];
           m = std::max(m, rec->op_seq);
         });
+        scanner.set_block_sink({});
         std::lock_guard<std::mutex> lock(mu);
         counters.log_segments_digested++;
         held.push_back(std::move(h));

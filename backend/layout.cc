@@ -13,6 +13,7 @@ namespace {
 constexpr uint32_t kLayoutVersion = 1;
 constexpr uint64_t kPage = 4096;
 constexpr uint64_t kMinDataBlocks = 16;
+constexpr uint64_t kMaxPoolSize = 1ull << 60;
 // Header fields: magic u64 | crc u32 | version u32 | pool_size u64 | block_size u32 |
 // naming_slots u32 | rowan_segment u32 | reserved u32 | 5 × (offset u64, size u64).
 constexpr size_t kCrcOffset = 8;
@@ -53,6 +54,17 @@ Result<Layout> PlanLayout(uint64_t pool_size, const LayoutParams& p) {
     return Status::InvalidArgument("layout: the OQ area size must be a non-zero multiple of 4 KiB");
   }
   if (!p.bitmap_bytes) return Status::InvalidArgument("layout: no bitmap size function");
+  // Sizes beyond any real pool would overflow the offset arithmetic below (found by layout_fuzz:
+  // a huge b-log or OQ size wrapped around and planned regions outside the pool).
+  if (pool_size > kMaxPoolSize) {
+    return Status::InvalidArgument("layout: pool size " + std::to_string(pool_size) +
+                                   " is above the 1 EiB limit");
+  }
+  if (p.rowan_bytes > kMaxPoolSize || p.oq_bytes > kMaxPoolSize) {
+    return Status::InvalidArgument("layout: a b-log of " + std::to_string(p.rowan_bytes) +
+                                   " bytes or an OQ area of " + std::to_string(p.oq_bytes) +
+                                   " bytes is above the 1 EiB limit");
+  }
   Layout l;
   l.pool_size = pool_size;
   l.block_size = p.block_size;

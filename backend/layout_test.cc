@@ -56,6 +56,31 @@ TEST(Layout, BadParametersAreRejected) {
   EXPECT_EQ(PlanLayout(64ull << 20, p).status().code(), StatusCode::kInvalidArgument);
 }
 
+// Found by layout_fuzz: a b-log (or OQ) size near 2^64 wrapped the offset arithmetic and the
+// planner returned regions outside the pool. Every planned layout must decode back.
+TEST(Layout, HugeSizesAreRefusedNotWrapped) {
+  auto p = Params();
+  p.rowan_bytes = 0xff00400000000080ull;
+  EXPECT_EQ(PlanLayout(64ull << 20, p).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(PlanLayout(0xff00400000000080ull, p).status().code(), StatusCode::kInvalidArgument);
+  p = Params();
+  p.oq_bytes = ~uint64_t{4095};
+  EXPECT_EQ(PlanLayout(64ull << 20, p).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(PlanLayout(0x0043000004000000ull * 64, Params()).status().code(), StatusCode::kInvalidArgument);
+  p = Params();
+  p.rowan_bytes = 1ull << 40;  // large but not wrapping: the usual "too small" answer
+  auto small = PlanLayout(64ull << 20, p);
+  EXPECT_EQ(small.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(small.status().message().find("at least"), std::string::npos);
+  p = Params();
+  p.rowan_bytes = 8ull << 20;
+  auto l = PlanLayout(64ull << 20, p);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  std::vector<uint8_t> h(kBackendHeaderSize);
+  EncodeLayout(*l, h.data());
+  EXPECT_TRUE(DecodeLayout(h.data(), 64ull << 20).ok());
+}
+
 TEST(Layout, HeaderCorruptionAndForeignPoolsAreDetected) {
   auto l = PlanLayout(64ull << 20, Params());
   ASSERT_TRUE(l.ok());

@@ -74,7 +74,9 @@ Result<OpLogRecord> DecodeOpLog(std::span<const uint8_t> bytes) {
 void TxnBuilder::Write(uint64_t addr, std::span<const uint8_t> data) {
   const auto key = std::make_pair(addr, static_cast<uint32_t>(data.size()));
   if (auto it = index_.find(key); it != index_.end()) {
-    std::memcpy(entries_[it->second].data.data(), data.data(), data.size());
+    // A repeated empty write has nothing to copy (memcpy of null pointers is undefined even for 0
+    // bytes; found by log_format_fuzz under UBSan).
+    if (!data.empty()) std::memcpy(entries_[it->second].data.data(), data.data(), data.size());
     return;
   }
   // Entries this write overlaps can no longer be patched in place: a later write of their range

@@ -85,6 +85,21 @@ TEST(Txn, CoalescingNeverReordersAcrossAnOverlappingWrite) {
   }
 }
 
+// Found by log_format_fuzz (UBSan): a second empty write to the same address coalesced with a
+// memcpy from a null pointer. It must coalesce cleanly and decode.
+TEST(Txn, RepeatedEmptyWriteCoalesces) {
+  TxnBuilder b;
+  b.Write(4096, {});
+  b.Write(4096, {});
+  b.Write(4096, std::span<const uint8_t>());
+  EXPECT_EQ(b.entries(), 1u);
+  auto bytes = b.Finish(1, 1, 0, 0);
+  auto v = DecodeTxn(bytes);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  ASSERT_EQ(v->entries.size(), 1u);
+  EXPECT_EQ(v->entries[0].len, 0u);
+}
+
 TEST(Txn, RoundTripCoalescingAndPointers) {
   TxnBuilder b;
   auto a = Bytes({1, 1, 1, 1, 1, 1, 1, 1});

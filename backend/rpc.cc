@@ -75,6 +75,18 @@ std::vector<uint8_t> EncodeNamingCreate(const std::string& name, uint32_t type,
   return std::move(w.bytes());
 }
 
+Result<NamingCreateRequest> DecodeNamingCreate(std::span<const uint8_t> bytes) {
+  PayloadReader r(bytes, "naming create");
+  NamingCreateRequest q;
+  q.type = r.U32();
+  const uint32_t len = r.U32();
+  for (auto& p : q.params) p = r.U64();
+  auto name = r.Bytes(len);
+  ASYMNVM_RETURN_IF_ERROR(r.status());
+  q.name.assign(name.begin(), name.end());
+  return q;
+}
+
 std::vector<uint8_t> EncodeFetchedOps(const std::vector<FetchedOp>& ops, bool more) {
   PayloadWriter w;
   w.U32(more ? 1 : 0);

@@ -124,6 +124,14 @@ Result<NamingEntry> DecodeNamingEntry(std::span<const uint8_t> bytes);
 // The naming create request.
 std::vector<uint8_t> EncodeNamingCreate(const std::string& name, uint32_t type,
                                         const std::array<uint64_t, kNamingParams>& params);
+struct NamingCreateRequest {
+  uint32_t type = 0;
+  std::array<uint64_t, kNamingParams> params{};
+  std::string name;
+};
+// kInvalidArgument (short: the name runs past the payload). The name is not checked here (the
+// naming space refuses bad ones).
+Result<NamingCreateRequest> DecodeNamingCreate(std::span<const uint8_t> bytes);
 
 // Reply of kFetchOpLogs: the front-end's op logs still in the b-log with after < op_seq < before,
 // in op_seq order, as many as fit in one reply; `more` says the caller should ask again with

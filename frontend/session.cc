@@ -1087,7 +1087,11 @@ Result<uint64_t> Session::OpLog(const Structure& s, uint16_t op_type,
   });
 }
 
-Status Session::TxWrite(const Structure& s) {
+Status Session::TxWrite(const Structure& s) { return EndWrites(s, /*close=*/true); }
+
+Status Session::TxWritePart(const Structure& s) { return EndWrites(s, /*close=*/false); }
+
+Status Session::EndWrites(const Structure& s, bool close) {
   return Guarded(false, [&]() -> Status {
     Impl& m = *impl_;
     const bool naive = m.o.level == Level::kNaive;
@@ -1107,7 +1111,8 @@ Status Session::TxWrite(const Structure& s) {
     m.cur_bytes = 0;
     m.batch_ops++;
     m.batch_seq_addr = s.seq_addr;
-    m.CloseOps(s.id, m.replaying ? m.replay_seq : m.max_logged);
+    // A part (TxWritePart) leaves the operation open: the OPN does not pass its op log yet.
+    if (close) m.CloseOps(s.id, m.replaying ? m.replay_seq : m.max_logged);
     m.batch_last_order = m.overlay_order;
     const bool send = m.o.level != Level::kRcb || m.batch_ops >= m.o.batch_ops ||
                       m.batch.encoded_size() >= m.batch_limit;

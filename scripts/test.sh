@@ -3,7 +3,7 @@
 #   1. the default build, all ctest suites except those labelled "long";
 #   2. the CMake package: install to a staging prefix and build an application against it;
 #   3. an ASan+UBSan build running the unit and conformance suites;
-#   4. the libFuzzer targets for a bounded time each (FUZZ_SECONDS, default 30) when clang exists.
+#   4. every libFuzzer target for a bounded time each (FUZZ_SECONDS, default 16) when clang exists.
 # Environment: SKIP_ASAN=1 / SKIP_FUZZ=1 skip steps 3 / 4; TSAN=1 adds a ThreadSanitizer build
 # running the unit suites (off by default: it doubles the run time); CTEST_ARGS adds ctest arguments
 # (e.g. CTEST_ARGS="-L long" runs the long campaigns instead).
@@ -50,17 +50,34 @@ if [ "${TSAN:-0}" = 1 ]; then
 fi
 
 if [ "${SKIP_FUZZ:-0}" != 1 ] && command -v clang++ >/dev/null; then
-  step "fuzz targets (${FUZZ_SECONDS:-30} s each)"
+  # Every libFuzzer target (doc/fuzz.md) for FUZZ_SECONDS each from its checked-in seeds
+  # (tests/fuzz/corpus/<target>) plus what earlier runs found (build-fuzz/corpus/<target>); a
+  # crash, a failed property, a leak or a 10 s hang fails the script with the input saved.
+  FUZZ_SECONDS=${FUZZ_SECONDS:-16}
+  step "fuzz targets (${FUZZ_SECONDS} s each)"
   cmake -S . -B build-fuzz -DASYMNVM_WERROR=ON \
     -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
     -DASYMNVM_BUILD_FUZZ=ON -DASYMNVM_BUILD_TESTS=OFF -DASYMNVM_BUILD_BENCH=OFF >/dev/null
-  cmake --build build-fuzz -j"$JOBS"
-  for f in $(find build-fuzz -maxdepth 3 -type f -name '*_fuzz' -perm -u+x | sort); do
-    echo "fuzzing $(basename "$f")"
-    mkdir -p "build-fuzz/corpus/$(basename "$f")"
-    "$f" -max_total_time="${FUZZ_SECONDS:-30}" -print_final_stats=1 \
-      "build-fuzz/corpus/$(basename "$f")" 2>&1 | tail -n 3
+  cmake --build build-fuzz -j"$JOBS" --target asymnvm_fuzz_targets
+  mkdir -p build-fuzz/artifacts
+  nfuzz=0
+  for f in $(find build-fuzz -maxdepth 4 -type f -name '*_fuzz' -perm -u+x | sort); do
+    n=$(basename "$f")
+    nfuzz=$((nfuzz + 1))
+    mkdir -p "build-fuzz/corpus/$n" "tests/fuzz/corpus/$n"
+    log="build-fuzz/corpus/$n.log"
+    if ! "$f" -max_total_time="$FUZZ_SECONDS" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+        -artifact_prefix="build-fuzz/artifacts/$n-" "build-fuzz/corpus/$n" "tests/fuzz/corpus/$n" \
+        >"$log" 2>&1; then
+      tail -n 40 "$log"
+      echo "fuzz target $n FAILED: the input is in build-fuzz/artifacts/ (reproduce: $f <file>)"
+      exit 1
+    fi
+    printf '%-20s %10s runs, coverage %s\n' "$n" \
+      "$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")" \
+      "$(grep -o 'cov: [0-9]*' "$log" | tail -n 1 | cut -d' ' -f2)"
   done
+  echo "$nfuzz fuzz targets ran"
 fi
 
 step "test suites (default build)"

@@ -4,6 +4,8 @@
 #include <map>
 #include <mutex>
 
+#include "backend/log_format.h"
+#include "common/crash_point.h"
 #include "common/logging.h"
 
 namespace asymnvm::structures {
@@ -301,7 +303,21 @@ Status Base::PutVector(std::span<const KeyValue> kvs, const VectorGather& gather
   return Status::Ok();
 }
 
-Status Base::ApplyVectorRun(std::span<const KeyValue> run, bool replay, const VectorGather& gather) {
+Status Base::PutVectorAtomic(std::span<const KeyValue> kvs, const VectorGather& gather,
+                             const std::function<Status(const KeyValue&)>& each) {
+  ASYMNVM_RETURN_IF_ERROR(CheckWritable());
+  for (const KeyValue& kv : kvs) ASYMNVM_RETURN_IF_ERROR(CheckValue(kv.second));
+  const std::vector<KeyValue> sorted = SortedUnique(kvs);
+  if (sorted.empty()) return Status::Ok();
+  if (in_txn_) {
+    for (const KeyValue& kv : sorted) ASYMNVM_RETURN_IF_ERROR(each(kv));
+    return Status::Ok();
+  }
+  return ApplyVectorRun(sorted, /*replay=*/false, gather, /*atomic=*/true);
+}
+
+Status Base::ApplyVectorRun(std::span<const KeyValue> run, bool replay, const VectorGather& gather,
+                            bool atomic) {
   VectorPlan plan;
   auto abandon = [&]() {
     for (uint64_t a : plan.allocs) (void)s_.Free(a);
@@ -312,7 +328,7 @@ Status Base::ApplyVectorRun(std::span<const KeyValue> run, bool replay, const Ve
     return st;
   }
   const size_t budget = VectorWriteBudget();
-  if (!replay && run.size() > 1 && plan.bytes > budget) {
+  if (!atomic && !replay && run.size() > 1 && plan.bytes > budget) {
     // Too many writes for one transaction: nothing is logged yet, so cut the run into parts
     // expected to fit (by this plan's bytes per pair) and gather them anew.
     abandon();
@@ -325,10 +341,33 @@ Status Base::ApplyVectorRun(std::span<const KeyValue> run, bool replay, const Ve
     }
     return Status::Ok();
   }
+  // naive has no op log: an atomic run's memory logs still travel as one transaction (the
+  // grouped writes of multi-structure transactions), not one write each.
+  const bool group = atomic && level() == frontend::Level::kNaive;
+  if (group) s_.SetGroupWrites(true);
+  // Writes beyond one transaction (only an atomic run, or the replay of one, has them) go out in
+  // parts that keep the operation open (Session::TxWritePart): its op log stays above the OPN
+  // until Update's TxWrite, so a crash in between replays the whole run.
+  const size_t part_limit =
+      s_.max_transaction_bytes() - backend::kTxnHeaderSize - backend::kTxnCommitSize;
   st = Update(kOpPutVector, EncodeVector(run), [&]() -> Status {
-    for (const auto& [addr, bytes] : plan.writes) ASYMNVM_RETURN_IF_ERROR(Write(addr, bytes));
+    size_t part = 0;
+    for (size_t i = 0; i < plan.writes.size(); i++) {
+      // Crash tests kill here: the op log is durable, half of the memory logs are buffered.
+      if (i == plan.writes.size() / 2) ASYMNVM_CRASH_POINT("structures.vector.mid_writes");
+      const size_t fp = backend::kTxnEntryHeaderSize + (plan.writes[i].second.size() + 7) / 8 * 8;
+      if (part > 0 && part + fp > part_limit) {
+        ASYMNVM_RETURN_IF_ERROR(s_.TxWritePart(st_));
+        // Crash tests kill here too: part of the run's memory logs are sent, the rest are not.
+        ASYMNVM_CRASH_POINT("structures.vector.after_part");
+        part = 0;
+      }
+      ASYMNVM_RETURN_IF_ERROR(Write(plan.writes[i].first, plan.writes[i].second));
+      part += fp;
+    }
     return Status::Ok();
   });
+  if (group) s_.SetGroupWrites(false);
   if (!st.ok()) {
     abandon();
     return st;

@@ -134,6 +134,16 @@ class Base {
   // gather → (cut again and re-gathered when its writes still exceed kVectorWriteBudget) → op
   // log (type 3) → writes → tx_write → plan.commit.
   Status PutVector(std::span<const KeyValue> kvs, const VectorGather& gather, const VectorKeyBound& bound = {});
+  // An atomic vector put (the hash table's Map::PutBatch): the whole sorted, de-duplicated batch
+  // is ONE run — one op log (type 3) and one memory-log transaction — so it is all-or-nothing
+  // across a crash (Session::Replay re-applies it iff its transaction was not applied). A batch
+  // whose writes exceed one transaction keeps its one op log and sends its writes in parts
+  // (Session::TxWritePart) that leave the op log open until the last one, so it is replayed whole
+  // after a crash in between (the gather must make replay idempotent over any prefix of parts).
+  // Inside a multi-structure transaction `each` runs per pair instead (the transaction's own op
+  // log and transaction make it atomic).
+  Status PutVectorAtomic(std::span<const KeyValue> kvs, const VectorGather& gather,
+                         const std::function<Status(const KeyValue&)>& each);
   // Replays a type-3 op log: the recorded run, gathered again and applied whole.
   Status ReplayVector(const frontend::RecoveredOp& op, const VectorGather& gather);
 
@@ -167,7 +177,9 @@ class Base {
   bool in_txn_ = false;
 
  private:
-  Status ApplyVectorRun(std::span<const KeyValue> run, bool replay, const VectorGather& gather);
+  // atomic: never cut the run (kResourceExhausted when its writes exceed one transaction).
+  Status ApplyVectorRun(std::span<const KeyValue> run, bool replay, const VectorGather& gather,
+                        bool atomic = false);
   double vector_pair_bytes_ = 0;  // memory-log bytes per pair of the last applied vector plan
 };
 

@@ -40,13 +40,13 @@ struct Op {
   bool write;  // push / put
   uint64_t key;
   Value value;
-  // Vectorized maps, one operation in 20: a PutBatch of 2..6 pairs (one vector run, so it is
-  // atomic like a Put: small enough for one op log and one transaction of every kind). Not for
-  // the hash table, whose PutBatch is a loop of Puts (a crash may leave a prefix of it).
+  // Maps, one operation in 20: a PutBatch of 2..6 pairs (one vector run, so it is atomic like a
+  // Put: small enough for one op log and one transaction of every kind; the hash table's
+  // PutBatch is atomic whatever its size up to one transaction).
   std::vector<KeyValue> batch;
 };
 
-bool Vectorized(Kind kind) { return !IsSequence(kind) && kind != Kind::kHashTable; }
+bool Vectorized(Kind kind) { return !IsSequence(kind); }
 
 Op MakeOp(std::mt19937_64& rng, int i, Kind kind) {
   const bool sequence = IsSequence(kind);

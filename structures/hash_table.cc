@@ -16,12 +16,23 @@
 // delete relinks the predecessor's next (or the bucket word), writes the count, and frees the node
 // at once (the unlink is already in the batch; a reuse of the address is written after it).
 //
+// PutBatch is atomic: the sorted, de-duplicated pairs (the last of equal keys wins) are ONE op log
+// of type 3 (the vector format of base.h) and ONE memory-log transaction — every new node, each
+// touched bucket word once (its final head), every updated slot, then the count once — so a crash
+// leaves all of the batch or none of it after Session::Replay. A batch whose writes exceed one
+// transaction (Session::max_transaction_bytes) keeps its one op log and sends the writes in
+// parts (Session::TxWritePart) that leave the op log uncovered by the OPN until the last one; a
+// crash in between replays the whole batch, and the replay is idempotent over any applied prefix
+// (keys found are rewritten in place, the count is written last). Readers may see such a large
+// batch part by part; a batch within one transaction they see whole or not at all.
+//
 // §8.2 hot items cached per item: with Options::optimize the bucket words are read through 64-byte
 // cache pages and nodes through pages of the node size rounded up to a power of two (64 B ..
 // 4 KiB), so the rc/rcb cache holds the hot key-value items instead of whole 4 KiB pages of
 // unrelated neighbours. Off: Structure::page_size pages (the session default). Scan is
 // kNotSupported (unordered).
 #include <algorithm>
+#include <map>
 #include <unordered_set>
 
 #include "common/checksum.h"
@@ -133,6 +144,12 @@ class HashTable final : public Map, public Base {
     return DoDelete(key, /*replay=*/false);
   }
 
+  Status PutBatch(std::span<const KeyValue> kvs) override {
+    return PutVectorAtomic(
+        kvs, [this](std::span<const KeyValue> run, VectorPlan* plan) { return GatherBatch(run, plan); },
+        [this](const KeyValue& kv) { return DoPut(kv.first, kv.second); });
+  }
+
   Status Scan(uint64_t, size_t, std::vector<KeyValue>*) override {
     return Status::NotSupported(Describe(kind_, st_.name) + ": a hash table is unordered (no Scan)");
   }
@@ -207,6 +224,11 @@ class HashTable final : public Map, public Base {
   }
 
   Status ReplayOp(const frontend::RecoveredOp& op) override {
+    if (op.op_type == kOpPutVector) {
+      return ReplayVector(op, [this](std::span<const KeyValue> run, VectorPlan* plan) {
+        return GatherBatch(run, plan);
+      });
+    }
     uint64_t key;
     Value v;
     ASYMNVM_RETURN_IF_ERROR(DecodeKeyValue(op.payload, &key, &v));
@@ -311,6 +333,41 @@ class HashTable final : public Map, public Base {
       return WriteU64(anchor_ + kCount, count_ + 1);
     }));
     count_++;
+    return Status::Ok();
+  }
+
+  // The writes of a batch of distinct keys (reads only; new nodes allocated into plan->allocs):
+  // an existing key's slot; a new key's node, chained in front of the bucket's head as it stands
+  // after the batch's earlier new keys; then each touched bucket word and the count once.
+  Status GatherBatch(std::span<const KeyValue> run, VectorPlan* plan) {
+    std::map<uint64_t, uint64_t> heads;  // bucket -> its head after the batch
+    uint64_t added = 0;
+    // Replaying a batch whose first parts were applied: the chains may hold up to run.size()
+    // nodes more than the (not yet written) count.
+    const uint64_t bound = count_ + run.size();
+    for (const auto& [key, value] : run) {
+      Found f;
+      ASYMNVM_RETURN_IF_ERROR(Find(key, bound, &f, nullptr));
+      if (f.node != 0) {
+        std::vector<uint8_t> slot(slot_bytes_);
+        EncodeSlot(value, slot);
+        plan->Add(f.node + kSlot, std::move(slot));
+        continue;
+      }
+      auto it = heads.emplace(f.bucket, f.head).first;
+      ASYMNVM_ASSIGN_OR_RETURN(uint64_t node, s_.Malloc(node_bytes_));
+      plan->allocs.push_back(node);
+      std::vector<uint8_t> buf(node_bytes_);
+      PutU64(buf.data(), key);
+      PutU64(buf.data() + kNext, it->second);
+      EncodeSlot(value, std::span<uint8_t>(buf).subspan(kSlot));
+      plan->Add(node, std::move(buf));
+      it->second = node;
+      added++;
+    }
+    for (const auto& [bucket, head] : heads) plan->AddU64(BucketAddr(bucket), head);
+    if (added > 0) plan->AddU64(anchor_ + kCount, count_ + added);
+    plan->commit = [this, added]() { count_ += added; };
     return Status::Ok();
   }
 

@@ -110,6 +110,11 @@ Result<ResponseHeader> ValidateResponse(std::span<const uint8_t> bytes) {
   if (p[15] != kVersion || code > static_cast<uint16_t>(StatusCode::kUnavailable)) {
     return Status::Corruption("oq response: unknown version or status code");
   }
+  // Flags and the reserved word are zero in every response this version sends (found by
+  // oq_wire_fuzz: they were not checked, so a response could not be re-encoded to its bytes).
+  if (p[14] != 0 || GetLe32(p + 28) != 0) {
+    return Status::Corruption("oq response: unknown flags or reserved bits set");
+  }
   h.code = static_cast<StatusCode>(code);
   h.seq = GetLe64(p + 16);
   h.worker = GetLe32(p + 24);

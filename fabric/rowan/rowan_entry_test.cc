@@ -55,6 +55,41 @@ TEST(RowanEntry, SingleBlockRoundTripsThroughScanner) {
   EXPECT_EQ(scanner.report().corrupt_runs, 0u);
 }
 
+// Found by rowan_entry_fuzz: a block whose checksum holds but whose block count does not match
+// its entry length (a multi-block entry of length 0 — reassembled with a memcpy of a null
+// pointer — or of 3 GB — a 3 GB reassembly buffer) is reported as a bad landing, never
+// reassembled; the entries around it are still yielded.
+TEST(RowanEntry, BlockCountMustMatchEntryLength) {
+  const size_t per_block = MaxBlockPayload(kDefaultMtu);
+  struct Case {
+    uint16_t count;
+    uint32_t total;
+  };
+  for (const Case c : {Case{2, 0}, Case{2, 3000000000u}, Case{3, static_cast<uint32_t>(per_block)},
+                       Case{2, static_cast<uint32_t>(2 * per_block + 1)}}) {
+    Segment seg(16384);
+    auto good = EncodeEntry({1, 1, 1}, Payload(100, 1));
+    ASSERT_TRUE(good.ok());
+    ASSERT_TRUE(seg.Land((*good)[0]));
+    const EntryMeta meta{7, 2, 11};
+    const std::vector<uint8_t> payload = Payload(c.total == 0 ? 0 : 64, 2);
+    for (uint16_t s = 0; s < c.count; s++) {
+      std::vector<uint8_t> block(kBlockHeaderSize + payload.size());
+      EncodeBlock(meta, c.count, s, c.total, payload, block.data());
+      ASSERT_TRUE(seg.Land(block));
+    }
+    auto after = EncodeEntry({1, 1, 2}, Payload(50, 3));
+    ASSERT_TRUE(seg.Land((*after)[0]));
+    Scanner sc(kDefaultMtu);
+    std::vector<uint64_t> yielded;
+    sc.ScanSegment(seg.bytes, 1, [&](const ScannedEntry& e) { yielded.push_back(e.meta.version); });
+    sc.Finish();
+    EXPECT_EQ(yielded, (std::vector<uint64_t>{1, 2})) << "count " << c.count << " total " << c.total;
+    EXPECT_EQ(sc.report().corrupt_runs, c.count) << "count " << c.count << " total " << c.total;
+    EXPECT_EQ(sc.report().incomplete_entries, 0u);
+  }
+}
+
 TEST(RowanEntry, TypeZeroAndBadMtuRejected) {
   auto p = Payload(10, 2);
   EXPECT_EQ(EncodeEntry({.type = 0}, p).status().code(), StatusCode::kInvalidArgument);

@@ -52,6 +52,7 @@ void Scanner::ScanSegment(std::span<const uint8_t> seg, uint64_t segment_id, con
     }
     in_bad_run = false;
     report_.blocks++;
+    if (block_sink_) block_sink_(h);
     last_block_end_ = off + BlockFootprint(h.payload_len);
     const uint8_t* payload = seg.data() + off + kBlockHeaderSize;
     auto key = std::make_pair(h.meta.owner, h.meta.version);
@@ -68,6 +69,19 @@ void Scanner::ScanSegment(std::span<const uint8_t> seg, uint64_t segment_id, con
         seen_.insert(key);
         sink(ScannedEntry{h.meta, {payload, h.payload_len}, segment_id, off});
       }
+      off += BlockFootprint(h.payload_len);
+      continue;
+    }
+    // An entry of n > 1 blocks carries more than n - 1 and at most n full blocks: a block that
+    // claims otherwise (checksum valid, so a broken or hostile writer) is refused before its
+    // total length sizes a reassembly buffer (found by rowan_entry_fuzz: a 3 GB allocation).
+    const uint64_t total = h.total_len;
+    if (total <= uint64_t{h.block_count - 1u} * per_block || total > uint64_t{h.block_count} * per_block) {
+      Bad(segment_id, off,
+          "block count " + std::to_string(h.block_count) + " does not match the entry length " +
+              std::to_string(total) + " (owner " + std::to_string(h.meta.owner) + " version " +
+              std::to_string(h.meta.version) + ")",
+          &h, true);
       off += BlockFootprint(h.payload_len);
       continue;
     }
@@ -90,7 +104,11 @@ void Scanner::ScanSegment(std::span<const uint8_t> seg, uint64_t segment_id, con
     } else {
       p.have[h.block_seq] = true;
       p.found++;
-      std::memcpy(p.data.data() + size_t{h.block_seq} * per_block, payload, h.payload_len);
+      // A multi-block entry of total length 0 has empty blocks and no buffer (found by
+      // rowan_entry_fuzz under UBSan: memcpy of a null pointer).
+      if (h.payload_len > 0) {
+        std::memcpy(p.data.data() + size_t{h.block_seq} * per_block, payload, h.payload_len);
+      }
       if (p.found == p.count) {
         report_.entries++;
         seen_.insert(key);

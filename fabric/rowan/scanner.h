@@ -66,6 +66,11 @@ class Scanner {
   // Optional: told about every bad landing as it is found (read-only checkers, e.g.
   // rowan::CheckArea; the problems strings of report() keep only text).
   void set_bad_sink(BadSink s) { bad_sink_ = std::move(s); }
+  // Optional: told about every valid block as it is found, including blocks of multi-block
+  // entries that complete in a later segment (a b-log consumer must keep such a segment until
+  // that entry is no longer needed: the entry is yielded only where its last block lands).
+  using BlockSink = std::function<void(const BlockHeader&)>;
+  void set_block_sink(BlockSink s) { block_sink_ = std::move(s); }
   // End offset of the last valid block of the most recent ScanSegment (0: none): a bad landing
   // before it was followed by a completed one.
   uint64_t last_block_end() const { return last_block_end_; }
@@ -85,6 +90,7 @@ class Scanner {
 
   size_t mtu_;
   BadSink bad_sink_;
+  BlockSink block_sink_;
   uint64_t last_block_end_ = 0;
   ScanReport report_;
   std::map<std::pair<uint16_t, uint64_t>, Partial> partial_;

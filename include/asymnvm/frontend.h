@@ -215,6 +215,13 @@ class Session {
   // at once). The transaction brackets `s`'s sequence word. kResourceExhausted when one operation's
   // memory logs exceed the largest transaction.
   Status TxWrite(const Structure& s);
+  // Like TxWrite, but the operation stays open: its memory logs so far join the batch (and are
+  // sent like TxWrite's), while the OPN sent with transactions does not cover its op log until
+  // TxWrite ends it. An operation whose memory logs exceed one transaction issues parts, then
+  // TxWrite: after a crash before that last transaction applied, Session::Replay re-executes the
+  // operation whole, so its replay must be idempotent over any prefix of its parts (the hash
+  // table's atomic PutBatch). At `naive` (no op log) each part is its own fenced transaction.
+  Status TxWritePart(const Structure& s);
   // Sends the batch now (no wait for application).
   Status Flush();
   // Grouped writes (multi-structure transactions, asymnvm/structures/transaction.h): at `naive`
@@ -307,6 +314,7 @@ class Session {
   // WriterLock found `target` held by `holder`: true when the holder was dead and this session
   // replayed its op logs and released its lock; false when it is alive (or being adopted).
   Result<bool> AdoptDeadWriter(uint64_t holder, const Structure& target);
+  Status EndWrites(const Structure& s, bool close);  // TxWrite (close) / TxWritePart
   std::unique_ptr<Impl> impl_;
   int guard_depth_ = 0;
   uint64_t reconnects_ = 0;

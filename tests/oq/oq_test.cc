@@ -7,6 +7,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/checksum.h"
 #include "common/coding.h"
 #include "fabric/oq/oq.h"
 #include "fabric/oq/wire.h"
@@ -43,6 +44,31 @@ TEST(OqWire, RequestRoundTrip_AndEveryCorruptionDetected) {
   EXPECT_EQ(ValidateRequest(b, 44).status().code(), StatusCode::kInvalidArgument);
   std::vector<uint8_t> zeros(256, 0);
   EXPECT_FALSE(ValidateRequest(zeros, 1024).ok());
+}
+
+// Found by oq_wire_fuzz: a response with its flags byte or reserved word set validated, so it
+// did not re-encode to its own bytes. Both must be zero.
+TEST(OqWire, ResponseWithFlagsOrReservedBitsIsRejected) {
+  wire::ResponseHeader h;
+  h.code = StatusCode::kNotFound;
+  h.seq = 9;
+  std::vector<uint8_t> b;
+  const uint8_t body[] = {'n', 'o'};
+  wire::EncodeResponse(h, body, &b);
+  auto ok = wire::ValidateResponse(b);
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->seq, 9u);
+  auto reseal = [](std::vector<uint8_t> m) {
+    PutLe64(m.data(), Hash64(m.data() + 8, m.size() - 8));
+    return m;
+  };
+  auto flags = b;
+  flags[14] = 1;
+  EXPECT_EQ(wire::ValidateResponse(reseal(flags)).status().code(), StatusCode::kCorruption);
+  auto reserved = b;
+  reserved[29] = 0x10;
+  EXPECT_EQ(wire::ValidateResponse(reseal(reserved)).status().code(), StatusCode::kCorruption);
+  EXPECT_TRUE(wire::ValidateResponse(reseal(b)).ok());
 }
 
 TEST(OqWire, PolicyNamesAndWords) {

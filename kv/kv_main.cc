@@ -7,7 +7,8 @@
 //
 // With a coordinator (default: dir:<pool dir>/coord) the server joins the replicated cluster
 // <cluster> (doc/kv.md §Replication); with --coord none it serves every shard of its pool alone.
-// Prints "listening <oq address>" and "log <b-log address>" as the first two stdout lines once it
+// Prints "listening <oq address>" and "log <b-log address>" (then "resp HOST:PORT" for the Redis
+// gateway, doc/resp.md; all in one write) as the first stdout lines once it
 // serves (registered as /asymnvm/kv/<cluster>/servers/<pool-uuid>, ephemeral), serves until
 // SIGTERM/SIGINT, then stops cleanly (everything acknowledged is already durable) and exits 0.
 // Exit codes: 0 clean stop, 1 start-up failure (message names the pool or the coordinator and the
@@ -22,6 +23,7 @@
 
 #include "asymnvm/coord.h"
 #include "common/logging.h"
+#include "kv/resp/gateway.h"
 #include "kv/server.h"
 
 using namespace asymnvm;
@@ -33,6 +35,8 @@ int main(int argc, char** argv) {
   std::string size_text = "256M", segment_text = "4M", pm_mode = "auto", log_level = "info";
   std::string coord_uri, cluster = "default";
   uint32_t handshake_ms = 5000;
+  int resp_port = 6379, resp_threads = 2;
+  std::string resp_bind = "127.0.0.1";
   app.add_option("--pool", o.pool_path, "pool file (created when missing)")->required();
   app.add_option("--size", size_text, "pool size when creating it (K/M/G suffixes)")
       ->capture_default_str();
@@ -77,6 +81,13 @@ int main(int argc, char** argv) {
                           ->check(CLI::Range(1u, 1024u));
   app.add_option("--log-level", log_level, "debug|info|warn|error|off")
       ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))->capture_default_str();
+  app.add_option("--resp-port", resp_port,
+                 "Redis (RESP) gateway port; taken: an ephemeral one (printed); 0 = ephemeral; "
+                 "-1 = no gateway (doc/resp.md)")
+      ->check(CLI::Range(-1, 65535))->capture_default_str();
+  app.add_option("--resp-bind", resp_bind, "Redis gateway bind address (IPv4)")->capture_default_str();
+  app.add_option("--resp-threads", resp_threads, "Redis gateway event-loop threads")
+      ->check(CLI::Range(1, 64))->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -155,10 +166,44 @@ int main(int argc, char** argv) {
     std::cerr << "asymnvm-kv: " << server.status().ToString() << "\n";
     return 1;
   }
+  std::unique_ptr<kv::resp::Server> gateway;
+  if (resp_port >= 0) {
+    kv::resp::KvGatewayOptions g;
+    g.client.fabric = o.fabric;
+    if (!o.coordinator.empty()) {
+      g.client.coordinator = o.coordinator;  // routes every key to its shard's primary
+      g.client.cluster = cluster;
+    } else {
+      g.client.servers = {(*server)->address()};
+    }
+    g.server.bind_address = resp_bind;
+    g.server.port = static_cast<uint16_t>(resp_port);
+    g.server.loop_threads = resp_threads;
+    auto secret = fabric::ResolveClusterSecret(o.fabric);
+    // A configured cluster secret is the AUTH password; the built-in one (loopback only) is not.
+    if (secret.ok() && *secret != fabric::kDefaultClusterSecret) g.server.cluster_secret = *secret;
+    if (g.server.cluster_secret.empty() && resp_bind.rfind("127.", 0) != 0) {
+      std::cerr << "asymnvm-kv: --resp-bind " << resp_bind
+                << " is not loopback: configure a cluster secret (--secret-file) first\n";
+      (*server)->Stop();
+      return 1;
+    }
+    auto gw = kv::resp::StartKvGateway(std::move(g));
+    if (!gw.ok()) {
+      std::cerr << "asymnvm-kv: " << gw.status().ToString() << "\n";
+      (*server)->Stop();
+      return 1;
+    }
+    gateway = std::move(gw).value();
+  }
+  // One write: a parent that reads only the first line and closes the pipe must not make a
+  // later line raise SIGPIPE.
   std::cout << "listening " << (*server)->address() << "\nlog " << (*server)->rowan_address()
+            << (gateway ? "\nresp " + resp_bind + ":" + std::to_string(gateway->port()) : "")
             << std::endl;
   int sig = 0;
   sigwait(&stop_set, &sig);
+  if (gateway) gateway->Stop();
   (*server)->Stop();
   auto st = (*server)->stats();
   std::cerr << "asymnvm-kv: stopped (signal " << sig << "): " << st.requests << " requests, "

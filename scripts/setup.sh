@@ -5,7 +5,7 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config git
       libibverbs-dev ibverbs-providers librdmacm-dev
       libpmem-dev libpmemobj-dev libpmempool-dev pmdk-tools
-      libzookeeper-mt-dev zookeeper default-jre-headless libtbb-dev redis-tools
+      libzookeeper-mt-dev zookeeper default-jre-headless libtbb-dev redis-tools redis-server
       libgtest-dev libgmock-dev libbenchmark-dev
       libcli11-dev nlohmann-json3-dev libxxhash-dev libisal-dev libssl-dev
       clang libclang-rt-14-dev gnuplot-nox)

@@ -1,0 +1,380 @@
+// The dispatch table, the dispatcher and the helpers handlers share.
+#include "kv/resp/commands.h"
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <unordered_map>
+
+namespace asymnvm::kv::resp {
+
+namespace h = handlers;
+
+const std::vector<CommandSpec>& CommandTable() {
+  // name, arity, flags, first/last/step key, group, since, summary, notes, handler, subcommands
+  static const std::vector<CommandSpec> table = {
+      {"append", 3, kWrite, 1, 1, 1, "string", "2.0.0", "Appends a string to the value of a key.",
+       "read-modify-write with a conditional put (retried on a concurrent write); keeps the TTL",
+       h::Append},
+      {"auth", -2, kNoAuth | kFast | kLoading | kStale | kInline, 0, 0, 0, "connection", "1.0.0",
+       "Authenticates the connection.",
+       "the password is the cluster secret (`--secret`); a username other than `default` is refused",
+       h::Auth},
+      {"client", -2, kNoMulti | kInline, 0, 0, 0, "connection", "2.4.0",
+       "A container for client connection commands.",
+       "SETNAME, GETNAME, SETINFO (lib-name, lib-ver), ID, INFO; others are errors", h::Client,
+       "setname getname setinfo id info"},
+      {"command", -1, kLoading | kStale | kInline, 0, 0, 0, "server", "2.8.13",
+       "Returns information about commands.",
+       "COMMAND, COMMAND COUNT, COMMAND DOCS [name...], COMMAND INFO [name...], COMMAND LIST; "
+       "generated from the dispatch table",
+       h::Command, "count docs info list"},
+      {"config", -2, kAdmin | kLoading | kStale | kInline, 0, 0, 0, "server", "2.0.0",
+       "A container for server configuration commands.",
+       "GET only (glob patterns; unknown parameters give an empty array); SET/RESETSTAT are errors. "
+       "`appendonly yes`, `appendfsync always`: every acknowledged write is durable in PM",
+       h::Config, "get"},
+      {"dbsize", 1, kReadonly | kFast | kNoTxn, 0, 0, 0, "server", "1.0.0",
+       "Returns the number of keys in the database.",
+       "counts by a full SCAN of every shard (O(N)); may count keys whose TTL ran out but that no "
+       "command has touched since",
+       h::DbSize},
+      {"decr", 2, kWrite | kFast, 1, 1, 1, "string", "1.0.0",
+       "Decrements the integer value of a key by one.", "as INCR", h::IncrFamily},
+      {"decrby", 3, kWrite | kFast, 1, 1, 1, "string", "1.0.0",
+       "Decrements a number from the integer value of a key.", "as INCR", h::IncrFamily},
+      {"del", -2, kWrite, 1, -1, 1, "generic", "1.0.0", "Deletes one or more keys.",
+       "each key deleted on its own (not atomic across keys outside MULTI); a key whose TTL ran out "
+       "but that is still stored counts as deleted", h::Del},
+      {"discard", 1, kNoMulti | kFast | kLoading | kStale | kInline, 0, 0, 0, "transactions", "2.0.0",
+       "Discards a transaction.", "", h::Discard},
+      {"echo", 2, kFast | kInline, 0, 0, 0, "connection", "1.0.0", "Returns the given string.", "", h::Echo},
+      {"exec", 1, kNoMulti | kLoading | kStale, 0, 0, 0, "transactions", "1.2.0",
+       "Executes all commands in a transaction.",
+       "atomic within one shard (optimistic: reads recorded, writes committed as one conditional "
+       "batch, re-run on conflict); keys in different shards give `-CROSSSLOT` and nothing runs",
+       h::Exec},
+      {"exists", -2, kReadonly | kFast, 1, -1, 1, "generic", "3.0.3",
+       "Determines whether one or more keys exist.", "", h::Exists},
+      {"expire", -3, kWrite | kFast, 1, 1, 1, "generic", "1.0.0",
+       "Sets the expiration time of a key in seconds.",
+       "NX/XX/GT/LT supported; the deadline is stored in the value (doc/resp.md §Values and TTL)",
+       h::Expire},
+      {"flushall", -1, kWrite | kNoTxn, 0, 0, 0, "server", "1.0.0", "Removes all keys from all databases.",
+       "deletes every key found by a full SCAN (ASYNC and SYNC accepted, both synchronous); not atomic",
+       h::FlushAll},
+      {"get", 2, kReadonly | kFast, 1, 1, 1, "string", "1.0.0", "Returns the string value of a key.",
+       "", h::Get},
+      {"getset", 3, kWrite | kFast, 1, 1, 1, "string", "1.0.0",
+       "Returns the previous string value of a key after setting it to a new value.",
+       "conditional put on the version read", h::GetSet},
+      {"hello", -1, kNoAuth | kFast | kLoading | kStale | kInline, 0, 0, 0, "connection", "6.0.0",
+       "Handshakes with the server.",
+       "protover 2 or 3 (-NOPROTO otherwise), AUTH and SETNAME options", h::Hello},
+      {"incr", 2, kWrite | kFast, 1, 1, 1, "string", "1.0.0",
+       "Increments the integer value of a key by one.",
+       "read-modify-write with a conditional put (retried on a concurrent write); keeps the TTL",
+       h::IncrFamily},
+      {"incrby", 3, kWrite | kFast, 1, 1, 1, "string", "1.0.0",
+       "Increments the integer value of a key by a number.", "as INCR", h::IncrFamily},
+      {"info", -1, kLoading | kStale, 0, 0, 0, "server", "1.0.0",
+       "Returns information and statistics about the server.",
+       "sections server, clients, memory (the gateway's RSS), persistence, stats, replication, "
+       "keyspace (keyspace scans the store); `all`/`everything`/`default` give them all",
+       h::Info},
+      {"mget", -2, kReadonly | kFast, 1, -1, 1, "string", "1.0.0",
+       "Atomically returns the string values of one or more keys.",
+       "one GET per key: not a snapshot across keys outside MULTI", h::MGet},
+      {"mset", -3, kWrite, 1, -1, 2, "string", "1.0.1",
+       "Atomically creates or modifies the string values of one or more keys.",
+       "one nilext PUT per key: atomic per key only (use MULTI for one shard's keys)", h::MSet},
+      {"multi", 1, kNoMulti | kFast | kLoading | kStale | kInline, 0, 0, 0, "transactions", "1.2.0",
+       "Starts a transaction.", "", h::Multi},
+      {"persist", 2, kWrite | kFast, 1, 1, 1, "generic", "2.2.0",
+       "Removes the expiration time of a key.", "", h::Persist},
+      {"pexpire", -3, kWrite | kFast, 1, 1, 1, "generic", "2.6.0",
+       "Sets the expiration time of a key in milliseconds.", "as EXPIRE", h::Expire},
+      {"ping", -1, kFast | kStale | kInline, 0, 0, 0, "connection", "1.0.0", "Returns the server's liveliness response.",
+       "", h::Ping},
+      {"pttl", 2, kReadonly | kFast, 1, 1, 1, "generic", "2.6.0",
+       "Returns the expiration time in milliseconds of a key.", "", h::Ttl},
+      {"quit", -1, kNoAuth | kFast | kLoading | kStale | kNoMulti | kInline, 0, 0, 0, "connection", "1.0.0",
+       "Closes the connection.", "", h::Quit},
+      {"scan", -2, kReadonly | kNoTxn, 0, 0, 0, "generic", "2.8.0",
+       "Iterates over the key names in the database.",
+       "MATCH, COUNT, TYPE string; the cursor encodes the shard and the position in it", h::Scan},
+      {"select", 2, kFast | kLoading | kStale | kInline, 0, 0, 0, "connection", "1.0.0",
+       "Changes the selected database.", "only database 0 exists", h::Select},
+      {"set", -3, kWrite, 1, 1, 1, "string", "1.0.0",
+       "Sets the string value of a key, ignoring its type.",
+       "EX, PX, EXAT, PXAT, NX, XX, GET, KEEPTTL. A plain SET (no NX/XX/GET/KEEPTTL) is one nilext "
+       "PUT (commits on the ordered queue's acknowledgement); the others read then write "
+       "conditionally",
+       h::Set},
+      {"setnx", 3, kWrite | kFast, 1, 1, 1, "string", "1.0.0",
+       "Set the string value of a key only when the key doesn't exist.",
+       "conditional put on version 0", h::SetNx},
+      {"strlen", 2, kReadonly | kFast, 1, 1, 1, "string", "2.2.0",
+       "Returns the length of a string value.", "", h::StrLen},
+      {"time", 1, kFast | kLoading | kStale | kInline, 0, 0, 0, "server", "2.6.0", "Returns the server time.",
+       "", h::Time},
+      {"ttl", 2, kReadonly | kFast, 1, 1, 1, "generic", "1.0.0",
+       "Returns the expiration time in seconds of a key.", "", h::Ttl},
+      {"wait", 3, 0, 0, 0, 0, "generic", "3.0.0",
+       "Blocks until the asynchronous replication of all preceding write commands sent by the "
+       "connection is completed.",
+       "returns at once: a write is acknowledged only once every live backup holds it, so the reply "
+       "is the number of backups holding this connection's writes",
+       h::Wait},
+  };
+  return table;
+}
+
+const std::vector<UnsupportedSpec>& UnsupportedCommands() {
+  static const std::vector<UnsupportedSpec> list = {
+      {"keys", "use SCAN (KEYS would block a loop thread over every shard)"},
+      {"flushdb", "use FLUSHALL (one database)"},
+      {"setex / psetex", "use SET ... EX / PX"},
+      {"watch / unwatch", "not yet: EXEC already re-runs a transaction whose reads changed"},
+      {"lists, hashes, sets, sorted sets, streams", "the store holds strings only"},
+      {"pub/sub, scripting (EVAL, FUNCTION)", "not planned"},
+      {"save, bgsave, bgrewriteaof, replicaof", "persistence and replication are the KV server's own"},
+      {"select N (N > 0), swapdb, move", "only database 0"},
+      {"client list / kill / pause", "not yet"},
+  };
+  return list;
+}
+
+const CommandSpec* FindCommand(std::string_view name) {
+  static const std::unordered_map<std::string, const CommandSpec*> index = [] {
+    std::unordered_map<std::string, const CommandSpec*> m;
+    for (const auto& c : CommandTable()) m.emplace(c.name, &c);
+    return m;
+  }();
+  if (name.size() > 32) return nullptr;
+  std::string lower(name);
+  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  auto it = index.find(lower);
+  return it == index.end() ? nullptr : it->second;
+}
+
+namespace {
+
+std::string Upper(std::string_view s) {
+  std::string u(s);
+  for (char& ch : u) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  return u;
+}
+
+std::string EscapeCell(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '|') {
+      out += "\\|";
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string GenerateCompatibilityTable() {
+  std::string out =
+      "| command | supported | arity | flags | notes |\n"
+      "|---|---|---|---|---|\n";
+  for (const auto& c : CommandTable()) {
+    std::string name = Upper(c.name);
+    if (*c.subcommands) name += " (" + Upper(c.subcommands) + ")";
+    std::string flags;
+    const std::pair<uint32_t, const char*> names[] = {
+        {kWrite, "write"}, {kReadonly, "readonly"}, {kFast, "fast"}, {kNoAuth, "no_auth"},
+        {kNoMulti, "no_multi"}, {kAdmin, "admin"}, {kNoTxn, "not in MULTI"}};
+    for (auto [bit, n] : names) {
+      if (c.flags & bit) flags += (flags.empty() ? "" : ", ") + std::string(n);
+    }
+    out += "| " + EscapeCell(name) + " | yes | " + std::to_string(c.arity) + " | " + flags + " | " +
+           EscapeCell(*c.notes ? c.notes : "as Redis") + " |\n";
+  }
+  for (const auto& u : UnsupportedCommands()) {
+    out += "| " + EscapeCell(Upper(u.name)) + " | no | | | " + EscapeCell(u.notes) + " |\n";
+  }
+  return out;
+}
+
+int64_t GatewayState::NowMs() const {
+  if (clock_ms != nullptr) return clock_ms();
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string ArityError(std::string_view name) {
+  std::string lower(name);
+  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return "ERR wrong number of arguments for '" + lower + "' command";
+}
+
+std::string StoreError(const Status& st) {
+  std::string code = "ERR";
+  if (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kConnectionError ||
+      st.code() == StatusCode::kTimedOut) {
+    code = "TRYAGAIN";
+  }
+  return code + " store: " + st.ToString();
+}
+
+std::vector<std::string_view> CommandKeys(const CommandSpec& spec,
+                                          const std::vector<std::string>& argv) {
+  std::vector<std::string_view> keys;
+  if (spec.first_key <= 0) return keys;
+  int last = spec.last_key < 0 ? static_cast<int>(argv.size()) + spec.last_key : spec.last_key;
+  for (int i = spec.first_key; i <= last && i < static_cast<int>(argv.size()); i += spec.key_step) {
+    keys.push_back(argv[i]);
+  }
+  return keys;
+}
+
+bool ParseInt64(std::string_view s, int64_t* out) {
+  if (s.empty() || s.size() > 20) return false;
+  size_t i = 0;
+  bool neg = false;
+  if (s[0] == '-') {
+    neg = true;
+    i = 1;
+    if (s.size() == 1) return false;
+  }
+  if (s[i] == '0' && s.size() > i + 1) return false;
+  if (neg && s[i] == '0') return false;  // "-0"
+  uint64_t v = 0;
+  for (; i < s.size(); ++i) {
+    if (s[i] < '0' || s[i] > '9') return false;
+    uint64_t d = static_cast<uint64_t>(s[i] - '0');
+    if (v > (UINT64_MAX - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  if (neg) {
+    if (v > static_cast<uint64_t>(INT64_MAX) + 1) return false;
+    *out = v == static_cast<uint64_t>(INT64_MAX) + 1 ? INT64_MIN : -static_cast<int64_t>(v);
+  } else {
+    if (v > static_cast<uint64_t>(INT64_MAX)) return false;
+    *out = static_cast<int64_t>(v);
+  }
+  return true;
+}
+
+bool GlobMatch(std::string_view p, std::string_view s, bool nocase) {
+  auto low = [nocase](char c) {
+    return nocase ? static_cast<char>(std::tolower(static_cast<unsigned char>(c))) : c;
+  };
+  // Iterative matcher with single-star backtracking (linear-ish, no recursion blow-up).
+  size_t pi = 0, si = 0, star_p = std::string_view::npos, star_s = 0;
+  while (si < s.size()) {
+    if (pi < p.size()) {
+      char c = p[pi];
+      if (c == '*') {
+        while (pi < p.size() && p[pi] == '*') ++pi;
+        if (pi == p.size()) return true;
+        star_p = pi;
+        star_s = si;
+        continue;
+      }
+      if (c == '?') {
+        ++pi;
+        ++si;
+        continue;
+      }
+      if (c == '[') {
+        size_t j = pi + 1;
+        bool negate = false;
+        if (j < p.size() && p[j] == '^') {
+          negate = true;
+          ++j;
+        }
+        bool match = false;
+        while (j < p.size() && p[j] != ']') {
+          if (p[j] == '\\' && j + 1 < p.size()) {
+            ++j;
+            if (low(p[j]) == low(s[si])) match = true;
+            ++j;
+          } else if (j + 2 < p.size() && p[j + 1] == '-' && p[j + 2] != ']') {
+            char a = low(p[j]), b = low(p[j + 2]);
+            if (a > b) std::swap(a, b);
+            char x = low(s[si]);
+            if (x >= a && x <= b) match = true;
+            j += 3;
+          } else {
+            if (low(p[j]) == low(s[si])) match = true;
+            ++j;
+          }
+        }
+        if (negate) match = !match;
+        if (match) {
+          pi = j < p.size() ? j + 1 : j;
+          ++si;
+          continue;
+        }
+      } else {
+        if (c == '\\' && pi + 1 < p.size()) c = p[pi + 1];
+        if (low(c) == low(s[si])) {
+          pi += (p[pi] == '\\' && pi + 1 < p.size()) ? 2 : 1;
+          ++si;
+          continue;
+        }
+      }
+    }
+    if (star_p == std::string_view::npos) return false;
+    pi = star_p;
+    si = ++star_s;
+  }
+  while (pi < p.size() && p[pi] == '*') ++pi;
+  return pi == p.size();
+}
+
+void Dispatcher::Execute(Session& s, std::vector<std::string>& argv, std::string* out) {
+  if (argv.empty()) return;
+  state_->total_commands.fetch_add(1, std::memory_order_relaxed);
+  ReplyWriter w(out, s.proto);
+  const CommandSpec* spec = FindCommand(argv[0]);
+  if (spec == nullptr) {
+    std::string msg = "ERR unknown command '" + argv[0].substr(0, 128) + "', with args beginning with: ";
+    for (size_t i = 1; i < argv.size() && msg.size() < 1024; ++i) {
+      msg += "'" + argv[i].substr(0, 128) + "' ";
+    }
+    if (s.in_multi) s.multi_failed = true;
+    w.Error(msg);
+    return;
+  }
+  bool arity_ok = spec->arity >= 0 ? static_cast<int>(argv.size()) == spec->arity
+                                   : static_cast<int>(argv.size()) >= -spec->arity;
+  if (!arity_ok) {
+    if (s.in_multi) s.multi_failed = true;
+    w.Error(ArityError(argv[0]));
+    return;
+  }
+  if (!state_->cluster_secret.empty() && !s.authenticated && !(spec->flags & kNoAuth)) {
+    if (s.in_multi) s.multi_failed = true;
+    w.Error("NOAUTH Authentication required.");
+    return;
+  }
+  if (s.in_multi && !(spec->flags & kNoMulti)) {
+    if (spec->flags & kNoTxn) {
+      s.multi_failed = true;
+      w.Error("ERR " + Upper(spec->name) + " is not allowed inside MULTI on this server");
+      return;
+    }
+    s.queued.push_back(std::move(argv));
+    w.Simple("QUEUED");
+    return;
+  }
+  Run(s, *spec, argv, *store_, w);
+}
+
+void Dispatcher::Run(Session& s, const CommandSpec& spec, const std::vector<std::string>& argv,
+                     Store& store, ReplyWriter& w) {
+  CommandContext ctx{s, *state_, store, w, *this};
+  spec.handler(ctx, argv);
+}
+
+}  // namespace asymnvm::kv::resp

@@ -1,0 +1,181 @@
+// The RESP gateway's command dispatch table and the per-connection session. The table is the one
+// source of COMMAND, COMMAND DOCS, COMMAND COUNT and doc/resp.md's compatibility table
+// (GenerateCompatibilityTable; a test fails when the committed doc drifts).
+//
+// Thread safety: the table is immutable. A Session belongs to one connection (one thread).
+// GatewayState is shared by every loop thread: its counters are atomics, the rest is set before
+// the gateway starts.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kv/resp/protocol.h"
+#include "kv/resp/store.h"
+
+namespace asymnvm::kv::resp {
+
+// Command flags (names as COMMAND reports them).
+enum CommandFlag : uint32_t {
+  kWrite = 1u << 0,     // "write"
+  kReadonly = 1u << 1,  // "readonly"
+  kFast = 1u << 2,      // "fast"
+  kNoAuth = 1u << 3,    // "no_auth": allowed before AUTH
+  kLoading = 1u << 4,   // "loading"
+  kStale = 1u << 5,     // "stale"
+  kNoMulti = 1u << 6,   // "no_multi": runs immediately even inside MULTI
+  kAdmin = 1u << 7,     // "admin"
+  kNoTxn = 1u << 8,     // refused inside MULTI (whole-keyspace commands); not a Redis flag
+  kInline = 1u << 9,    // never touches the store: runs on the event loop, not a worker
+};
+
+struct Session;
+struct GatewayState;
+class Dispatcher;
+
+// What a handler sees.
+struct CommandContext {
+  Session& session;
+  GatewayState& state;
+  Store& store;
+  ReplyWriter& out;
+  Dispatcher& dispatcher;
+};
+
+using Handler = void (*)(CommandContext& c, const std::vector<std::string>& argv);
+
+struct CommandSpec {
+  const char* name;  // lower case
+  int arity;         // Redis convention: N = exactly N words with the name; -N = at least N
+  uint32_t flags;
+  int first_key, last_key, key_step;  // key positions in argv (last -1 = to the end); 0 = none
+  const char* group;                  // Redis doc group: string, generic, connection, ...
+  const char* since;                  // Redis version that added the command
+  const char* summary;
+  const char* notes;  // our semantics where they differ from Redis ("" when identical)
+  Handler handler;
+  const char* subcommands = "";  // space-separated, for containers like CLIENT and CONFIG
+};
+
+// Commands Redis clients commonly send that the gateway does not implement, and why. They are
+// rejected with "-ERR unknown command" like any other and listed in doc/resp.md.
+struct UnsupportedSpec {
+  const char* name;
+  const char* notes;
+};
+
+const std::vector<CommandSpec>& CommandTable();
+const std::vector<UnsupportedSpec>& UnsupportedCommands();
+const CommandSpec* FindCommand(std::string_view name);  // case-insensitive
+
+// doc/resp.md's generated section (between the BEGIN/END markers).
+std::string GenerateCompatibilityTable();
+
+struct GatewayState {
+  std::string cluster_secret;  // empty: AUTH not required
+  std::string run_id;          // 40 hex characters, fixed for the process
+  int64_t start_unix_ms = 0;
+  uint16_t port = 0;
+  std::string version = "0.1.0";
+  int loop_threads = 1;
+  int64_t max_clients = 10000;
+  int64_t proto_max_bulk_len = 512LL << 20;
+  std::atomic<int64_t> connected_clients{0};
+  std::atomic<int64_t> total_connections{0};
+  std::atomic<int64_t> total_commands{0};
+  std::atomic<int64_t> rejected_connections{0};
+  std::atomic<uint64_t> next_client_id{1};
+  // The clock EXPIRE/TTL and TIME read (Unix ms); tests inject a fake. nullptr: the system clock.
+  int64_t (*clock_ms)() = nullptr;
+  int64_t NowMs() const;
+};
+
+struct Session {
+  uint64_t id = 0;
+  int proto = 2;
+  bool authenticated = false;
+  bool close_after_reply = false;  // QUIT, or a fatal protocol error
+  std::string name, lib_name, lib_ver;
+  std::string peer;  // "ip:port"
+  // MULTI state.
+  bool in_multi = false;
+  bool multi_failed = false;  // a command was refused while queueing: EXEC aborts
+  std::vector<std::vector<std::string>> queued;
+};
+
+class Dispatcher {
+ public:
+  Dispatcher(GatewayState* state, Store* store) : state_(state), store_(store) {}
+
+  // Runs (or queues, inside MULTI) one command and appends its reply to *out.
+  void Execute(Session& s, std::vector<std::string>& argv, std::string* out);
+
+  // Runs one command with an explicit store (EXEC runs its queue over a transaction overlay).
+  void Run(Session& s, const CommandSpec& spec, const std::vector<std::string>& argv,
+           Store& store, ReplyWriter& w);
+
+  Store& store() { return *store_; }
+
+ private:
+  GatewayState* state_;
+  Store* store_;
+};
+
+// Error texts shared by handlers (Redis's wording, so clients recognise them).
+inline constexpr std::string_view kErrSyntax = "ERR syntax error";
+inline constexpr std::string_view kErrNotInteger = "ERR value is not an integer or out of range";
+std::string ArityError(std::string_view name);
+std::string StoreError(const Status& st);  // "-ERR ..." text for a store failure
+
+// Key positions of argv under spec (for MULTI/EXEC's shard check).
+std::vector<std::string_view> CommandKeys(const CommandSpec& spec,
+                                          const std::vector<std::string>& argv);
+
+// Parses a whole decimal int64 the way Redis does (no spaces, no '+', no leading zeros).
+bool ParseInt64(std::string_view s, int64_t* out);
+// Redis glob matching (*, ?, [a-z], [^x], \x), optionally case-insensitive.
+bool GlobMatch(std::string_view pattern, std::string_view s, bool nocase = false);
+
+// Handlers, grouped by file.
+namespace handlers {
+// conn_commands.cc
+void Ping(CommandContext&, const std::vector<std::string>&);
+void Echo(CommandContext&, const std::vector<std::string>&);
+void Quit(CommandContext&, const std::vector<std::string>&);
+void Hello(CommandContext&, const std::vector<std::string>&);
+void Auth(CommandContext&, const std::vector<std::string>&);
+void Select(CommandContext&, const std::vector<std::string>&);
+void Client(CommandContext&, const std::vector<std::string>&);
+void Command(CommandContext&, const std::vector<std::string>&);
+void Config(CommandContext&, const std::vector<std::string>&);
+void Info(CommandContext&, const std::vector<std::string>&);
+void Time(CommandContext&, const std::vector<std::string>&);
+void Multi(CommandContext&, const std::vector<std::string>&);
+void Exec(CommandContext&, const std::vector<std::string>&);
+void Discard(CommandContext&, const std::vector<std::string>&);
+// data_commands.cc
+void Get(CommandContext&, const std::vector<std::string>&);
+void Set(CommandContext&, const std::vector<std::string>&);
+void SetNx(CommandContext&, const std::vector<std::string>&);
+void MGet(CommandContext&, const std::vector<std::string>&);
+void MSet(CommandContext&, const std::vector<std::string>&);
+void Del(CommandContext&, const std::vector<std::string>&);
+void Exists(CommandContext&, const std::vector<std::string>&);
+void IncrFamily(CommandContext&, const std::vector<std::string>&);
+void Append(CommandContext&, const std::vector<std::string>&);
+void StrLen(CommandContext&, const std::vector<std::string>&);
+void GetSet(CommandContext&, const std::vector<std::string>&);
+void Scan(CommandContext&, const std::vector<std::string>&);
+void DbSize(CommandContext&, const std::vector<std::string>&);
+void FlushAll(CommandContext&, const std::vector<std::string>&);
+void Expire(CommandContext&, const std::vector<std::string>&);
+void Ttl(CommandContext&, const std::vector<std::string>&);
+void Persist(CommandContext&, const std::vector<std::string>&);
+void Wait(CommandContext&, const std::vector<std::string>&);
+}  // namespace handlers
+
+}  // namespace asymnvm::kv::resp

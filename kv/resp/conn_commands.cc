@@ -1,0 +1,551 @@
+// Connection- and server-level commands: none of them reads or writes keys (INFO keyspace and
+// WAIT ask the store for counts), plus MULTI/EXEC/DISCARD.
+#include <algorithm>
+#include <cstdio>
+#include <cctype>
+#include <chrono>
+#include <set>
+#include <unistd.h>
+
+#include "kv/resp/commands.h"
+#include "kv/resp/txn.h"
+
+namespace asymnvm::kv::resp::handlers {
+namespace {
+
+constexpr const char* kRedisCompatVersion = "7.0.0";  // the Redis command set we follow
+
+std::string Lower(std::string_view s) {
+  std::string l(s);
+  for (char& ch : l) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return l;
+}
+
+bool EqualsNoCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i])))
+      return false;
+  }
+  return true;
+}
+
+bool SecretMatches(const std::string& secret, std::string_view given) {
+  // Length-independent comparison time over the secret.
+  unsigned char diff = secret.size() == given.size() ? 0 : 1;
+  for (size_t i = 0; i < secret.size(); ++i) {
+    diff |= static_cast<unsigned char>(secret[i] ^ (i < given.size() ? given[i] : 0));
+  }
+  return diff == 0;
+}
+
+// Returns an error text, or "" when the credentials are accepted.
+std::string CheckAuth(CommandContext& c, std::string_view user, std::string_view pass) {
+  if (c.state.cluster_secret.empty()) {
+    return "ERR AUTH <password> called without any password configured for the default user. "
+           "Are you sure your configuration is correct?";
+  }
+  if (user != "default" || !SecretMatches(c.state.cluster_secret, pass)) {
+    return "WRONGPASS invalid username-password pair or user is disabled.";
+  }
+  c.session.authenticated = true;
+  return "";
+}
+
+bool ValidClientName(std::string_view n) {
+  for (char ch : n) {
+    if (ch < '!' || ch > '~') return false;
+  }
+  return true;
+}
+
+void UnknownSubcommand(CommandContext& c, std::string_view sub, std::string_view cmd) {
+  c.out.Error("ERR unknown subcommand '" + std::string(sub.substr(0, 128)) + "'. Try " +
+              std::string(cmd) + " HELP.");
+}
+
+void WriteFlags(ReplyWriter& w, uint32_t flags) {
+  std::vector<const char*> names;
+  if (flags & kWrite) names.push_back("write");
+  if (flags & kReadonly) names.push_back("readonly");
+  if (flags & kFast) names.push_back("fast");
+  if (flags & kNoAuth) names.push_back("no_auth");
+  if (flags & kLoading) names.push_back("loading");
+  if (flags & kStale) names.push_back("stale");
+  if (flags & kNoMulti) names.push_back("no_multi");
+  if (flags & kAdmin) names.push_back("admin");
+  w.Set(names.size());
+  for (const char* n : names) w.Simple(n);
+}
+
+void WriteCommandInfo(ReplyWriter& w, const CommandSpec& s) {
+  w.Array(10);
+  w.Bulk(s.name);
+  w.Integer(s.arity);
+  WriteFlags(w, s.flags);
+  w.Integer(s.first_key);
+  w.Integer(s.last_key);
+  w.Integer(s.key_step);
+  std::vector<std::string> cats;
+  if (s.flags & kWrite) cats.push_back("@write");
+  if (s.flags & kReadonly) cats.push_back("@read");
+  if (s.flags & kFast) cats.push_back("@fast");
+  cats.push_back(std::string("@") + s.group);
+  w.Set(cats.size());
+  for (auto& cat : cats) w.Simple(cat);
+  w.Set(0);    // tips
+  w.Array(0);  // key specifications (first/last/step above say where keys are)
+  w.Array(0);  // subcommands
+}
+
+void WriteCommandDoc(ReplyWriter& w, const CommandSpec& s) {
+  w.Bulk(s.name);
+  w.Map(3);
+  w.Bulk("summary");
+  w.Bulk(s.summary);
+  w.Bulk("since");
+  w.Bulk(s.since);
+  w.Bulk("group");
+  w.Bulk(s.group);
+}
+
+// name → value, for CONFIG GET. Values describe this gateway truthfully.
+std::vector<std::pair<std::string, std::string>> ConfigValues(const GatewayState& st) {
+  return {
+      {"appendfsync", "always"},  // every acknowledged write is durable in PM
+      {"appendonly", "yes"},
+      {"bind", "0.0.0.0"},
+      {"databases", "1"},
+      {"io-threads", std::to_string(st.loop_threads)},
+      {"maxclients", std::to_string(st.max_clients)},
+      {"maxmemory", "0"},
+      {"port", std::to_string(st.port)},
+      {"proto-max-bulk-len", std::to_string(st.proto_max_bulk_len)},
+      {"requirepass", ""},  // never revealed
+      {"save", ""},
+      {"timeout", "0"},
+  };
+}
+
+std::string InfoSection(CommandContext& c, const std::string& name) {
+  auto& st = c.state;
+  std::string s;
+  int64_t now = st.NowMs();
+  if (name == "server") {
+    s += "# Server\r\n";
+    s += std::string("redis_version:") + kRedisCompatVersion + "\r\n";
+    s += "asymnvm_version:" + st.version + "\r\n";
+    s += "redis_mode:standalone\r\n";
+    s += "os:Linux\r\n";
+    s += "process_id:" + std::to_string(getpid()) + "\r\n";
+    s += "run_id:" + st.run_id + "\r\n";
+    s += "tcp_port:" + std::to_string(st.port) + "\r\n";
+    s += "uptime_in_seconds:" + std::to_string((now - st.start_unix_ms) / 1000) + "\r\n";
+    s += "io_threads_active:" + std::to_string(st.loop_threads) + "\r\n";
+  } else if (name == "clients") {
+    s += "# Clients\r\n";
+    s += "connected_clients:" + std::to_string(st.connected_clients.load()) + "\r\n";
+    s += "maxclients:" + std::to_string(st.max_clients) + "\r\n";
+    s += "blocked_clients:0\r\n";
+  } else if (name == "memory") {
+    // The gateway process's resident set (the data lives in the servers' PM pools).
+    long pages = 0, resident = 0;
+    if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+      if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+      std::fclose(f);
+    }
+    int64_t bytes = static_cast<int64_t>(resident) * sysconf(_SC_PAGESIZE);
+    s += "# Memory\r\n";
+    s += "used_memory:" + std::to_string(bytes) + "\r\n";
+    s += "used_memory_human:" + std::to_string(bytes >> 20) + "M\r\n";
+    s += "maxmemory:0\r\n";
+  } else if (name == "persistence") {
+    s += "# Persistence\r\n";
+    s += "loading:0\r\n";
+    s += "aof_enabled:1\r\n";  // closest Redis notion: every acknowledged write is in PM
+    s += "rdb_changes_since_last_save:0\r\n";
+    s += "asymnvm_durability:pm-acknowledged\r\n";
+  } else if (name == "stats") {
+    s += "# Stats\r\n";
+    s += "total_connections_received:" + std::to_string(st.total_connections.load()) + "\r\n";
+    s += "total_commands_processed:" + std::to_string(st.total_commands.load()) + "\r\n";
+    s += "rejected_connections:" + std::to_string(st.rejected_connections.load()) + "\r\n";
+  } else if (name == "replication") {
+    s += "# Replication\r\n";
+    s += "role:master\r\n";
+    auto r = c.store.DurableReplicas();
+    s += "connected_slaves:" + std::to_string(r.ok() ? *r : 0) + "\r\n";
+  } else if (name == "keyspace") {
+    s += "# Keyspace\r\n";
+    uint64_t cursor = 0;
+    int64_t keys = 0;
+    do {
+      auto page = c.store.Scan(cursor, 1000);
+      if (!page.ok()) {
+        s += "# error: " + page.status().ToString() + "\r\n";
+        return s;
+      }
+      keys += static_cast<int64_t>(page->keys.size());
+      cursor = page->next_cursor;
+    } while (cursor != 0);
+    if (keys > 0) s += "db0:keys=" + std::to_string(keys) + ",expires=0,avg_ttl=0\r\n";
+  }
+  return s;
+}
+
+}  // namespace
+
+void Ping(CommandContext& c, const std::vector<std::string>& a) {
+  if (a.size() > 2) {
+    c.out.Error(ArityError("ping"));
+  } else if (a.size() == 2) {
+    c.out.Bulk(a[1]);
+  } else {
+    c.out.Simple("PONG");
+  }
+}
+
+void Echo(CommandContext& c, const std::vector<std::string>& a) { c.out.Bulk(a[1]); }
+
+void Quit(CommandContext& c, const std::vector<std::string>&) {
+  c.session.close_after_reply = true;
+  c.out.Ok();
+}
+
+void Hello(CommandContext& c, const std::vector<std::string>& a) {
+  int proto = c.session.proto;
+  size_t i = 1;
+  if (a.size() >= 2) {
+    int64_t v = 0;
+    if (!ParseInt64(a[1], &v)) {
+      c.out.Error("ERR Protocol version is not an integer or out of range");
+      return;
+    }
+    if (v != 2 && v != 3) {
+      c.out.Error("NOPROTO unsupported protocol version");
+      return;
+    }
+    proto = static_cast<int>(v);
+    i = 2;
+  }
+  std::string setname;
+  bool has_setname = false;
+  for (; i < a.size(); ++i) {
+    if (EqualsNoCase(a[i], "AUTH") && i + 2 < a.size()) {
+      std::string err = CheckAuth(c, a[i + 1], a[i + 2]);
+      if (!err.empty()) {
+        c.out.Error(err);
+        return;
+      }
+      i += 2;
+    } else if (EqualsNoCase(a[i], "SETNAME") && i + 1 < a.size()) {
+      if (!ValidClientName(a[i + 1])) {
+        c.out.Error("ERR Client names cannot contain spaces, newlines or special characters.");
+        return;
+      }
+      setname = a[i + 1];
+      has_setname = true;
+      ++i;
+    } else {
+      c.out.Error("ERR Syntax error in HELLO option '" + a[i].substr(0, 128) + "'");
+      return;
+    }
+  }
+  if (!c.state.cluster_secret.empty() && !c.session.authenticated) {
+    c.out.Error(
+        "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO "
+        "<proto> AUTH <user> <pass> option can be used to authenticate the client and select the "
+        "RESP protocol version at the same time");
+    return;
+  }
+  if (has_setname) c.session.name = setname;
+  c.session.proto = proto;
+  c.out.set_proto(proto);
+  c.out.Map(7);
+  c.out.Bulk("server");
+  c.out.Bulk("redis");
+  c.out.Bulk("version");
+  c.out.Bulk(kRedisCompatVersion);
+  c.out.Bulk("proto");
+  c.out.Integer(proto);
+  c.out.Bulk("id");
+  c.out.Integer(static_cast<int64_t>(c.session.id));
+  c.out.Bulk("mode");
+  c.out.Bulk("standalone");
+  c.out.Bulk("role");
+  c.out.Bulk("master");
+  c.out.Bulk("modules");
+  c.out.Array(0);
+}
+
+void Auth(CommandContext& c, const std::vector<std::string>& a) {
+  if (a.size() > 3) {
+    c.out.Error(std::string(kErrSyntax));
+    return;
+  }
+  std::string err = a.size() == 2 ? CheckAuth(c, "default", a[1]) : CheckAuth(c, a[1], a[2]);
+  if (err.empty()) {
+    c.out.Ok();
+  } else {
+    c.out.Error(err);
+  }
+}
+
+void Select(CommandContext& c, const std::vector<std::string>& a) {
+  int64_t db = 0;
+  if (!ParseInt64(a[1], &db)) {
+    c.out.Error(std::string(kErrNotInteger));
+  } else if (db != 0) {
+    c.out.Error("ERR DB index is out of range");
+  } else {
+    c.out.Ok();
+  }
+}
+
+void Client(CommandContext& c, const std::vector<std::string>& a) {
+  std::string sub = Lower(a[1]);
+  auto& s = c.session;
+  if (sub == "setname" && a.size() == 3) {
+    if (!ValidClientName(a[2])) {
+      c.out.Error("ERR Client names cannot contain spaces, newlines or special characters.");
+      return;
+    }
+    s.name = a[2];
+    c.out.Ok();
+  } else if (sub == "getname" && a.size() == 2) {
+    if (s.name.empty()) {
+      c.out.Null();
+    } else {
+      c.out.Bulk(s.name);
+    }
+  } else if (sub == "id" && a.size() == 2) {
+    c.out.Integer(static_cast<int64_t>(s.id));
+  } else if (sub == "setinfo" && a.size() == 4) {
+    std::string attr = Lower(a[2]);
+    if (!ValidClientName(a[3])) {
+      c.out.Error("ERR " + attr + " cannot contain spaces, newlines or special characters.");
+      return;
+    }
+    if (attr == "lib-name") {
+      s.lib_name = a[3];
+    } else if (attr == "lib-ver") {
+      s.lib_ver = a[3];
+    } else {
+      c.out.Error("ERR Unrecognized option '" + a[2].substr(0, 128) + "'");
+      return;
+    }
+    c.out.Ok();
+  } else if (sub == "info" && a.size() == 2) {
+    c.out.Verbatim("id=" + std::to_string(s.id) + " addr=" + s.peer + " name=" + s.name +
+                   " db=0 multi=" + std::to_string(s.in_multi ? s.queued.size() : -1) +
+                   " resp=" + std::to_string(s.proto) + " lib-name=" + s.lib_name +
+                   " lib-ver=" + s.lib_ver + "\n");
+  } else if (sub == "setname" || sub == "getname" || sub == "id" || sub == "setinfo" ||
+             sub == "info") {
+    c.out.Error("ERR wrong number of arguments for 'client|" + sub + "' command");
+  } else {
+    UnknownSubcommand(c, a[1], "CLIENT");
+  }
+}
+
+void Command(CommandContext& c, const std::vector<std::string>& a) {
+  const auto& table = CommandTable();
+  if (a.size() == 1) {
+    c.out.Array(table.size());
+    for (const auto& s : table) WriteCommandInfo(c.out, s);
+    return;
+  }
+  std::string sub = Lower(a[1]);
+  if (sub == "count" && a.size() == 2) {
+    c.out.Integer(static_cast<int64_t>(table.size()));
+  } else if (sub == "list" && a.size() == 2) {
+    c.out.Array(table.size());
+    for (const auto& s : table) c.out.Bulk(s.name);
+  } else if (sub == "info") {
+    if (a.size() == 2) {
+      c.out.Array(table.size());
+      for (const auto& s : table) WriteCommandInfo(c.out, s);
+      return;
+    }
+    c.out.Array(a.size() - 2);
+    for (size_t i = 2; i < a.size(); ++i) {
+      const CommandSpec* s = FindCommand(a[i]);
+      if (s) {
+        WriteCommandInfo(c.out, *s);
+      } else {
+        c.out.NullArray();
+      }
+    }
+  } else if (sub == "docs") {
+    std::vector<const CommandSpec*> picked;
+    if (a.size() == 2) {
+      for (const auto& s : table) picked.push_back(&s);
+    } else {
+      for (size_t i = 2; i < a.size(); ++i) {
+        if (const CommandSpec* s = FindCommand(a[i])) picked.push_back(s);
+      }
+    }
+    c.out.Map(picked.size());
+    for (const CommandSpec* s : picked) WriteCommandDoc(c.out, *s);
+  } else {
+    UnknownSubcommand(c, a[1], "COMMAND");
+  }
+}
+
+void Config(CommandContext& c, const std::vector<std::string>& a) {
+  std::string sub = Lower(a[1]);
+  if (sub != "get") {
+    if (sub == "set" || sub == "resetstat" || sub == "rewrite") {
+      c.out.Error("ERR CONFIG " + Lower(a[1]) + " is not supported by this server");
+    } else {
+      UnknownSubcommand(c, a[1], "CONFIG");
+    }
+    return;
+  }
+  if (a.size() < 3) {
+    c.out.Error("ERR wrong number of arguments for 'config|get' command");
+    return;
+  }
+  std::vector<std::pair<std::string, std::string>> hits;
+  std::set<std::string> seen;
+  for (const auto& [k, v] : ConfigValues(c.state)) {
+    for (size_t i = 2; i < a.size(); ++i) {
+      if (GlobMatch(a[i], k, /*nocase=*/true) && seen.insert(k).second) hits.emplace_back(k, v);
+    }
+  }
+  c.out.Map(hits.size());
+  for (const auto& [k, v] : hits) {
+    c.out.Bulk(k);
+    c.out.Bulk(v);
+  }
+}
+
+void Info(CommandContext& c, const std::vector<std::string>& a) {
+  static const std::vector<std::string> kAll = {"server", "clients",     "memory",  "persistence",
+                                                "stats",  "replication", "keyspace"};
+  std::vector<std::string> want;
+  if (a.size() == 1) {
+    want = kAll;
+  } else {
+    for (size_t i = 1; i < a.size(); ++i) {
+      std::string n = Lower(a[i]);
+      if (n == "all" || n == "everything" || n == "default") {
+        want = kAll;
+        break;
+      }
+      if (std::find(kAll.begin(), kAll.end(), n) != kAll.end() &&
+          std::find(want.begin(), want.end(), n) == want.end()) {
+        want.push_back(n);
+      }
+    }
+  }
+  std::string body;
+  for (const auto& n : want) {
+    if (!body.empty()) body += "\r\n";
+    body += InfoSection(c, n);
+  }
+  c.out.Verbatim(body);
+}
+
+void Time(CommandContext& c, const std::vector<std::string>&) {
+  auto now = std::chrono::system_clock::now().time_since_epoch();
+  int64_t us = std::chrono::duration_cast<std::chrono::microseconds>(now).count();
+  c.out.Array(2);
+  c.out.Bulk(std::to_string(us / 1000000));
+  c.out.Bulk(std::to_string(us % 1000000));
+}
+
+void Multi(CommandContext& c, const std::vector<std::string>&) {
+  if (c.session.in_multi) {
+    c.out.Error("ERR MULTI calls can not be nested");
+    return;
+  }
+  c.session.in_multi = true;
+  c.session.multi_failed = false;
+  c.session.queued.clear();
+  c.out.Ok();
+}
+
+void Discard(CommandContext& c, const std::vector<std::string>&) {
+  if (!c.session.in_multi) {
+    c.out.Error("ERR DISCARD without MULTI");
+    return;
+  }
+  c.session.in_multi = false;
+  c.session.multi_failed = false;
+  c.session.queued.clear();
+  c.out.Ok();
+}
+
+void Exec(CommandContext& c, const std::vector<std::string>&) {
+  auto& s = c.session;
+  if (!s.in_multi) {
+    c.out.Error("ERR EXEC without MULTI");
+    return;
+  }
+  auto queue = std::move(s.queued);
+  bool failed = s.multi_failed;
+  s.in_multi = false;
+  s.multi_failed = false;
+  s.queued.clear();
+  if (failed) {
+    c.out.Error("EXECABORT Transaction discarded because of previous errors.");
+    return;
+  }
+  std::vector<const CommandSpec*> specs;
+  std::set<uint32_t> shards;
+  for (const auto& argv : queue) {
+    const CommandSpec* spec = FindCommand(argv[0]);
+    specs.push_back(spec);  // validated when queued
+    for (auto k : CommandKeys(*spec, argv)) shards.insert(c.store.ShardOf(k));
+  }
+  if (shards.size() > 1) {
+    c.out.Error("CROSSSLOT Keys in this transaction are in " + std::to_string(shards.size()) +
+                " shards; MULTI/EXEC is atomic only within one shard. Nothing was executed.");
+    return;
+  }
+  constexpr int kMaxAttempts = 64;
+  for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
+    TxnStore txn(&c.store);
+    std::string replies;
+    ReplyWriter w(&replies, s.proto);
+    w.Array(queue.size());
+    for (size_t i = 0; i < queue.size(); ++i) {
+      c.dispatcher.Run(s, *specs[i], queue[i], txn, w);
+    }
+    auto committed = txn.Commit();
+    if (!committed.ok()) {
+      c.out.Error(committed.status().code() == StatusCode::kNotSupported
+                      ? "ERR EXEC: the store cannot commit a multi-key batch: " +
+                            committed.status().message() + ". Nothing was executed."
+                      : StoreError(committed.status()) + " (nothing was executed)");
+      return;
+    }
+    if (*committed) {
+      c.out.set_proto(s.proto);
+      c.out.Raw(replies);
+      return;
+    }
+  }
+  c.out.Error("TRYAGAIN EXEC: keys kept changing under the transaction; nothing was executed");
+}
+
+void Wait(CommandContext& c, const std::vector<std::string>& a) {
+  int64_t n = 0, timeout = 0;
+  if (!ParseInt64(a[1], &n) || !ParseInt64(a[2], &timeout)) {
+    c.out.Error(std::string(kErrNotInteger));
+    return;
+  }
+  if (timeout < 0) {
+    c.out.Error("ERR timeout is negative");
+    return;
+  }
+  auto r = c.store.DurableReplicas();
+  if (!r.ok()) {
+    c.out.Error(StoreError(r.status()));
+    return;
+  }
+  c.out.Integer(*r);
+}
+
+}  // namespace asymnvm::kv::resp::handlers

@@ -1,0 +1,467 @@
+// String and keyspace commands over the Store. Values carry the gateway's framing (value.h): an
+// expired value reads as absent, and the next write replaces it conditionally on its version.
+#include <cctype>
+
+#include "kv/resp/commands.h"
+#include "kv/resp/value.h"
+
+namespace asymnvm::kv::resp::handlers {
+namespace {
+
+constexpr int kMaxCasAttempts = 1000;
+
+bool EqualsNoCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i])))
+      return false;
+  }
+  return true;
+}
+
+struct Current {
+  bool exists = false;  // present and not expired
+  std::string data;
+  int64_t expire_at = 0;
+  uint64_t version = 0;  // the stored version, also for an expired value (0: nothing stored)
+};
+
+Result<Current> ReadCurrent(CommandContext& c, std::string_view key) {
+  auto r = c.store.Get(key);
+  if (!r.ok()) return r.status();
+  Current cur;
+  if (!r->has_value()) return cur;
+  cur.version = (*r)->version;
+  DecodedValue d = DecodeValue((*r)->value);
+  if (d.expire_at_ms != 0 && d.expire_at_ms <= c.state.NowMs()) return cur;
+  cur.exists = true;
+  cur.data.assign(d.data);
+  cur.expire_at = d.expire_at_ms;
+  return cur;
+}
+
+enum class Action { kNone, kPut, kDelete };
+struct Mutation {
+  Action action = Action::kNone;
+  std::string data;
+  int64_t expire_at = 0;
+};
+
+// Reads `key`, asks fn(cur, &mutation) what to write (fn returns false after replying an error),
+// and writes it conditionally on the version read, re-reading on a concurrent change. Returns true
+// when the handler should now write its success reply.
+template <typename Fn>
+bool ReadModifyWrite(CommandContext& c, std::string_view key, Fn&& fn) {
+  for (int attempt = 0; attempt < kMaxCasAttempts; ++attempt) {
+    auto cur = ReadCurrent(c, key);
+    if (!cur.ok()) {
+      c.out.Error(StoreError(cur.status()));
+      return false;
+    }
+    Mutation m;
+    if (!fn(*cur, &m)) return false;
+    if (m.action == Action::kNone) return true;
+    if (m.action == Action::kDelete) {
+      auto d = c.store.Delete(key);
+      if (!d.ok()) {
+        c.out.Error(StoreError(d.status()));
+        return false;
+      }
+      return true;
+    }
+    auto p = c.store.PutIf(key, EncodeValue(m.data, m.expire_at), cur->version);
+    if (!p.ok()) {
+      c.out.Error(StoreError(p.status()));
+      return false;
+    }
+    if (p->has_value()) return true;
+  }
+  c.out.Error("TRYAGAIN the key kept changing; nothing was written");
+  return false;
+}
+
+// Parses an expiry argument into an absolute Unix-ms deadline; false after replying an error.
+bool ParseExpiry(CommandContext& c, std::string_view arg, int64_t unit_ms, bool absolute,
+                 std::string_view cmd, int64_t* deadline) {
+  int64_t v = 0;
+  if (!ParseInt64(arg, &v)) {
+    c.out.Error(std::string(kErrNotInteger));
+    return false;
+  }
+  std::string err = "ERR invalid expire time in '" + std::string(cmd) + "' command";
+  if (unit_ms > 1 && (v > INT64_MAX / unit_ms || v < INT64_MIN / unit_ms)) {
+    c.out.Error(err);
+    return false;
+  }
+  int64_t ms = v * unit_ms;
+  if (!absolute) {
+    int64_t now = c.state.NowMs();
+    if ((ms > 0 && now > INT64_MAX - ms)) {
+      c.out.Error(err);
+      return false;
+    }
+    ms += now;
+  }
+  *deadline = ms;
+  return true;
+}
+
+// Whether a scanned value is live (not expired) at `now`.
+bool Live(const Store::ScanPage& page, size_t i, int64_t now) {
+  if (i >= page.values.size()) return true;
+  int64_t exp = DecodeValue(page.values[i]).expire_at_ms;
+  return exp == 0 || exp > now;
+}
+
+}  // namespace
+
+void Get(CommandContext& c, const std::vector<std::string>& a) {
+  auto cur = ReadCurrent(c, a[1]);
+  if (!cur.ok()) return c.out.Error(StoreError(cur.status()));
+  if (cur->exists) {
+    c.out.Bulk(cur->data);
+  } else {
+    c.out.Null();
+  }
+}
+
+void Set(CommandContext& c, const std::vector<std::string>& a) {
+  bool nx = false, xx = false, get = false, keepttl = false, has_expiry = false;
+  int64_t deadline = 0;
+  for (size_t i = 3; i < a.size(); ++i) {
+    const std::string& o = a[i];
+    bool more = i + 1 < a.size();
+    if (EqualsNoCase(o, "NX") && !xx) {
+      nx = true;
+    } else if (EqualsNoCase(o, "XX") && !nx) {
+      xx = true;
+    } else if (EqualsNoCase(o, "GET")) {
+      get = true;
+    } else if (EqualsNoCase(o, "KEEPTTL") && !has_expiry) {
+      keepttl = true;
+    } else if (more && !has_expiry && !keepttl &&
+               (EqualsNoCase(o, "EX") || EqualsNoCase(o, "PX") || EqualsNoCase(o, "EXAT") ||
+                EqualsNoCase(o, "PXAT"))) {
+      bool secs = EqualsNoCase(o, "EX") || EqualsNoCase(o, "EXAT");
+      bool absolute = EqualsNoCase(o, "EXAT") || EqualsNoCase(o, "PXAT");
+      int64_t v = 0;
+      if (!ParseInt64(a[i + 1], &v)) return c.out.Error(std::string(kErrNotInteger));
+      if (v <= 0) return c.out.Error("ERR invalid expire time in 'set' command");
+      if (!ParseExpiry(c, a[i + 1], secs ? 1000 : 1, absolute, "set", &deadline)) return;
+      has_expiry = true;
+      ++i;
+    } else {
+      return c.out.Error(std::string(kErrSyntax));
+    }
+  }
+  const std::string& key = a[1];
+  const std::string& value = a[2];
+  if (!nx && !xx && !get && !keepttl) {
+    // The nilext path: one unconditional PUT.
+    auto r = c.store.Put(key, EncodeValue(value, deadline));
+    if (!r.ok()) return c.out.Error(StoreError(r.status()));
+    return c.out.Ok();
+  }
+  bool wrote = false, had_old = false;
+  std::string old;
+  bool ok = ReadModifyWrite(c, key, [&](const Current& cur, Mutation* m) {
+    had_old = cur.exists;
+    old = cur.data;
+    wrote = false;
+    if ((nx && cur.exists) || (xx && !cur.exists)) return true;
+    m->action = Action::kPut;
+    m->data = value;
+    m->expire_at = keepttl ? cur.expire_at : deadline;
+    wrote = true;
+    return true;
+  });
+  if (!ok) return;
+  if (get) {
+    if (had_old) {
+      c.out.Bulk(old);
+    } else {
+      c.out.Null();
+    }
+  } else if (wrote) {
+    c.out.Ok();
+  } else {
+    c.out.Null();
+  }
+}
+
+void SetNx(CommandContext& c, const std::vector<std::string>& a) {
+  bool wrote = false;
+  bool ok = ReadModifyWrite(c, a[1], [&](const Current& cur, Mutation* m) {
+    wrote = !cur.exists;
+    if (wrote) {
+      m->action = Action::kPut;
+      m->data = a[2];
+    }
+    return true;
+  });
+  if (ok) c.out.Integer(wrote ? 1 : 0);
+}
+
+void MGet(CommandContext& c, const std::vector<std::string>& a) {
+  std::string replies;
+  ReplyWriter w(&replies, c.out.proto());
+  w.Array(a.size() - 1);
+  for (size_t i = 1; i < a.size(); ++i) {
+    auto cur = ReadCurrent(c, a[i]);
+    if (!cur.ok()) return c.out.Error(StoreError(cur.status()));
+    if (cur->exists) {
+      w.Bulk(cur->data);
+    } else {
+      w.Null();
+    }
+  }
+  c.out.Raw(replies);
+}
+
+void MSet(CommandContext& c, const std::vector<std::string>& a) {
+  if (a.size() % 2 != 1) return c.out.Error(ArityError("mset"));
+  for (size_t i = 1; i + 1 < a.size(); i += 2) {
+    auto r = c.store.Put(a[i], EncodeValue(a[i + 1], 0));
+    if (!r.ok()) return c.out.Error(StoreError(r.status()));
+  }
+  c.out.Ok();
+}
+
+void Del(CommandContext& c, const std::vector<std::string>& a) {
+  int64_t n = 0;
+  for (size_t i = 1; i < a.size(); ++i) {
+    auto r = c.store.Delete(a[i]);
+    if (!r.ok()) return c.out.Error(StoreError(r.status()));
+    n += *r ? 1 : 0;
+  }
+  c.out.Integer(n);
+}
+
+void Exists(CommandContext& c, const std::vector<std::string>& a) {
+  int64_t n = 0;
+  for (size_t i = 1; i < a.size(); ++i) {
+    auto cur = ReadCurrent(c, a[i]);
+    if (!cur.ok()) return c.out.Error(StoreError(cur.status()));
+    n += cur->exists ? 1 : 0;
+  }
+  c.out.Integer(n);
+}
+
+void IncrFamily(CommandContext& c, const std::vector<std::string>& a) {
+  std::string cmd(a[0]);
+  for (char& ch : cmd) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  int64_t delta = 1;
+  if (cmd == "decr") {
+    delta = -1;
+  } else if (cmd == "incrby" || cmd == "decrby") {
+    if (!ParseInt64(a[2], &delta)) return c.out.Error(std::string(kErrNotInteger));
+    if (cmd == "decrby") {
+      if (delta == INT64_MIN) return c.out.Error("ERR decrement would overflow");
+      delta = -delta;
+    }
+  }
+  // One round trip when the value is a plain decimal (no TTL): the store's atomic Incr.
+  auto fast = c.store.Incr(a[1], delta);
+  if (!fast.ok()) return c.out.Error(StoreError(fast.status()));
+  if (fast->has_value()) return c.out.Integer(**fast);
+  int64_t result = 0;
+  bool ok = ReadModifyWrite(c, a[1], [&](const Current& cur, Mutation* m) {
+    int64_t v = 0;
+    if (cur.exists && !ParseInt64(cur.data, &v)) {
+      c.out.Error(std::string(kErrNotInteger));
+      return false;
+    }
+    if ((delta > 0 && v > INT64_MAX - delta) || (delta < 0 && v < INT64_MIN - delta)) {
+      c.out.Error("ERR increment or decrement would overflow");
+      return false;
+    }
+    result = v + delta;
+    m->action = Action::kPut;
+    m->data = std::to_string(result);
+    m->expire_at = cur.expire_at;
+    return true;
+  });
+  if (ok) c.out.Integer(result);
+}
+
+void Append(CommandContext& c, const std::vector<std::string>& a) {
+  size_t len = 0;
+  bool ok = ReadModifyWrite(c, a[1], [&](const Current& cur, Mutation* m) {
+    m->action = Action::kPut;
+    m->data = cur.data + a[2];
+    m->expire_at = cur.expire_at;
+    len = m->data.size();
+    return true;
+  });
+  if (ok) c.out.Integer(static_cast<int64_t>(len));
+}
+
+void StrLen(CommandContext& c, const std::vector<std::string>& a) {
+  auto cur = ReadCurrent(c, a[1]);
+  if (!cur.ok()) return c.out.Error(StoreError(cur.status()));
+  c.out.Integer(static_cast<int64_t>(cur->exists ? cur->data.size() : 0));
+}
+
+void GetSet(CommandContext& c, const std::vector<std::string>& a) {
+  bool had = false;
+  std::string old;
+  bool ok = ReadModifyWrite(c, a[1], [&](const Current& cur, Mutation* m) {
+    had = cur.exists;
+    old = cur.data;
+    m->action = Action::kPut;
+    m->data = a[2];
+    return true;
+  });
+  if (!ok) return;
+  if (had) {
+    c.out.Bulk(old);
+  } else {
+    c.out.Null();
+  }
+}
+
+void Scan(CommandContext& c, const std::vector<std::string>& a) {
+  uint64_t cursor = 0;
+  {
+    const std::string& s = a[1];
+    if (s.empty() || s.size() > 20) return c.out.Error("ERR invalid cursor");
+    for (char ch : s) {
+      if (ch < '0' || ch > '9') return c.out.Error("ERR invalid cursor");
+      uint64_t d = static_cast<uint64_t>(ch - '0');
+      if (cursor > (UINT64_MAX - d) / 10) return c.out.Error("ERR invalid cursor");
+      cursor = cursor * 10 + d;
+    }
+  }
+  std::string match;
+  bool has_match = false, type_mismatch = false;
+  int64_t count = 10;
+  for (size_t i = 2; i < a.size(); i += 2) {
+    if (i + 1 >= a.size()) return c.out.Error(std::string(kErrSyntax));
+    if (EqualsNoCase(a[i], "MATCH")) {
+      match = a[i + 1];
+      has_match = match != "*";
+    } else if (EqualsNoCase(a[i], "COUNT")) {
+      if (!ParseInt64(a[i + 1], &count)) return c.out.Error(std::string(kErrNotInteger));
+      if (count < 1) return c.out.Error(std::string(kErrSyntax));
+    } else if (EqualsNoCase(a[i], "TYPE")) {
+      type_mismatch = !EqualsNoCase(a[i + 1], "string");
+    } else {
+      return c.out.Error(std::string(kErrSyntax));
+    }
+  }
+  auto page = c.store.Scan(cursor, static_cast<size_t>(std::min<int64_t>(count, 100000)));
+  if (!page.ok()) return c.out.Error(StoreError(page.status()));
+  std::vector<const std::string*> keys;
+  int64_t now = c.state.NowMs();
+  if (!type_mismatch) {
+    for (size_t i = 0; i < page->keys.size(); ++i) {
+      const auto& k = page->keys[i];
+      if ((!has_match || GlobMatch(match, k)) && Live(*page, i, now)) keys.push_back(&k);
+    }
+  }
+  c.out.Array(2);
+  c.out.Bulk(std::to_string(page->next_cursor));
+  c.out.Array(keys.size());
+  for (const auto* k : keys) c.out.Bulk(*k);
+}
+
+void DbSize(CommandContext& c, const std::vector<std::string>&) {
+  uint64_t cursor = 0;
+  int64_t n = 0;
+  do {
+    auto page = c.store.Scan(cursor, 1000);
+    if (!page.ok()) return c.out.Error(StoreError(page.status()));
+    int64_t now = c.state.NowMs();
+    for (size_t i = 0; i < page->keys.size(); ++i) n += Live(*page, i, now) ? 1 : 0;
+    cursor = page->next_cursor;
+  } while (cursor != 0);
+  c.out.Integer(n);
+}
+
+void FlushAll(CommandContext& c, const std::vector<std::string>& a) {
+  if (a.size() > 2 || (a.size() == 2 && !EqualsNoCase(a[1], "ASYNC") && !EqualsNoCase(a[1], "SYNC"))) {
+    return c.out.Error(std::string(kErrSyntax));
+  }
+  std::vector<std::string> keys;
+  uint64_t cursor = 0;
+  do {
+    auto page = c.store.Scan(cursor, 1000);
+    if (!page.ok()) return c.out.Error(StoreError(page.status()));
+    for (auto& k : page->keys) keys.push_back(std::move(k));
+    cursor = page->next_cursor;
+  } while (cursor != 0);
+  for (const auto& k : keys) {
+    auto r = c.store.Delete(k);
+    if (!r.ok()) return c.out.Error(StoreError(r.status()));
+  }
+  c.out.Ok();
+}
+
+void Expire(CommandContext& c, const std::vector<std::string>& a) {
+  bool ms = EqualsNoCase(a[0], "pexpire");
+  int64_t deadline = 0;
+  if (!ParseExpiry(c, a[2], ms ? 1 : 1000, false, ms ? "pexpire" : "expire", &deadline)) return;
+  bool nx = false, xx = false, gt = false, lt = false;
+  for (size_t i = 3; i < a.size(); ++i) {
+    if (EqualsNoCase(a[i], "NX")) {
+      nx = true;
+    } else if (EqualsNoCase(a[i], "XX")) {
+      xx = true;
+    } else if (EqualsNoCase(a[i], "GT")) {
+      gt = true;
+    } else if (EqualsNoCase(a[i], "LT")) {
+      lt = true;
+    } else {
+      return c.out.Error("ERR Unsupported option " + a[i].substr(0, 64));
+    }
+  }
+  if (nx && (xx || gt || lt)) {
+    return c.out.Error("ERR NX and XX, GT or LT options at the same time are not compatible");
+  }
+  if (gt && lt) return c.out.Error("ERR GT and LT options at the same time are not compatible");
+  bool applied = false;
+  bool ok = ReadModifyWrite(c, a[1], [&](const Current& cur, Mutation* m) {
+    applied = false;
+    if (!cur.exists) return true;
+    bool has = cur.expire_at != 0;
+    if ((nx && has) || (xx && !has) || (gt && (!has || deadline <= cur.expire_at)) ||
+        (lt && has && deadline >= cur.expire_at)) {
+      return true;
+    }
+    applied = true;
+    if (deadline <= c.state.NowMs()) {
+      m->action = Action::kDelete;
+    } else {
+      m->action = Action::kPut;
+      m->data = cur.data;
+      m->expire_at = deadline;
+    }
+    return true;
+  });
+  if (ok) c.out.Integer(applied ? 1 : 0);
+}
+
+void Ttl(CommandContext& c, const std::vector<std::string>& a) {
+  bool ms = EqualsNoCase(a[0], "pttl");
+  auto cur = ReadCurrent(c, a[1]);
+  if (!cur.ok()) return c.out.Error(StoreError(cur.status()));
+  if (!cur->exists) return c.out.Integer(-2);
+  if (cur->expire_at == 0) return c.out.Integer(-1);
+  int64_t left = std::max<int64_t>(0, cur->expire_at - c.state.NowMs());
+  c.out.Integer(ms ? left : (left + 500) / 1000);
+}
+
+void Persist(CommandContext& c, const std::vector<std::string>& a) {
+  bool applied = false;
+  bool ok = ReadModifyWrite(c, a[1], [&](const Current& cur, Mutation* m) {
+    applied = cur.exists && cur.expire_at != 0;
+    if (applied) {
+      m->action = Action::kPut;
+      m->data = cur.data;
+    }
+    return true;
+  });
+  if (ok) c.out.Integer(applied ? 1 : 0);
+}
+
+}  // namespace asymnvm::kv::resp::handlers

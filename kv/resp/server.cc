@@ -1,0 +1,598 @@
+#include "kv/resp/server.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/logging.h"
+#include "kv/resp/commands.h"
+
+namespace asymnvm::kv::resp {
+
+class Loop;
+
+namespace {
+
+constexpr const char* kLog = "resp";
+constexpr size_t kReadChunk = 64 << 10;
+constexpr int kReadsPerEvent = 16;     // fairness between connections of one loop
+constexpr size_t kMaxPending = 1024;   // parsed, not yet run commands per connection
+constexpr size_t kMaxBatch = 256;      // commands per worker batch
+
+// One parsed input event waiting to run.
+struct Pending {
+  enum Kind { kCommand, kReject, kFatal } kind = kCommand;
+  std::vector<std::string> argv;  // kCommand
+  std::string message;            // kReject / kFatal
+};
+
+struct Conn {
+  int fd = -1;
+  Loop* loop = nullptr;
+  RequestParser parser;
+  Session session;             // touched by a worker only while `busy`
+  std::deque<Pending> pending;
+  std::string out;
+  size_t out_off = 0;
+  bool reading = true;   // EPOLLIN armed
+  bool writing = false;  // EPOLLOUT armed
+  bool closing = false;  // close once `out` is flushed
+  bool busy = false;     // a batch is with the workers
+  bool dead = false;     // closed while busy: drop the batch's output
+  bool detached = false; // removed from epoll (peer hung up while busy)
+  explicit Conn(const ParserLimits& l) : parser(l) {}
+};
+
+struct Job {
+  std::shared_ptr<Conn> conn;
+  std::vector<std::vector<std::string>> commands;
+  std::string out;
+};
+
+std::string PeerName(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "?";
+  char host[INET6_ADDRSTRLEN] = "?";
+  uint16_t port = 0;
+  if (ss.ss_family == AF_INET) {
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+    port = ntohs(a->sin_port);
+  } else if (ss.ss_family == AF_INET6) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+    port = ntohs(a->sin6_port);
+  }
+  return std::string(host) + ":" + std::to_string(port);
+}
+
+// Runs connections' command batches on threads that may block in the store.
+class WorkerPool {
+ public:
+  WorkerPool(GatewayState* state) : state_(state) {}
+  ~WorkerPool() { Stop(); }
+
+  Status Start(int n, const std::function<Result<std::unique_ptr<Store>>()>& factory,
+               std::function<void(Job*)> done) {
+    done_ = std::move(done);
+    for (int i = 0; i < n; ++i) {
+      auto st = factory();
+      if (!st.ok()) return st.status().WithContext("RESP gateway store");
+      stores_.push_back(std::move(st).value());
+    }
+    for (int i = 0; i < n; ++i) {
+      threads_.emplace_back([this, i] { Run(stores_[i].get()); });
+    }
+    return Status::Ok();
+  }
+  void Submit(Job* job) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      queue_.push_back(job);
+    }
+    cv_.notify_one();
+  }
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+    threads_.clear();
+    for (Job* j : queue_) delete j;
+    queue_.clear();
+  }
+
+ private:
+  void Run(Store* store) {
+    Dispatcher dispatcher(state_, store);
+    for (;;) {
+      Job* job = nullptr;
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        cv_.wait(l, [&] { return stop_ || !queue_.empty(); });
+        if (stop_) return;
+        job = queue_.front();
+        queue_.pop_front();
+      }
+      Session& s = job->conn->session;
+      for (auto& argv : job->commands) {
+        dispatcher.Execute(s, argv, &job->out);
+        if (s.close_after_reply) break;
+      }
+      done_(job);
+    }
+  }
+
+  GatewayState* state_;
+  std::function<void(Job*)> done_;
+  std::vector<std::unique_ptr<Store>> stores_;
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job*> queue_;
+  bool stop_ = false;
+};
+
+}  // namespace
+
+class Loop {
+ public:
+  Loop(GatewayState* state, const ServerOptions* opts, int listen_fd, WorkerPool* pool)
+      : state_(state), opts_(opts), listen_fd_(listen_fd), pool_(pool),
+        dispatcher_(state, &no_store_) {}
+  ~Loop() {
+    for (auto& [fd, c] : conns_) {
+      ::close(fd);
+      state_->connected_clients.fetch_sub(1);
+    }
+    for (Job* j : done_) delete j;
+    if (wake_fd_ >= 0) ::close(wake_fd_);
+    if (ep_ >= 0) ::close(ep_);
+  }
+
+  Status Init() {
+    ep_ = epoll_create1(EPOLL_CLOEXEC);
+    if (ep_ < 0) return Status::IoError("epoll_create1", errno);
+    wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd_ < 0) return Status::IoError("eventfd", errno);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = wake_fd_;
+    if (epoll_ctl(ep_, EPOLL_CTL_ADD, wake_fd_, &ev) != 0) return Status::IoError("epoll_ctl", errno);
+    ev.events = EPOLLIN | EPOLLEXCLUSIVE;
+    ev.data.fd = listen_fd_;
+    if (epoll_ctl(ep_, EPOLL_CTL_ADD, listen_fd_, &ev) != 0) return Status::IoError("epoll_ctl", errno);
+    return Status::Ok();
+  }
+
+  void Start() { thread_ = std::thread([this] { Run(); }); }
+  void Stop() {
+    stop_.store(true);
+    Wake();
+    if (thread_.joinable()) thread_.join();
+  }
+  // Called by a worker when a batch finished (any thread).
+  void Complete(Job* job) {
+    {
+      std::lock_guard<std::mutex> l(done_mu_);
+      done_.push_back(job);
+    }
+    Wake();
+  }
+
+ private:
+  // A Store for commands the loop runs itself: they never call it.
+  struct NoStore final : Store {
+    Status Bug() const { return Status::Internal("an inline command reached the store"); }
+    Result<std::optional<StoredValue>> Get(std::string_view) override { return Bug(); }
+    Result<uint64_t> Put(std::string_view, std::string_view) override { return Bug(); }
+    Result<std::optional<uint64_t>> PutIf(std::string_view, std::string_view, uint64_t) override {
+      return Bug();
+    }
+    Result<std::optional<int64_t>> Incr(std::string_view, int64_t) override { return Bug(); }
+    Result<bool> Delete(std::string_view) override { return Bug(); }
+    Result<ScanPage> Scan(uint64_t, size_t) override { return Bug(); }
+    uint32_t ShardOf(std::string_view) override { return 0; }
+    Result<bool> CommitBatch(const std::vector<BatchWrite>&) override { return Bug(); }
+    Result<int64_t> DurableReplicas() override { return Bug(); }
+  };
+
+  void Wake() {
+    uint64_t one = 1;
+    ssize_t r = ::write(wake_fd_, &one, sizeof one);
+    (void)r;
+  }
+
+  void Run() {
+    std::vector<epoll_event> events(128);
+    while (!stop_.load()) {
+      int n = epoll_wait(ep_, events.data(), static_cast<int>(events.size()), -1);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        LOG_ERROR(kLog, "epoll_wait: " << std::strerror(errno));
+        return;
+      }
+      for (int i = 0; i < n; ++i) {
+        int fd = events[i].data.fd;
+        if (fd == wake_fd_) {
+          uint64_t v;
+          ssize_t r = ::read(wake_fd_, &v, sizeof v);
+          (void)r;
+          Completions();
+          continue;
+        }
+        if (fd == listen_fd_) {
+          Accept();
+          continue;
+        }
+        auto it = conns_.find(fd);
+        if (it == conns_.end()) continue;
+        std::shared_ptr<Conn> c = it->second;
+        uint32_t e = events[i].events;
+        bool alive = true;
+        if (e & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) {
+          alive = OnReadable(*c, (e & (EPOLLHUP | EPOLLERR)) != 0);
+        }
+        if (alive && (e & EPOLLOUT)) alive = Flush(*c);
+        if (!alive) Close(*c);
+      }
+    }
+  }
+
+  void Completions() {
+    std::vector<Job*> jobs;
+    {
+      std::lock_guard<std::mutex> l(done_mu_);
+      jobs.swap(done_);
+    }
+    for (Job* job : jobs) {
+      std::shared_ptr<Conn> c = std::move(job->conn);
+      std::string out = std::move(job->out);
+      delete job;
+      c->busy = false;
+      if (c->dead) continue;
+      c->out += out;
+      if (c->session.close_after_reply) {
+        c->closing = true;
+        c->pending.clear();
+      }
+      bool alive = Pump(*c) && Flush(*c);
+      if (!alive) Close(*c);
+    }
+  }
+
+  void Accept() {
+    for (;;) {
+      sockaddr_storage ss{};
+      socklen_t len = sizeof ss;
+      int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &len,
+                       SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+          LOG_WARN(kLog, "accept: " << std::strerror(errno));
+        }
+        return;
+      }
+      state_->total_connections.fetch_add(1);
+      if (state_->connected_clients.load() >= opts_->max_clients) {
+        static const char kMsg[] = "-ERR max number of clients reached\r\n";
+        ssize_t r = ::send(fd, kMsg, sizeof kMsg - 1, MSG_NOSIGNAL);
+        (void)r;
+        ::close(fd);
+        state_->rejected_connections.fetch_add(1);
+        continue;
+      }
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      auto c = std::make_shared<Conn>(opts_->limits);
+      c->fd = fd;
+      c->loop = this;
+      c->session.id = state_->next_client_id.fetch_add(1);
+      c->session.peer = PeerName(fd);
+      epoll_event ev{};
+      ev.events = EPOLLIN | EPOLLRDHUP;
+      ev.data.fd = fd;
+      if (epoll_ctl(ep_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        LOG_WARN(kLog, "epoll_ctl add: " << std::strerror(errno));
+        ::close(fd);
+        continue;
+      }
+      state_->connected_clients.fetch_add(1);
+      conns_.emplace(fd, std::move(c));
+    }
+  }
+
+  // Reads what is available and runs or dispatches complete commands. false: close now.
+  // `hangup`: EPOLLHUP/EPOLLERR, reported even while input is paused — read to learn the error.
+  bool OnReadable(Conn& c, bool hangup) {
+    bool eof = false;
+    char buf[kReadChunk];
+    for (int i = 0; i < kReadsPerEvent && !c.closing && (c.reading || hangup); ++i) {
+      ssize_t r = ::recv(c.fd, buf, sizeof buf, 0);
+      if (r > 0) {
+        c.parser.Append(buf, static_cast<size_t>(r));
+        if (!Pump(c)) return false;
+        if (static_cast<size_t>(r) < sizeof buf) break;
+        if (c.pending.size() >= kMaxPending) break;
+        continue;
+      }
+      if (r == 0) {
+        eof = true;
+        break;
+      }
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      return false;  // ECONNRESET and friends
+    }
+    if (eof) {
+      // The peer will send nothing more: answer what it sent, then close. While a batch is in
+      // flight, stop watching the socket (a hung-up socket stays readable: no busy polling); the
+      // batch's completion flushes and closes.
+      c.closing = true;
+      if (c.busy) {
+        epoll_ctl(ep_, EPOLL_CTL_DEL, c.fd, nullptr);
+        c.reading = c.writing = false;
+        c.detached = true;
+        return true;
+      }
+    }
+    return Flush(c);
+  }
+
+  // Moves parsed commands into `pending` (bounded), then runs what can run now. false: close.
+  bool Pump(Conn& c) {
+    while (c.pending.size() < kMaxPending) {
+      Request req;
+      auto k = c.parser.Next(&req);
+      if (k == RequestParser::Kind::kNeedMore) break;
+      Pending p;
+      if (k == RequestParser::Kind::kCommand) {
+        p.argv = std::move(req.argv);
+      } else {
+        p.kind = k == RequestParser::Kind::kReject ? Pending::kReject : Pending::kFatal;
+        p.message = c.parser.message();
+      }
+      c.pending.push_back(std::move(p));
+      if (k == RequestParser::Kind::kFatal) break;
+    }
+    while (!c.busy && !c.pending.empty()) {
+      Pending& p = c.pending.front();
+      if (p.kind != Pending::kCommand) {
+        ReplyWriter(&c.out, c.session.proto).Error(p.message);
+        if (c.session.in_multi) c.session.multi_failed = true;
+        if (p.kind == Pending::kFatal) {
+          LOG_INFO(kLog, "closing " << c.session.peer << ": " << p.message);
+          c.closing = true;
+          c.pending.clear();
+          return true;
+        }
+        c.pending.pop_front();
+        continue;
+      }
+      if (RunsInline(c.session, p.argv)) {
+        dispatcher_.Execute(c.session, p.argv, &c.out);
+        c.pending.pop_front();
+        if (c.session.close_after_reply) {
+          c.closing = true;
+          c.pending.clear();
+        }
+        continue;
+      }
+      // A batch of this connection's consecutive commands goes to a worker.
+      auto* job = new Job;
+      auto it = conns_.find(c.fd);
+      job->conn = it->second;
+      while (!c.pending.empty() && c.pending.front().kind == Pending::kCommand &&
+             job->commands.size() < kMaxBatch) {
+        job->commands.push_back(std::move(c.pending.front().argv));
+        c.pending.pop_front();
+      }
+      c.busy = true;
+      pool_->Submit(job);
+    }
+    return true;
+  }
+
+  bool RunsInline(const Session& s, const std::vector<std::string>& argv) {
+    const CommandSpec* spec = FindCommand(argv[0]);
+    if (spec == nullptr) return true;  // an error reply
+    if (spec->flags & kInline) return true;
+    return s.in_multi && !(spec->flags & kNoMulti);  // just queued
+  }
+
+  // Writes pending output; arms EPOLLOUT / disarms EPOLLIN as needed. false: close now.
+  bool Flush(Conn& c) {
+    while (c.out_off < c.out.size()) {
+      ssize_t w = ::send(c.fd, c.out.data() + c.out_off, c.out.size() - c.out_off, MSG_NOSIGNAL);
+      if (w > 0) {
+        c.out_off += static_cast<size_t>(w);
+        continue;
+      }
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      return false;
+    }
+    if (c.out_off == c.out.size()) {
+      c.out.clear();
+      c.out_off = 0;
+      if (c.closing && !c.busy && c.pending.empty()) return false;
+    } else if (c.out_off > (1 << 20)) {
+      c.out.erase(0, c.out_off);
+      c.out_off = 0;
+    }
+    size_t unsent = c.out.size() - c.out_off;
+    bool want_write = unsent > 0;
+    bool want_read = !c.closing && unsent <= opts_->max_output_bytes &&
+                     c.pending.size() < kMaxPending;
+    if (c.detached) return !want_write;  // cannot wait for writability: give up on the rest
+    if (want_write != c.writing || want_read != c.reading) {
+      epoll_event ev{};
+      ev.events = (want_read ? static_cast<uint32_t>(EPOLLIN | EPOLLRDHUP) : 0u) |
+                  (want_write ? static_cast<uint32_t>(EPOLLOUT) : 0u);
+      ev.data.fd = c.fd;
+      if (epoll_ctl(ep_, EPOLL_CTL_MOD, c.fd, &ev) != 0) return false;
+      c.writing = want_write;
+      c.reading = want_read;
+    }
+    return true;
+  }
+
+  void Close(Conn& c) {
+    if (c.dead) return;
+    c.dead = true;
+    int fd = c.fd;
+    epoll_ctl(ep_, EPOLL_CTL_DEL, fd, nullptr);
+    ::close(fd);
+    state_->connected_clients.fetch_sub(1);
+    conns_.erase(fd);  // a batch in flight keeps the Conn alive until it completes
+  }
+
+  GatewayState* state_;
+  const ServerOptions* opts_;
+  int listen_fd_;
+  WorkerPool* pool_;
+  NoStore no_store_;
+  Dispatcher dispatcher_;
+  int ep_ = -1;
+  int wake_fd_ = -1;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::unordered_map<int, std::shared_ptr<Conn>> conns_;
+  std::mutex done_mu_;
+  std::vector<Job*> done_;
+};
+
+struct Server::Impl {
+  ServerOptions opts;
+  GatewayState state;
+  int listen_fd = -1;
+  uint16_t port = 0;
+  std::unique_ptr<WorkerPool> pool;
+  std::vector<std::unique_ptr<Loop>> loops;
+  bool stopped = false;
+
+  ~Impl() {
+    if (listen_fd >= 0) ::close(listen_fd);
+  }
+};
+
+namespace {
+
+Result<int> Listen(const std::string& addr, uint16_t port, uint16_t* bound) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Status::IoError("socket", errno);
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  if (inet_pton(AF_INET, addr.c_str(), &sa.sin_addr) != 1) {
+    ::close(fd);
+    return Status::InvalidArgument("bind address '" + addr + "' is not an IPv4 address");
+  }
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    int e = errno;
+    ::close(fd);
+    return Status::IoError("bind " + addr + ":" + std::to_string(port) + ": " + std::strerror(e), e);
+  }
+  if (::listen(fd, 1024) != 0) {
+    int e = errno;
+    ::close(fd);
+    return Status::IoError("listen", e);
+  }
+  socklen_t len = sizeof sa;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+  *bound = ntohs(sa.sin_port);
+  return fd;
+}
+
+std::string RandomRunId() {
+  std::random_device rd;
+  static const char kHex[] = "0123456789abcdef";
+  std::string s(40, '0');
+  for (char& ch : s) ch = kHex[rd() % 16];
+  return s;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
+  if (options.loop_threads < 1 || options.loop_threads > 256) {
+    return Status::InvalidArgument("loop_threads must be 1..256");
+  }
+  if (options.workers < 1 || options.workers > 4096) {
+    return Status::InvalidArgument("workers must be 1..4096");
+  }
+  if (!options.store_factory) return Status::InvalidArgument("no store factory");
+  auto impl = std::make_unique<Impl>();
+  impl->opts = std::move(options);
+  auto& o = impl->opts;
+  auto fd = Listen(o.bind_address, o.port, &impl->port);
+  if (!fd.ok()) {
+    if (!o.fallback_to_ephemeral || fd.status().sys_errno() != EADDRINUSE) return fd.status();
+    LOG_INFO(kLog, "port " << o.port << " is taken; listening on an ephemeral port");
+    fd = Listen(o.bind_address, 0, &impl->port);
+    if (!fd.ok()) return fd.status();
+  }
+  impl->listen_fd = *fd;
+  auto& st = impl->state;
+  st.cluster_secret = o.cluster_secret;
+  st.run_id = RandomRunId();
+  st.start_unix_ms = st.NowMs();
+  st.port = impl->port;
+  st.version = o.version;
+  st.loop_threads = o.loop_threads;
+  st.max_clients = o.max_clients;
+  st.proto_max_bulk_len = o.limits.max_bulk_len;
+  impl->pool = std::make_unique<WorkerPool>(&st);
+  for (int i = 0; i < o.loop_threads; ++i) {
+    auto loop = std::make_unique<Loop>(&st, &o, impl->listen_fd, impl->pool.get());
+    ASYMNVM_RETURN_IF_ERROR(loop->Init());
+    impl->loops.push_back(std::move(loop));
+  }
+  ASYMNVM_RETURN_IF_ERROR(impl->pool->Start(o.workers, o.store_factory, [](Job* job) {
+    job->conn->loop->Complete(job);
+  }));
+  for (auto& l : impl->loops) l->Start();
+  return std::unique_ptr<Server>(new Server(std::move(impl)));
+}
+
+Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Server::~Server() { Stop(); }
+
+uint16_t Server::port() const { return impl_->port; }
+
+void Server::Stop() {
+  if (!impl_ || impl_->stopped) return;
+  impl_->stopped = true;
+  // Loops first (no new batches), then the workers; completed batches of stopped loops are freed
+  // by the loops' destructors.
+  for (auto& l : impl_->loops) l->Stop();
+  impl_->pool->Stop();
+  impl_->loops.clear();
+  impl_->pool.reset();
+}
+
+}  // namespace asymnvm::kv::resp

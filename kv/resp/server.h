@@ -1,0 +1,66 @@
+// The RESP gateway's TCP server: N event-loop threads (epoll, level-triggered, blocking waits — no
+// spinning) share one listening socket; each connection lives on one loop, which reads and parses
+// its input and writes its replies. Commands that never touch the store (PING, HELLO, CLIENT, ...)
+// run on the loop; the others go, as one batch of the connection's consecutive commands, to a pool
+// of worker threads that call the store synchronously (each worker owns one Store). A connection
+// has at most one batch in flight, so its replies leave in request order, while different
+// connections' requests run concurrently (the store group-commits them).
+//
+// Thread safety: Start/Stop/port from one controlling thread. Stop (or the destructor) closes every
+// connection and joins the loops.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "asymnvm/status.h"
+#include "kv/resp/protocol.h"
+#include "kv/resp/store.h"
+
+namespace asymnvm::kv::resp {
+
+struct ServerOptions {
+  std::string bind_address = "127.0.0.1";
+  uint16_t port = 6379;
+  // When `port` is taken (or 0), listen on an ephemeral port instead; port() tells which.
+  bool fallback_to_ephemeral = true;
+  int loop_threads = 2;
+  int workers = 32;  // store-calling threads (they block on the store, not on the CPU)
+  ParserLimits limits = DefaultGatewayLimits();
+  std::string cluster_secret;          // non-empty: clients must AUTH with it
+  int64_t max_clients = 10000;
+  size_t max_output_bytes = 256 << 20;  // per connection: stop reading its input above this
+  // Makes one Store per worker thread (called by Start).
+  std::function<Result<std::unique_ptr<Store>>()> store_factory;
+  std::string version = "0.1.0";
+
+  static ParserLimits DefaultGatewayLimits() {
+    ParserLimits l;
+    l.max_bulk_len = 64LL << 20;
+    l.max_request_bytes = 128ULL << 20;
+    return l;
+  }
+};
+
+class Server {
+ public:
+  // Binds, listens and starts the loops. Errors: InvalidArgument (bad options), IoError (socket,
+  // bind without fallback, epoll), or the store factory's error.
+  static Result<std::unique_ptr<Server>> Start(ServerOptions options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  uint16_t port() const;
+  void Stop();
+
+  struct Impl;
+
+ private:
+  explicit Server(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace asymnvm::kv::resp

@@ -1,0 +1,70 @@
+// The RESP gateway's view of the key-value store: the few calls its commands are built from. The
+// product's only implementation forwards to the KV client API (include/asymnvm/kv.h, kv_store.cc);
+// tests substitute a double to exercise parsing and dispatch without servers.
+//
+// Versions: every stored key has a version > 0 that changes on each write; 0 means "absent" in a
+// conditional write. Thread safety: one Store per event-loop thread; calls are synchronous.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "asymnvm/status.h"
+
+namespace asymnvm::kv::resp {
+
+struct StoredValue {
+  std::string value;
+  uint64_t version = 0;
+};
+
+// One write of an atomic batch: applied only if the key's version equals `expected_version`
+// (0 = must be absent); `value` empty-optional deletes.
+struct BatchWrite {
+  std::string key;
+  uint64_t expected_version = 0;
+  std::optional<std::string> value;
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // nullopt when the key is absent.
+  virtual Result<std::optional<StoredValue>> Get(std::string_view key) = 0;
+  // Unconditional write; the nilext path (commits on the queue's acknowledgement). Returns the
+  // new version when the store reports one, else 0.
+  virtual Result<uint64_t> Put(std::string_view key, std::string_view value) = 0;
+  // Writes iff the key's version equals expected_version (0: must be absent). nullopt when the
+  // condition failed (nothing written), else the new version.
+  virtual Result<std::optional<uint64_t>> PutIf(std::string_view key, std::string_view value,
+                                                uint64_t expected_version) = 0;
+  // Atomic add to a decimal int64 value (absent = 0). nullopt when the stored bytes are not a
+  // plain decimal or the sum overflows: the caller then falls back to read-modify-write, which
+  // reports the precise error.
+  virtual Result<std::optional<int64_t>> Incr(std::string_view key, int64_t delta) = 0;
+  // Returns whether the key existed.
+  virtual Result<bool> Delete(std::string_view key) = 0;
+
+  struct ScanPage {
+    std::vector<std::string> keys;
+    std::vector<std::string> values;  // parallel to keys (lets SCAN hide expired keys)
+    uint64_t next_cursor = 0;  // 0: the scan is complete
+  };
+  // Keys in an order stable across calls, about `count` per page; cursor 0 starts. A key present
+  // for the whole scan is returned at least once.
+  virtual Result<ScanPage> Scan(uint64_t cursor, size_t count) = 0;
+
+  // Which shard holds `key` (MULTI/EXEC is atomic only within one shard).
+  virtual uint32_t ShardOf(std::string_view key) = 0;
+  // Applies every write or none, atomically; all keys must be in one shard. false when a
+  // version condition failed (nothing written). NotSupported when the store cannot.
+  virtual Result<bool> CommitBatch(const std::vector<BatchWrite>& writes) = 0;
+  // How many copies besides the primary hold every write this Store acknowledged (WAIT).
+  virtual Result<int64_t> DurableReplicas() = 0;
+};
+
+}  // namespace asymnvm::kv::resp

@@ -125,7 +125,10 @@ TEST(BackendRedo, SimulatedPowerLossKeepsEveryAcknowledgedTransaction) {
     c.client.reset();
     uint64_t dropped = 0;
     ASSERT_TRUE((*be)->TEST_CrashAndClose(1000 + round, keeps[round], &dropped).ok());
-    if (keeps[round] == 0.0) {
+    // With the 60 s checkpoint interval the applied data is still only in memory; with the 2 ms
+    // one the checkpointer may have written all of it back before the crash (a slow or ASan run:
+    // nothing left to drop), so only the long-interval rounds check the precondition.
+    if (keeps[round] == 0.0 && round % 2 == 0) {
       EXPECT_GT(dropped, 0u) << "applied data should still have been only in memory";
     }
     be->reset();

@@ -969,8 +969,9 @@ struct Backend::Impl : public OpLogSource {
     }
     // More than half the b-log pinned: writers will stall on RNR once it is all pinned. Say who
     // holds it (rate-limited by the consumer's loop: once per change of the count).
-    if (pinned != last_pinned_warned && pinned * 2 > receiver->stats().segments) {
-      LOG_WARN("backend", "b-log: " << pinned << " of " << receiver->stats().segments
+    const uint32_t segments = receiver->stats().segments;
+    if (pinned != last_pinned_warned && pinned * 2 > segments) {
+      LOG_WARN("backend", "b-log: " << pinned << " of " << segments
                                     << " segments hold op logs not covered by their front-end's "
                                        "OPN (e.g. front-end "
                                     << pinning_fe

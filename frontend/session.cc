@@ -1276,7 +1276,7 @@ Result<bool> Session::AdoptDeadWriter(uint64_t holder, const Structure& target) 
   SessionOptions ro = m.o;
   ro.coordinator.clear();  // the id is held by `claim`
   ro.frontend_id = holder;
-  ro.backends = {m.o.backends.empty() ? std::string() : backend_address()};
+  ro.backends = {backend_address()};
   ro.reconnect_deadline = std::chrono::milliseconds(0);
   auto opened = Session::Open(ro);
   if (!opened.ok()) return opened.status().WithContext(who);

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -334,6 +335,34 @@ TEST(Job, RunsTwiceOnTheSameDataDirAndVerifies) {
   EXPECT_EQ(j["backends"], 2);
 }
 
+// `base --ops 100000000` in the background, its output to `out`; the caller kills it. -1: fork
+// failed.
+pid_t StartEndlessJob(const std::string& base, const std::string& out = "/dev/null") {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const std::string cmd = "exec " + base + " --ops 100000000 >" + out + " 2>&1";
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
+// Waits (up to 2 minutes) until the job's progress file (run number u64, acknowledged operations
+// u64) shows run `run` (any run: nullopt) with at least `ops` acknowledged operations.
+bool WaitForProgress(const std::string& progress, std::optional<uint64_t> run, uint64_t ops) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream pf(progress, std::ios::binary);
+    uint64_t rec[2] = {0, 0};
+    if (pf.read(reinterpret_cast<char*>(rec), sizeof rec) && (!run || rec[0] == *run) &&
+        rec[1] >= ops) {
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
 // The job SIGKILLed mid-run: its daemons get SIGTERM (no orphan keeps the pools locked), and the
 // next run finds the interrupted run, replays its pending op logs, determines how many of its
 // operations took effect (the acknowledged ones, or one more), verifies and records that.
@@ -344,22 +373,9 @@ TEST(Job, KilledMidRunIsResolvedOnTheNextRun) {
   RunResult first = RunCmd(base + " --ops 300");
   ASSERT_EQ(first.exit_code, 0) << first.output;
   // Run 2 in the background; SIGKILL it once its progress file shows 100 acknowledged operations.
-  const pid_t pid = fork();
+  const pid_t pid = StartEndlessJob(base);
   ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    const std::string cmd = "exec " + base + " --ops 100000000 >/dev/null 2>&1";
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  const std::string progress = dir.path() + "/data/job.progress";
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
-  bool running = false;
-  while (!running && std::chrono::steady_clock::now() < deadline) {
-    std::ifstream pf(progress, std::ios::binary);
-    uint64_t rec[2] = {0, 0};
-    running = pf.read(reinterpret_cast<char*>(rec), sizeof rec) && rec[0] == 1 && rec[1] >= 100;
-    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  const bool running = WaitForProgress(dir.path() + "/data/job.progress", 1, 100);
   kill(pid, SIGKILL);
   int status = 0;
   waitpid(pid, &status, 0);
@@ -374,6 +390,7 @@ TEST(Job, KilledMidRunIsResolvedOnTheNextRun) {
     close(fd);
     return held;
   };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while ((locked(dir.path() + "/data/asymnvm.pool") || locked(dir.path() + "/data/asymnvm-1.pool")) &&
          std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -395,23 +412,10 @@ TEST(Job, SecondLiveJobOnTheSameDirIsRefused) {
   TempDir dir;
   ASSERT_FALSE(dir.path().empty());
   const std::string base = kJob + " --data-dir " + dir.path() + "/data --pool-size 256M --pm-mode flush";
-  const pid_t pid = fork();
+  const pid_t pid = StartEndlessJob(base);
   ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    const std::string cmd = "exec " + base + " --ops 100000000 >/dev/null 2>&1";
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  const std::string progress = dir.path() + "/data/job.progress";
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
-  bool running = false;
-  while (!running && std::chrono::steady_clock::now() < deadline) {
-    std::ifstream pf(progress, std::ios::binary);
-    uint64_t rec[2] = {0, 0};
-    // (run number, acknowledged ops): a fresh directory's first run is run 0.
-    running = pf.read(reinterpret_cast<char*>(rec), sizeof rec) && rec[0] == 0 && rec[1] >= 10;
-    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  // A fresh directory's first run is run 0.
+  const bool running = WaitForProgress(dir.path() + "/data/job.progress", 0, 10);
   RunResult second = running ? RunCmd(base + " --ops 10") : RunResult{};
   kill(pid, SIGKILL);
   int status = 0;
@@ -433,23 +437,10 @@ TEST(Job, BackendKilledMidRunExits4AndTheNextRunVerifies) {
   ASSERT_FALSE(dir.path().empty());
   const std::string base = kJob + " --data-dir " + dir.path() + "/data --pool-size 256M --pm-mode flush";
   const std::string log = dir.path() + "/run.log";
-  const pid_t pid = fork();
+  const pid_t pid = StartEndlessJob(base, log);
   ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    const std::string cmd = "exec " + base + " --ops 100000000 >" + log + " 2>&1";
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
   // Once 100 operations are acknowledged, SIGKILL back-end 0 (its pid is in the job's output).
-  const std::string progress = dir.path() + "/data/job.progress";
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
-  bool running = false;
-  while (!running && std::chrono::steady_clock::now() < deadline) {
-    std::ifstream pf(progress, std::ios::binary);
-    uint64_t rec[2] = {0, 0};
-    running = pf.read(reinterpret_cast<char*>(rec), sizeof rec) && rec[1] >= 100;
-    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  const bool running = WaitForProgress(dir.path() + "/data/job.progress", std::nullopt, 100);
   std::ifstream lf(log);
   std::stringstream out;
   out << lf.rdbuf();

@@ -10,8 +10,15 @@
 #include <thread>
 
 #include "common/logging.h"
+#include "tools/ctl.h"
 
 namespace asymnvm::bench {
+
+Result<Json> DaemonStatus(const std::string& address) {
+  ASYMNVM_ASSIGN_OR_RETURN(std::string text,
+                           tools::FetchStatus(address, std::chrono::milliseconds(10000)));
+  return Json::parse(text);
+}
 
 SuiteRegistry& SuiteRegistry::Instance() {
   static SuiteRegistry* registry = new SuiteRegistry();

@@ -32,6 +32,10 @@ namespace asymnvm::bench {
 
 using Json = nlohmann::ordered_json;
 
+// A back-end's (or mirror's) status JSON: kStatus over the OQ, fetched as `asymnvm-ctl status`
+// does (tools::FetchStatus), 10 s timeout.
+Result<Json> DaemonStatus(const std::string& address);
+
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitRunFailed = 1;
 inline constexpr int kExitUsage = 2;

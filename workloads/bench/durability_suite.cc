@@ -34,23 +34,6 @@
 namespace asymnvm::bench {
 namespace {
 
-// The back-end's status JSON (kStatus over the OQ), as asymnvm-ctl status fetches it.
-Result<Json> BackendStatus(const std::string& address) {
-  ASYMNVM_ASSIGN_OR_RETURN(auto fabric, fabric::Fabric::Open(fabric::FabricOptions{}));
-  ASYMNVM_ASSIGN_OR_RETURN(auto pd, fabric->AllocPd());
-  oq::ClientOptions co;
-  co.fabric = fabric.get();
-  co.pd = pd.get();
-  co.server_address = address;
-  co.timeout = std::chrono::milliseconds(10000);
-  ASYMNVM_ASSIGN_OR_RETURN(auto client, oq::Client::Connect(co));
-  std::vector<uint8_t> response;
-  ASYMNVM_RETURN_IF_ERROR(client->Call(0, backend::kStatus, {}, &response));
-  std::string text(response.begin(), response.end());
-  if (!Json::accept(text)) return Status::ProtocolError("status reply is not JSON");
-  return Json::parse(text);
-}
-
 class DurabilitySuite : public Suite {
  public:
   void AddOptions(CLI::App* cmd) override {
@@ -149,7 +132,7 @@ class DurabilitySuite : public Suite {
     }
     std::vector<frontend::Counters> c0;
     for (auto& s : sessions) c0.push_back(s->counters());
-    ASYMNVM_ASSIGN_OR_RETURN(Json st0, BackendStatus(be->address()));
+    ASYMNVM_ASSIGN_OR_RETURN(Json st0, DaemonStatus(be->address()));
     ASYMNVM_ASSIGN_OR_RETURN(double cpu0, be->CpuSeconds());
     const uint64_t per_fe = updates_ / fes;
     std::vector<LatencySampler> lat(fes);
@@ -185,7 +168,7 @@ class DurabilitySuite : public Suite {
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     for (const Status& st : results) ASYMNVM_RETURN_IF_ERROR(st);
     ASYMNVM_ASSIGN_OR_RETURN(double cpu1, be->CpuSeconds());
-    ASYMNVM_ASSIGN_OR_RETURN(Json st1, BackendStatus(be->address()));
+    ASYMNVM_ASSIGN_OR_RETURN(Json st1, DaemonStatus(be->address()));
     LatencySampler all;
     uint64_t round_trips = 0, txns = 0;
     for (unsigned f = 0; f < fes; f++) {

@@ -38,22 +38,6 @@
 namespace asymnvm::bench {
 namespace {
 
-Result<Json> DaemonStatus(const std::string& address) {
-  ASYMNVM_ASSIGN_OR_RETURN(auto fabric, fabric::Fabric::Open(fabric::FabricOptions{}));
-  ASYMNVM_ASSIGN_OR_RETURN(auto pd, fabric->AllocPd());
-  oq::ClientOptions co;
-  co.fabric = fabric.get();
-  co.pd = pd.get();
-  co.server_address = address;
-  co.timeout = std::chrono::milliseconds(10000);
-  ASYMNVM_ASSIGN_OR_RETURN(auto client, oq::Client::Connect(co));
-  std::vector<uint8_t> response;
-  ASYMNVM_RETURN_IF_ERROR(client->Call(0, backend::kStatus, {}, &response));
-  std::string text(response.begin(), response.end());
-  if (!Json::accept(text)) return Status::ProtocolError("status reply is not JSON");
-  return Json::parse(text);
-}
-
 class MirrorSuite : public Suite {
  public:
   void AddOptions(CLI::App* cmd) override {

@@ -45,7 +45,7 @@ Status ValidateTxn(const TxnView& txn, const ApplyTarget& t, OpLogSource* op_log
         return Status::NotFound("apply: " + EntryName(i, e) + " points to op log " +
                                 std::to_string(e.op_seq) + " but no op-log source is attached");
       }
-      auto payload = op_logs->Payload(txn.header.frontend_id, e.op_seq);
+      auto payload = op_logs->Payload(txn.header.frontend_id & 0xFFFFFFFF, e.op_seq);
       if (!payload.ok()) return payload.status();
       if (!InRange(e.op_offset, e.len, 0, payload->size())) {
         return Status::Corruption("apply: " + EntryName(i, e) + " reads past op log " +
@@ -72,7 +72,7 @@ Result<ApplyStats> ApplyTxn(const TxnView& txn, const ApplyTarget& t, OpLogSourc
   for (const MemLogEntry& e : txn.entries) {
     const uint8_t* src = e.data.data();
     if (e.kind == MemLogKind::kOpLogPointer) {
-      src = op_logs->Payload(txn.header.frontend_id, e.op_seq)->data() + e.op_offset;
+      src = op_logs->Payload(txn.header.frontend_id & 0xFFFFFFFF, e.op_seq)->data() + e.op_offset;
     }
     if (e.len) {
       std::memcpy(t.base + e.addr, src, e.len);

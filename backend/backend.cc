@@ -169,6 +169,9 @@ struct Backend::Impl : public OpLogSource {
 
   mutable std::mutex mu;  // front-end records, op-log index, pending segments, deferred frees
   std::unordered_map<uint64_t, NamingEntry> frontends;  // fe id → its record in the naming space
+  // fe id → the highest coordinator epoch a registration carried (in memory: a restarted
+  // back-end learns it again from the next registration; doc/backend.md §Fencing).
+  std::unordered_map<uint64_t, uint64_t> epochs;
   std::map<std::pair<uint64_t, uint64_t>, std::vector<uint8_t>> op_logs;  // (fe, op_seq) → payload
   struct HeldSegment {
     uint32_t index;
@@ -538,7 +541,7 @@ struct Backend::Impl : public OpLogSource {
       // front-end whose LPN has not passed the txn (one at or below the LPN was applied before
       // the crash, only ReqToExecute had not moved) — as its first rejected txn_seq, which the
       // front-end reads on registration; an earlier rejection stays first.
-      auto it = frontends.find(txn->frontend_id);
+      auto it = frontends.find(txn->frontend_id & 0xFFFFFFFF);
       if (it == frontends.end()) continue;
       if (txn->txn_seq <= Word(base(), it->second.root_addr).load()) continue;
       counters.txns_rejected++;
@@ -629,14 +632,34 @@ struct Backend::Impl : public OpLogSource {
       case kRegister: {
         PayloadReader r(payload, "register");
         const uint64_t fe = r.U64();
+        // The coordinator epoch of the claim (0: the front-end has no coordinator). A lower epoch
+        // than one this back-end has seen for the id is a holder whose lease lapsed and whose id
+        // was claimed again since: fenced.
+        const uint64_t epoch = r.remaining() >= 8 ? r.U64() : 0;
         ASYMNVM_RETURN_IF_ERROR(r.status());
+        if (epoch != 0) {
+          std::lock_guard<std::mutex> lock(mu);
+          uint64_t& highest = epochs[fe];
+          if (epoch < highest) {
+            counters.registers_fenced++;
+            LOG_WARN("backend", "refused a registration of front-end " << fe << " at epoch "
+                                << epoch << ": epoch " << highest << " registered since");
+            return Status::FailedPrecondition(
+                "register: fenced: front-end id " + std::to_string(fe) + " epoch " +
+                std::to_string(epoch) + " is stale (epoch " + std::to_string(highest) +
+                " registered since: the id was taken over)");
+          }
+          highest = epoch;
+        }
         ASYMNVM_ASSIGN_OR_RETURN(NamingEntry rec, Register(fe));
+        uint32_t incarnation = 0;
         {
           // A new incarnation: op_seq numbers of this session start above 2^32 × incarnation, so
           // they never repeat an op log of an earlier session still in the b-log (the scanner
           // identifies entries by (owner, version)).
           auto aux = Word(base(), rec.aux_addr);
-          aux.store(((aux.load() >> 32) + 1) << 32, std::memory_order_release);
+          incarnation = static_cast<uint32_t>((aux.load() >> 32) + 1);
+          aux.store(uint64_t{incarnation} << 32, std::memory_order_release);
           persister()->Persist(base() + rec.aux_addr, 8);
         }
         RegisterReply reply;
@@ -650,6 +673,7 @@ struct Backend::Impl : public OpLogSource {
         reply.data_begin = layout.data.offset;
         reply.data_end = layout.data.end();
         reply.block_size = layout.block_size;
+        reply.incarnation = incarnation;
         reply.naming_region = naming_mr->descriptor();
         reply.data_region = data_mr->descriptor();
         reply.log_address = receiver->address();
@@ -770,7 +794,7 @@ struct Backend::Impl : public OpLogSource {
         break;
       }
       case kTxn:
-        return ApplyTxnRequest(payload);
+        return ApplyTxnRequest(payload, ctx.recovering);
       case kStatus: {
         const std::string s = StatusJson();
         w.Str(s);
@@ -797,7 +821,13 @@ struct Backend::Impl : public OpLogSource {
     return e;
   }
 
-  Status ApplyTxnRequest(std::span<const uint8_t> payload) {
+  // A txn header's frontend_id carries the sender's incarnation in its high 32 bits (0: not
+  // checked — tools and tests that build txns by hand). A txn of an incarnation other than the
+  // id's latest registration is refused without touching the record: a later registration of the
+  // id (a take-over or a duplicate) owns the LPN and the rejected word now. Requests re-executed
+  // by the queue's recovery are not checked (they were accepted before the crash, and the
+  // registrations between them are not re-executed).
+  Status ApplyTxnRequest(std::span<const uint8_t> payload, bool recovering) {
     auto decoded = DecodeTxn(payload);
     std::lock_guard<std::mutex> lock(mu);
     if (!decoded.ok()) {
@@ -806,13 +836,28 @@ struct Backend::Impl : public OpLogSource {
       return decoded.status();
     }
     const TxnView& txn = *decoded;
-    auto it = frontends.find(txn.header.frontend_id);
+    const uint64_t fe = txn.header.frontend_id & 0xFFFFFFFF;
+    const uint64_t sender_incarnation = txn.header.frontend_id >> 32;
+    auto it = frontends.find(fe);
     if (it == frontends.end()) {
       counters.txns_rejected++;
-      return Status::FailedPrecondition("txn from unregistered front-end " +
-                                        std::to_string(txn.header.frontend_id));
+      return Status::FailedPrecondition("txn from unregistered front-end " + std::to_string(fe));
     }
     const NamingEntry& rec = it->second;
+    if (sender_incarnation != 0 && !recovering) {
+      const uint64_t current = Word(base(), rec.aux_addr).load() >> 32;
+      if (sender_incarnation != current) {
+        counters.txns_fenced++;
+        LOG_WARN("backend", "refused txn " << txn.header.txn_seq << " of front-end " << fe
+                                           << " incarnation " << sender_incarnation
+                                           << ": incarnation " << current
+                                           << " registered since (fenced)");
+        return Status::FailedPrecondition(
+            "txn " + std::to_string(txn.header.txn_seq) + " of front-end " + std::to_string(fe) +
+            ": fenced (incarnation " + std::to_string(sender_incarnation) + ", the id was registered again as " +
+            std::to_string(current) + ")");
+      }
+    }
     auto lpn = Word(base(), rec.root_addr);
     const uint64_t applied = lpn.load(std::memory_order_acquire);
     if (txn.header.txn_seq <= applied) {  // re-executed by OQ recovery: already applied
@@ -822,7 +867,7 @@ struct Backend::Impl : public OpLogSource {
     Status s;
     if (txn.header.txn_seq != applied + 1) {
       s = Status::FailedPrecondition("txn " + std::to_string(txn.header.txn_seq) +
-                                     " of front-end " + std::to_string(txn.header.frontend_id) +
+                                     " of front-end " + std::to_string(fe) +
                                      " does not follow LPN " + std::to_string(applied));
     } else {
       ApplyTarget t{base(), pool->size(), layout.data.offset, layout.data.end(),
@@ -1036,6 +1081,8 @@ struct Backend::Impl : public OpLogSource {
     j["txns_applied"] = s.txns_applied;
     j["txns_skipped"] = s.txns_skipped;
     j["txns_rejected"] = s.txns_rejected;
+    j["txns_fenced"] = s.txns_fenced;
+    j["registers_fenced"] = s.registers_fenced;
     j["op_logs_seen"] = s.op_logs_seen;
     j["log_segments_digested"] = s.log_segments_digested;
     j["log_segments_recycled"] = s.log_segments_recycled;

@@ -72,6 +72,9 @@ struct BackendOptions {
 struct BackendStats {
   uint64_t frontends = 0;
   uint64_t txns_applied = 0, txns_skipped = 0, txns_rejected = 0;
+  // Fencing (doc/backend.md §Fencing): transactions of a superseded incarnation of their
+  // front-end id, and registrations carrying an epoch below the highest seen for the id.
+  uint64_t txns_fenced = 0, registers_fenced = 0;
   uint64_t txn_bytes_applied = 0;
   uint64_t op_logs_seen = 0, log_segments_digested = 0, log_segments_recycled = 0;
   // Digested b-log segments held back by op logs their front-end has not covered with its OPN

@@ -10,7 +10,7 @@ std::vector<uint8_t> EncodeRegisterReply(const RegisterReply& r) {
   w.U64(r.lpn).U64(r.opn).U64(r.rejected);
   w.U64(r.lpn_addr).U64(r.opn_addr).U64(r.rejected_addr);
   w.U64(r.naming_begin).U64(r.data_begin).U64(r.data_end);
-  w.U32(r.block_size).U32(0).Bytes(regions);
+  w.U32(r.block_size).U32(r.incarnation).Bytes(regions);
   w.U32(static_cast<uint32_t>(r.log_address.size())).Str(r.log_address);
   w.Bytes(r.pool_uuid);
   return std::move(w.bytes());
@@ -29,7 +29,7 @@ Result<RegisterReply> DecodeRegisterReply(std::span<const uint8_t> bytes) {
   r.data_begin = in.U64();
   r.data_end = in.U64();
   r.block_size = in.U32();
-  in.U32();
+  r.incarnation = in.U32();
   auto regions = in.Bytes(2 * fabric::RegionDescriptor::kEncodedSize);
   auto log = in.Bytes(in.U32());
   auto uuid = in.Bytes(r.pool_uuid.size());

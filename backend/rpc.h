@@ -20,7 +20,7 @@
 namespace asymnvm::backend {
 
 enum RequestType : uint16_t {
-  kRegister = 10,       // fe_id u64 → RegisterReply
+  kRegister = 10,       // fe_id u64 [| epoch u64] → RegisterReply (doc/backend.md §Fencing)
   kNamingCreate = 11,   // type u32 | name_len u32 | params u64×4 | name → NamingReply
   kNamingLookup = 12,   // name → NamingReply
   kNamingRemove = 13,   // name → (empty)
@@ -109,6 +109,7 @@ struct RegisterReply {
   uint64_t lpn_addr = 0, opn_addr = 0, rejected_addr = 0;  // ... and their pool offsets
   uint64_t naming_begin = 0, data_begin = 0, data_end = 0;
   uint32_t block_size = 0;
+  uint32_t incarnation = 0;  // this registration's: the front-end puts it in every txn header
   fabric::RegionDescriptor naming_region, data_region;
   std::string log_address;  // the Rowan receiver's
   std::array<uint8_t, 16> pool_uuid{};  // the pool's identity (pm superblock), fixed at creation

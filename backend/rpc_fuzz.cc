@@ -21,6 +21,7 @@ bool SameReply(const RegisterReply& a, const RegisterReply& b) {
          a.opn_addr == b.opn_addr && a.rejected_addr == b.rejected_addr &&
          a.naming_begin == b.naming_begin && a.data_begin == b.data_begin &&
          a.data_end == b.data_end && a.block_size == b.block_size &&
+         a.incarnation == b.incarnation &&
          a.naming_region == b.naming_region && a.data_region == b.data_region &&
          a.log_address == b.log_address && a.pool_uuid == b.pool_uuid;
 }
@@ -87,6 +88,7 @@ void BuiltReply(fuzz::Input& in) {
   r.data_begin = in.U64();
   r.data_end = in.U64();
   r.block_size = in.U32();
+  r.incarnation = in.U32();
   // Descriptors as a back-end sends them: a non-empty range that does not wrap.
   r.naming_region.addr = in.U64() >> 2;
   r.naming_region.length = 1 + (in.U64() >> 24);

@@ -161,6 +161,7 @@ class EmbeddedCoordinator final : public Coordinator {
   }
   uint64_t session_id() const override { return session_; }
   std::string_view kind() const override { return "embedded"; }
+  std::chrono::milliseconds lease_timeout() const override { return {}; }
   void Close() override;
 
  private:

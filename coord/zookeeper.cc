@@ -114,6 +114,10 @@ class ZkCoordinator final : public Coordinator {
   }
   uint64_t session_id() const override { return session_.load(); }
   std::string_view kind() const override { return "zookeeper"; }
+  std::chrono::milliseconds lease_timeout() const override {
+    const int granted = granted_ms_.load();
+    return granted > 0 ? std::chrono::milliseconds(granted) : options_.session_timeout;
+  }
   void Close() override;
 
  private:
@@ -148,6 +152,7 @@ class ZkCoordinator final : public Coordinator {
   std::condition_variable state_cv_;
   SessionState state_ = SessionState::kSuspended;
   std::atomic<uint64_t> session_{0};
+  std::atomic<int> granted_ms_{0};  // the negotiated session timeout (zoo_recv_timeout)
   std::atomic<bool> closed_{false};
   std::unique_ptr<WatchHub> hub_;
 };
@@ -167,6 +172,7 @@ void ZkCoordinator::GlobalWatcher(zhandle_t* zh, int type, int state, const char
       self->state_ = SessionState::kConnected;
       const clientid_t* id = zoo_client_id(zh);
       if (id != nullptr) self->session_.store(static_cast<uint64_t>(id->client_id));
+      self->granted_ms_.store(zoo_recv_timeout(zh));
     } else if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE) {
       self->state_ = SessionState::kExpired;
       expired = true;

@@ -408,6 +408,43 @@ TEST_F(FrontendTest, ReaderRetriesWhileAWriterApplies) {
   EXPECT_GE(seq, 4u);  // two applications, each +2
 }
 
+// Fencing (doc/backend.md §Fencing): a second registration of a front-end id — what a take-over
+// of a lapsed holder does — fences the first session. Its transactions are refused by the back-end
+// without touching the id's record, and its next fence fails with "fenced" (before, the back-end
+// skipped the stale txn as "already applied" and the fence reported success: a silently lost
+// write) and stays failed.
+TEST_F(FrontendTest, ASecondRegistrationOfTheIdFencesTheFirstSession) {
+  auto a = OpenSession(9, Level::kR);
+  ASSERT_TRUE(a);
+  auto st = a->CreateRoot("fenced", 7);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  auto addr = a->Malloc(128);
+  ASSERT_TRUE(addr.ok()) << addr.status().ToString();
+  ASSERT_TRUE(Update(*a, *st, *addr, 1).ok());
+  ASSERT_TRUE(a->Fence().ok());
+
+  auto b = OpenSession(9, Level::kR);  // the id registered again: a new incarnation
+  ASSERT_TRUE(b);
+  Status u = Update(*a, *st, *addr, 2);
+  Status f = u.ok() ? a->Fence() : u;
+  ASSERT_FALSE(f.ok()) << "a superseded session's write was reported durable";
+  EXPECT_EQ(f.code(), StatusCode::kFailedPrecondition) << f.ToString();
+  EXPECT_NE(f.ToString().find("fenced"), std::string::npos) << f.ToString();
+  EXPECT_FALSE(a->Fence().ok());  // sticky
+  EXPECT_GE(be_->stats().txns_fenced, 1u);
+
+  // The newcomer sees the last acknowledged value, writes, and fences normally.
+  std::vector<uint8_t> got(72);
+  ASSERT_TRUE(b->Read(*addr, got).ok());
+  EXPECT_EQ(got[0], 1);
+  auto st2 = b->OpenRoot("fenced");
+  ASSERT_TRUE(st2.ok());
+  ASSERT_TRUE(Update(*b, *st2, *addr, 3).ok());
+  ASSERT_TRUE(b->Fence().ok());
+  ASSERT_TRUE(b->Read(*addr, got).ok());
+  EXPECT_EQ(got[0], 3);
+}
+
 TEST_F(FrontendTest, CompareSwapRootWord) {
   auto s = OpenSession(18, Level::kRc);
   auto t = OpenSession(21, Level::kNaive);
@@ -904,7 +941,9 @@ TEST_F(SymmetricTest, LostLogBackendBreaksTheSession) {
 // full the receiver has no segment to post, appends are refused (RNR), and the session breaks with
 // a clear error — the log back-end itself keeps serving.
 TEST_F(SymmetricTest, FullRemoteLogBreaksTheSessionNotTheBackend) {
-  auto s = Session::Open(SymOptions(25, Level::kR));
+  SessionOptions o = SymOptions(25, Level::kR);
+  o.log_rnr_retry = 7;  // fail within ~6 ms of a full log rather than hold ~6.5 s per append
+  auto s = Session::Open(o);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   auto st = (*s)->CreateRoot("full", 9);
   ASSERT_TRUE(st.ok());

@@ -23,6 +23,7 @@ std::string FrontendIdentity::LeasePath(uint64_t id) { return EpochPath(id) + "/
 Status FrontendIdentity::TryClaim(uint64_t id) {
   ASYMNVM_RETURN_IF_ERROR(coord_->EnsurePath(EpochPath(id)));
   const std::string lease = "pid " + std::to_string(::getpid());
+  const int64_t sent = std::chrono::steady_clock::now().time_since_epoch().count();
   auto created = coord_->Create(LeasePath(id), lease, coord::kEphemeral);
   if (!created.ok()) {
     if (created.status().code() == StatusCode::kAlreadyExists) {
@@ -45,6 +46,7 @@ Status FrontendIdentity::TryClaim(uint64_t id) {
     if (set.ok()) {
       id_ = id;
       epoch_ = epoch + 1;
+      confirmed_.store(sent);
       return Status::Ok();
     }
     if (set.status().code() != StatusCode::kAborted) return set.status();
@@ -65,6 +67,7 @@ Result<std::unique_ptr<FrontendIdentity>> FrontendIdentity::Claim(
   me->coord_ = std::move(c).value();
   if (requested != 0) {
     ASYMNVM_RETURN_IF_ERROR(me->TryClaim(requested));
+    me->StartHeartbeat();
     return me;
   }
   for (int attempt = 0; attempt < kAllocateAttempts; ++attempt) {
@@ -75,7 +78,10 @@ Result<std::unique_ptr<FrontendIdentity>> FrontendIdentity::Claim(
                                        false);
     }
     Status st = me->TryClaim(*id);
-    if (st.ok()) return me;
+    if (st.ok()) {
+      me->StartHeartbeat();
+      return me;
+    }
     // An id someone chose by hand: take the next one.
     if (st.code() != StatusCode::kAlreadyExists) return st;
   }
@@ -83,7 +89,65 @@ Result<std::unique_ptr<FrontendIdentity>> FrontendIdentity::Claim(
                                    std::to_string(kAllocateAttempts) + " allocations", true);
 }
 
+void FrontendIdentity::StartHeartbeat() {
+  lease_ = coord_->lease_timeout();
+  if (lease_.count() <= 0) return;
+  heartbeat_ = std::thread([this] { Heartbeat(); });
+}
+
+void FrontendIdentity::Heartbeat() {
+  const auto period = std::max(lease_ / 5, std::chrono::milliseconds(10));
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    cv_.wait_for(lock, period, [this] { return stop_; });
+    if (stop_) break;
+    lock.unlock();
+    const int64_t sent = std::chrono::steady_clock::now().time_since_epoch().count();
+    auto node = coord_->Get(LeasePath(id_));
+    if (node.ok() && node->owner_session == coord_->session_id()) {
+      int64_t prev = confirmed_.load();
+      while (prev < sent && !confirmed_.compare_exchange_weak(prev, sent)) {
+      }
+    } else if ((!node.ok() && node.status().code() == StatusCode::kNotFound) || node.ok() ||
+               coord_->state() == coord::SessionState::kExpired) {
+      if (!lost_.exchange(true)) {
+        LOG_WARN("frontend", "front-end id " << id_ << " (epoch " << epoch_
+                                             << "): lease lost; sessions under it are fenced");
+      }
+    }
+    lock.lock();
+  }
+}
+
+Status FrontendIdentity::CheckLease() const {
+  if (lost_.load()) {
+    return Status::FailedPrecondition("fenced: the lease of front-end id " + std::to_string(id_) +
+                                      " (epoch " + std::to_string(epoch_) +
+                                      ") was lost; another process may have taken it over");
+  }
+  if (lease_.count() <= 0) return Status::Ok();
+  const auto age = std::chrono::steady_clock::now().time_since_epoch() -
+                   std::chrono::steady_clock::duration(confirmed_.load());
+  if (age * 3 >= lease_ * 2) {
+    return Status::FailedPrecondition(
+        "fenced: the lease of front-end id " + std::to_string(id_) + " (epoch " +
+        std::to_string(epoch_) + ") was last confirmed " +
+        std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(age).count()) +
+        " ms ago (lease " + std::to_string(lease_.count()) +
+        " ms): the coordinator may have expired it");
+  }
+  return Status::Ok();
+}
+
 FrontendIdentity::~FrontendIdentity() {
+  if (heartbeat_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    heartbeat_.join();
+  }
   if (!coord_) return;
   if (id_ != 0) {
     Status st = coord_->Delete(LeasePath(id_));

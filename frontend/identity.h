@@ -9,6 +9,11 @@
 // Thread safety: immutable after Claim; destroy it (releasing the lease) from one thread.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -33,6 +38,15 @@ class FrontendIdentity {
   uint64_t epoch() const { return epoch_; }
   coord::Coordinator& coordinator() { return *coord_; }
 
+  // Whether this process may still act as the holder of the id without asking the coordinator
+  // (no round trip: an atomic load and a clock read). kFailedPrecondition ("fenced") once the
+  // lease node is gone or owned by another session, or when the coordinator has not confirmed it
+  // for 2/3 of its lease_timeout (a stopped or partitioned holder: by the time the coordinator
+  // expires the session another process may claim the id). The embedded coordinator's leases
+  // live as long as the process, so only a lost node fails there. A background thread confirms
+  // the lease every lease_timeout / 5 (none for the embedded coordinator).
+  Status CheckLease() const;
+
   static std::string LeasePath(uint64_t id);
   static std::string EpochPath(uint64_t id);
 
@@ -40,9 +54,20 @@ class FrontendIdentity {
   FrontendIdentity() = default;
   Status TryClaim(uint64_t id);
 
+  void StartHeartbeat();
+  void Heartbeat();
+
   std::unique_ptr<coord::Coordinator> coord_;
   uint64_t id_ = 0;
   uint64_t epoch_ = 0;
+  std::chrono::milliseconds lease_{0};
+  // steady_clock ticks of the send time of the last call that found the lease ours.
+  std::atomic<int64_t> confirmed_{0};
+  std::atomic<bool> lost_{false};
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread heartbeat_;
 };
 
 // For Session::Open: when options->coordinator is set, claims the identity and writes the id into

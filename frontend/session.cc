@@ -101,6 +101,7 @@ struct Session::Impl {
   uint64_t naming_begin = 0, naming_end = 0, data_begin = 0, data_end = 0;
   fabric::RegionDescriptor naming_desc, data_desc;
   uint32_t block_size = 0;
+  uint32_t incarnation = 0;  // of this registration; in every txn header (doc/backend.md §Fencing)
   std::array<uint8_t, 16> pool_uuid{};
   uint64_t registered_opn = 0;
   uint64_t first_op = 1;  // the first op_seq of this session (earlier ones belong to crashed ones)
@@ -318,6 +319,16 @@ struct Session::Impl {
     return old;
   }
 
+  // A holder whose lease may have lapsed must not acknowledge anything more: another process may
+  // have claimed the id and replayed its op logs already (doc/frontend.md §Fencing). Sticky.
+  Status CheckFenced() {
+    ASYMNVM_RETURN_IF_ERROR(broken);
+    if (!identity) return Status::Ok();
+    Status s = identity->CheckLease();
+    if (!s.ok()) broken = s.WithContext("front-end " + std::to_string(o.frontend_id));
+    return broken;
+  }
+
   // ---- logs ----
   Result<uint64_t> SendOpLog(uint32_t structure, uint16_t type, std::span<const uint8_t> params) {
     backend::OpLogRecord rec;
@@ -411,7 +422,8 @@ struct Session::Impl {
     ASYMNVM_RETURN_IF_ERROR(broken);
     const uint64_t seq = next_txn;
     opn = std::max(opn, sent_opn);
-    std::vector<uint8_t> bytes = b->Finish(o.frontend_id, seq, opn, seq_addr);
+    std::vector<uint8_t> bytes =
+        b->Finish(o.frontend_id | uint64_t{incarnation} << 32, seq, opn, seq_addr);
     Status s = oq->Submit(0, backend::kTxn, bytes);
     if (!s.ok()) {
       // The transaction may or may not have landed: later txn_seqs cannot be chosen safely.
@@ -461,6 +473,15 @@ struct Session::Impl {
       uint64_t lpn, opn, rejected, aux;
       ASYMNVM_RETURN_IF_ERROR(ReadRecord(&lpn, &opn, &rejected, &aux));
       c.fence_polls++;
+      if (incarnation != 0 && (aux >> 32) != incarnation) {
+        // The id was registered again (a take-over, or a second process given the same id): the
+        // back-end refuses this session's transactions, and the record is the newcomer's.
+        broken = Status::FailedPrecondition(
+            "fenced: front-end id " + std::to_string(o.frontend_id) + " was registered again " +
+            "(incarnation " + std::to_string(aux >> 32) + ", this session's " +
+            std::to_string(incarnation) + "); its transactions since are refused");
+        return broken;
+      }
       if (rejected != 0 && rejected >= first_txn) {
         return Status::Aborted("the back-end rejected transaction " + std::to_string(rejected) +
                                " of front-end " + std::to_string(o.frontend_id));
@@ -483,7 +504,7 @@ struct Session::Impl {
       }
     }
     if (overlay.empty()) overlay_max_len = 0;
-    return Status::Ok();
+    return CheckFenced();
   }
 
   void AddOverlay(uint64_t addr, std::span<const uint8_t> data, uint64_t txn) {
@@ -598,6 +619,13 @@ auto Session::Guarded(bool retry, F&& f) -> decltype(f()) {
     explicit Depth(int& x) : d(x) { d++; }
     ~Depth() { d--; }
   };
+  if (impl_->identity) {
+    Status fenced = impl_->CheckFenced();
+    if (!fenced.ok() && fenced.code() == StatusCode::kFailedPrecondition &&
+        fenced.message().find("fenced") != std::string::npos) {
+      return fenced;
+    }
+  }
   if (impl_->lost) {
     Status s = Reconnect(impl_->lost_cause);
     if (!s.ok()) return s;
@@ -661,7 +689,8 @@ Status Session::Reconnect(const Status& cause) {
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
             deadline - coord::Clock::now());
         so.timeout = std::max(std::chrono::milliseconds(1), std::min(so.timeout, left));
-        auto fresh = Connect(so);
+        if (Status lease = old.identity->CheckLease(); !lease.ok()) return lease;
+        auto fresh = Connect(so, old.identity->epoch());
         if (fresh.ok() && (*fresh)->pool_uuid != old.pool_uuid) {
           fresh = Status::FailedPrecondition(address + " serves pool " +
                                              pm::UuidToString((*fresh)->pool_uuid) +
@@ -735,14 +764,15 @@ Result<std::unique_ptr<Session>> Session::Open(const SessionOptions& given) {
   }
   if (options.batch_ops == 0) return Status::InvalidArgument("session: batch_ops must be > 0");
   ASYMNVM_ASSIGN_OR_RETURN(auto identity, ClaimSessionIdentity(&options));
-  ASYMNVM_ASSIGN_OR_RETURN(auto impl, Connect(options));
+  ASYMNVM_ASSIGN_OR_RETURN(auto impl, Connect(options, identity ? identity->epoch() : 0));
   impl->identity = std::move(identity);
   return std::unique_ptr<Session>(new Session(std::move(impl)));
 }
 
 // Connects to options.backends[0] and registers options.frontend_id (already claimed): the part of
 // Open a reconnection repeats (Session::Reconnect).
-Result<std::unique_ptr<Session::Impl>> Session::Connect(const SessionOptions& options) {
+Result<std::unique_ptr<Session::Impl>> Session::Connect(const SessionOptions& options,
+                                                        uint64_t epoch) {
   auto impl = std::make_unique<Impl>();
   Impl& m = *impl;
   m.o = options;
@@ -765,6 +795,7 @@ Result<std::unique_ptr<Session::Impl>> Session::Connect(const SessionOptions& op
   // Register.
   backend::PayloadWriter w;
   w.U64(options.frontend_id);
+  if (epoch != 0) w.U64(epoch);
   auto reply = m.Call(backend::kRegister, w.bytes());
   if (!reply.ok()) return reply.status().WithContext(ctx + ": register");
   ASYMNVM_ASSIGN_OR_RETURN(backend::RegisterReply reg, backend::DecodeRegisterReply(*reply));
@@ -774,6 +805,7 @@ Result<std::unique_ptr<Session::Impl>> Session::Connect(const SessionOptions& op
   m.data_begin = reg.data_begin;
   m.data_end = reg.data_end;
   m.block_size = reg.block_size;
+  m.incarnation = reg.incarnation;
   m.pool_uuid = reg.pool_uuid;
   m.naming_desc = reg.naming_region;
   m.data_desc = reg.data_region;
@@ -798,6 +830,7 @@ Result<std::unique_ptr<Session::Impl>> Session::Connect(const SessionOptions& op
   so.pd = m.pd.get();
   so.address = options.op_log_address.empty() ? reg.log_address : options.op_log_address;
   so.timeout = options.timeout;
+  so.rnr_retry = options.log_rnr_retry;
   if (options.async_op_logs) {
     // PostAppend sends blocks inline; an op log must fit the provider's inline limit.
     ASYMNVM_ASSIGN_OR_RETURN(m.log_cq, m.fabric->CreateCq({.capacity = 1024}));
@@ -1083,6 +1116,9 @@ Result<uint64_t> Session::OpLog(const Structure& s, uint16_t op_type,
     ASYMNVM_ASSIGN_OR_RETURN(uint64_t seq, m.SendOpLog(s.id, op_type, params));
     m.open_ops[seq] = s.id;
     m.max_logged = std::max(m.max_logged, seq);
+    // The op log is durable; it counts as acknowledged only while the lease holds.
+    ASYMNVM_RETURN_IF_ERROR(m.CheckFenced().WithContext(
+        "op " + std::to_string(seq) + " was logged but is not acknowledged"));
     return seq;
   });
 }
@@ -1278,8 +1314,12 @@ Result<bool> Session::AdoptDeadWriter(uint64_t holder, const Structure& target) 
   ro.frontend_id = holder;
   ro.backends = {backend_address()};
   ro.reconnect_deadline = std::chrono::milliseconds(0);
-  auto opened = Session::Open(ro);
-  if (!opened.ok()) return opened.status().WithContext(who);
+  // Registered with the claim's epoch: from now on the back-end refuses the dead writer's
+  // registrations (lower epoch) and transactions (older incarnation).
+  auto connected = Connect(ro, (*claim)->epoch());
+  if (!connected.ok()) return connected.status().WithContext(who);
+  Result<std::unique_ptr<Session>> opened =
+      std::unique_ptr<Session>(new Session(std::move(connected).value()));
   Session& r = **opened;
   Impl& rm = *r.impl_;
   rm.replay = m.replay;

@@ -25,7 +25,10 @@
 #include <thread>
 #include <vector>
 
+#include "asymnvm/coord.h"
 #include "asymnvm/frontend.h"
+#include "coord/testing/zk_server.h"
+#include "frontend/identity.h"
 #include "asymnvm/structures/structure.h"
 #include "workloads/driver/backend_process.h"
 
@@ -73,6 +76,10 @@ frontend::SessionOptions Options(const std::string& address, const std::string& 
                  stack.status().ToString().c_str());
     _exit(3);
   }
+  {
+    std::ofstream id(acks + ".id");
+    id << (*session)->frontend_id() << "\n";
+  }
   const int fd = ::open(acks.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   if (fd < 0) _exit(4);
   for (uint64_t i = 1;; i++) {
@@ -83,7 +90,9 @@ frontend::SessionOptions Options(const std::string& address, const std::string& 
     if (!st.ok()) {
       std::fprintf(stderr, "writer: op %llu: %s\n", static_cast<unsigned long long>(i),
                    st.ToString().c_str());
-      _exit(5);
+      const bool fenced = st.code() == StatusCode::kFailedPrecondition &&
+                          st.ToString().find("fenced") != std::string::npos;
+      _exit(fenced ? 7 : 5);
     }
     if (::write(fd, &i, 8) != 8) _exit(6);
   }
@@ -230,6 +239,103 @@ TEST_F(TakeoverTest, SigkilledWriterIsTakenOverAndTheLogKeepsRecycling) {
               "%llu further ops %lld ms\n",
               static_cast<unsigned long long>(acked), ms(t_verified - t_killed),
               static_cast<unsigned long long>(ops), ms(std::chrono::steady_clock::now() - t_verified));
+}
+
+// Fencing (issue 10 item 2; doc/frontend.md §Fencing), with ZooKeeper, whose leases lapse when a
+// holder stops answering (the embedded coordinator's live as long as the process): the writer is
+// SIGSTOPped until its ZooKeeper session expires and its lease node is gone; another front-end
+// takes its structures over (replaying its acknowledged op logs) and writes; then the writer is
+// resumed. Its next write must fail ("fenced", exit 7) — not be acknowledged and lost, not corrupt
+// the map — and every operation it acknowledged before the stop is there.
+TEST_F(TakeoverTest, SigstoppedWriterWhoseLeaseLapsedIsFencedWhenItWakes) {
+  const std::string why = coord::testing::ZooKeeperUnavailableReason();
+  if (!why.empty()) GTEST_SKIP() << "ZooKeeper tests need " << why << " (scripts/setup.sh installs it)";
+  auto zk = coord::testing::ZkEnsemble::Start(1, coord::testing::After(std::chrono::seconds(60)));
+  ASSERT_TRUE(zk.ok()) << zk.status().ToString();
+  auto be = driver::BackendProcess::Start(ASYMNVM_BACKEND_BIN, dir_ + "/pool", "16M",
+                                          {"--log-segment", "64K"});
+  ASSERT_TRUE(be.ok()) << be.status().ToString();
+  backend_ = std::move(be).value();
+  const std::string coord = "zk:" + (*zk)->connect_string();
+  const std::string acks = dir_ + "/acks";
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    setenv("ASYMNVM_TAKEOVER_CHILD", (backend_->address() + "|" + coord + "|" + acks).c_str(), 1);
+    execl("/proc/self/exe", "takeover-writer", static_cast<char*>(nullptr));
+    _exit(97);
+  }
+  struct Reap {
+    pid_t pid;
+    ~Reap() {
+      if (pid <= 0) return;
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  } reap{pid};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (Acked(acks) < 100 && std::chrono::steady_clock::now() < deadline) {
+    ASSERT_NE(waitpid(pid, nullptr, WNOHANG), pid) << "the writer exited early";
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_GE(Acked(acks), 100u);
+  kill(pid, SIGSTOP);
+  const uint64_t acked = Acked(acks);
+  uint64_t id = 0;
+  {
+    std::ifstream in(acks + ".id");
+    in >> id;
+  }
+  ASSERT_NE(id, 0u);
+  // Wait (observably) for the lease to lapse: ZooKeeper expires the stopped writer's session.
+  auto watcher = coord::Coordinator::Open(coord);
+  ASSERT_TRUE(watcher.ok()) << watcher.status().ToString();
+  const std::string lease = frontend::FrontendIdentity::LeasePath(id);
+  bool gone = false;
+  while (!gone && std::chrono::steady_clock::now() < deadline) {
+    auto e = (*watcher)->Exists(lease);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    gone = !*e;
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(gone) << "the stopped writer's lease never lapsed";
+
+  // Another front-end takes over and writes.
+  auto s = frontend::Session::Open(Options(backend_->address(), coord));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  RegisterReplays(**s);
+  auto map = OpenMap(**s, Kind::kHashTable, "takeover-map");
+  ASSERT_TRUE(map.ok()) << map.status().ToString();
+  EXPECT_EQ((*s)->counters().takeovers, 1u);
+  const uint64_t mine = 1u << 20;
+  for (uint64_t k = mine; k < mine + 50; k++) ASSERT_TRUE((*map)->Put(k, ValueOf(k)).ok());
+  ASSERT_TRUE((*map)->Sync().ok());
+
+  // The writer wakes: its next operation is refused.
+  kill(pid, SIGCONT);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  reap.pid = -1;
+  ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 7) << "the woken writer did not fail with 'fenced'";
+  const uint64_t acked_after = Acked(acks);
+  EXPECT_EQ(acked_after, acked) << "the writer acknowledged operations after its lease lapsed";
+
+  // Nothing acknowledged is lost, nothing of the newcomer overwritten, the map is sound.
+  for (uint64_t k = mine; k < mine + 50; k++) {
+    Value v;
+    ASSERT_TRUE((*map)->Get(k, &v).ok()) << k;
+    ASSERT_EQ(v, ValueOf(k)) << k;
+  }
+  for (uint64_t i = 1; i <= acked_after; i++) {
+    Value v;
+    Status st = (*map)->Get(i, &v);
+    ASSERT_TRUE(st.ok()) << "acknowledged key " << i << " of " << acked_after << ": " << st.ToString();
+    ASSERT_EQ(v, ValueOf(i)) << "key " << i;
+  }
+  ASSERT_TRUE((*map)->Verify().ok());
+  for (uint64_t k = mine + 50; k < mine + 100; k++) ASSERT_TRUE((*map)->Put(k, ValueOf(k)).ok());
+  ASSERT_TRUE((*map)->Sync().ok());
 }
 
 }  // namespace

@@ -265,14 +265,14 @@ void ExamineOq(const backend::Layout& layout, const uint8_t* base, PoolReport* r
                                       "rejects it): " + txn.status().message());
         continue;
       }
-      auto it = lpn.find(txn->header.frontend_id);
+      auto it = lpn.find(txn->header.frontend_id & 0xFFFFFFFF);
       if (it == lpn.end() || txn->header.txn_seq > it->second) pending_txns++;
       continue;
     }
     std::string who;
     if (auto h = backend::PeekTxnHeader(payload); h.ok()) {
       who = " (transaction txn_seq " + std::to_string(h->txn_seq) + " of front-end " +
-            std::to_string(h->frontend_id) + ", unverified)";
+            std::to_string(h->frontend_id & 0xFFFFFFFF) + ", unverified)";
     }
     if (l.tail) {
       unfinished++;

@@ -33,7 +33,12 @@ struct SenderOptions {
   fabric::ProtectionDomain* pd = nullptr;  // required
   std::string address;                     // the receiver's
   std::chrono::milliseconds timeout{5000};  // per append
-  uint32_t rnr_retry = 7;
+  // RNR (no posted segment: the receiver's consumer has not re-posted yet) is back-pressure, not a
+  // failure: verbs treats 7 as "retry forever"; the soft fabric counts holds (50 µs << attempt,
+  // ended early when a segment is posted), so 17 allows ~6.5 s of a starved consumer (a loaded
+  // machine) before the append fails. With 7 (~6 ms) writers failed with RnrRetryExceeded on a
+  // busy 2-core machine.
+  uint32_t rnr_retry = 17;
   // Optional: a CQ shared with other senders (the caller polls it); then only PostAppend may be
   // used. Must outlive the Sender. Null: the Sender creates its own.
   fabric::CompletionQueue* cq = nullptr;

@@ -173,6 +173,13 @@ class Coordinator {
   virtual Status Unwatch(WatchId id) = 0;
 
   virtual SessionState state() const = 0;
+  // How long this session's ephemeral nodes outlive its last contact with the coordinator: the
+  // ZooKeeper session timeout the server granted (Options::session_timeout until connected); 0 for
+  // the embedded coordinator, whose ephemeral nodes live exactly as long as the holding process
+  // (a stopped process keeps them). A holder that acts on its ephemeral node without a
+  // coordinator round trip (a lease) must stop trusting it once this long has passed since the
+  // last call that reached the coordinator (frontend::FrontendIdentity::CheckLease).
+  virtual std::chrono::milliseconds lease_timeout() const = 0;
   // Embedded: random per Coordinator object; ZooKeeper: the server's session id.
   virtual uint64_t session_id() const = 0;
   // "embedded" or "zookeeper".

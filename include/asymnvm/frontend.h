@@ -101,6 +101,10 @@ struct SessionOptions {
   // need. Each op log must fit in one inline block (the provider's inline limit, at most 4 KiB
   // with the soft NIC): larger ones are kInvalidArgument.
   bool async_op_logs = false;
+  // How many times an op log that finds the b-log without a posted segment is held and retried
+  // before the append fails (rowan::SenderOptions::rnr_retry: back-pressure while the back-end's
+  // log consumer catches up; ~6.5 s with the soft NIC at the default 17; verbs: 7 = forever).
+  uint32_t log_rnr_retry = 17;
 };
 
 // A named root in the back-end's naming space (doc/backend.md §Naming space).
@@ -301,7 +305,8 @@ class Session {
  private:
   struct Impl;
   explicit Session(std::unique_ptr<Impl> impl);
-  static Result<std::unique_ptr<Impl>> Connect(const SessionOptions& options);
+  // `epoch`: the coordinator epoch of the claimed id, sent with the registration (0: none).
+  static Result<std::unique_ptr<Impl>> Connect(const SessionOptions& options, uint64_t epoch);
   // Runs one public call: reconnects first when an earlier call found the connection broken, and
   // after a connection error reconnects and (when `retry` and no operation is in progress) runs
   // the call again.

@@ -6,6 +6,7 @@
 #include "common/checksum.h"
 #include "common/coding.h"
 #include "common/logging.h"
+#include "common/zero.h"
 #include "fabric/rowan/entry.h"
 
 namespace asymnvm::rowan {
@@ -197,7 +198,7 @@ Status Receiver::Init(bool format) {
   post_seq_.assign(count_, 0);
   if (!valid || !same_geometry) {
     // Fresh b-log: zero meta and segments, then write the header last.
-    std::memset(meta_, 0, segments_ - meta_ + size_t{count_} * o_.segment_size);
+    ZeroPages(meta_, segments_ - meta_ + size_t{count_} * o_.segment_size);
     o_.persister->Persist(meta_, segments_ - meta_ + size_t{count_} * o_.segment_size);
     std::memset(h, 0, kHeaderBytes);
     std::memcpy(h, kMagic, 8);
@@ -335,7 +336,9 @@ void Receiver::ControlLoop() {
       uint32_t i = to_recycle_.front();
       to_recycle_.pop_front();
       lock.unlock();
-      std::memset(Segment(i), 0, o_.segment_size);
+      // Only the pieces the NIC wrote are dirtied (an unfilled tail stays clean and costs the
+      // msync nothing); the persist still covers the whole segment.
+      ZeroPages(Segment(i), o_.segment_size);
       o_.persister->Persist(Segment(i), o_.segment_size);
       lock.lock();
       SetState(i, SegmentState::kFree, 0);

@@ -27,6 +27,7 @@
 #include "common/coding.h"
 #include "common/crash_point.h"
 #include "common/logging.h"
+#include "common/zero.h"
 #include "fabric/oq/oq.h"
 #include "fabric/oq/wire.h"
 #include "fabric/rowan/receiver.h"
@@ -239,7 +240,7 @@ struct Backend::Impl : public OpLogSource {
     ASYMNVM_ASSIGN_OR_RETURN(layout, PlanLayout(pool->size(), Params()));
     // Regions may hold bytes of an interrupted earlier format: start them from zero.
     for (const Region* r : {&layout.naming, &layout.bitmap, &layout.rowan, &layout.oq}) {
-      std::memset(base() + r->offset, 0, r->size);
+      ZeroPages(base() + r->offset, r->size);  // a fresh (sparse) file: nothing to write
       persister()->Persist(base() + r->offset, r->size);
     }
     LOG_INFO("backend", "formatting " << pool->path() << ": " << layout.Describe());

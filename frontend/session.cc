@@ -181,6 +181,10 @@ struct Session::Impl {
     std::vector<uint8_t> data;
   };
   std::multimap<uint64_t, Pending> overlay;
+  // The overlay entries not yet in a sent transaction (txn == 0), in order: SendTxn stamps them
+  // from the front instead of walking the whole overlay per transaction (issue 12: the walk was
+  // ~11 % of a front-end's CPU). Unsent entries are never erased, so the iterators stay valid.
+  std::deque<std::multimap<uint64_t, Pending>::iterator> unsent;
   uint64_t overlay_order = 0, overlay_size = 0, overlay_max_len = 0, batch_last_order = 0;
 
   bool bypass_cache = false;
@@ -435,8 +439,9 @@ struct Session::Impl {
     sent_opn = opn;
     c.txns++;
     c.txn_bytes += bytes.size();
-    for (auto& [addr, p] : overlay) {
-      if (p.txn == 0 && p.order <= batch_last_order) p.txn = seq;
+    while (!unsent.empty() && unsent.front()->second.order <= batch_last_order) {
+      unsent.front()->second.txn = seq;
+      unsent.pop_front();
     }
     return Status::Ok();
   }
@@ -508,7 +513,8 @@ struct Session::Impl {
   }
 
   void AddOverlay(uint64_t addr, std::span<const uint8_t> data, uint64_t txn) {
-    overlay.emplace(addr, Pending{++overlay_order, txn, {data.begin(), data.end()}});
+    auto it = overlay.emplace(addr, Pending{++overlay_order, txn, {data.begin(), data.end()}});
+    if (txn == 0) unsent.push_back(it);
     overlay_size += data.size();
     overlay_max_len = std::max<uint64_t>(overlay_max_len, data.size());
   }

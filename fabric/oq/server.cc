@@ -11,6 +11,7 @@
 #include "common/coding.h"
 #include "common/crash_point.h"
 #include "common/logging.h"
+#include "common/zero.h"
 #include "fabric/oq/executor.h"
 #include "fabric/oq/oq.h"
 #include "fabric/oq/wire.h"
@@ -208,7 +209,7 @@ Status Server::Impl::InitDurable() {
     }
   } else {
     size_t n = DurableAreaSize(o.workers, o.buffers_per_worker, o.buffer_size);
-    std::memset(h + 32, 0, n - 32);
+    ZeroPages(h + 32, n - 32);  // a fresh (sparse) file: nothing to write
     for (uint32_t w = 0; w < o.workers; w++) {
       uint8_t* wh = h + 64 + kWorkerHeaderStride * w;
       PutLe64(wh, wire::EncodeWord(0));
@@ -385,7 +386,7 @@ Status Server::Impl::Recover(Worker& w) {
   }
   // Fresh buffers: zero every buffer, then ReqToExecute = (tail, 0); posting advances SRQTail.
   if (o.before_recycle) o.before_recycle(w.index, wire::Position(w.tail, 0));
-  std::memset(w.buffers, 0, size_t{o.buffers_per_worker} * o.buffer_size);
+  ZeroPages(w.buffers, size_t{o.buffers_per_worker} * o.buffer_size);
   o.persister->Persist(w.buffers, size_t{o.buffers_per_worker} * o.buffer_size);
   w.rte = wire::Position(w.tail, 0);
   PersistRte(w);

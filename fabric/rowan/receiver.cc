@@ -6,6 +6,7 @@
 #include "common/checksum.h"
 #include "common/coding.h"
 #include "common/logging.h"
+#include "common/zero.h"
 #include "fabric/rowan/entry.h"
 
 namespace asymnvm::rowan {
@@ -197,7 +198,7 @@ Status Receiver::Init(bool format) {
   post_seq_.assign(count_, 0);
   if (!valid || !same_geometry) {
     // Fresh b-log: zero meta and segments, then write the header last.
-    std::memset(meta_, 0, segments_ - meta_ + size_t{count_} * o_.segment_size);
+    ZeroPages(meta_, segments_ - meta_ + size_t{count_} * o_.segment_size);
     o_.persister->Persist(meta_, segments_ - meta_ + size_t{count_} * o_.segment_size);
     std::memset(h, 0, kHeaderBytes);
     std::memcpy(h, kMagic, 8);
@@ -236,7 +237,8 @@ Status Receiver::Init(bool format) {
   }
 
   // Fabric objects: one MR over the segments (PM), a ring CQ for receives, one multi-packet SRQ.
-  landing_ = std::make_unique<LandingPersister>(o_.persister, o_.landing_observer, o_.area);
+  landing_ = std::make_unique<LandingPersister>(o_.persister, o_.landing_observer, o_.area,
+                                                [this](uint64_t off) { OnLanding(off); });
   ASYMNVM_ASSIGN_OR_RETURN(
       mr_, o_.pd->RegisterMemory(segments_, size_t{count_} * o_.segment_size,
                                  {.access = fabric::kLocalWrite, .persister = landing_.get()}));
@@ -263,6 +265,7 @@ Receiver::~Receiver() { Close(); }
 void Receiver::Close() {
   if (stop_.exchange(true)) return;
   used_cv_.notify_all();
+  Wake();
   if (acceptor_.joinable()) acceptor_.join();
   if (control_.joinable()) control_.join();
   std::lock_guard<std::mutex> lock(mu_);
@@ -309,7 +312,23 @@ Status Receiver::PostFree(uint32_t n) {
   return Status::Ok();
 }
 
+void Receiver::Wake() {
+  if (wake_.exchange(true)) return;  // already pending: the control thread will look
+  std::lock_guard<std::mutex> lock(wake_mu_);
+  control_cv_.notify_one();
+}
+
+void Receiver::OnLanding(uint64_t offset) {
+  const uint64_t seg_begin = static_cast<uint64_t>(segments_ - o_.area);
+  if (offset < seg_begin) return;
+  const uint64_t index = (offset - seg_begin) / o_.segment_size;
+  // Landings into the first posted segment are the common case and need nobody; one into a
+  // later segment means the NIC moved on: the ones before it are (after `grace`) used.
+  if (index != front_.load(std::memory_order_relaxed)) Wake();
+}
+
 void Receiver::ControlLoop() {
+  auto idle_wait = o_.poll_interval;
   while (!stop_.load()) {
     bool progressed = false;
     std::unique_lock<std::mutex> lock(mu_);
@@ -317,7 +336,9 @@ void Receiver::ControlLoop() {
       uint32_t i = to_recycle_.front();
       to_recycle_.pop_front();
       lock.unlock();
-      std::memset(Segment(i), 0, o_.segment_size);
+      // Only the pieces the NIC wrote are dirtied (an unfilled tail stays clean and costs the
+      // msync nothing); the persist still covers the whole segment.
+      ZeroPages(Segment(i), o_.segment_size);
       o_.persister->Persist(Segment(i), o_.segment_size);
       lock.lock();
       SetState(i, SegmentState::kFree, 0);
@@ -340,11 +361,13 @@ void Receiver::ControlLoop() {
       }
     }
     auto now = std::chrono::steady_clock::now();
+    std::chrono::microseconds wait = idle_wait;
     if (upto > 0) {
       if (!candidate_) {
         candidate_ = true;
         candidate_since_ = now;
-      } else if (now - candidate_since_ >= o_.grace) {
+      }
+      if (now - candidate_since_ >= o_.grace) {
         for (size_t k = 0; k < upto; k++) {
           uint32_t i = posted_.front();
           posted_.pop_front();
@@ -354,10 +377,22 @@ void Receiver::ControlLoop() {
         candidate_ = false;
         used_cv_.notify_all();
         progressed = true;
+      } else {
+        wait = std::min(wait, std::chrono::ceil<std::chrono::microseconds>(
+                                  o_.grace - (now - candidate_since_)));
       }
     }
+    front_.store(posted_.empty() ? UINT32_MAX : posted_.front(), std::memory_order_relaxed);
+    const bool more = progressed && (!to_recycle_.empty() || posted_.size() < o_.min_posted);
     lock.unlock();
-    if (!progressed) std::this_thread::sleep_for(o_.poll_interval);
+    if (progressed) {
+      idle_wait = o_.poll_interval;
+      if (more) continue;
+    }
+    std::unique_lock<std::mutex> wl(wake_mu_);
+    control_cv_.wait_for(wl, wait, [&] { return wake_.load() || stop_.load(); });
+    wake_.store(false);
+    if (!progressed) idle_wait = std::min(idle_wait * 2, o_.max_poll_interval);
   }
 }
 
@@ -423,6 +458,7 @@ Status Receiver::Commit(uint32_t index) {
   }
   SetState(index, SegmentState::kCommitted, post_seq_[index]);
   to_recycle_.push_back(index);
+  Wake();
   return Status::Ok();
 }
 

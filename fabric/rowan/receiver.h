@@ -53,7 +53,11 @@ struct ReceiverOptions {
   uint32_t post_batch = 4;              // segments per RECV post
   uint32_t min_posted = 4;              // keep at least this many segments posted
   std::chrono::microseconds grace{2000};  // wait for in-flight landings before "used"
-  std::chrono::microseconds poll_interval{200};  // control-thread idle sleep
+  // The control thread is woken by events (a landing flushed into a segment after the first
+  // posted one, a Commit, Close); between events it re-checks after poll_interval, doubling the
+  // wait while nothing happens up to max_poll_interval (a safety net for landings without FLUSH).
+  std::chrono::microseconds poll_interval{200};
+  std::chrono::microseconds max_poll_interval{20000};
   size_t mtu = 4096;
 };
 
@@ -148,6 +152,8 @@ class Receiver {
   explicit Receiver(const ReceiverOptions& o) : o_(o) {}
   Status Init(bool format);
   void ControlLoop();
+  void Wake();                       // any thread, without mu_ held or with it (lock order mu_ → wake_mu_)
+  void OnLanding(uint64_t offset);   // NIC thread, after a landing was flushed
   void AcceptLoop();
   void SetState(uint32_t index, SegmentState s, uint64_t post_seq);
   Status PostFree(uint32_t n);
@@ -180,6 +186,12 @@ class Receiver {
   bool candidate_ = false;
   ReceiverStats counters_;
   std::atomic<bool> stop_{false};
+  // Control-thread wake-ups: `front_` mirrors posted_.front() (UINT32_MAX: none) so the NIC
+  // thread can tell, without mu_, that it moved on to a later posted segment.
+  std::mutex wake_mu_;
+  std::condition_variable control_cv_;
+  std::atomic<bool> wake_{false};
+  std::atomic<uint32_t> front_{UINT32_MAX};
   std::thread control_, acceptor_;
 };
 

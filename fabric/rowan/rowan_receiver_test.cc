@@ -177,6 +177,33 @@ INSTANTIATE_TEST_SUITE_P(Transports, RowanReceiverTest,
                                                                   : std::string("inproc");
                          });
 
+// The control thread does not poll on a timer (issue 12): with the fallback interval at 60 s, a
+// used segment is still handed over (a landing in the next posted segment wakes it) and a committed
+// one recycled (Commit wakes it) well within the deadlines.
+TEST(RowanReceiver, EventsWakeTheControlThreadWithoutPolling) {
+  Env e = MakeEnv("events", false);
+  ReceiverOptions o = RxOptions(e, "inproc://rowan-events");
+  o.poll_interval = std::chrono::seconds(60);
+  o.max_poll_interval = std::chrono::seconds(60);
+  auto rx = Receiver::Open(o);
+  ASSERT_TRUE(rx.ok()) << rx.status().ToString();
+  auto tx = Sender::Connect({.fabric = e.tx_fabric.get(), .pd = e.tx_pd.get(),
+                             .address = (*rx)->address()});
+  ASSERT_TRUE(tx.ok()) << tx.status().ToString();
+  // 448-byte entries take 512 B of a 256 KiB segment: 768 of them fill one and a half.
+  for (uint64_t i = 0; i < 768; i++) {
+    ASSERT_TRUE((*tx)->Append({.type = 2, .owner = 1, .version = i}, Record(1, i, 448)).ok());
+  }
+  auto seg = (*rx)->NextUsed(std::chrono::milliseconds(20000));
+  ASSERT_TRUE(seg.ok()) << "no used segment without polling: " << seg.status().ToString();
+  ASSERT_TRUE((*rx)->Commit(seg->index).ok());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while ((*rx)->stats().segments_recycled == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_GE((*rx)->stats().segments_recycled, 1u) << "a committed segment was not recycled";
+}
+
 TEST(RowanReceiver, CrashSimulatedPowerLossKeepsEveryAcknowledgedEntry) {
   for (uint64_t seed : {1u, 2u, 3u}) {
     Env e = MakeEnv("crash" + std::to_string(seed), true);

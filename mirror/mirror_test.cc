@@ -487,7 +487,7 @@ TEST_F(MirrorTest, PrimaryAndWriterKilledTogetherLoseNothing) {
       _exit(127);
     }
     // Wait (generously) for a seeded number of acknowledged puts.
-    const uint64_t target = 20 + rng() % 300;
+    const uint64_t target = 20 + rng() % 150;
     auto acked = [&](uint64_t* id) {
       std::ifstream in(oracle);
       std::string line;

@@ -1163,9 +1163,9 @@ int main(int argc, char** argv) {
     workloads::Rng urng(kSeedBase + run);
     for (uint64_t i = 0; i < ops; i++) updates += NextOp(urng, run_kinds, run, i).kind != 0 ? 1 : 0;
   }
-  const double syncs_per_op = syncs0.ok() && syncs1.ok()
+  const double syncs_per_op = !fo.killed && syncs0.ok() && syncs1.ok()
                                   ? static_cast<double>(*syncs1 - *syncs0) / static_cast<double>(ops) : -1;
-  const double syncs_per_update = syncs0.ok() && syncs1.ok() && updates > 0
+  const double syncs_per_update = !fo.killed && syncs0.ok() && syncs1.ok() && updates > 0
                                       ? static_cast<double>(*syncs1 - *syncs0) / static_cast<double>(updates) : -1;
   std::printf("back-end syncs/op %.2f (%.2f per update), pm mode %s\n", syncs_per_op, syncs_per_update,
               pm_mode.c_str());

@@ -48,6 +48,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <cstdio>
 #include <deque>
@@ -946,7 +947,10 @@ int main(int argc, char** argv) {
     // holds open operations replays them from the b-log AND lets the handle close them again
     // afterwards (found here: a queue then holds duplicates; doc/mirror.md §Not done). Every
     // acknowledged op log is still only on the primary's b-log and the mirror's copy of it.
-    for (auto& h : handles) ASYMNVM_RETURN_IF_ERROR(h->Sync());
+    // ASYMNVM_JOB_KILL_WITHOUT_SYNC=1 skips it (reproduces the double application).
+    if (std::getenv("ASYMNVM_JOB_KILL_WITHOUT_SYNC") == nullptr) {
+      for (auto& h : handles) ASYMNVM_RETURN_IF_ERROR(h->Sync());
+    }
     const uint32_t old_slot = group_slots[0][0];
     fo.old_pid = daemons[0]->pid();
     fo.old_address = addresses[0];

@@ -288,6 +288,15 @@ int main(int argc, char** argv) {
       return 1;
     }
     group_coord = std::move(c).value();
+    if (rejoin && ::access(o.pool_path.c_str(), F_OK) != 0) {
+      // A lost pool names no group: serving a fresh one here would be a new, empty back-end.
+      std::cerr << "asymnvm-backend: --rejoin: " << o.pool_path
+                << " does not exist, so nothing names its group; to make this path a mirror of "
+                   "the group's primary run: asymnvm-mirror --pool " << o.pool_path
+                << " --listen ADDR --coord " << group_uri
+                << " (ADDR: an address the primary forwards to, its --mirror)\n";
+      return 1;
+    }
     if (::access(o.pool_path.c_str(), F_OK) == 0) {
       auto uuid = ReadPoolUuid(o.pool_path);
       if (uuid.ok()) {

@@ -349,6 +349,13 @@ TEST_F(MirrorTest, FencedOldPrimaryRejoinsAsMirrorWhileTheNewPrimaryServes) {
   const std::string promoted = session_->backend_address();
   // The promoted primary forwards to nobody yet (the rejoin address does not answer).
   ASSERT_TRUE(WaitInSync(0, promoted));
+  // A lost pool names no group: --rejoin refuses (instead of serving a fresh, empty pool).
+  auto lost = driver::BackendProcess::Start(ASYMNVM_BACKEND_BIN, dir_ + "/lost.pool", "64M",
+                                            {"--rejoin", "--coord", coord_});
+  ASSERT_FALSE(lost.ok());
+  EXPECT_NE(lost.status().message().find("does not exist"), std::string::npos)
+      << lost.status().ToString();
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/lost.pool"));
   auto old = driver::BackendProcess::Start(ASYMNVM_BACKEND_BIN, primary_pool_, "64M", {"--rejoin"});
   ASSERT_TRUE(old.ok()) << old.status().ToString();
   EXPECT_EQ((*old)->address(), rejoin_addr);

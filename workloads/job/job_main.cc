@@ -941,6 +941,32 @@ int main(int argc, char** argv) {
   } fo;
   // A promoted mirror serves: stopped after the back-ends, before the mirrors.
   std::vector<std::unique_ptr<driver::BackendProcess>> promoted_daemons;
+  // Waits (polling the daemon's status, 20 ms doubling to 500 ms, up to 3 minutes) until the
+  // back-end at `address` reports every configured mirror in sync.
+  auto wait_mirrors_in_sync = [&](const std::string& address) -> Status {
+    const auto deadline = bench::Clock::now() + std::chrono::minutes(3);
+    auto pause = std::chrono::milliseconds(20);
+    std::string last;
+    for (;;) {
+      auto st = tools::FetchStatus(address, std::chrono::milliseconds(10000));
+      if (st.ok()) {
+        auto j = nlohmann::json::parse(*st, nullptr, /*allow_exceptions=*/false);
+        if (!j.is_discarded() && j.value("mirrors_configured", 0ull) > 0 &&
+            j.value("mirrors_in_sync", 0ull) == j.value("mirrors_configured", 0ull)) {
+          return Status::Ok();
+        }
+        last = st->substr(0, 400);
+      } else {
+        last = st.status().ToString();
+      }
+      if (bench::Clock::now() > deadline) {
+        return Status::TimedOut("the back-end at " + address + " did not report its mirrors in "
+                                "sync within 3 minutes; last status: " + last);
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::milliseconds(500));
+    }
+  };
   auto kill_primary = [&]() -> Status {
     // The structures close their open operations first (a stack's or queue's pending
     // push/pop pairs, batched memory logs): a Session that reconnects while a structure handle
@@ -951,6 +977,9 @@ int main(int argc, char** argv) {
     if (std::getenv("ASYMNVM_JOB_KILL_WITHOUT_SYNC") == nullptr) {
       for (auto& h : handles) ASYMNVM_RETURN_IF_ERROR(h->Sync());
     }
+    // Only an in-sync mirror may be promoted: a mirror still copying (a large pool on a slow
+    // disk may outlast the back-end's --mirror-wait-ms) is waited for first.
+    ASYMNVM_RETURN_IF_ERROR(wait_mirrors_in_sync(addresses[0]));
     const uint32_t old_slot = group_slots[0][0];
     fo.old_pid = daemons[0]->pid();
     fo.old_address = addresses[0];
@@ -1081,30 +1110,8 @@ int main(int argc, char** argv) {
   if (fo.killed) {
     // The rejoined mirror: its full copy ran while the operations went on; wait (generously)
     // until the promoted primary reports every mirror in sync.
-    const auto w0 = bench::Clock::now();
-    const auto deadline = w0 + std::chrono::minutes(3);
-    auto pause = std::chrono::milliseconds(20);
-    std::string last;
-    for (;;) {
-      auto st = tools::FetchStatus(fo.new_address, std::chrono::milliseconds(10000));
-      if (st.ok()) {
-        auto j = nlohmann::json::parse(*st, nullptr, /*allow_exceptions=*/false);
-        if (!j.is_discarded() && j.value("mirrors_configured", 0ull) > 0 &&
-            j.value("mirrors_in_sync", 0ull) == j.value("mirrors_configured", 0ull)) {
-          break;
-        }
-        last = st->substr(0, 400);
-      } else {
-        last = st.status().ToString();
-      }
-      if (bench::Clock::now() > deadline) {
-        return fail("rejoin", Status::TimedOut("the promoted primary " + fo.new_address +
-                                               " did not report its mirrors in sync within 3 "
-                                               "minutes; last status: " + last));
-      }
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::milliseconds(500));
-    }
+    Status ws = wait_mirrors_in_sync(fo.new_address);
+    if (!ws.ok()) return fail("rejoin", ws);
     fo.rejoin_ms = std::chrono::duration<double, std::milli>(bench::Clock::now() - fo.kill_time).count();
     // Full verification of every structure against the job's model after the promotion.
     Status err;

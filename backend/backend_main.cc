@@ -21,7 +21,10 @@
 // default secret on a non-loopback address; or the coordinator: unreachable, or the group's
 // primary node held by another live process for 30 s), 2 bad command line, 5 fenced: the group's
 // state on the coordinator names another replica (a mirror was promoted in a newer term; this
-// pool is stale), at start or while serving (doc/mirror.md).
+// pool is stale), at start or while serving (doc/mirror.md). The exit-5 message names the exact
+// asymnvm-mirror command that makes this pool a mirror of the new primary; --rejoin runs it
+// instead of exiting (exec, same pool, lost or stale: a full copy from the new primary while it
+// serves; doc/mirror.md §Rejoin).
 //
 // Mirrors (doc/mirror.md): --mirror ADDR (repeatable) forwards every persisted range to that
 // asymnvm-mirror; --mirror-mode sync (default: acknowledged = on every in-sync mirror) | async;
@@ -33,6 +36,7 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <thread>
@@ -60,6 +64,55 @@ Result<std::array<uint8_t, 16>> ReadPoolUuid(const std::string& path) {
   pm::Superblock sb;
   ASYMNVM_RETURN_IF_ERROR(pm::DecodeSuperblock(buf.data(), buf.size(), &sb));
   return sb.uuid;
+}
+
+// The address a fenced replica on `pool` rejoins at as a mirror (doc/mirror.md §Rejoin): `given`,
+// else the one of the promoted primary's mirror addresses (the "mirrors A,B" line of its
+// registration) that is unix://<absolute pool path>.sock (asymnvm-job's convention), else the only
+// one. Empty when none is known (the new primary is not running, or forwards to none).
+std::string RejoinAddress(coord::Coordinator& c, const std::array<uint8_t, 16>& uuid,
+                          const std::string& pool, const std::string& given) {
+  if (!given.empty()) return given;
+  auto node = c.Get(mirror::GroupPath(uuid) + "/primary");
+  if (!node.ok()) return "";
+  std::vector<std::string> addrs;
+  size_t pos = 0;
+  const std::string& d = node->data;
+  while (pos < d.size()) {
+    size_t end = d.find('\n', pos);
+    if (end == std::string::npos) end = d.size();
+    const std::string line = d.substr(pos, end - pos);
+    if (line.rfind("mirrors ", 0) == 0) {
+      std::string rest = line.substr(8);
+      size_t q = 0;
+      while (q <= rest.size()) {
+        size_t comma = rest.find(',', q);
+        if (comma == std::string::npos) comma = rest.size();
+        if (comma > q) addrs.push_back(rest.substr(q, comma - q));
+        q = comma + 1;
+      }
+    }
+    pos = end + 1;
+  }
+  const std::string mine =
+      "unix://" + std::filesystem::absolute(pool).lexically_normal().string() + ".sock";
+  for (const auto& a : addrs) {
+    if (a == mine) return a;
+  }
+  return addrs.size() == 1 ? addrs[0] : "";
+}
+
+// asymnvm-mirror next to this binary (installed) or in the build tree (../mirror/).
+std::string MirrorBinary() {
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return "asymnvm-mirror";
+  self[n] = 0;
+  const auto dir = std::filesystem::path(self).parent_path();
+  for (auto p : {dir / "asymnvm-mirror", dir / ".." / "mirror" / "asymnvm-mirror"}) {
+    if (::access(p.c_str(), X_OK) == 0) return p.lexically_normal().string();
+  }
+  return "asymnvm-mirror";
 }
 
 // Registers /asymnvm/groups/<uuid>/primary (ephemeral). A node left by an earlier incarnation
@@ -159,6 +212,14 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0u, 3600000u))
       ->capture_default_str();
   app.add_option("--name", name, "replica name in the group state (default host:pool path)");
+  bool rejoin = false;
+  std::string rejoin_listen;
+  app.add_flag("--rejoin", rejoin,
+               "when fenced (a mirror was promoted), become a mirror of the new primary on this "
+               "pool instead of exiting 5 (exec asymnvm-mirror; full copy while it serves)");
+  app.add_option("--rejoin-listen", rejoin_listen,
+                 "the mirror's control address with --rejoin (default: the new primary's mirror "
+                 "address unix://<pool>.sock, or its only one)");
   app.add_option("--log-level", log_level, "debug|info|warn|error|off")
       ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
@@ -227,13 +288,50 @@ int main(int argc, char** argv) {
       return 1;
     }
     group_coord = std::move(c).value();
+    if (rejoin && ::access(o.pool_path.c_str(), F_OK) != 0) {
+      // A lost pool names no group: serving a fresh one here would be a new, empty back-end.
+      std::cerr << "asymnvm-backend: --rejoin: " << o.pool_path
+                << " does not exist, so nothing names its group; to make this path a mirror of "
+                   "the group's primary run: asymnvm-mirror --pool " << o.pool_path
+                << " --listen ADDR --coord " << group_uri
+                << " (ADDR: an address the primary forwards to, its --mirror)\n";
+      return 1;
+    }
     if (::access(o.pool_path.c_str(), F_OK) == 0) {
       auto uuid = ReadPoolUuid(o.pool_path);
       if (uuid.ok()) {
         Status f = mirror::CheckPrimary(*group_coord, *uuid, name, &term);
         if (f.code() == StatusCode::kFailedPrecondition) {
+          const std::string addr = RejoinAddress(*group_coord, *uuid, o.pool_path, rejoin_listen);
+          std::vector<std::string> margs = {MirrorBinary(), "--pool", o.pool_path, "--listen",
+                                            addr.empty() ? "ADDR" : addr, "--coord", group_uri,
+                                            "--pm-mode", pm_mode, "--log-level", log_level};
+          if (!o.fabric.secret_file.empty()) {
+            margs.push_back("--secret-file");
+            margs.push_back(o.fabric.secret_file);
+          }
+          std::string cmd;
+          for (const auto& a : margs) cmd += (cmd.empty() ? "" : " ") + a;
+          if (rejoin && !addr.empty()) {
+            std::cerr << "asymnvm-backend: " << o.pool_path << ": " << f.message()
+                      << "; rejoining as a mirror of the new primary: " << cmd << std::endl;
+            std::vector<char*> argv2;
+            for (auto& a : margs) argv2.push_back(a.data());
+            argv2.push_back(nullptr);
+            pthread_sigmask(SIG_UNBLOCK, &stop_set, nullptr);
+            group_coord.reset();
+            ::execv(margs[0].c_str(), argv2.data());
+            std::cerr << "asymnvm-backend: exec " << margs[0] << ": " << std::strerror(errno) << "\n";
+            return 1;
+          }
           std::cerr << "asymnvm-backend: " << o.pool_path << ": " << f.message() << " (exit "
-                    << mirror::kExitFenced << ")\n";
+                    << mirror::kExitFenced << "). To rejoin as a mirror of the new primary (a "
+                    << "full copy while it serves), run: " << cmd
+                    << (addr.empty() ? "  (ADDR: an address the new primary forwards to, its "
+                                       "--mirror; or start this daemon again with --rejoin "
+                                       "--rejoin-listen ADDR)"
+                                     : "  (or start this daemon again with --rejoin)")
+                    << "\n";
           return mirror::kExitFenced;
         }
         if (!f.ok()) {

@@ -77,7 +77,7 @@ Result<Level> ParseLevel(const std::string& name) {
 }
 
 struct Session::Impl {
-  std::unique_ptr<FrontendIdentity> identity;  // first: the lease outlives everything else
+  std::shared_ptr<FrontendIdentity> identity;  // first: the lease outlives everything else
   SessionOptions o;
   std::unique_ptr<fabric::Fabric> fabric;
   std::unique_ptr<fabric::ProtectionDomain> pd;
@@ -762,6 +762,15 @@ Result<std::unique_ptr<Session>> Session::Open(const SessionOptions& given) {
     return Status::InvalidArgument(
         "session: one back-end per Session; use frontend::Cluster for several (include/asymnvm/cluster.h)");
   }
+  // A shared identity (SessionOptions::identity) is not claimed again; m.o does not keep it.
+  std::shared_ptr<FrontendIdentity> shared = std::move(options.identity);
+  options.identity.reset();
+  if (shared) {
+    if (options.frontend_id != 0 && options.frontend_id != shared->id()) {
+      return Status::InvalidArgument("session: frontend_id differs from the shared identity's id");
+    }
+    options.frontend_id = shared->id();
+  }
   if ((options.frontend_id == 0 && options.coordinator.empty()) || options.frontend_id > 0xFFFF) {
     return Status::InvalidArgument("session: frontend_id must be in 1..65535");
   }
@@ -769,7 +778,10 @@ Result<std::unique_ptr<Session>> Session::Open(const SessionOptions& given) {
     return Status::InvalidArgument("session: page_size must be a power of two in 64..1 MiB");
   }
   if (options.batch_ops == 0) return Status::InvalidArgument("session: batch_ops must be > 0");
-  ASYMNVM_ASSIGN_OR_RETURN(auto identity, ClaimSessionIdentity(&options));
+  std::shared_ptr<FrontendIdentity> identity = std::move(shared);
+  if (!identity) {
+    ASYMNVM_ASSIGN_OR_RETURN(identity, ClaimSessionIdentity(&options));
+  }
   ASYMNVM_ASSIGN_OR_RETURN(auto impl, Connect(options, identity ? identity->epoch() : 0));
   impl->identity = std::move(identity);
   return std::unique_ptr<Session>(new Session(std::move(impl)));

@@ -4,7 +4,7 @@
 //                  [--coord URI] [--promotion-timeout-ms MS] [--no-promote]
 //                  [--serve-listen ADDR] [--serve-log-listen ADDR] [--pm-mode auto|msync|flush]
 //                  [--secret-file PATH] [--handshake-timeout-ms MS] [--size SIZE]
-//                  [--log-level L] [--config FILE]
+//                  [--mirror ADDR]... [--mirror-mode sync|async] [--log-level L] [--config FILE]
 //
 // Serves a primary (asymnvm-backend --mirror ADDR) that copies its pool here and then forwards
 // every persisted range; prints "listening <control address>" and "data <data address>" (the
@@ -13,7 +13,11 @@
 // gone for --promotion-timeout-ms and this mirror is in the group's in-sync set, it takes the next
 // term (a CAS on /asymnvm/groups/<uuid>/state), starts a back-end on its pool (recovery as after a
 // crash of the primary), registers itself as the group's primary and serves front-ends until
-// SIGTERM (stderr: "promoted: term N, listening A, log L").
+// SIGTERM (stderr: "promoted: term N, listening A, log L"). Once promoted it forwards to the
+// mirrors named by --mirror (repeatable; e.g. the old primary's rejoin address: an asymnvm-mirror
+// started there later is attached and copied by the promoted primary while it serves, the manager
+// retrying every 500 ms), like asymnvm-backend --mirror; a SIGTERM then empties the group's
+// in-sync set first (an operator's stop never promotes one of them).
 // Exit codes: 0 clean stop, 1 start-up failure (pool, fabric, coordinator, secret) or a failed
 // promotion, 2 bad command line.
 #include <signal.h>
@@ -101,6 +105,25 @@ struct Daemon {
                                               << mo.pool_path);
     server->Stop();  // closes the pool: the back-end opens it as after a crash of the primary
     bo.pool_path = mo.pool_path;
+    bo.replication.name = mo.name;
+    bo.replication.term = *term;
+    bo.mirror_wait = std::chrono::milliseconds(0);  // serve at once; mirrors join while serving
+    if (!bo.replication.mirrors.empty()) {
+      bo.replication.on_insync = [this](const std::array<uint8_t, 16>& u,
+                                        const std::vector<std::string>& insync) {
+        uint64_t t = 0;
+        Status s = mirror::SetInSync(*coordinator, u, mo.name, insync, &t);
+        if (s.ok()) LOG_INFO("mirror", "promoted primary: in-sync set of term " << t << " has "
+                                           << insync.size() << " mirror(s)");
+        return s;
+      };
+      bo.replication.fenced = [](const Status& s) {
+        std::cerr << "asymnvm-mirror: " << s.message()
+                  << "; exiting without acknowledging more (exit " << mirror::kExitFenced << ")"
+                  << std::endl;
+        std::_Exit(mirror::kExitFenced);
+      };
+    }
     auto be = backend::Backend::Start(bo);
     if (!be.ok()) {
       LOG_ERROR("mirror", "promotion: back-end on " << mo.pool_path << ": "
@@ -110,13 +133,20 @@ struct Daemon {
       return true;
     }
     backend = std::move(be).value();
-    const std::string data =
+    std::string data =
         "address " + backend->address() + "\nlog " + backend->log_address() + "\npid " +
         std::to_string(::getpid()) + "\nterm " + std::to_string(*term) + "\nstarted_unix_ms " +
         std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
                            std::chrono::system_clock::now().time_since_epoch())
                            .count()) +
         "\n";
+    if (!bo.replication.mirrors.empty()) {
+      // The addresses it forwards to: a fenced old primary rejoins at one of them
+      // (asymnvm-backend --rejoin, doc/mirror.md §Rejoin).
+      std::string list;
+      for (const auto& a : bo.replication.mirrors) list += (list.empty() ? "" : ",") + a;
+      data += "mirrors " + list + "\n";
+    }
     if (!mirror_node.empty()) {
       (void)coordinator->Delete(mirror_node);
       mirror_node.clear();
@@ -209,6 +239,13 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1u, 3600000u))
       ->capture_default_str();
   bool no_promote = false;
+  std::string mirror_mode = "sync";
+  app.add_option("--mirror", d.bo.replication.mirrors,
+                 "once promoted, forward to this asymnvm-mirror (repeatable; attached and copied "
+                 "while serving, retried every 500 ms until it answers)");
+  app.add_option("--mirror-mode", mirror_mode, "once promoted: sync (RPO 0) | async")
+      ->check(CLI::IsMember({"sync", "async"}))
+      ->capture_default_str();
   app.add_flag("--no-promote", no_promote, "never promote this mirror");
   app.add_option("--serve-listen", d.bo.listen_address, "requests address once promoted")
       ->capture_default_str();
@@ -240,6 +277,7 @@ int main(int argc, char** argv) {
   d.bo.fabric = d.mo.fabric;
   d.promotion_timeout = std::chrono::milliseconds(promotion_ms);
   d.promote = !no_promote;
+  d.bo.replication.async = mirror_mode == "async";
   if (d.mo.name.empty()) d.mo.name = mirror::DefaultReplicaName(d.mo.pool_path);
   LogLevel level;
   ParseLogLevel(log_level, &level);
@@ -302,6 +340,12 @@ int main(int argc, char** argv) {
   d.cv.notify_all();
   watcher.join();
   if (d.backend) {
+    if (d.coordinator && !d.bo.replication.mirrors.empty()) {
+      // As asymnvm-backend on SIGTERM: an operator's stop must not promote one of our mirrors.
+      uint64_t t = 0;
+      Status s = mirror::SetInSync(*d.coordinator, d.uuid, d.mo.name, {}, &t);
+      if (!s.ok()) LOG_WARN("mirror", "clearing the in-sync set: " << s.ToString());
+    }
     if (d.coordinator) {
       Status s = d.coordinator->Delete(mirror::GroupPath(d.uuid) + "/primary");
       if (!s.ok()) LOG_WARN("mirror", "unregister primary: " << s.ToString());

@@ -9,11 +9,15 @@
 // Nothing asserts on time; waits are for observable state with generous deadlines.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <signal.h>
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -37,6 +41,66 @@ using frontend::SessionOptions;
 constexpr uint32_t kType = 0x52;
 constexpr uint16_t kPutOp = 1;  // payload: addr u64, value u64
 constexpr uint64_t kWords = 512;
+
+// One acknowledged put of `value` into word `word` of the array at `base` (op log, memory log,
+// transaction), as MirrorTest::Put without the oracle.
+Status PutWord(Session& s, const frontend::Structure& st, uint64_t base, uint64_t word,
+               uint64_t value) {
+  const uint64_t addr = base + 8 * word;
+  uint8_t p[16];
+  std::memcpy(p, &addr, 8);
+  std::memcpy(p + 8, &value, 8);
+  auto seq = s.OpLog(st, kPutOp, p);
+  if (!seq.ok()) return seq.status();
+  ASYMNVM_RETURN_IF_ERROR(s.MemLog(addr, {reinterpret_cast<const uint8_t*>(&value), 8}));
+  return s.TxWrite(st);
+}
+
+// The replay of kPutOp (the structure type's replay function).
+Status ReplayPut(Session& s2, const frontend::Structure& st, const frontend::RecoveredOp& op) {
+  if (op.op_type != kPutOp || op.payload.size() != 16) return Status::Corruption("bad op");
+  uint64_t addr, value;
+  std::memcpy(&addr, op.payload.data(), 8);
+  std::memcpy(&value, op.payload.data() + 8, 8);
+  (void)s2.OpLog(st, kPutOp, op.payload);
+  ASYMNVM_RETURN_IF_ERROR(s2.MemLog(addr, {reinterpret_cast<const uint8_t*>(&value), 8}));
+  return s2.TxWrite(st);
+}
+
+// The writer process of PrimaryAndWriterKilledTogether: this test binary run again with
+// --gtest_filter=MirrorWriterChild.Run and ASYMNVM_MIRROR_WRITER="ADDRESS COORD BASE SEED ORACLE".
+// It claims a front-end id on the coordinator, writes "id N" to ORACLE, then puts (word, value)
+// pairs drawn from SEED forever, appending "i\n" to ORACLE after the i-th is acknowledged (a
+// write(2): it survives the SIGKILL that ends the process).
+TEST(MirrorWriterChild, Run) {
+  const char* e = std::getenv("ASYMNVM_MIRROR_WRITER");
+  if (e == nullptr) GTEST_SKIP() << "runs only as the writer process of a MirrorTest";
+  std::istringstream in(e);
+  std::string address, coord, oracle;
+  uint64_t base = 0, seed = 0;
+  in >> address >> coord >> base >> seed >> oracle;
+  SessionOptions o;
+  o.backends = {address};
+  o.coordinator = coord;
+  o.level = frontend::Level::kRcb;
+  o.reconnect_deadline = 0ms;
+  auto s = Session::Open(o);
+  if (!s.ok()) _exit(10);
+  auto st = (*s)->CreateRoot("mirrored", kType);
+  if (!st.ok()) _exit(11);
+  const int fd = ::open(oracle.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  if (fd < 0) _exit(12);
+  const std::string id = "id " + std::to_string((*s)->frontend_id()) + "\n";
+  if (::write(fd, id.data(), id.size()) != static_cast<ssize_t>(id.size())) _exit(13);
+  std::mt19937_64 rng(seed);
+  for (uint64_t i = 0;; i++) {
+    const uint64_t word = rng() % kWords, value = rng();
+    if (!PutWord(**s, *st, base, word, value).ok()) _exit(14);
+    if (i % 37 == 36 && !(*s)->Fence().ok()) _exit(15);
+    const std::string line = std::to_string(i) + "\n";
+    if (::write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) _exit(16);
+  }
+}
 
 class MirrorTest : public ::testing::Test {
  protected:
@@ -132,11 +196,12 @@ class MirrorTest : public ::testing::Test {
     EXPECT_TRUE(text.ok()) << text.status().ToString();
     return text.ok() ? nlohmann::json::parse(*text) : nlohmann::json::object();
   }
-  // Waits (generous deadline) until the primary reports `n` mirrors in sync.
-  bool WaitInSync(uint64_t n) {
+  // Waits (generous deadline) until the primary (or the daemon at `address`) reports `n` mirrors
+  // in sync.
+  bool WaitInSync(uint64_t n, const std::string& address = "") {
     const auto deadline = std::chrono::steady_clock::now() + 60s;
     while (std::chrono::steady_clock::now() < deadline) {
-      auto j = StatusOf(primary_->address());
+      auto j = StatusOf(address.empty() ? primary_->address() : address);
       if (j.value("mirrors_in_sync", uint64_t{999}) == n) return true;
       std::this_thread::sleep_for(50ms);
     }
@@ -217,6 +282,10 @@ TEST_F(MirrorTest, PrimaryKilledAndPoolDeletedMirrorPromotedNothingLostOldPrimar
   ASSERT_FALSE(old.ok());
   EXPECT_NE(old.status().message().find("exit 5"), std::string::npos) << old.status().ToString();
   EXPECT_NE(old.status().message().find("fenced"), std::string::npos) << old.status().ToString();
+  // ... and names the command that makes it a mirror of the new primary.
+  EXPECT_NE(old.status().message().find("asymnvm-mirror --pool " + primary_pool_),
+            std::string::npos)
+      << old.status().ToString();
   // The promoted mirror still serves.
   Puts(10, 5);
   ASSERT_TRUE(session_->Fence().ok());
@@ -257,6 +326,71 @@ TEST_F(MirrorTest, MirrorKilledPrimaryGoesOnMirrorCatchesUp) {
   session_.reset();
   ASSERT_TRUE(primary_->Stop().ok());
   ASSERT_TRUE(mirror_->Stop().ok());
+  std::string text;
+  EXPECT_EQ(Diff(&text), tools::kCtlOk) << text;
+}
+
+// Rejoin (doc/mirror.md §Rejoin): the promoted mirror forwards to the old primary's rejoin
+// address (--mirror); the old primary, restarted on its stale pool with --rejoin, becomes a mirror
+// of the new primary instead of exiting 5 and is copied while the new primary serves a writer; it
+// is then in the group's in-sync set and, after a quiesced stop, identical to the promoted pool.
+TEST_F(MirrorTest, FencedOldPrimaryRejoinsAsMirrorWhileTheNewPrimaryServes) {
+  const std::string rejoin_addr = "unix://" + primary_pool_ + ".sock";
+  StartMirror({"--mirror", rejoin_addr});
+  StartPrimary();
+  OpenSession();
+  Puts(200, 20);
+  ASSERT_TRUE(session_->Fence().ok());
+  Puts(20, 21);
+  primary_->Kill();  // the pool file stays: stale from now on
+  auto w = session_->ReadWord(base_);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  VerifyOracle(*session_);
+  const std::string promoted = session_->backend_address();
+  // The promoted primary forwards to nobody yet (the rejoin address does not answer).
+  ASSERT_TRUE(WaitInSync(0, promoted));
+  // A lost pool names no group: --rejoin refuses (instead of serving a fresh, empty pool).
+  auto lost = driver::BackendProcess::Start(ASYMNVM_BACKEND_BIN, dir_ + "/lost.pool", "64M",
+                                            {"--rejoin", "--coord", coord_});
+  ASSERT_FALSE(lost.ok());
+  EXPECT_NE(lost.status().message().find("does not exist"), std::string::npos)
+      << lost.status().ToString();
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/lost.pool"));
+  auto old = driver::BackendProcess::Start(ASYMNVM_BACKEND_BIN, primary_pool_, "64M", {"--rejoin"});
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ((*old)->address(), rejoin_addr);
+  std::atomic<bool> stop{false};
+  std::atomic<int> written{0};
+  std::thread writer([&] {
+    std::mt19937_64 rng(22);
+    while (!stop.load() && written.load() < 2000) {
+      if (!Put(rng() % kWords, rng()).ok()) return;
+      written++;
+    }
+  });
+  const bool insync = WaitInSync(1, promoted);
+  stop = true;
+  writer.join();
+  ASSERT_TRUE(insync);
+  Puts(50, 23);
+  ASSERT_TRUE(session_->Fence().ok());
+  VerifyOracle(*session_);
+  auto c = coord::Coordinator::Open(coord_);
+  ASSERT_TRUE(c.ok());
+  auto node = (*c)->Get(GroupPath(session_->pool_uuid()) + "/state");
+  ASSERT_TRUE(node.ok());
+  auto gs = DecodeGroupState(node->data);
+  ASSERT_TRUE(gs.ok());
+  EXPECT_EQ(gs->term, 2u);
+  EXPECT_EQ(gs->primary, DefaultReplicaName(mirror_pool_));
+  ASSERT_EQ(gs->insync.size(), 1u) << node->data;
+  EXPECT_EQ(gs->insync[0], DefaultReplicaName(primary_pool_)) << node->data;
+  auto ms = StatusOf((*old)->address());
+  EXPECT_EQ(ms.value("role", ""), "mirror");
+  EXPECT_EQ(ms.value("state", ""), "in-sync");
+  session_.reset();
+  ASSERT_TRUE(mirror_->Stop().ok());  // the promoted primary: empties the in-sync set first
+  ASSERT_TRUE((*old)->Stop().ok());
   std::string text;
   EXPECT_EQ(Diff(&text), tools::kCtlOk) << text;
 }
@@ -306,6 +440,130 @@ TEST_F(MirrorTest, MirrorKilledDuringCatchUpConvergesAfterRestart) {
   ASSERT_TRUE(mirror_->Stop().ok());
   std::string text;
   EXPECT_EQ(Diff(&text), tools::kCtlOk) << text;
+}
+
+// §7.2 combination "primary and one front-end killed together" (doc/mirror.md §Tests): a writer
+// process (MirrorWriterChild.Run) puts words and records each acknowledged put; after a seeded
+// number of them the writer and the primary are SIGKILLed back to back and the primary's pool is
+// removed. The mirror is promoted; the writer restarts (a Session under its front-end id on the
+// promoted primary, Replay) and every acknowledged put is there: each word holds the value of the
+// last acknowledged put to it, or of the put in flight at the kill. Rounds: 2 by default,
+// ASYMNVM_MIRROR_PAIR_ROUNDS (mirror_pair_long: 100, label long).
+TEST_F(MirrorTest, PrimaryAndWriterKilledTogetherLoseNothing) {
+  int rounds = 2;
+  if (const char* e = std::getenv("ASYMNVM_MIRROR_PAIR_ROUNDS")) rounds = std::max(1, std::atoi(e));
+  const uint64_t seed0 = std::random_device{}();
+  for (int r = 0; r < rounds; r++) {
+    const uint64_t seed = seed0 + static_cast<uint64_t>(r);
+    SCOPED_TRACE("round " + std::to_string(r) + " seed " + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    session_.reset();
+    primary_.reset();
+    mirror_.reset();
+    oracle_.clear();
+    for (const auto& f : std::filesystem::directory_iterator(dir_)) {
+      std::filesystem::remove_all(f.path());
+    }
+    StartMirror();
+    StartPrimary();
+    OpenSession();  // creates the root and the word array the writer writes
+    ASSERT_TRUE(session_->Fence().ok());
+    const std::string oracle = dir_ + "/writer.oracle";
+    { std::ofstream(oracle, std::ios::trunc); }
+    const uint64_t wseed = rng();
+    const std::string env = "ASYMNVM_MIRROR_WRITER=" + primary_->address() + " " + coord_ + " " +
+                            std::to_string(base_) + " " + std::to_string(wseed) + " " + oracle;
+    std::vector<std::string> envs;
+    for (char** e = environ; *e != nullptr; e++) {
+      if (std::strncmp(*e, "ASYMNVM_MIRROR_WRITER=", 22) != 0 &&
+          std::strncmp(*e, "GTEST_", 6) != 0) {
+        envs.emplace_back(*e);
+      }
+    }
+    envs.push_back(env);
+    std::vector<char*> envp;
+    for (auto& x : envs) envp.push_back(x.data());
+    envp.push_back(nullptr);
+    std::string filter = "--gtest_filter=MirrorWriterChild.Run";
+    std::string self = "/proc/self/exe";
+    char* argv[] = {self.data(), filter.data(), nullptr};
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      ::execve("/proc/self/exe", argv, envp.data());
+      _exit(127);
+    }
+    // Wait (generously) for a seeded number of acknowledged puts.
+    const uint64_t target = 20 + rng() % 150;
+    auto acked = [&](uint64_t* id) {
+      std::ifstream in(oracle);
+      std::string line;
+      uint64_t n = 0;
+      while (std::getline(in, line)) {
+        if (line.rfind("id ", 0) == 0) {
+          *id = std::stoull(line.substr(3));
+        } else if (!line.empty()) {
+          n++;
+        }
+      }
+      return n;
+    };
+    uint64_t writer_id = 0;
+    const auto deadline = std::chrono::steady_clock::now() + 120s;
+    int status = 0;
+    bool exited = false;
+    while (acked(&writer_id) < target && std::chrono::steady_clock::now() < deadline) {
+      if (::waitpid(child, &status, WNOHANG) == child) {
+        exited = true;
+        break;
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+    // Both at once: the writer and the primary.
+    ::kill(child, SIGKILL);
+    primary_->Kill();
+    if (!exited) ::waitpid(child, &status, 0);
+    ASSERT_FALSE(exited) << "the writer exited with " << status << " before the kill";
+    std::filesystem::remove(primary_pool_);
+    const uint64_t n = acked(&writer_id);
+    ASSERT_GE(n, target) << "the writer did not reach " << target << " acknowledged puts";
+    ASSERT_NE(writer_id, 0u);
+    // The promoted mirror serves (this Session follows it by itself).
+    auto w = session_->ReadWord(base_);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    // The writer's restart: its id, on the promoted primary, replays its acknowledged op logs.
+    SessionOptions ro;
+    ro.backends = {session_->backend_address()};
+    ro.coordinator = coord_;
+    ro.frontend_id = writer_id;
+    ro.level = frontend::Level::kRcb;
+    auto restarted = Session::Open(ro);
+    ASSERT_TRUE(restarted.ok()) << restarted.status().ToString();
+    (*restarted)->RegisterReplay(kType, ReplayPut);
+    auto root = (*restarted)->CreateRoot("mirrored", kType);
+    ASSERT_TRUE(root.ok()) << root.status().ToString();
+    Status rep = (*restarted)->Replay();
+    ASSERT_TRUE(rep.ok()) << rep.ToString();
+    ASSERT_TRUE((*restarted)->Fence().ok());
+    // The writer's puts, regenerated: n acknowledged, maybe one more in flight.
+    std::map<uint64_t, uint64_t> model;
+    std::mt19937_64 wr(wseed);
+    for (uint64_t i = 0; i < n; i++) {
+      const uint64_t word = wr() % kWords, value = wr();
+      model[word] = value;
+    }
+    const uint64_t next_word = wr() % kWords, next_value = wr();
+    for (const auto& [word, value] : model) {
+      auto v = (*restarted)->ReadWord(base_ + 8 * word);
+      ASSERT_TRUE(v.ok()) << v.status().ToString();
+      if (word == next_word && *v == next_value) continue;  // the put in flight took effect
+      ASSERT_EQ(*v, value) << "word " << word << " lost its last acknowledged put (" << n
+                           << " acknowledged)";
+    }
+    restarted->reset();
+    session_.reset();
+    ASSERT_TRUE(mirror_->Stop().ok());
+  }
 }
 
 // Seeded rounds (label long: ASYMNVM_MIRROR_ROUNDS=20 via the `mirror_long` ctest entry; 1 round

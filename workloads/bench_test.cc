@@ -495,6 +495,55 @@ TEST(Job, BackendKilledMidRunExits4AndTheNextRunVerifies) {
   EXPECT_NE(next.output.find("run 1 was interrupted after"), std::string::npos) << next.output;
 }
 
+#ifdef ASYMNVM_CTL_BIN
+// Issue 11 (doc/mirror.md §Main job): --kill-primary-after K SIGKILLs back-end 0 after K
+// acknowledged operations and deletes its pool; the mirror is promoted, the job's sessions follow
+// it, the run completes and verifies every structure; the old pool path rejoins as a mirror of the
+// promoted primary (identical after the quiesced stop). Later runs find the promoted pool through
+// the group's state on the coordinator, with and without mirrors, and verify everything.
+TEST(Job, KillPrimaryAfterPromotesTheMirrorAndLaterRunsVerify) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const std::string data = dir.path() + "/data";
+  const std::string base = kJob + " --data-dir " + data + " --pool-size 64M --pm-mode flush --backends 1";
+  const std::string json = dir.path() + "/kill.json";
+  RunResult first = RunCmd(base + " --mirrors 1 --kill-primary-after 300 --ops 600 --json " + json);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_NE(first.output.find("killed back-end 0"), std::string::npos) << first.output;
+  EXPECT_NE(first.output.find("promoted: "), std::string::npos) << first.output;
+  EXPECT_NE(first.output.find("failover of back-end 0"), std::string::npos) << first.output;
+  std::ifstream in(json);
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(j.is_object()) << first.output;
+  ASSERT_TRUE(j.contains("failover")) << j.dump();
+  const auto& f = j["failover"];
+  EXPECT_EQ(f["term"], 2) << f.dump();
+  EXPECT_EQ(f["killed_after_ops"], 300);
+  EXPECT_NE(f["new_pool"].get<std::string>().find("asymnvm.mirror-0.pool"), std::string::npos);
+  EXPECT_NE(f["old_address"], f["new_address"]);
+  EXPECT_GT(f["verified_elements"].get<uint64_t>(), 0u);
+  EXPECT_GE(f["first_op_ms"].get<double>(), f["switch_ms"].get<double>());
+  EXPECT_GT(f["rejoin_in_sync_ms"].get<double>(), 0.0);
+  // The old primary's path rejoined as a mirror of the promoted primary: identical after the stop.
+  const std::string ctl = ASYMNVM_CTL_BIN;
+  RunResult diff = RunCmd(ctl + " diff " + data + "/asymnvm.mirror-0.pool " + data + "/asymnvm.pool");
+  EXPECT_EQ(diff.exit_code, 0) << diff.output;
+  // A plain run is served by the promoted pool and verifies the first run.
+  RunResult plain = RunCmd(base + " --ops 200");
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_NE(plain.output.find("asymnvm.mirror-0.pool (promoted"), std::string::npos) << plain.output;
+  EXPECT_NE(plain.output.find("left by 1 earlier run(s)"), std::string::npos) << plain.output;
+  // With a mirror again: the old path mirrors the promoted pool.
+  RunResult again = RunCmd(base + " --mirrors 1 --ops 200");
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("left by 2 earlier run(s)"), std::string::npos) << again.output;
+  EXPECT_NE(again.output.find("(" + data + "/asymnvm.pool)"), std::string::npos) << again.output;
+  // Usage: --kill-primary-after needs a mirror and fewer than --ops operations.
+  EXPECT_EQ(RunCmd(base + " --kill-primary-after 10").exit_code, 2);
+  EXPECT_EQ(RunCmd(base + " --mirrors 1 --ops 10 --kill-primary-after 10").exit_code, 2);
+}
+#endif
+
 TEST(Job, HelpNamesEveryExitCode) {
   RunResult r = RunCmd(kJob + " --help");
   ASSERT_EQ(r.exit_code, 0) << r.output;

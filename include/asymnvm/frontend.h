@@ -40,6 +40,8 @@
 
 namespace asymnvm::frontend {
 
+class FrontendIdentity;  // frontend/identity.h
+
 enum class Level : uint8_t { kNaive = 0, kR = 1, kRc = 2, kRcb = 3 };
 const char* LevelName(Level level);                  // "naive" | "r" | "rc" | "rcb"
 Result<Level> ParseLevel(const std::string& name);   // kInvalidArgument on anything else
@@ -64,6 +66,12 @@ struct SessionOptions {
   // the same way; when the deadline passes it fails with kUnavailable (and the next call waits
   // again). 0 disables reconnection (a broken connection then stays an error).
   std::chrono::milliseconds reconnect_deadline{30000};
+  // An identity the caller already holds (frontend/identity.h), shared instead of claimed: several
+  // Sessions of one process under one id (the Sessions of a frontend::Cluster, asymnvm-job), each
+  // reconnecting by itself through its coordinator session. When set, Open does not claim:
+  // frontend_id is taken from it (a different non-zero frontend_id is kInvalidArgument) and
+  // `coordinator` is only used by dead-writer take-overs (set it to the same URI).
+  std::shared_ptr<FrontendIdentity> identity;
   Level level = Level::kRcb;
   fabric::FabricOptions fabric;
   // Page cache (rc, rcb): capacity in bytes and the default page size (a structure may choose its

@@ -3,11 +3,20 @@
 //   asymnvm-job [--data-dir DIR] [--ops N] [--structures LIST] [--level L] [--pool-size SIZE]
 //               [--backends N] [--json FILE] [--fresh] [--pm-mode auto|flush|msync]
 //               [--backend-bin PATH] [--log-level L] [--show-runs] [--coord URI]
-//               [--mirrors N] [--mirror-mode sync|async]
+//               [--mirrors N] [--mirror-mode sync|async] [--kill-primary-after K]
 //
 // Mirrors (doc/mirror.md): --mirrors N starts N asymnvm-mirror daemons per back-end (pools
 // DIR/asymnvm[-i].mirror-M.pool, control sockets next to them) before it, passes them with
 // --mirror, and stops them after the back-ends (a clean stop never promotes a mirror).
+// --kill-primary-after K (needs --mirrors >= 1): after K acknowledged operations the job SIGKILLs
+// back-end 0 and deletes its pool file; a mirror is promoted (term change on the coordinator), the
+// job's sessions (which share the job's front-end identity and so reconnect by themselves) follow
+// it and replay, the operations go on, the old primary's pool path rejoins as a mirror of the
+// promoted primary (full copy while it serves), and every structure is verified at the end.
+// Replica slots of back-end i: slot 0 = DIR/asymnvm[-i].pool, slot m+1 = its mirror m's pool.
+// Which slot serves is the group's state on the coordinator (/asymnvm/groups/<uuid>/state names
+// the primary replica, host:absolute pool path): a later run serves the promoted pool, and the
+// other slots (the old primary's path included) become its mirrors (doc/mirror.md §Main job).
 //
 // Front-end identity (doc/coord.md): the job holds its front-end id on the coordinator (--coord,
 // default the embedded one in the data directory, dir:DIR/coord, which the daemons use too) for
@@ -39,6 +48,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <cstdio>
 #include <deque>
@@ -52,10 +62,12 @@
 
 #include "asymnvm/cluster.h"
 #include "asymnvm/frontend.h"
+#include "asymnvm/pm.h"
 #include "asymnvm/structures/partitioned.h"
 #include "asymnvm/structures/structure.h"
 #include "common/logging.h"
 #include "frontend/identity.h"
+#include "mirror/group.h"
 #include "tools/ctl.h"
 #include "workloads/bench/latency.h"
 #include "workloads/driver/backend_process.h"
@@ -98,6 +110,20 @@ bool IsLostConnection(const Status& st) {
     default:
       return false;
   }
+}
+
+// The pool's uuid from its superblock (read-only look at the first 4 KiB).
+Result<std::array<uint8_t, 16>> ReadPoolUuid(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::IoError("open " + path, errno);
+  std::vector<uint8_t> buf(pm::kSuperblockSize);
+  const ssize_t n = ::pread(fd, buf.data(), buf.size(), 0);
+  const int e = errno;
+  ::close(fd);
+  if (n != static_cast<ssize_t>(buf.size())) return Status::IoError("read superblock of " + path, e);
+  pm::Superblock sb;
+  ASYMNVM_RETURN_IF_ERROR(pm::DecodeSuperblock(buf.data(), buf.size(), &sb));
+  return sb.uuid;
 }
 
 const char* JobName(Kind k) { return k == kPartitioned ? "pbptree" : structures::KindName(k); }
@@ -235,11 +261,25 @@ int main(int argc, char** argv) {
   app.add_option("--mirror-mode", mirror_mode, "sync (RPO 0) | async")
       ->check(CLI::IsMember({"sync", "async"}))
       ->capture_default_str();
+  uint64_t kill_after = 0;
+  app.add_option("--kill-primary-after", kill_after,
+                 "with --mirrors >= 1: SIGKILL back-end 0 after K acknowledged operations and "
+                 "delete its pool file; a mirror is promoted, the job follows it and verifies "
+                 "everything (the old pool path rejoins as a mirror)")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{100000000}));
   app.add_option("--log-level", log_level, "debug|info|warn|error|off")->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? kExitOk : kExitUsage;
+  }
+  if (kill_after > 0 && nmirrors == 0) {
+    std::cerr << "asymnvm-job: --kill-primary-after needs --mirrors >= 1 (a mirror to promote)\n";
+    return kExitUsage;
+  }
+  if (kill_after > 0 && kill_after >= ops) {
+    std::cerr << "asymnvm-job: --kill-primary-after must be less than --ops\n";
+    return kExitUsage;
   }
   LogLevel ll;
   ParseLogLevel(log_level, &ll);
@@ -317,12 +357,14 @@ int main(int argc, char** argv) {
     }
     return fail("coordinator " + coord_uri, identity.status());
   }
+  // Shared with the Cluster's sessions (SessionOptions::identity): each reconnects by itself.
+  std::shared_ptr<frontend::FrontendIdentity> held(std::move(*identity));
   if (wanted_id == 0) {
     // Keep the allocated id for every later run (replay needs the same id): tmp + fsync + rename.
     const std::string tmp = id_path + ".tmp";
     {
       std::ofstream f(tmp, std::ios::trunc);
-      f << (*identity)->id() << "\n";
+      f << held->id() << "\n";
       f.flush();
       if (!f) {
         std::cerr << "asymnvm-job: cannot write " << tmp << "\n";
@@ -340,16 +382,32 @@ int main(int argc, char** argv) {
       return kExitFailure;
     }
   }
-  std::cout << "asymnvm-job: front-end id " << (*identity)->id() << " (epoch "
-            << (*identity)->epoch() << ") held at " << coord_uri << "\n";
+  std::cout << "asymnvm-job: front-end id " << held->id() << " (epoch "
+            << held->epoch() << ") held at " << coord_uri << "\n";
   auto mirror_path = [&](uint32_t i, uint32_t m) {
     std::string p = pool_path(i);
     return p.substr(0, p.size() - 5) + ".mirror-" + std::to_string(m) + ".pool";
   };
+  // Replica slots of back-end i: 0 = its pool, m + 1 = its mirror m's pool; each slot's mirror
+  // daemon listens on a unix socket next to the pool, so every run finds it at the same address.
+  constexpr uint32_t kSlots = 5;
+  auto slot_path = [&](uint32_t i, uint32_t slot) {
+    return slot == 0 ? pool_path(i) : mirror_path(i, slot - 1);
+  };
+  auto slot_address = [&](uint32_t i, uint32_t slot) {
+    return "unix://" + fs::absolute(slot_path(i, slot)).lexically_normal().string() + ".sock";
+  };
+  auto backend_exists = [&](uint32_t i) {
+    for (uint32_t slot = 0; slot < kSlots; slot++) {
+      if (fs::exists(slot_path(i, slot))) return true;
+    }
+    return false;
+  };
   if (fresh) {
-    for (uint32_t i = 0; fs::exists(pool_path(i)); i++) {
+    for (uint32_t i = 0; backend_exists(i); i++) {
       fs::remove(pool_path(i), ec);
       fs::remove(pool_path(i) + ".backend.log", ec);
+      fs::remove(pool_path(i) + ".mirror", ec);  // the old primary's path rejoined as a mirror
       for (uint32_t m = 0; m < 4; m++) {
         for (const char* suffix : {"", ".mirror", ".backend.log"}) {
           fs::remove(mirror_path(i, m) + suffix, ec);
@@ -358,7 +416,42 @@ int main(int argc, char** argv) {
     }
   }
   const std::string pool = pool_path(0);
-  while (fs::exists(pool_path(nbackends))) nbackends++;  // every pool of earlier runs is served
+  while (backend_exists(nbackends)) nbackends++;  // every pool of earlier runs is served
+  // The slot serving back-end i: the one the group's state on the coordinator names (a mirror
+  // promoted by an earlier run), slot 0 when the group has no state.
+  coord::Coordinator& job_coord = held->coordinator();
+  // A slot whose pool is a mirror's torn copy (sidecar POOL.mirror not "in-sync") never serves.
+  auto torn_copy = [&](uint32_t i, uint32_t slot) {
+    std::ifstream side(slot_path(i, slot) + ".mirror");
+    std::string first;
+    return side && std::getline(side, first) && first != "state in-sync";
+  };
+  auto serving_slot = [&](uint32_t i) -> Result<uint32_t> {
+    for (uint32_t slot = 0; slot < kSlots; slot++) {
+      if (!fs::exists(slot_path(i, slot)) || torn_copy(i, slot)) continue;
+      auto uuid = ReadPoolUuid(slot_path(i, slot));
+      if (!uuid.ok()) continue;  // a mirror whose copy never started
+      auto node = job_coord.Get(mirror::GroupPath(*uuid) + "/state");
+      if (!node.ok()) {
+        if (node.status().code() == StatusCode::kNotFound) continue;  // no group (yet)
+        return node.status();
+      }
+      ASYMNVM_ASSIGN_OR_RETURN(mirror::GroupState gs, mirror::DecodeGroupState(node->data));
+      for (uint32_t t = 0; t < kSlots; t++) {
+        if (mirror::DefaultReplicaName(slot_path(i, t)) == gs.primary) return t;
+      }
+      return Status::FailedPrecondition("the group " + pm::UuidToString(*uuid) + " of back-end " +
+                                        std::to_string(i) + " is served by " + gs.primary +
+                                        " (term " + std::to_string(gs.term) +
+                                        "), not by a pool of " + data_dir);
+    }
+    if (fs::exists(slot_path(i, 0)) && torn_copy(i, 0)) {
+      return Status::FailedPrecondition(
+          slot_path(i, 0) + " is a mirror's incomplete copy (" + slot_path(i, 0) +
+          ".mirror) and no group state names a pool to serve instead");
+    }
+    return 0u;
+  };
   if (backend_bin.empty()) {
     auto b = driver::FindBackendBinary(argv[0]);
     if (!b.ok()) return fail("back-end", b.status());
@@ -379,18 +472,48 @@ int main(int argc, char** argv) {
       return fail("mirrors", Status::NotFound("asymnvm-mirror not found next to " + backend_bin));
     }
   }
+  // Per back-end: the serving slot and its mirrors' slots (the mirror daemons of back-end i are
+  // mirror_daemons[mirror_first[i] ...], in the order of group_slots[i] after the first).
+  std::vector<std::vector<uint32_t>> group_slots(nbackends);
+  std::vector<size_t> mirror_first(nbackends);
+  // A mirror daemon of the group of back-end i on `slot`: it forwards, once promoted, to every
+  // other slot of the group (the old primary's path rejoins there, doc/mirror.md §Main job).
+  auto start_mirror = [&](uint32_t i, uint32_t slot) -> Result<std::unique_ptr<driver::BackendProcess>> {
+    const std::string mp = slot_path(i, slot);
+    std::vector<std::string> margs = {"--pm-mode", pm_mode, "--coord", coord_uri, "--listen", slot_address(i, slot)};
+    if (kill_after > 0) {
+      margs.push_back("--promotion-timeout-ms");
+      margs.push_back("1000");
+    }
+    for (uint32_t other : group_slots[i]) {
+      if (other == slot) continue;
+      margs.push_back("--mirror");
+      margs.push_back(slot_address(i, other));
+    }
+    if (nmirrors > 0) {
+      margs.push_back("--mirror-mode");
+      margs.push_back(mirror_mode);
+    }
+    return driver::BackendProcess::Start(mirror_bin, mp, pool_size, margs, log_level);
+  };
   for (uint32_t i = 0; i < nbackends; i++) {
-    const std::string p = pool_path(i);
-    std::cout << "asymnvm-job: " << (fs::exists(p) ? "reopening " : "creating ") << p << "\n";
+    auto serve = serving_slot(i);
+    if (!serve.ok()) return fail("back-end " + std::to_string(i), serve.status());
+    const std::string p = slot_path(i, *serve);
+    group_slots[i].push_back(*serve);
+    for (uint32_t slot = 0; slot < kSlots && group_slots[i].size() < nmirrors + 1; slot++) {
+      if (slot != *serve) group_slots[i].push_back(slot);
+    }
+    std::cout << "asymnvm-job: " << (fs::exists(p) ? "reopening " : "creating ") << p;
+    if (*serve != 0) std::cout << " (promoted: the group's state on the coordinator names it)";
+    std::cout << "\n";
     std::vector<std::string> bargs = {"--pm-mode", pm_mode, "--coord", coord_uri};
-    for (uint32_t m = 0; m < nmirrors; m++) {
-      const std::string mp = mirror_path(i, m);
-      auto md = driver::BackendProcess::Start(
-          mirror_bin, mp, pool_size,
-          {"--pm-mode", pm_mode, "--coord", coord_uri, "--listen", "unix://" + fs::absolute(mp).string() + ".sock"},
-          log_level);
+    mirror_first[i] = mirror_daemons.size();
+    for (size_t m = 1; m < group_slots[i].size(); m++) {
+      const std::string mp = slot_path(i, group_slots[i][m]);
+      auto md = start_mirror(i, group_slots[i][m]);
       if (!md.ok()) return fail("starting mirror " + mp, md.status());
-      std::cout << "mirror " << m << " of back-end " << i << ": pid " << (*md)->pid() << " at "
+      std::cout << "mirror " << m - 1 << " of back-end " << i << ": pid " << (*md)->pid() << " at "
                 << (*md)->address() << " (" << mp << ")\n";
       bargs.push_back("--mirror");
       bargs.push_back((*md)->address());
@@ -411,7 +534,14 @@ int main(int argc, char** argv) {
   so.backends = addresses;
   // The id is held by `identity` for the whole job: the Cluster's sessions (one per back-end,
   // same id) are opened with it given, not claimed again per session.
-  so.frontend_id = (*identity)->id();
+  so.frontend_id = held->id();
+  // The sessions share the identity (not claimed again) and so follow a promoted mirror by
+  // themselves (doc/frontend.md §Reconnection); `coordinator` lets them take over dead writers.
+  so.identity = held;
+  so.coordinator = coord_uri;
+  // With mirrors a lost back-end is waited for (a mirror is promoted within seconds); without,
+  // a dead back-end ends the run at once with exit 4 (the next run replays and verifies).
+  so.reconnect_deadline = nmirrors > 0 ? std::chrono::milliseconds(60000) : std::chrono::milliseconds(0);
   so.level = frontend::ParseLevel(level_name).value();
   so.cache_bytes = 32ull << 20;
   so.timeout = std::chrono::milliseconds(30000);
@@ -783,6 +913,7 @@ int main(int argc, char** argv) {
   auto cpu = [&]() -> Result<double> {
     double t = 0;
     for (auto& d : daemons) {
+      if (!d) return Status::FailedPrecondition("a back-end was killed");
       ASYMNVM_ASSIGN_OR_RETURN(double x, d->CpuSeconds());
       t += x;
     }
@@ -798,6 +929,114 @@ int main(int argc, char** argv) {
       t += j["pm_syncs"].get<uint64_t>();
     }
     return t;
+  };
+  // --kill-primary-after: the failover of back-end 0 (doc/mirror.md §Main job).
+  struct Failover {
+    bool killed = false;
+    bench::Clock::time_point kill_time;
+    pid_t old_pid = 0;
+    std::string old_address, new_address, old_pool, new_pool, rejoin_address;
+    uint64_t term = 0, replayed = 0;
+    double switch_ms = -1, first_op_ms = -1, rejoin_ms = -1;
+  } fo;
+  // A promoted mirror serves: stopped after the back-ends, before the mirrors.
+  std::vector<std::unique_ptr<driver::BackendProcess>> promoted_daemons;
+  // Waits (polling the daemon's status, 20 ms doubling to 500 ms, up to 3 minutes) until the
+  // back-end at `address` reports every configured mirror in sync.
+  auto wait_mirrors_in_sync = [&](const std::string& address) -> Status {
+    const auto deadline = bench::Clock::now() + std::chrono::minutes(3);
+    auto pause = std::chrono::milliseconds(20);
+    std::string last;
+    for (;;) {
+      auto st = tools::FetchStatus(address, std::chrono::milliseconds(10000));
+      if (st.ok()) {
+        auto j = nlohmann::json::parse(*st, nullptr, /*allow_exceptions=*/false);
+        if (!j.is_discarded() && j.value("mirrors_configured", 0ull) > 0 &&
+            j.value("mirrors_in_sync", 0ull) == j.value("mirrors_configured", 0ull)) {
+          return Status::Ok();
+        }
+        last = st->substr(0, 400);
+      } else {
+        last = st.status().ToString();
+      }
+      if (bench::Clock::now() > deadline) {
+        return Status::TimedOut("the back-end at " + address + " did not report its mirrors in "
+                                "sync within 3 minutes; last status: " + last);
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::milliseconds(500));
+    }
+  };
+  auto kill_primary = [&]() -> Status {
+    // The structures close their open operations first (a stack's or queue's pending
+    // push/pop pairs, batched memory logs): a Session that reconnects while a structure handle
+    // holds open operations replays them from the b-log AND lets the handle close them again
+    // afterwards (found here: a queue then holds duplicates; doc/mirror.md §Not done). Every
+    // acknowledged op log is still only on the primary's b-log and the mirror's copy of it.
+    // ASYMNVM_JOB_KILL_WITHOUT_SYNC=1 skips it (reproduces the double application).
+    if (std::getenv("ASYMNVM_JOB_KILL_WITHOUT_SYNC") == nullptr) {
+      for (auto& h : handles) ASYMNVM_RETURN_IF_ERROR(h->Sync());
+    }
+    // Only an in-sync mirror may be promoted: a mirror still copying (a large pool on a slow
+    // disk may outlast the back-end's --mirror-wait-ms) is waited for first.
+    ASYMNVM_RETURN_IF_ERROR(wait_mirrors_in_sync(addresses[0]));
+    const uint32_t old_slot = group_slots[0][0];
+    fo.old_pid = daemons[0]->pid();
+    fo.old_address = addresses[0];
+    fo.old_pool = slot_path(0, old_slot);
+    daemons[0]->Kill();
+    fo.kill_time = bench::Clock::now();
+    fo.killed = true;
+    daemons[0].reset();
+    std::error_code rec;
+    fs::remove(fo.old_pool, rec);
+    if (rec) return Status::IoError("removing " + fo.old_pool + ": " + rec.message());
+    std::cout << "killed back-end 0 (pid " << fo.old_pid << ", SIGKILL) after " << kill_after
+              << " acknowledged operations; deleted " << fo.old_pool << "\n";
+    // A call that is safe to repeat: the session finds the connection broken, waits for the
+    // group's new primary to register on the coordinator, connects, replays its op logs not
+    // covered there, and retries (doc/frontend.md §Reconnection). A batch that was pending when
+    // the connection broke makes the first call fail ("reconnects at its next call"): again.
+    frontend::Session& s0 = cl.session(0);
+    const uint64_t replayed0 = s0.counters().replayed_ops;
+    Status st;
+    for (int attempt = 0; attempt < 3; attempt++) {
+      st = s0.Fence();
+      if (st.ok() || !IsLostConnection(st)) break;
+    }
+    if (!st.ok()) return st.WithContext("switching to the promoted mirror");
+    fo.switch_ms = std::chrono::duration<double, std::milli>(bench::Clock::now() - fo.kill_time).count();
+    fo.replayed = s0.counters().replayed_ops - replayed0;
+    fo.new_address = s0.backend_address();
+    addresses[0] = fo.new_address;
+    // Which mirror won: the group's state names it.
+    auto node = job_coord.Get(mirror::GroupPath(s0.pool_uuid()) + "/state");
+    if (!node.ok()) return node.status().WithContext("the group's state");
+    ASYMNVM_ASSIGN_OR_RETURN(mirror::GroupState gs, mirror::DecodeGroupState(node->data));
+    fo.term = gs.term;
+    size_t winner = 0;
+    for (size_t m = 1; m < group_slots[0].size(); m++) {
+      if (mirror::DefaultReplicaName(slot_path(0, group_slots[0][m])) == gs.primary) winner = m;
+    }
+    if (winner == 0) {
+      return Status::FailedPrecondition("the group's state names " + gs.primary +
+                                        ", none of back-end 0's mirrors");
+    }
+    fo.new_pool = slot_path(0, group_slots[0][winner]);
+    const size_t di = mirror_first[0] + winner - 1;
+    promoted_daemons.push_back(std::move(mirror_daemons[di]));
+    mirror_daemons.erase(mirror_daemons.begin() + static_cast<long>(di));
+    // Rejoin: the old primary's path as a mirror of the promoted primary, which was started
+    // with --mirror naming it and copies it while serving.
+    auto md = start_mirror(0, old_slot);
+    if (!md.ok()) return md.status().WithContext("rejoining " + fo.old_pool + " as a mirror");
+    fo.rejoin_address = (*md)->address();
+    std::cout << "promoted: " << fo.new_pool << " serves back-end 0 at " << fo.new_address
+              << " (term " << fo.term << "); the job switched to it " << Fmt(fo.switch_ms, 0)
+              << " ms after the kill (" << fo.replayed << " op(s) replayed); " << fo.old_pool
+              << " rejoins as its mirror (pid " << (*md)->pid() << ")\n";
+    mirror_daemons.push_back(std::move(*md));
+    return Status::Ok();
   };
   const auto c0 = counters();
   auto cpu0 = cpu();
@@ -845,6 +1084,13 @@ int main(int argc, char** argv) {
     ApplyToModel(m, kinds[x], op);
     per_ops[x]++;
     if (!note_progress(i + 1)) return fail("progress file", Status::IoError(progress_path, errno));
+    if (fo.killed && fo.first_op_ms < 0) {
+      fo.first_op_ms = std::chrono::duration<double, std::milli>(bench::Clock::now() - fo.kill_time).count();
+    }
+    if (kill_after > 0 && i + 1 == kill_after) {
+      Status k = kill_primary();
+      if (!k.ok()) return fail("failover after killing back-end 0", k);
+    }
     if (tty && (i % 512 == 0 || i + 1 == ops)) {
       const double el = std::chrono::duration<double>(bench::Clock::now() - t0).count();
       std::cout << "\r\033[Krun " << run + 1 << ": " << i + 1 << "/" << ops << " ops, "
@@ -860,6 +1106,22 @@ int main(int argc, char** argv) {
   const auto c1 = counters();
   auto cpu1 = cpu();
   auto syncs1 = syncs();
+  uint64_t verified_after = 0;
+  if (fo.killed) {
+    // The rejoined mirror: its full copy ran while the operations went on; wait (generously)
+    // until the promoted primary reports every mirror in sync.
+    Status ws = wait_mirrors_in_sync(fo.new_address);
+    if (!ws.ok()) return fail("rejoin", ws);
+    fo.rejoin_ms = std::chrono::duration<double, std::milli>(bench::Clock::now() - fo.kill_time).count();
+    // Full verification of every structure against the job's model after the promotion.
+    Status err;
+    const std::string why = verify(models, &verified_after, &err);
+    if (!err.ok()) return fail("verifying after the promotion", err);
+    if (!why.empty()) {
+      std::cerr << "asymnvm-job: VERIFICATION FAILED after the promotion: " << why << "\n";
+      return kExitVerification;
+    }
+  }
   close(progress_fd);
   // Record the run's end, durably, before declaring success.
   uint8_t rec[24];
@@ -896,12 +1158,13 @@ int main(int argc, char** argv) {
                                {"elements", elems},
                                {"read_mismatches", mismatches[i]}});
   }
-  const double rt = static_cast<double>(c1.fabric.round_trips - c0.fabric.round_trips) / static_cast<double>(ops);
-  const double bytes = static_cast<double>(c1.fabric.bytes_out - c0.fabric.bytes_out) / static_cast<double>(ops);
+  // After a failover the switched session's counters started again from 0: not comparable (-1).
+  const double rt = fo.killed ? -1 : static_cast<double>(c1.fabric.round_trips - c0.fabric.round_trips) / static_cast<double>(ops);
+  const double bytes = fo.killed ? -1 : static_cast<double>(c1.fabric.bytes_out - c0.fabric.bytes_out) / static_cast<double>(ops);
   const double cpu_us = cpu0.ok() && cpu1.ok() ? (*cpu1 - *cpu0) * 1e6 / static_cast<double>(ops) : -1;
   std::printf("round trips/op %.2f, bytes out/op %.0f, back-end CPU %.1f us/op, cache hits %.1f%%\n", rt, bytes,
               cpu_us,
-              100.0 * static_cast<double>(c1.cache_hits - c0.cache_hits) /
+              fo.killed ? -1.0 : 100.0 * static_cast<double>(c1.cache_hits - c0.cache_hits) /
                   std::max<double>(1, static_cast<double>((c1.cache_hits - c0.cache_hits) + (c1.cache_misses - c0.cache_misses))));
   j["round_trips_per_op"] = rt;
   j["bytes_per_op"] = bytes;
@@ -911,9 +1174,9 @@ int main(int argc, char** argv) {
     workloads::Rng urng(kSeedBase + run);
     for (uint64_t i = 0; i < ops; i++) updates += NextOp(urng, run_kinds, run, i).kind != 0 ? 1 : 0;
   }
-  const double syncs_per_op = syncs0.ok() && syncs1.ok()
+  const double syncs_per_op = !fo.killed && syncs0.ok() && syncs1.ok()
                                   ? static_cast<double>(*syncs1 - *syncs0) / static_cast<double>(ops) : -1;
-  const double syncs_per_update = syncs0.ok() && syncs1.ok() && updates > 0
+  const double syncs_per_update = !fo.killed && syncs0.ok() && syncs1.ok() && updates > 0
                                       ? static_cast<double>(*syncs1 - *syncs0) / static_cast<double>(updates) : -1;
   std::printf("back-end syncs/op %.2f (%.2f per update), pm mode %s\n", syncs_per_op, syncs_per_update,
               pm_mode.c_str());
@@ -921,16 +1184,52 @@ int main(int argc, char** argv) {
   j["syncs_per_update"] = syncs_per_update;
   j["pm_mode"] = pm_mode;
   j["backends"] = cl.size();
+  if (fo.killed) {
+    std::printf("failover of back-end 0 (killed after %llu acknowledged operations, pool deleted):\n"
+                "  %-12s %s (%s, pid %d, SIGKILL)\n  %-12s %s (%s, term %llu)\n"
+                "  %-12s %.0f ms kill -> sessions switched (%llu op(s) replayed), %.0f ms kill -> "
+                "first successful operation\n  %-12s %s in sync %.0f ms after the kill (full copy "
+                "while serving)\n  %-12s %llu elements in %zu structures, every one as acknowledged\n",
+                static_cast<unsigned long long>(kill_after), "old primary", fo.old_address.c_str(),
+                fo.old_pool.c_str(), static_cast<int>(fo.old_pid), "new primary",
+                fo.new_address.c_str(), fo.new_pool.c_str(), static_cast<unsigned long long>(fo.term),
+                "switch-over", fo.switch_ms, static_cast<unsigned long long>(fo.replayed),
+                fo.first_op_ms, "rejoined", fo.old_pool.c_str(), fo.rejoin_ms, "verified",
+                static_cast<unsigned long long>(verified_after), kinds.size());
+    j["failover"] = {{"killed_after_ops", kill_after},
+                     {"old_address", fo.old_address},
+                     {"old_pool", fo.old_pool},
+                     {"new_address", fo.new_address},
+                     {"new_pool", fo.new_pool},
+                     {"term", fo.term},
+                     {"switch_ms", fo.switch_ms},
+                     {"first_op_ms", fo.first_op_ms},
+                     {"replayed_ops", fo.replayed},
+                     {"rejoin_in_sync_ms", fo.rejoin_ms},
+                     {"verified_elements", verified_after}};
+  }
   handles.clear();
   runs->reset();
   cluster->reset();
   for (size_t i = 0; i < daemons.size(); i++) {
+    if (!daemons[i]) {
+      std::cout << "back-end " << i << ": killed by the job (--kill-primary-after)\n";
+      continue;
+    }
     std::string log;
     Status stop = daemons[i]->Stop(&log);
     if (!stop.ok()) return fail("stopping back-end " + std::to_string(i), stop);
     while (!log.empty() && log.back() == '\n') log.pop_back();
     const size_t nl = log.rfind('\n');
     std::cout << "back-end " << i << ": " << (nl == std::string::npos ? log : log.substr(nl + 1)) << "\n";
+  }
+  for (auto& pd : promoted_daemons) {
+    std::string log;
+    Status stop = pd->Stop(&log);
+    if (!stop.ok()) return fail("stopping the promoted mirror", stop);
+    while (!log.empty() && log.back() == '\n') log.pop_back();
+    const size_t nl = log.rfind('\n');
+    std::cout << "promoted mirror: " << (nl == std::string::npos ? log : log.substr(nl + 1)) << "\n";
   }
   for (size_t m = 0; m < mirror_daemons.size(); m++) {
     Status stop = mirror_daemons[m]->Stop();

@@ -195,6 +195,8 @@ struct Session::Impl {
   std::unordered_map<uint32_t, ReplayFn> replay;
   AdoptFn adopter;
   bool adopting = false;  // inside AdoptDeadWriter (no nested take-over)
+  // Reconnect: open ops a structure's closer still holds (committed by it, not by the replay).
+  std::set<uint64_t> replay_skip;
   Counters c;
 
   // ---- RPC ----
@@ -704,6 +706,16 @@ Status Session::Reconnect(const Status& cause) {
         }
         if (fresh.ok()) {
           Impl& n = **fresh;
+          // Ops a structure still holds open in DRAM (stack/queue annulment, multi-version
+          // publishing): its closer commits them on the new connection, so the replay must not
+          // re-execute them too (it applied them twice: a queue of 130 had 222 elements after a
+          // promotion). They stay open, so no OPN passes them before the closer's transaction.
+          for (const auto& [seq, sid] : old.open_ops) {
+            if (old.closers.count(sid) == 0) continue;
+            n.open_ops[seq] = sid;
+            n.replay_skip.insert(seq);
+            n.max_logged = std::max(n.max_logged, seq);
+          }
           n.o.timeout = old.o.timeout;
           n.identity = std::move(old.identity);
           n.structures = std::move(old.structures);
@@ -1417,6 +1429,7 @@ Status Session::ReplayWith(OpLogFetcher* fetcher) {
   for (const RecoveredOp& op : ops) {
     if (op.op_seq <= m.registered_opn || op.op_seq >= m.first_op) continue;
     m.next_op = std::max(m.next_op, op.op_seq + 1);
+    if (m.replay_skip.count(op.op_seq) != 0) continue;  // its structure's closer commits it
     if (op.op_type == kLockAheadOpType) {
       m.AdvanceOpn();
       continue;
@@ -1447,6 +1460,7 @@ Status Session::ReplayWith(OpLogFetcher* fetcher) {
     m.AdvanceOpn();
     m.c.replayed_ops++;
   }
+  m.replay_skip.clear();
   return Fence();
 }
 

@@ -8,6 +8,8 @@
 #include <random>
 
 #include "backend/applier.h"
+#include "common/checksum.h"
+#include "common/coding.h"
 
 namespace asymnvm::backend {
 namespace {
@@ -40,6 +42,19 @@ TEST(OpLog, RoundTripAndEveryBitFlipIsDetected) {
   EXPECT_EQ(DecodeOpLog(std::span(enc).first(10)).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(DecodeOpLog(std::span(enc).first(enc.size() - 1)).status().code(),
             StatusCode::kCorruption);
+}
+
+// Regression (log_format_fuzz, CI): a record whose reserved header bytes 36..39 are set, with a
+// checksum that covers them, used to decode — and did not re-encode to itself. It is refused.
+TEST(OpLog, ReservedHeaderBytesSetIsCorruption) {
+  auto payload = Bytes({9, 8, 7});
+  auto enc = EncodeOpLog(OpLogRecord{1, 2, 3, 4, 0, payload});
+  enc[37] = 0x4F;
+  PutLe32(enc.data(), Crc32c(enc.data() + 4, enc.size() - 4));
+  auto dec = DecodeOpLog(enc);
+  ASSERT_FALSE(dec.ok());
+  EXPECT_EQ(dec.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(dec.status().ToString().find("reserved"), std::string::npos) << dec.status().ToString();
 }
 
 // Applies a decoded transaction to a byte image (the applier's rule: entries in order).

@@ -205,6 +205,13 @@ Result<TxnView> DecodeTxn(std::span<const uint8_t> bytes) {
     } else {
       e.op_seq = GetLe64(p + off + kTxnEntryHeaderSize);
       e.op_offset = GetLe32(p + off + kTxnEntryHeaderSize + 8);
+      // The bytes come from one op log's payload, which no record larger than kMaxRecordSize
+      // holds (found by log_format_fuzz: a 1 GiB pointer entry decoded).
+      if (e.len > kMaxRecordSize || e.op_offset > kMaxRecordSize - e.len) {
+        return Status::Corruption("memory-log txn: pointer entry " + std::to_string(i) + " of " +
+                                  std::to_string(e.len) + " bytes at payload offset " +
+                                  std::to_string(e.op_offset) + " exceeds the largest op log");
+      }
     }
     off += kTxnEntryHeaderSize + body;
     v.entries.push_back(e);

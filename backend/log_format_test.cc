@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <tuple>
 
 #include "backend/applier.h"
 #include "common/checksum.h"
@@ -55,6 +56,24 @@ TEST(OpLog, ReservedHeaderBytesSetIsCorruption) {
   ASSERT_FALSE(dec.ok());
   EXPECT_EQ(dec.status().code(), StatusCode::kCorruption);
   EXPECT_NE(dec.status().ToString().find("reserved"), std::string::npos) << dec.status().ToString();
+}
+
+// Regression (log_format_fuzz): a pointer entry naming more bytes than any op log holds decoded
+// (and a 1 GiB one exhausted memory downstream). It is refused; the largest legal one decodes.
+TEST(Txn, PointerEntryLongerThanAnyOpLogIsCorruption) {
+  for (const auto& [len, offset, ok] : {std::tuple<uint32_t, uint32_t, bool>{kMaxRecordSize, 0, true},
+                                        {kMaxRecordSize + 1, 0, false},
+                                        {16, kMaxRecordSize - 8, false},
+                                        {0x40000000u, 0, false}}) {
+    TxnBuilder tb;
+    tb.WritePointer(4096, len, 3, offset);
+    const auto bytes = tb.Finish(1, 1, 1, 0);
+    auto v = DecodeTxn(bytes);
+    EXPECT_EQ(v.ok(), ok) << len << " @ " << offset << ": " << v.status().ToString();
+    if (!ok) {
+      EXPECT_EQ(v.status().code(), StatusCode::kCorruption);
+    }
+  }
 }
 
 // Applies a decoded transaction to a byte image (the applier's rule: entries in order).

@@ -195,8 +195,8 @@ struct Session::Impl {
   std::unordered_map<uint32_t, ReplayFn> replay;
   AdoptFn adopter;
   bool adopting = false;  // inside AdoptDeadWriter (no nested take-over)
-  // Reconnect: open ops a structure's closer still holds (committed by it, not by the replay).
-  std::set<uint64_t> replay_skip;
+  // Session::SetReconnectHook: structures drop their DRAM state before a reconnect's replay.
+  std::function<Status()> reconnect_hook;
   Counters c;
 
   // ---- RPC ----
@@ -706,22 +706,20 @@ Status Session::Reconnect(const Status& cause) {
         }
         if (fresh.ok()) {
           Impl& n = **fresh;
-          // Ops a structure still holds open in DRAM (stack/queue annulment, multi-version
-          // publishing): its closer commits them on the new connection, so the replay must not
-          // re-execute them too (it applied them twice: a queue of 130 had 222 elements after a
-          // promotion). They stay open, so no OPN passes them before the closer's transaction.
-          for (const auto& [seq, sid] : old.open_ops) {
-            if (old.closers.count(sid) == 0) continue;
-            n.open_ops[seq] = sid;
-            n.replay_skip.insert(seq);
-            n.max_logged = std::max(n.max_logged, seq);
-          }
+          // Ops a structure held open in DRAM (stack/queue annulment, multi-version publishing)
+          // and ops whose transactions were lost with the old connection (an unsent batch, or
+          // sent but not durable on the back-end that answers now) are all past the new OPN: the
+          // replay re-executes them in op order, after the structures dropped their DRAM state
+          // (the reconnect hook). Carrying open ops over instead let a structure's closer commit
+          // them from a DRAM view that still held the lost transactions' effects (a queue lost
+          // an element after a promotion; doc/mirror.md).
           n.o.timeout = old.o.timeout;
           n.identity = std::move(old.identity);
           n.structures = std::move(old.structures);
           n.replay = std::move(old.replay);
           n.adopter = std::move(old.adopter);
           n.closers = std::move(old.closers);
+          n.reconnect_hook = std::move(old.reconnect_hook);
           n.held_locks = std::move(old.held_locks);  // the lock words name our id; still ours
           n.group_writes = old.group_writes;
           n.bypass_cache = old.bypass_cache;
@@ -736,8 +734,20 @@ Status Session::Reconnect(const Status& cause) {
                                                    coord::Clock::now() - start)
                                                    .count()
                                             << " ms; replaying");
-          BackendFetcher f(impl_->oq.get(), impl_->first_op);
-          return ReplayWith(&f).WithContext("reconnect: replay at " + address);
+          Status r = impl_->reconnect_hook ? impl_->reconnect_hook() : Status::Ok();
+          if (r.ok()) {
+            BackendFetcher f(impl_->oq.get(), impl_->first_op);
+            r = ReplayWith(&f).WithContext("reconnect: replay at " + address);
+          } else {
+            r = r.WithContext("reconnect: structures re-reading their state at " + address);
+          }
+          if (!r.ok()) {
+            // Not recovered: the next call starts the reconnection over (a new registration,
+            // the hook, the whole replay) rather than running on a state missing the replay.
+            impl_->lost = true;
+            impl_->lost_cause = r;
+          }
+          return r;
         }
         last = fresh.status().WithContext("reconnect to " + address);
       }
@@ -1316,6 +1326,10 @@ void Session::SetOpCloser(uint32_t structure_id, std::function<Status()> close) 
   }
 }
 
+void Session::SetReconnectHook(std::function<Status()> hook) {
+  impl_->reconnect_hook = std::move(hook);
+}
+
 void Session::RegisterReplay(uint32_t structure_type, ReplayFn fn) {
   impl_->replay[structure_type] = std::move(fn);
 }
@@ -1429,7 +1443,6 @@ Status Session::ReplayWith(OpLogFetcher* fetcher) {
   for (const RecoveredOp& op : ops) {
     if (op.op_seq <= m.registered_opn || op.op_seq >= m.first_op) continue;
     m.next_op = std::max(m.next_op, op.op_seq + 1);
-    if (m.replay_skip.count(op.op_seq) != 0) continue;  // its structure's closer commits it
     if (op.op_type == kLockAheadOpType) {
       m.AdvanceOpn();
       continue;
@@ -1460,7 +1473,6 @@ Status Session::ReplayWith(OpLogFetcher* fetcher) {
     m.AdvanceOpn();
     m.c.replayed_ops++;
   }
-  m.replay_skip.clear();
   return Fence();
 }
 

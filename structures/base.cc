@@ -408,6 +408,15 @@ Status Base::CheckValue(std::span<const uint8_t> value) const {
 
 Status Base::SyncBase() { return s_.Fence(); }
 
+std::vector<Base*> WriterHandles(const frontend::Session* s) {
+  std::vector<Base*> out;
+  std::lock_guard<std::mutex> l(g_registry_mu);
+  for (auto it = Registry().lower_bound({s, 0}); it != Registry().end() && it->first.first == s; ++it) {
+    if (it->second->writer()) out.push_back(it->second);
+  }
+  return out;
+}
+
 Base* LookupHandle(const frontend::Session* s, uint32_t id) {
   std::lock_guard<std::mutex> l(g_registry_mu);
   auto it = Registry().find({s, id});
@@ -429,6 +438,16 @@ void RegisterReplays(frontend::Session& session) {
       return b->ReplayOp(op);
     });
   }
+  // After a reconnection, before the replay: every writer handle of this session re-reads its
+  // state (the old connection's unapplied transactions are gone; the replay redoes their ops).
+  frontend::Session* sp = &session;
+  session.SetReconnectHook([sp]() -> Status {
+    for (internal::Base* b : internal::WriterHandles(sp)) {
+      Status st = b->Resync();
+      if (!st.ok()) return st.WithContext("structure '" + b->st().name + "'");
+    }
+    return Status::Ok();
+  });
   // A dead writer's structures (Session::SetAdopter): open each in the recovery session (taking
   // the lock under the dead writer's id), replay, close (sync + unlock) — what a restarted writer
   // does. Types that are not a kind (a partition map's own entry) have no op logs to replay.

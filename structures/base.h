@@ -109,6 +109,10 @@ class Base {
   // Re-reads the writer's DRAM view of the structure (anchor words) from PM: another front-end
   // may have changed it while this handle did not hold the lock (Options::lock_at_open false).
   virtual Status Refresh() { return Status::Ok(); }
+  // After the session reconnected (Session::SetReconnectHook): drops every op this handle holds
+  // open in DRAM (the replay re-executes them from their op logs) and whatever it derived from
+  // transactions that may be lost, then re-reads its view from the pool. Default: Refresh().
+  virtual Status Resync() { return Refresh(); }
   // Inside a multi-structure transaction (structures/transaction.cc): Update runs only the body;
   // the transaction writes the one op log and the one TxWrite for all its operations.
   void set_in_txn(bool on) { in_txn_ = on; }

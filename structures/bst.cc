@@ -63,6 +63,10 @@ class Bst final : public Map, public Base {
     uint8_t init[kAnchorBytes] = {};
     PutU64(init, kMagic);
     ASYMNVM_ASSIGN_OR_RETURN(anchor_, EnsureAnchor(init));
+    return Refresh();
+  }
+
+  Status Refresh() override {
     uint8_t a[kAnchorBytes];
     ASYMNVM_RETURN_IF_ERROR(Query([&]() -> Status { return Read(anchor_, a); }));
     if (GetU64(a) != kMagic) return Status::Corruption(Describe(kind_, st_.name) + ": anchor has a bad magic");

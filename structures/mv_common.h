@@ -122,6 +122,27 @@ class MvBase : public Map, public Base {
     return Status::Ok();
   }
 
+  // Unpublished updates are dropped (their ops were past the OPN: the replay redoes them) and the
+  // working version is the pool's last published one. Published versions were fenced, so the
+  // reclamation queue of their replaced objects stays.
+  Status Resync() override {
+    priv_.clear();
+    priv_bytes_ = 0;
+    ops_ = 0;
+    dirty_ = false;
+    in_vector_ = false;
+    retired_.clear();
+    uint8_t a[kAnchorBytes];
+    ASYMNVM_RETURN_IF_ERROR(s_.ReadRemote(anchor_, a));
+    if (GetU64(a) != kAnchorMagic) {
+      return Status::Corruption(Describe(kind_, st_.name) + ": anchor has a bad magic");
+    }
+    root_ = GetU64(a + kRootOff);
+    count_ = GetU64(a + kCountOff) & kAddrMask;
+    version_ = GetU64(a + kVersionOff);
+    return Status::Ok();
+  }
+
   Kind kind() const override { return kind_; }
   const frontend::Structure& structure() const override { return st_; }
   uint32_t value_size() const override { return vsize(); }

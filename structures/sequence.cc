@@ -147,6 +147,13 @@ class LinkedSequence final : public Sequence, public Base {
     });
   }
 
+  // Pending pushes are dropped (their op logs are replayed) and the anchor re-read when next used.
+  Status Resync() override {
+    pending_.clear();
+    anchor_loaded_ = false;
+    return Status::Ok();
+  }
+
   Status ReplayOp(const frontend::RecoveredOp& op) override {
     Status st;
     if (op.op_type == kOpPush) {

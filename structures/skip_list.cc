@@ -89,6 +89,17 @@ class SkipList final : public Map, public Base {
     return Status::Ok();
   }
 
+  Status Refresh() override {
+    uint8_t a[kHead];
+    ASYMNVM_RETURN_IF_ERROR(Query([&]() -> Status { return Read(anchor_, a); }));
+    if (GetU64(a) != kMagic) return Status::Corruption(Describe(kind_, st_.name) + ": anchor has a bad magic");
+    const uint64_t level = GetU64(a + kLevel);
+    if (level > max_level_) return Status::Corruption(Describe(kind_, st_.name) + ": anchor level above max level");
+    count_ = GetU64(a + kCount);
+    level_ = level;
+    return Status::Ok();
+  }
+
   Kind kind() const override { return kind_; }
   const frontend::Structure& structure() const override { return st_; }
   uint32_t value_size() const override { return vsize(); }

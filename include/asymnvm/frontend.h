@@ -269,6 +269,13 @@ class Session {
   // them). The session calls it before another structure's op log, so transactions never carry
   // effects of ops past their OPN. An empty function unregisters.
   void SetOpCloser(uint32_t structure_id, std::function<Status()> close);
+  // After a reconnection (SessionOptions::coordinator; doc/frontend.md §Reconnection) and before
+  // its replay, the session calls `hook`: whatever DRAM state the application's structures derived
+  // from the pool or hold for open ops must be dropped (re-read from the pool), because the
+  // transactions the old connection had not made durable are lost and every op past the new OPN
+  // — open ones included — is re-executed by the replay. structures::RegisterReplays installs one.
+  // An error leaves the session to reconnect again at its next call.
+  void SetReconnectHook(std::function<Status()> hook);
 
   // ---- recovery (§7.2 case 2) ----
   // Structures register a replay function per structure type before Replay.

@@ -968,14 +968,10 @@ int main(int argc, char** argv) {
     }
   };
   auto kill_primary = [&]() -> Status {
-    // The structures close their open operations first (a stack's or queue's pending push/pop
-    // pairs, batched memory logs). Session::Reconnect leaves ops a structure still holds open to
-    // its closer (a queue or a stack alone then verifies without this sync), but with several
-    // structures interleaved one queue op was still lost (9 of 10 elements; doc/mirror.md §Not
-    // done). ASYMNVM_JOB_KILL_WITHOUT_SYNC=1 skips the sync (reproduces it).
-    if (std::getenv("ASYMNVM_JOB_KILL_WITHOUT_SYNC") == nullptr) {
-      for (auto& h : handles) ASYMNVM_RETURN_IF_ERROR(h->Sync());
-    }
+    // No sync first: the primary dies while the structures hold ops open in DRAM (a stack's or
+    // queue's pending pushes, unpublished MV versions) and memory logs in an unsent batch, as an
+    // application would be; the sessions' reconnection drops and replays them (doc/frontend.md
+    // §Reconnection).
     // Only an in-sync mirror may be promoted: a mirror still copying (a large pool on a slow
     // disk may outlast the back-end's --mirror-wait-ms) is waited for first.
     ASYMNVM_RETURN_IF_ERROR(wait_mirrors_in_sync(addresses[0]));

@@ -146,7 +146,10 @@ Result<std::unique_ptr<Map>> OpenMap(frontend::Session& session, Kind kind, cons
 Result<std::unique_ptr<Handle>> Open(frontend::Session& session, Kind kind, const std::string& name,
                                      const Options& options = {});
 
-// Registers the replay function of every kind with the session (before Session::Replay).
+// Registers the replay function of every kind with the session (before Session::Replay), and its
+// reconnect hook: after a reconnection every writer handle of the session drops its DRAM state
+// (ops held open, anchor words, unpublished versions) and re-reads it from the pool before the
+// replay re-executes the ops past the new OPN (Session::SetReconnectHook).
 void RegisterReplays(frontend::Session& session);
 
 }  // namespace asymnvm::structures

@@ -408,6 +408,48 @@ TEST_F(FrontendTest, ReaderRetriesWhileAWriterApplies) {
   EXPECT_GE(seq, 4u);  // two applications, each +2
 }
 
+// Reader snapshots (doc/frontend.md §Reader snapshots): at rc/rcb a ReadConsistent whose reads
+// were all taken at the sequence word's current value is served from them after one word read;
+// any transaction bracketing the word drops the snapshot (the next body reads remotely and sees
+// the new value). At naive every body reads remotely.
+TEST_F(FrontendTest, ReaderSnapshotsServeRepeatsUntilTheWordChanges) {
+  auto w = OpenSession(14, Level::kR);
+  auto r = OpenSession(15, Level::kRc);
+  auto n = OpenSession(16, Level::kNaive);
+  ASSERT_TRUE(w && r && n);
+  auto st = w->CreateRoot("snap", 4);
+  ASSERT_TRUE(st.ok());
+  auto addr = w->Malloc(128);
+  ASSERT_TRUE(addr.ok());
+  ASSERT_TRUE(Update(*w, *st, *addr, 1).ok());
+  ASSERT_TRUE(w->Fence().ok());
+  auto read = [&](Session& s, uint64_t* remote_reads) -> int {
+    const uint64_t before = s.counters().remote_reads;
+    uint8_t got[8] = {};
+    Status rs = s.ReadConsistent(*st, [&]() { return s.Read(*addr, got); });
+    EXPECT_TRUE(rs.ok()) << rs.ToString();
+    *remote_reads = s.counters().remote_reads - before;
+    return got[0];
+  };
+  uint64_t rr = 0;
+  EXPECT_EQ(read(*r, &rr), 1);
+  EXPECT_EQ(rr, 3u);  // word, data, word
+  EXPECT_EQ(read(*r, &rr), 1);
+  EXPECT_EQ(rr, 1u);  // word only: the data came from the snapshot taken at this word value
+  EXPECT_EQ(read(*r, &rr), 1);
+  EXPECT_EQ(rr, 1u);
+  ASSERT_TRUE(Update(*w, *st, *addr, 7).ok());
+  ASSERT_TRUE(w->Fence().ok());
+  EXPECT_EQ(read(*r, &rr), 7);  // the word moved: the snapshot is dropped, the new value read
+  EXPECT_EQ(rr, 3u);
+  EXPECT_EQ(read(*r, &rr), 7);
+  EXPECT_EQ(rr, 1u);
+  for (int i = 0; i < 2; i++) {
+    EXPECT_EQ(read(*n, &rr), 7);
+    EXPECT_EQ(rr, 3u);  // naive: no cache, no snapshot
+  }
+}
+
 // Fencing (doc/backend.md §Fencing): a second registration of a front-end id — what a take-over
 // of a lapsed holder does — fences the first session. Its transactions are refused by the back-end
 // without touching the id's record, and its next fence fails with "fenced" (before, the back-end

@@ -188,6 +188,48 @@ struct Session::Impl {
   uint64_t overlay_order = 0, overlay_size = 0, overlay_max_len = 0, batch_last_order = 0;
 
   bool bypass_cache = false;
+  // Seqlock snapshots (ReadConsistent at rc/rcb; doc/frontend.md §Reader snapshots): per sequence
+  // word, the raw bytes of the reads of bodies that completed with the word unchanged, valid while
+  // the word still holds `seq` (every transaction bracketing it changes it; it never repeats).
+  struct Snapshot {
+    uint64_t seq = 1;  // odd: nothing valid
+    std::map<std::pair<uint64_t, uint32_t>, std::vector<uint8_t>> reads;  // (addr, len) → bytes
+    uint64_t bytes = 0;
+  };
+  std::unordered_map<uint64_t, Snapshot> snapshots;
+  uint64_t snapshot_bytes = 0;  // over all snapshots; bounded by SessionOptions::cache_bytes
+  Snapshot* snap = nullptr;     // inside a ReadConsistent body: the word's snapshot
+  bool snap_fresh = false;      // snap->seq equals the word read before the body
+  bool snap_missed = false;     // the body read something the snapshot did not hold
+  void DropSnapshot(Snapshot& sn) {
+    snapshot_bytes -= sn.bytes;
+    sn.reads.clear();
+    sn.bytes = 0;
+    sn.seq = 1;
+  }
+  // A data-area read inside a ReadConsistent body: from the snapshot when it is fresh and holds
+  // exactly this range, else remote (and kept for the snapshot).
+  Status SnapshotRead(uint64_t addr, std::span<uint8_t> out) {
+    const auto key = std::make_pair(addr, static_cast<uint32_t>(out.size()));
+    if (snap_fresh) {
+      auto it = snap->reads.find(key);
+      if (it != snap->reads.end()) {
+        std::memcpy(out.data(), it->second.data(), out.size());
+        Patch(addr, out);
+        c.cache_hits++;
+        return Status::Ok();
+      }
+    }
+    snap_missed = true;
+    ASYMNVM_RETURN_IF_ERROR(RemoteReadRaw(addr, out));
+    if (snapshot_bytes + out.size() <= o.cache_bytes && snap->reads.find(key) == snap->reads.end()) {
+      snap->reads.emplace(key, std::vector<uint8_t>(out.begin(), out.end()));
+      snap->bytes += out.size();
+      snapshot_bytes += out.size();
+    }
+    Patch(addr, out);
+    return Status::Ok();
+  }
   bool group_writes = false;  // naive: MemLogs buffered until TxWrite (SetGroupWrites)
   uint64_t next_wr_id = 1;
   std::set<uint64_t> held_locks;
@@ -994,6 +1036,7 @@ Status Session::Read(uint64_t addr, std::span<uint8_t> out, uint32_t page_size) 
     ASYMNVM_RETURN_IF_ERROR(m.MaybeTimer());
     ASYMNVM_RETURN_IF_ERROR(m.Target(addr, out.size()).status());
     const bool data = addr >= m.data_begin && addr < m.data_end;
+    if (m.snap != nullptr && data && out.size() <= m.data_end - addr) return m.SnapshotRead(addr, out);
     if (!m.cache || m.bypass_cache || !data) return m.RemoteRead(addr, out);
     const uint32_t ps = m.PageSize(page_size);
     if (!ValidPageSize(ps)) return Status::InvalidArgument("page_size must be a power of two");
@@ -1059,6 +1102,12 @@ Status Session::ReadConsistent(const Structure& s, const std::function<Status()>
     Backoff backoff;
     const bool saved = m.bypass_cache;
     m.bypass_cache = true;
+    // Snapshots only where a cache is (rc/rcb), and not for a nested ReadConsistent.
+    const bool snapshots = m.cache != nullptr && m.snap == nullptr && m.o.cache_bytes > 0;
+    struct Unsnap {
+      Impl& m;
+      ~Unsnap() { m.snap = nullptr; }
+    } unsnap{m};
     Status result = Status::Ok();
     while (true) {
       auto v1 = ReadWord(s.seq_addr);
@@ -1067,11 +1116,32 @@ Status Session::ReadConsistent(const Structure& s, const std::function<Status()>
         break;
       }
       if (*v1 % 2 == 0) {
+        if (snapshots) {
+          Impl::Snapshot& sn = m.snapshots[s.seq_addr];
+          if (sn.seq != *v1) m.DropSnapshot(sn);  // written since: what it held may be stale
+          m.snap = &sn;
+          m.snap_fresh = sn.seq == *v1;
+          m.snap_missed = false;
+        }
         result = body();
+        if (m.snap != nullptr) {
+          m.snap = nullptr;
+          // Every read came from a snapshot taken at this very word value: the body saw the
+          // state at the moment the word was read, consistent without a second read.
+          if (m.snap_fresh && !m.snap_missed) break;
+        }
         auto v2 = ReadWord(s.seq_addr);
         if (!v2.ok()) {
           result = v2.status();
           break;
+        }
+        if (snapshots) {
+          Impl::Snapshot& sn = m.snapshots[s.seq_addr];
+          if (*v2 == *v1) {
+            sn.seq = *v1;  // what the body read (and kept) is the state at v1
+          } else {
+            m.DropSnapshot(sn);
+          }
         }
         // A body error is final only when the data did not change under it: a torn read may make
         // the body fail (bad pointer, bad magic), and that is a retry, not an error.

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -66,6 +67,10 @@ class TxnSuite : public Suite {
     cmd->add_option("--hold", hold_, "transactions a front-end keeps its locks for (default 64)");
     cmd->add_option("--lock-timeout-ms", lock_ms_, "per-lock deadline before a transaction aborts (default 200)");
     cmd->add_option("--dir", dir_, "directory for pool files (default /tmp)");
+    cmd->add_option("--pm-mode", pm_mode_,
+                    "persistence of the back-end pools: flush (PM's cost model, the paper's setting; "
+                    "default) | msync (disk-durable redo-log mode) | auto")
+        ->check(CLI::IsMember({"flush", "msync", "auto"}));
   }
 
   Status Run(const CommonOptions& common, Report* report) override {
@@ -75,7 +80,9 @@ class TxnSuite : public Suite {
     ASYMNVM_ASSIGN_OR_RETURN(bin_, driver::FindBackendBinary(""));
     report->machine()["cores"] = MachineCores();
     report->AddHeader(std::string(tatp_ ? "TATP subscribers " : "SmallBank accounts ") + std::to_string(scale_) +
-                      ", " + std::to_string(seconds_) + " s per run, locks held for " + std::to_string(hold_) + " txns");
+                      ", " + std::to_string(seconds_) + " s per run, locks held for " + std::to_string(hold_) +
+                      " txns, pm-mode " + pm_mode_);
+    report->extra()["pm_mode"] = pm_mode_;
     std::map<std::string, double> tput;
     bool all_ok = true;
     for (const std::string& lv : Split(levels_)) {
@@ -114,7 +121,7 @@ class TxnSuite : public Suite {
     auto wl = tatp_ ? txnbench::MakeTatp(scale_) : txnbench::MakeSmallBank(scale_);
     const std::string pool = dir_ + "/asymnvm-bench-" + wl->name() + "-" + std::to_string(getpid()) + ".pool";
     std::filesystem::remove(pool);
-    ASYMNVM_ASSIGN_OR_RETURN(auto be, driver::BackendProcess::Start(bin_, pool, "1G", {}, "warn"));
+    ASYMNVM_ASSIGN_OR_RETURN(auto be, driver::BackendProcess::Start(bin_, pool, "1G", {"--pm-mode", pm_mode_}, "warn"));
     struct Cleanup {
       std::string pool;
       std::unique_ptr<backend::Backend> local;
@@ -132,6 +139,7 @@ class TxnSuite : public Suite {
       backend::BackendOptions bo;
       bo.pool_path = pool + ".local";
       bo.pool_size = 1ull << 30;
+      ASYMNVM_ASSIGN_OR_RETURN(bo.persist_mode, pm::ParsePersistMode(pm_mode_));
       const std::string tag = "asymnvm-bench-txn-" + std::to_string(getpid()) + "-" + level_name + std::to_string(nfe);
       bo.listen_address = "inproc://" + tag;
       bo.log_listen_address = "inproc://" + tag + "-log";
@@ -231,6 +239,7 @@ class TxnSuite : public Suite {
     uint64_t committed = 0, failed = 0, aborted = 0, rts = 0;
     LatencySampler all;
     std::vector<std::array<uint64_t, 3>> per(types.size(), {0, 0, 0});
+    std::map<std::string, uint64_t> breakdown;
     std::vector<LatencySampler> lt(types.size());
     for (auto& f : fes) {
       for (size_t t = 0; t < types.size(); t++) {
@@ -240,6 +249,15 @@ class TxnSuite : public Suite {
       for (uint64_t x : f.lat.samples()) all.Add(x);
       const auto c = f.s->counters();
       rts += c.fabric.round_trips - f.c0.fabric.round_trips;
+      // Where the round trips go (per committed or failed transaction in the record).
+      breakdown["remote_reads"] += c.remote_reads - f.c0.remote_reads;
+      breakdown["cache_hits"] += c.cache_hits - f.c0.cache_hits;
+      breakdown["cache_misses"] += c.cache_misses - f.c0.cache_misses;
+      breakdown["op_logs"] += c.op_logs - f.c0.op_logs;
+      breakdown["txns"] += c.txns - f.c0.txns;
+      breakdown["fences"] += c.fences - f.c0.fences;
+      breakdown["lock_acquires"] += c.lock_acquires - f.c0.lock_acquires;
+      breakdown["reader_retries"] += c.reader_retries - f.c0.reader_retries;
     }
     for (auto& p : per) {
       committed += p[0];
@@ -269,6 +287,11 @@ class TxnSuite : public Suite {
     rec["p50_us"] = all.PercentileUs(50);
     rec["p99_us"] = all.PercentileUs(99);
     rec["round_trips_per_op"] = committed ? static_cast<double>(rts) / static_cast<double>(committed + failed) : 0.0;
+    Json per_txn = Json::object();
+    for (const auto& [k, v] : breakdown) {
+      per_txn[k] = committed + failed ? static_cast<double>(v) / static_cast<double>(committed + failed) : 0.0;
+    }
+    rec["per_txn"] = per_txn;
     rec["backend_cpu_us_per_txn"] = committed ? cpu * 1e6 / static_cast<double>(committed + failed) : 0.0;
     rec["committed"] = committed;
     rec["failed"] = failed;
@@ -298,6 +321,7 @@ class TxnSuite : public Suite {
   uint32_t hold_ = 64;
   int lock_ms_ = 200;
   std::string dir_ = "/tmp";
+  std::string pm_mode_ = "flush";
   std::string bin_;
 };
 

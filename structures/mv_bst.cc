@@ -1,8 +1,13 @@
 // Multi-version binary search tree (papers/asymnvm-asplos20.txt §6.2; doc/structures.md "MV-BST").
 //
-// An unbalanced BST with path copying over the multi-version machinery of mv_common.h (anchor,
-// tagged pointers, object header, value blocks, working version, publish, grace-period
-// reclamation, validated lock-free readers: see there).
+// A BST with path copying over the multi-version machinery of mv_common.h (anchor, tagged
+// pointers, object header, value blocks, working version, publish, grace-period reclamation,
+// validated lock-free readers: see there), kept balanced as a treap whose priorities are a hash
+// of the key (no PM field: a node's priority is a function of its key, so the shape is a function
+// of the key set, whatever the insertion order — ascending keys included, and a replay rebuilds
+// the same shape). An insert rotates the new node up along its path, which the path copy already
+// made private; a delete rotates the node down (copying the children it rotates with) until it has
+// at most one child, then splices it out. Rotations never touch a published node.
 //
 // PM layout of a node (48 B): +0 magic u32 "MVBN" | +4 checksum u32 | +8 version u64 | +16 key u64
 // | +24 left ptr | +32 right ptr | +40 value ptr (a value block: header + value slot). Values live
@@ -10,10 +15,9 @@
 //
 // Put/Delete descend once (read-only, through the cache), validate (delete of a missing key →
 // kNotFound), write the op log, then copy the path top-down into the working version (nodes
-// already private are modified in place) and relink. Delete of a node with two children moves its
-// successor's key and value into (the copy of) it and unlinks the successor. One update that would
-// copy more than one publish holds (a degenerate path longer than ~750 nodes) fails with
-// kResourceExhausted before its op log.
+// already private are modified in place) and relink, then rotate (above). One update that would
+// copy more than one publish holds (a path longer than ~750 nodes: not reached by a treap of any
+// practical size, expected depth ≈ 2.9·log2 n) fails with kResourceExhausted before its op log.
 #include "structures/mv_common.h"
 
 namespace asymnvm::structures::internal {
@@ -38,6 +42,34 @@ class MvBst final : public MvBase {
   };
 
   static uint64_t K(const std::vector<uint8_t>& n) { return GetU64(n.data() + kKey); }
+  // Treap priority of a key (a 64-bit mixer, splitmix64's finalizer); ties broken by the key, so
+  // the order is total and the shape unique.
+  static uint64_t Prio(uint64_t k) {
+    uint64_t z = k + 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  static bool Above(uint64_t a, uint64_t b) {  // key a belongs above key b
+    const uint64_t pa = Prio(a), pb = Prio(b);
+    return pa > pb || (pa == pb && a < b);
+  }
+  // Rotates private child `c` above private node `n` (its child on side `left`); `parent` is
+  // n's private parent (0: n is the root).
+  Status RotateUp(uint64_t parent, uint64_t n, uint64_t c) {
+    uint8_t* np = P(n);
+    uint8_t* cp = P(c);
+    if (GetU64(np + kLeft) == c) {
+      PutU64(np + kLeft, GetU64(cp + kRight));
+      PutU64(cp + kRight, n);
+    } else if (GetU64(np + kRight) == c) {
+      PutU64(np + kRight, GetU64(cp + kLeft));
+      PutU64(cp + kLeft, n);
+    } else {
+      return Status::Internal(What() + ": rotate: not a child");
+    }
+    return Relink(parent, n, c);
+  }
   static uint64_t F(const std::vector<uint8_t>& n, uint32_t off) { return GetU64(n.data() + off); }
 
   Status Descend(uint64_t key, std::vector<Step>* path, bool* found) {
@@ -116,6 +148,10 @@ class MvBst final : public MvBase {
         uint8_t* p = P(path.back().own);
         PutU64(p + (key < GetU64(p + kKey) ? kLeft : kRight), nn);
       }
+      // Up while it belongs above its parent (every node on the path is private).
+      for (size_t i = path.size(); i-- > 0 && Above(key, K(path[i].n));) {
+        ASYMNVM_RETURN_IF_ERROR(RotateUp(i == 0 ? 0 : path[i - 1].own, path[i].own, nn));
+      }
       count_++;
     }
     return End(replay);
@@ -129,34 +165,32 @@ class MvBst final : public MvBase {
       if (replay) return Status::Ok();  // validated before its op log: cannot happen
       return Status::NotFound(What() + ": key " + std::to_string(key) + " not found");
     }
-    const size_t t = path.size() - 1;
-    const uint64_t l = F(path[t].n, kLeft), r = F(path[t].n, kRight);
-    if (l != 0 && r != 0) {  // extend to the successor
-      for (uint64_t cur = r; cur != 0;) {
-        if (path.size() > count_ + 64) return Status::Corruption(What() + ": path longer than the count");
-        Step s;
-        s.ptr = cur;
-        ASYMNVM_RETURN_IF_ERROR(Fetch(cur, kNodeMagic, kNodeBytes, &s.n));
-        path.push_back(std::move(s));
-        cur = F(path.back().n, kLeft);
+    // Rotating it down copies at most one child per level below it: budget its subtree's
+    // expected depth with a wide margin.
+    ASYMNVM_RETURN_IF_ERROR(Begin(kOpDelete, key, {}, Estimate(path.size() + 64, false)));
+    ASYMNVM_RETURN_IF_ERROR(OwnPrefix(path, path.size()));
+    const uint64_t t = path.back().own;
+    uint64_t parent = path.size() >= 2 ? path[path.size() - 2].own : 0;
+    // Down: rotate the child that belongs higher above it until it has at most one child.
+    std::vector<uint8_t> ln, rn;
+    for (size_t steps = 0;; steps++) {
+      if (steps > count_ + 64) return Status::Corruption(What() + ": delete: subtree deeper than the count");
+      const uint64_t l = GetU64(P(t) + kLeft), r = GetU64(P(t) + kRight);
+      if (l == 0 || r == 0) {
+        ASYMNVM_RETURN_IF_ERROR(Relink(parent, t, l != 0 ? l : r));
+        break;
       }
+      ASYMNVM_RETURN_IF_ERROR(Fetch(l, kNodeMagic, kNodeBytes, &ln));
+      ASYMNVM_RETURN_IF_ERROR(Fetch(r, kNodeMagic, kNodeBytes, &rn));
+      const bool left = Above(K(ln), K(rn));
+      const uint64_t c = left ? l : r;
+      ASYMNVM_ASSIGN_OR_RETURN(uint64_t own, Own(c, left ? ln : rn));
+      if (own != c) ASYMNVM_RETURN_IF_ERROR(Relink(t, c, own));
+      ASYMNVM_RETURN_IF_ERROR(RotateUp(parent, t, own));
+      parent = own;
     }
-    ASYMNVM_RETURN_IF_ERROR(Begin(kOpDelete, key, {}, Estimate(path.size(), false)));
-    if (l == 0 || r == 0) {
-      ASYMNVM_RETURN_IF_ERROR(OwnPrefix(path, t));
-      ASYMNVM_RETURN_IF_ERROR(Relink(t == 0 ? 0 : path[t - 1].own, path[t].ptr, l != 0 ? l : r));
-      ASYMNVM_RETURN_IF_ERROR(Retire(F(path[t].n, kVal)));
-      ASYMNVM_RETURN_IF_ERROR(Retire(path[t].ptr));
-    } else {
-      const size_t s = path.size() - 1;
-      ASYMNVM_RETURN_IF_ERROR(OwnPrefix(path, s));  // includes the target (t < s)
-      uint8_t* tn = P(path[t].own);
-      ASYMNVM_RETURN_IF_ERROR(Retire(GetU64(tn + kVal)));
-      PutU64(tn + kKey, K(path[s].n));
-      PutU64(tn + kVal, F(path[s].n, kVal));
-      ASYMNVM_RETURN_IF_ERROR(Relink(path[s - 1].own, path[s].ptr, F(path[s].n, kRight)));
-      ASYMNVM_RETURN_IF_ERROR(Retire(path[s].ptr));
-    }
+    ASYMNVM_RETURN_IF_ERROR(Retire(GetU64(P(t) + kVal)));
+    ASYMNVM_RETURN_IF_ERROR(Retire(t));
     count_--;
     return End(replay);
   }

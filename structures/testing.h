@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -19,7 +21,9 @@ namespace asymnvm::structures::testing {
 inline backend::BackendOptions TestBackendOptions(const std::string& path) {
   backend::BackendOptions o;
   o.pool_path = path;
-  o.pool_size = 64ull << 20;
+  // ASYMNVM_TEST_POOL_MB: a larger pool for long campaigns (default 64 MiB).
+  const char* mb = std::getenv("ASYMNVM_TEST_POOL_MB");
+  o.pool_size = (mb != nullptr ? std::max<uint64_t>(64, std::strtoull(mb, nullptr, 10)) : 64) << 20;
   o.log_segment = 256 * 1024;
   o.oq_buffers = 8;
   o.oq_buffer_size = 64 * 1024;

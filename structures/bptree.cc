@@ -22,9 +22,13 @@
 // half stays, the right half moves to a new leaf linked after it, and (first key of the right,
 // new leaf) goes into the parent, which may split in turn (the middle key moves up); a root split
 // adds a level. Every node an insertion needs is allocated before its op log.
-// Delete: the key is removed from its leaf (shift left). No borrowing or merging: leaves and
-// internal nodes may be underfull (a leaf keeps >= 1 key; an internal node may keep 0 keys and
-// one child) and Verify accepts that. A leaf that becomes empty is unlinked from the leaf chain
+// Delete: the key is removed from its leaf (shift left). A leaf left with fewer than F/4 keys is
+// rebalanced with a sibling under the same parent: merged into the left one of the two when both
+// fit in 3/4 of a leaf (the right one unlinked from the chain and the parent and freed; a root
+// left with one child is replaced by it), else the entries are split evenly and the parent's
+// separator updated — in the delete's one transaction. Internal nodes are not rebalanced: they
+// may be underfull (an internal node may keep 0 keys and one child; Verify accepts that; a
+// single-key leaf with no sibling stays). A leaf that becomes empty is unlinked from the leaf chain
 // (its predecessor's next word), removed from its parent and freed; a parent left without a
 // child is removed and freed the same way, recursively; a root left with one child is replaced
 // by that child (the tree loses a level); the last key frees the root leaf (height 0).
@@ -206,11 +210,13 @@ class BPlusTree final : public Map, public Base {
       }
       if (root == 0) {
         if (count != 0) return Status::Corruption(what + ": empty tree with count " + std::to_string(count));
+        verified_leaves_ = 0;
         return Status::Ok();
       }
       std::vector<uint64_t> leaves;
       uint64_t keys = 0;
       ASYMNVM_RETURN_IF_ERROR(VerifyNode(root, 0, height, false, 0, false, 0, &leaves, &keys, count));
+      verified_leaves_ = leaves.size();
       if (keys != count) {
         return Status::Corruption(what + ": " + std::to_string(keys) + " keys, count says " + std::to_string(count));
       }
@@ -858,7 +864,13 @@ class BPlusTree final : public Map, public Base {
     const auto params = EncodeKeyValue(key, {});
     uint64_t root = root_, height = height_;
 
-    if (leaf.n > 1 || path.empty()) {
+    // A leaf left under a quarter full takes entries from its sibling under the same parent, or
+    // merges with it (below).
+    const uint32_t min_fill = std::max<uint32_t>(1, f_ / 4);
+    const PathStep* ps = path.empty() ? nullptr : &path.back();
+    if (leaf.n > 1 && ps != nullptr && leaf.n - 1 < min_fill && ps->node.n > 0) {
+      ASYMNVM_RETURN_IF_ERROR(DeleteAndRebalance(leaf, i, path, params, &frees, &root, &height));
+    } else if (leaf.n > 1 || path.empty()) {
       std::vector<uint8_t> vals;
       ASYMNVM_RETURN_IF_ERROR(ReadValues(leaf, i + 1, leaf.n, &vals));
       if (leaf.n == 1) frees.push_back(leaf.addr);
@@ -942,6 +954,74 @@ class BPlusTree final : public Map, public Base {
     return Status::Ok();
   }
 
+  // Deletes entry i of `leaf` (which keeps n - 1 < F/4 entries) and rebalances it with its right
+  // sibling under the same parent (its left one when it is the last child): when both fit in 3/4
+  // of a leaf they merge into the left one (the right one is unlinked from the chain and the
+  // parent, and freed; a root left with one child is replaced by it), otherwise the entries are
+  // split evenly between them and the separator in the parent becomes the right one's first key.
+  // One op log, one transaction.
+  Status DeleteAndRebalance(const Node& leaf, uint32_t i, const std::vector<PathStep>& path,
+                            const std::vector<uint8_t>& params, std::vector<uint64_t>* frees,
+                            uint64_t* root, uint64_t* height) {
+    const PathStep& ps = path.back();
+    const Node& p = ps.node;
+    const uint32_t c = ps.idx;
+    const bool right = c < p.n;  // the sibling is on the right
+    const uint32_t sep = right ? c : c - 1;  // separator between the left and the right node
+    Node sib;
+    ASYMNVM_RETURN_IF_ERROR(ReadNode(p.children[right ? c + 1 : c - 1], leaf_depth_, /*leaf=*/true, &sib));
+    std::vector<uint8_t> lv, sv;
+    ASYMNVM_RETURN_IF_ERROR(ReadValues(leaf, 0, leaf.n, &lv));
+    ASYMNVM_RETURN_IF_ERROR(ReadValues(sib, 0, sib.n, &sv));
+    std::vector<uint64_t> lk = leaf.keys;
+    lk.erase(lk.begin() + i);
+    lv.erase(lv.begin() + uint64_t{i} * vstride_, lv.begin() + uint64_t{i + 1} * vstride_);
+    const Node& a = right ? leaf : sib;  // left node
+    const Node& b = right ? sib : leaf;  // right node
+    std::vector<uint64_t> keys = right ? lk : sib.keys;
+    keys.insert(keys.end(), right ? sib.keys.begin() : lk.begin(), right ? sib.keys.end() : lk.end());
+    std::vector<uint8_t> vals = right ? lv : sv;
+    vals.insert(vals.end(), right ? sv.begin() : lv.begin(), right ? sv.end() : lv.end());
+    const uint32_t total = static_cast<uint32_t>(keys.size());
+    const bool merge = total <= std::max<uint32_t>(1, f_ * 3 / 4);
+    const uint32_t na = merge ? total : total / 2;
+    const bool collapse = merge && path.size() == 1 && p.n == 1;  // the root keeps one child
+    if (merge) frees->push_back(b.addr);
+    if (collapse) frees->push_back(p.addr);
+    // Writes node `at`'s header (tag, n, next), keys and value entries [from, from + n).
+    auto write_leaf = [&](uint64_t at, uint32_t from, uint32_t n, uint64_t next) -> Status {
+      uint8_t h[16];
+      PutU64(h, Word0(kLeafTag, n));
+      PutU64(h + 8, next);
+      ASYMNVM_RETURN_IF_ERROR(Write(at, h));
+      if (n == 0) return Status::Ok();
+      ASYMNVM_RETURN_IF_ERROR(Write(at + kKeys, KeyBytes(keys.data() + from, n)));
+      return Write(at + ValOff(0), std::span<const uint8_t>(vals).subspan(uint64_t{from} * vstride_,
+                                                                         uint64_t{n} * vstride_));
+    };
+    return Update(kOpDelete, params, [&]() -> Status {
+      if (merge) {
+        ASYMNVM_RETURN_IF_ERROR(write_leaf(a.addr, 0, total, b.next));
+        if (collapse) {
+          *root = a.addr;
+          *height = height_ - 1;
+        } else {
+          std::vector<uint64_t> pk = p.keys, pc = p.children;
+          pk.erase(pk.begin() + sep);
+          pc.erase(pc.begin() + sep + 1);
+          ASYMNVM_RETURN_IF_ERROR(WriteU64(p.addr, Word0(kInternalTag, p.n - 1)));
+          ASYMNVM_RETURN_IF_ERROR(WriteKeys(p.addr, sep, pk, p.n - 1));
+          ASYMNVM_RETURN_IF_ERROR(WriteChildren(p.addr, sep + 1, pc, p.n));
+        }
+      } else {
+        ASYMNVM_RETURN_IF_ERROR(write_leaf(a.addr, 0, na, a.next));
+        ASYMNVM_RETURN_IF_ERROR(write_leaf(b.addr, na, total - na, b.next));
+        ASYMNVM_RETURN_IF_ERROR(WriteU64(p.addr + kKeys + 8ull * sep, keys[na]));
+      }
+      return WriteAnchor(*root, *height, count_ - 1);
+    });
+  }
+
   // Checks the subtree at `addr` (depth d of a tree of `height`): tag, n, key order and bounds
   // [lo, hi); appends its leaves in order and adds its keys.
   Status VerifyNode(uint64_t addr, uint64_t d, uint64_t height, bool has_lo, uint64_t lo, bool has_hi,
@@ -978,6 +1058,12 @@ class BPlusTree final : public Map, public Base {
     return Status::Ok();
   }
 
+
+ public:
+  uint64_t verified_leaves() const { return verified_leaves_; }
+
+ private:
+  uint64_t verified_leaves_ = 0;  // leaves the last Verify walked
   uint64_t anchor_ = 0;
   uint32_t f_ = 0, slot_bytes_ = 0, vstride_ = 0;
   bool ool_ = false;
@@ -991,6 +1077,13 @@ class BPlusTree final : public Map, public Base {
 };
 
 }  // namespace
+
+Result<uint64_t> BPlusTreeLeafCount(Map* m) {
+  auto* t = dynamic_cast<BPlusTree*>(m);
+  if (t == nullptr) return Status::InvalidArgument("not a B+tree");
+  ASYMNVM_RETURN_IF_ERROR(t->Verify());
+  return t->verified_leaves();
+}
 
 Result<std::unique_ptr<Map>> OpenBPlusTree(frontend::Session& s, const std::string& name, Options o) {
   if (o.param != 0 && (o.param < kMinFanout || o.param > kMaxFanout)) {

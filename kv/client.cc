@@ -289,6 +289,20 @@ class ClientImpl : public Client {
   uint32_t shard_count() const override { return shards_; }
   uint32_t ShardOf(std::string_view key) const override { return kv::ShardOf(key, shards_); }
 
+  Result<uint32_t> MinSyncedBackups() override {
+    if (!coord_) return uint32_t{0};
+    ASYMNVM_RETURN_IF_ERROR(RefreshMap());
+    std::shared_lock l(route_mu_);
+    if (map_.assignment.empty()) return uint32_t{0};
+    uint32_t min = UINT32_MAX;
+    for (const auto& a : map_.assignment) {
+      uint32_t synced = 0;
+      for (const auto& b : a.backups) synced += b.synced ? 1 : 0;
+      min = std::min(min, synced);
+    }
+    return min;
+  }
+
  private:
   Status RefreshMap() {
     auto node = coord_->Get(map_path_);

@@ -126,6 +126,13 @@ class Client {
 
   virtual uint32_t shard_count() const = 0;
   virtual uint32_t ShardOf(std::string_view key) const = 0;
+
+  // How many backups hold every acknowledged write, whichever shard it went to: the smallest
+  // number of synced backups over all shards of the current shard map (re-read from the
+  // coordinator first). A write is acknowledged only once every live backup of its shard holds
+  // it, and a synced backup holds every acknowledged write of its shard, so each acknowledged
+  // write is on at least this many backups. 0 without a coordinator (no replication).
+  virtual Result<uint32_t> MinSyncedBackups() { return uint32_t{0}; }
 };
 
 // The shard of `key` among `shards` shards (the same function the servers use).

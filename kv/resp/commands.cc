@@ -123,8 +123,9 @@ const std::vector<CommandSpec>& CommandTable() {
       {"wait", 3, 0, 0, 0, 0, "generic", "3.0.0",
        "Blocks until the asynchronous replication of all preceding write commands sent by the "
        "connection is completed.",
-       "returns at once: a write is acknowledged only once every live backup holds it, so the reply "
-       "is the number of backups holding this connection's writes",
+       "returns at once (replication is synchronous: a write is acknowledged only once every live "
+       "backup holds it): the smallest number of synced backups over the shards, re-read from the "
+       "coordinator; 0 without replication",
        h::Wait},
   };
   return table;

@@ -155,8 +155,12 @@ class KvClientStore final : public Store {
     return Status::NotSupported("the KV client API has no conditional delete yet");
   }
   Result<int64_t> DurableReplicas() override {
-    // The KV client API does not report replication yet; a single server has no backups.
-    return int64_t{0};
+    // Every acknowledged write is on at least this many backups (kv::Client::MinSyncedBackups).
+    auto cl = C();
+    if (!cl.ok()) return cl.status();
+    auto n = (*cl)->MinSyncedBackups();
+    if (!n.ok()) return n.status();
+    return static_cast<int64_t>(*n);
   }
 
  private:

@@ -1573,5 +1573,6 @@ Level Session::level() const { return impl_->o.level; }
 const std::array<uint8_t, 16>& Session::pool_uuid() const { return impl_->pool_uuid; }
 const std::string& Session::backend_address() const { return impl_->o.backends[0]; }
 uint64_t Session::reconnects() const { return reconnects_; }
+bool Session::reconnect_pending() const { return impl_->lost; }
 
 }  // namespace asymnvm::frontend

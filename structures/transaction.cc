@@ -121,6 +121,10 @@ Status Txn::Abort() {
   db_->SetInTxn(false);
   db_->open_txn_ = false;
   if (nops_ > 0) {
+    // Its writes are in the session's current operation, not logged. A session that reconnects
+    // at its next call drops them with the old connection (and the tables re-read their state:
+    // Base::Resync); otherwise they cannot be taken back.
+    if (db_->s_.reconnect_pending()) return Status::Ok();
     db_->broken_ = Status::FailedPrecondition("a transaction was aborted after it wrote; reopen the session");
     return db_->broken_;
   }
@@ -288,6 +292,12 @@ Status Database::Finish(Txn* t) {
   if (st.ok()) st = s_.TxWrite(root_);
   SetInTxn(false);
   if (!st.ok()) {
+    if (s_.reconnect_pending()) {
+      // The connection broke: the session reconnects at its next call and its replay applies
+      // this transaction exactly once if its op log was acknowledged, not at all otherwise.
+      return st.WithContext("transaction commit: outcome unknown (the session reconnects and replays at its "
+                            "next call; this database stays usable)");
+    }
     broken_ = st.WithContext("transaction commit");
     return broken_;
   }

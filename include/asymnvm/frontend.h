@@ -267,7 +267,9 @@ class Session {
   // A structure that keeps op logs open across calls (memory logs deferred: stack/queue
   // annulment, multi-version publishing) registers how to close them (MemLogs + TxWrite of all of
   // them). The session calls it before another structure's op log, so transactions never carry
-  // effects of ops past their OPN. An empty function unregisters.
+  // effects of ops past their OPN. An empty function unregisters. A structure with a closer must
+  // drop the ops it holds open when the session reconnects (SetReconnectHook): the replay
+  // re-executes them.
   void SetOpCloser(uint32_t structure_id, std::function<Status()> close);
   // After a reconnection (SessionOptions::coordinator; doc/frontend.md §Reconnection) and before
   // its replay, the session calls `hook`: whatever DRAM state the application's structures derived
@@ -316,6 +318,9 @@ class Session {
   const std::string& backend_address() const;
   // How many times this Session reconnected to a restarted back-end.
   uint64_t reconnects() const;
+  // A call found the connection broken and this Session reconnects (and replays) at its next
+  // call: what the failed call did is dropped or redone by the replay, not half-applied.
+  bool reconnect_pending() const;
 
  private:
   struct Impl;

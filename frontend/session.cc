@@ -342,6 +342,9 @@ struct Session::Impl {
   }
 
   Status RemoteRead(uint64_t addr, std::span<uint8_t> out) {
+    // Inside a ReadConsistent body: a read not served by the snapshot (naming area, ReadRemote,
+    // ReadWord) is fresh, so the body is not "all from the snapshot" — the word is read again.
+    if (snap != nullptr) snap_missed = true;
     ASYMNVM_RETURN_IF_ERROR(RemoteReadRaw(addr, out));
     Patch(addr, out);
     return Status::Ok();

@@ -49,6 +49,13 @@ bool ConnectionLost(const Status& s) {
          s.code() == StatusCode::kTimedOut || s.code() == StatusCode::kUnavailable;
 }
 
+// The OQ client's mark for a request that certainly never left (fabric/oq/oq.h, Submit): a
+// connection error marked retryable. (A timeout is retryable too but its outcome is unknown.)
+bool NeverSent(const Status& s) {
+  return s.retryable() &&
+         (s.code() == StatusCode::kConnectionError || s.code() == StatusCode::kRnrRetryExceeded);
+}
+
 std::span<const uint8_t> Bytes(const std::vector<uint8_t>& v) { return {v.data(), v.size()}; }
 
 // One server: its address and a (re)connectable OQ client shared by the calling threads.
@@ -389,7 +396,9 @@ class ClientImpl : public Client {
           if (!NotPrimary(st)) {
             if (!ConnectionLost(st)) return st;
             Broken(c, *oq);
-            if (!safe) return st;  // the request may have reached the server: outcome unknown
+            // The request may have reached the server (outcome unknown) unless the OQ client
+            // knows it was never sent (retryable: the connection had failed before).
+            if (!safe && !NeverSent(st)) return st;
           }
         } else {
           st = oq.status();

@@ -205,8 +205,13 @@ void Database::SetInTxn(bool on) {
 
 Status Database::Release(size_t t) {
   if (!held_[t]) return Status::Ok();
-  held_[t] = false;
-  return s_.WriterUnlock(writers_[t]->structure());
+  Status st = s_.WriterUnlock(writers_[t]->structure());
+  // A failure before the unlock (its fence or CAS lost with the connection) leaves the lock held
+  // by the session and on the back-end: still ours, released by the next release (after the
+  // session reconnected). Forgetting it here made the next Begin of the table fail "already
+  // held". kFailedPrecondition: the session does not hold it (any more).
+  held_[t] = !st.ok() && st.code() != StatusCode::kFailedPrecondition;
+  return st;
 }
 
 Status Database::ReleaseLocks() {

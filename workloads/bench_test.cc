@@ -277,6 +277,31 @@ TEST(BenchCoord, EmbeddedVariantsCostNothingOnTheOpPathAndLoseNothing) {
 
 // Table 3 machinery: every level of the chosen structures in one run (the symmetric baselines
 // included by default), the ratios in the JSON.
+// Issue 15: both transaction drivers, every variant in one run, with the checks of the run (each
+// balance against the workers' ledgers, the total money, TATP's row counts and referential rules)
+// passing after the run and after reopening; the agreed record fields.
+TEST(BenchTxn, TatpAndSmallBankEveryVariantChecked) {
+  TempDir dir;
+  for (const std::string suite : {"tatp --subscribers 200", "smallbank --accounts 200"}) {
+    nlohmann::json j = RunJson(suite + " --frontends 1,2 --seconds 0.3 --dir " + dir.path(),
+                               dir.path() + "/txn.json");
+    std::set<std::string> variants;
+    for (const auto& rec : j["results"]) {
+      variants.insert(rec["variant"].get<std::string>());
+      EXPECT_TRUE(rec["invariants_ok"].get<bool>()) << rec.dump();
+      EXPECT_GT(rec["committed"].get<uint64_t>(), 0u) << rec.dump();
+      for (const char* k : {"ops_per_sec", "p50_us", "p99_us", "abort_rate", "round_trips_per_op",
+                            "backend_cpu_us_per_txn"}) {
+        EXPECT_TRUE(rec[k].is_number()) << k << " " << rec.dump();
+      }
+      EXPECT_TRUE(rec["config"]["frontends"].is_number()) << rec.dump();
+      EXPECT_TRUE(rec["by_type"].is_object()) << rec.dump();
+    }
+    EXPECT_EQ(variants, (std::set<std::string>{"naive", "r", "rc", "rcb", "symmetric"})) << suite;
+    EXPECT_EQ(j["results"].size(), 10u) << suite;
+  }
+}
+
 TEST(BenchStructures, QuickRunHasEveryLevelAndTable3) {
   TempDir dir;
   nlohmann::json j = RunJson("structures --quick --structures queue,bptree --measure-ops 200",

@@ -33,6 +33,14 @@ struct Slot {
   std::vector<uint8_t> response;
 };
 
+// A request that certainly never left this client (the connection had failed before it was
+// posted, or the post itself was refused): the same code as the failure, marked
+// retryable so that a caller may send it again elsewhere even when it is not idempotent.
+Status NotSent(const Status& failure) {
+  return Status(failure.code(), "the request was not sent: " + failure.message(), failure.sys_errno(),
+                /*retryable=*/true);
+}
+
 Status FromCompletion(fabric::CompletionStatus cs, fabric::Opcode op) {
   std::string what = std::string("oq client: ") + fabric::OpcodeName(op) + " completed with " +
                      fabric::CompletionStatusName(cs);
@@ -71,7 +79,10 @@ struct Client::Impl {
   std::vector<std::unique_ptr<Conn>> conns;
 
   Status ConnectWorker(uint32_t w, const std::string& address, wire::ServerHello* hello);
-  void FailAll(Conn& c, const Status& st);  // c.mu held
+  // c.mu held. Every unfinished slot ends with `st`, except the ones never posted, which end with
+  // NotSent(st). (A flushed completion does not prove a request unsent: with verbs, a SEND already
+  // transmitted but not acknowledged when the queue pair enters the error state is flushed too.)
+  void FailAll(Conn& c, const Status& st);
   void Finish(Conn& c, Slot& s, uint32_t idx);  // c.mu held
   void PostPublished(Conn& c);
   void Deliver(Conn& c, const fabric::Completion& comp);  // c.mu held
@@ -145,7 +156,7 @@ void Client::Impl::FailAll(Conn& c, const Status& st) {
   for (uint32_t i = 0; i < c.slots.size(); i++) {
     Slot& s = c.slots[i];
     if (s.in_use && !s.done) {
-      s.status = st;
+      s.status = s.posted ? st : NotSent(st);
       Finish(c, s, i);
     }
   }
@@ -187,7 +198,12 @@ void Client::Impl::PostPublished(Conn& c) {
   }
   Status st = c.conn->Post(wrs);
   if (!st.ok()) {
+    // Post validates every request before posting any: none of this batch left.
     std::lock_guard<std::mutex> lock(c.mu);
+    for (uint32_t idx : batch) {
+      c.slots[idx].posted = false;
+      c.inflight.erase(c.slots[idx].seq);
+    }
     FailAll(c, st.WithContext("oq client: post"));
   }
 }
@@ -255,7 +271,7 @@ Status Client::Impl::Do(uint32_t worker, bool nilext_submit, bool want_response,
   if (!c.cv.wait_until(lk, deadline, [&] { return c.failed || !c.free.empty(); })) {
     return Status::TimedOut("oq client: no free slot on worker " + std::to_string(worker));
   }
-  if (c.failed) return c.fail_status;
+  if (c.failed) return NotSent(c.fail_status);
   uint32_t idx = c.free.back();
   c.free.pop_back();
   Slot& s = c.slots[idx];
@@ -270,7 +286,7 @@ Status Client::Impl::Do(uint32_t worker, bool nilext_submit, bool want_response,
   if (c.failed) {
     s = Slot();
     c.free.push_back(idx);
-    return c.fail_status;
+    return NotSent(c.fail_status);
   }
   c.published.push_back(idx);
   lk.unlock();

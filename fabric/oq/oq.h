@@ -191,6 +191,9 @@ class Client {
   // kTimedOut (not committed within options.timeout; outcome unknown), kConnectionError /
   // kRnrRetryExceeded (the connection failed; outcome unknown; the connection stays failed),
   // and any error the server reports in a software response (e.g. kCorruption, handler errors).
+  // A connection error with Status::retryable() set means the request certainly was not sent
+  // (the connection had failed before it was posted, or the post was refused): a caller may send
+  // it again — to a new connection — even when it is not idempotent.
   Status Submit(uint32_t worker, uint16_t type, std::span<const uint8_t> payload);
   // A non-nilext request: returns the handler's response. Errors as Submit.
   Status Call(uint32_t worker, uint16_t type, std::span<const uint8_t> payload,

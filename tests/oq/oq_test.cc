@@ -178,6 +178,33 @@ TEST(OqClient, ThreadsShareOneClient_EveryRequestDeliveredToItsThread) {
   EXPECT_EQ(srv.server->stats().connections, 2u);  // one per worker, not per thread
 }
 
+// A request made on a connection known to have failed never leaves the client: it fails with the
+// connection error marked retryable ("not sent"), so a caller may resend even a non-idempotent
+// request elsewhere (kv::Client does: the first PUT after a primary's death is not an "outcome
+// unknown" error). A request whose fate is unknown is never marked so.
+TEST(OqClient, RequestOnAFailedConnectionIsNotSentAndSaysSo) {
+  ServerOptions o;
+  o.workers = 1;
+  KvServer srv(o);
+  ASSERT_NE(srv.server, nullptr);
+  Side cs = Side::Open();
+  auto c = ConnectClient(cs, srv.server->address(), 8);
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(testutil::Set(*c, 1, 1).ok());
+  srv.server->Stop();
+  srv.server.reset();
+  Status first = testutil::Set(*c, 1, 2);  // discovers the failure (sent or not: either)
+  ASSERT_FALSE(first.ok());
+  for (int i = 0; i < 3; i++) {
+    Status again = testutil::Set(*c, 1, 3);
+    ASSERT_FALSE(again.ok());
+    EXPECT_TRUE(again.code() == StatusCode::kConnectionError || again.code() == StatusCode::kRnrRetryExceeded)
+        << again.ToString();
+    EXPECT_TRUE(again.retryable()) << again.ToString();
+    EXPECT_NE(again.message().find("not sent"), std::string::npos) << again.ToString();
+  }
+}
+
 TEST(OqBadInput, CorruptShortWrongWorkerUnknownType_ClearErrorsServerKeepsServing) {
   ServerOptions o;
   o.workers = 2;

@@ -26,7 +26,8 @@
 #include "workloads/bench/bench.h"
 #include "workloads/bench/latency.h"
 #include "workloads/driver/backend_process.h"
-#include "workloads/smallbank/txn_workload.h"
+#include "workloads/txn/ledger.h"
+#include "workloads/txn/workload.h"
 
 namespace asymnvm::bench {
 namespace {
@@ -178,6 +179,7 @@ class TxnSuite : public Suite {
       std::unique_ptr<frontend::Session> s;
       std::unique_ptr<structures::Database> db;
       std::unique_ptr<txnbench::Worker> w;
+      std::unique_ptr<txnbench::Ledger> ledger;
       std::vector<std::array<uint64_t, 3>> by_type;
       LatencySampler lat;
       std::vector<LatencySampler> lat_type;
@@ -189,6 +191,8 @@ class TxnSuite : public Suite {
       ASYMNVM_ASSIGN_OR_RETURN(fes[i].s, frontend::Session::Open(options(static_cast<uint64_t>(i + 1))));
       ASYMNVM_ASSIGN_OR_RETURN(fes[i].db, structures::Database::Open(*fes[i].s, dbo));
       fes[i].w = wl->MakeWorker(i);
+      fes[i].ledger = std::make_unique<txnbench::Ledger>(wl->NumQuantities());
+      fes[i].w->set_ledger(fes[i].ledger.get());
       fes[i].by_type.assign(types.size(), {0, 0, 0});
       fes[i].lat_type.resize(types.size());
       fes[i].c0 = fes[i].s->counters();
@@ -266,9 +270,9 @@ class TxnSuite : public Suite {
     }
     // Checks: after the run (every front-end's locks released first), then from a new session.
     for (auto& f : fes) ASYMNVM_RETURN_IF_ERROR(f.db->ReleaseLocks());
-    std::vector<txnbench::Worker*> ws;
-    for (auto& f : fes) ws.push_back(f.w.get());
-    Status inv = wl->Check(*fes[0].db, ws);
+    std::vector<const txnbench::Ledger*> ws;
+    for (auto& f : fes) ws.push_back(f.ledger.get());
+    Status inv = txnbench::Check(*wl, *fes[0].db, common.seed, ws);
     for (auto& f : fes) {
       f.db.reset();
       f.s.reset();
@@ -278,7 +282,7 @@ class TxnSuite : public Suite {
       if (!s.ok()) return s.status();
       auto db = structures::Database::Open(**s, dbo);
       if (!db.ok()) return db.status();
-      inv = wl->Check(**db, ws).WithContext("after reopening");
+      inv = txnbench::Check(*wl, **db, common.seed, ws).WithContext("after reopening");
     }
     Json config = {{"frontends", nfe}, {"scale", scale_}, {"seconds", seconds_}, {"hold_txns", hold_}, {"level", level_name}};
     Json rec = MakeRecord(level_name, config);

@@ -3,7 +3,7 @@
 // accounts, 90 % of transactions on them) and the standard mix 15/15/15/25/15/15.
 #include <cstring>
 
-#include "workloads/smallbank/txn_workload.h"
+#include "workloads/txn/workload.h"
 
 namespace asymnvm::txnbench {
 namespace {
@@ -36,9 +36,10 @@ bool IsAbort(const Status& st) {
   return st.code() == StatusCode::kAborted || st.code() == StatusCode::kTimedOut;
 }
 
+// Quantities (workload.h): 0..n-1 checking balances, n..2n-1 savings balances, 2n the total money.
 class SbWorker final : public Worker {
  public:
-  SbWorker(uint64_t n, uint64_t hot) : n_(n), hot_(hot), d_chk_(n, 0), d_sav_(n, 0) {}
+  SbWorker(uint64_t n, uint64_t hot) : n_(n), hot_(hot) {}
 
   Result<Outcome> RunOne(Database& db, std::mt19937_64& rng, int* type) override {
     int r = static_cast<int>(rng() % 100), t = 0;
@@ -77,14 +78,13 @@ class SbWorker final : public Worker {
           ASYMNVM_RETURN_IF_ERROR(x.Put(kChk, a1, Enc(c1 + s0 + c0)));
           ASYMNVM_RETURN_IF_ERROR(x.Put(kSav, a0, Enc(0)));
           ASYMNVM_RETURN_IF_ERROR(x.Put(kChk, a0, Enc(0)));
-          pend_ = {{kChk, a1, s0 + c0}, {kSav, a0, -s0}, {kChk, a0, -c0}};
+          eff_ = {{Q(kChk, a1), s0 + c0}, {Q(kSav, a0), -s0}, {Q(kChk, a0), -c0}};
           return Status::Ok();
         }
         case kDeposit: {
           ASYMNVM_ASSIGN_OR_RETURN(int64_t c, Bal(x, kChk, a0));
           ASYMNVM_RETURN_IF_ERROR(x.Put(kChk, a0, Enc(c + 130)));
-          pend_ = {{kChk, a0, 130}};
-          pend_money_ = 130;
+          eff_ = {{Q(kChk, a0), 130}, {Money(), 130}};
           return Status::Ok();
         }
         case kSendPayment: {
@@ -96,14 +96,13 @@ class SbWorker final : public Worker {
           }
           ASYMNVM_RETURN_IF_ERROR(x.Put(kChk, a0, Enc(c0 - 500)));
           ASYMNVM_RETURN_IF_ERROR(x.Put(kChk, a1, Enc(c1 + 500)));
-          pend_ = {{kChk, a0, -500}, {kChk, a1, 500}};
+          eff_ = {{Q(kChk, a0), -500}, {Q(kChk, a1), 500}};
           return Status::Ok();
         }
         case kTransactSavings: {
           ASYMNVM_ASSIGN_OR_RETURN(int64_t s, Bal(x, kSav, a0));
           ASYMNVM_RETURN_IF_ERROR(x.Put(kSav, a0, Enc(s + 2020)));
-          pend_ = {{kSav, a0, 2020}};
-          pend_money_ = 2020;
+          eff_ = {{Q(kSav, a0), 2020}, {Money(), 2020}};
           return Status::Ok();
         }
         case kWriteCheck: {
@@ -111,35 +110,26 @@ class SbWorker final : public Worker {
           ASYMNVM_ASSIGN_OR_RETURN(int64_t c, Bal(x, kChk, a0));
           const int64_t debit = s + c < 500 ? 600 : 500;
           ASYMNVM_RETURN_IF_ERROR(x.Put(kChk, a0, Enc(c - debit)));
-          pend_ = {{kChk, a0, -debit}};
-          pend_money_ = -debit;
+          eff_ = {{Q(kChk, a0), -debit}, {Money(), -debit}};
           return Status::Ok();
         }
       }
       return Status::Internal("unknown type");
     };
-    pend_.clear();
-    pend_money_ = 0;
+    eff_.clear();
     st = body();
     if (st.ok() && failed) st = x.Abort();
-    if (st.ok() && !failed) st = x.Commit();
+    if (st.ok() && !failed) st = CommitWith(x, eff_);
     if (!st.ok()) return st;
     if (failed) return Outcome::kFailed;
-    for (const auto& p : pend_) (p.table == kChk ? d_chk_ : d_sav_)[p.acct] += p.delta;
-    money_ += pend_money_;
     return Outcome::kCommitted;
   }
 
-  struct Delta {
-    size_t table;
-    uint64_t acct;
-    int64_t delta;
-  };
+ private:
+  uint32_t Q(size_t table, uint64_t acct) const { return static_cast<uint32_t>(table * n_ + acct); }
+  uint32_t Money() const { return static_cast<uint32_t>(2 * n_); }
   uint64_t n_, hot_;
-  std::vector<int64_t> d_chk_, d_sav_;
-  int64_t money_ = 0;  // net money the committed transactions added
-  std::vector<Delta> pend_;
-  int64_t pend_money_ = 0;
+  Effect eff_;
 };
 
 class SmallBank final : public Workload {
@@ -169,36 +159,32 @@ class SmallBank final : public Workload {
     return db.ReleaseLocks();
   }
   std::unique_ptr<Worker> MakeWorker(int) override { return std::make_unique<SbWorker>(n_, hot_); }
-  Status Check(Database& db, const std::vector<Worker*>& workers) override {
-    ASYMNVM_RETURN_IF_ERROR(db.LockAll());
-    int64_t total = 0, want_total = 2 * static_cast<int64_t>(n_) * kStartCents;
-    for (Worker* w : workers) want_total += static_cast<SbWorker*>(w)->money_;
+  size_t NumQuantities() const override { return 2 * n_ + 1; }
+  std::string QuantityName(uint32_t q) const override {
+    if (q == 2 * n_) return "total money (cents)";
+    return std::string(q < n_ ? "sb.chk[" : "sb.sav[") + std::to_string(q % n_) + "] (cents)";
+  }
+  std::vector<int64_t> Initial(uint64_t) const override {
+    std::vector<int64_t> v(2 * n_ + 1, kStartCents);
+    v[2 * n_] = 2 * static_cast<int64_t>(n_) * kStartCents;
+    return v;
+  }
+  Result<std::vector<int64_t>> Measure(Database& db) override {
+    std::vector<int64_t> v(2 * n_ + 1, 0);
     for (size_t tb : {kChk, kSav}) {
       ASYMNVM_ASSIGN_OR_RETURN(uint64_t count, db.table(tb).Count());
       if (count != n_) return Status::Corruption(db.options().tables[tb].name + " has " + std::to_string(count) + " rows, want " + std::to_string(n_));
       for (uint64_t a = 0; a < n_; a++) {
-        structures::Value v;
-        ASYMNVM_RETURN_IF_ERROR(db.table(tb).Get(a, &v).WithContext("account " + std::to_string(a)));
+        structures::Value x;
+        ASYMNVM_RETURN_IF_ERROR(db.table(tb).Get(a, &x).WithContext("account " + std::to_string(a)));
+        if (x.size() != 8) return Status::Corruption("balance of account " + std::to_string(a) + " has " + std::to_string(x.size()) + " bytes");
         int64_t bal;
-        if (v.size() != 8) return Status::Corruption("bad balance size");
-        std::memcpy(&bal, v.data(), 8);
-        int64_t want = kStartCents;
-        for (Worker* w : workers) {
-          auto* sw = static_cast<SbWorker*>(w);
-          want += (tb == kChk ? sw->d_chk_ : sw->d_sav_)[a];
-        }
-        if (bal != want) {
-          return Status::Corruption(db.options().tables[tb].name + "[" + std::to_string(a) + "] = " + std::to_string(bal) +
-                                    " cents, its ledger says " + std::to_string(want));
-        }
-        total += bal;
+        std::memcpy(&bal, x.data(), 8);
+        v[tb * n_ + a] = bal;
+        v[2 * n_] += bal;
       }
     }
-    if (total != want_total) {
-      return Status::Corruption("total money " + std::to_string(total) + " cents, initial + committed deposits − debits = " +
-                                std::to_string(want_total));
-    }
-    return db.ReleaseLocks();
+    return v;
   }
 
  private:

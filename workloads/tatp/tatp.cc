@@ -6,7 +6,7 @@
 #include <cstring>
 #include <set>
 
-#include "workloads/smallbank/txn_workload.h"
+#include "workloads/txn/workload.h"
 
 namespace asymnvm::txnbench {
 namespace {
@@ -56,6 +56,7 @@ Value SubRow(std::mt19937_64& r, uint64_t s) {
   return v;
 }
 
+// Quantities (workload.h): the row counts of the five tables, by table index.
 class TatpWorker final : public Worker {
  public:
   explicit TatpWorker(Rng g) : g_(g) {}
@@ -202,14 +203,16 @@ class TatpWorker final : public Worker {
       return Status::Internal("unknown type");
     };
     st = body();
-    if (st.ok()) st = found ? tx.Commit() : tx.Abort();
+    Effect eff;
+    if (cf_delta != 0) eff.emplace_back(static_cast<uint32_t>(kCf), cf_delta);
+    if (st.ok()) st = found ? CommitWith(tx, eff) : tx.Abort();
     if (!st.ok()) return st;
     if (!found) return Outcome::kFailed;
-    cf_ += cf_delta;
     return Outcome::kCommitted;
   }
+
+ private:
   Rng g_;
-  int64_t cf_ = 0;  // committed inserts − deletes of call-forwarding rows
 };
 
 class Tatp final : public Workload {
@@ -231,60 +234,23 @@ class Tatp final : public Workload {
     return o;
   }
   Status Load(Database& db, uint64_t seed, const std::function<void(uint64_t, uint64_t)>& progress) override {
-    std::mt19937_64 r(seed);
     ASYMNVM_RETURN_IF_ERROR(db.LockAll());
-    std::vector<structures::KeyValue> sub, ai, sf, cf, nbr;
+    std::vector<structures::KeyValue> rows[5];
     auto flush = [&]() -> Status {
-      for (auto [t, v] : {std::pair{kSub, &sub}, {kAi, &ai}, {kSf, &sf}, {kCf, &cf}, {kNbr, &nbr}}) {
-        if (!v->empty()) ASYMNVM_RETURN_IF_ERROR(db.table(t).PutBatch(*v));
-        v->clear();
+      for (size_t t = 0; t < 5; t++) {
+        if (!rows[t].empty()) ASYMNVM_RETURN_IF_ERROR(db.table(t).PutBatch(rows[t]));
+        rows[t].clear();
       }
       return Status::Ok();
     };
-    for (uint64_t s = 1; s <= p_; s++) {
-      sub.emplace_back(s, SubRow(r, s));
-      const std::string nb = SubNbr(s);
-      Value nrow(kNbrBytes, 0);
-      std::memcpy(nrow.data(), &s, 8);
-      std::memcpy(nrow.data() + 8, nb.data(), 15);
-      nbr.emplace_back(NbrKey(nb), nrow);
-      auto pick = [&](uint64_t n) {  // n distinct of {1,2,3,4}
-        std::vector<uint64_t> all{1, 2, 3, 4};
-        std::shuffle(all.begin(), all.end(), r);
-        all.resize(n);
-        return all;
-      };
-      for (uint64_t t : pick(U(r, 1, 4))) {
-        Value v(kAiBytes, 0);
-        v[0] = static_cast<uint8_t>(U(r, 0, 255));
-        v[2] = static_cast<uint8_t>(U(r, 0, 255));
-        for (int i = 0; i < 8; i++) v[4 + i] = static_cast<uint8_t>('A' + U(r, 0, 25));
-        ai.emplace_back(AiKey(s, t), v);
-        ai_rows_++;
-      }
-      for (uint64_t t : pick(U(r, 1, 4))) {
-        Value v(kSfBytes, 0);
-        v[0] = U(r, 1, 100) <= 85 ? 1 : 0;
-        v[1] = static_cast<uint8_t>(U(r, 0, 255));
-        v[2] = static_cast<uint8_t>(U(r, 0, 255));
-        for (int i = 0; i < 5; i++) v[3 + i] = static_cast<uint8_t>('A' + U(r, 0, 25));
-        sf.emplace_back(SfKey(s, t), v);
-        sf_rows_++;
-        std::vector<uint64_t> starts{0, 8, 16};
-        std::shuffle(starts.begin(), starts.end(), r);
-        starts.resize(U(r, 0, 3));
-        for (uint64_t st : starts) {
-          Value c(kCfBytes, 0);
-          c[0] = static_cast<uint8_t>(st + U(r, 1, 8));  // spec text: start_time + U[1,8]
-          const std::string nx = SubNbr(U(r, 1, p_));
-          std::memcpy(c.data() + 1, nx.data(), 15);
-          cf.emplace_back(CfKey(s, t, st), c);
-          cf_rows_++;
-        }
-      }
-      if (sub.size() >= 512) ASYMNVM_RETURN_IF_ERROR(flush());
-      if (progress && s % std::max<uint64_t>(1, p_ / 10) == 0) progress(s, p_);
-    }
+    Status st = Status::Ok();
+    Populate(seed, [&](size_t t, uint64_t k, const Value& v) { rows[t].emplace_back(k, v); },
+             [&](uint64_t s) {
+               if (!st.ok()) return;
+               if (rows[kSub].size() >= 512) st = flush();
+               if (progress && s % std::max<uint64_t>(1, p_ / 10) == 0) progress(s, p_);
+             });
+    ASYMNVM_RETURN_IF_ERROR(st);
     ASYMNVM_RETURN_IF_ERROR(flush());
     return db.ReleaseLocks();
   }
@@ -292,17 +258,25 @@ class Tatp final : public Workload {
     uint64_t a = p_ <= 1000000 ? 65535 : p_ <= 10000000 ? 1048575 : 2097151;
     return std::make_unique<TatpWorker>(Rng{p_, a});
   }
-  Status Check(Database& db, const std::vector<Worker*>& workers) override {
-    ASYMNVM_RETURN_IF_ERROR(db.LockAll());
-    int64_t cf_want = static_cast<int64_t>(cf_rows_);
-    for (Worker* w : workers) cf_want += static_cast<TatpWorker*>(w)->cf_;
-    const uint64_t want[5] = {p_, ai_rows_, sf_rows_, static_cast<uint64_t>(cf_want), p_};
+  size_t NumQuantities() const override { return 5; }
+  std::string QuantityName(uint32_t q) const override {
+    return Schema().tables.at(q).name + " row count";
+  }
+  std::vector<int64_t> Initial(uint64_t seed) const override {
+    std::vector<int64_t> n(5, 0);
+    Populate(seed, [&](size_t t, uint64_t, const Value&) { n[t]++; }, [](uint64_t) {});
+    return n;
+  }
+  Result<std::vector<int64_t>> Measure(Database& db) override {
+    std::vector<int64_t> n(5, 0);
     for (size_t t = 0; t < 5; t++) {
       ASYMNVM_RETURN_IF_ERROR(db.table(t).Verify().WithContext(db.options().tables[t].name));
-      ASYMNVM_ASSIGN_OR_RETURN(uint64_t n, db.table(t).Count());
-      if (n != want[t]) {
-        return Status::Corruption(db.options().tables[t].name + " has " + std::to_string(n) + " rows, want " + std::to_string(want[t]));
-      }
+      ASYMNVM_ASSIGN_OR_RETURN(uint64_t c, db.table(t).Count());
+      n[t] = static_cast<int64_t>(c);
+    }
+    if (n[kSub] != static_cast<int64_t>(p_) || n[kNbr] != static_cast<int64_t>(p_)) {
+      return Status::Corruption("tatp.sub has " + std::to_string(n[kSub]) + " rows and tatp.nbr " +
+                                std::to_string(n[kNbr]) + ", want " + std::to_string(p_) + " each");
     }
     // Every call-forwarding row has its special-facility row; sub_nbr rows match their ids.
     std::vector<structures::KeyValue> rows;
@@ -332,12 +306,58 @@ class Tatp final : public Workload {
       std::memcpy(&id16, sub.data() + 38, 2);
       if (id16 != static_cast<uint16_t>(s)) return Status::Corruption("subscriber row " + std::to_string(s) + " holds another id");
     }
-    return db.ReleaseLocks();
+    return n;
   }
 
  private:
+  // The spec-text population drawn from `seed`: row(table, key, value) for every row, then
+  // subscriber_done(s) after subscriber s's rows (Load writes them, Initial counts them).
+  void Populate(uint64_t seed, const std::function<void(size_t, uint64_t, const Value&)>& row,
+                const std::function<void(uint64_t)>& subscriber_done) const {
+    std::mt19937_64 r(seed);
+    for (uint64_t s = 1; s <= p_; s++) {
+      row(kSub, s, SubRow(r, s));
+      const std::string nb = SubNbr(s);
+      Value nrow(kNbrBytes, 0);
+      std::memcpy(nrow.data(), &s, 8);
+      std::memcpy(nrow.data() + 8, nb.data(), 15);
+      row(kNbr, NbrKey(nb), nrow);
+      auto pick = [&](uint64_t n) {  // n distinct of {1,2,3,4}
+        std::vector<uint64_t> all{1, 2, 3, 4};
+        std::shuffle(all.begin(), all.end(), r);
+        all.resize(n);
+        return all;
+      };
+      for (uint64_t t : pick(U(r, 1, 4))) {
+        Value v(kAiBytes, 0);
+        v[0] = static_cast<uint8_t>(U(r, 0, 255));
+        v[2] = static_cast<uint8_t>(U(r, 0, 255));
+        for (int i = 0; i < 8; i++) v[4 + i] = static_cast<uint8_t>('A' + U(r, 0, 25));
+        row(kAi, AiKey(s, t), v);
+      }
+      for (uint64_t t : pick(U(r, 1, 4))) {
+        Value v(kSfBytes, 0);
+        v[0] = U(r, 1, 100) <= 85 ? 1 : 0;
+        v[1] = static_cast<uint8_t>(U(r, 0, 255));
+        v[2] = static_cast<uint8_t>(U(r, 0, 255));
+        for (int i = 0; i < 5; i++) v[3 + i] = static_cast<uint8_t>('A' + U(r, 0, 25));
+        row(kSf, SfKey(s, t), v);
+        std::vector<uint64_t> starts{0, 8, 16};
+        std::shuffle(starts.begin(), starts.end(), r);
+        starts.resize(U(r, 0, 3));
+        for (uint64_t st : starts) {
+          Value c(kCfBytes, 0);
+          c[0] = static_cast<uint8_t>(st + U(r, 1, 8));  // spec text: start_time + U[1,8]
+          const std::string nx = SubNbr(U(r, 1, p_));
+          std::memcpy(c.data() + 1, nx.data(), 15);
+          row(kCf, CfKey(s, t, st), c);
+        }
+      }
+      subscriber_done(s);
+    }
+  }
+
   uint64_t p_;
-  uint64_t ai_rows_ = 0, sf_rows_ = 0, cf_rows_ = 0;
 };
 
 }  // namespace

@@ -1,0 +1,238 @@
+// TATP and SmallBank under real process kills (issue 15; doc/workloads.md "Crash checks"):
+// asymnvm-backend (and asymnvm-mirror) daemons, `asymnvm-txn load | run | check` as separate
+// processes, the ledgers as the oracle of acknowledged transactions:
+//   * the driver SIGKILLed mid-run → check (replays its front-ends, releases their locks) passes;
+//   * the back-end SIGKILLed mid-run and restarted at a new address → the run's sessions reconnect
+//     by themselves and finish, check passes, and again after a clean restart;
+//   * the primary SIGKILLed mid-run and its pool file deleted → the mirror is promoted, the run
+//     follows it and finishes, check against the promoted mirror passes;
+//   * a ledger that claims one committed transaction more than happened → check fails (exit 3):
+//     the check can fail.
+// Nothing asserts on time; waits are for observable state (ledger lines) with generous deadlines.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "workloads/driver/backend_process.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using asymnvm::driver::BackendProcess;
+
+struct Child {
+  pid_t pid = -1;
+  std::string out;  // file with its stdout + stderr
+};
+
+Child Spawn(const std::vector<std::string>& args, const std::string& out) {
+  Child c;
+  c.out = out;
+  c.pid = ::fork();
+  if (c.pid == 0) {
+    const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+    }
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return c;
+}
+
+// Exit code, or 128 + signal.
+int Wait(pid_t pid) {
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+bool Exited(pid_t pid, int* code) {
+  int status = 0;
+  if (::waitpid(pid, &status, WNOHANG) != pid) return false;
+  *code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return true;
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream b;
+  b << in.rdbuf();
+  return b.str();
+}
+
+class TxnDriverCrashTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/asymnvm-txncrash-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    pool_ = dir_ + "/primary.pool";
+    mirror_pool_ = dir_ + "/mirror.pool";
+    mirror_addr_ = "unix://" + dir_ + "/mirror.sock";
+    ledger_ = dir_ + "/ledger";
+    coord_ = "dir:" + dir_ + "/coord";  // the daemons' default: next to their pools
+  }
+  void TearDown() override {
+    if (run_.pid > 0) {
+      ::kill(run_.pid, SIGKILL);
+      Wait(run_.pid);
+    }
+    backend_.reset();
+    mirror_.reset();
+    std::error_code ec;
+    if (!HasFailure()) fs::remove_all(dir_, ec);
+    else std::cerr << "kept " << dir_ << " for inspection\n";
+  }
+  void StartBackend(const std::vector<std::string>& extra = {}) {
+    auto b = BackendProcess::Start(ASYMNVM_BACKEND_BIN, pool_, "256M", extra);
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    backend_ = std::move(b).value();
+    address_ = backend_->address();
+  }
+  void StartMirror() {
+    auto m = BackendProcess::Start(ASYMNVM_MIRROR_BIN, mirror_pool_, "256M",
+                                   {"--listen", mirror_addr_, "--promotion-timeout-ms", "300"});
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    mirror_ = std::move(m).value();
+  }
+  std::vector<std::string> Txn(const std::string& sub, std::vector<std::string> extra = {}) {
+    std::vector<std::string> a = {ASYMNVM_TXN_BIN, sub, "--backend", address_, "--ledger", ledger_, "--coord", coord_};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  }
+  // Runs a step to completion: its exit code, its output in *out.
+  int Step(const std::vector<std::string>& args, std::string* out) {
+    const std::string file = dir_ + "/step-" + std::to_string(steps_++) + ".out";
+    Child c = Spawn(args, file);
+    const int rc = Wait(c.pid);
+    *out = Slurp(file);
+    return rc;
+  }
+  void Load() {
+    std::string out;
+    ASSERT_EQ(Step(Txn("load", {"--workload", GetParam(), "--scale", "300"}), &out), 0) << out;
+  }
+  void CheckPasses(const std::string& when) {
+    std::string out;
+    ASSERT_EQ(Step(Txn("check"), &out), 0) << when << ": " << out;
+    EXPECT_NE(out.find("check passed"), std::string::npos) << out;
+  }
+  // "C" lines over every ledger: acknowledged write transactions.
+  uint64_t Committed() {
+    uint64_t n = 0;
+    std::error_code ec;
+    for (const auto& de : fs::directory_iterator(ledger_, ec)) {
+      if (de.path().extension() != ".ledger") continue;
+      std::ifstream in(de.path());
+      for (std::string l; std::getline(in, l);) n += l == "C";
+    }
+    return n;
+  }
+  // Starts `run` in the background.
+  void StartRun(std::vector<std::string> extra) {
+    extra.insert(extra.end(), {"--frontends", "2", "--reconnect-deadline-ms", "60000"});
+    run_ = Spawn(Txn("run", extra), dir_ + "/run-" + std::to_string(steps_++) + ".out");
+  }
+  // Waits until the ledgers hold `n` acknowledged transactions; false (with the run's output) if
+  // the run exited first or 3 minutes passed.
+  ::testing::AssertionResult WaitCommitted(uint64_t n) {
+    const auto deadline = std::chrono::steady_clock::now() + 3min;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (Committed() >= n) return ::testing::AssertionSuccess();
+      int code = 0;
+      if (Exited(run_.pid, &code)) {
+        run_.pid = -1;
+        return ::testing::AssertionFailure() << "the run exited (" << code << ") with " << Committed()
+                                             << " committed, before " << n << ": " << Slurp(run_.out);
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    return ::testing::AssertionFailure() << "only " << Committed() << " of " << n << " committed in 3 min";
+  }
+  int WaitRun() {
+    const int rc = Wait(run_.pid);
+    run_.pid = -1;
+    return rc;
+  }
+
+  std::string dir_, pool_, mirror_pool_, mirror_addr_, ledger_, coord_, address_;
+  std::unique_ptr<BackendProcess> backend_, mirror_;
+  Child run_;
+  int steps_ = 0;
+};
+
+TEST_P(TxnDriverCrashTest, DriverKilledThenBackendKilledAndRestartedNothingAcknowledgedLost) {
+  StartBackend();
+  Load();
+  CheckPasses("after the load");
+  // 1. The driver SIGKILLed mid-run: its front-ends' acknowledged transactions are in their op
+  //    logs, their locks still held; check recovers both.
+  StartRun({"--seconds", "600"});
+  ASSERT_TRUE(WaitCommitted(150));
+  ::kill(run_.pid, SIGKILL);
+  EXPECT_EQ(WaitRun(), 128 + SIGKILL);
+  CheckPasses("after the driver was killed");
+  // 2. The back-end SIGKILLed mid-run and restarted (a new address: the sessions find it through
+  //    the coordinator); the run goes on by itself and finishes its transactions.
+  const uint64_t before = Committed();
+  StartRun({"--seconds", "0", "--txns", "600"});
+  ASSERT_TRUE(WaitCommitted(before + 100));
+  int code = 0;
+  ASSERT_FALSE(Exited(run_.pid, &code)) << "the run finished before the back-end was killed";
+  backend_->Kill();
+  StartBackend();
+  EXPECT_EQ(WaitRun(), 0) << Slurp(run_.out);
+  EXPECT_GE(Committed(), before + 100);
+  CheckPasses("after the back-end was killed and restarted");
+  // 3. A clean restart.
+  ASSERT_TRUE(backend_->Stop().ok());
+  StartBackend();
+  CheckPasses("after a clean restart");
+  // 4. The check can fail: a ledger claiming one more committed transaction than happened.
+  std::string first;
+  for (const auto& de : fs::directory_iterator(ledger_)) {
+    if (de.path().extension() == ".ledger") first = de.path().string();
+  }
+  ASSERT_FALSE(first.empty());
+  std::ofstream(first, std::ios::app) << (GetParam() == "tatp" ? "P 3:1000\nC\n" : "P 7:1000000 600:1000000\nC\n");
+  std::string out;
+  EXPECT_EQ(Step(Txn("check"), &out), 3) << out;
+  EXPECT_NE(out.find("CHECK FAILED"), std::string::npos) << out;
+  EXPECT_NE(out.find("the ledgers say"), std::string::npos) << out;
+}
+
+TEST_P(TxnDriverCrashTest, PrimaryKilledAndPoolDeletedMirrorPromotedRunFollowsNothingLost) {
+  StartMirror();
+  StartBackend({"--mirror", mirror_addr_, "--mirror-timeout-ms", "2000"});
+  Load();
+  StartRun({"--seconds", "0", "--txns", "600"});
+  ASSERT_TRUE(WaitCommitted(150));
+  int code = 0;
+  ASSERT_FALSE(Exited(run_.pid, &code)) << "the run finished before the primary was killed";
+  backend_->Kill();
+  fs::remove(pool_);  // the machine's pool is gone
+  EXPECT_EQ(WaitRun(), 0) << Slurp(run_.out);
+  address_ = mirror_->address();  // the promoted mirror serves
+  CheckPasses("on the promoted mirror");
+}
+
+INSTANTIATE_TEST_SUITE_P(Workloads, TxnDriverCrashTest, ::testing::Values("smallbank", "tatp"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace

@@ -132,6 +132,7 @@ class TxnDriverCrashTest : public ::testing::TestWithParam<std::string> {
     std::string out;
     ASSERT_EQ(Step(Txn("check"), &out), 0) << when << ": " << out;
     EXPECT_NE(out.find("check passed"), std::string::npos) << out;
+    std::cerr << when << ": " << out;
   }
   // "C" lines over every ledger: acknowledged write transactions.
   uint64_t Committed() {

@@ -44,6 +44,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--workers", o.workers, "worker threads, one t-log each (new pools)")
       ->check(CLI::Range(1u, 32u))->capture_default_str();
+  std::string oq_policy = "oq";
+  app.add_option("--oq-policy", oq_policy,
+                 "when a nilext PUT commits: oq (the NIC's acknowledgement, default) | rawrpc (after "
+                 "execution) | deferred (reply before execution) — the JUNE BERRY baselines")
+      ->check(CLI::IsMember({"oq", "rawrpc", "deferred"}));
   app.add_option("--shards", o.shards, "shards (new pools)")
       ->check(CLI::Range(1u, 65536u))->capture_default_str();
   app.add_option("--segment-size", segment_text, "log segment size (new pools)")
@@ -97,6 +102,7 @@ int main(int argc, char** argv) {
     std::cerr << "asymnvm-kv: " << m << "\n";
     return 2;
   };
+  o.oq_policy = oq::ParsePolicy(oq_policy).value();  // checked by CLI11
   auto size = pm::ParseSize(size_text);
   if (!size.ok()) return usage("--size: " + size.status().message());
   o.pool_size = *size;

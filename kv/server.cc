@@ -454,7 +454,7 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   qo.buffers_per_worker = geo.oq_buffers;
   qo.max_request = kMaxRequest + oq::kRequestHeaderSize;
   qo.max_response = kMaxResponse;
-  qo.policy = oq::Policy::kOq;
+  qo.policy = o.oq_policy;
   qo.durable = true;
   qo.pm_area = ua + format::kHeaderPage;
   qo.pm_area_size = oq_bytes;

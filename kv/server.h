@@ -13,6 +13,7 @@
 // Thread safety: Start/Stop from one thread; address(), stats() from any.
 #pragma once
 
+
 #include <chrono>
 #include <memory>
 #include <string>
@@ -20,6 +21,7 @@
 #include "asymnvm/fabric.h"
 #include "asymnvm/pm.h"
 #include "asymnvm/status.h"
+#include "fabric/oq/oq.h"
 #include "kv/store.h"
 
 namespace asymnvm::kv {
@@ -45,6 +47,10 @@ struct ServerOptions {
   std::string cluster = "default";
   uint32_t rf = 0;               // replication factor of a new cluster; 0 = min(3, servers)
   uint32_t initial_servers = 1;  // the first shard map waits for this many servers
+  // How the Ordered Queue commits nilext requests (fabric/oq/oq.h Policy): kOq on the NIC's
+  // acknowledgement (the default), kRawRpc after execution, kDeferred before execution — the
+  // JUNE BERRY comparison baselines (doc/kv.md; asymnvm-bench kv --trace).
+  oq::Policy oq_policy = oq::Policy::kOq;
   pm::PersistObserver* observer = nullptr;  // optional: sees every persisted range (XPLine DLWA)
   size_t staging_bytes = 64u << 20;
   std::chrono::milliseconds staging_timeout{30000};

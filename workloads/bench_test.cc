@@ -302,6 +302,30 @@ TEST(BenchTxn, TatpAndSmallBankEveryVariantChecked) {
   }
 }
 
+// Issue 14: a shipped Twitter trace replayed on the KV server under two OQ policies in one run.
+TEST(BenchKvTrace, SampleTraceReplayedUnderEachPolicy) {
+  TempDir dir;
+  const std::string trace = std::string(ASYMNVM_SOURCE_DIR) + "/workloads/traces/cluster-31.sample.csv";
+  nlohmann::json j = RunJson("kv --trace " + trace + " --trace-policies oq,rawrpc --duration 0.3 --dir " +
+                                 dir.path() + "/kv",
+                             dir.path() + "/kv.json");
+  ASSERT_EQ(j["suite"], "kv");
+  ASSERT_EQ(j["results"].size(), 2u) << j.dump();
+  std::set<std::string> variants;
+  for (const auto& rec : j["results"]) {
+    variants.insert(rec["variant"].get<std::string>());
+    EXPECT_EQ(rec["trace"], "cluster-31.sample.csv");
+    EXPECT_GT(rec["puts"].get<uint64_t>(), 0u) << rec.dump();
+    EXPECT_EQ(rec["errors"].get<uint64_t>(), 0u) << rec.dump();
+    for (const char* k : {"ops_per_sec", "p50_us", "p99_us", "put_p50_us", "get_p50_us"}) {
+      EXPECT_TRUE(rec[k].is_number()) << k;
+    }
+  }
+  EXPECT_EQ(variants, (std::set<std::string>{"oq", "rawrpc"}));
+  RunResult bad = RunCmd(kBench + " kv --trace " + dir.path() + "/missing.csv");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+}
+
 TEST(BenchStructures, QuickRunHasEveryLevelAndTable3) {
   TempDir dir;
   nlohmann::json j = RunJson("structures --quick --structures queue,bptree --measure-ops 200",

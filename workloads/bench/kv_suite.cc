@@ -11,6 +11,12 @@
 // bins (and a gnuplot PNG with --plot), and lost_acknowledged: private keys whose last
 // acknowledged PUT is not what a final GET reads.
 // Only the `rowan` variant exists so far; rpc/rwrite/batch/share are refused with a clear error.
+// Traces (--trace FILE[,FILE...], the public Twitter cache-trace format, workloads/gen/
+// twitter_trace.h): instead of YCSB, each trace is replayed closed-loop for the run's duration
+// (looping over it) on one asymnvm-kv server (rf 1: a PUT is nilext) once per Ordered-Queue policy
+// (--trace-policies oq,rawrpc,deferred): set/add/replace/cas/append/prepend → PUT of a value of the
+// record's size, get/gets → GET, delete → DELETE, incr/decr → INCR; a client id's requests stay in
+// order on one thread. Records: variant = policy, trace, ops_per_sec, p50/p99 overall and per kind.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,10 +32,12 @@
 
 #include "asymnvm/coord.h"
 #include "asymnvm/kv.h"
+#include "fabric/oq/oq.h"
 #include "kv/shard_map.h"
 #include "workloads/bench/bench.h"
 #include "workloads/bench/latency.h"
 #include "workloads/gen/generators.h"
+#include "workloads/gen/twitter_trace.h"
 
 namespace asymnvm::bench {
 namespace {
@@ -58,6 +66,13 @@ class KvSuite : public Suite {
     cmd->add_option("--plot", plot_, "PNG of throughput over time across the failover (gnuplot)");
     cmd->add_option("--dir", dir_, "working directory for pools and the coordinator");
     cmd->add_option("--kv-binary", binary_, "path of asymnvm-kv (default: next to this binary)");
+    cmd->add_option("--trace", traces_,
+                    "replay Twitter cache traces (public format; workloads/traces/*.csv, asymnvm-trace gen) "
+                    "instead of YCSB")
+        ->delimiter(',');
+    cmd->add_option("--trace-policies", trace_policies_, "OQ policies to compare on each trace")
+        ->delimiter(',')
+        ->capture_default_str();
   }
 
   Status Validate(const CommonOptions& common) override {
@@ -74,6 +89,12 @@ class KvSuite : public Suite {
       return Status::InvalidArgument("kv: --threads 1..64, --clients 1..threads");
     }
     if (keys_ < 10) return Status::InvalidArgument("kv: --keys >= 10");
+    for (const auto& p : trace_policies_) {
+      ASYMNVM_RETURN_IF_ERROR(oq::ParsePolicy(p).status().WithContext("kv: --trace-policies"));
+    }
+    for (const auto& f : traces_) {
+      if (!std::filesystem::exists(f)) return Status::InvalidArgument("kv: --trace " + f + ": no such file");
+    }
     return Status::Ok();
   }
 
@@ -89,6 +110,7 @@ class KvSuite : public Suite {
     }
     if (dir_.empty()) dir_ = "/tmp/asymnvm-bench-kv-" + std::to_string(getpid());
     const double seconds = common.duration_s > 0 ? common.duration_s : (common.quick ? 1.0 : 5.0);
+    if (!traces_.empty()) return RunTraces(seconds, report);
     report->AddHeader("asymnvm-bench kv: 3 asymnvm-kv processes (rf 3, pm-mode flush), " +
                       std::to_string(threads_) + " client threads on " + std::to_string(clients_) +
                       " clients, " + std::to_string(MachineCores()) + " cores for everything.");
@@ -120,7 +142,7 @@ class KvSuite : public Suite {
  private:
   std::string Coord() const { return "dir:" + dir_ + "/coord"; }
 
-  Result<ServerProc> Spawn(int i) {
+  Result<ServerProc> Spawn(int i, int servers = 3, const std::string& policy = "oq") {
     ServerProc p;
     p.err_path = dir_ + "/kv" + std::to_string(i) + ".err";
     int out[2];
@@ -139,7 +161,8 @@ class KvSuite : public Suite {
                                     "--listen", "unix://" + dir_ + "/kv" + std::to_string(i),
                                     "--pm-mode", "flush",
                                     "--coord", Coord(),
-                                    "--initial-servers", "3",
+                                    "--initial-servers", std::to_string(servers),
+                                    "--oq-policy", policy,
                                     "--workers", "2",
                                     "--shards", "12",
                                     "--xpline",
@@ -185,6 +208,140 @@ class KvSuite : public Suite {
   static std::string Key(uint64_t keynum) {
     uint64_t k = KeyNumToKey(keynum, true);
     return std::string(reinterpret_cast<const char*>(&k), 8);
+  }
+
+  Status RunTraces(double seconds, Report* report) {
+    report->AddHeader("asymnvm-bench kv --trace: one asymnvm-kv server (rf 1, pm-mode flush; a PUT is "
+                      "nilext), " + std::to_string(threads_) + " client threads on " + std::to_string(clients_) +
+                      " clients, closed loop, " + std::to_string(MachineCores()) + " cores for everything.");
+    for (const auto& file : traces_) {
+      std::vector<workloads::TraceRecord> recs;
+      ASYMNVM_ASSIGN_OR_RETURN(auto reader, workloads::TraceReader::Open(file));
+      workloads::TraceRecord r;
+      for (;;) {
+        ASYMNVM_ASSIGN_OR_RETURN(bool more, reader->Next(&r));
+        if (!more || recs.size() >= 2000000) break;
+        recs.push_back(r);
+      }
+      if (recs.empty()) return Status::InvalidArgument("kv: --trace " + file + " holds no request");
+      for (const auto& policy : trace_policies_) {
+        Json rec;
+        ASYMNVM_RETURN_IF_ERROR(RunTrace(file, recs, policy, seconds, &rec));
+        report->Add(rec);
+      }
+    }
+    report->set_columns({{"put p50", "put_p50_us", 1},
+                         {"put p99", "put_p99_us", 1},
+                         {"get p50", "get_p50_us", 1},
+                         {"get p99", "get_p99_us", 1},
+                         {"errors", "errors", 0}});
+    std::filesystem::remove_all(dir_);
+    return Status::Ok();
+  }
+
+  Status RunTrace(const std::string& file, const std::vector<workloads::TraceRecord>& recs,
+                  const std::string& policy, double seconds, Json* out) {
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    ASYMNVM_ASSIGN_OR_RETURN(ServerProc server, Spawn(0, 1, policy));
+    struct Stop {
+      ServerProc& p;
+      ~Stop() {
+        if (p.pid > 0) {
+          kill(p.pid, SIGTERM);
+          waitpid(p.pid, nullptr, 0);
+        }
+      }
+    } stop_server{server};
+    std::vector<std::unique_ptr<kv::Client>> clients;
+    for (int i = 0; i < clients_; i++) {
+      kv::ClientOptions co;
+      co.coordinator = Coord();
+      co.retry_deadline = std::chrono::seconds(30);
+      ASYMNVM_ASSIGN_OR_RETURN(auto c, kv::Client::Open(co));
+      clients.push_back(std::move(c));
+    }
+    // A client id's requests in order on one thread.
+    std::vector<std::vector<const workloads::TraceRecord*>> per(threads_);
+    for (const auto& r : recs) per[r.client % threads_].push_back(&r);
+    auto key_of = [](const workloads::TraceRecord& r) {
+      return r.key.size() <= kv::kMaxKeySize ? r.key : r.key.substr(0, kv::kMaxKeySize);
+    };
+    // Warm-up (not measured): the keys exist, so GETs find data as in a running cache.
+    for (const auto& r : recs) {
+      if (r.op == workloads::TraceOp::kGet || r.op == workloads::TraceOp::kGets) {
+        (void)clients[0]->Put(key_of(r), std::string(std::min<uint32_t>(r.value_size, 1u << 20), 'w'));
+      }
+    }
+    std::vector<LatencySampler> put_lat(threads_), get_lat(threads_), other_lat(threads_);
+    std::atomic<uint64_t> errors{0};
+    const auto budget = std::chrono::duration<double>(seconds);
+    const auto start = Clock::now();
+    std::vector<std::thread> ts;
+    for (int t = 0; t < threads_; t++) {
+      ts.emplace_back([&, t] {
+        kv::Client& c = *clients[t % clients_];
+        const auto& mine = per[t];
+        if (mine.empty()) return;
+        for (size_t i = 0; Clock::now() - start < budget; i = (i + 1) % mine.size()) {
+          const workloads::TraceRecord& r = *mine[i];
+          const std::string key = key_of(r);
+          const auto t0 = Clock::now();
+          Status st;
+          LatencySampler* lat = &other_lat[t];
+          switch (r.op) {
+            case workloads::TraceOp::kGet:
+            case workloads::TraceOp::kGets:
+              st = c.Get(key).status();
+              lat = &get_lat[t];
+              break;
+            case workloads::TraceOp::kDelete:
+              st = c.Delete(key).status();
+              break;
+            case workloads::TraceOp::kIncr:
+            case workloads::TraceOp::kDecr:
+              st = c.Incr(key, r.op == workloads::TraceOp::kIncr ? 1 : -1).status();
+              if (st.code() == StatusCode::kInvalidArgument) st = Status::Ok();  // not a number: refused, as memcached does
+              break;
+            default:
+              st = c.Put(key, std::string(std::min<uint32_t>(r.value_size, 1u << 20), 'v'));
+              lat = &put_lat[t];
+              break;
+          }
+          if (!st.ok()) {
+            errors++;
+            continue;
+          }
+          lat->Add(ElapsedNs(t0, Clock::now()));
+          if (common_.ops && put_lat[t].count() + get_lat[t].count() + other_lat[t].count() >= common_.ops / threads_) break;
+        }
+      });
+    }
+    for (auto& t : ts) t.join();
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    LatencySampler puts, gets, all;
+    for (int t = 0; t < threads_; t++) {
+      for (auto ns : put_lat[t].samples()) { puts.Add(ns); all.Add(ns); }
+      for (auto ns : get_lat[t].samples()) { gets.Add(ns); all.Add(ns); }
+      for (auto ns : other_lat[t].samples()) all.Add(ns);
+    }
+    clients.clear();
+    Json rec = MakeRecord(policy, {{"trace", std::filesystem::path(file).filename().string()},
+                                   {"threads", threads_}, {"clients", clients_}, {"seconds", seconds},
+                                   {"requests_in_trace", recs.size()}});
+    rec["trace"] = std::filesystem::path(file).filename().string();
+    rec["ops_per_sec"] = static_cast<double>(all.count()) / elapsed;
+    rec["p50_us"] = all.PercentileUs(50);
+    rec["p99_us"] = all.PercentileUs(99);
+    rec["put_p50_us"] = puts.PercentileUs(50);
+    rec["put_p99_us"] = puts.PercentileUs(99);
+    rec["get_p50_us"] = gets.PercentileUs(50);
+    rec["get_p99_us"] = gets.PercentileUs(99);
+    rec["puts"] = puts.count();
+    rec["gets"] = gets.count();
+    rec["errors"] = errors.load();
+    *out = std::move(rec);
+    return Status::Ok();
   }
 
   Status RunWorkload(const std::string& variant, const std::string& workload, double seconds,
@@ -510,6 +667,8 @@ class KvSuite : public Suite {
   int clients_ = 2;
   uint64_t keys_ = 20000;
   bool no_failover_ = false;
+  std::vector<std::string> traces_;
+  std::vector<std::string> trace_policies_ = {"oq", "rawrpc", "deferred"};
   std::string plot_, dir_, binary_;
 };
 

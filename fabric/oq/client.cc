@@ -278,7 +278,11 @@ Status Client::Impl::Do(uint32_t worker, bool nilext_submit, bool want_response,
   s = Slot();
   s.in_use = true;
   s.seq = c.next_seq++;
-  s.use_flush = o.durable || info.durable;
+  // Durable: a request that commits on its acknowledgement (Submit, raw sends) is SEND + FLUSH;
+  // a Call commits on its response, which the server sends only after executing it (and making
+  // its effects durable itself), and recovery never re-executes a non-nilext request — its
+  // landing need not be durable, so it skips the FLUSH (and the server's sync of it).
+  s.use_flush = (o.durable || info.durable) && !want_response;
   s.need_response = want_response || (nilext_submit && info.policy != Policy::kOq);
   lk.unlock();
   s.length = encode(c.send_buf.data() + size_t{idx} * info.max_request, s.seq);

@@ -94,6 +94,7 @@ struct Server::Impl {
     uint64_t tail = 0;                   // next post sequence (SRQTail)
     uint64_t rte = 0;                    // ReqToExecute position (DRAM copy)
     uint64_t rte_persisted = 0;
+    bool nilext_unpersisted = false;     // a nilext request executed past rte_persisted
     std::unique_ptr<fabric::MemoryRegion> mr;
     std::unique_ptr<fabric::CompletionQueue> recv_cq, send_cq;
     std::unique_ptr<fabric::SharedReceiveQueue> srq;
@@ -139,6 +140,9 @@ struct Server::Impl {
   Status InitFabric(Worker& w);
   Status PostBuffer(Worker& w);
   void PersistRte(Worker& w);
+  // PersistRte only when a nilext request executed since the last one: recovery skips non-nilext
+  // requests, so an RTE that lags behind reads only costs a longer scan, never a re-execution.
+  void PersistRteForResponses(Worker& w);
   void Run(Worker& w);
   void AcceptLoop(Worker& w);
   void Execute(Worker& w, const OrderedExecutor::Event& ev);
@@ -347,6 +351,11 @@ void Server::Impl::PersistRte(Worker& w) {
                    __ATOMIC_RELEASE);
   (o.rte_persister != nullptr ? o.rte_persister : o.persister)->Persist(w.header, 8);
   w.rte_persisted = w.rte;
+  w.nilext_unpersisted = false;
+}
+
+void Server::Impl::PersistRteForResponses(Worker& w) {
+  if (w.nilext_unpersisted) PersistRte(w);
 }
 
 // Scans ReqToExecute..SRQTail: re-executes valid nilext requests in order, skips the others.
@@ -595,12 +604,13 @@ void Server::Impl::Execute(Worker& w, const OrderedExecutor::Event& ev) {
   bool deferred = h->nilext && o.policy == Policy::kDeferred;
   if (deferred) {
     QueueResponse(w, ev.connection_id, h->seq, Status::Ok(), {});
-    PersistRte(w);   // earlier responses of this batch may only leave after their RTE
+    PersistRteForResponses(w);  // earlier responses of this batch may only leave after their RTE
     SendPending(w);  // reply, then execute
   }
   std::vector<uint8_t> resp;
   Status st = handler(ctx, {p + kRequestHeaderSize, h->size - kRequestHeaderSize}, &resp);
   w.rte = rte_after;
+  if (h->nilext) w.nilext_unpersisted = true;
   ASYMNVM_CRASH_POINT("oq.after_execute");
   {
     std::lock_guard<std::mutex> lock(w.stats_mu);
@@ -672,7 +682,7 @@ void Server::Impl::Run(Worker& w) {
         Retire(w, ev);
       }
     }
-    PersistRte(w);
+    PersistRteForResponses(w);
     SendPending(w);
     ReapSends(w, false);
     std::lock_guard<std::mutex> lock(w.stats_mu);

@@ -352,6 +352,7 @@ class ClientImpl : public Client {
     co.pd = pd_.get();
     co.server_address = c.address;
     co.durable = true;
+    co.flush_calls = false;  // GET / conditional writes commit on their response (fabric/oq/oq.h)
     co.window = 16;
     co.timeout = o_.timeout;
     ASYMNVM_ASSIGN_OR_RETURN(std::unique_ptr<oq::Client> oq, oq::Client::Connect(co));

@@ -279,10 +279,8 @@ Status Client::Impl::Do(uint32_t worker, bool nilext_submit, bool want_response,
   s.in_use = true;
   s.seq = c.next_seq++;
   // Durable: a request that commits on its acknowledgement (Submit, raw sends) is SEND + FLUSH;
-  // a Call commits on its response, which the server sends only after executing it (and making
-  // its effects durable itself), and recovery never re-executes a non-nilext request — its
-  // landing need not be durable, so it skips the FLUSH (and the server's sync of it).
-  s.use_flush = (o.durable || info.durable) && !want_response;
+  // a Call too unless ClientOptions::flush_calls is off (see there).
+  s.use_flush = (o.durable || info.durable) && (!want_response || o.flush_calls);
   s.need_response = want_response || (nilext_submit && info.policy != Policy::kOq);
   lk.unlock();
   s.length = encode(c.send_buf.data() + size_t{idx} * info.max_request, s.seq);

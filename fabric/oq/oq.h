@@ -160,6 +160,13 @@ struct ClientOptions {
   // SEND + FLUSH in one doorbell; Submit commits on the FLUSH ack. Also switched on when the
   // server reports it is durable (handshake).
   bool durable = false;
+  // Durable servers: whether a Call (non-nilext; it commits on its response) is also FLUSHed. The
+  // server makes a Call's effects durable itself before responding and recovery never re-executes
+  // a non-nilext request, so its landing needs no FLUSH — except where the server's persisted
+  // ranges are mirrored byte for byte (an asymnvm-backend with mirrors: the mirror's copy of the
+  // receive buffers must match), hence true by default; kv::Client sets false (one sync less per
+  // GET in msync mode).
+  bool flush_calls = true;
   uint64_t client_id = 0;                  // 0: chosen at random
   uint32_t window = 32;                    // outstanding requests per connection (slots)
   uint32_t rnr_retry = 100000;             // soft: RNR holds before failing (verbs caps at 7 = ∞)

@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
   std::string size_text = "256M", segment_text = "4M", pm_mode = "auto", log_level = "info";
   std::string coord_uri, cluster = "default";
   uint32_t handshake_ms = 5000;
-  int resp_port = 6379, resp_threads = 2;
+  int resp_port = 6379, resp_threads = 2, resp_workers = 16, resp_kv_clients = 8;
   std::string resp_bind = "127.0.0.1";
   app.add_option("--pool", o.pool_path, "pool file (created when missing)")->required();
   app.add_option("--size", size_text, "pool size when creating it (K/M/G suffixes)")
@@ -91,6 +91,12 @@ int main(int argc, char** argv) {
                  "-1 = no gateway (doc/resp.md)")
       ->check(CLI::Range(-1, 65535))->capture_default_str();
   app.add_option("--resp-bind", resp_bind, "Redis gateway bind address (IPv4)")->capture_default_str();
+  app.add_option("--resp-workers", resp_workers,
+                 "Redis gateway threads running commands against the store (they block on it)")
+      ->check(CLI::Range(1, 4096))->capture_default_str();
+  app.add_option("--resp-kv-clients", resp_kv_clients,
+                 "KV clients the gateway's workers share round-robin")
+      ->check(CLI::Range(1, 256))->capture_default_str();
   app.add_option("--resp-threads", resp_threads, "Redis gateway event-loop threads")
       ->check(CLI::Range(1, 64))->capture_default_str();
   try {
@@ -185,6 +191,8 @@ int main(int argc, char** argv) {
     g.server.bind_address = resp_bind;
     g.server.port = static_cast<uint16_t>(resp_port);
     g.server.loop_threads = resp_threads;
+    g.server.workers = resp_workers;
+    g.kv_clients = resp_kv_clients;
     auto secret = fabric::ResolveClusterSecret(o.fabric);
     // A configured cluster secret is the AUTH password; the built-in one (loopback only) is not.
     if (secret.ok() && *secret != fabric::kDefaultClusterSecret) g.server.cluster_secret = *secret;

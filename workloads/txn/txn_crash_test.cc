@@ -7,7 +7,10 @@
 //   * the primary SIGKILLed mid-run and its pool file deleted → the mirror is promoted, the run
 //     follows it and finishes, check against the promoted mirror passes;
 //   * a ledger that claims one committed transaction more than happened → check fails (exit 3):
-//     the check can fail.
+//     the check can fail;
+//   * seeded rounds of random kills (ASYMNVM_TXN_ROUNDS, default 3; ASYMNVM_TXN_SEED): each round
+//     runs the driver, SIGKILLs the back-end mid-run (restarting it) or not, then SIGKILLs the
+//     driver, and checks. The `txn_kill_rounds_long` ctest entry runs 40 rounds per workload.
 // Nothing asserts on time; waits are for observable state (ledger lines) with generous deadlines.
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -16,8 +19,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -231,6 +236,35 @@ TEST_P(TxnDriverCrashTest, PrimaryKilledAndPoolDeletedMirrorPromotedRunFollowsNo
   EXPECT_EQ(WaitRun(), 0) << Slurp(run_.out);
   address_ = mirror_->address();  // the promoted mirror serves
   CheckPasses("on the promoted mirror");
+}
+
+TEST_P(TxnDriverCrashTest, SeededRandomKillRoundsLoseNothing) {
+  const char* rounds_env = std::getenv("ASYMNVM_TXN_ROUNDS");
+  const char* seed_env = std::getenv("ASYMNVM_TXN_SEED");
+  const int rounds = rounds_env != nullptr ? std::atoi(rounds_env) : 3;
+  const uint64_t seed = seed_env != nullptr ? std::strtoull(seed_env, nullptr, 10) : 1;
+  std::mt19937_64 rng(seed * 31 + (GetParam() == "tatp" ? 7 : 0));
+  StartBackend();
+  Load();
+  int backend_kills = 0;
+  for (int r = 1; r <= rounds; r++) {
+    const uint64_t before = Committed();
+    StartRun({"--seconds", "600"});
+    ASSERT_TRUE(WaitCommitted(before + 20 + rng() % 200)) << "round " << r << " (seed " << seed << ")";
+    if (rng() % 2 == 0) {
+      // The back-end dies mid-run and comes back at a new address; the run reconnects.
+      backend_->Kill();
+      StartBackend();
+      backend_kills++;
+      ASSERT_TRUE(WaitCommitted(Committed() + 10 + rng() % 100)) << "round " << r << ": the run did not go on after the restart";
+    }
+    ::kill(run_.pid, SIGKILL);
+    EXPECT_EQ(WaitRun(), 128 + SIGKILL) << "round " << r;
+    CheckPasses("round " + std::to_string(r) + " (seed " + std::to_string(seed) + ")");
+    if (HasFailure()) return;
+  }
+  std::cerr << GetParam() << ": " << rounds << " rounds, " << backend_kills << " back-end kills, "
+            << Committed() << " committed transactions, seed " << seed << "\n";
 }
 
 INSTANTIATE_TEST_SUITE_P(Workloads, TxnDriverCrashTest, ::testing::Values("smallbank", "tatp"),

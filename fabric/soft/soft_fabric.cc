@@ -427,6 +427,14 @@ class ConnCore {
     return held_ && (now >= hold_deadline_ || rq_->HasBuffer());
   }
   void set_readable() { readable_ = true; }
+  // FLUSH group commit (the worker's CompleteFlushes): a connection that parsed a FLUSH stops
+  // there until the worker has persisted the ranges of every waiting connection with one Drain
+  // per persister; then AckFlush acknowledges it and parsing resumes.
+  bool flush_waiting() const { return flush_waiting_; }
+  // Flush (without Drain) of this connection's landed ranges; the persisters to drain are added
+  // to *drain. Caller holds the regions lock (shared).
+  void StagePersist(std::vector<pm::Persister*>* drain);
+  void AckFlush();
   bool dead() const { return dead_; }
   bool want_drop() const { return want_drop_.load(std::memory_order_acquire); }
   void Drop() {
@@ -444,7 +452,7 @@ class ConnCore {
   const std::string& peer_address() const { return peer_address_; }
 
  private:
-  enum class Exec { kContinue, kHold, kStop };
+  enum class Exec { kContinue, kHold, kStop, kFlushWait };
   Exec HandleRequest(const ParsedPacket& p, std::shared_lock<std::shared_mutex>* regions);
   void HandleResponse(const ParsedPacket& p);
   void Nak(uint8_t reason, uint32_t seq, const std::string& why);
@@ -453,7 +461,6 @@ class ConnCore {
   void FlushResponses();
   const RegionEntry* Lookup(uint32_t rkey, uint64_t addr, uint64_t len, uint32_t right,
                             std::string* why);
-  void PersistPending();
   void CompleteLocked(const OutEntry& e, CompletionStatus st, uint32_t byte_len);
   void FailAllLocked(CompletionStatus st);
 
@@ -485,6 +492,8 @@ class ConnCore {
   std::vector<uint8_t> resp_;
   std::vector<PersistRange> persist_;
   bool readable_ = true;
+  bool flush_waiting_ = false;  // a FLUSH parsed, its persist and ack pending (CompleteFlushes)
+  uint32_t flush_seq_ = 0;
   bool held_ = false;
   uint32_t hold_attempts_ = 0;
   Clock::time_point hold_deadline_{};
@@ -562,7 +571,7 @@ class Worker {
     for (;;) {
       int timeout = -1;
       auto now = Clock::now();
-      if (now < spin_until) {
+      if (now < spin_until || flush_backlog_) {
         timeout = 0;
       } else {
         for (auto& c : conns_) {
@@ -602,6 +611,7 @@ class Worker {
       for (auto& c : conns_) {
         if (!c->dead() && c->ready_to_retry(now)) Service(c.get());
       }
+      CompleteFlushes();
       Reap();
       if (n > 0) spin_until = Clock::now() + spin_;
     }
@@ -612,6 +622,32 @@ class Worker {
     c->Service(&regions);
     if (regions.owns_lock()) regions.unlock();
     if (c->want_drop() && !c->dead()) Detach(c);
+  }
+
+  // FLUSH group commit: every connection of this worker waiting on a FLUSH has its landed ranges
+  // flushed, then each persister is drained once (msync mode: one group-committed sync of the
+  // merged ranges instead of one per FLUSH), then each is acknowledged and goes on parsing — which
+  // may stop at its next FLUSH: a few rounds, then back to epoll (at once: flush_backlog_).
+  void CompleteFlushes() {
+    flush_backlog_ = false;
+    for (int round = 0; round < 8; round++) {
+      std::vector<ConnCore*> waiting;
+      for (auto& c : conns_) {
+        if (!c->dead() && c->flush_waiting()) waiting.push_back(c.get());
+      }
+      if (waiting.empty()) return;
+      {
+        std::shared_lock<std::shared_mutex> regions(regions_->mu);
+        std::vector<pm::Persister*> drain;
+        for (ConnCore* c : waiting) c->StagePersist(&drain);
+        for (pm::Persister* p : drain) p->Drain();
+      }
+      for (ConnCore* c : waiting) {
+        c->AckFlush();
+        Service(c);
+      }
+    }
+    for (auto& c : conns_) flush_backlog_ = flush_backlog_ || (!c->dead() && c->flush_waiting());
   }
 
   void Detach(ConnCore* c) {
@@ -676,6 +712,7 @@ class Worker {
   std::vector<ConnCore*> removes_;
   uint64_t remove_requested_ = 0, remove_done_ = 0;
   std::vector<std::shared_ptr<ConnCore>> conns_;  // worker thread only
+  bool flush_backlog_ = false;                    // FLUSHes left waiting by CompleteFlushes
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -1332,20 +1369,24 @@ const RegionEntry* ConnCore::Lookup(uint32_t rkey, uint64_t addr, uint64_t len, 
   return &e;
 }
 
-void ConnCore::PersistPending() {
-  if (persist_.empty()) return;
+void ConnCore::StagePersist(std::vector<pm::Persister*>* drain) {
   auto& map = fabric_->regions()->map;
-  std::vector<pm::Persister*> drained;
   for (const auto& r : persist_) {
     auto it = map.find(r.rkey);
     if (it == map.end()) continue;  // deregistered since: nothing left to persist
     r.persister->Flush(r.addr, r.len);
-    if (std::find(drained.begin(), drained.end(), r.persister) == drained.end()) {
-      drained.push_back(r.persister);
+    if (std::find(drain->begin(), drain->end(), r.persister) == drain->end()) {
+      drain->push_back(r.persister);
     }
   }
-  for (auto* p : drained) p->Drain();
   persist_.clear();
+}
+
+void ConnCore::AckFlush() {
+  if (!flush_waiting_) return;
+  flush_waiting_ = false;
+  AppendResponse(kWireAck, 0, flush_seq_, nullptr, 0);
+  FlushResponses();
 }
 
 ConnCore::Exec ConnCore::HandleRequest(const ParsedPacket& p,
@@ -1458,9 +1499,12 @@ ConnCore::Exec ConnCore::HandleRequest(const ParsedPacket& p,
         Nak(kNakAccess, p.seq, "FLUSH: " + why);
         return Exec::kStop;
       }
-      PersistPending();
-      AppendResponse(kWireAck, 0, p.seq, nullptr, 0);
-      break;
+      // Persisted and acknowledged by the worker together with the other connections' FLUSHes
+      // (Worker::CompleteFlushes): one sync for all of them.
+      flush_waiting_ = true;
+      flush_seq_ = p.seq;
+      expect_seq_++;
+      return Exec::kFlushWait;
     }
     default:
       Nak(kNakInvalid, p.seq, "unknown opcode");
@@ -1471,7 +1515,7 @@ ConnCore::Exec ConnCore::HandleRequest(const ParsedPacket& p,
 }
 
 void ConnCore::Service(std::shared_lock<std::shared_mutex>* regions) {
-  if (dead_) return;
+  if (dead_ || flush_waiting_) return;
   held_ = held_ && !(Clock::now() >= hold_deadline_ || rq_->HasBuffer());
   bool stop = false;
   while (!stop && !held_) {
@@ -1505,6 +1549,11 @@ void ConnCore::Service(std::shared_lock<std::shared_mutex>* regions) {
       } else {
         Exec e = HandleRequest(p, regions);
         if (e == Exec::kHold) {
+          stop = true;
+          break;
+        }
+        if (e == Exec::kFlushWait) {
+          rstart_ += consumed;
           stop = true;
           break;
         }

@@ -615,6 +615,18 @@ TEST_F(FrontendTest, ReplayReexecutesOpsAfterOpn) {
   uint8_t got[8];
   ASSERT_TRUE(s->Read(addr, got).ok());
   EXPECT_EQ(got[0], 0x22);
+  // A second Replay on the same connection (Database::Recover after the session already replayed
+  // at a reconnection) re-executes nothing: re-running opn+1 here would write 0x11 over the
+  // newer 0x33 — an old write set over newer transactions (found by txn_kill_rounds_long).
+  auto root = s->OpenRoot("replay");
+  ASSERT_TRUE(root.ok());
+  ASSERT_TRUE(Update(*s, root.value(), addr, 0x33).ok());
+  ASSERT_TRUE(s->Fence().ok());
+  ASSERT_TRUE(s->Replay(&f).ok());
+  EXPECT_EQ(seen.size(), 2u);
+  EXPECT_EQ(s->counters().replayed_ops, 2u);
+  ASSERT_TRUE(s->Read(addr, got).ok());
+  EXPECT_EQ(got[0], 0x33);
   // An op of a structure not opened here is refused.
   auto s2 = OpenSession(16, Level::kRcb);
   FakeFetcher g;

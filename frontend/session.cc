@@ -104,6 +104,10 @@ struct Session::Impl {
   uint32_t incarnation = 0;  // of this registration; in every txn header (doc/backend.md §Fencing)
   std::array<uint8_t, 16> pool_uuid{};
   uint64_t registered_opn = 0;
+  // Ops this connection already re-executed (Replay): a second Replay before their transactions
+  // are covered by the OPN must not run them again (it would re-apply an old write set over
+  // newer transactions of other front-ends).
+  uint64_t replayed_upto = 0;
   uint64_t first_op = 1;  // the first op_seq of this session (earlier ones belong to crashed ones)
   uint64_t first_txn = 0;  // first txn_seq of this session
   size_t max_txn = 0;      // largest transaction (bytes) the back-end accepts
@@ -1508,13 +1512,14 @@ Status Session::ReplayWith(OpLogFetcher* fetcher) {
             [](const RecoveredOp& a, const RecoveredOp& b) { return a.op_seq < b.op_seq; });
   // Every op to replay is open until re-executed: a transaction sent meanwhile never carries an
   // OPN past one (a crash during replay replays the rest again).
+  const uint64_t done = std::max(m.registered_opn, m.replayed_upto);
   for (const RecoveredOp& op : ops) {
-    if (op.op_seq <= m.registered_opn || op.op_seq >= m.first_op) continue;
+    if (op.op_seq <= done || op.op_seq >= m.first_op) continue;
     m.max_logged = std::max(m.max_logged, op.op_seq);
     if (op.op_type != kLockAheadOpType) m.open_ops[op.op_seq] = op.structure_id;
   }
   for (const RecoveredOp& op : ops) {
-    if (op.op_seq <= m.registered_opn || op.op_seq >= m.first_op) continue;
+    if (op.op_seq <= done || op.op_seq >= m.first_op) continue;
     m.next_op = std::max(m.next_op, op.op_seq + 1);
     if (op.op_type == kLockAheadOpType) {
       m.AdvanceOpn();
@@ -1543,6 +1548,7 @@ Status Session::ReplayWith(OpLogFetcher* fetcher) {
       ASYMNVM_RETURN_IF_ERROR(t);
     }
     m.open_ops.erase(op.op_seq);
+    m.replayed_upto = std::max(m.replayed_upto, op.op_seq);
     m.AdvanceOpn();
     m.c.replayed_ops++;
   }

@@ -203,16 +203,34 @@ void Database::SetInTxn(bool on) {
   s_.SetGroupWrites(on);
 }
 
+namespace {
+
+// Takes a table's writer lock for a Database (see Release).
+Status LockTable(frontend::Session& session, const frontend::Structure& st) {
+  Status s = session.WriterLock(st);
+  if (s.code() == StatusCode::kFailedPrecondition) {
+    // The session holds the lock though this database does not: an earlier release failed on a
+    // lost connection. Release it for real (after a fence; if the lock word is not ours any more
+    // the session just forgets it), then take it again — with the cache invalidation and refresh
+    // of a fresh acquisition: another front-end may have held it in between.
+    Status u = session.WriterUnlock(st);
+    if (!u.ok() && u.code() != StatusCode::kFailedPrecondition) return u;
+    s = session.WriterLock(st);
+  }
+  return s;
+}
+
+}  // namespace
+
 Status Database::Release(size_t t) {
   if (!held_[t]) return Status::Ok();
-  Status st = s_.WriterUnlock(writers_[t]->structure());
-  // A failure before the unlock (its fence or CAS lost with the connection) leaves the lock held
-  // by the session and on the back-end: still ours, released by the next release (after the
-  // session reconnected). Forgetting it here made the next Begin of the table fail "already
-  // held". kFailedPrecondition: the session does not hold it (any more).
-  held_[t] = !st.ok() && st.code() != StatusCode::kFailedPrecondition;
-  return st;
+  held_[t] = false;
+  // A release lost with the connection leaves the truth unknown (the CAS may have run before the
+  // back-end died): this database no longer counts on the lock, and the next LockTable sorts
+  // out the session's view.
+  return s_.WriterUnlock(writers_[t]->structure());
 }
+
 
 Status Database::ReleaseLocks() {
   Status first = Status::Ok();
@@ -242,7 +260,7 @@ Status Database::AcquireFor(const std::vector<size_t>& tables) {
   for (size_t r = first_missing_rank; r < order_.size(); r++) {
     const size_t t = order_[r];
     if (!need[t] || held_[t]) continue;
-    Status st = s_.WriterLock(writers_[t]->structure());
+    Status st = LockTable(s_, writers_[t]->structure());
     if (!st.ok()) {
       Status rel = ReleaseLocks();
       if (!rel.ok()) LOG_WARN("txn", "release after a lock failure: " << rel.ToString());
@@ -396,7 +414,7 @@ Status Database::Recover() {
     const size_t t = order_[r];
     ASYMNVM_ASSIGN_OR_RETURN(uint64_t owner, s_.ReadWord(writers_[t]->structure().lock_addr));
     if (owner == s_.frontend_id() && !held_[t]) {
-      ASYMNVM_RETURN_IF_ERROR(s_.WriterLock(writers_[t]->structure()));
+      ASYMNVM_RETURN_IF_ERROR(LockTable(s_, writers_[t]->structure()));
       ASYMNVM_RETURN_IF_ERROR(s_.WriterUnlock(writers_[t]->structure()));
     }
   }

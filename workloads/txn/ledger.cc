@@ -110,6 +110,35 @@ Status ParseEffect(const std::string& rest, size_t quantities, Effect* e, const 
 Result<LedgerSet> ReadLedgers(const std::string& dir, size_t quantities) {
   LedgerSet set;
   set.committed.assign(quantities, 0);
+  std::map<std::string, int> resolved;
+  {
+    std::ifstream rin(dir + "/resolved");
+    std::string id;
+    int v = 0;
+    uint64_t n = 0;
+    for (std::string line; std::getline(rin, line);) {
+      n++;
+      std::istringstream ls(line);
+      if (!(ls >> id >> v) || (v != 0 && v != 1)) {
+        return Status::Corruption("resolved:" + std::to_string(n) + ": malformed \"" + line.substr(0, 60) + "\"");
+      }
+      resolved[id] = v;
+    }
+  }
+  // A P without its C: in doubt, unless a check settled it.
+  auto doubt = [&](const Effect& e, const std::string& id) {
+    auto it = resolved.find(id);
+    if (it == resolved.end()) {
+      set.in_doubt.push_back(e);
+      set.in_doubt_ids.push_back(id);
+      return;
+    }
+    set.resolved++;
+    if (it->second == 1) {
+      for (const auto& [q, d] : e) set.committed[q] += d;
+      set.committed_txns++;
+    }
+  };
   std::vector<std::filesystem::path> files;
   std::error_code ec;
   for (const auto& de : std::filesystem::directory_iterator(dir, ec)) {
@@ -141,6 +170,7 @@ Result<LedgerSet> ReadLedgers(const std::string& dir, size_t quantities) {
     set.files++;
     bool pending = false;
     Effect cur;
+    std::string cur_id;
     for (size_t i = 1; i < lines.size(); i++) {
       const std::string where = name + ":" + std::to_string(i + 1);
       const std::string& l = lines[i];
@@ -150,26 +180,46 @@ Result<LedgerSet> ReadLedgers(const std::string& dir, size_t quantities) {
         set.committed_txns++;
         pending = false;
       } else if (l == "P" || l.rfind("P ", 0) == 0) {
-        if (pending) set.in_doubt.push_back(cur);
+        if (pending) doubt(cur, cur_id);
         cur.clear();
         ASYMNVM_RETURN_IF_ERROR(ParseEffect(l.substr(1), quantities, &cur, where));
+        cur_id = where;
         pending = true;
       } else {
         return Status::Corruption(where + ": unknown record \"" + l.substr(0, 40) + "\"");
       }
     }
-    if (pending) set.in_doubt.push_back(cur);
+    if (pending) doubt(cur, cur_id);
   }
   return set;
 }
 
+Status WriteResolutions(const std::string& dir, const std::vector<std::string>& ids,
+                        const std::vector<int>& outcome) {
+  std::string text;
+  for (size_t i = 0; i < ids.size() && i < outcome.size(); i++) {
+    if (outcome[i] == 0 || outcome[i] == 1) text += ids[i] + " " + std::to_string(outcome[i]) + "\n";
+  }
+  if (text.empty()) return Status::Ok();
+  const std::string path = dir + "/resolved";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::IoError("open " + path + ": " + std::strerror(errno));
+  const ssize_t n = ::write(fd, text.data(), text.size());
+  const int err = errno;
+  ::close(fd);
+  if (n != static_cast<ssize_t>(text.size())) return Status::IoError("write " + path + ": " + std::strerror(err));
+  return Status::Ok();
+}
+
 Status Resolve(const std::vector<int64_t>& measured, const std::vector<int64_t>& initial,
                const std::vector<int64_t>& committed, const std::vector<Effect>& in_doubt,
-               const std::function<std::string(uint32_t)>& name, size_t* applied) {
+               const std::function<std::string(uint32_t)>& name, size_t* applied,
+               std::vector<int>* outcome) {
   if (measured.size() != initial.size() || committed.size() != initial.size()) {
     return Status::InvalidArgument("Resolve: quantity vectors of different sizes");
   }
   *applied = 0;
+  if (outcome != nullptr) outcome->assign(in_doubt.size(), 0);
   const size_t nq = measured.size();
   // What the in-doubt transactions must explain: measured − (initial + committed).
   std::map<uint32_t, int64_t> diff;
@@ -180,14 +230,19 @@ Status Resolve(const std::vector<int64_t>& measured, const std::vector<int64_t>&
   // Normalized in-doubt effects (summed per quantity, zero deltas dropped); empty ones cannot
   // change anything and are ignored.
   std::vector<std::map<uint32_t, int64_t>> eff;
-  for (const Effect& e : in_doubt) {
+  std::vector<size_t> origin;  // eff index → in_doubt index
+  for (size_t k = 0; k < in_doubt.size(); k++) {
+    const Effect& e = in_doubt[k];
     std::map<uint32_t, int64_t> m;
     for (const auto& [q, d] : e) {
       if (q >= nq) return Status::InvalidArgument("Resolve: quantity out of range");
       m[q] += d;
     }
     for (auto it = m.begin(); it != m.end();) it = it->second == 0 ? m.erase(it) : std::next(it);
-    if (!m.empty()) eff.push_back(std::move(m));
+    if (!m.empty()) {
+      eff.push_back(std::move(m));
+      origin.push_back(k);
+    }
   }
   // Components: effects that share a quantity are decided together.
   std::vector<size_t> parent(eff.size());
@@ -225,8 +280,9 @@ Status Resolve(const std::vector<int64_t>& measured, const std::vector<int64_t>&
       return Status::ResourceExhausted(std::to_string(members.size()) +
                                        " in-doubt transactions touch the same quantities (at most 20 are resolved)");
     }
-    bool found = false;
-    for (uint64_t mask = 0; mask < (uint64_t{1} << members.size()) && !found; mask++) {
+    int fits = 0;
+    uint64_t chosen = 0;
+    for (uint64_t mask = 0; mask < (uint64_t{1} << members.size()) && fits < 2; mask++) {
       std::map<uint32_t, int64_t> sum;
       for (size_t b = 0; b < members.size(); b++) {
         if (mask >> b & 1) {
@@ -242,8 +298,16 @@ Status Resolve(const std::vector<int64_t>& measured, const std::vector<int64_t>&
         }
       }
       if (eq) {
-        found = true;
-        *applied += static_cast<size_t>(__builtin_popcountll(mask));
+        if (fits++ == 0) chosen = mask;
+      }
+    }
+    const bool found = fits > 0;
+    if (found) {
+      *applied += static_cast<size_t>(__builtin_popcountll(chosen));
+      if (outcome != nullptr) {
+        for (size_t b = 0; b < members.size(); b++) {
+          (*outcome)[origin[members[b]]] = fits > 1 ? -1 : static_cast<int>(chosen >> b & 1);
+        }
       }
     }
     if (!found) {

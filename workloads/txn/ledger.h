@@ -8,6 +8,11 @@
 //   C                             the preceding P committed (Txn::Commit returned Ok)
 // A P followed by another P or by the end of the file is in doubt: its Commit did not return (the
 // driver died, or the back-end did and the commit failed with the outcome unknown).
+//
+// Resolutions (file DIR/resolved, written by asymnvm-txn check): "<file>:<line> 1|0" — the P at
+// that line was found applied (1) or not (0) by a check that first recovered every front-end of
+// the ledgers (so the outcome is final) and found exactly one explanation. Readers then count it
+// as committed or drop it, so in-doubt transactions do not pile up across repeated crashes.
 #pragma once
 
 #include <cstdint>
@@ -57,6 +62,8 @@ class Ledger {
 struct LedgerSet {
   std::vector<int64_t> committed;     // per quantity
   std::vector<Effect> in_doubt;       // each a whole transaction's effect
+  std::vector<std::string> in_doubt_ids;  // "<file>:<line>" of each, for WriteResolutions
+  uint64_t resolved = 0;              // in-doubt transactions settled by earlier checks
   std::vector<uint64_t> frontend_ids; // one per file, in file-name order
   uint64_t committed_txns = 0;
   size_t files = 0;
@@ -69,8 +76,14 @@ Result<LedgerSet> ReadLedgers(const std::string& dir, size_t quantities);
 // transaction wholly applied or not at all). Ok with *applied = the size of the subset found;
 // kCorruption naming the first quantity that differs (by `name`) when no subset fits;
 // kResourceExhausted when more than 20 in-doubt effects touch the quantities that differ.
+// *outcome (optional): per in-doubt effect, 1 applied / 0 not applied when exactly one subset of
+// its group fits, -1 when several do (ambiguous) — an effect that changes nothing is 0.
 Status Resolve(const std::vector<int64_t>& measured, const std::vector<int64_t>& initial,
                const std::vector<int64_t>& committed, const std::vector<Effect>& in_doubt,
-               const std::function<std::string(uint32_t)>& name, size_t* applied);
+               const std::function<std::string(uint32_t)>& name, size_t* applied,
+               std::vector<int>* outcome = nullptr);
+// Appends the unambiguous outcomes (ids[i] → outcome[i] ∈ {0, 1}) to DIR/resolved.
+Status WriteResolutions(const std::string& dir, const std::vector<std::string>& ids,
+                        const std::vector<int>& outcome);
 
 }  // namespace asymnvm::txnbench

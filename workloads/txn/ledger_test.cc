@@ -82,6 +82,37 @@ TEST_F(LedgerTest, MalformedLedgersAreCorruptionNamingFileAndLine) {
   }
 }
 
+TEST_F(LedgerTest, ResolutionsSettleInDoubtTransactionsForLaterReads) {
+  Append("fe-1.ledger", "id 1\nP 0:5\nP 1:7\nP 2:9\nC\nP 3:1\n");
+  auto set = ReadLedgers(dir_, 4);
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  ASSERT_EQ(set->in_doubt.size(), 3u);
+  EXPECT_EQ(set->in_doubt_ids, (std::vector<std::string>{"fe-1.ledger:2", "fe-1.ledger:3", "fe-1.ledger:6"}));
+  // State: the first applied, the second not, the last ambiguous-free (applied).
+  size_t applied = 0;
+  std::vector<int> outcome;
+  ASSERT_TRUE(Resolve({5, 0, 9, 1}, {0, 0, 0, 0}, set->committed, set->in_doubt, Name, &applied, &outcome).ok());
+  EXPECT_EQ(outcome, (std::vector<int>{1, 0, 1}));
+  ASSERT_TRUE(WriteResolutions(dir_, set->in_doubt_ids, outcome).ok());
+  auto again = ReadLedgers(dir_, 4);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(again->in_doubt.empty());
+  EXPECT_EQ(again->resolved, 3u);
+  EXPECT_EQ(again->committed, (std::vector<int64_t>{5, 0, 9, 1}));
+  EXPECT_EQ(again->committed_txns, 3u);
+  // A malformed resolution file is corruption, not a silent skip.
+  Append("resolved", "fe-1.ledger:9 7\n");
+  EXPECT_EQ(ReadLedgers(dir_, 4).status().code(), StatusCode::kCorruption);
+}
+
+TEST(ResolveTest, SeveralFittingCombinationsAreAmbiguousNotGuessed) {
+  // Two in-doubt +1s on one quantity, measured +1: either could be the applied one.
+  size_t applied = 0;
+  std::vector<int> outcome;
+  ASSERT_TRUE(Resolve({1}, {0}, {0}, {{{0, 1}}, {{0, 1}}}, Name, &applied, &outcome).ok());
+  EXPECT_EQ(outcome, (std::vector<int>{-1, -1}));
+}
+
 TEST(ResolveTest, ExactStateIsAcceptedAnyDifferenceNamed) {
   const std::vector<int64_t> init{10, 10, 20}, committed{5, -5, 0};
   size_t applied = 9;

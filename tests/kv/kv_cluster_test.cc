@@ -82,7 +82,18 @@ TEST(KvCluster, MinSyncedBackupsFollowsTheShardMap) {
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   Status put0 = (*client)->Put("k", "v");
   ASSERT_TRUE(put0.ok()) << put0.ToString();
-  auto n = (*client)->MinSyncedBackups();
+  // The map may still move right after it first showed every backup synced (the manager settles
+  // the assignment over a few epochs, and a moved backup resyncs): WAIT's answer follows it, so
+  // it is polled until it shows `want` (30 s at most), never read once.
+  auto wait_min = [&](uint32_t want) -> Result<uint32_t> {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    for (;;) {
+      auto m = (*client)->MinSyncedBackups();
+      if (!m.ok() || *m == want || std::chrono::steady_clock::now() > deadline) return m;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  };
+  auto n = wait_min(2);
   ASSERT_TRUE(n.ok()) << n.status().ToString();
   EXPECT_EQ(*n, 2u);
   testutil::Kill9(cl.procs[0]);
@@ -92,13 +103,13 @@ TEST(KvCluster, MinSyncedBackupsFollowsTheShardMap) {
   // new primary (no "outcome unknown" for a request that never left).
   Status put = (*client)->Put("k", "w");
   ASSERT_TRUE(put.ok()) << put.ToString();
-  n = (*client)->MinSyncedBackups();
+  n = wait_min(1);
   ASSERT_TRUE(n.ok()) << n.status().ToString();
   EXPECT_EQ(*n, 1u);
   cl.Start(0);
   ASSERT_FALSE(cl.procs[0].address().empty());
   ASSERT_TRUE(cl.WaitSynced(2)) << "the returning server never became a synced backup";
-  n = (*client)->MinSyncedBackups();
+  n = wait_min(2);
   ASSERT_TRUE(n.ok()) << n.status().ToString();
   EXPECT_EQ(*n, 2u);
   client->reset();

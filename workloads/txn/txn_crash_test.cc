@@ -10,7 +10,9 @@
 //     the check can fail;
 //   * seeded rounds of random kills (ASYMNVM_TXN_ROUNDS, default 3; ASYMNVM_TXN_SEED): each round
 //     runs the driver, SIGKILLs the back-end mid-run (restarting it) or not, then SIGKILLs the
-//     driver, and checks. The `txn_kill_rounds_long` ctest entry runs 40 rounds per workload.
+//     driver; with ASYMNVM_TXN_RECOVERY_KILLS=1 in some rounds also a driver while it starts and
+//     recovers, a check while it recovers the dead front-ends, and the back-end under that check;
+//     then checks. The `txn_kill_rounds_long` ctest entry runs 40 rounds per workload.
 // Nothing asserts on time; waits are for observable state (ledger lines) with generous deadlines.
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -246,7 +248,12 @@ TEST_P(TxnDriverCrashTest, SeededRandomKillRoundsLoseNothing) {
   std::mt19937_64 rng(seed * 31 + (GetParam() == "tatp" ? 7 : 0));
   StartBackend();
   Load();
-  int backend_kills = 0;
+  // ASYMNVM_TXN_RECOVERY_KILLS=1 adds the kills during start-up and recovery below. Off in the
+  // default suite: with them, seed 100 fails SmallBank at round 35 (a balance 130 cents below its
+  // ledger) — an open bug, reproduced by the `txn_recovery_kill_rounds_long` entry (label long).
+  const char* rk = std::getenv("ASYMNVM_TXN_RECOVERY_KILLS");
+  const bool recovery_kills_on = rk != nullptr && std::string(rk) == "1";
+  int backend_kills = 0, recovery_kills = 0;
   for (int r = 1; r <= rounds; r++) {
     const uint64_t before = Committed();
     StartRun({"--seconds", "600"});
@@ -260,11 +267,37 @@ TEST_P(TxnDriverCrashTest, SeededRandomKillRoundsLoseNothing) {
     }
     ::kill(run_.pid, SIGKILL);
     EXPECT_EQ(WaitRun(), 128 + SIGKILL) << "round " << r;
+    // Crashes during recovery: a driver killed while it starts (opening sessions, recovering its
+    // front-end ids), a check killed while it recovers the dead front-ends, and the back-end
+    // killed under that check — the delays only pick where the kill lands; whatever step it hits,
+    // the next full check must pass.
+    if (recovery_kills_on && rng() % 3 == 0) {
+      StartRun({"--seconds", "600"});
+      std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 80));
+      ::kill(run_.pid, SIGKILL);
+      WaitRun();
+      recovery_kills++;
+    }
+    if (recovery_kills_on && rng() % 2 == 0) {
+      Child check = Spawn(Txn("check"), dir_ + "/killed-check-" + std::to_string(r) + ".out");
+      std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 60));
+      if (rng() % 3 == 0) {
+        backend_->Kill();
+        StartBackend();
+        backend_kills++;
+      }
+      ::kill(check.pid, SIGKILL);
+      const int rc = Wait(check.pid);
+      EXPECT_TRUE(rc == 0 || rc == 4 || rc == 128 + SIGKILL)
+          << "round " << r << ": the interrupted check exited " << rc << ": " << Slurp(check.out);
+      recovery_kills++;
+    }
     CheckPasses("round " + std::to_string(r) + " (seed " + std::to_string(seed) + ")");
     if (HasFailure()) return;
   }
   std::cerr << GetParam() << ": " << rounds << " rounds, " << backend_kills << " back-end kills, "
-            << Committed() << " committed transactions, seed " << seed << "\n";
+            << recovery_kills << " kills during start-up or recovery, " << Committed()
+            << " committed transactions, seed " << seed << "\n";
 }
 
 INSTANTIATE_TEST_SUITE_P(Workloads, TxnDriverCrashTest, ::testing::Values("smallbank", "tatp"),

@@ -535,6 +535,7 @@ class Worker {
     for (auto& c : conns_) {
       if (!c->dead()) c->Drop();
     }
+    flush_waiting_.clear();
     conns_.clear();
     if (wake_fd_ >= 0) ::close(wake_fd_);
     if (epfd_ >= 0) ::close(epfd_);
@@ -571,7 +572,7 @@ class Worker {
     for (;;) {
       int timeout = -1;
       auto now = Clock::now();
-      if (now < spin_until || flush_backlog_) {
+      if (now < spin_until || !flush_waiting_.empty()) {
         timeout = 0;
       } else {
         for (auto& c : conns_) {
@@ -618,24 +619,23 @@ class Worker {
   }
 
   void Service(ConnCore* c) {
+    const bool was_waiting = c->flush_waiting();
     std::shared_lock<std::shared_mutex> regions(regions_->mu, std::defer_lock);
     c->Service(&regions);
     if (regions.owns_lock()) regions.unlock();
     if (c->want_drop() && !c->dead()) Detach(c);
+    if (!was_waiting && c->flush_waiting() && !c->dead()) flush_waiting_.push_back(c);
   }
 
   // FLUSH group commit: every connection of this worker waiting on a FLUSH has its landed ranges
   // flushed, then each persister is drained once (msync mode: one group-committed sync of the
   // merged ranges instead of one per FLUSH), then each is acknowledged and goes on parsing — which
-  // may stop at its next FLUSH: a few rounds, then back to epoll (at once: flush_backlog_).
+  // may stop at its next FLUSH: a few rounds, then back to epoll (without blocking while any wait).
   void CompleteFlushes() {
-    flush_backlog_ = false;
-    for (int round = 0; round < 8; round++) {
+    for (int round = 0; round < 8 && !flush_waiting_.empty(); round++) {
       std::vector<ConnCore*> waiting;
-      for (auto& c : conns_) {
-        if (!c->dead() && c->flush_waiting()) waiting.push_back(c.get());
-      }
-      if (waiting.empty()) return;
+      waiting.swap(flush_waiting_);  // Service below may queue a connection again
+      std::erase_if(waiting, [](ConnCore* c) { return c->dead(); });
       {
         std::shared_lock<std::shared_mutex> regions(regions_->mu);
         std::vector<pm::Persister*> drain;
@@ -647,7 +647,6 @@ class Worker {
         Service(c);
       }
     }
-    for (auto& c : conns_) flush_backlog_ = flush_backlog_ || (!c->dead() && c->flush_waiting());
   }
 
   void Detach(ConnCore* c) {
@@ -695,6 +694,7 @@ class Worker {
   }
 
   void Reap() {
+    std::erase_if(flush_waiting_, [](ConnCore* c) { return c->dead(); });
     conns_.erase(std::remove_if(conns_.begin(), conns_.end(),
                                 [](const std::shared_ptr<ConnCore>& c) { return c->dead(); }),
                  conns_.end());
@@ -712,7 +712,8 @@ class Worker {
   std::vector<ConnCore*> removes_;
   uint64_t remove_requested_ = 0, remove_done_ = 0;
   std::vector<std::shared_ptr<ConnCore>> conns_;  // worker thread only
-  bool flush_backlog_ = false;                    // FLUSHes left waiting by CompleteFlushes
+  // Connections stopped at a FLUSH, in arrival order (worker thread only; never dead after Reap).
+  std::vector<ConnCore*> flush_waiting_;
 };
 
 // ---------------------------------------------------------------------------------------------

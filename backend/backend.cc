@@ -667,6 +667,8 @@ struct Backend::Impl : public OpLogSource {
         reply.lpn = Word(base(), rec.root_addr).load();
         reply.opn = Word(base(), rec.lock_addr).load();
         reply.rejected = Word(base(), rec.seq_addr).load();
+        LOG_INFO("backend", "front-end " << fe << " registered: incarnation " << incarnation << ", LPN "
+                                         << reply.lpn << ", OPN " << OpSeqString(reply.opn));
         reply.lpn_addr = rec.root_addr;
         reply.opn_addr = rec.lock_addr;
         reply.rejected_addr = rec.seq_addr;
@@ -736,6 +738,21 @@ struct Backend::Impl : public OpLogSource {
         EncodeNamingEntry(e, &w);
         break;
       }
+      case kLockedBy: {
+        // A dead writer's take-over releases every lock it holds, also of structures none of its
+        // unreplayed op logs names (Session::AdoptDeadWriter).
+        PayloadReader r(payload, "locked by");
+        const uint64_t fe = r.U64();
+        ASYMNVM_RETURN_IF_ERROR(r.status());
+        if (fe == 0) return Status::InvalidArgument("locked by: front-end id 0");
+        std::vector<uint32_t> slots;
+        for (const NamingEntry& e : naming->List()) {
+          if (e.type != kFrontendRecordType && Word(base(), e.lock_addr).load() == fe) slots.push_back(e.slot);
+        }
+        w.U32(static_cast<uint32_t>(slots.size()));
+        for (uint32_t slot : slots) w.U32(slot);
+        break;
+      }
       case kNamingRemove:
         ASYMNVM_RETURN_IF_ERROR(naming->Remove(std::string(payload.begin(), payload.end())));
         break;
@@ -765,6 +782,12 @@ struct Backend::Impl : public OpLogSource {
         ASYMNVM_RETURN_IF_ERROR(r.status());
         bool more = false;
         auto ops = FetchOpLogs(fe, after, before, &more);
+        LOG_INFO("backend", "front-end " << fe << " fetched " << ops.size() << " op log(s) after "
+                                         << OpSeqString(after)
+                                         << (ops.empty() ? std::string()
+                                                         : " (" + OpSeqString(ops.front().op_seq) + ".." +
+                                                               OpSeqString(ops.back().op_seq) + ")")
+                                         << (more ? ", more" : ""));
         w.Bytes(EncodeFetchedOps(ops, more));
         break;
       }

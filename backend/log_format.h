@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <map>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "asymnvm/status.h"
@@ -34,9 +35,15 @@ inline constexpr uint32_t kMaxRecordSize = 64u << 20;
 // front-end id, its version the op_seq).
 inline constexpr uint16_t kOpLogRowanType = 1;
 
+// An op_seq is (registration incarnation << 32) + a counter of that session, so a new session
+// never reuses an op_seq of an earlier one; "inc:n" for log messages.
+inline std::string OpSeqString(uint64_t op_seq) {
+  return std::to_string(op_seq >> 32) + ":" + std::to_string(op_seq & 0xFFFFFFFFu);
+}
+
 struct OpLogRecord {
   uint64_t frontend_id = 0;
-  uint64_t op_seq = 0;        // monotonic per front-end, from 1
+  uint64_t op_seq = 0;        // monotonic per front-end: (incarnation << 32) + n
   uint32_t structure_id = 0;  // naming-space slot of the structure the op belongs to
   uint16_t op_type = 0;       // structure-defined (insert, delete, push, ...)
   uint16_t flags = 0;

@@ -27,6 +27,7 @@ enum RequestType : uint16_t {
   kClearRejected = 14,  // fe_id u64 → (empty): the front-end saw its rejected txn and resends
   kFetchOpLogs = 15,    // fe_id u64 | after u64 | before u64 → FetchedOpLogs (see below)
   kNamingAt = 16,       // slot u32 → NamingReply (kNotFound: no live structure there)
+  kLockedBy = 17,       // fe_id u64 → count u32 | slot u32 × count: structures whose writer lock it holds
   kAllocSlab = 20,      // (empty) → addr u64
   kAllocLarge = 21,     // bytes u64 → addr u64
   kFree = 22,           // addr u64 → (empty)

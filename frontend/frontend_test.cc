@@ -784,6 +784,20 @@ TEST(FrontendCrash, AckedOpsSurviveSigkillOfTheFrontend) {
   o.level = Level::kRc;
   auto s = Session::Open(o);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
+  // The child's op logs past its last transaction (logged, not applied) are replayed first: the
+  // session keeps its OPN and the dead child's lock until it has (doc/frontend.md "Replay before
+  // the OPN moves").
+  auto st = (*s)->OpenRoot("crash");
+  ASSERT_TRUE(st.ok());
+  (*s)->RegisterReplay(2, [&](Session& ss, const Structure&, const RecoveredOp& op) -> Status {
+    uint64_t v = 0;
+    if (op.payload.size() != 8) return Status::Corruption("crash op: payload");
+    std::memcpy(&v, op.payload.data(), 8);
+    if (v == 0 || v > kOps) return Status::Corruption("crash op: value");
+    ASYMNVM_RETURN_IF_ERROR(ss.MemLog(a + 8 * (v - 1), op.payload));
+    return ss.MemLog(b + 8 * (v - 1), op.payload);
+  });
+  ASSERT_TRUE((*s)->Replay().ok());
   std::vector<uint64_t> va(kOps), vb(kOps);
   ASSERT_TRUE((*s)->Read(a, std::span(reinterpret_cast<uint8_t*>(va.data()), 8 * kOps)).ok());
   ASSERT_TRUE((*s)->Read(b, std::span(reinterpret_cast<uint8_t*>(vb.data()), 8 * kOps)).ok());
@@ -805,8 +819,6 @@ TEST(FrontendCrash, AckedOpsSurviveSigkillOfTheFrontend) {
   EXPECT_GE((*s)->recovered_opn(), last_acked + 1);
   // The dead child still holds the writer lock: another front-end times out, the same front-end
   // id takes it back.
-  auto st = (*s)->OpenRoot("crash");
-  ASSERT_TRUE(st.ok());
   if (!exited) {
     SessionOptions other = o;
     other.frontend_id = 22;
@@ -828,6 +840,115 @@ TEST(FrontendCrash, AckedOpsSurviveSigkillOfTheFrontend) {
   (*be)->Stop();
   std::remove(pool.c_str());
   std::remove(acks.c_str());
+}
+
+// A session of an id whose earlier session died with acknowledged op logs not yet applied (its
+// transactions still in the batch): until it replays them, its OPN stays put — a structure opened
+// first logs a lock-ahead op, and an OPN past it told the back-end the dead session's ops were
+// applied, so the next recovery found nothing (TATP/SmallBank lost committed transactions when a
+// driver killed at start-up had adopted a dead writer) — and it releases no writer lock.
+TEST(FrontendCrash, UnreplayedOpLogsHoldTheOpnAndTheLocksUntilReplayed) {
+  const std::string pool = TempPath("unreplayed.pool");
+  std::remove(pool.c_str());
+  constexpr uint64_t kOps = 5;
+  int to_child[2], from_child[2];
+  ASSERT_EQ(pipe(to_child), 0);
+  ASSERT_EQ(pipe(from_child), 0);
+  const pid_t pid = fork();  // before any thread exists in this process
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(to_child[1]);
+    close(from_child[0]);
+    char addr[256] = {};
+    const ssize_t n = read(to_child[0], addr, sizeof(addr) - 1);
+    if (n <= 0) _exit(2);
+    SessionOptions o;
+    o.backends = {std::string(addr, static_cast<size_t>(n))};
+    o.frontend_id = 30;
+    o.level = Level::kRcb;
+    o.batch_ops = 1000;
+    o.batch_timeout = std::chrono::hours(1);
+    auto s = Session::Open(o);
+    if (!s.ok()) _exit(3);
+    auto st = (*s)->CreateRoot("unreplayed", 2);
+    auto a = (*s)->Malloc(8 * kOps);
+    if (!st.ok() || !a.ok() || !(*s)->WriterLock(*st).ok() || !(*s)->Fence().ok()) _exit(4);
+    for (uint64_t i = 0; i < kOps; i++) {  // acknowledged (op log durable), batched
+      uint8_t p[16];
+      const uint64_t where = *a + 8 * i, v = 100 + i;
+      std::memcpy(p, &where, 8);
+      std::memcpy(p + 8, &v, 8);
+      if (!(*s)->OpLog(*st, 1, p).ok() || !(*s)->MemLog(where, std::span(p + 8, 8)).ok() ||
+          !(*s)->TxWrite(*st).ok()) {
+        _exit(5);
+      }
+    }
+    if (write(from_child[1], &*a, 8) != 8) _exit(6);
+    pause();  // killed here: the batch never leaves
+    _exit(7);
+  }
+  close(to_child[0]);
+  close(from_child[1]);
+  auto be = backend::Backend::Start(SmallBackend(pool));
+  ASSERT_TRUE(be.ok()) << be.status().ToString();
+  const std::string address = (*be)->address();
+  ASSERT_EQ(write(to_child[1], address.data(), address.size()), static_cast<ssize_t>(address.size()));
+  close(to_child[1]);
+  uint64_t a = 0;
+  ASSERT_EQ(read(from_child[0], &a, 8), 8);
+  close(from_child[0]);
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+
+  SessionOptions o;
+  o.backends = {address};
+  o.frontend_id = 30;
+  o.level = Level::kRcb;
+  const auto replay = [&](Session& ss, const Structure&, const RecoveredOp& op) -> Status {
+    if (op.payload.size() != 16) return Status::Corruption("payload");
+    uint64_t where = 0;
+    std::memcpy(&where, op.payload.data(), 8);
+    return ss.MemLog(where, std::span(op.payload.data() + 8, 8));
+  };
+  uint64_t opn = 0;
+  {
+    // Not replaying: the lock it still holds (the dead session's) is kept, and the op it logs
+    // does not move the OPN.
+    auto s = Session::Open(o);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    opn = (*s)->recovered_opn();
+    auto st = (*s)->OpenRoot("unreplayed");
+    ASSERT_TRUE(st.ok());
+    ASSERT_TRUE((*s)->WriterLock(*st).ok());  // its own id: taken back
+    ASSERT_TRUE((*s)->Fence().ok());
+    EXPECT_EQ((*s)->WriterUnlock(*st).code(), StatusCode::kFailedPrecondition);
+  }
+  {
+    auto s = Session::Open(o);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_EQ((*s)->recovered_opn(), opn) << "an OPN moved past op logs nobody replayed";
+    auto st = (*s)->OpenRoot("unreplayed");
+    ASSERT_TRUE(st.ok());
+    (*s)->RegisterReplay(2, replay);
+    ASSERT_TRUE((*s)->Replay().ok());
+    EXPECT_EQ((*s)->counters().replayed_ops, kOps);
+    for (uint64_t i = 0; i < kOps; i++) {
+      uint64_t v = 0;
+      ASSERT_TRUE((*s)->Read(a + 8 * i, std::span(reinterpret_cast<uint8_t*>(&v), 8)).ok());
+      EXPECT_EQ(v, 100 + i) << "acknowledged op " << i;
+    }
+    // Replayed: the lock (still the dead session's, i.e. this id's) can go now.
+    auto lock = (*s)->ReadWord(st->lock_addr);
+    ASSERT_TRUE(lock.ok());
+    EXPECT_EQ(*lock, 30u);
+    ASSERT_TRUE((*s)->WriterLock(*st).ok());
+    EXPECT_TRUE((*s)->WriterUnlock(*st).ok());
+    lock = (*s)->ReadWord(st->lock_addr);
+    ASSERT_TRUE(lock.ok());
+    EXPECT_EQ(*lock, 0u);
+  }
+  (*be)->Stop();
+  std::remove(pool.c_str());
 }
 
 }  // namespace

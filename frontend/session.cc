@@ -109,6 +109,15 @@ struct Session::Impl {
   // newer transactions of other front-ends).
   uint64_t replayed_upto = 0;
   uint64_t first_op = 1;  // the first op_seq of this session (earlier ones belong to crashed ones)
+  // The back-end held op logs of this id past the registered OPN (an earlier session's
+  // acknowledged operations, not applied yet) and this connection has not replayed them: the OPN
+  // stays at registered_opn — an OPN past them would tell the back-end they are applied, and it
+  // would recycle them (a lock-ahead op logged by a structure opened before Replay did exactly
+  // that: doc/frontend.md "Replay before the OPN moves") — and no writer lock is released.
+  bool replay_pending = false;
+  // While the ops to replay are not in open_ops yet (before ReplayWith fetched them): the OPN
+  // does not pass this.
+  uint64_t opn_cap = UINT64_MAX;
   uint64_t first_txn = 0;  // first txn_seq of this session
   size_t max_txn = 0;      // largest transaction (bytes) the back-end accepts
   size_t batch_limit = 0;
@@ -125,7 +134,8 @@ struct Session::Impl {
   uint64_t max_logged = 0;
   std::map<uint32_t, std::function<Status()>> closers;  // structure id → closes its open ops
   void AdvanceOpn() {
-    const uint64_t c = open_ops.empty() ? max_logged : open_ops.begin()->first - 1;
+    const uint64_t c =
+        std::min(opn_cap, open_ops.empty() ? max_logged : open_ops.begin()->first - 1);
     pending_opn = std::max(pending_opn, c);
   }
   // Before an op log of structure `id`: every other structure closes its open ops, so the ops
@@ -955,6 +965,19 @@ Result<std::unique_ptr<Session::Impl>> Session::Connect(const SessionOptions& op
   ASYMNVM_RETURN_IF_ERROR(m.ReadRecord(&l2, &o2, &rej2, &aux));
   m.next_op = std::max(opn, aux) + 1;
   m.first_op = m.next_op;
+  if (options.op_log_address.empty()) {
+    // Anything of this id's earlier sessions still to replay? (One page of kFetchOpLogs; op logs
+    // kept elsewhere, SessionOptions::op_log_address, are the caller's to replay.)
+    backend::PayloadWriter fw;
+    fw.U64(options.frontend_id).U64(m.registered_opn).U64(m.first_op);
+    std::vector<uint8_t> fetched;
+    auto probe = m.oq->Call(0, backend::kFetchOpLogs, fw.bytes(), &fetched);
+    if (!probe.ok()) return probe.WithContext(ctx + ": op logs to replay");
+    bool more = false;
+    ASYMNVM_ASSIGN_OR_RETURN(auto pending, backend::DecodeFetchedOps(fetched, &more));
+    m.replay_pending = !pending.empty();
+    if (m.replay_pending) m.opn_cap = m.registered_opn;
+  }
 
   m.slabs = std::make_unique<RpcSlabSource>(m.oq.get(), m.block_size, m.data_begin, m.data_end);
   alloc::FrontendOptions fo;
@@ -972,7 +995,13 @@ Session::~Session() {
   if (m.broken.ok()) {
     Status s = m.Fence();
     if (!s.ok()) LOG_WARN("frontend", "session close: " << s.ToString());
-    for (uint64_t lock : m.held_locks) {
+    if (m.replay_pending && !m.held_locks.empty()) {
+      LOG_WARN("frontend", "session close: front-end " << m.o.frontend_id << " keeps "
+                                                       << m.held_locks.size()
+                                                       << " writer lock(s): op logs of an earlier "
+                                                          "session were not replayed");
+    }
+    for (uint64_t lock : m.replay_pending ? std::set<uint64_t>{} : m.held_locks) {
       auto old = m.Cas(lock, m.o.frontend_id, 0);
       if (!old.ok()) LOG_WARN("frontend", "session close: unlock: " << old.status().ToString());
     }
@@ -1382,6 +1411,12 @@ Status Session::WriterUnlock(const Structure& s) {
     if (!m.held_locks.count(s.lock_addr)) {
       return Status::FailedPrecondition("writer lock of '" + s.name + "' not held");
     }
+    if (m.replay_pending) {
+      return Status::FailedPrecondition(
+          "writer lock of '" + s.name + "' kept: front-end " + std::to_string(m.o.frontend_id) +
+          " has op logs of an earlier session to replay first (Session::Replay); releasing the "
+          "lock would let others write over a state those operations have not reached");
+    }
     ASYMNVM_RETURN_IF_ERROR(Fence());
     ASYMNVM_ASSIGN_OR_RETURN(uint64_t old, m.Cas(s.lock_addr, m.o.frontend_id, 0));
     m.held_locks.erase(s.lock_addr);
@@ -1456,12 +1491,26 @@ Result<bool> Session::AdoptDeadWriter(uint64_t holder, const Structure& target) 
     named.push_back(*t);
     seen.insert(t->id);
   }
-  for (const RecoveredOp& op : ops) {
-    if (!seen.insert(op.structure_id).second) continue;
+  // And every other structure whose lock it holds (nothing of it to replay, but the lock is as
+  // stale): one take-over frees them all.
+  std::vector<uint32_t> slots;
+  for (const RecoveredOp& op : ops) slots.push_back(op.structure_id);
+  {
     backend::PayloadWriter w;
-    w.U32(op.structure_id);
+    w.U64(holder);
+    auto reply = rm.Call(backend::kLockedBy, w.bytes());
+    if (!reply.ok()) return reply.status().WithContext(who + ": the structures it locked");
+    backend::PayloadReader in(*reply, "locked by");
+    const uint32_t n = in.U32();
+    for (uint32_t i = 0; i < n && in.status().ok(); i++) slots.push_back(in.U32());
+    ASYMNVM_RETURN_IF_ERROR(in.status().WithContext(who));
+  }
+  for (uint32_t slot : slots) {
+    if (!seen.insert(slot).second) continue;
+    backend::PayloadWriter w;
+    w.U32(slot);
     auto reply = rm.Call(backend::kNamingAt, w.bytes());
-    if (!reply.ok()) return reply.status().WithContext(who + ": structure of op " + std::to_string(op.op_seq));
+    if (!reply.ok()) return reply.status().WithContext(who + ": structure in naming slot " + std::to_string(slot));
     ASYMNVM_ASSIGN_OR_RETURN(Structure st, DecodeEntry(*reply));
     rm.structures[st.id] = st;
     named.push_back(st);
@@ -1469,6 +1518,9 @@ Result<bool> Session::AdoptDeadWriter(uint64_t holder, const Structure& target) 
   ASYMNVM_RETURN_IF_ERROR(m.adopter(r, named).WithContext(who));
   // The adopter released the locks of what it opened; a lock of the dead writer still on the
   // target (nothing of it to replay, or the adopter could not open it) is released here.
+  if (rm.replay_pending) {
+    return Status::FailedPrecondition(who + ": its op logs were not replayed; its locks stay held");
+  }
   ASYMNVM_ASSIGN_OR_RETURN(uint64_t word, r.ReadWord(target.lock_addr));
   if (word == holder) {
     ASYMNVM_RETURN_IF_ERROR(r.Fence());
@@ -1513,11 +1565,15 @@ Status Session::ReplayWith(OpLogFetcher* fetcher) {
   // Every op to replay is open until re-executed: a transaction sent meanwhile never carries an
   // OPN past one (a crash during replay replays the rest again).
   const uint64_t done = std::max(m.registered_opn, m.replayed_upto);
+  size_t replayed = 0;
+  uint64_t last = 0;
   for (const RecoveredOp& op : ops) {
     if (op.op_seq <= done || op.op_seq >= m.first_op) continue;
     m.max_logged = std::max(m.max_logged, op.op_seq);
     if (op.op_type != kLockAheadOpType) m.open_ops[op.op_seq] = op.structure_id;
   }
+  // The ops to replay hold the OPN back from here on (open_ops), each passed once re-executed.
+  m.opn_cap = UINT64_MAX;
   for (const RecoveredOp& op : ops) {
     if (op.op_seq <= done || op.op_seq >= m.first_op) continue;
     m.next_op = std::max(m.next_op, op.op_seq + 1);
@@ -1551,6 +1607,16 @@ Status Session::ReplayWith(OpLogFetcher* fetcher) {
     m.replayed_upto = std::max(m.replayed_upto, op.op_seq);
     m.AdvanceOpn();
     m.c.replayed_ops++;
+    replayed++;
+    last = op.op_seq;
+  }
+  // Everything of the earlier sessions is re-executed (its transactions are in the batch).
+  m.replay_pending = false;
+  if (replayed > 0 || !ops.empty()) {
+    LOG_INFO("frontend", "front-end " << m.o.frontend_id << ": replayed " << replayed << " of "
+                                      << ops.size() << " fetched op log(s) after OPN "
+                                      << backend::OpSeqString(m.registered_opn)
+                                      << (replayed > 0 ? ", up to " + backend::OpSeqString(last) : ""));
   }
   return Fence();
 }

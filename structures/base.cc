@@ -454,21 +454,31 @@ void RegisterReplays(frontend::Session& session) {
   session.SetAdopter([](frontend::Session& recovery,
                         const std::vector<frontend::Structure>& structures) -> Status {
     RegisterReplays(recovery);
-    std::vector<std::unique_ptr<Handle>> handles;
-    for (const frontend::Structure& st : structures) {
-      const Kind* k = std::find_if(std::begin(kAllKinds), std::end(kAllKinds),
-                                   [&](Kind x) { return static_cast<uint32_t>(x) == st.type; });
-      if (k == std::end(kAllKinds)) continue;
-      Options o;
-      o.create = false;
-      auto h = Open(recovery, *k, st.name, o);
-      if (!h.ok()) return h.status().WithContext("opening '" + st.name + "' to replay it");
-      handles.push_back(std::move(*h));
-    }
-    ASYMNVM_RETURN_IF_ERROR(recovery.Replay());
-    handles.clear();  // each syncs and releases its lock
-    return recovery.Fence();
+    return internal::AdoptStructures(recovery, structures, {}, [&] { return recovery.Replay(); });
   });
+}
+
+Status internal::AdoptStructures(frontend::Session& recovery,
+                                 const std::vector<frontend::Structure>& structures,
+                                 const std::vector<uint32_t>& skip,
+                                 const std::function<Status()>& replay) {
+  std::vector<std::unique_ptr<Handle>> handles;
+  for (const frontend::Structure& st : structures) {
+    if (std::find(skip.begin(), skip.end(), st.id) != skip.end()) continue;
+    const Kind* k = std::find_if(std::begin(kAllKinds), std::end(kAllKinds),
+                                 [&](Kind x) { return static_cast<uint32_t>(x) == st.type; });
+    if (k == std::end(kAllKinds)) continue;
+    Options o;
+    o.create = false;
+    auto h = Open(recovery, *k, st.name, o);
+    if (!h.ok()) return h.status().WithContext("opening '" + st.name + "' to replay it");
+    handles.push_back(std::move(*h));
+  }
+  // On failure the handles close without unlocking (the session refuses to release a lock while
+  // op logs of the dead writer are not replayed): its structures stay locked, not exposed.
+  ASYMNVM_RETURN_IF_ERROR(replay());
+  handles.clear();  // each syncs and releases its lock
+  return recovery.Fence();
 }
 
 }  // namespace asymnvm::structures

@@ -199,4 +199,11 @@ inline uint32_t NodePageSize(uint64_t bytes) {
 // Default name of a kind in messages: "stack 'name'".
 std::string Describe(Kind kind, const std::string& name);
 
+// A dead writer's adoption (Session::SetAdopter): opens a handle in `recovery` for every
+// structure of a kind that is not in `skip` (taking its lock under the dead writer's id), runs
+// `replay`, then closes them (sync + unlock) and fences. The default adopter (RegisterReplays)
+// replays with recovery.Replay(); a Database adds its transactions (transaction.cc).
+Status AdoptStructures(frontend::Session& recovery, const std::vector<frontend::Structure>& structures,
+                       const std::vector<uint32_t>& skip, const std::function<Status()>& replay);
+
 }  // namespace asymnvm::structures::internal

@@ -187,6 +187,19 @@ Result<std::unique_ptr<Database>> Database::Open(frontend::Session& session, con
     return d->ReplayTxn(op);
   });
   RegisterReplays(session);  // plain ops of the tables (loads) replay through their handles
+  // A dead writer holding a lock this session waits for (Session::AdoptDeadWriter): its
+  // transactions replay through a Database on the recovery session — the Recover a restarted
+  // front-end runs (replay, release its table locks) — and other structures it names as
+  // RegisterReplays' adopter does. (That adopter alone cannot replay a transaction: the replay
+  // function finds no Database in the recovery session, and failed.)
+  session.SetAdopter([options](frontend::Session& recovery, const std::vector<frontend::Structure>& named) -> Status {
+    ASYMNVM_ASSIGN_OR_RETURN(auto rdb, Database::Open(recovery, options));
+    std::vector<uint32_t> mine = {rdb->root_.id};
+    for (const auto& w : rdb->writers_) mine.push_back(w->structure().id);
+    Status st = internal::AdoptStructures(recovery, named, mine, [&] { return rdb->Recover(); });
+    rdb.reset();
+    return st;
+  });
   return db;
 }
 
@@ -309,7 +322,11 @@ Status Database::Finish(Txn* t) {
   }
   std::memcpy(t->payload_.data() + 2, &t->nops_, 2);
   Status st = Status::Ok();
-  if (s_.level() != frontend::Level::kNaive) st = s_.OpLog(root_, kOpTxn, t->payload_).status();
+  if (s_.level() != frontend::Level::kNaive) {
+    auto seq = s_.OpLog(root_, kOpTxn, t->payload_);
+    st = seq.status();
+    if (seq.ok()) t->op_seq_ = *seq;
+  }
   // The writes are in the session's current operation: one memory-log transaction bracketing
   // the transaction root's sequence word (naive: sent and fenced here).
   if (st.ok()) st = s_.TxWrite(root_);

@@ -75,12 +75,13 @@ Result<std::unique_ptr<BackendProcess>> BackendProcess::Start(const std::string&
   int out[2];
   if (pipe2(out, O_CLOEXEC) != 0) return Status::IoError("backend process: pipe", errno);
   const std::string err_path = pool + ".backend.log";
-  const int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (err < 0) {
     close(out[0]);
     close(out[1]);
     return Status::IoError("backend process: cannot create " + err_path, errno);
   }
+  const off_t log_start = lseek(err, 0, SEEK_END);
   if (access(bin.c_str(), X_OK) != 0) {
     const int e = errno;
     close(out[0]);
@@ -112,6 +113,8 @@ Result<std::unique_ptr<BackendProcess>> BackendProcess::Start(const std::string&
   auto p = std::unique_ptr<BackendProcess>(new BackendProcess());
   p->pid_ = pid;
   p->err_fd_ = open(err_path.c_str(), O_RDONLY | O_CLOEXEC);
+  // The log keeps earlier runs on the same pool (a restarted daemon appends): read this one's.
+  if (p->err_fd_ >= 0) (void)lseek(p->err_fd_, log_start, SEEK_SET);
   // stdout: "listening ADDR\nlog ADDR\n", then nothing more.
   auto read_line = [&] {
     std::string l;

@@ -68,9 +68,11 @@ Status Ledger::Pending(const Effect& effect) {
   return Status::Ok();
 }
 
-Status Ledger::Committed() {
+Status Ledger::Committed(uint64_t op_seq) {
   if (!pending_) return Status::FailedPrecondition("ledger: Committed without a pending transaction");
-  ASYMNVM_RETURN_IF_ERROR(Append("C\n"));
+  ASYMNVM_RETURN_IF_ERROR(Append(op_seq == 0 ? std::string("C\n")
+                                             : "C " + std::to_string(op_seq >> 32) + ":" +
+                                                   std::to_string(op_seq & 0xFFFFFFFFu) + "\n"));
   for (const auto& [q, d] : pending_effect_) totals_[q] += d;
   pending_ = false;
   committed_++;
@@ -174,7 +176,7 @@ Result<LedgerSet> ReadLedgers(const std::string& dir, size_t quantities) {
     for (size_t i = 1; i < lines.size(); i++) {
       const std::string where = name + ":" + std::to_string(i + 1);
       const std::string& l = lines[i];
-      if (l == "C") {
+      if (l == "C" || l.rfind("C ", 0) == 0) {
         if (!pending) return Status::Corruption(where + ": C without a pending transaction");
         for (const auto& [q, d] : cur) set.committed[q] += d;
         set.committed_txns++;

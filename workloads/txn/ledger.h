@@ -5,7 +5,9 @@
 // leaves whole lines, except possibly a torn last one, which readers ignore):
 //   id <frontend id>              first line: the front-end id whose op logs hold the transactions
 //   P <q>:<delta> <q>:<delta>...  an effect about to be committed (possibly empty: "P")
-//   C                             the preceding P committed (Txn::Commit returned Ok)
+//   C [<inc>:<n>]                 the preceding P committed (Txn::Commit returned Ok); the op_seq
+//                                 of its op log when known (diagnostics: the back-end and replay
+//                                 logs name op logs the same way)
 // A P followed by another P or by the end of the file is in doubt: its Commit did not return (the
 // driver died, or the back-end did and the commit failed with the outcome unknown).
 //
@@ -39,8 +41,8 @@ class Ledger {
 
   // kInvalidArgument: a quantity index out of range, or a Pending while one is pending.
   Status Pending(const Effect& effect);
-  // kFailedPrecondition without a pending effect.
-  Status Committed();
+  // kFailedPrecondition without a pending effect. `op_seq` (0: unknown) goes into the C line.
+  Status Committed(uint64_t op_seq = 0);
   // Forgets a pending effect whose Commit failed with nothing written (not in doubt): in memory
   // only (a file keeps it in doubt, which the check accepts either way).
   void Drop() { pending_ = false; }

@@ -341,6 +341,21 @@ int Check(Common& c) {
                                [&](uint32_t q) { return (*wl)->QuantityName(q); }, &applied, &outcome);
   if (!r.ok()) {
     std::cerr << "asymnvm-txn: CHECK FAILED: " << r.message() << "\n";
+    // Every quantity that differs from initial + committed (the in-doubt ones may explain some),
+    // so that a failure shows the whole picture, not only its first symptom.
+    const auto initial = (*wl)->Initial(meta->seed);
+    size_t shown = 0, differing = 0;
+    for (size_t q = 0; q < measured->size(); q++) {
+      const int64_t want = initial[q] + set->committed[q];
+      if ((*measured)[q] == want) continue;
+      if (differing++ < 16) {
+        std::cerr << "  " << (*wl)->QuantityName(static_cast<uint32_t>(q)) << " = " << (*measured)[q]
+                  << ", initial + committed = " << want << " (" << ((*measured)[q] - want > 0 ? "+" : "")
+                  << (*measured)[q] - want << ")\n";
+        shown++;
+      }
+    }
+    if (differing > shown) std::cerr << "  ... " << differing - shown << " more\n";
     return kExitCheck;
   }
   // Every front-end of the ledgers was recovered first, so these outcomes are final: record the

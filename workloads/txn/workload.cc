@@ -16,7 +16,7 @@ Status Worker::CommitWith(structures::Txn& txn, const Effect& effect) {
     ledger_->Drop();
     return st;
   }
-  return ledger_->Committed();
+  return ledger_->Committed(txn.op_seq());
 }
 
 Status Check(Workload& workload, structures::Database& db, uint64_t seed,

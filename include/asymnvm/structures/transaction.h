@@ -84,6 +84,8 @@ class Txn {
   // (reopen the session).
   Status Abort();
   bool wrote() const { return nops_ > 0; }
+  // After a Commit that wrote: the op_seq of its op log (0 at level naive), for diagnostics.
+  uint64_t op_seq() const { return op_seq_; }
 
  private:
   friend class Database;
@@ -93,6 +95,7 @@ class Txn {
   std::vector<uint8_t> payload_;
   std::vector<size_t> tables_;
   uint16_t nops_ = 0;
+  uint64_t op_seq_ = 0;
   bool done_ = false;
   bool read_only_ = false;
 };

@@ -1,4 +1,4 @@
-// The back-end tier of AsymNVM's two-tier allocator (papers/asymnvm-asplos20.txt §5.1, DESIGN.md §5
+// The back-end tier of AsymNVM's two-tier allocator (AsymNVM paper §5.1, doc/architecture.md
 // "Allocation"): hands out fixed-size slabs (one *block* each) and contiguous multi-block *large*
 // extents from a data area, and records which blocks are allocated in a persistent, self-validating
 // bitmap. Byte layout of the bitmap area and the recovery rules: doc/alloc.md.

@@ -1,4 +1,4 @@
-// The front-end tier of AsymNVM's two-tier allocator (papers/asymnvm-asplos20.txt §5.2): carves
+// The front-end tier of AsymNVM's two-tier allocator (AsymNVM paper §5.2): carves
 // objects out of slabs obtained from a SlabSource, entirely in front-end DRAM. Malloc/Free touch
 // neither the network nor PM unless a new slab is needed, an idle slab is returned, or the request
 // is larger than a slab (then it goes straight to SlabSource::AllocLarge / Free).

@@ -1,5 +1,5 @@
 // Applies validated memory-log transactions to the data area of a back-end pool
-// (papers/asymnvm-asplos20.txt §4.3 and §6.3, Algorithm 2's Write_Begin/Write_End).
+// (AsymNVM paper §4.3 and §6.3, Algorithm 2's Write_Begin/Write_End).
 //
 // Every check happens before the first byte is written: each entry must lie inside the data area
 // (no overflow), a pointer entry must name an op log of the same front-end whose payload holds the

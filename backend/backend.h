@@ -1,4 +1,4 @@
-// The AsymNVM back-end service (papers/asymnvm-asplos20.txt §3–5, §7.2; DESIGN.md §5; requests and
+// The AsymNVM back-end service (AsymNVM paper §3–5, §7.2; doc/architecture.md; requests and
 // layout in doc/backend.md). One Backend owns one pool file and serves front-ends:
 //
 //   * one-sided: the naming space (root/lock/seq words) and the data area are registered with the

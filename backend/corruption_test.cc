@@ -1,4 +1,4 @@
-// Corrupt landed records (issue 4, "Tests": corruption of a landed transaction / op log): op logs
+// Corrupt landed records (a landed transaction or op log corrupted in the pool; doc/backend.md §Corrupt landed records): op logs
 // written through a front-end Session into an in-process back-end's b-log and transactions landed
 // in its OQ durable area, a byte flipped in the pool file at the record's offset, then
 //   (a) `asymnvm-ctl check` names the record (region, pool offset, owner / txn_seq) with exit 3,

@@ -1,4 +1,4 @@
-// Layout of a back-end pool (DESIGN.md §5 "Pool layout"; bytes in doc/backend.md §Pool layout).
+// Layout of a back-end pool (doc/architecture.md; bytes in doc/backend.md §Pool layout).
 //
 // Inside the pm::Pool user area (after the 4 KiB pool superblock) a back-end keeps, in order:
 //   [back-end header 4 KiB][naming space][allocation bitmap][Rowan b-log area][OQ area][data area]

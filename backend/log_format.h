@@ -1,4 +1,4 @@
-// AsymNVM log records (papers/asymnvm-asplos20.txt §4.2–4.3, Figure 3; byte layout in
+// AsymNVM log records (AsymNVM paper §4.2–4.3, Figure 3; byte layout in
 // doc/backend.md §Log records): the operation log (one per update, persisted before the update
 // returns) and the memory-log transaction (the redo log of a batch of updates: entries + commit +
 // checksum). Both travel as Rowan b-log entries (or OQ requests); both are self-validating on

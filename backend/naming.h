@@ -1,4 +1,4 @@
-// The global naming space of a back-end pool (papers/asymnvm-asplos20.txt §5.1; DESIGN.md §5;
+// The global naming space of a back-end pool (AsymNVM paper §5.1; doc/architecture.md;
 // byte layout in doc/backend.md §Naming space): a persistent open-addressing hash table from a
 // structure's name to its type, creation parameters and the words front-ends access one-sidedly —
 // root reference, writer lock, reader sequence number and one spare word — which sit next to each

@@ -1,4 +1,4 @@
-// Mirroring, primary side (papers/asymnvm-asplos20.txt §7; DESIGN.md §10; doc/mirror.md).
+// Mirroring, primary side (AsymNVM paper §7; doc/mirror.md).
 //
 // The primary forwards every byte range it makes durable in its pool to every attached mirror, in
 // one ordered stream per mirror (one fabric connection: WRITEs into the mirror's pool at the same

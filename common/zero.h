@@ -1,7 +1,7 @@
 // ZeroPages: zero a range of a file mapping, writing only the 4 KiB pieces that are not zero
 // already. On a freshly created (sparse) pool file every page reads as zero, so formatting dirties
 // nothing and the persist that follows (msync: only dirty pages are written) costs no disk write;
-// before, a fresh back-end wrote its whole b-log, OQ and naming areas of zeros (issue 12). A range
+// before, a fresh back-end wrote its whole b-log, OQ and naming areas of zeros. A range
 // that holds bytes of an interrupted earlier format is still zeroed where needed, and the
 // caller's persist still makes any zeros dirtied-but-unsynced by a crashed run durable.
 // Thread safety: as memset on the same range.

@@ -1,4 +1,4 @@
-// Front-end identity from the coordinator (issue 10 item 2; doc/coord.md §Node layout).
+// Front-end identity from the coordinator (doc/coord.md §Front-end identity, §Node layout).
 //
 // A FrontendIdentity holds a front-end id for a Session's lifetime: the ephemeral node
 // /asymnvm/frontends/<id>/lease proves a live holder (a second live holder is refused), and the

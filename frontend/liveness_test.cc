@@ -1,4 +1,4 @@
-// Back-end liveness through the coordinator (issue 10 item 4; doc/frontend.md §Reconnection), with
+// Back-end liveness through the coordinator (doc/frontend.md §Reconnection), with
 // real asymnvm-backend processes: the daemon registers /asymnvm/groups/<pool-uuid>/primary; a
 // Session whose back-end is SIGKILLed and restarted on the same pool at another address reconnects
 // by itself, replays, and its next call succeeds and sees every acknowledged write; with no

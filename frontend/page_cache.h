@@ -1,4 +1,4 @@
-// The front-end page cache (papers/asymnvm-asplos20.txt §4.4; DESIGN.md §5 "Reads"): a hash map
+// The front-end page cache (AsymNVM paper §4.4; doc/architecture.md): a hash map
 // from (page size, page-aligned pool offset) to a DRAM copy of the page, bounded in bytes.
 // Replacement samples up to 32 cached pages at random and evicts the least used one. Writes the
 // front-end generates (memory logs) update every cached page they overlap, whatever its size.

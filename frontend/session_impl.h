@@ -187,7 +187,7 @@ struct Session::Impl {
   };
   std::multimap<uint64_t, Pending> overlay;
   // The overlay entries not yet in a sent transaction (txn == 0), in order: SendTxn stamps them
-  // from the front instead of walking the whole overlay per transaction (issue 12: the walk was
+  // from the front instead of walking the whole overlay per transaction (the walk was
   // ~11 % of a front-end's CPU). Unsent entries are never erased, so the iterators stay valid.
   std::deque<std::multimap<uint64_t, Pending>::iterator> unsent;
   uint64_t overlay_order = 0, overlay_size = 0, overlay_max_len = 0, batch_last_order = 0;

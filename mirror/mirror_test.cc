@@ -1,4 +1,4 @@
-// Mirrors and promotion with real processes (issue 11; doc/mirror.md): asymnvm-mirror +
+// Mirrors and promotion with real processes (doc/mirror.md): asymnvm-mirror +
 // asymnvm-backend --mirror, a Session writing words it records as acknowledged (the oracle), then:
 //   * quiesced stop → `asymnvm-ctl diff` finds the two pools identical;
 //   * primary SIGKILLed and its pool file removed → the mirror is promoted (term 2), the Session

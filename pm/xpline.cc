@@ -1,4 +1,4 @@
-// The XPLine write-combining model (DESIGN.md §8, doc/pm-layout.md "XPLine model").
+// The XPLine write-combining model (doc/pm-layout.md "XPLine model").
 #include <algorithm>
 
 #include "asymnvm/pm.h"

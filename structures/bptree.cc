@@ -1,4 +1,4 @@
-// B+tree (papers/asymnvm-asplos20.txt §4.3–4.4, §6, §8; doc/structures.md "B+tree").
+// B+tree (AsymNVM paper §4.3–4.4, §6, §8; doc/structures.md "B+tree").
 //
 // Lock-based B+tree of fan-out F = Options::param (default 32, 4..256): every node holds at most
 // F keys; leaves are linked left to right for scans. Readers use the seqlock.

@@ -222,7 +222,7 @@ TEST_F(BPlusTreeTest, AscendingDescendingAndRandomOrders) {
   ExpectMatchesModel(t, model, 210);
 }
 
-// Underfull leaves borrow from or merge with a sibling (issue: deletes never merged, so a tree
+// Underfull leaves borrow from or merge with a sibling (deletes once never merged, so a tree
 // thinned by deletes kept its leaves). Fan-out 8 (rebalanced below 2 keys) and 16 (below 4), with
 // inline and out-of-line values; 90 % of 600 keys deleted in random order against a model, Verify
 // every 40 deletes, then every remaining key read back and a full scan compared. A tree that

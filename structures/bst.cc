@@ -1,4 +1,4 @@
-// Binary search tree (papers/asymnvm-asplos20.txt §4.3–4.4, §6, §8; doc/structures.md "BST").
+// Binary search tree (AsymNVM paper §4.3–4.4, §6, §8; doc/structures.md "BST").
 //
 // The paper's plain (unbalanced) BST under the writer lock; readers use the seqlock.
 //

@@ -1,4 +1,4 @@
-// Front-end crash campaign over every structure (issue 4 "Same for the front-end (kill, restart,
+// Front-end crash campaign over every structure (the front-end killed, restarted,
 // replay)"; §7.2 case 2): a child process (this binary re-executed) runs a seeded operation
 // sequence at rcb against an in-process back-end of the parent and records every operation that
 // returned; the parent SIGKILLs it at a seeded moment, opens the same front-end id, opens the

@@ -1,4 +1,4 @@
-// Hash table (papers/asymnvm-asplos20.txt §8.2; doc/structures.md "Hash table").
+// Hash table (AsymNVM paper §8.2; doc/structures.md "Hash table").
 //
 // PM layout (little-endian):
 //   Anchor (32 B, the root word points at it): magic u64 @0 | buckets u64 @8 (address of the

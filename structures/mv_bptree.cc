@@ -1,4 +1,4 @@
-// Multi-version B+tree (papers/asymnvm-asplos20.txt §6.2; doc/structures.md "MV-B+tree").
+// Multi-version B+tree (AsymNVM paper §6.2; doc/structures.md "MV-B+tree").
 //
 // Copy-on-write B+tree over the multi-version machinery of mv_common.h (anchor, tagged pointers,
 // object header, value blocks, working version, publish, grace-period reclamation, validated

@@ -1,4 +1,4 @@
-// Multi-version binary search tree (papers/asymnvm-asplos20.txt §6.2; doc/structures.md "MV-BST").
+// Multi-version binary search tree (AsymNVM paper §6.2; doc/structures.md "MV-BST").
 //
 // A BST with path copying over the multi-version machinery of mv_common.h (anchor, tagged
 // pointers, object header, value blocks, working version, publish, grace-period reclamation,

@@ -211,11 +211,11 @@ TEST_F(MvTest, EmptySingleAndDeleteAll) {
   EXPECT_EQ(map.Count().value(), 0u);
 }
 
-// Ascending keys (issue: an unbalanced MV-BST grew one spine until a path copy outgrew a publish,
+// Ascending keys (an unbalanced MV-BST once grew one spine until a path copy outgrew a publish,
 // ~750 keys, and the insert failed with kResourceExhausted). The MV-BST is a treap now; 2,000
 // ascending inserts, then ascending deletes of half and descending re-inserts, all verified.
 // ASYMNVM_MV_ASCENDING_KEYS overrides the count: the ctest structures_mv_bst_ascending_long runs
-// the issue's 10^6 (with ASYMNVM_TEST_POOL_MB=2048).
+// the required 10^6 (with ASYMNVM_TEST_POOL_MB=2048).
 TEST_F(MvTest, AscendingInsertsAndDeletesStayShallow) {
   auto s = OpenSession(13, Level::kRcb);
   auto m = OpenMv(*s, "ascending", Options());

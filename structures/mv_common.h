@@ -1,4 +1,4 @@
-// Shared machinery of the multi-version structures (MV-BST, MV-B+tree; papers/asymnvm-asplos20.txt
+// Shared machinery of the multi-version structures (MV-BST, MV-B+tree; AsymNVM paper
 // §6.2): the anchor, immutable published objects, the writer's private working version, publish,
 // grace-period reclamation and validated lock-free reader traversal.
 //

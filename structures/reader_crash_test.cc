@@ -1,4 +1,4 @@
-// Reader crash (issue 10 item 6; papers/asymnvm-asplos20.txt §7.2 case 1), with real processes:
+// Reader crash (AsymNVM paper §7.2 case 1), with real processes:
 // reader processes of a hash table (seqlock readers) and of an MV-BST and an MV-B+tree
 // (multi-version readers: no lock, no registration) are SIGKILLed mid-read at seeded moments while
 // the writer — this test's thread — keeps updating all three. The writer never waits on a dead

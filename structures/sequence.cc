@@ -1,4 +1,4 @@
-// Stack and queue (papers/asymnvm-asplos20.txt §8.1; doc/structures.md "Stack and queue").
+// Stack and queue (AsymNVM paper §8.1; doc/structures.md "Stack and queue").
 //
 // PM layout. Anchor (32 B, the root word points at it): magic u64 | head u64 | tail u64 |
 // count u64. Node: next u64 | value slot (u32 length | bytes, padded to 8). The stack pushes and

@@ -1,4 +1,4 @@
-// Skip list (papers/asymnvm-asplos20.txt §8.4; doc/structures.md "Skip list").
+// Skip list (AsymNVM paper §8.4; doc/structures.md "Skip list").
 //
 // PM layout (little-endian):
 //   Anchor (32 + 8·max_level B, the root word points at it): magic u64 @0 | max_level u64 @8

@@ -1,4 +1,4 @@
-// Dead writers (issue 10 item 3; doc/frontend.md §Dead writers), with real processes: a writer
+// Dead writers (doc/frontend.md §Dead writers), with real processes: a writer
 // process holding a hash table and a stack is SIGKILLed mid-stream and never restarted; another
 // front-end opening the hash table finds the lock held by an id whose lease is gone, takes the id
 // over, replays the dead writer's acknowledged op logs, releases its locks and proceeds. Every
@@ -241,7 +241,7 @@ TEST_F(TakeoverTest, SigkilledWriterIsTakenOverAndTheLogKeepsRecycling) {
               static_cast<unsigned long long>(ops), ms(std::chrono::steady_clock::now() - t_verified));
 }
 
-// Fencing (issue 10 item 2; doc/frontend.md §Fencing), with ZooKeeper, whose leases lapse when a
+// Fencing (doc/frontend.md §Fencing), with ZooKeeper, whose leases lapse when a
 // holder stops answering (the embedded coordinator's live as long as the process): the writer is
 // SIGSTOPped until its ZooKeeper session expires and its lease node is gone; another front-end
 // takes its structures over (replaying its acknowledged op logs) and writes; then the writer is

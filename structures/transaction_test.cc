@@ -445,7 +445,7 @@ TEST_P(TxnCrashTest, SigkilledFrontEndAndBackEndRecover) {
 }
 
 // The back-end daemon is SIGKILLed and restarted on its pool at a new address in the middle of a
-// run, right before a commit (issue: the first failed commit made the Database unusable — every
+// run, right before a commit (the first failed commit once made the Database unusable — every
 // later Begin failed with the sticky "transaction commit" error — so an application had to reopen
 // it after any back-end restart). The same Session and Database go on: the failed commit's outcome
 // is unknown (its deltas are "in doubt"), the session reconnects through the coordinator and

@@ -1,5 +1,5 @@
 // Black-box tests of asymnvm-bench and asymnvm-demo: exit codes, the JSON convention of
-// DESIGN.md §7 (structure only, never timings) and re-running the demo on the same data dir.
+// doc/tools.md (structure only, never timings) and re-running the demo on the same data dir.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -193,7 +193,7 @@ nlohmann::json RunJson(const std::string& args, const std::string& path) {
   return j;
 }
 
-// The register-array anchors of issue 4 (counts, not times): naive sends no op log and at least
+// The register-array anchors (counts, not times): naive sends no op log and at least
 // two network operations per update; r/rc/rcb exactly one op-log send per update.
 TEST(BenchSdk, RoundTripAnchorsPerLevel) {
   TempDir dir;
@@ -249,7 +249,7 @@ TEST(BenchDurability, VariantsFieldsAndSyncCounts) {
   EXPECT_EQ(variants, (std::set<std::string>{"msync", "flush", "msync-4fe", "flush-4fe"}));
 }
 
-// Coordination (issue 10): the op path costs no round trip for the coordinator; a SIGKILLed
+// Coordination: the op path costs no round trip for the coordinator; a SIGKILLed
 // writer is taken over and a restarted back-end reconnected to, losing nothing acknowledged.
 TEST(BenchCoord, EmbeddedVariantsCostNothingOnTheOpPathAndLoseNothing) {
   TempDir dir;

@@ -1,4 +1,4 @@
-// The Ordered Queue (papers/juneberry-nsdi25.txt §4–5, DESIGN.md §4; wire format, PM layout,
+// The Ordered Queue (JUNE BERRY paper §4–5, doc/oq.md; wire format, PM layout,
 // executor and recovery in doc/oq.md).
 //
 // A Server runs N workers. Each worker owns one multi-packet SRQ (stride 64) stocked with

@@ -1,5 +1,5 @@
 // Rowan and its baselines behind one interface, so the bench compares them in the same code
-// (papers/rowan-osdi23.txt §6: RWrite-KV, Batch-KV, Share-KV; doc/rowan.md §Baselines).
+// (Rowan paper §6: RWrite-KV, Batch-KV, Share-KV; doc/rowan.md §Baselines).
 //
 //   rowan   Sender::PostAppend: SEND of the entry's blocks + FLUSH into the receiver's one b-log.
 //   rwrite  one exclusive remote log per writer (FaRM-style); append = one-sided WRITE at the

@@ -1,5 +1,5 @@
 // Rowan b-log entries: self-validating records that many senders land back to back in one PM log
-// (papers/rowan-osdi23.txt §4.2.2; byte layout in doc/rowan.md).
+// (Rowan paper §4.2.2; byte layout in doc/rowan.md).
 //
 // An entry is one or more blocks. Each block = a 32-byte header + payload, at most `mtu` bytes,
 // placed by the receiver's NIC at a stride-aligned (64 B) offset. Every block repeats the entry's

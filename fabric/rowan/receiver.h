@@ -1,5 +1,5 @@
 // Rowan receiver: one b-log in a PM area, fed by many senders through one multi-packet SRQ
-// (papers/rowan-osdi23.txt §3, §4.3; layout in doc/rowan.md §Receiver area).
+// (Rowan paper §3, §4.3; layout in doc/rowan.md §Receiver area).
 //
 // The area is [header 4 KiB][segment meta table][segments...]. A control thread keeps the SRQ
 // stocked with free segments (state free → using, persisted before posting), detects used

@@ -177,7 +177,7 @@ INSTANTIATE_TEST_SUITE_P(Transports, RowanReceiverTest,
                                                                   : std::string("inproc");
                          });
 
-// The control thread does not poll on a timer (issue 12): with the fallback interval at 60 s, a
+// The control thread does not poll on a timer: with the fallback interval at 60 s, a
 // used segment is still handed over (a landing in the next posted segment wakes it) and a committed
 // one recycled (Commit wakes it) well within the deadlines.
 TEST(RowanReceiver, EventsWakeTheControlThreadWithoutPolling) {

@@ -1,5 +1,5 @@
 // Rowan b-log scanner: walks segments in landing order and yields every valid entry exactly once,
-// with no persistent tail pointer (papers/rowan-osdi23.txt §4.2.2, doc/rowan.md §Scanning).
+// with no persistent tail pointer (Rowan paper §4.2.2, doc/rowan.md §Scanning).
 //
 // Rules: at each 64 B stride offset, a block whose first 8 bytes are zero is an empty slot (skip
 // one stride); a valid block (DecodeBlock OK) is consumed (advance by its footprint); anything else

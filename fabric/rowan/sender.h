@@ -1,5 +1,5 @@
 // Rowan sender: Append(entry) = SEND of each block + FLUSH in one doorbell; returns once the
-// receiver's NIC acknowledged the landing and its persistence (papers/rowan-osdi23.txt §3.2).
+// receiver's NIC acknowledged the landing and its persistence (Rowan paper §3.2).
 //
 // Two ways to append:
 //  * Append: blocking, one entry at a time; needs the Sender's own CQ (SenderOptions::cq null).

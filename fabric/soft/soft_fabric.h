@@ -1,4 +1,4 @@
-// The soft provider: a software RDMA NIC (DESIGN.md §3, doc/fabric.md).
+// The soft provider: a software RDMA NIC (doc/fabric.md).
 //
 // Each Fabric returned by OpenSoftFabric is one NIC: options.nic_threads worker threads that own
 // the Fabric's registered memory and every connection's byte stream. Only NIC threads execute a

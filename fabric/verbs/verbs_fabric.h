@@ -1,4 +1,4 @@
-// The verbs provider: AsymNVM's fabric API on libibverbs RC queue pairs (DESIGN.md §3).
+// The verbs provider: AsymNVM's fabric API on libibverbs RC queue pairs (doc/fabric.md).
 //
 // Always compiled. Opening it where no RDMA device exists (ibv_get_device_list returns NULL, as on
 // machines without InfiniBand support, or an empty list) fails with kNotSupported and a message

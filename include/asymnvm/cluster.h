@@ -1,4 +1,4 @@
-// One front-end's connections to several back-ends (papers/asymnvm-asplos20.txt §3: "a front-end
+// One front-end's connections to several back-ends (AsymNVM paper §3: "a front-end
 // node can access multiple back-end nodes"; §8 data structure partition; doc/frontend.md
 // §Clusters).
 //

@@ -1,5 +1,5 @@
 // Coordinator: the small, strongly consistent tree of named nodes that AsymNVM processes use to find
-// each other, to prove they are alive and to fence stale incarnations (DESIGN.md §9, doc/coord.md).
+// each other, to prove they are alive and to fence stale incarnations (doc/coord.md).
 //
 // A node is named by an absolute path ("/asymnvm/frontends/7"), holds a byte string and a version,
 // and is either persistent (lives until deleted) or ephemeral (lives while the session that created

@@ -1,4 +1,4 @@
-// The fabric: one verbs-shaped network API with two providers (DESIGN.md §3, doc/fabric.md).
+// The fabric: one verbs-shaped network API with two providers (doc/fabric.md).
 //
 //   soft   a software NIC: per Fabric instance, a thread that owns the process's registered memory
 //          and executes every remote peer's one-sided operation; transports tcp://, unix://,

@@ -1,4 +1,4 @@
-// The AsymNVM front-end SDK (papers/asymnvm-asplos20.txt §3 Table 1, §4, §6, §7.2; DESIGN.md §5;
+// The AsymNVM front-end SDK (AsymNVM paper §3 Table 1, §4, §6, §7.2; doc/architecture.md;
 // doc/frontend.md). A Session is one front-end's connection to a back-end (doc/backend.md): it
 // registers the front-end, exposes the naming space, one-sided reads through a page cache, memory
 // logs batched into Ordered-Queue transactions, operation logs over a Rowan sender, fences, the
@@ -12,7 +12,7 @@
 //   TxWrite(s)               the operation is complete: hand its memory logs to the batch
 // and Fence() when later reads (by anyone) must see everything before it.
 //
-// Levels (DESIGN.md §5): naive = every MemLog is its own transaction, sent and fenced at once; no
+// Levels (doc/architecture.md): naive = every MemLog is its own transaction, sent and fenced at once; no
 // op log, no cache, every read remote. r = op log per update, one transaction per operation sent
 // at TxWrite without waiting for it to apply. rc = r + page cache. rcb = rc + batching (a
 // transaction per `batch_ops` operations or `batch_bytes` bytes, on Fence, WriterUnlock, or when

@@ -1,4 +1,4 @@
-// The client API of the bundled KV server, Rowan-KV (`asymnvm-kv`, DESIGN.md §12, doc/kv.md).
+// The client API of the bundled KV server, Rowan-KV (`asymnvm-kv`, doc/kv.md).
 //
 // Data model: byte-string keys of 1..kMaxKeySize bytes and values of 0..kMaxValueSize bytes. Keys
 // are hashed to shards (ShardOf); each shard is served by one primary server. Every key has a

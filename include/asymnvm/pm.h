@@ -159,7 +159,7 @@ class Pool {
   std::string Describe() const;
 };
 
-// The XPLine model of DESIGN.md §8: a write-combining buffer (default 16 KiB = 64 lines of 256 B,
+// The XPLine model of doc/pm-layout.md: a write-combining buffer (default 16 KiB = 64 lines of 256 B,
 // LRU) in front of media. Every persisted range marks bytes dirty in the lines it touches; a line
 // evicted (or flushed by Finish) costs one full line of media write. DLWA = media / requested.
 class XPLineModel : public PersistObserver {

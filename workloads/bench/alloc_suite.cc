@@ -1,5 +1,5 @@
 // Suite "alloc": the two-tier allocator against its alternatives, in one run
-// (papers/asymnvm-asplos20.txt §5.2, Table 2; DESIGN.md §7).
+// (AsymNVM paper §5.2, Table 2; doc/tools.md).
 //
 // Variants (object sizes uniform in [32, 128] B, single thread, closed loop):
 //   two-tier-128 / two-tier-1k  FrontendAllocator over an RPC SlabSource: slabs (128 B / 1 KiB

@@ -248,7 +248,7 @@ void AddCommonOptions(CLI::App* cmd, CommonOptions* o) {
 int RunBenchCli(int argc, char** argv) {
   CLI::App app{
       "asymnvm-bench: AsymNVM benchmark suites. Prints a human table; --json/--csv write the "
-      "results (DESIGN.md §7).",
+      "results (doc/tools.md).",
       "asymnvm-bench"};
   app.require_subcommand(1, 1);
   app.footer("Run 'asymnvm-bench SUITE --help' for a suite's options.");

@@ -1,5 +1,5 @@
 // asymnvm-bench: a registry of benchmark suites sharing one command line, one report format and
-// one set of outputs (human table, JSON per DESIGN.md §7, CSV).
+// one set of outputs (human table, JSON per doc/tools.md, CSV).
 //
 //   asymnvm-bench SUITE [suite options] [--quick] [--duration S] [--ops N] [--seed N]
 //                 [--json FILE] [--csv FILE] [--log-level L]

@@ -1,4 +1,4 @@
-// Suite "coord": what coordination costs and how fast it recovers (issue 10; doc/coord.md,
+// Suite "coord": what coordination costs and how fast it recovers (doc/coord.md,
 // doc/frontend.md §Dead writers, §Reconnection, §Fencing), for the embedded coordinator and
 // ZooKeeper (a standalone server started here, tickTime 200 ms, session timeout 4 s; skipped with
 // a note when java or the jar is missing). One asymnvm-backend daemon per variant, registered on

@@ -1,4 +1,4 @@
-// Suite "durability": the write path at the speed of its medium (issue 12; DESIGN.md §11,
+// Suite "durability": the write path at the speed of its medium (doc/backend.md,
 // doc/backend.md §Disk-durable mode). One asymnvm-backend daemon (child process) on a pool file
 // in --dir, per variant:
 //

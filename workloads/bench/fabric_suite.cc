@@ -1,5 +1,5 @@
 // Suite "fabric": latency and throughput of the fabric's verbs against a plain ping-pong floor
-// measured in the same run over the same transport (issue 2 §5, DESIGN.md §8).
+// measured in the same run over the same transport (doc/fabric.md).
 //
 // For every provider × transport: two Fabric instances (initiator NIC and target NIC) in this
 // process, or the target in a child process (--target-process, tcp/unix only). The target
@@ -763,7 +763,7 @@ class FabricSuite : public Suite {
     return Status::Ok();
   }
 
-  // Target checks of issue 2 §5, one line each, also written as "summary" in the JSON.
+  // Target checks (doc/fabric.md), one line each, also written as "summary" in the JSON.
   void Summarize(Report* report) {
     Json checks = Json::array();
     for (const Json& r : report->results()) {
@@ -792,7 +792,7 @@ class FabricSuite : public Suite {
     }
     report->extra()["summary"] = checks;
     report->AddNote("");
-    report->AddNote("targets (issue 2 §5):");
+    report->AddNote("targets:");
     for (const Json& ck : checks) {
       std::ostringstream os;
       os << "  " << (ck["met"].get<bool>() ? "MET   " : "MISSED") << "  " << ck["check"].get<std::string>()

@@ -3,7 +3,7 @@
 //
 // Workloads: YCSB Load (100 % PUT of every key once) and A (50 % PUT / 50 % GET, Zipf 0.99 over the
 // loaded keys); 8-byte keys and ZippyDB-like values (the Rowan approximation of
-// ../shared/specs/workloads.md §4: average object 91 B, max 512 B). Each workload runs on a fresh
+// doc/workloads.md "Value sizes": average object 91 B, max 512 B). Each workload runs on a fresh
 // cluster; the servers model the XPLine buffer (--xpline) and report DLWA when stopped.
 // Failover (unless --no-failover): workload A, server 0 SIGKILLed a third into the run; reports
 // the time until the coordinator holds a map without it as a primary (failover_ms), until the
@@ -79,7 +79,7 @@ class KvSuite : public Suite {
     for (const auto& v : variants_) {
       if (v != "rowan") {
         return Status::InvalidArgument("kv: variant '" + v +
-                                       "' is not implemented yet (only rowan; issue 13 step 5)");
+                                       "' is not implemented yet (only rowan; doc/kv.md)");
       }
     }
     for (const auto& w : workloads_) {
@@ -134,7 +134,7 @@ class KvSuite : public Suite {
                          {"dlwa", "dlwa", 3},
                          {"failover ms", "failover_ms", 1},
                          {"lost", "lost_acknowledged", 0}});
-    report->AddNote("rpc/rwrite/batch/share variants: not implemented yet (issue 13 step 5).");
+    report->AddNote("rpc/rwrite/batch/share variants: not implemented yet (doc/kv.md).");
     std::filesystem::remove_all(dir_);
     return Status::Ok();
   }

@@ -1,4 +1,4 @@
-// Suite "mirror": the cost of mirroring and the failover time (issue 11; doc/mirror.md). Daemons
+// Suite "mirror": the cost of mirroring and the failover time (doc/mirror.md). Daemons
 // are child processes (asymnvm-backend, asymnvm-mirror) on pool files in --dir; one front-end
 // (level rcb) runs the SDK's update protocol on a persistent register array (OpLog → MemLog →
 // TxWrite, the session's default batching; the write path every structure uses) and fences.

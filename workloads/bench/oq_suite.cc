@@ -1,5 +1,5 @@
 // Suite "oq": the Ordered Queue's nilext fast path against the software-response paths
-// (papers/juneberry-nsdi25.txt §6; issue 3 "asymnvm-bench oq").
+// (JUNE BERRY paper §6; doc/oq.md).
 //
 // For every policy (oq, rawrpc, deferred) × set ratio × client-thread count: a server (its own
 // software NIC) runs the demo key-value map behind `workers` OQ workers; one Client per run (its

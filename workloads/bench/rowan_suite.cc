@@ -1,7 +1,7 @@
 // Suite "rowan": many concurrent write streams of small entries into one receiver, for Rowan and
-// the baselines of papers/rowan-osdi23.txt §6 (rwrite, share, batch; fabric/rowan/baselines.h):
+// the baselines of Rowan paper §6 (rwrite, share, batch; fabric/rowan/baselines.h):
 // throughput, p50/p99 append latency (submit → durable acknowledgment), round trips and wire bytes
-// per entry, and device-level write amplification (DLWA) from the XPLine model (DESIGN.md §8).
+// per entry, and device-level write amplification (DLWA) from the XPLine model (doc/pm-layout.md).
 //
 // Driver model: a stream is one writer connection with its own log position (rowan: a Sender into
 // the shared b-log; rwrite/batch: an exclusive remote log; share: a reservation on one shared log).
@@ -456,7 +456,7 @@ class RowanSuite final : public Suite {
     return r;
   }
 
-  // Targets (issue 3): Rowan DLWA <= 1.03 at every stream count; where rwrite crosses it.
+  // Targets (doc/rowan.md): Rowan DLWA <= 1.03 at every stream count; where rwrite crosses it.
   void Summarize(Report* report) {
     Json checks = Json::array();
     Json crossover = Json::object();
@@ -497,7 +497,7 @@ class RowanSuite final : public Suite {
     report->extra()["summary"] = checks;
     report->extra()["rwrite_crossover"] = crossover;
     report->AddNote("");
-    report->AddNote("targets (issue 3):");
+    report->AddNote("targets:");
     for (const Json& ck : checks) {
       report->AddNote("  " + std::string(ck["met"].get<bool>() ? "MET   " : "MISSED") + "  " +
                       ck["check"].get<std::string>() + " = " +

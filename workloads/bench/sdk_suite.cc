@@ -1,5 +1,5 @@
 // Suite "sdk": round trips and bytes per update of a persistent register array at each
-// optimization level (issue 4 benchmark; papers/asymnvm-asplos20.txt Table 1 APIs, DESIGN.md §5).
+// optimization level (AsymNVM paper Table 1 APIs, doc/architecture.md).
 //
 // The array is --registers registers of --size bytes in one allocation of an asymnvm-backend
 // daemon (child process, --pm-mode flush). An update of register i (uniform) is the SDK's update

@@ -1,5 +1,5 @@
 // Suite "structures": the eight persistent structures at each optimization level, side by side in
-// one run (papers/asymnvm-asplos20.txt §9, Table 3, Figures 6–13; issue 5).
+// one run (AsymNVM paper §9, Table 3, Figures 6–13).
 //
 // Every cell (structure × level × sweep point) gets a fresh asymnvm-backend daemon (a child
 // process, soft fabric over loopback TCP, a pool file in --dir) and N front-end sessions in this
@@ -295,8 +295,8 @@ class StructuresSuite : public Suite {
       }
     }
     report->extra()["table3"] = table3;
-    // Against the symmetric baseline (paper: AsymNVM-RCB comparable to symmetric; the issue asks
-    // for within 1.5x). Hash table: RC ÷ symmetric, as in the paper.
+    // Against the symmetric baseline (paper: AsymNVM-RCB comparable to symmetric; our bar is
+    // within 1.5x). Hash table: RC ÷ symmetric, as in the paper.
     Json vs_sym = Json::array();
     for (Kind k : kinds_) {
       const std::string name = structures::KindName(k);

@@ -1,5 +1,5 @@
 // Suites "tatp" and "smallbank": the transaction benchmarks over multi-structure transactions
-// (asymnvm/structures/transaction.h; doc/workloads.md "TATP", "SmallBank"; issue 15).
+// (asymnvm/structures/transaction.h; doc/workloads.md "TATP", "SmallBank").
 //
 //   asymnvm-bench tatp --subscribers N --frontends F[,F...] --seconds S [--levels L,...] [--hold H]
 //   asymnvm-bench smallbank --accounts N --frontends F[,F...] --seconds S ...

@@ -1,4 +1,4 @@
-// asymnvm-demo: the project's main job until the back-end exists (issue 2 §1).
+// asymnvm-demo: the project's main job before the back-end existed; kept as the fabric demo.
 //
 // One process plays both sides of a disaggregated-PM node pair on embedded defaults:
 //  * a "back-end" software NIC (Fabric) that owns a PM pool file in the data directory, registers

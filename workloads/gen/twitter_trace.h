@@ -1,4 +1,4 @@
-// Twitter cache traces (../shared/specs/workloads.md §5; doc/workloads.md "Twitter cache
+// Twitter cache traces (doc/workloads.md "Twitter cache
 // traces"): the public twemcache trace format, a reader, a generator of statistically similar
 // traces for the clusters JUNE BERRY evaluates (12, 19, 27, 31), and trace statistics.
 //

@@ -1,4 +1,4 @@
-// asymnvm-job: the main job (README command 1; issue 5 "Main job").
+// asymnvm-job: the main job (README command 1).
 //
 //   asymnvm-job [--data-dir DIR] [--ops N] [--structures LIST] [--level L] [--pool-size SIZE]
 //               [--backends N] [--json FILE] [--fresh] [--pm-mode auto|flush|msync]

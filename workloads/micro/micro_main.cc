@@ -1,4 +1,4 @@
-// asymnvm-micro: Google Benchmark micro-benchmarks of the write path's hot spots (issue 12).
+// asymnvm-micro: Google Benchmark micro-benchmarks of the write path's hot spots (doc/backend.md).
 //
 //   BM_OpLogEncode / BM_OpLogDecode   an operation log of N payload bytes (front-end / back-end)
 //   BM_TxnFinish / BM_TxnDecode       a memory-log transaction of N 64-byte entries

@@ -1,4 +1,4 @@
-// TATP and SmallBank under real process kills (issue 15; doc/workloads.md "Crash checks"):
+// TATP and SmallBank under real process kills (doc/workloads.md "Crash checks"):
 // asymnvm-backend (and asymnvm-mirror) daemons, `asymnvm-txn load | run | check` as separate
 // processes, the ledgers as the oracle of acknowledged transactions:
 //   * the driver SIGKILLed mid-run → check (replays its front-ends, releases their locks) passes;

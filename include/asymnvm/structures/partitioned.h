@@ -1,5 +1,5 @@
 // Partitioned maps: one map spread over several back-ends by key hash
-// (papers/asymnvm-asplos20.txt §8 "Data Structure Partition"; doc/structures.md §Partitioning).
+// (AsymNVM paper §8 "Data Structure Partition"; doc/structures.md §Partitioning).
 //
 // A partitioned map of kind K named `name` is P ordinary structures of kind K, `name#0` ..
 // `name#P-1`, each on one back-end of a frontend::Cluster, each with its own writer lock, op-log

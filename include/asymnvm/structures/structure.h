@@ -1,4 +1,4 @@
-// Persistent data structures over the AsymNVM front-end SDK (papers/asymnvm-asplos20.txt §4.3–4.4,
+// Persistent data structures over the AsymNVM front-end SDK (AsymNVM paper §4.3–4.4,
 // §6, §8; doc/structures.md).
 //
 // Every structure is a named root in a back-end's naming space, created or opened through a

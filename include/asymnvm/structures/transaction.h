@@ -1,4 +1,4 @@
-// Transactions across structures of one back-end (DESIGN.md §13; doc/frontend.md "Transactions").
+// Transactions across structures of one back-end (doc/frontend.md "Transactions").
 //
 // A Database is a set of maps ("tables": hash tables or B+trees) plus a transaction root, all
 // named roots of one back-end, opened in one Session. A write transaction

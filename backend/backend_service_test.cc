@@ -20,25 +20,20 @@
 #include "backend/rpc.h"
 #include "fabric/oq/oq.h"
 #include "fabric/rowan/sender.h"
+#include "tests/common/backend_fixture.h"
 
 namespace asymnvm::backend {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string TempPath(const std::string& name) {
-  return (fs::temp_directory_path() / ("asymnvm-be-" + std::to_string(getpid()) + "-" + name))
-      .string();
-}
+std::string TempPath(const std::string& name) { return test_support::TempPath("be", name); }
 
+// 16 MiB pool, 4 OQ buffers (the shared small back-end, smaller).
 BackendOptions SmallOptions(const std::string& path) {
-  BackendOptions o;
-  o.pool_path = path;
+  auto o = test_support::SmallBackendOptions(path);
   o.pool_size = 16ull << 20;
-  o.log_segment = 256 * 1024;
   o.oq_buffers = 4;
-  o.oq_buffer_size = 64 * 1024;
-  o.reclaim_delay = std::chrono::microseconds(1000);
   return o;
 }
 

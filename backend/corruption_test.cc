@@ -35,6 +35,7 @@
 #include "fabric/oq/oq.h"
 #include "fabric/rowan/receiver.h"
 #include "tools/ctl.h"
+#include "tests/common/backend_fixture.h"
 
 namespace asymnvm::backend {
 namespace {
@@ -45,19 +46,12 @@ using frontend::SessionOptions;
 
 constexpr uint32_t kType = 3;
 
-std::string TempPath(const std::string& name) {
-  return (fs::temp_directory_path() /
-          ("asymnvm-corrupt-" + std::to_string(getpid()) + "-" + name))
-      .string();
-}
+std::string TempPath(const std::string& name) { return test_support::TempPath("corrupt", name); }
 
 BackendOptions SmallOptions(const std::string& path) {
-  BackendOptions o;
-  o.pool_path = path;
+  auto o = test_support::SmallBackendOptions(path);
   o.pool_size = 16ull << 20;
-  o.log_segment = 256 * 1024;
   o.oq_buffers = 4;
-  o.oq_buffer_size = 64 * 1024;
   return o;
 }
 

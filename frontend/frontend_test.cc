@@ -15,6 +15,7 @@
 
 #include "asymnvm/frontend.h"
 #include "backend/backend.h"
+#include "tests/common/backend_fixture.h"
 #include "frontend/page_cache.h"
 
 namespace asymnvm::frontend {
@@ -22,65 +23,30 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string TempPath(const std::string& name) {
-  return (fs::temp_directory_path() / ("asymnvm-fe-" + std::to_string(getpid()) + "-" + name))
-      .string();
-}
+std::string TempPath(const std::string& name) { return test_support::TempPath("fe", name); }
 
+// 16 MiB pool, 4 OQ buffers: small on purpose (tests fill them).
 backend::BackendOptions SmallBackend(const std::string& path) {
-  backend::BackendOptions o;
-  o.pool_path = path;
+  backend::BackendOptions o = test_support::SmallBackendOptions(path);
   o.pool_size = 16ull << 20;
-  o.log_segment = 256 * 1024;
   o.oq_buffers = 4;
-  o.oq_buffer_size = 64 * 1024;
-  o.reclaim_delay = std::chrono::microseconds(1000);
   return o;
 }
 
-class FrontendTest : public ::testing::Test {
+class FrontendTest : public test_support::BackendTest {
  protected:
-  void SetUp() override {
-    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    for (char& ch : name) {
-      if (ch == '/') ch = '_';
-    }
-    path_ = TempPath(name + ".pool");
-    std::remove(path_.c_str());
-    StartBackend();
-  }
-  void TearDown() override {
-    if (be_) be_->Stop();
-    be_.reset();
-    std::remove(path_.c_str());
-  }
-  void StartBackend() {
-    auto be = backend::Backend::Start(SmallBackend(path_));
-    ASSERT_TRUE(be.ok()) << be.status().ToString();
-    be_ = std::move(*be);
-  }
-  void RestartBackend() {
-    be_->Stop();
-    be_.reset();
-    StartBackend();
-  }
+  backend::BackendOptions BackendOptionsFor(const std::string& path) override { return SmallBackend(path); }
+  std::string PoolTag() const override { return "fe"; }
+  // The fixture's session with a 1 MiB cache and the default batch size.
   SessionOptions Options(uint64_t fe, Level level) {
-    SessionOptions o;
-    o.backends = {be_->address()};
-    o.frontend_id = fe;
-    o.level = level;
+    SessionOptions o = SessionOpts(fe, level);
     o.cache_bytes = 1 << 20;
-    o.batch_timeout = std::chrono::hours(1);  // batches flush by size or fence, not by time
+    o.batch_ops = SessionOptions{}.batch_ops;
     return o;
   }
   std::unique_ptr<Session> OpenSession(uint64_t fe, Level level) {
-    auto s = Session::Open(Options(fe, level));
-    EXPECT_TRUE(s.ok()) << s.status().ToString();
-    return s.ok() ? std::move(*s) : nullptr;
+    return BackendTest::OpenSession(Options(fe, level));
   }
-
-  std::string path_;
-  std::unique_ptr<backend::Backend> be_;
 };
 
 std::vector<uint8_t> Bytes(size_t n, uint8_t fill) { return std::vector<uint8_t>(n, fill); }

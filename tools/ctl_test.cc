@@ -18,6 +18,7 @@
 #include "backend/rpc.h"
 #include "fabric/oq/oq.h"
 #include "tools/ctl.h"
+#include "tests/common/backend_fixture.h"
 
 namespace asymnvm::tools {
 namespace {
@@ -42,14 +43,11 @@ CtlRun Ctl(std::vector<std::string> args) {
   return {rc, out.str(), err.str()};
 }
 
+// 16 MiB pool, 4 OQ buffers (the shared small back-end, smaller).
 backend::BackendOptions SmallOptions(const std::string& path) {
-  backend::BackendOptions o;
-  o.pool_path = path;
+  auto o = test_support::SmallBackendOptions(path);
   o.pool_size = 16ull << 20;
-  o.log_segment = 256 * 1024;
   o.oq_buffers = 4;
-  o.oq_buffer_size = 64 * 1024;
-  o.reclaim_delay = std::chrono::microseconds(1000);
   return o;
 }
 

@@ -1130,7 +1130,8 @@ struct Backend::Impl : public OpLogSource {
         j["mirrors"].push_back({{"address", m.address}, {"name", m.name}, {"state", m.state},
                                 {"bytes_forwarded", m.bytes_forwarded}, {"writes", m.writes},
                                 {"flushes", m.flushes}, {"copies", m.copies},
-                                {"copy_bytes", m.copy_bytes}, {"last_copy_ms", m.last_copy_ms},
+                                {"copy_bytes", m.copy_bytes}, {"last_copy_bytes", m.last_copy_bytes},
+                                {"incremental_copies", m.incremental_copies}, {"last_copy_ms", m.last_copy_ms},
                                 {"drops", m.drops}, {"max_lag_bytes", m.max_lag_bytes},
                                 {"max_lag_us", m.max_lag_us}, {"last_error", m.last_error}});
       }

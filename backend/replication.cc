@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <condition_variable>
 #include <mutex>
+#include <random>
 #include <thread>
 
 #include "backend/rpc.h"
@@ -17,6 +18,46 @@ namespace {
 
 constexpr uint64_t kChunk = 1u << 20;        // largest WRITE posted
 constexpr uint64_t kCopyFlushEvery = 64u << 20;  // full copy: a barrier every 64 MiB
+// Incremental catch-up: the granule of the ranges a mirror may miss (one bit each).
+constexpr uint64_t kGranule = 64u << 10;
+
+// A set of pool granules (bit i: [i × kGranule, (i + 1) × kGranule)).
+class GranuleSet {
+ public:
+  void Resize(uint64_t pool_size) { bits_.assign((pool_size / kGranule + 64) / 64, 0); }
+  void Add(uint64_t off, uint64_t len) {
+    if (len == 0) return;
+    for (uint64_t g = off / kGranule; g <= (off + len - 1) / kGranule && g / 64 < bits_.size(); g++) {
+      bits_[g / 64] |= uint64_t{1} << (g % 64);
+    }
+  }
+  void Merge(GranuleSet& other) {  // this |= other; other = ∅
+    for (size_t i = 0; i < bits_.size() && i < other.bits_.size(); i++) {
+      bits_[i] |= other.bits_[i];
+      other.bits_[i] = 0;
+    }
+  }
+  void Clear() { std::fill(bits_.begin(), bits_.end(), 0); }
+  // Calls f(offset, length) for every run of set granules, clipped to `limit`.
+  template <class F>
+  void ForEachRun(uint64_t limit, F&& f) const {
+    const uint64_t n = bits_.size() * 64;
+    for (uint64_t g = 0; g < n;) {
+      if (!(bits_[g / 64] >> (g % 64) & 1)) {
+        g++;
+        continue;
+      }
+      uint64_t e = g;
+      while (e < n && (bits_[e / 64] >> (e % 64) & 1)) e++;
+      const uint64_t off = g * kGranule;
+      if (off < limit) f(off, std::min(e * kGranule, limit) - off);
+      g = e;
+    }
+  }
+
+ private:
+  std::vector<uint64_t> bits_;
+};
 
 enum class LinkState { kDown, kCopying, kInSync };
 
@@ -62,6 +103,13 @@ struct Replicator::Impl {
     // async lag tracking [mu]
     uint64_t pending_bytes = 0;
     std::chrono::steady_clock::time_point oldest{};
+    // Incremental catch-up [mu] (doc/mirror.md §Catch-up): what the mirror may not hold durably —
+    // ranges posted since the FLUSH in flight (`unflushed`), those the FLUSH in flight covers
+    // (`inflight`), and while the link is down everything forwarded (`missed`). `resumable`: the
+    // mirror completed a copy of this primary's stream once, so a re-attach that finds its pool
+    // still in sync with the stream sends only `missed`.
+    GranuleSet unflushed, inflight, missed;
+    bool resumable = false;
   };
   std::vector<std::unique_ptr<Link>> links;
 
@@ -71,6 +119,9 @@ struct Replicator::Impl {
   std::atomic<bool> stop{false};
   std::thread manager, async_flusher;
   std::atomic<uint64_t> forward_epoch{0};
+  // This primary's stream (random, per process): a mirror that holds a complete copy of it can be
+  // caught up incrementally; any other stream (a restarted or a new primary) needs a full copy.
+  uint64_t stream_id = 0;
 
   void Fenced(const Status& s) {
     if (o.fenced) {
@@ -84,7 +135,11 @@ struct Replicator::Impl {
 
   // Posts [off, off + len) to one link. Called with l.mu held.
   void PostLocked(Link& l, std::unique_lock<std::mutex>& lk, uint64_t off, uint64_t len) {
-    if (l.state == LinkState::kDown || l.failed || !l.conn) return;
+    if (l.state == LinkState::kDown || l.failed || !l.conn) {
+      if (l.resumable) l.missed.Add(off, len);
+      return;
+    }
+    l.unflushed.Add(off, len);
     uint64_t done = 0;
     int full_retries = 0;
     while (done < len) {
@@ -120,6 +175,9 @@ struct Replicator::Impl {
   }
 
   void MarkFailedLocked(Link& l, const Status& s) {
+    // Nothing not acknowledged durable by a FLUSH is known to be on the mirror.
+    l.missed.Merge(l.unflushed);
+    l.missed.Merge(l.inflight);
     if (!l.failed) {
       l.failed = true;
       l.st.last_error = s.ToString();
@@ -134,6 +192,7 @@ struct Replicator::Impl {
                         std::chrono::steady_clock::time_point* oldest, Status* posted) {
     if (l.flushing || l.failed || !l.conn) return false;
     l.flushing = true;
+    l.inflight.Merge(l.unflushed);
     *upto = l.posted;
     *bytes = l.pending_bytes;
     *oldest = l.oldest;
@@ -178,6 +237,7 @@ struct Replicator::Impl {
                          std::chrono::steady_clock::time_point oldest, const Status& s) {
     l.flushing = false;
     if (s.ok()) {
+      l.inflight.Clear();
       l.acked = std::max(l.acked, upto);
       l.st.flushes++;
       if (o.async && bytes > 0) {
@@ -282,6 +342,7 @@ struct Replicator::Impl {
     w.U64(o.term);
     w.U32(static_cast<uint32_t>(o.name.size()));
     w.Str(o.name);
+    w.U64(stream_id);
     std::vector<uint8_t> reply;
     ASYMNVM_RETURN_IF_ERROR(ctl->Call(0, kMirrorHello, w.bytes(), &reply));
     PayloadReader r(reply, "mirror hello reply");
@@ -290,6 +351,9 @@ struct Replicator::Impl {
     auto addr = r.Bytes(alen);
     const uint32_t nlen = r.U32();
     auto name = r.Bytes(nlen);
+    // The mirror's pool holds a complete copy of this stream up to its last acknowledged FLUSH
+    // (absent from older mirrors: a full copy).
+    const bool mirror_resumable = r.remaining() >= 1 && r.U8() == 1;
     ASYMNVM_RETURN_IF_ERROR(r.status());
     ASYMNVM_ASSIGN_OR_RETURN(auto desc,
                              fabric::RegionDescriptor::Decode(desc_bytes.data(), desc_bytes.size()));
@@ -309,8 +373,18 @@ struct Replicator::Impl {
     ASYMNVM_ASSIGN_OR_RETURN(
         auto conn, fabric->Connect(pd.get(), std::string(addr.begin(), addr.end()), cno));
     const auto start = std::chrono::steady_clock::now();
+    GranuleSet todo;
+    todo.Resize(pool->size());
+    bool incremental = false;
     {
       std::lock_guard<std::mutex> lk(l.mu);
+      // Incremental when both sides say the mirror holds this stream's copy; the ranges it may
+      // miss are taken at the moment forwarding to it resumes (any change after is forwarded).
+      incremental = mirror_resumable && l.resumable;
+      l.missed.Merge(l.unflushed);
+      l.missed.Merge(l.inflight);
+      if (incremental) todo.Merge(l.missed);
+      l.missed.Clear();
       l.ctl = std::move(ctl);
       l.cq = std::move(cq);
       l.conn = std::move(conn);
@@ -322,17 +396,34 @@ struct Replicator::Impl {
       l.state = LinkState::kCopying;  // from now on every forwarded range goes to it too
       l.st.state = StateName(l.state);
     }
-    LOG_INFO("mirror", "mirror " << l.address << " (" << l.st.name << "): full copy of "
-                                 << pool->size() << " bytes");
-    // Full copy, chunk by chunk under the link's lock: a chunk holds the bytes as they are when
+    if (!incremental) todo.Add(0, pool->size());
+    uint64_t copy_bytes = 0;
+    todo.ForEachRun(pool->size(), [&](uint64_t, uint64_t len) { copy_bytes += len; });
+    LOG_INFO("mirror", "mirror " << l.address << " (" << l.st.name << "): "
+                                 << (incremental ? "incremental catch-up" : "full copy") << " of "
+                                 << copy_bytes << " bytes");
+    // The copy, chunk by chunk under the link's lock: a chunk holds the bytes as they are when
     // posted; any later change of them is flushed later and so forwarded after it.
-    for (uint64_t off = 0; off < pool->size(); off += kChunk) {
-      if (stop.load()) return Status::Aborted("stopping");
-      std::unique_lock<std::mutex> lk(l.mu);
-      PostLocked(l, lk, off, std::min(kChunk, pool->size() - off));
-      if ((off + kChunk) % kCopyFlushEvery == 0) FlushLocked(l, lk, l.posted);
-      if (l.failed) return Status::ConnectionError("during the full copy: " + l.st.last_error);
-    }
+    Status copied = Status::Ok();
+    uint64_t since_flush = 0;
+    todo.ForEachRun(pool->size(), [&](uint64_t run_off, uint64_t run_len) {
+      for (uint64_t off = run_off; off < run_off + run_len && copied.ok(); off += kChunk) {
+        if (stop.load()) {
+          copied = Status::Aborted("stopping");
+          return;
+        }
+        const uint64_t n = std::min(kChunk, run_off + run_len - off);
+        std::unique_lock<std::mutex> lk(l.mu);
+        PostLocked(l, lk, off, n);
+        since_flush += n;
+        if (since_flush >= kCopyFlushEvery) {
+          FlushLocked(l, lk, l.posted);
+          since_flush = 0;
+        }
+        if (l.failed) copied = Status::ConnectionError("during the copy: " + l.st.last_error);
+      }
+    });
+    ASYMNVM_RETURN_IF_ERROR(copied);
     {
       std::unique_lock<std::mutex> lk(l.mu);
       FlushLocked(l, lk, l.posted);
@@ -344,8 +435,11 @@ struct Replicator::Impl {
       FlushLocked(l, lk, l.posted);
       if (l.failed) return Status::ConnectionError("ending the full copy: " + l.st.last_error);
       l.st.copies++;
-      l.st.copy_bytes += pool->size();
+      if (incremental) l.st.incremental_copies++;
+      l.st.copy_bytes += copy_bytes;
+      l.st.last_copy_bytes = copy_bytes;
       l.st.last_copy_ms = MsSince(start);
+      l.resumable = true;
     }
     UpdateIsr();
     PayloadWriter sw;
@@ -514,8 +608,13 @@ Result<std::unique_ptr<Replicator>> Replicator::Start(const ReplicationOptions& 
   mo.access = fabric::kLocalWrite;
   ASYMNVM_ASSIGN_OR_RETURN(impl->pool_mr,
                            impl->pd->RegisterMemory(pool->base(), pool->size(), mo));
+  std::random_device rd;
+  while (impl->stream_id == 0) impl->stream_id = (uint64_t{rd()} << 32) | rd();
   for (const auto& a : options.mirrors) {
     auto l = std::make_unique<Impl::Link>();
+    l->unflushed.Resize(pool->size());
+    l->inflight.Resize(pool->size());
+    l->missed.Resize(pool->size());
     l->address = a;
     l->st.address = a;
     l->st.state = "down";

@@ -16,9 +16,11 @@
 //                        BEFORE anything else is acknowledged), re-attach in the background.
 //
 // Mirror control requests (the mirror daemon's non-durable Ordered Queue; payloads little-endian):
-//   kMirrorHello  pool_size u64, uuid 16 B, name_len u32, primary name
+//   kMirrorHello  pool_size u64, uuid 16 B, term u64, name_len u32, primary name, stream u64
 //                 → region descriptor (32 B: the mirror's whole pool, remote write/read),
-//                   name_len u32, mirror name
+//                   addr_len u32, data address, name_len u32, mirror name, resumable u8 (1: the
+//                   pool is in sync with that stream as of its last acknowledged FLUSH — the
+//                   primary then sends only the ranges the mirror missed)
 //   kMirrorSynced term u64 → ∅  (the copy is complete and flushed; the mirror is in the group's
 //                 in-sync set from now on)
 //   kStatus (40)  as for a back-end: JSON (role "mirror").
@@ -62,7 +64,8 @@ struct ReplicationOptions {
 struct MirrorLinkStats {
   std::string address, name, state;  // state: down | copying | in-sync
   uint64_t bytes_forwarded = 0, writes = 0, flushes = 0, copies = 0, drops = 0;
-  uint64_t copy_bytes = 0;
+  uint64_t copy_bytes = 0, last_copy_bytes = 0;
+  uint64_t incremental_copies = 0;  // catch-ups that sent only what the mirror missed
   double last_copy_ms = 0;
   std::string last_error;
   // async mode: largest forwarded-but-unacknowledged backlog seen (bytes, and its age in µs).

@@ -39,6 +39,10 @@ enum RequestType : uint16_t {
 
 class PayloadWriter {
  public:
+  PayloadWriter& U8(uint8_t v) {
+    out_.push_back(v);
+    return *this;
+  }
   PayloadWriter& U32(uint32_t v) {
     const size_t n = out_.size();
     out_.resize(n + 4);
@@ -70,6 +74,7 @@ class PayloadWriter {
 class PayloadReader {
  public:
   PayloadReader(std::span<const uint8_t> in, const char* what) : in_(in), what_(what) {}
+  uint8_t U8() { return Need(1) ? *Take(1) : 0; }
   uint32_t U32() { return Need(4) ? GetLe32(Take(4)) : 0; }
   uint64_t U64() { return Need(8) ? GetLe64(Take(8)) : 0; }
   std::span<const uint8_t> Bytes(size_t n) {

@@ -44,7 +44,8 @@ Status WriteMirrorState(const std::string& pool_path, const MirrorState& s) {
   const std::string path = SidecarPath(pool_path);
   const std::string tmp = path + ".tmp";
   std::string text = "state " + s.state + "\nuuid " + (s.has_uuid ? pm::UuidToString(s.uuid) : "") +
-                     "\nterm " + std::to_string(s.term) + "\nprimary " + s.primary + "\n";
+                     "\nterm " + std::to_string(s.term) + "\nprimary " + s.primary +
+                     "\nstream " + std::to_string(s.stream) + "\n";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Status::IoError("create " + tmp, errno);
   const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
@@ -86,6 +87,12 @@ Result<MirrorState> ReadMirrorState(const std::string& pool_path) {
       }
     } else if (line.rfind("primary ", 0) == 0) {
       s.primary = line.substr(8);
+    } else if (line.rfind("stream ", 0) == 0) {
+      try {
+        s.stream = std::stoull(line.substr(7));
+      } catch (...) {
+        return Status::Corruption(SidecarPath(pool_path) + ": bad stream line");
+      }
     }
   }
   if (s.state != "empty" && s.state != "syncing" && s.state != "in-sync") {
@@ -135,6 +142,7 @@ struct MirrorServer::Impl {
     const uint64_t term = r.U64();
     const uint32_t nlen = r.U32();
     auto name = r.Bytes(nlen);
+    const uint64_t stream = r.remaining() >= 8 ? r.U64() : 0;  // absent from older primaries
     ASYMNVM_RETURN_IF_ERROR(r.status());
     if (size < pm::kMinPoolSize || size % pm::kSuperblockSize != 0 || size > (uint64_t{1} << 44)) {
       return Status::InvalidArgument("mirror hello: impossible pool size " + std::to_string(size));
@@ -155,8 +163,13 @@ struct MirrorServer::Impl {
                                         std::to_string(pool->size()) + " bytes, the primary's " +
                                         std::to_string(size));
     }
+    // This pool holds that stream's copy (as of its last acknowledged FLUSH): the primary may send
+    // only what it missed. Anything else (another stream, a copy that did not finish) needs all.
+    const bool resumable = stream != 0 && st.state == "in-sync" && st.stream == stream &&
+                           st.has_uuid && st.uuid == uuid;
     // Durably "syncing" before the primary may write a byte: a torn copy is never promoted.
     MirrorState next = st;
+    next.stream = stream;
     next.state = "syncing";
     next.uuid = uuid;
     next.has_uuid = true;
@@ -174,9 +187,11 @@ struct MirrorServer::Impl {
     w.Str(a);
     w.U32(static_cast<uint32_t>(o.name.size()));
     w.Str(o.name);
+    w.U8(resumable ? 1 : 0);
     *response = std::move(w.bytes());
-    LOG_INFO("mirror", "primary " << st.primary << " (term " << term << ") starts a full copy of "
-                                  << size << " bytes, group " << pm::UuidToString(uuid));
+    LOG_INFO("mirror", "primary " << st.primary << " (term " << term << ") starts "
+                                  << (resumable ? "an incremental catch-up" : "a full copy")
+                                  << " of a " << size << "-byte pool, group " << pm::UuidToString(uuid));
     return Status::Ok();
   }
 

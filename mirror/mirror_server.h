@@ -39,6 +39,10 @@ struct MirrorState {
   bool has_uuid = false;
   uint64_t term = 0;
   std::string primary;
+  // The primary's stream this pool is a copy of (0: none known); with state in-sync the pool
+  // holds everything of that stream up to its last acknowledged FLUSH, so the same primary can
+  // catch it up incrementally (doc/mirror.md §Catch-up).
+  uint64_t stream = 0;
 };
 
 // Reads POOL.mirror (state "empty" when missing). kCorruption when malformed.

@@ -8,6 +8,11 @@
 //   mirrors-2   two mirrors, sync
 //   async-1     one mirror, --mirror-mode async (acknowledged before the mirror has it);
 //               max_lag_bytes / max_lag_us: the largest backlog the primary saw (loss window)
+//   catch-up    one sync mirror; after the timed updates the mirror is SIGKILLed, updates/4 more
+//               run without it, and it restarts on its pool: catchup_ms = restart → in sync again
+//               (primary's view), catchup_bytes = what the re-attach copied (incremental: only the
+//               granules it missed; doc/mirror.md §Catch-up), full_copy_ms = the first attach's
+//               copy of the whole pool, catchup_mb_per_s
 //   failover    one sync mirror (--promotion-timeout-ms): updates, then the primary is SIGKILLed
 //               and its pool file deleted; failover_ms = SIGKILL → the first acknowledged update
 //               on the promoted mirror, split into promoted_ms (SIGKILL → the mirror registered as
@@ -41,7 +46,7 @@ namespace {
 class MirrorSuite : public Suite {
  public:
   void AddOptions(CLI::App* cmd) override {
-    cmd->add_option("--variants", variants_, "mirrors-0,mirrors-1,mirrors-2,async-1,failover")
+    cmd->add_option("--variants", variants_, "mirrors-0,mirrors-1,mirrors-2,async-1,catch-up,failover")
         ->delimiter(',')
         ->capture_default_str();
     cmd->add_option("--updates", updates_, "updates per variant")->capture_default_str();
@@ -60,7 +65,7 @@ class MirrorSuite : public Suite {
   Status Validate(const CommonOptions&) override {
     for (const auto& v : variants_) {
       if (v != "mirrors-0" && v != "mirrors-1" && v != "mirrors-2" && v != "async-1" &&
-          v != "failover") {
+          v != "catch-up" && v != "failover") {
         return Status::InvalidArgument("--variants: unknown variant '" + v + "'");
       }
     }
@@ -104,6 +109,8 @@ class MirrorSuite : public Suite {
     report->set_columns({{"mirrors", "mirrors", 0},
                          {"fwd B/op", "bytes_forwarded_per_op", 0},
                          {"copy ms", "copy_ms", 0},
+                         {"catch-up ms", "catchup_copy_ms", 0},
+                         {"catch-up B", "catchup_bytes", 0},
                          {"failover ms", "failover_ms", 0},
                          {"lost ack", "lost_acknowledged", 0}});
     report->AddNote("failover_ms = SIGKILL of the primary → first acknowledged update on the "
@@ -115,6 +122,7 @@ class MirrorSuite : public Suite {
  private:
   Status RunVariant(const std::string& variant, const CommonOptions& common, Report* report) {
     const bool failover = variant == "failover";
+    const bool catchup = variant == "catch-up";
     const bool async = variant == "async-1";
     const unsigned mirrors = variant == "mirrors-0" ? 0 : variant == "mirrors-2" ? 2 : 1;
     const std::string tag = dir_ + "/asymnvm-bench-mirror-" + std::to_string(getpid());
@@ -131,12 +139,21 @@ class MirrorSuite : public Suite {
     const std::string coord_uri = "dir:" + tag + "/coord";
     std::vector<std::unique_ptr<driver::BackendProcess>> ms;
     std::vector<std::string> pargs = {"--coord", coord_uri, "--pm-mode", "msync"};
+    auto mirror_args = [&](unsigned m) {
+      std::vector<std::string> a = {"--coord", coord_uri, "--pm-mode", mirror_pm_mode_,
+                                    "--promotion-timeout-ms",
+                                    std::to_string(failover ? promotion_ms_ : 3600000)};
+      if (catchup) {  // a fixed address: the restarted mirror is where the primary looks
+        a.push_back("--listen");
+        a.push_back("unix://" + tag + "/mirror-" + std::to_string(m) + ".sock");
+      }
+      return a;
+    };
     for (unsigned m = 0; m < mirrors; m++) {
       ASYMNVM_ASSIGN_OR_RETURN(
           auto mp, driver::BackendProcess::Start(
                        mirror_bin_, tag + "/mirror-" + std::to_string(m) + ".pool", pool_size_,
-                       {"--coord", coord_uri, "--pm-mode", mirror_pm_mode_, "--promotion-timeout-ms",
-                        std::to_string(failover ? promotion_ms_ : 3600000)}));
+                       mirror_args(m)));
       pargs.push_back("--mirror");
       pargs.push_back(mp->address());
       ms.push_back(std::move(mp));
@@ -226,6 +243,37 @@ class MirrorSuite : public Suite {
       rec["max_lag_bytes"] = lag_bytes;
       rec["max_lag_us"] = lag_us;
     }
+    if (catchup) {
+      rec["full_copy_ms"] = copy_ms;
+      ms[0]->Kill();
+      const uint64_t more = std::max<uint64_t>(1, updates_ / 4);
+      for (uint64_t u = updates_; u < updates_ + more; u++) {
+        ASYMNVM_RETURN_IF_ERROR(update(u).WithContext("an update while the mirror is down"));
+      }
+      ASYMNVM_RETURN_IF_ERROR(s->Fence());
+      const auto restart = Clock::now();
+      ASYMNVM_ASSIGN_OR_RETURN(ms[0], driver::BackendProcess::Start(mirror_bin_, tag + "/mirror-0.pool",
+                                                                    pool_size_, mirror_args(0)));
+      Json st2;
+      for (;;) {
+        ASYMNVM_ASSIGN_OR_RETURN(st2, DaemonStatus(be->address()));
+        if (st2.value("mirrors_in_sync", 0ull) == 1) break;
+        if (Clock::now() - restart > std::chrono::seconds(120)) {
+          return Status::TimedOut("catch-up: the restarted mirror is not in sync after 120 s");
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+      const double catchup_ms = static_cast<double>(ElapsedNs(restart, Clock::now())) / 1e6;
+      const Json& m = st2["mirrors"][0];
+      const uint64_t bytes = m.value("last_copy_bytes", 0ull);
+      rec["updates_while_down"] = more;
+      rec["catchup_ms"] = catchup_ms;  // includes the mirror daemon's start-up
+      rec["catchup_copy_ms"] = m.value("last_copy_ms", 0.0);
+      rec["catchup_bytes"] = bytes;
+      rec["catchup_incremental"] = m.value("incremental_copies", 0ull) > 0;
+      rec["catchup_mb_per_s"] =
+          m.value("last_copy_ms", 0.0) > 0 ? static_cast<double>(bytes) / 1e3 / m.value("last_copy_ms", 0.0) : 0.0;
+    }
     if (failover) {
       ASYMNVM_ASSIGN_OR_RETURN(auto c, coord::Coordinator::Open(coord_uri));
       const std::string primary_path =
@@ -284,7 +332,7 @@ class MirrorSuite : public Suite {
   }
 
   std::vector<std::string> variants_ = {"mirrors-0", "mirrors-1", "mirrors-2", "async-1",
-                                        "failover"};
+                                        "catch-up", "failover"};
   uint64_t updates_ = 20000;
   uint32_t registers_ = 1024;
   std::string pool_size_ = "64M";

@@ -217,7 +217,7 @@ TEST(BenchSdk, RoundTripAnchorsPerLevel) {
   }
 }
 
-// Issue 12: one invocation reports every variant with the agreed fields; counts, not times: the
+// The durability suite: one invocation reports every variant with the agreed fields; counts, not times: the
 // msync variants sync (redo log: at most about two syncs per update — op log and transaction
 // landings plus amortized checkpoints), the flush variants never do.
 TEST(BenchDurability, VariantsFieldsAndSyncCounts) {
@@ -277,7 +277,7 @@ TEST(BenchCoord, EmbeddedVariantsCostNothingOnTheOpPathAndLoseNothing) {
 
 // Table 3 machinery: every level of the chosen structures in one run (the symmetric baselines
 // included by default), the ratios in the JSON.
-// Issue 15: both transaction drivers, every variant in one run, with the checks of the run (each
+// TATP and SmallBank: both transaction drivers, every variant in one run, with the checks of the run (each
 // balance against the workers' ledgers, the total money, TATP's row counts and referential rules)
 // passing after the run and after reopening; the agreed record fields.
 TEST(BenchTxn, TatpAndSmallBankEveryVariantChecked) {
@@ -302,7 +302,7 @@ TEST(BenchTxn, TatpAndSmallBankEveryVariantChecked) {
   }
 }
 
-// Issue 14: a shipped Twitter trace replayed on the KV server under two OQ policies in one run.
+// A shipped Twitter trace replayed on the KV server under two OQ policies in one run.
 TEST(BenchKvTrace, SampleTraceReplayedUnderEachPolicy) {
   TempDir dir;
   const std::string trace = std::string(ASYMNVM_SOURCE_DIR) + "/workloads/traces/cluster-31.sample.csv";
@@ -545,7 +545,7 @@ TEST(Job, BackendKilledMidRunExits4AndTheNextRunVerifies) {
 }
 
 #ifdef ASYMNVM_CTL_BIN
-// Issue 11 (doc/mirror.md §Main job): --kill-primary-after K SIGKILLs back-end 0 after K
+// Mirrors in the main job (doc/mirror.md §Main job): --kill-primary-after K SIGKILLs back-end 0 after K
 // acknowledged operations and deletes its pool; the mirror is promoted, the job's sessions follow
 // it, the run completes and verifies every structure; the old pool path rejoins as a mirror of the
 // promoted primary (identical after the quiesced stop). Later runs find the promoted pool through

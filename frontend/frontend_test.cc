@@ -653,6 +653,22 @@ namespace {
 // each fenced op in a file; the parent SIGKILLs it mid-stream, reopens the front-end and checks:
 // every acknowledged op is applied, applied ops form a prefix, no op is half applied (its two
 // memory logs landed together), and the front-end continues where the back-end left off.
+// In a forked child: the back-end's address from the parent's pipe, then the options of a
+// front-end `fe` at rcb whose batches of `batch_ops` flush by size or fence only. Exits 2 when
+// the parent sent nothing.
+SessionOptions ChildSessionOptions(int from_parent, uint64_t fe, uint32_t batch_ops) {
+  char addr[256] = {};
+  const ssize_t n = read(from_parent, addr, sizeof(addr) - 1);
+  if (n <= 0) _exit(2);
+  SessionOptions o;
+  o.backends = {std::string(addr, static_cast<size_t>(n))};
+  o.frontend_id = fe;
+  o.level = Level::kRcb;
+  o.batch_ops = batch_ops;
+  o.batch_timeout = std::chrono::hours(1);
+  return o;
+}
+
 TEST(FrontendCrash, AckedOpsSurviveSigkillOfTheFrontend) {
   const std::string pool = TempPath("crash.pool"), acks = TempPath("crash.acks");
   std::remove(pool.c_str());
@@ -664,16 +680,7 @@ TEST(FrontendCrash, AckedOpsSurviveSigkillOfTheFrontend) {
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     close(to_child[1]);
-    char addr[256] = {};
-    ssize_t n = read(to_child[0], addr, sizeof(addr) - 1);
-    if (n <= 0) _exit(2);
-    SessionOptions o;
-    o.backends = {std::string(addr, static_cast<size_t>(n))};
-    o.frontend_id = 20;
-    o.level = Level::kRcb;
-    o.batch_ops = 8;
-    o.batch_timeout = std::chrono::hours(1);
-    auto s = Session::Open(o);
+    auto s = Session::Open(ChildSessionOptions(to_child[0], 20, 8));
     if (!s.ok()) _exit(3);
     auto st = (*s)->CreateRoot("crash", 2);
     auto a = (*s)->Malloc(8 * kOps);
@@ -825,16 +832,7 @@ TEST(FrontendCrash, UnreplayedOpLogsHoldTheOpnAndTheLocksUntilReplayed) {
   if (pid == 0) {
     close(to_child[1]);
     close(from_child[0]);
-    char addr[256] = {};
-    const ssize_t n = read(to_child[0], addr, sizeof(addr) - 1);
-    if (n <= 0) _exit(2);
-    SessionOptions o;
-    o.backends = {std::string(addr, static_cast<size_t>(n))};
-    o.frontend_id = 30;
-    o.level = Level::kRcb;
-    o.batch_ops = 1000;
-    o.batch_timeout = std::chrono::hours(1);
-    auto s = Session::Open(o);
+    auto s = Session::Open(ChildSessionOptions(to_child[0], 30, 1000));
     if (!s.ok()) _exit(3);
     auto st = (*s)->CreateRoot("unreplayed", 2);
     auto a = (*s)->Malloc(8 * kOps);

@@ -10,12 +10,12 @@ void OpSequence::Registered(uint64_t opn, uint64_t aux, bool ops_to_replay) {
   next_ = first_ = std::max(opn, aux) + 1;
   replayed_upto_ = 0;
   open_.clear();
-  replay_pending_ = ops_to_replay;
-  cap_ = ops_to_replay ? opn : UINT64_MAX;
+  replay_ = ops_to_replay ? Replay::kToFetch : Replay::kNone;
 }
 
 void OpSequence::Advance() {
-  const uint64_t c = std::min(cap_, open_.empty() ? max_logged_ : open_.begin()->first - 1);
+  uint64_t c = open_.empty() ? max_logged_ : open_.begin()->first - 1;
+  if (replay_ == Replay::kToFetch) c = std::min(c, registered_);
   pending_ = std::max(pending_, c);
 }
 
@@ -63,7 +63,7 @@ std::vector<const RecoveredOp*> OpSequence::BeginReplay(const std::vector<Recove
     todo.push_back(&op);
   }
   // The ops to replay hold the OPN back from here on (open), each passed once re-executed.
-  cap_ = UINT64_MAX;
+  if (replay_ == Replay::kToFetch) replay_ = Replay::kReplaying;
   return todo;
 }
 

@@ -43,7 +43,7 @@ class OpSequence {
   // Op `seq` was re-executed and its memory logs are in the batch.
   void Replayed(uint64_t seq);
   // Every op of BeginReplay was re-executed.
-  void EndReplay() { replay_pending_ = false; }
+  void EndReplay() { replay_ = Replay::kNone; }
 
   // The OPN the next transaction carries; SentOpn after it was sent.
   uint64_t opn() const { return pending_; }
@@ -56,7 +56,7 @@ class OpSequence {
   uint64_t first() const { return first_; }
   uint64_t max_logged() const { return max_logged_; }
   // Op logs of an earlier session of this id not yet all re-executed: no writer lock may go.
-  bool replay_pending() const { return replay_pending_; }
+  bool replay_pending() const { return replay_ != Replay::kNone; }
 
  private:
   void Advance();
@@ -65,8 +65,11 @@ class OpSequence {
   uint64_t first_ = 1;        // this session's first op_seq (earlier ones: crashed sessions')
   uint64_t next_ = 1;
   uint64_t replayed_upto_ = 0;  // re-executed on this connection (a 2nd Replay skips them)
-  bool replay_pending_ = false;
-  uint64_t cap_ = UINT64_MAX;  // before BeginReplay opened the ops to replay: the OPN stops here
+  // kToFetch: ops of an earlier session lie past the registered OPN and are not open yet (the
+  // OPN stays at registered_); kReplaying: BeginReplay opened them (each holds the OPN back
+  // until Replayed); kNone: nothing of an earlier session left.
+  enum class Replay { kNone, kToFetch, kReplaying };
+  Replay replay_ = Replay::kNone;
   uint64_t pending_ = 0;       // the OPN the next transaction carries
   uint64_t sent_ = 0;          // the OPN of the last transaction sent
   std::map<uint64_t, uint32_t> open_;  // op_seq → structure id

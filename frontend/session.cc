@@ -280,14 +280,9 @@ Result<std::unique_ptr<Session::Impl>> Session::Connect(const SessionOptions& op
   if (options.op_log_address.empty()) {
     // Anything of this id's earlier sessions still to replay? (One page of kFetchOpLogs; op logs
     // kept elsewhere, SessionOptions::op_log_address, are the caller's to replay.)
-    backend::PayloadWriter fw;
-    fw.U64(options.frontend_id).U64(opn).U64(first_op);
-    std::vector<uint8_t> fetched;
-    auto probe = m.oq->Call(0, backend::kFetchOpLogs, fw.bytes(), &fetched);
-    if (!probe.ok()) return probe.WithContext(ctx + ": op logs to replay");
-    bool more = false;
-    ASYMNVM_ASSIGN_OR_RETURN(auto pending, backend::DecodeFetchedOps(fetched, &more));
-    to_replay = !pending.empty();
+    auto any = BackendFetcher(m.oq.get(), first_op).Any(options.frontend_id, opn);
+    if (!any.ok()) return any.status().WithContext(ctx + ": op logs to replay");
+    to_replay = *any;
   }
   m.opseq.Registered(opn, aux, to_replay);
 
@@ -313,9 +308,11 @@ Session::~Session() {
                                                        << " writer lock(s): op logs of an earlier "
                                                           "session were not replayed");
     }
-    for (uint64_t lock : m.opseq.replay_pending() ? std::set<uint64_t>{} : m.held_locks) {
-      auto old = m.Cas(lock, m.o.frontend_id, 0);
-      if (!old.ok()) LOG_WARN("frontend", "session close: unlock: " << old.status().ToString());
+    if (!m.opseq.replay_pending()) {
+      for (uint64_t lock : m.held_locks) {
+        auto old = m.Cas(lock, m.o.frontend_id, 0);
+        if (!old.ok()) LOG_WARN("frontend", "session close: unlock: " << old.status().ToString());
+      }
     }
   }
   if (m.allocator) (void)m.allocator->Trim();

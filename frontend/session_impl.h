@@ -77,11 +77,7 @@ class BackendFetcher : public OpLogFetcher {
   Result<std::vector<RecoveredOp>> Fetch(uint64_t frontend_id, uint64_t after) override {
     std::vector<RecoveredOp> all;
     for (bool more = true; more;) {
-      backend::PayloadWriter w;
-      w.U64(frontend_id).U64(after).U64(before_);
-      std::vector<uint8_t> reply;
-      ASYMNVM_RETURN_IF_ERROR(client_->Call(0, backend::kFetchOpLogs, w.bytes(), &reply));
-      ASYMNVM_ASSIGN_OR_RETURN(auto ops, backend::DecodeFetchedOps(reply, &more));
+      ASYMNVM_ASSIGN_OR_RETURN(auto ops, Page(frontend_id, after, &more));
       if (more && ops.empty()) return Status::ProtocolError("fetch op logs: empty page with more");
       for (auto& op : ops) {
         if (op.op_seq <= after) return Status::ProtocolError("fetch op logs: out of order");
@@ -91,8 +87,22 @@ class BackendFetcher : public OpLogFetcher {
     }
     return all;
   }
+  // Whether the back-end holds any op log of `frontend_id` in (after, before) (one page).
+  Result<bool> Any(uint64_t frontend_id, uint64_t after) {
+    bool more = false;
+    ASYMNVM_ASSIGN_OR_RETURN(auto ops, Page(frontend_id, after, &more));
+    return !ops.empty();
+  }
 
  private:
+  Result<std::vector<backend::FetchedOp>> Page(uint64_t frontend_id, uint64_t after, bool* more) {
+    backend::PayloadWriter w;
+    w.U64(frontend_id).U64(after).U64(before_);
+    std::vector<uint8_t> reply;
+    ASYMNVM_RETURN_IF_ERROR(client_->Call(0, backend::kFetchOpLogs, w.bytes(), &reply));
+    return backend::DecodeFetchedOps(reply, more);
+  }
+
   oq::Client* client_;
   uint64_t before_;
 };

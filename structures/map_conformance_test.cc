@@ -37,6 +37,21 @@ class MapConformance : public StructuresTest,
     EXPECT_TRUE(m.ok()) << m.status().ToString();
     return m.ok() ? std::move(*m) : nullptr;
   }
+  // A writer (front-end 1) and a reader (front-end 2) of the map, each in its own session.
+  struct WriterAndReader {
+    std::unique_ptr<frontend::Session> ws, rs;
+    std::unique_ptr<Map> w, r;
+  };
+  WriterAndReader OpenWriterAndReader() {
+    WriterAndReader p;
+    p.ws = OpenSession(1, level());
+    p.rs = OpenSession(2, level());
+    if (p.ws && p.rs) {
+      p.w = Open(*p.ws);
+      p.r = Open(*p.rs, Access::kReader);
+    }
+    return p;
+  }
   static Value RandomValue(std::mt19937_64& rng) {
     Value v(rng() % (kValueSize + 1));
     for (auto& b : v) b = static_cast<uint8_t>(rng());
@@ -155,13 +170,8 @@ TEST_P(MapConformance, RandomOperationsMatchAModelAndSurviveReopenAndRestart) {
 TEST_P(MapConformance, AReaderInAnotherSessionSeesWhatTheWriterSynced) {
   std::mt19937_64 rng(7);
   Model model;
-  auto ws = OpenSession(1, level());
-  auto rs = OpenSession(2, level());
-  ASSERT_TRUE(ws && rs);
-  auto w = Open(*ws);
-  ASSERT_TRUE(w);
-  auto r = Open(*rs, Access::kReader);
-  ASSERT_TRUE(r);
+  auto [ws, rs, w, r] = OpenWriterAndReader();
+  ASSERT_TRUE(w && r);
   for (int round = 0; round < 3; round++) {
     RandomOps(*w, model, rng, 200);
     ASSERT_TRUE(w->Sync().ok());
@@ -171,13 +181,8 @@ TEST_P(MapConformance, AReaderInAnotherSessionSeesWhatTheWriterSynced) {
 }
 
 TEST_P(MapConformance, ErrorsAreTheContractsNeverACrash) {
-  auto ws = OpenSession(1, level());
-  auto rs = OpenSession(2, level());
-  ASSERT_TRUE(ws && rs);
-  auto w = Open(*ws);
-  ASSERT_TRUE(w);
-  auto r = Open(*rs, Access::kReader);
-  ASSERT_TRUE(r);
+  auto [ws, rs, w, r] = OpenWriterAndReader();
+  ASSERT_TRUE(w && r);
   Value v;
   EXPECT_EQ(w->Get(42, &v).code(), StatusCode::kNotFound);
   EXPECT_EQ(w->Delete(42).code(), StatusCode::kNotFound);

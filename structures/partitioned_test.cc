@@ -29,24 +29,11 @@ const Kind kMapKinds[] = {Kind::kHashTable, Kind::kSkipList, Kind::kBst,
                           Kind::kBPlusTree, Kind::kMvBst,    Kind::kMvBPlusTree};
 
 std::string TempPool(const std::string& tag) {
-  std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-  for (char& ch : name) {
-    if (ch == '/') ch = '_';
-  }
-  return (std::filesystem::temp_directory_path() /
-          ("asymnvm-part-" + std::to_string(getpid()) + "-" + name + "-" + tag + ".pool"))
-      .string();
+  return test_support::TempPath("part", test_support::CurrentTestName() + "-" + tag + ".pool");
 }
 
 frontend::SessionOptions ClusterOpts(std::vector<std::string> addrs, uint64_t fe, Level level) {
-  frontend::SessionOptions o;
-  o.backends = std::move(addrs);
-  o.frontend_id = fe;
-  o.level = level;
-  o.cache_bytes = 4 << 20;
-  o.batch_ops = 64;
-  o.batch_timeout = std::chrono::hours(1);
-  return o;
+  return test_support::TestSessionOptions(std::move(addrs), fe, level);
 }
 
 class PartitionedTest : public ::testing::Test {

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "asymnvm/frontend.h"
 #include "backend/backend.h"
@@ -47,6 +48,20 @@ inline backend::BackendOptions SmallBackendOptions(const std::string& path) {
   return o;
 }
 
+// A test session of front-end `fe` at `level` on `backends`: 4 MiB cache, batches of 64 that
+// flush by size or fence, not by time.
+inline frontend::SessionOptions TestSessionOptions(std::vector<std::string> backends, uint64_t fe,
+                                                   frontend::Level level) {
+  frontend::SessionOptions o;
+  o.backends = std::move(backends);
+  o.frontend_id = fe;
+  o.level = level;
+  o.cache_bytes = 4 << 20;
+  o.batch_ops = 64;
+  o.batch_timeout = std::chrono::hours(1);
+  return o;
+}
+
 class BackendTest : public ::testing::Test {
  protected:
   // The back-end's options (a fixture may shape them).
@@ -77,17 +92,8 @@ class BackendTest : public ::testing::Test {
     be_.reset();
     StartBackend();
   }
-  // A session of front-end `fe` at `level`: 4 MiB cache, batches of 64 that flush by size or
-  // fence, not by time.
   frontend::SessionOptions SessionOpts(uint64_t fe, frontend::Level level) {
-    frontend::SessionOptions o;
-    o.backends = {be_->address()};
-    o.frontend_id = fe;
-    o.level = level;
-    o.cache_bytes = 4 << 20;
-    o.batch_ops = 64;
-    o.batch_timeout = std::chrono::hours(1);
-    return o;
+    return TestSessionOptions({be_->address()}, fe, level);
   }
   std::unique_ptr<frontend::Session> OpenSession(const frontend::SessionOptions& o) {
     auto s = frontend::Session::Open(o);

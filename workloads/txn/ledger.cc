@@ -13,6 +13,8 @@
 #include <numeric>
 #include <sstream>
 
+#include "backend/log_format.h"
+
 namespace asymnvm::txnbench {
 
 Ledger::Ledger(size_t quantities) : totals_(quantities, 0) {}
@@ -70,9 +72,8 @@ Status Ledger::Pending(const Effect& effect) {
 
 Status Ledger::Committed(uint64_t op_seq) {
   if (!pending_) return Status::FailedPrecondition("ledger: Committed without a pending transaction");
-  ASYMNVM_RETURN_IF_ERROR(Append(op_seq == 0 ? std::string("C\n")
-                                             : "C " + std::to_string(op_seq >> 32) + ":" +
-                                                   std::to_string(op_seq & 0xFFFFFFFFu) + "\n"));
+  ASYMNVM_RETURN_IF_ERROR(
+      Append(op_seq == 0 ? std::string("C\n") : "C " + backend::OpSeqString(op_seq) + "\n"));
   for (const auto& [q, d] : pending_effect_) totals_[q] += d;
   pending_ = false;
   committed_++;

@@ -10,8 +10,12 @@
 
 #include "asymnvm/coord.h"
 #include "asymnvm/kv.h"
+#include "common/checksum.h"
+#include "common/coding.h"
 #include "common/logging.h"
 #include "fabric/oq/oq.h"
+#include "kv/format.h"
+#include "kv/rdmp.h"
 #include "kv/server.h"
 #include "kv/shard_map.h"
 #include "kv/store.h"
@@ -64,7 +68,16 @@ struct Conn {
   std::mutex mu;
   std::shared_ptr<oq::Client> oq;  // null: not connected / broken
   uint32_t workers = 0;
+  // RDMP (learned from the server's Info on first use; reset with the connection).
+  bool info_known = false;
+  std::string bypass_address;  // empty: the server offers no bypass
+  fabric::RegionDescriptor region;
+  std::vector<std::unique_ptr<BypassChannel>> idle;  // channels no thread is using
 };
+
+// The largest slot a bypass Put writes or a Get reads.
+constexpr size_t kChannelBuffer =
+    format::BypassFootprint(kMaxKeySize, kMaxValueSize) + format::kAlign;
 
 class ClientImpl : public Client {
  public:
@@ -137,6 +150,12 @@ class ClientImpl : public Client {
   Status Put(std::string_view key, std::string_view value) override {
     ASYMNVM_RETURN_IF_ERROR(CheckKey(key));
     ASYMNVM_RETURN_IF_ERROR(CheckValue(value));
+    if (value.size() >= o_.bypass_threshold) {
+      bool done = false;
+      Status st = PutBypass(key, value, &done);
+      if (done) return st;
+      rdmp_.fallbacks++;
+    }
     if (value.size() > kMaxInlineValue) {
       auto r = PutLarge(key, value, false, 0);
       return r.ok() ? Status::Ok() : r.status();
@@ -158,6 +177,11 @@ class ClientImpl : public Client {
   Result<GetReply> Get(std::string_view key) override {
     ASYMNVM_RETURN_IF_ERROR(CheckKey(key));
     const uint32_t shard = ShardOf(key);
+    if (o_.bypass_threshold != kNoBypass) {
+      bool done = false;
+      auto r = GetBypass(key, &done);
+      if (done) return r;
+    }
     for (int attempt = 0;; attempt++) {
       GetReply out;
       uint64_t total = 0;
@@ -293,6 +317,11 @@ class ClientImpl : public Client {
     return sum;
   }
 
+  RdmpCounters rdmp_counters() const override {
+    return {rdmp_.bypass_puts.load(), rdmp_.bypass_gets.load(), rdmp_.fallbacks.load(),
+            rdmp_.bypass_bytes.load()};
+  }
+
   uint32_t shard_count() const override { return shards_; }
   uint32_t ShardOf(std::string_view key) const override { return kv::ShardOf(key, shards_); }
 
@@ -366,7 +395,213 @@ class ClientImpl : public Client {
 
   void Broken(Conn& c, const std::shared_ptr<oq::Client>& which) {
     std::lock_guard<std::mutex> l(c.mu);
-    if (c.oq == which) c.oq.reset();
+    if (c.oq == which) {
+      c.oq.reset();
+      c.info_known = false;  // a restarted server has a new bypass endpoint
+      c.idle.clear();
+    }
+  }
+
+  // ---- RDMP server-bypass (doc/kv.md §RDMP) ----
+
+  // The connection to the shard's primary, its bypass endpoint learned, and a channel to it.
+  // Null channel: no bypass now (the caller takes the server-reply path).
+  struct BypassRoute {
+    Conn* conn = nullptr;
+    std::shared_ptr<oq::Client> oq;
+    uint32_t workers = 0;
+    std::unique_ptr<BypassChannel> chan;
+  };
+  BypassRoute RouteBypass(uint32_t shard) {
+    BypassRoute r;
+    const std::string address = Route(shard);
+    if (address.empty()) return r;
+    Conn& c = GetConn(address);
+    auto oq = Connect(c);
+    if (!oq.ok()) return r;
+    std::string ep;
+    fabric::RegionDescriptor region;
+    {
+      std::lock_guard<std::mutex> l(c.mu);
+      if (c.oq != *oq) return r;
+      r.workers = c.workers;
+      if (c.info_known) {
+        if (c.bypass_address.empty()) return r;
+        if (!c.idle.empty()) {
+          r.chan = std::move(c.idle.back());
+          c.idle.pop_back();
+          r.conn = &c;
+          r.oq = *oq;
+          return r;
+        }
+        ep = c.bypass_address;
+        region = c.region;
+      }
+    }
+    if (ep.empty()) {  // first use of this connection: ask for the bypass endpoint
+      std::vector<uint8_t> payload, resp;
+      wire::EncodeRequest(wire::Request{}, &payload);
+      if (!(*oq)->Call(0, wire::kInfo, Bytes(payload), &resp).ok()) return r;
+      auto info = wire::DecodeResponse(Bytes(resp));
+      if (!info.ok()) return r;
+      constexpr size_t kUuid = 36;
+      const std::string_view body = info->body;
+      std::lock_guard<std::mutex> l(c.mu);
+      if (c.oq != *oq) return r;
+      c.info_known = true;
+      if (body.size() > kUuid + fabric::RegionDescriptor::kEncodedSize) {
+        auto d = fabric::RegionDescriptor::Decode(
+            reinterpret_cast<const uint8_t*>(body.data()) + kUuid,
+            fabric::RegionDescriptor::kEncodedSize);
+        if (d.ok()) {
+          c.region = *d;
+          c.bypass_address.assign(body.substr(kUuid + fabric::RegionDescriptor::kEncodedSize));
+        }
+      }
+      if (c.bypass_address.empty()) return r;
+      ep = c.bypass_address;
+      region = c.region;
+    }
+    auto chan = BypassChannel::Connect(fabric_.get(), pd_.get(), ep, region, kChannelBuffer,
+                                       o_.timeout);
+    if (!chan.ok()) {
+      LOG_WARN("kv", "rdmp: " << chan.status().ToString() << "; using server-reply");
+      return r;
+    }
+    r.conn = &c;
+    r.oq = *oq;
+    r.chan = std::move(chan).value();
+    return r;
+  }
+
+  void ReturnChannel(BypassRoute& r) {
+    if (!r.chan || r.chan->broken()) return;
+    std::lock_guard<std::mutex> l(r.conn->mu);
+    if (r.conn->oq == r.oq) r.conn->idle.push_back(std::move(r.chan));
+  }
+
+  // *done = false: nothing was published and nothing will be that the caller's server-reply Put
+  // does not supersede (the caller then takes that path).
+  Status PutBypass(std::string_view key, std::string_view value, bool* done) {
+    const uint32_t shard = ShardOf(key);
+    if (Replicated(shard)) return Status::Ok();  // bypass is for unreplicated shards
+    BypassRoute r = RouteBypass(shard);
+    if (!r.chan) return Status::Ok();
+    const uint32_t worker = Store::WorkerOf(key, r.workers);
+    const uint32_t crc = Crc32c(value.data(), value.size());
+    std::vector<uint8_t> payload, resp;
+    wire::EncodeRequest({wire::kReserve, shard, 0, 0,
+                         static_cast<uint64_t>(value.size()) | (uint64_t{crc} << 32),
+                         r.chan->token(), key, {}},
+                        &payload);
+    Status st = r.oq->Call(worker, wire::kReserve, Bytes(payload), &resp);
+    if (!st.ok()) {
+      if (ConnectionLost(st)) Broken(*r.conn, r.oq);
+      return Status::Ok();  // a reserved slot nobody writes is settled by the server
+    }
+    auto rr = wire::DecodeResponse(Bytes(resp));
+    if (!rr.ok() || rr->flag != 1) return Status::Ok();
+    const uint64_t slot = rr->arg, version = rr->version;
+    const size_t flags = format::BypassFlagOffset(key.size(), value.size());
+    if (rr->count != format::BypassFootprint(key.size(), value.size()) ||
+        slot + rr->count > r.chan->region().length) {
+      return Status::Ok();
+    }
+    // Value, durable; then the persist flag, durable (RDMP-KV §III-B: the flag is written only
+    // once every other byte of the slot is persistent).
+    st = r.chan->WriteDurable(slot + format::kEntryHeaderSize + key.size(),
+                              {reinterpret_cast<const uint8_t*>(value.data()), value.size()});
+    if (!st.ok()) return Status::Ok();
+    if (o_.TEST_bypass_stop_after == 1) {
+      *done = true;
+      return Status::Aborted("kv put: stopped after writing the value (test hook)");
+    }
+    uint8_t pf[8];
+    PutLe64(pf, format::PersistWord(version));
+    st = r.chan->WriteDurable(slot + flags, {pf, 8});
+    if (!st.ok()) return Status::Ok();  // flag maybe set: a later settle publishes the same value
+    if (o_.TEST_bypass_stop_after == 2) {
+      *done = true;
+      return Status::Aborted("kv put: stopped after writing the persist flag (test hook)");
+    }
+    *done = true;
+    payload.clear();
+    wire::EncodeRequest({wire::kPublish, shard, 0, 0, slot, version, key, {}}, &payload);
+    // The value is durable and flagged: from here on it is this Put's outcome (a lost publish
+    // is completed by the server's settle or at its restart), so no fallback.
+    st = r.oq->Submit(worker, wire::kPublish, Bytes(payload));
+    if (!st.ok()) {
+      if (ConnectionLost(st)) Broken(*r.conn, r.oq);
+      return st;
+    }
+    rdmp_.bypass_puts++;
+    rdmp_.bypass_bytes += value.size();
+    ReturnChannel(r);
+    return Status::Ok();
+  }
+
+  Result<GetReply> GetBypass(std::string_view key, bool* done) {
+    const uint32_t shard = ShardOf(key);
+    BypassRoute r = RouteBypass(shard);
+    if (!r.chan) return GetReply{};
+    const uint32_t worker = Store::WorkerOf(key, r.workers);
+    std::vector<uint8_t> payload, resp;
+    const uint64_t threshold = o_.bypass_threshold;
+    wire::EncodeRequest({wire::kGet, shard, wire::kFlagLocate, 0, 0, threshold, key, {}},
+                        &payload);
+    Status st = r.oq->Call(worker, wire::kGet, Bytes(payload), &resp);
+    if (!st.ok()) {
+      if (ConnectionLost(st)) Broken(*r.conn, r.oq);
+      return GetReply{};  // the server-reply path retries
+    }
+    auto rr = wire::DecodeResponse(Bytes(resp));
+    if (!rr.ok()) return GetReply{};
+    if (rr->flag != wire::kFlagLocated) {
+      // Small or absent: the reply is the ordinary one (a value within one reply, or not found).
+      if (rr->flag == 0 || (rr->flag == 1 && rr->arg == rr->body.size())) {
+        *done = true;
+        ReturnChannel(r);
+        GetReply g;
+        g.found = rr->flag == 1;
+        g.version = rr->version;
+        g.value.assign(rr->body);
+        return g;
+      }
+      ReturnChannel(r);
+      return GetReply{};  // a large value on the reply path: read it in chunks
+    }
+    if (rr->body.size() != 12) return GetReply{};
+    const uint64_t gen = GetLe64(reinterpret_cast<const uint8_t*>(rr->body.data()));
+    auto bytes = r.chan->Read(rr->arg, rr->count);
+    if (!bytes.ok()) {
+      rdmp_.fallbacks++;
+      return GetReply{};
+    }
+    // The entry may have moved since the server located it (cleaned, overwritten): it counts
+    // only if it is the located version of this key, whole, and — for a bypass slot — flagged
+    // persistent and published (valid flag). Anything else: ask the server.
+    const uint8_t* e = bytes->data();
+    format::EntryHeader h;
+    const bool good =
+        format::DecodeEntry(e, bytes->size(), gen, &h).ok() && h.version == rr->version &&
+        h.type != format::EntryType::kDelete && format::EntryKey(e, h) == key && h.persisted &&
+        (h.type != format::EntryType::kPutBypass ||
+         GetLe64(e + format::BypassFlagOffset(h.key_len, h.value_len) + 8) ==
+             format::ValidWord(h.version));
+    if (!good) {
+      rdmp_.fallbacks++;
+      ReturnChannel(r);
+      return GetReply{};
+    }
+    GetReply g;
+    g.found = true;
+    g.version = h.version;
+    g.value.assign(format::EntryValue(e, h));
+    rdmp_.bypass_gets++;
+    rdmp_.bypass_bytes += g.value.size();
+    *done = true;
+    ReturnChannel(r);
+    return g;
   }
 
   // Runs `f` against the shard's server. Reconnects when the connection is gone; retries until
@@ -468,6 +703,9 @@ class ClientImpl : public Client {
   ShardMap map_;
   uint32_t shards_ = 0;
   std::atomic<uint64_t> next_upload_{1};
+  struct {
+    std::atomic<uint64_t> bypass_puts{0}, bypass_gets{0}, fallbacks{0}, bypass_bytes{0};
+  } rdmp_;
 };
 
 }  // namespace

@@ -117,6 +117,10 @@ Status ClusterAgent::CheckPrimary(uint32_t shard) const {
                              std::to_string(map_.epoch) + ")");
 }
 
+bool ClusterAgent::HasBackups(uint32_t shard) const {
+  return shard < map_.assignment.size() && !map_.assignment[shard].backups.empty();
+}
+
 Status ClusterAgent::EditMap(const std::function<bool(ShardMap*)>& edit) {
   for (int attempt = 0; attempt < 50; attempt++) {
     auto node = coord_->Get(map_path_);

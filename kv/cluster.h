@@ -64,6 +64,7 @@ class ClusterAgent {
   // should not have been nilext; it is still replicated before being applied).
   std::shared_lock<std::shared_mutex> Lock() const { return std::shared_lock(mu_); }
   Status CheckPrimary(uint32_t shard) const;  // call with Lock() held
+  bool HasBackups(uint32_t shard) const;      // call with Lock() held
   Status Replicate(uint32_t worker, uint32_t shard, std::span<const uint8_t> entry);
 
   uint64_t epoch() const;

@@ -91,8 +91,10 @@ Status DecodeSegmentHeader(const uint8_t* in, SegmentHeader* h) {
 }
 
 // Entry: [crc u32 over [4, 48 + key + value)][type u8][zero u8][key_len u16][value_len u32]
-// [shard u32][version u64][generation u64][position u64][zero u64] key value
-void EncodeEntry(const EntryHeader& h, std::string_view key, std::string_view value, uint8_t* out) {
+// [shard u32][version u64][generation u64][position u64][value_crc u32][zero u32] key value
+// (kPutBypass: the crc covers [4, 48 + key) only; value_crc covers the value.)
+namespace {
+void EncodeHeaderFields(const EntryHeader& h, std::string_view key, uint8_t* out) {
   out[4] = static_cast<uint8_t>(h.type);
   out[5] = 0;
   PutLe16(out + 6, h.key_len);
@@ -101,8 +103,20 @@ void EncodeEntry(const EntryHeader& h, std::string_view key, std::string_view va
   PutLe64(out + 16, h.version);
   PutLe64(out + 24, h.generation);
   PutLe64(out + 32, h.position);
-  PutLe64(out + 40, 0);
+  PutLe32(out + 40, h.type == EntryType::kPutBypass ? h.value_crc : 0);
+  PutLe32(out + 44, 0);
   std::memcpy(out + kEntryHeaderSize, key.data(), key.size());
+}
+}  // namespace
+
+void EncodeBypassSlot(const EntryHeader& h, std::string_view key, uint8_t* out) {
+  EncodeHeaderFields(h, key, out);
+  PutLe32(out, Crc32c(out + 4, kEntryHeaderSize - 4 + key.size()));
+  std::memset(out + BypassFlagOffset(key.size(), h.value_len), 0, 16);
+}
+
+void EncodeEntry(const EntryHeader& h, std::string_view key, std::string_view value, uint8_t* out) {
+  EncodeHeaderFields(h, key, out);
   if (!value.empty()) std::memcpy(out + kEntryHeaderSize + key.size(), value.data(), value.size());
   PutLe32(out, Crc32c(out + 4, kEntryHeaderSize - 4 + key.size() + value.size()));
 }
@@ -117,12 +131,25 @@ Status DecodeEntry(const uint8_t* in, size_t avail, uint64_t generation, EntryHe
   r.version = GetLe64(in + 16);
   r.generation = GetLe64(in + 24);
   r.position = GetLe64(in + 32);
-  if ((type != 1 && type != 2) || r.generation != generation || r.key_len == 0 ||
-      r.version == 0 || size_t{r.key_len} + r.value_len > avail - kEntryHeaderSize) {
+  if (type < 1 || type > 3 || r.generation != generation || r.key_len == 0 || r.version == 0 ||
+      size_t{r.key_len} + r.value_len > avail - kEntryHeaderSize) {
     return Status::NotFound("entry: none");
   }
   r.type = static_cast<EntryType>(type);
-  if (GetLe32(in) != Crc32c(in + 4, kEntryHeaderSize - 4 + r.key_len + r.value_len)) {
+  if (r.type == EntryType::kPutBypass) {
+    const size_t flags = BypassFlagOffset(r.key_len, r.value_len);
+    if (flags + 16 > avail || GetLe32(in + 44) != 0 ||
+        GetLe32(in) != Crc32c(in + 4, kEntryHeaderSize - 4 + r.key_len)) {
+      return Status::NotFound("entry: bypass slot checksum mismatch (torn tail)");
+    }
+    r.value_crc = GetLe32(in + 40);
+    r.persisted = GetLe64(in + flags) == PersistWord(r.version) &&
+                  Crc32c(in + kEntryHeaderSize + r.key_len, r.value_len) == r.value_crc;
+    *h = r;
+    return Status::Ok();
+  }
+  if (GetLe64(in + 40) != 0 ||
+      GetLe32(in) != Crc32c(in + 4, kEntryHeaderSize - 4 + r.key_len + r.value_len)) {
     return Status::NotFound("entry: checksum mismatch (torn tail)");
   }
   *h = r;

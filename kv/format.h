@@ -28,7 +28,11 @@ inline constexpr uint32_t kMaxWorkers = 32;
 // handed out (a bound), so a restart never reissues one.
 inline constexpr uint64_t kGenerationBlock = 1024;
 
-enum class EntryType : uint8_t { kPut = 1, kDelete = 2 };
+// kPutBypass: an RDMP server-bypass PUT (doc/kv.md §RDMP). The server writes the header and the
+// key when it reserves the slot; the client writes the value and then the persist flag into PM
+// one-sidedly. Its checksum covers the header and the key only; the value is covered by
+// `value_crc` (CRC32C, computed by the client) and counts only once the persist flag is set.
+enum class EntryType : uint8_t { kPut = 1, kDelete = 2, kPutBypass = 3 };
 enum class SegmentKind : uint32_t { kTlog = 1, kGc = 2, kReplica = 3 };
 
 // The header page at the start of the pool's user area.
@@ -65,15 +69,40 @@ struct EntryHeader {
   uint64_t version = 0;
   uint64_t generation = 0;
   uint64_t position = 0;  // worker << 56 | OQ queue position of the request; 0: none
+  uint32_t value_crc = 0;  // kPutBypass: CRC32C of the value (0 for other types)
+  // Decode output for kPutBypass: the persist flag is set and the value matches value_crc (the
+  // entry holds a durable value). Always true for the other types (their checksum covers all).
+  bool persisted = true;
 };
 
-inline size_t EntryFootprint(size_t key_len, size_t value_len) {
+inline constexpr size_t EntryFootprint(size_t key_len, size_t value_len) {
   return (kEntryHeaderSize + key_len + value_len + kAlign - 1) / kAlign * kAlign;
 }
+// kPutBypass slots: header, key, value, then at the next 8-byte boundary the persist-flag word
+// (written by the client after the value is durable) and the valid-flag word (set by the server
+// when it publishes; never persisted explicitly), padded to 64 bytes.
+inline constexpr size_t BypassFlagOffset(size_t key_len, size_t value_len) {
+  return (kEntryHeaderSize + key_len + value_len + 7) / 8 * 8;
+}
+inline constexpr size_t BypassFootprint(size_t key_len, size_t value_len) {
+  return (BypassFlagOffset(key_len, value_len) + 16 + kAlign - 1) / kAlign * kAlign;
+}
+inline size_t Footprint(const EntryHeader& h) {
+  return h.type == EntryType::kPutBypass ? BypassFootprint(h.key_len, h.value_len)
+                                         : EntryFootprint(h.key_len, h.value_len);
+}
+// The flag words of the slot holding `version` (a word left from anything else never matches).
+inline constexpr uint64_t PersistWord(uint64_t version) { return 0x50455253495354ull ^ (version << 8); }
+inline constexpr uint64_t ValidWord(uint64_t version) { return 0x56414c49440000ull ^ (version << 8); }
+// Writes a kPutBypass slot's header and key at `out` and zeroes its flag words (the value bytes
+// are not touched). h.type must be kPutBypass.
+void EncodeBypassSlot(const EntryHeader& h, std::string_view key, uint8_t* out);
 // Writes header + key + value at `out` (EntryFootprint bytes available; padding not written).
 void EncodeEntry(const EntryHeader& h, std::string_view key, std::string_view value, uint8_t* out);
 // Validates the entry at `in` with `avail` readable bytes and `generation` expected.
-// kNotFound: nothing valid here (blank, other generation, checksum, impossible lengths).
+// kNotFound: nothing valid here (blank, other generation, checksum, impossible lengths). A
+// kPutBypass entry whose header and key validate is OK (its footprint is known) with
+// h->persisted saying whether its value counts.
 Status DecodeEntry(const uint8_t* in, size_t avail, uint64_t generation, EntryHeader* h);
 inline std::string_view EntryKey(const uint8_t* entry, const EntryHeader& h) {
   return {reinterpret_cast<const char*>(entry + kEntryHeaderSize), h.key_len};

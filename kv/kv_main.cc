@@ -3,12 +3,13 @@
 //   asymnvm-kv --pool PATH [--size SIZE] [--listen ADDR] [--workers N] [--shards N]
 //              [--segment-size SIZE] [--pm-mode auto|msync|flush] [--gc-threshold F]
 //              [--coord URI|none] [--cluster NAME] [--log-listen ADDR] [--blog-size SIZE]
-//              [--rf N] [--initial-servers N] [--secret-file PATH] [--log-level L] [--config FILE]
+//              [--rf N] [--initial-servers N] [--rdmp on|off] [--rdmp-listen ADDR]
+//              [--secret-file PATH] [--log-level L] [--config FILE]
 //
 // With a coordinator (default: dir:<pool dir>/coord) the server joins the replicated cluster
 // <cluster> (doc/kv.md §Replication); with --coord none it serves every shard of its pool alone.
-// Prints "listening <oq address>" and "log <b-log address>" (then "resp HOST:PORT" for the Redis
-// gateway, doc/resp.md; all in one write) as the first stdout lines once it
+// Prints "listening <oq address>" and "log <b-log address>" (then "rdmp <address>" for the
+// server-bypass endpoint and "resp HOST:PORT" for the Redis gateway, doc/resp.md; all in one write) as the first stdout lines once it
 // serves (registered as /asymnvm/kv/<cluster>/servers/<pool-uuid>, ephemeral), serves until
 // SIGTERM/SIGINT, then stops cleanly (everything acknowledged is already durable) and exits 0.
 // Exit codes: 0 clean stop, 1 start-up failure (message names the pool or the coordinator and the
@@ -74,6 +75,11 @@ int main(int argc, char** argv) {
   app.add_flag("--xpline", xpline,
                "model the XPLine write-combining buffer over every persisted range and print the "
                "DLWA in the stop line");
+  std::string rdmp = "on";
+  app.add_option("--rdmp", rdmp, "RDMP server-bypass for large values: on|off")
+      ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
+  app.add_option("--rdmp-listen", o.rdmp_listen,
+                 "server-bypass endpoint (default: derived from --listen)");
   o.rowan_listen.clear();
   app.add_option("--log-listen", o.rowan_listen,
                  "b-log (Rowan receiver) address for replication; default: derived from --listen");
@@ -161,16 +167,8 @@ int main(int argc, char** argv) {
   o.cluster = cluster;
   // The replication factor is fixed when the first map is made: with --rf N it waits for N.
   if (initial_opt->count() == 0 && o.rf > 0) o.initial_servers = o.rf;
-  if (o.rowan_listen.empty()) {
-    if (o.listen_address.rfind("unix://", 0) == 0) {
-      o.rowan_listen = o.listen_address + ".blog";
-    } else if (o.listen_address.rfind("tcp://", 0) == 0) {
-      std::string hostport = o.listen_address.substr(6);
-      o.rowan_listen = "tcp://" + hostport.substr(0, hostport.rfind(':')) + ":0";
-    } else {
-      o.rowan_listen = o.listen_address + "-blog";
-    }
-  }
+  if (o.rowan_listen.empty()) o.rowan_listen = kv::DerivedAddress(o.listen_address, "blog");
+  o.rdmp = rdmp == "on";
   pm::XPLineModel model;
   if (xpline) o.observer = &model;
   auto server = kv::Server::Start(o);
@@ -213,6 +211,7 @@ int main(int argc, char** argv) {
   // One write: a parent that reads only the first line and closes the pipe must not make a
   // later line raise SIGPIPE.
   std::cout << "listening " << (*server)->address() << "\nlog " << (*server)->rowan_address()
+            << ((*server)->rdmp_address().empty() ? "" : "\nrdmp " + (*server)->rdmp_address())
             << (gateway ? "\nresp " + resp_bind + ":" + std::to_string(gateway->port()) : "")
             << std::endl;
   int sig = 0;

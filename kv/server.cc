@@ -12,7 +12,10 @@
 #include "asymnvm/kv.h"
 #include "common/logging.h"
 #include "fabric/oq/oq.h"
+#include "common/checksum.h"
+#include "common/coding.h"
 #include "kv/cluster.h"
+#include "kv/rdmp.h"
 #include "kv/wire.h"
 
 namespace asymnvm::kv {
@@ -42,6 +45,15 @@ Status CheckKey(std::string_view key) {
 
 }  // namespace
 
+std::string DerivedAddress(const std::string& listen, const std::string& tag) {
+  if (listen.rfind("unix://", 0) == 0) return listen + "." + tag;
+  if (listen.rfind("tcp://", 0) == 0) {
+    const std::string hostport = listen.substr(6);
+    return "tcp://" + hostport.substr(0, hostport.rfind(':')) + ":0";
+  }
+  return listen + "-" + tag;
+}
+
 struct Server::Impl {
   ServerOptions o;
   std::unique_ptr<pm::Pool> pool;
@@ -51,6 +63,8 @@ struct Server::Impl {
   std::unique_ptr<rowan::Receiver> receiver;
   std::unique_ptr<oq::Server> oq;
   std::unique_ptr<ClusterAgent> agent;
+  std::unique_ptr<BypassTarget> bypass;
+  std::atomic<uint64_t> rdmp_published{0}, rdmp_located{0};
   std::atomic<ClusterAgent*> agent_ptr{nullptr};
   bool cluster_mode = false;
   std::vector<WorkerState> workers;
@@ -94,6 +108,9 @@ Status Server::Impl::Execute(const oq::RequestContext& ctx, const wire::Request&
                              std::vector<uint8_t>* response) {
   const auto& g = store->geometry();
   const bool keyed = r.type != wire::kScan && r.type != wire::kInfo && r.type != wire::kPutChunk;
+  if ((r.type == wire::kReserve || r.type == wire::kPublish) && !bypass) {
+    return Status::NotSupported("kv: server-bypass (RDMP) is off on this server");
+  }
   if (keyed) {
     ASYMNVM_RETURN_IF_ERROR(CheckKey(r.key));
     if (r.shard >= g.shards || ShardOf(r.key, g.shards) != r.shard) {
@@ -157,6 +174,20 @@ Status Server::Impl::Execute(const oq::RequestContext& ctx, const wire::Request&
       break;
     }
     case wire::kGet: {
+      if ((r.flags & wire::kFlagLocate) && bypass) {
+        Located at = store->Locate(ctx.worker, r.shard, r.key);
+        if (at.found && at.value_len >= r.arg2) {
+          rdmp_located++;
+          resp.flag = wire::kFlagLocated;
+          resp.version = at.version;
+          resp.arg = at.log_offset;
+          resp.count = at.footprint;
+          body.resize(12);
+          PutLe64(reinterpret_cast<uint8_t*>(body.data()), at.generation);
+          PutLe32(reinterpret_cast<uint8_t*>(body.data()) + 8, at.value_len);
+          break;
+        }
+      }
       ReadResult rr = store->Get(ctx.worker, r.shard, r.key, r.offset,
                                  kMaxResponse - wire::kResponseHeader);
       if (rr.found && r.arg1 != 0 && rr.version != r.arg1) {
@@ -228,6 +259,48 @@ Status Server::Impl::Execute(const oq::RequestContext& ctx, const wire::Request&
       resp.arg = g.shards;
       resp.count = g.workers;
       body = pm::UuidToString(pool->superblock().uuid);
+      if (bypass) {  // + the bypass region and endpoint (doc/kv.md §Wire)
+        uint8_t d[fabric::RegionDescriptor::kEncodedSize];
+        bypass->region().EncodeTo(d);
+        body.append(reinterpret_cast<const char*>(d), sizeof d);
+        body += bypass->address();
+      }
+      break;
+    }
+    case wire::kReserve: {
+      if (cluster_mode && agent_ptr.load()->HasBackups(r.shard)) {
+        return Status::FailedPrecondition(
+            "kv reserve: shard " + std::to_string(r.shard) +
+            " is replicated; server-bypass is for unreplicated shards (send the value inline)");
+      }
+      const uint64_t value_len = r.arg1 & 0xffffffffu;
+      if (value_len > kMaxValueSize) {
+        return Status::InvalidArgument("kv put: value of " + std::to_string(value_len) +
+                                       " bytes is over the limit of " +
+                                       std::to_string(kMaxValueSize));
+      }
+      ASYMNVM_ASSIGN_OR_RETURN(BypassSlot slot,
+                               store->Reserve(ctx.worker, r.shard, r.key,
+                                              static_cast<uint32_t>(value_len),
+                                              static_cast<uint32_t>(r.arg1 >> 32)));
+      Status ts = bypass->Track(r.arg2, slot.log_offset);
+      if (!ts.ok()) {
+        store->Settle(slot.log_offset);  // nobody can write it: abandoned at once
+        return ts;
+      }
+      resp.flag = 1;
+      resp.version = slot.version;
+      resp.arg = slot.log_offset;
+      resp.count = slot.footprint;
+      break;
+    }
+    case wire::kPublish: {
+      auto v = store->Publish(ctx.worker, r.shard, r.key, r.arg1, r.arg2);
+      if (!v.ok()) return v.status();  // still tracked: the reaper settles it
+      bypass->Untrack(r.arg1);
+      rdmp_published++;
+      resp.flag = 1;
+      resp.version = *v;
       break;
     }
     case wire::kPutChunk: {
@@ -431,6 +504,27 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   if (!pd.ok()) return pd.status();
   impl->pd = std::move(pd).value();
 
+  if (o.rdmp) {
+    BypassTargetOptions bo;
+    bo.fabric = impl->fabric.get();
+    bo.pd = impl->pd.get();
+    bo.listen_address =
+        o.rdmp_listen.empty() ? DerivedAddress(o.listen_address, "rdmp") : o.rdmp_listen;
+    bo.base = impl->store->log_base();
+    bo.length = impl->store->log_bytes();
+    bo.persister = impl->pool->persister();
+    bo.reservation_timeout = o.rdmp_reservation_timeout;
+    bo.settle = [raw](uint64_t log_offset) {
+      // A settle may publish: in cluster mode under the map lock, as a worker's request.
+      std::shared_lock<std::shared_mutex> map_lock;
+      if (ClusterAgent* a = raw->agent_ptr.load()) map_lock = a->Lock();
+      raw->store->Settle(log_offset);
+    };
+    auto t = BypassTarget::Start(bo);
+    if (!t.ok()) return t.status().WithContext("kv server: rdmp");
+    impl->bypass = std::move(t).value();
+  }
+
   if (geo.blog_bytes > 0) {
     rowan::ReceiverOptions ro;
     ro.fabric = impl->fabric.get();
@@ -497,6 +591,9 @@ std::string Server::address() const { return impl_->oq->address(); }
 std::string Server::rowan_address() const {
   return impl_->receiver ? impl_->receiver->address() : std::string();
 }
+std::string Server::rdmp_address() const {
+  return impl_->bypass ? impl_->bypass->address() : std::string();
+}
 std::string Server::pool_uuid() const { return pm::UuidToString(impl_->pool->superblock().uuid); }
 const format::ServerHeader& Server::geometry() const { return impl_->store->geometry(); }
 
@@ -512,6 +609,13 @@ ServerStats Server::stats() const {
     s.digested = impl_->agent->digested();
     s.catchups = impl_->agent->catchups_done();
   }
+  if (impl_->bypass) {
+    const auto b = impl_->bypass->stats();
+    s.rdmp_reserved = b.reservations;
+    s.rdmp_settled = b.settled;
+  }
+  s.rdmp_published = impl_->rdmp_published;
+  s.rdmp_located = impl_->rdmp_located;
   return s;
 }
 
@@ -520,6 +624,7 @@ void Server::Stop() {
   impl_->stopped = true;
   if (impl_->agent) impl_->agent->Stop();  // unregisters: the manager moves our shards
   if (impl_->oq) impl_->oq->Stop();
+  if (impl_->bypass) impl_->bypass->Stop();
   if (impl_->receiver) impl_->receiver->Close();
   {
     std::lock_guard<std::mutex> l(impl_->mu);

@@ -54,7 +54,18 @@ struct ServerOptions {
   pm::PersistObserver* observer = nullptr;  // optional: sees every persisted range (XPLine DLWA)
   size_t staging_bytes = 64u << 20;
   std::chrono::milliseconds staging_timeout{30000};
+  // RDMP-KV server-bypass (doc/kv.md §RDMP): clients write large values and read large entries
+  // in the t-log area one-sidedly over connections to rdmp_listen (empty: derived from
+  // listen_address as the b-log's is). Unreplicated shards only. A reservation not published
+  // within rdmp_reservation_timeout revokes its client's bypass connection.
+  bool rdmp = true;
+  std::string rdmp_listen;
+  std::chrono::milliseconds rdmp_reservation_timeout{10000};
 };
+
+// An address next to `listen` for another endpoint of the same server: unix://P -> unix://P.tag,
+// tcp://H:P -> tcp://H:0, inproc://N -> inproc://N-tag.
+std::string DerivedAddress(const std::string& listen, const std::string& tag);
 
 struct ServerStats {
   StoreStats store;
@@ -65,6 +76,10 @@ struct ServerStats {
   uint64_t map_epoch = 0;        // cluster mode: the shard map this server follows
   uint64_t digested = 0;         // b-log entries applied as a backup
   uint64_t catchups = 0;         // joining backups brought in sync by this server
+  uint64_t rdmp_reserved = 0;    // server-bypass slots reserved
+  uint64_t rdmp_published = 0;   // ... published by the client's request
+  uint64_t rdmp_settled = 0;     // ... ended by the server (client gone or too slow)
+  uint64_t rdmp_located = 0;     // GETs answered with a location (the client reads one-sidedly)
 };
 
 // Max request / response payload the server's OQ accepts (key + value + headers).
@@ -80,6 +95,7 @@ class Server {
   ~Server();
   std::string address() const;
   std::string rowan_address() const;  // empty without a b-log
+  std::string rdmp_address() const;   // empty with rdmp off
   std::string pool_uuid() const;
   const format::ServerHeader& geometry() const;
   ServerStats stats() const;

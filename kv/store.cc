@@ -114,12 +114,21 @@ Status Store::Recover() {
     while (off + format::kEntryHeaderSize <= seg_size) {
       EntryHeader h;
       if (!format::DecodeEntry(base + off, seg_size - off, sh.generation, &h).ok()) break;
-      recovered_entries_++;
-      const uint32_t fp = static_cast<uint32_t>(format::EntryFootprint(h.key_len, h.value_len));
+      const uint32_t fp = static_cast<uint32_t>(format::Footprint(h));
       std::string_view key = format::EntryKey(base + off, h);
       if (h.shard < geo_.shards) {
         uint64_t prev = shard_version_[h.shard];
-        if (h.version > prev) shard_version_[h.shard] = h.version;
+        if (h.version > prev) shard_version_[h.shard] = h.version;  // reserved versions too
+        if (!h.persisted) {  // an RDMP slot whose value never became durable: garbage
+          off += fp;
+          continue;
+        }
+        recovered_entries_++;
+        if (h.type == EntryType::kPutBypass) {  // valid flag (volatile): the value is readable
+          uint64_t vf = format::ValidWord(h.version);
+          std::memcpy(SegmentBase(i) + off + format::BypassFlagOffset(h.key_len, h.value_len) + 8,
+                      &vf, 8);
+        }
         const uint32_t worker = WorkerOf(key, geo_.workers);
         if (h.position != 0) {
           uint32_t pw = static_cast<uint32_t>(h.position >> 56);
@@ -186,9 +195,7 @@ Result<uint32_t> Store::AllocateSegment(uint32_t owner, format::SegmentKind kind
   return seg;
 }
 
-Result<Store::Loc> Store::Append(Partition& p, uint32_t owner, const EntryHeader& hin,
-                                 std::string_view key, std::string_view value) {
-  const size_t fp = format::EntryFootprint(key.size(), value.size());
+Result<Store::Loc> Store::Place(Partition& p, uint32_t owner, size_t fp) {
   if (fp + format::kSegmentHeaderSize > geo_.segment_size) {
     return Status::InvalidArgument("kv store: entry of " + std::to_string(fp) +
                                    " bytes does not fit a segment");
@@ -203,16 +210,52 @@ Result<Store::Loc> Store::Append(Partition& p, uint32_t owner, const EntryHeader
     p.seg = *seg;
     p.off = format::kSegmentHeaderSize;
   }
-  EntryHeader h = hin;
-  h.generation = segs_[p.seg].generation;
-  uint8_t* at = SegmentBase(p.seg) + p.off;
-  format::EncodeEntry(h, key, value, at);
-  persister_->Persist(at, format::kEntryHeaderSize + key.size() + value.size());
-  Loc loc{h.shard, p.seg, p.off, static_cast<uint32_t>(fp), h.version,
-          h.type == EntryType::kDelete};
+  Loc loc;
+  loc.seg = p.seg;
+  loc.off = p.off;
+  loc.footprint = static_cast<uint32_t>(fp);
   p.off += static_cast<uint32_t>(fp);
   appended_ += fp;
   return loc;
+}
+
+Result<Store::Loc> Store::PlaceWaiting(Partition& p, uint32_t owner, size_t fp) {
+  auto loc = Place(p, owner, fp);
+  // No free segment: wait for the cleaner (other logs may take a freed segment first; keep
+  // waiting) up to 10 s.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!loc.ok() && loc.status().code() == StatusCode::kResourceExhausted &&
+         std::chrono::steady_clock::now() < deadline && WaitForFreeSegment(deadline)) {
+    loc = Place(p, owner, fp);
+  }
+  return loc;
+}
+
+Result<Store::Loc> Store::Append(Partition& p, uint32_t owner, const EntryHeader& hin,
+                                 std::string_view key, std::string_view value) {
+  ASYMNVM_ASSIGN_OR_RETURN(Loc loc,
+                           Place(p, owner, format::EntryFootprint(key.size(), value.size())));
+  EntryHeader h = hin;
+  h.generation = segs_[loc.seg].generation;
+  uint8_t* at = SegmentBase(loc.seg) + loc.off;
+  format::EncodeEntry(h, key, value, at);
+  persister_->Persist(at, format::kEntryHeaderSize + key.size() + value.size());
+  loc.shard = h.shard;
+  loc.version = h.version;
+  loc.tombstone = h.type == EntryType::kDelete;
+  return loc;
+}
+
+std::vector<uint8_t> Store::Canonical(const uint8_t* e, const EntryHeader& h) const {
+  if (h.type != EntryType::kPutBypass) {
+    return std::vector<uint8_t>(e, e + format::kEntryHeaderSize + h.key_len + h.value_len);
+  }
+  EntryHeader c = h;
+  c.type = EntryType::kPut;
+  c.value_crc = 0;
+  std::vector<uint8_t> out(format::kEntryHeaderSize + h.key_len + h.value_len);
+  format::EncodeEntry(c, format::EntryKey(e, h), format::EntryValue(e, h), out.data());
+  return out;
 }
 
 std::multimap<Store::IndexKey, Store::Loc>::iterator Store::FindLocked(Partition& p,
@@ -511,6 +554,152 @@ void Store::RaiseVersionFloor(uint32_t shard, uint64_t floor) {
   }
 }
 
+Result<BypassSlot> Store::Reserve(uint32_t worker, uint32_t shard, std::string_view key,
+                                  uint32_t value_len, uint32_t value_crc) {
+  ASYMNVM_RETURN_IF_ERROR(CheckShard(shard));
+  if (worker >= geo_.workers) return Status::InvalidArgument("kv: worker out of range");
+  if (value_len > kMaxValueSize) {
+    return Status::InvalidArgument("kv put: value of " + std::to_string(value_len) +
+                                   " bytes is over the limit of " + std::to_string(kMaxValueSize));
+  }
+  Partition& p = *parts_[worker];
+  const size_t fp = format::BypassFootprint(key.size(), value_len);
+  ASYMNVM_ASSIGN_OR_RETURN(Loc loc, PlaceWaiting(p, worker, fp));
+  EntryHeader h;
+  h.type = EntryType::kPutBypass;
+  h.key_len = static_cast<uint16_t>(key.size());
+  h.value_len = value_len;
+  h.shard = shard;
+  h.version = shard_version_[shard].fetch_add(1) + 1;
+  h.generation = segs_[loc.seg].generation;
+  h.value_crc = value_crc;
+  uint8_t* at = SegmentBase(loc.seg) + loc.off;
+  segs_[loc.seg].pending++;  // before the slot exists: the cleaner never sees it unpinned
+  format::EncodeBypassSlot(h, key, at);
+  persister_->Flush(at, format::kEntryHeaderSize + key.size());
+  persister_->Flush(at + format::BypassFlagOffset(key.size(), value_len), 16);
+  persister_->Drain();
+  BypassSlot slot;
+  slot.log_offset = size_t{loc.seg} * geo_.segment_size + loc.off;
+  slot.version = h.version;
+  slot.footprint = static_cast<uint32_t>(fp);
+  std::lock_guard<std::mutex> l(pending_mu_);
+  pending_[slot.log_offset] = worker;
+  return slot;
+}
+
+Result<uint64_t> Store::Publish(uint32_t worker, uint32_t shard, std::string_view key,
+                                uint64_t log_offset, uint64_t version) {
+  ASYMNVM_RETURN_IF_ERROR(CheckShard(shard));
+  if (worker >= geo_.workers) return Status::InvalidArgument("kv: worker out of range");
+  const uint64_t seg = log_offset / geo_.segment_size;
+  const uint32_t off = static_cast<uint32_t>(log_offset % geo_.segment_size);
+  const auto no_slot = [&](const std::string& why) {
+    return Status::FailedPrecondition("kv publish: no reservation of this key at version " +
+                                      std::to_string(version) + " at log offset " +
+                                      std::to_string(log_offset) + " (" + why + ")");
+  };
+  if (seg >= geo_.segments || off < format::kSegmentHeaderSize || off % format::kAlign != 0) {
+    return no_slot("offset outside the log");
+  }
+  const uint64_t gen = segs_[seg].generation;
+  const uint8_t* e = SegmentBase(static_cast<uint32_t>(seg)) + off;
+  EntryHeader h;
+  if (gen == 0 || !format::DecodeEntry(e, geo_.segment_size - off, gen, &h).ok() ||
+      h.type != EntryType::kPutBypass || h.version != version || h.shard != shard ||
+      format::EntryKey(e, h) != key) {
+    return no_slot("the slot was abandoned and reclaimed, or never existed");
+  }
+  if (!h.persisted) {
+    return Status::FailedPrecondition(
+        "kv publish: the persist flag of the slot is not set, or the value does not match the "
+        "checksum given at reservation");
+  }
+  Partition& p = *parts_[worker];
+  const uint64_t tag = KeyHash(key);
+  bool newer;
+  {
+    std::lock_guard<std::mutex> l(p.mu);
+    auto it = FindLocked(p, shard, tag, key);
+    newer = it == p.index.end() || it->second.version < version;
+  }
+  if (newer && o_.replicate) {
+    std::vector<uint8_t> canon = Canonical(e, h);
+    Status rs = o_.replicate(worker, shard, canon);
+    if (!rs.ok()) return rs;
+  }
+  const uint64_t vf = format::ValidWord(version);
+  std::memcpy(const_cast<uint8_t*>(e) + format::BypassFlagOffset(h.key_len, h.value_len) + 8, &vf,
+              8);
+  uint64_t current = version;
+  if (newer) {
+    Loc loc{shard, static_cast<uint32_t>(seg), off, static_cast<uint32_t>(format::Footprint(h)),
+            version, false};
+    std::lock_guard<std::mutex> l(p.mu);
+    auto it = FindLocked(p, shard, tag, key);
+    if (it == p.index.end()) {
+      p.index.emplace(IndexKey{shard, tag}, loc);
+      segs_[seg].live += loc.footprint;
+    } else if (it->second.version < version) {
+      segs_[it->second.seg].live -= it->second.footprint;
+      it->second = loc;
+      segs_[seg].live += loc.footprint;
+    } else {
+      current = it->second.version;
+    }
+  }
+  std::lock_guard<std::mutex> l(pending_mu_);
+  if (pending_.erase(log_offset) > 0) segs_[seg].pending--;
+  return current;
+}
+
+void Store::Settle(uint64_t log_offset) {
+  uint32_t worker;
+  {
+    std::lock_guard<std::mutex> l(pending_mu_);
+    auto it = pending_.find(log_offset);
+    if (it == pending_.end()) return;
+    worker = it->second;
+  }
+  const uint32_t seg = static_cast<uint32_t>(log_offset / geo_.segment_size);
+  const uint32_t off = static_cast<uint32_t>(log_offset % geo_.segment_size);
+  const uint8_t* e = SegmentBase(seg) + off;
+  EntryHeader h;
+  if (format::DecodeEntry(e, geo_.segment_size - off, segs_[seg].generation, &h).ok() &&
+      h.type == EntryType::kPutBypass && h.persisted) {
+    // Durable but never published: publish it, as a restart would.
+    auto r = Publish(worker, h.shard, format::EntryKey(e, h), log_offset, h.version);
+    if (r.ok()) return;
+    LOG_WARN("kv", "settling an RDMP slot at " << log_offset << ": " << r.status().ToString());
+  }
+  std::lock_guard<std::mutex> l(pending_mu_);
+  if (pending_.erase(log_offset) > 0) segs_[seg].pending--;
+}
+
+Located Store::Locate(uint32_t worker, uint32_t shard, std::string_view key) const {
+  Located r;
+  if (shard >= geo_.shards || worker >= geo_.workers) return r;
+  Partition& p = *parts_[worker];
+  std::lock_guard<std::mutex> l(p.mu);
+  auto it = FindLocked(p, shard, KeyHash(key), key);
+  if (it == p.index.end() || it->second.tombstone) return r;
+  const uint8_t* e = SegmentBase(it->second.seg) + it->second.off;
+  uint32_t vlen = 0;
+  std::memcpy(&vlen, e + 8, 4);  // little-endian hosts only (as the whole PM layout)
+  r.found = true;
+  r.version = it->second.version;
+  r.value_len = vlen;
+  r.log_offset = size_t{it->second.seg} * geo_.segment_size + it->second.off;
+  r.generation = segs_[it->second.seg].generation;
+  r.footprint = it->second.footprint;
+  return r;
+}
+
+uint64_t Store::pending_slots() const {
+  std::lock_guard<std::mutex> l(pending_mu_);
+  return pending_.size();
+}
+
 Status Store::ForEachEntry(uint32_t shard,
                            const std::function<Status(std::span<const uint8_t>)>& fn) const {
   if (shard >= geo_.shards) return Status::InvalidArgument("kv: shard out of range");
@@ -533,7 +722,7 @@ Status Store::ForEachEntry(uint32_t shard,
                    .ok()) {
             return Status::Corruption("kv: index points at an invalid entry");
           }
-          batch.emplace_back(e, e + format::kEntryHeaderSize + h.key_len + h.value_len);
+          batch.push_back(Canonical(e, h));
           last = it->first.second;
         }
         more = it != p.index.end() && it->first.first == shard;
@@ -566,7 +755,7 @@ Result<uint32_t> Store::CleanOnce() {
     std::vector<bool> is_free(geo_.segments, false);
     for (uint32_t f : free_) is_free[f] = true;
     for (uint32_t i = 0; i < geo_.segments; i++) {
-      if (is_free[i] || segs_[i].open || segs_[i].generation == 0) continue;
+      if (is_free[i] || segs_[i].open || segs_[i].generation == 0 || segs_[i].pending > 0) continue;
       const uint64_t live = segs_[i].live;
       if (live < limit) cand.push_back({live, i});
     }
@@ -584,14 +773,16 @@ Result<uint32_t> Store::CleanOnce() {
     while (off + format::kEntryHeaderSize <= geo_.segment_size) {
       EntryHeader h;
       if (!format::DecodeEntry(base + off, geo_.segment_size - off, gen, &h).ok()) break;
-      const size_t fp = format::EntryFootprint(h.key_len, h.value_len);
+      const size_t fp = format::Footprint(h);
       std::string_view key = format::EntryKey(base + off, h);
       if (h.shard < geo_.shards) {
         Partition& p = *parts_[WorkerOf(key, geo_.workers)];
         std::lock_guard<std::mutex> l(p.mu);
         auto it = FindLocked(p, h.shard, KeyHash(key), key);
         if (it != p.index.end() && it->second.seg == seg && it->second.off == off) {
-          auto loc = Append(gc, 0, h, key, format::EntryValue(base + off, h));
+          EntryHeader copy = h;  // an RDMP entry is copied as a plain put
+          if (copy.type == EntryType::kPutBypass) copy.type = EntryType::kPut;
+          auto loc = Append(gc, 0, copy, key, format::EntryValue(base + off, h));
           if (!loc.ok()) {
             LOG_WARN("kv", "cleaner: " << loc.status().ToString());
             ok = false;

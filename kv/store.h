@@ -89,6 +89,23 @@ struct ScanOut {
   bool done = false;
 };
 
+// RDMP server-bypass (doc/kv.md §RDMP): a reserved slot in a worker's t-log and where it is.
+struct BypassSlot {
+  uint64_t log_offset = 0;  // of the slot's first byte, from the start of the segment area
+  uint64_t version = 0;     // the version the value will have
+  uint32_t footprint = 0;
+};
+
+// Where a key's current entry lies (one-sided GET).
+struct Located {
+  bool found = false;       // false also for a tombstone
+  uint64_t version = 0;
+  uint32_t value_len = 0;
+  uint64_t log_offset = 0;
+  uint64_t generation = 0;  // of the segment holding it
+  uint32_t footprint = 0;
+};
+
 class Store {
  public:
   // Formats a blank header page with options.geometry, or validates the stored one and rebuilds
@@ -115,6 +132,26 @@ class Store {
   // about `max_bytes` of encoded items; values above `max_value` are left out (truncated).
   ScanOut Scan(uint32_t shard, uint64_t cursor, uint32_t count, size_t max_bytes,
                size_t max_value) const;
+
+  // RDMP server-bypass PUT. Reserve appends a kPutBypass slot (header + key, flag words zeroed,
+  // persisted) for a value of value_len bytes whose CRC32C is value_crc, takes the next version of
+  // the shard and marks the slot pending (its segment is not cleaned while a slot is pending).
+  // The client then writes the value and the persist flag one-sidedly. Publish validates the slot
+  // (key, version, persist flag, value checksum) and makes it the key's current entry unless a
+  // newer version already is; it is idempotent and works on slots found after a restart too.
+  // Settle ends a pending reservation whose client is gone: published when its persist flag is
+  // set (as a restart would find it), abandoned otherwise. Errors: Reserve as Put;
+  // Publish kFailedPrecondition (no such slot, flag not set, value fails its checksum).
+  Result<BypassSlot> Reserve(uint32_t worker, uint32_t shard, std::string_view key,
+                             uint32_t value_len, uint32_t value_crc);
+  Result<uint64_t> Publish(uint32_t worker, uint32_t shard, std::string_view key,
+                           uint64_t log_offset, uint64_t version);
+  void Settle(uint64_t log_offset);
+  // The key's current entry (for a one-sided read). Partition of `worker`, as Get.
+  Located Locate(uint32_t worker, uint32_t shard, std::string_view key) const;
+  uint8_t* log_base() const { return log_base_; }
+  size_t log_bytes() const { return size_t{geo_.segments} * geo_.segment_size; }
+  uint64_t pending_slots() const;
 
   // A backup applies an entry its primary replicated (an encoded entry as given to
   // StoreOptions::replicate): appended to the replica log, then indexed when its version is above
@@ -159,6 +196,7 @@ class Store {
     uint32_t owner = 0;
     bool open = false;        // being appended to
     std::atomic<uint64_t> live{0};
+    std::atomic<uint32_t> pending{0};  // RDMP slots reserved and not yet published or settled
   };
   explicit Store(const StoreOptions& o);
   Status Format();
@@ -166,6 +204,14 @@ class Store {
   uint8_t* SegmentBase(uint32_t seg) const {
     return log_base_ + size_t{seg} * geo_.segment_size;
   }
+  // Room for `fp` bytes at the end of partition p's log (a new segment when the open one is
+  // full); advances the log. The returned Loc has seg/off/footprint set.
+  Result<Loc> Place(Partition& p, uint32_t owner, size_t fp);
+  // Place, retrying while no segment is free (the cleaner frees one) for up to 10 s.
+  Result<Loc> PlaceWaiting(Partition& p, uint32_t owner, size_t fp);
+  // The entry at `loc` as a plain kPut/kDelete encoding (a kPutBypass becomes a kPut): what
+  // replication, catch-up and the cleaner carry.
+  std::vector<uint8_t> Canonical(const uint8_t* e, const format::EntryHeader& h) const;
   // Appends an entry to partition p's log (p = workers for the GC log). Returns its location.
   Result<Loc> Append(Partition& p, uint32_t owner, const format::EntryHeader& h,
                      std::string_view key, std::string_view value);
@@ -197,6 +243,8 @@ class Store {
   uint64_t next_generation_ = 1;
   std::mutex header_mu_;
   std::mutex clean_mu_;
+  mutable std::mutex pending_mu_;
+  std::map<uint64_t, uint32_t> pending_;  // RDMP: log offset of a pending slot -> worker
   std::atomic<uint64_t> appended_{0}, gc_copied_{0}, gc_freed_{0}, skipped_{0};
   uint64_t recovered_entries_ = 0;
 };

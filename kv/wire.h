@@ -30,8 +30,17 @@ enum Type : uint16_t {
   kPutChunk = 8,   // arg1 = upload id, arg2 = total length; offset = where these bytes go; no key
   kPutLarge = 9,   // the last chunk + key; arg1 = upload id, arg2 = expected version
                    // (flags & kFlagConditional), offset = where the carried bytes go
+  // RDMP server-bypass (doc/kv.md §RDMP):
+  kReserve = 10,   // key; arg1 = value_len | value CRC32C << 32; arg2 = bypass token.
+                   // Reply: version, arg = log offset of the slot, count = footprint
+  kPublish = 11,   // key; arg1 = log offset, arg2 = version. nilext on unreplicated shards.
+                   // Reply: version now current
 };
 inline constexpr uint16_t kFlagConditional = 1;
+// kGet: values of at least arg2 bytes are answered with their location instead (flag 3,
+// version, arg = log offset, count = footprint, body = generation u64 + value_len u32).
+inline constexpr uint16_t kFlagLocate = 2;
+inline constexpr uint8_t kFlagLocated = 3;
 inline constexpr size_t kRequestHeader = 32;
 inline constexpr size_t kResponseHeader = 32;
 

@@ -35,6 +35,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -51,6 +52,8 @@ inline constexpr size_t kMaxValueSize = size_t{1} << 20;  // 1 MiB
 // Values up to this size are written by one request (nilext Put); larger ones are chunked.
 inline constexpr size_t kMaxInlineValue = 48 * 1024;
 inline constexpr uint32_t kMaxScanCount = 10000;
+// ClientOptions::bypass_threshold: never bypass.
+inline constexpr size_t kNoBypass = SIZE_MAX;
 
 struct ClientOptions {
   // Where the cluster is. Exactly one of the two:
@@ -65,6 +68,25 @@ struct ClientOptions {
   fabric::FabricOptions fabric;
   std::chrono::milliseconds timeout{5000};          // each request (connect included)
   std::chrono::milliseconds retry_deadline{10000};  // retries on stale map / restarting server
+  // RDMP-KV (doc/kv.md §RDMP): a Put value or a Get result of at least bypass_threshold bytes
+  // moves one-sidedly through the server's PM (server-bypass: the client writes the value and a
+  // persist flag into a slot the server reserved, then asks it to publish; a Get reads the entry
+  // the server located and checks it, falling back to the server's reply when the check fails);
+  // smaller ones travel inside requests and replies (server-reply). 0: always bypass; kNoBypass:
+  // never. Used only where the server offers it (asymnvm-kv --rdmp on, the default) and, for
+  // Put, on shards without backups; otherwise the server-reply path is taken.
+  size_t bypass_threshold = 16 * 1024;
+  // Test hook: a server-bypass Put stops (kAborted) after writing the value (1) or after writing
+  // the persist flag (2), like a client that died there. 0: off.
+  int TEST_bypass_stop_after = 0;
+};
+
+// What the server-bypass path did for this client (cumulative).
+struct RdmpCounters {
+  uint64_t bypass_puts = 0;       // Puts committed through a reserved slot
+  uint64_t bypass_gets = 0;       // Gets answered by a one-sided read
+  uint64_t fallbacks = 0;         // bypass attempts that ended on the server-reply path
+  uint64_t bypass_bytes = 0;      // value bytes written or read one-sidedly
 };
 
 struct GetReply {
@@ -123,6 +145,7 @@ class Client {
   // Fabric counters summed over this client's current connections (round trips = doorbells,
   // bytes, ...); a connection replaced after a failure starts again from zero.
   virtual fabric::Counters counters() const { return {}; }
+  virtual RdmpCounters rdmp_counters() const { return {}; }
 
   virtual uint32_t shard_count() const = 0;
   virtual uint32_t ShardOf(std::string_view key) const = 0;

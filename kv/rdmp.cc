@@ -1,0 +1,284 @@
+#include "kv/rdmp.h"
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "common/coding.h"
+#include "common/logging.h"
+
+namespace asymnvm::kv {
+
+// ---------------------------------------------------------------------------------------------
+// BypassTarget
+
+Result<std::unique_ptr<BypassTarget>> BypassTarget::Start(const BypassTargetOptions& o) {
+  if (o.fabric == nullptr || o.pd == nullptr || o.base == nullptr || o.length == 0 ||
+      o.persister == nullptr || !o.settle) {
+    return Status::InvalidArgument("rdmp target: fabric, pd, base/length, persister and settle are "
+                                   "required");
+  }
+  std::unique_ptr<BypassTarget> t(new BypassTarget(o));
+  fabric::MemoryRegionOptions mo;
+  mo.access = fabric::kLocalWrite | fabric::kRemoteRead | fabric::kRemoteWrite;
+  mo.persister = o.persister;
+  auto mr = o.pd->RegisterMemory(o.base, o.length, mo);
+  if (!mr.ok()) return mr.status().WithContext("rdmp target: registering the t-log area");
+  t->mr_ = std::move(mr).value();
+  // The target never posts: the CQ only satisfies the connection options (ring: never overruns).
+  auto cq = o.fabric->CreateCq({.capacity = 64, .ring = true});
+  if (!cq.ok()) return cq.status();
+  t->cq_ = std::move(cq).value();
+  auto l = o.fabric->Listen(o.pd, o.listen_address);
+  if (!l.ok()) return l.status().WithContext("rdmp target: listen on " + o.listen_address);
+  t->listener_ = std::move(l).value();
+  BypassTarget* raw = t.get();
+  t->acceptor_ = std::thread([raw] { raw->AcceptLoop(); });
+  t->reaper_ = std::thread([raw] {
+    std::unique_lock<std::mutex> lk(raw->mu_);
+    while (!raw->stopping_) {
+      raw->cv_.wait_for(lk, std::chrono::milliseconds(100), [raw] { return raw->stopping_; });
+      if (raw->stopping_) break;
+      lk.unlock();
+      raw->Reap();
+      lk.lock();
+    }
+  });
+  return t;
+}
+
+BypassTarget::~BypassTarget() { Stop(); }
+
+void BypassTarget::Stop() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stopping_ && !acceptor_.joinable()) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (acceptor_.joinable()) acceptor_.join();
+  if (reaper_.joinable()) reaper_.join();
+  std::map<uint64_t, Peer> peers;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    peers.swap(peers_);
+    slot_owner_.clear();
+  }
+  for (auto& [token, p] : peers) p.conn->Close();
+  listener_.reset();
+}
+
+std::string BypassTarget::address() const { return listener_->address(); }
+
+fabric::RegionDescriptor BypassTarget::region() const { return mr_->descriptor(); }
+
+void BypassTarget::AcceptLoop() {
+  std::mt19937_64 rng(std::random_device{}());
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (stopping_) return;
+    }
+    uint64_t token = 0;
+    while (token == 0) token = rng();
+    fabric::ConnectionOptions co;
+    co.send_cq = cq_.get();
+    co.recv_cq = cq_.get();
+    co.max_send_wr = 1;
+    co.max_recv_wr = 1;
+    co.private_data.resize(8);
+    PutLe64(co.private_data.data(), token);
+    co.timeout = std::chrono::milliseconds(100);
+    auto c = listener_->Accept(co);
+    if (!c.ok()) {
+      if (c.status().code() != StatusCode::kTimedOut) {
+        LOG_WARN("kv", "rdmp accept: " << c.status().ToString());
+      }
+      continue;
+    }
+    accepted_++;
+    std::lock_guard<std::mutex> l(mu_);
+    peers_[token].conn = std::move(c).value();
+  }
+}
+
+Status BypassTarget::Track(uint64_t token, uint64_t log_offset) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = peers_.find(token);
+  if (it == peers_.end() || it->second.conn->state() != fabric::ConnectionState::kConnected) {
+    return Status::FailedPrecondition(
+        "kv reserve: no live bypass connection with this token (reconnect it and reserve again)");
+  }
+  it->second.slots.insert(log_offset);
+  it->second.deadline = std::min(it->second.deadline,
+                                 std::chrono::steady_clock::now() + o_.reservation_timeout);
+  slot_owner_[log_offset] = token;
+  reservations_++;
+  return Status::Ok();
+}
+
+void BypassTarget::Untrack(uint64_t log_offset) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = slot_owner_.find(log_offset);
+  if (it == slot_owner_.end()) return;
+  auto p = peers_.find(it->second);
+  if (p != peers_.end()) {
+    p->second.slots.erase(log_offset);
+    if (p->second.slots.empty()) p->second.deadline = std::chrono::steady_clock::time_point::max();
+  }
+  slot_owner_.erase(it);
+}
+
+void BypassTarget::Reap() {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<std::unique_ptr<fabric::Connection>> closing;
+  std::vector<uint64_t> slots;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto it = peers_.begin(); it != peers_.end();) {
+      Peer& p = it->second;
+      const bool dead = p.conn->state() != fabric::ConnectionState::kConnected;
+      if (!dead && p.deadline > now) {
+        ++it;
+        continue;
+      }
+      if (!dead) {
+        revoked_++;
+        LOG_WARN("kv", "rdmp: a reservation of bypass connection "
+                           << p.conn->peer_address() << " expired; closing the connection");
+      }
+      for (uint64_t s : p.slots) {
+        slots.push_back(s);
+        slot_owner_.erase(s);
+      }
+      closing.push_back(std::move(p.conn));
+      it = peers_.erase(it);
+    }
+  }
+  // Close first: after Close returns no write of that connection lands; only then may a slot
+  // it was writing be abandoned and its segment reclaimed.
+  for (auto& c : closing) c->Close();
+  closing.clear();
+  for (uint64_t s : slots) {
+    settled_++;
+    o_.settle(s);
+  }
+}
+
+BypassTargetStats BypassTarget::stats() const {
+  return {accepted_.load(), reservations_.load(), revoked_.load(), settled_.load()};
+}
+
+// ---------------------------------------------------------------------------------------------
+// BypassChannel
+
+Result<std::unique_ptr<BypassChannel>> BypassChannel::Connect(
+    fabric::Fabric* fabric, fabric::ProtectionDomain* pd, const std::string& address,
+    const fabric::RegionDescriptor& region, size_t buffer, std::chrono::milliseconds timeout) {
+  std::unique_ptr<BypassChannel> c(new BypassChannel());
+  c->region_ = region;
+  c->timeout_ = timeout;
+  c->buf_size_ = buffer;
+  c->buf_.reset(new uint8_t[buffer]);
+  ASYMNVM_ASSIGN_OR_RETURN(c->mr_, pd->RegisterMemory(c->buf_.get(), buffer,
+                                                      {.access = fabric::kLocalWrite}));
+  ASYMNVM_ASSIGN_OR_RETURN(c->cq_, fabric->CreateCq({.capacity = 64}));
+  fabric::ConnectionOptions co;
+  co.send_cq = c->cq_.get();
+  co.recv_cq = c->cq_.get();
+  co.max_send_wr = 16;
+  co.max_recv_wr = 1;
+  co.timeout = timeout;
+  auto conn = fabric->Connect(pd, address, co);
+  if (!conn.ok()) return conn.status().WithContext("kv rdmp: connecting to " + address);
+  c->conn_ = std::move(conn).value();
+  const auto& pdata = c->conn_->peer_private_data();
+  if (pdata.size() != 8 || GetLe64(pdata.data()) == 0) {
+    return Status::ProtocolError("kv rdmp: " + address + " is not an asymnvm-kv bypass endpoint");
+  }
+  c->token_ = GetLe64(pdata.data());
+  return c;
+}
+
+Status BypassChannel::Complete(size_t n) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  fabric::Completion comps[4];
+  size_t got = 0;
+  while (got < n) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      broken_ = true;
+      return Status::TimedOut("kv rdmp: one-sided request not completed in time");
+    }
+    auto r = cq_->Wait({comps, 4}, std::chrono::duration_cast<std::chrono::microseconds>(
+                                       deadline - now));
+    if (!r.ok()) {
+      broken_ = true;
+      return r.status();
+    }
+    for (size_t i = 0; i < *r; i++) {
+      if (comps[i].status != fabric::CompletionStatus::kSuccess) {
+        broken_ = true;
+        return Status::ConnectionError(std::string("kv rdmp: ") +
+                                       fabric::OpcodeName(comps[i].opcode) + " failed: " +
+                                       fabric::CompletionStatusName(comps[i].status));
+      }
+    }
+    got += *r;
+  }
+  return Status::Ok();
+}
+
+Status BypassChannel::WriteDurable(uint64_t offset, std::span<const uint8_t> data) {
+  if (data.size() > buf_size_ || offset + data.size() > region_.length) {
+    return Status::InvalidArgument("kv rdmp: write outside the channel buffer or the region");
+  }
+  std::vector<fabric::WorkRequest> wrs;
+  if (!data.empty()) {
+    std::memcpy(buf_.get(), data.data(), data.size());
+    fabric::WorkRequest w;
+    w.wr_id = 1;
+    w.opcode = fabric::Opcode::kWrite;
+    w.local_addr = buf_.get();
+    w.length = static_cast<uint32_t>(data.size());
+    w.local_mr = mr_.get();
+    w.remote_addr = region_.addr + offset;
+    w.rkey = region_.rkey;
+    wrs.push_back(w);
+  }
+  fabric::WorkRequest f;
+  f.wr_id = 2;
+  f.opcode = fabric::Opcode::kFlush;
+  f.remote_addr = region_.addr;
+  f.rkey = region_.rkey;
+  wrs.push_back(f);
+  Status st = conn_->Post(wrs);
+  if (!st.ok()) {
+    broken_ = true;
+    return st;
+  }
+  return Complete(wrs.size());
+}
+
+Result<std::span<const uint8_t>> BypassChannel::Read(uint64_t offset, size_t length) {
+  if (length > buf_size_ || offset + length > region_.length) {
+    return Status::InvalidArgument("kv rdmp: read outside the channel buffer or the region");
+  }
+  fabric::WorkRequest w;
+  w.wr_id = 3;
+  w.opcode = fabric::Opcode::kRead;
+  w.local_addr = buf_.get();
+  w.length = static_cast<uint32_t>(length);
+  w.local_mr = mr_.get();
+  w.remote_addr = region_.addr + offset;
+  w.rkey = region_.rkey;
+  Status st = conn_->Post({&w, 1});
+  if (!st.ok()) {
+    broken_ = true;
+    return st;
+  }
+  ASYMNVM_RETURN_IF_ERROR(Complete(1));
+  return std::span<const uint8_t>(buf_.get(), length);
+}
+
+}  // namespace asymnvm::kv

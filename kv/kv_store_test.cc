@@ -6,9 +6,11 @@
 
 #include <map>
 #include <atomic>
+#include <cstring>
 #include <random>
 #include <thread>
 
+#include "common/checksum.h"
 #include "kv/format.h"
 #include "pm/pm_test_util.h"
 
@@ -385,6 +387,150 @@ TEST(KV_SUITE, GcSoak_ConcurrentCleanerAndScans) {
   check();
   f.CrashAndReopen(seed);
   check();
+}
+
+// ---- RDMP server-bypass slots (doc/kv.md §RDMP) ----
+
+// What a bypass client does one-sidedly: the value, durable; then (flag = true) the persist flag.
+void ClientWrites(Fixture& f, const BypassSlot& s, std::string_view key, std::string_view value,
+                  bool flag) {
+  uint8_t* e = f.store->log_base() + s.log_offset;
+  std::memcpy(e + format::kEntryHeaderSize + key.size(), value.data(), value.size());
+  f.pool->persister()->Persist(e + format::kEntryHeaderSize + key.size(), value.size());
+  if (!flag) return;
+  const uint64_t pf = format::PersistWord(s.version);
+  std::memcpy(e + format::BypassFlagOffset(key.size(), value.size()), &pf, 8);
+  f.pool->persister()->Persist(e + format::BypassFlagOffset(key.size(), value.size()), 8);
+}
+
+Result<BypassSlot> Reserve(Fixture& f, std::string_view k, std::string_view v) {
+  return f.store->Reserve(f.W(k), f.S(k), k, static_cast<uint32_t>(v.size()),
+                          Crc32c(v.data(), v.size()));
+}
+
+TEST(KV_SUITE, Bypass_PublishedSlotIsTheValue_UnflaggedOrCorruptIsRefused) {
+  Fixture f;
+  ASSERT_TRUE(f.Put("k", "old").ok());
+  const std::string value(5000, 'v');
+  auto s = Reserve(f, "k", value);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->footprint, format::BypassFootprint(1, value.size()));
+  EXPECT_EQ(f.store->pending_slots(), 1u);
+  // Not visible before it is published; a publish before the flag is refused.
+  EXPECT_EQ(f.Get("k").bytes, "old");
+  ClientWrites(f, *s, "k", value, false);
+  auto early = f.store->Publish(f.W("k"), f.S("k"), "k", s->log_offset, s->version);
+  EXPECT_EQ(early.status().code(), StatusCode::kFailedPrecondition) << early.status().ToString();
+  EXPECT_EQ(f.Get("k").bytes, "old");
+  // Flag set but a value byte wrong: the value does not match the reserved checksum.
+  ClientWrites(f, *s, "k", std::string(4999, 'v') + "X", true);
+  EXPECT_EQ(f.store->Publish(f.W("k"), f.S("k"), "k", s->log_offset, s->version).status().code(),
+            StatusCode::kFailedPrecondition);
+  ClientWrites(f, *s, "k", value, true);
+  // A publish naming another key, version or offset finds no slot.
+  EXPECT_FALSE(f.store->Publish(f.W("k"), f.S("k"), "k", s->log_offset, s->version + 1).ok());
+  EXPECT_FALSE(f.store->Publish(f.W("k"), f.S("k"), "k", s->log_offset + 64, s->version).ok());
+  EXPECT_FALSE(f.store->Publish(f.W("k"), f.S("k"), "k", uint64_t{1} << 40, s->version).ok());
+  auto v = f.store->Publish(f.W("k"), f.S("k"), "k", s->log_offset, s->version);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(*v, s->version);
+  EXPECT_EQ(f.store->pending_slots(), 0u);
+  auto g = f.Get("k");
+  EXPECT_EQ(g.bytes, value);
+  EXPECT_EQ(g.version, s->version);
+  // Publishing again (an OQ re-execution) changes nothing.
+  EXPECT_TRUE(f.store->Publish(f.W("k"), f.S("k"), "k", s->log_offset, s->version).ok());
+  EXPECT_EQ(f.store->stats().keys, 1u);
+  Located at = f.store->Locate(f.W("k"), f.S("k"), "k");
+  EXPECT_TRUE(at.found);
+  EXPECT_EQ(at.log_offset, s->log_offset);
+  EXPECT_EQ(at.value_len, value.size());
+}
+
+TEST(KV_SUITE, Bypass_NewerWriteWinsOverALaterPublish) {
+  Fixture f;
+  auto s = Reserve(f, "k", "slow");
+  ASSERT_TRUE(s.ok());
+  auto newer = f.Put("k", "fast");  // reserved first, written first
+  ASSERT_TRUE(newer.ok());
+  EXPECT_GT(*newer, s->version);
+  ClientWrites(f, *s, "k", "slow", true);
+  auto v = f.store->Publish(f.W("k"), f.S("k"), "k", s->log_offset, s->version);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(*v, *newer);  // the version now current
+  EXPECT_EQ(f.Get("k").bytes, "fast");
+  f.CrashAndReopen(1);
+  EXPECT_EQ(f.Get("k").bytes, "fast");
+}
+
+// After a crash only slots whose persist flag is set count: unflagged ones are garbage, flagged
+// but unpublished ones are visible (the RDMP-KV recovery rule), and versions never go back.
+TEST(KV_SUITE, Bypass_CrashKeepsExactlyTheFlaggedSlots) {
+  Fixture f;
+  for (const char* k : {"a", "b", "c"}) ASSERT_TRUE(f.Put(k, "old").ok());
+  const std::string va(3000, 'a'), vb(3000, 'b'), vc(3000, 'c');
+  auto sa = Reserve(f, "a", va), sb = Reserve(f, "b", vb), sc = Reserve(f, "c", vc);
+  ASSERT_TRUE(sa.ok() && sb.ok() && sc.ok());
+  ClientWrites(f, *sa, "a", va, false);  // value only
+  ClientWrites(f, *sb, "b", vb, true);   // flagged, never published
+  ClientWrites(f, *sc, "c", vc, true);
+  ASSERT_TRUE(f.store->Publish(f.W("c"), f.S("c"), "c", sc->log_offset, sc->version).ok());
+  ASSERT_TRUE(f.Put("after", "x").ok());  // entries behind the slots are found too
+  f.CrashAndReopen(7);
+  EXPECT_EQ(f.Get("a").bytes, "old");
+  EXPECT_EQ(f.Get("b").bytes, vb);
+  EXPECT_EQ(f.Get("b").version, sb->version);
+  EXPECT_EQ(f.Get("c").bytes, vc);
+  EXPECT_EQ(f.Get("after").bytes, "x");
+  EXPECT_EQ(f.store->pending_slots(), 0u);
+  auto next = f.Put("a", "new");
+  ASSERT_TRUE(next.ok());
+  EXPECT_GT(*next, sa->version);  // the abandoned slot's version is never reissued
+  // A publish of the flagged slot after the restart (the OQ re-executing it) is harmless.
+  EXPECT_TRUE(f.store->Publish(f.W("b"), f.S("b"), "b", sb->log_offset, sb->version).ok());
+  EXPECT_EQ(f.Get("b").bytes, vb);
+}
+
+// A pending slot pins its segment against the cleaner; Settle publishes a flagged slot and
+// abandons an unflagged one; the cleaner then copies the published value as a plain entry.
+TEST(KV_SUITE, Bypass_PendingSlotsPinTheirSegment_SettleAndCleanerKeepValues) {
+  Fixture f(/*segments=*/16, /*segment_size=*/64 * 1024, /*workers=*/1, /*shards=*/1);
+  const std::string vf(2000, 'f'), vu(2000, 'u');
+  auto flagged = Reserve(f, "flagged", vf);
+  auto unflagged = Reserve(f, "unflagged", vu);
+  ASSERT_TRUE(flagged.ok() && unflagged.ok());
+  ClientWrites(f, *flagged, "flagged", vf, true);
+  ClientWrites(f, *unflagged, "unflagged", vu, false);
+  const uint64_t seg_size = 64 * 1024;
+  const uint64_t pinned = flagged->log_offset / seg_size;
+  // Fill the log past that segment with overwrites (its other entries become garbage).
+  for (int i = 0; i < 300; i++) ASSERT_TRUE(f.Put("churn", std::string(1000, 'c')).ok());
+  for (int i = 0; i < 5; i++) ASSERT_TRUE(f.store->CleanOnce().ok());
+  // Still pinned: the client may be writing it.
+  format::SegmentHeader sh;
+  EXPECT_TRUE(format::DecodeSegmentHeader(f.store->log_base() + pinned * seg_size, &sh).ok());
+  EXPECT_EQ(f.store->pending_slots(), 2u);
+  f.store->Settle(flagged->log_offset);
+  f.store->Settle(unflagged->log_offset);
+  f.store->Settle(unflagged->log_offset);  // twice: no effect
+  EXPECT_EQ(f.store->pending_slots(), 0u);
+  EXPECT_EQ(f.Get("flagged").bytes, vf);
+  EXPECT_FALSE(f.Get("unflagged").found);
+  for (int i = 0; i < 200; i++) ASSERT_TRUE(f.Put("churn", std::string(1000, 'c')).ok());
+  uint64_t freed = 0;
+  for (int i = 0; i < 10; i++) { auto r = f.store->CleanOnce(); ASSERT_TRUE(r.ok()); freed += *r; }
+  EXPECT_GT(freed, 0u);
+  EXPECT_EQ(f.Get("flagged").bytes, vf);
+  f.CrashAndReopen(3);
+  EXPECT_EQ(f.Get("flagged").bytes, vf);
+  EXPECT_FALSE(f.Get("unflagged").found);
+}
+
+TEST(KV_SUITE, Bypass_ReserveRejectsOversizedValues) {
+  Fixture f;
+  EXPECT_EQ(f.store->Reserve(0, 0, "k", kMaxValueSize + 1, 0).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(f.store->Reserve(0, 99, "k", 10, 0).status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -618,10 +618,12 @@ Result<uint64_t> Store::Publish(uint32_t worker, uint32_t shard, std::string_vie
   Partition& p = *parts_[worker];
   const uint64_t tag = KeyHash(key);
   bool newer;
+  uint64_t current = version;
   {
     std::lock_guard<std::mutex> l(p.mu);
     auto it = FindLocked(p, shard, tag, key);
     newer = it == p.index.end() || it->second.version < version;
+    if (!newer) current = it->second.version;
   }
   if (newer && o_.replicate) {
     std::vector<uint8_t> canon = Canonical(e, h);
@@ -631,7 +633,6 @@ Result<uint64_t> Store::Publish(uint32_t worker, uint32_t shard, std::string_vie
   const uint64_t vf = format::ValidWord(version);
   std::memcpy(const_cast<uint8_t*>(e) + format::BypassFlagOffset(h.key_len, h.value_len) + 8, &vf,
               8);
-  uint64_t current = version;
   if (newer) {
     Loc loc{shard, static_cast<uint32_t>(seg), off, static_cast<uint32_t>(format::Footprint(h)),
             version, false};

@@ -80,6 +80,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
   app.add_option("--rdmp-listen", o.rdmp_listen,
                  "server-bypass endpoint (default: derived from --listen)");
+  int64_t rdmp_timeout_ms = 10000;
+  app.add_option("--rdmp-reservation-timeout-ms", rdmp_timeout_ms,
+                 "a server-bypass slot not published within this revokes its client's connection")
+      ->check(CLI::Range(int64_t{10}, int64_t{3600000}))->capture_default_str();
   o.rowan_listen.clear();
   app.add_option("--log-listen", o.rowan_listen,
                  "b-log (Rowan receiver) address for replication; default: derived from --listen");
@@ -169,6 +173,7 @@ int main(int argc, char** argv) {
   if (initial_opt->count() == 0 && o.rf > 0) o.initial_servers = o.rf;
   if (o.rowan_listen.empty()) o.rowan_listen = kv::DerivedAddress(o.listen_address, "blog");
   o.rdmp = rdmp == "on";
+  o.rdmp_reservation_timeout = std::chrono::milliseconds(rdmp_timeout_ms);
   pm::XPLineModel model;
   if (xpline) o.observer = &model;
   auto server = kv::Server::Start(o);

@@ -97,13 +97,20 @@ void BypassTarget::AcceptLoop() {
       continue;
     }
     accepted_++;
-    std::lock_guard<std::mutex> l(mu_);
-    peers_[token].conn = std::move(c).value();
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      peers_[token].conn = std::move(c).value();
+    }
+    cv_.notify_all();
   }
 }
 
 Status BypassTarget::Track(uint64_t token, uint64_t log_offset) {
-  std::lock_guard<std::mutex> l(mu_);
+  std::unique_lock<std::mutex> l(mu_);
+  // The client learns its token in the handshake, just before this acceptor files the
+  // connection: a reservation may arrive first. Wait for it briefly.
+  cv_.wait_for(l, std::chrono::milliseconds(250),
+               [&] { return stopping_ || peers_.count(token) > 0; });
   auto it = peers_.find(token);
   if (it == peers_.end() || it->second.conn->state() != fabric::ConnectionState::kConnected) {
     return Status::FailedPrecondition(

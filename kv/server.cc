@@ -613,6 +613,7 @@ ServerStats Server::stats() const {
     const auto b = impl_->bypass->stats();
     s.rdmp_reserved = b.reservations;
     s.rdmp_settled = b.settled;
+    s.rdmp_revoked = b.revoked;
   }
   s.rdmp_published = impl_->rdmp_published;
   s.rdmp_located = impl_->rdmp_located;

@@ -79,6 +79,7 @@ struct ServerStats {
   uint64_t rdmp_reserved = 0;    // server-bypass slots reserved
   uint64_t rdmp_published = 0;   // ... published by the client's request
   uint64_t rdmp_settled = 0;     // ... ended by the server (client gone or too slow)
+  uint64_t rdmp_revoked = 0;     // bypass connections closed for an expired reservation
   uint64_t rdmp_located = 0;     // GETs answered with a location (the client reads one-sidedly)
 };
 

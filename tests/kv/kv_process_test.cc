@@ -263,6 +263,21 @@ TEST(KvApi, MalformedRequests_GetClearErrors) {
   const std::string big(kMaxInlineValue + 1, 'v');
   EXPECT_EQ(call(wire::kPut, {wire::kPut, shard, 0, 0, 0, 0, key, big}, worker).code(),
             StatusCode::kInvalidArgument);
+  // RDMP: a reservation for a bypass connection that does not exist, an oversized one, a publish
+  // of a slot nobody reserved, a publish before the value and its persist flag were written.
+  EXPECT_EQ(call(wire::kReserve, {wire::kReserve, shard, 0, 0, 10, 12345, key, {}}, worker).code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(call(wire::kReserve,
+                 {wire::kReserve, shard, 0, 0, kMaxValueSize + 1, 12345, key, {}}, worker)
+                .code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(call(wire::kPublish, {wire::kPublish, shard, 0, 0, 4096 + 64, 1, key, {}}, worker)
+                .code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(call(wire::kPublish, {wire::kPublish, shard, 0, 0, uint64_t{1} << 50, 1, key, {}},
+                 worker)
+                .code(),
+            StatusCode::kFailedPrecondition);
   // Still serving, nothing was written.
   auto client = OpenClient({p.address()});
   ASSERT_NE(client, nullptr);

@@ -319,7 +319,7 @@ class ClientImpl : public Client {
 
   RdmpCounters rdmp_counters() const override {
     return {rdmp_.bypass_puts.load(), rdmp_.bypass_gets.load(), rdmp_.fallbacks.load(),
-            rdmp_.bypass_bytes.load()};
+            rdmp_.bypass_bytes.load(), rdmp_.round_trips.load()};
   }
 
   uint32_t shard_count() const override { return shards_; }
@@ -411,6 +411,7 @@ class ClientImpl : public Client {
     std::shared_ptr<oq::Client> oq;
     uint32_t workers = 0;
     std::unique_ptr<BypassChannel> chan;
+    uint64_t doorbells0 = 0;  // the channel's count when this operation took it
   };
   BypassRoute RouteBypass(uint32_t shard) {
     BypassRoute r;
@@ -430,6 +431,7 @@ class ClientImpl : public Client {
         if (!c.idle.empty()) {
           r.chan = std::move(c.idle.back());
           c.idle.pop_back();
+          r.doorbells0 = r.chan->doorbells();
           r.conn = &c;
           r.oq = *oq;
           return r;
@@ -475,7 +477,9 @@ class ClientImpl : public Client {
   }
 
   void ReturnChannel(BypassRoute& r) {
-    if (!r.chan || r.chan->broken()) return;
+    if (!r.chan) return;
+    rdmp_.round_trips += r.chan->doorbells() - r.doorbells0;
+    if (r.chan->broken()) return;
     std::lock_guard<std::mutex> l(r.conn->mu);
     if (r.conn->oq == r.oq) r.conn->idle.push_back(std::move(r.chan));
   }
@@ -508,17 +512,18 @@ class ClientImpl : public Client {
       return Status::Ok();
     }
     // Value, durable; then the persist flag, durable (RDMP-KV §III-B: the flag is written only
-    // once every other byte of the slot is persistent).
-    st = r.chan->WriteDurable(slot + format::kEntryHeaderSize + key.size(),
-                              {reinterpret_cast<const uint8_t*>(value.data()), value.size()});
-    if (!st.ok()) return Status::Ok();
+    // once every other byte of the slot is persistent) — one doorbell (BypassChannel).
+    const std::span<const uint8_t> bytes{reinterpret_cast<const uint8_t*>(value.data()),
+                                         value.size()};
+    const uint64_t value_at = slot + format::kEntryHeaderSize + key.size();
     if (o_.TEST_bypass_stop_after == 1) {
-      *done = true;
-      return Status::Aborted("kv put: stopped after writing the value (test hook)");
+      if (r.chan->WriteDurable(value_at, bytes).ok()) {
+        *done = true;
+        return Status::Aborted("kv put: stopped after writing the value (test hook)");
+      }
+      return Status::Ok();
     }
-    uint8_t pf[8];
-    PutLe64(pf, format::PersistWord(version));
-    st = r.chan->WriteDurable(slot + flags, {pf, 8});
+    st = r.chan->WriteValueThenFlag(value_at, bytes, slot + flags, format::PersistWord(version));
     if (!st.ok()) return Status::Ok();  // flag maybe set: a later settle publishes the same value
     if (o_.TEST_bypass_stop_after == 2) {
       *done = true;
@@ -704,7 +709,8 @@ class ClientImpl : public Client {
   uint32_t shards_ = 0;
   std::atomic<uint64_t> next_upload_{1};
   struct {
-    std::atomic<uint64_t> bypass_puts{0}, bypass_gets{0}, fallbacks{0}, bypass_bytes{0};
+    std::atomic<uint64_t> bypass_puts{0}, bypass_gets{0}, fallbacks{0}, bypass_bytes{0},
+        round_trips{0};
   } rdmp_;
 };
 

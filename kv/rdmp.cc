@@ -259,6 +259,54 @@ Status BypassChannel::WriteDurable(uint64_t offset, std::span<const uint8_t> dat
   f.remote_addr = region_.addr;
   f.rkey = region_.rkey;
   wrs.push_back(f);
+  doorbells_++;
+  Status st = conn_->Post(wrs);
+  if (!st.ok()) {
+    broken_ = true;
+    return st;
+  }
+  return Complete(wrs.size());
+}
+
+Status BypassChannel::WriteValueThenFlag(uint64_t value_offset, std::span<const uint8_t> value,
+                                         uint64_t flag_offset, uint64_t flag_word) {
+  if (value.size() + 8 > buf_size_ || value_offset + value.size() > region_.length ||
+      flag_offset + 8 > region_.length) {
+    return Status::InvalidArgument("kv rdmp: write outside the channel buffer or the region");
+  }
+  std::vector<fabric::WorkRequest> wrs;
+  fabric::WorkRequest flush;
+  flush.opcode = fabric::Opcode::kFlush;
+  flush.remote_addr = region_.addr;
+  flush.rkey = region_.rkey;
+  if (!value.empty()) {
+    std::memcpy(buf_.get(), value.data(), value.size());
+    fabric::WorkRequest w;
+    w.wr_id = 1;
+    w.opcode = fabric::Opcode::kWrite;
+    w.local_addr = buf_.get();
+    w.length = static_cast<uint32_t>(value.size());
+    w.local_mr = mr_.get();
+    w.remote_addr = region_.addr + value_offset;
+    w.rkey = region_.rkey;
+    wrs.push_back(w);
+    flush.wr_id = 2;
+    wrs.push_back(flush);
+  }
+  uint8_t* word = buf_.get() + buf_size_ - 8;
+  PutLe64(word, flag_word);
+  fabric::WorkRequest f;
+  f.wr_id = 3;
+  f.opcode = fabric::Opcode::kWrite;
+  f.local_addr = word;
+  f.length = 8;
+  f.local_mr = mr_.get();
+  f.remote_addr = region_.addr + flag_offset;
+  f.rkey = region_.rkey;
+  wrs.push_back(f);
+  flush.wr_id = 4;
+  wrs.push_back(flush);
+  doorbells_++;
   Status st = conn_->Post(wrs);
   if (!st.ok()) {
     broken_ = true;
@@ -279,6 +327,7 @@ Result<std::span<const uint8_t>> BypassChannel::Read(uint64_t offset, size_t len
   w.local_mr = mr_.get();
   w.remote_addr = region_.addr + offset;
   w.rkey = region_.rkey;
+  doorbells_++;
   Status st = conn_->Post({&w, 1});
   if (!st.ok()) {
     broken_ = true;

@@ -109,9 +109,16 @@ class BypassChannel {
   // WRITE `data` at region offset `offset`, then FLUSH (one doorbell); returns when the FLUSH
   // completed: the bytes are durable in the target's PM.
   Status WriteDurable(uint64_t offset, std::span<const uint8_t> data);
+  // The server-bypass PUT's writes in one doorbell: WRITE value at value_offset, FLUSH, WRITE the
+  // 8-byte flag word at flag_offset, FLUSH. The fabric executes a connection's requests at the
+  // target in posting order and a FLUSH persists what landed before it, so the flag lands only
+  // after the value is durable (doc/fabric.md). Returns when the last FLUSH completed.
+  Status WriteValueThenFlag(uint64_t value_offset, std::span<const uint8_t> value,
+                            uint64_t flag_offset, uint64_t flag_word);
   // READ `length` bytes at region offset `offset` into the channel's buffer.
   Result<std::span<const uint8_t>> Read(uint64_t offset, size_t length);
   bool broken() const { return broken_; }
+  uint64_t doorbells() const { return doorbells_; }  // Posts so far
   fabric::Counters counters() const { return conn_->counters(); }
 
  private:
@@ -126,6 +133,7 @@ class BypassChannel {
   fabric::RegionDescriptor region_;
   uint64_t token_ = 0;
   bool broken_ = false;
+  uint64_t doorbells_ = 0;
   std::chrono::milliseconds timeout_{5000};
 };
 

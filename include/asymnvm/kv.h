@@ -87,6 +87,7 @@ struct RdmpCounters {
   uint64_t bypass_gets = 0;       // Gets answered by a one-sided read
   uint64_t fallbacks = 0;         // bypass attempts that ended on the server-reply path
   uint64_t bypass_bytes = 0;      // value bytes written or read one-sidedly
+  uint64_t round_trips = 0;       // doorbells on the bypass connections (not in counters())
 };
 
 struct GetReply {

@@ -326,6 +326,27 @@ TEST(BenchKvTrace, SampleTraceReplayedUnderEachPolicy) {
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
 }
 
+// The RDMP suite: every variant of every size measured, and each took the path it names.
+TEST(BenchRdmp, ReplyBypassHybridEachTakeTheirPath) {
+  TempDir dir;
+  nlohmann::json j = RunJson("rdmp --quick --ops 40 --sizes 1K,32K", dir.path() + "/rdmp.json");
+  ASSERT_EQ(j["suite"], "rdmp");
+  ASSERT_EQ(j["results"].size(), 12u) << j.dump();
+  for (const auto& rec : j["results"]) {
+    const std::string v = rec["variant"].get<std::string>();
+    const uint64_t size = rec["config"]["value_bytes"].get<uint64_t>();
+    const double bypassed = rec["bypassed_fraction"].get<double>();
+    const bool expect_bypass =
+        v.rfind("bypass", 0) == 0 || (v.rfind("hybrid", 0) == 0 && size >= 16 * 1024);
+    EXPECT_EQ(bypassed, expect_bypass ? 1.0 : 0.0) << rec.dump();
+    EXPECT_EQ(rec["fallbacks"].get<uint64_t>(), 0u) << rec.dump();
+    EXPECT_GT(rec["ops_per_sec"].get<double>(), 0) << rec.dump();
+    EXPECT_GE(rec["round_trips_per_op"].get<double>(), 1.0) << rec.dump();
+  }
+  RunResult bad = RunCmd(kBench + " rdmp --variants nope");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+}
+
 TEST(BenchStructures, QuickRunHasEveryLevelAndTable3) {
   TempDir dir;
   nlohmann::json j = RunJson("structures --quick --structures queue,bptree --measure-ops 200",

@@ -10,7 +10,10 @@
 //   Put       nilext: no reply. A value up to kMaxInlineValue bytes travels as one nilext Ordered
 //             Queue request and commits on the NIC acknowledgement of the durable SEND + FLUSH
 //             (doc/kv.md §Commit points); a larger value is uploaded in chunks and its last
-//             request takes the software-response path.
+//             request takes the software-response path. A value of at least
+//             ClientOptions::bypass_threshold bytes to an unreplicated shard is written into the
+//             server's PM one-sidedly and commits on the NIC acknowledgement of its nilext
+//             Publish (RDMP server-bypass, doc/kv.md §RDMP).
 //   Get       value + version (found = false, version 0 for an absent key).
 //   Delete    whether the key existed and the version it deleted.
 //   PutIf     conditional put: applies only when the key's current version equals

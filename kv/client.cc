@@ -168,9 +168,9 @@ class ClientImpl : public Client {
         // Replicated shards: a PUT commits when durable on every backup, which only the
         // primary's software response can say (doc/kv.md §Commit points).
         std::vector<uint8_t> resp;
-        return c.Call(Store::WorkerOf(key, workers), wire::kPut, Bytes(payload), &resp);
+        return c.Call(Store::WorkerOf(shard, workers), wire::kPut, Bytes(payload), &resp);
       }
-      return c.Submit(Store::WorkerOf(key, workers), wire::kPut, Bytes(payload));
+      return c.Submit(Store::WorkerOf(shard, workers), wire::kPut, Bytes(payload));
     });
   }
 
@@ -192,7 +192,7 @@ class ClientImpl : public Client {
                              out.version, 0, key, {}},
                             &payload);
         ASYMNVM_RETURN_IF_ERROR(Run(shard, true, [&](oq::Client& c, uint32_t workers) {
-          return c.Call(Store::WorkerOf(key, workers), wire::kGet, Bytes(payload), &resp);
+          return c.Call(Store::WorkerOf(shard, workers), wire::kGet, Bytes(payload), &resp);
         }));
         ASYMNVM_ASSIGN_OR_RETURN(wire::Response r, wire::DecodeResponse(Bytes(resp)));
         if (r.flag == 0 && out.version == 0) return GetReply{};  // absent
@@ -223,7 +223,7 @@ class ClientImpl : public Client {
     std::vector<uint8_t> payload, resp;
     wire::EncodeRequest({wire::kDelete, shard, 0, 0, 0, 0, key, {}}, &payload);
     ASYMNVM_RETURN_IF_ERROR(Run(shard, false, [&](oq::Client& c, uint32_t workers) {
-      return c.Call(Store::WorkerOf(key, workers), wire::kDelete, Bytes(payload), &resp);
+      return c.Call(Store::WorkerOf(shard, workers), wire::kDelete, Bytes(payload), &resp);
     }));
     ASYMNVM_ASSIGN_OR_RETURN(wire::Response r, wire::DecodeResponse(Bytes(resp)));
     return DeleteReply{r.flag == 1, r.version};
@@ -238,7 +238,7 @@ class ClientImpl : public Client {
     std::vector<uint8_t> payload, resp;
     wire::EncodeRequest({wire::kPutIf, shard, 0, 0, expected_version, 0, key, value}, &payload);
     ASYMNVM_RETURN_IF_ERROR(Run(shard, false, [&](oq::Client& c, uint32_t workers) {
-      return c.Call(Store::WorkerOf(key, workers), wire::kPutIf, Bytes(payload), &resp);
+      return c.Call(Store::WorkerOf(shard, workers), wire::kPutIf, Bytes(payload), &resp);
     }));
     ASYMNVM_ASSIGN_OR_RETURN(wire::Response r, wire::DecodeResponse(Bytes(resp)));
     return PutIfReply{r.flag == 1, r.version};
@@ -251,10 +251,65 @@ class ClientImpl : public Client {
     wire::EncodeRequest(
         {wire::kIncr, shard, 0, 0, static_cast<uint64_t>(delta), 0, key, {}}, &payload);
     ASYMNVM_RETURN_IF_ERROR(Run(shard, false, [&](oq::Client& c, uint32_t workers) {
-      return c.Call(Store::WorkerOf(key, workers), wire::kIncr, Bytes(payload), &resp);
+      return c.Call(Store::WorkerOf(shard, workers), wire::kIncr, Bytes(payload), &resp);
     }));
     ASYMNVM_ASSIGN_OR_RETURN(wire::Response r, wire::DecodeResponse(Bytes(resp)));
     return IncrReply{static_cast<int64_t>(r.arg), r.version};
+  }
+
+  Result<BatchReply> Batch(const std::vector<BatchOp>& ops) override {
+    if (ops.empty() || ops.size() > kMaxBatchOps) {
+      return Status::InvalidArgument("kv batch: 1.." + std::to_string(kMaxBatchOps) +
+                                     " operations");
+    }
+    const uint32_t shard = ShardOf(ops[0].key);
+    std::vector<wire::BatchOpView> views;
+    for (size_t i = 0; i < ops.size(); i++) {
+      ASYMNVM_RETURN_IF_ERROR(CheckKey(ops[i].key));
+      if (ShardOf(ops[i].key) != shard) {
+        return Status::InvalidArgument("kv batch: keys in different shards (" +
+                                       std::to_string(shard) + " and " +
+                                       std::to_string(ShardOf(ops[i].key)) +
+                                       "); a batch is atomic within one shard");
+      }
+      for (size_t j = 0; j < i; j++) {
+        if (ops[j].key == ops[i].key) return Status::InvalidArgument("kv batch: a key appears twice");
+      }
+      wire::BatchOpView v;
+      v.key = ops[i].key;
+      v.is_delete = !ops[i].value;
+      if (ops[i].value) v.value = *ops[i].value;
+      v.conditional = ops[i].expected_version.has_value();
+      v.check_only = ops[i].check_only;
+      if (v.check_only) v.is_delete = false;
+      if (v.check_only && !v.conditional) {
+        return Status::InvalidArgument("kv batch: a check_only op needs expected_version");
+      }
+      v.expected_version = ops[i].expected_version.value_or(0);
+      views.push_back(v);
+    }
+    std::string encoded;
+    wire::EncodeBatch(views, &encoded);
+    if (encoded.size() + wire::kRequestHeader > kMaxRequest) {
+      return Status::InvalidArgument("kv batch: " + std::to_string(encoded.size()) +
+                                     " bytes of keys and values; one batch carries at most " +
+                                     std::to_string(kMaxRequest - wire::kRequestHeader));
+    }
+    std::vector<uint8_t> payload, resp;
+    wire::EncodeRequest({wire::kBatch, shard, 0, 0, 0, 0, {}, encoded}, &payload);
+    ASYMNVM_RETURN_IF_ERROR(Run(shard, false, [&](oq::Client& c, uint32_t workers) {
+      return c.Call(Store::WorkerOf(shard, workers), wire::kBatch, Bytes(payload), &resp);
+    }));
+    ASYMNVM_ASSIGN_OR_RETURN(wire::Response r, wire::DecodeResponse(Bytes(resp)));
+    if (r.count != ops.size() || r.body.size() != 8 * ops.size()) {
+      return Status::Corruption("kv batch: reply does not match the batch");
+    }
+    BatchReply out;
+    out.applied = r.flag == 1;
+    for (size_t i = 0; i < ops.size(); i++) {
+      out.versions.push_back(GetLe64(reinterpret_cast<const uint8_t*>(r.body.data()) + 8 * i));
+    }
+    return out;
   }
 
   Result<ScanReply> Scan(uint32_t shard, uint64_t cursor, uint32_t count) override {
@@ -491,7 +546,7 @@ class ClientImpl : public Client {
     if (Replicated(shard)) return Status::Ok();  // bypass is for unreplicated shards
     BypassRoute r = RouteBypass(shard);
     if (!r.chan) return Status::Ok();
-    const uint32_t worker = Store::WorkerOf(key, r.workers);
+    const uint32_t worker = Store::WorkerOf(shard, r.workers);
     const uint32_t crc = Crc32c(value.data(), value.size());
     std::vector<uint8_t> payload, resp;
     wire::EncodeRequest({wire::kReserve, shard, 0, 0,
@@ -549,7 +604,7 @@ class ClientImpl : public Client {
     const uint32_t shard = ShardOf(key);
     BypassRoute r = RouteBypass(shard);
     if (!r.chan) return GetReply{};
-    const uint32_t worker = Store::WorkerOf(key, r.workers);
+    const uint32_t worker = Store::WorkerOf(shard, r.workers);
     std::vector<uint8_t> payload, resp;
     const uint64_t threshold = o_.bypass_threshold;
     wire::EncodeRequest({wire::kGet, shard, wire::kFlagLocate, 0, 0, threshold, key, {}},
@@ -672,7 +727,7 @@ class ClientImpl : public Client {
                              value.size(), {}, value.substr(off, kChunk)},
                             &payload);
         st = Run(shard, true, [&](oq::Client& c, uint32_t workers) {
-          return c.Call(Store::WorkerOf(key, workers), wire::kPutChunk, Bytes(payload), &resp);
+          return c.Call(Store::WorkerOf(shard, workers), wire::kPutChunk, Bytes(payload), &resp);
         });
         if (!st.ok()) break;
         off += kChunk;
@@ -684,7 +739,7 @@ class ClientImpl : public Client {
                              static_cast<uint32_t>(off), upload, expected, key, value.substr(off)},
                             &payload);
         st = Run(shard, false, [&](oq::Client& c, uint32_t workers) {
-          return c.Call(Store::WorkerOf(key, workers), wire::kPutLarge, Bytes(payload), &resp);
+          return c.Call(Store::WorkerOf(shard, workers), wire::kPutLarge, Bytes(payload), &resp);
         });
         if (st.ok()) {
           ASYMNVM_ASSIGN_OR_RETURN(wire::Response r, wire::DecodeResponse(Bytes(resp)));

@@ -91,8 +91,8 @@ Status DecodeSegmentHeader(const uint8_t* in, SegmentHeader* h) {
 }
 
 // Entry: [crc u32 over [4, 48 + key + value)][type u8][zero u8][key_len u16][value_len u32]
-// [shard u32][version u64][generation u64][position u64][value_crc u32][zero u32] key value
-// (kPutBypass: the crc covers [4, 48 + key) only; value_crc covers the value.)
+// [shard u32][version u64][generation u64][position u64][batch_count u32][batch_index u32] key
+// value. kPutBypass: the crc covers [4, 48 + key) only; bytes 40..44 hold value_crc, 44..48 zero.
 namespace {
 void EncodeHeaderFields(const EntryHeader& h, std::string_view key, uint8_t* out) {
   out[4] = static_cast<uint8_t>(h.type);
@@ -103,8 +103,13 @@ void EncodeHeaderFields(const EntryHeader& h, std::string_view key, uint8_t* out
   PutLe64(out + 16, h.version);
   PutLe64(out + 24, h.generation);
   PutLe64(out + 32, h.position);
-  PutLe32(out + 40, h.type == EntryType::kPutBypass ? h.value_crc : 0);
-  PutLe32(out + 44, 0);
+  if (h.type == EntryType::kPutBypass) {
+    PutLe32(out + 40, h.value_crc);
+    PutLe32(out + 44, 0);
+  } else {
+    PutLe32(out + 40, h.batch_count);
+    PutLe32(out + 44, h.batch_index);
+  }
   std::memcpy(out + kEntryHeaderSize, key.data(), key.size());
 }
 }  // namespace
@@ -148,7 +153,10 @@ Status DecodeEntry(const uint8_t* in, size_t avail, uint64_t generation, EntryHe
     *h = r;
     return Status::Ok();
   }
-  if (GetLe64(in + 40) != 0 ||
+  r.batch_count = GetLe32(in + 40);
+  r.batch_index = GetLe32(in + 44);
+  if ((r.batch_count == 0 ? r.batch_index != 0
+                          : r.batch_count > kMaxBatch || r.batch_index >= r.batch_count) ||
       GetLe32(in) != Crc32c(in + 4, kEntryHeaderSize - 4 + r.key_len + r.value_len)) {
     return Status::NotFound("entry: checksum mismatch (torn tail)");
   }

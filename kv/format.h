@@ -27,6 +27,7 @@ inline constexpr uint32_t kMaxWorkers = 32;
 // Generations are reserved in blocks: the header page persists the first generation not yet
 // handed out (a bound), so a restart never reissues one.
 inline constexpr uint64_t kGenerationBlock = 1024;
+inline constexpr uint32_t kMaxBatch = 64;  // members of one atomic batch
 
 // kPutBypass: an RDMP server-bypass PUT (doc/kv.md §RDMP). The server writes the header and the
 // key when it reserves the slot; the client writes the value and then the persist flag into PM
@@ -70,6 +71,11 @@ struct EntryHeader {
   uint64_t generation = 0;
   uint64_t position = 0;  // worker << 56 | OQ queue position of the request; 0: none
   uint32_t value_crc = 0;  // kPutBypass: CRC32C of the value (0 for other types)
+  // kPut/kDelete members of an atomic batch (doc/kv.md §Batches): `batch_count` consecutive
+  // entries of one log, member `batch_index` of them; 0/0 for a single write. Recovery counts a
+  // batch only when every member validates.
+  uint32_t batch_count = 0;
+  uint32_t batch_index = 0;
   // Decode output for kPutBypass: the persist flag is set and the value matches value_crc (the
   // entry holds a durable value). Always true for the other types (their checksum covers all).
   bool persisted = true;

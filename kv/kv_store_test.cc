@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <optional>
 #include <atomic>
 #include <cstring>
 #include <random>
@@ -62,7 +63,7 @@ struct Fixture {
     ASSERT_TRUE(pool->SimulateCrash(seed, 0.0, nullptr, nullptr).ok());
     Open();
   }
-  uint32_t W(std::string_view k) const { return Store::WorkerOf(k, geo.workers); }
+  uint32_t W(std::string_view k) const { return Store::WorkerOf(ShardOf(k, geo.shards), geo.workers); }
   uint32_t S(std::string_view k) const { return ShardOf(k, geo.shards); }
   Result<uint64_t> Put(std::string_view k, std::string_view v, uint64_t pos = 0) {
     return store->Put(W(k), S(k), k, v, pos, false);
@@ -311,7 +312,7 @@ TEST(KV_SUITE, GcSoak_ConcurrentCleanerAndScans) {
       std::vector<std::string> keys;
       for (int i = 0; keys.size() < 100; i++) {
         std::string k = "k" + std::to_string(i);
-        if (Store::WorkerOf(k, 2) == w) keys.push_back(k);
+        if (Store::WorkerOf(ShardOf(k, 2), 2) == w) keys.push_back(k);
       }
       uint64_t written = 0, n = 0;
       while (written < KV_SOAK_FACTOR * capacity / 2) {
@@ -374,7 +375,7 @@ TEST(KV_SUITE, GcSoak_ConcurrentCleanerAndScans) {
     for (uint32_t w = 0; w < 2; w++) {
       for (int i = 0; i < 400; i++) {
         std::string k = "k" + std::to_string(i);
-        if (Store::WorkerOf(k, 2) != w) continue;
+        if (Store::WorkerOf(ShardOf(k, 2), 2) != w) continue;
         auto g = f.store->Get(w, ShardOf(k, 2), k, 0, 1 << 20);
         auto it = shadow[w].find(k);
         ASSERT_EQ(g.found, it != shadow[w].end()) << k;
@@ -531,6 +532,116 @@ TEST(KV_SUITE, Bypass_ReserveRejectsOversizedValues) {
   EXPECT_EQ(f.store->Reserve(0, 0, "k", kMaxValueSize + 1, 0).status().code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(f.store->Reserve(0, 99, "k", 10, 0).status().code(), StatusCode::kInvalidArgument);
+}
+
+// ---- Atomic batches (doc/kv.md §Batches) ----
+
+// `n` distinct keys of shard `shard` (of f.geo.shards).
+std::vector<std::string> KeysOfShard(const Fixture& f, uint32_t shard, size_t n) {
+  std::vector<std::string> keys;
+  for (int i = 0; keys.size() < n; i++) {
+    std::string k = "acct" + std::to_string(i);
+    if (f.S(k) == shard) keys.push_back(k);
+  }
+  return keys;
+}
+
+TEST(KV_SUITE, Batch_AllOrNothing_ConditionsAndChecks) {
+  Fixture f;
+  const auto k = KeysOfShard(f, 1, 4);
+  const uint32_t w = Store::WorkerOf(1, f.geo.workers);
+  auto v0 = f.Put(k[0], "a0");
+  auto v3 = f.Put(k[3], "gone");
+  ASSERT_TRUE(v0.ok() && v3.ok());
+  // A failed condition writes nothing and reports the current versions.
+  std::vector<WriteOp> ops = {{k[0], "a1", true, *v0 + 100}, {k[1], "b1", false, 0}};
+  auto r = f.store->Batch(w, 1, ops, 0);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->applied);
+  EXPECT_EQ(r->versions, (std::vector<uint64_t>{*v0, 0}));
+  EXPECT_FALSE(f.Get(k[1]).found);
+  // A failed check (a read the batch depends on) too.
+  ops = {{k[0], "a1", true, *v0}, {k[2], std::nullopt, true, 7, true}};
+  r = f.store->Batch(w, 1, ops, 0);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->applied);
+  EXPECT_EQ(f.Get(k[0]).bytes, "a0");
+  // Puts, a put on an absent key, a delete and a check: all applied, consecutive versions.
+  ops = {{k[0], "a1", true, *v0}, {k[1], "b1", true, 0}, {k[3], std::nullopt, false, 0},
+         {k[2], std::nullopt, true, 0, true}};
+  r = f.store->Batch(w, 1, ops, 0);
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(r->applied);
+  EXPECT_EQ(r->versions[1], r->versions[0] + 1);
+  EXPECT_EQ(r->versions[2], r->versions[1] + 1);
+  EXPECT_EQ(r->versions[3], 0u);  // the check: k[2] absent
+  EXPECT_EQ(f.Get(k[0]).bytes, "a1");
+  EXPECT_EQ(f.Get(k[1]).bytes, "b1");
+  EXPECT_FALSE(f.Get(k[3]).found);
+  f.CrashAndReopen(5);
+  EXPECT_EQ(f.Get(k[0]).bytes, "a1");
+  EXPECT_EQ(f.Get(k[1]).version, r->versions[1]);
+  EXPECT_FALSE(f.Get(k[3]).found);
+  // Bad input: another shard's key, a duplicate, the wrong worker, a check without a condition.
+  const auto other = KeysOfShard(f, 2, 1);
+  EXPECT_EQ(f.store->Batch(w, 1, std::vector<WriteOp>{{other[0], "x"}}, 0).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(f.store->Batch(w, 1, std::vector<WriteOp>{{k[0], "x"}, {k[0], "y"}}, 0).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(f.store->Batch(w ^ 1, 1, std::vector<WriteOp>{{k[0], "x"}}, 0).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(f.store->Batch(w, 1, std::vector<WriteOp>{{k[0], std::nullopt, false, 0, true}}, 0)
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(f.store->Batch(w, 1, std::vector<WriteOp>{}, 0).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+// A batch whose last member did not reach PM whole is not applied at all after a crash; one
+// replicated to a backup is applied whole, and a truncated copy is refused.
+TEST(KV_SUITE, Batch_TornBatchVanishesWhole_ReplicaAppliesWhole) {
+  std::vector<uint8_t> shipped;
+  Fixture f;
+  StoreOptions so;
+  so.header_page = f.pool->user_base();
+  so.log_base = f.pool->user_base() + format::kHeaderPage;
+  so.persister = f.pool->persister();
+  so.geometry = f.geo;
+  so.replicate = [&](uint32_t, uint32_t, std::span<const uint8_t> e) {
+    shipped.assign(e.begin(), e.end());
+    return Status::Ok();
+  };
+  f.store.reset();
+  auto reopened = Store::Open(so);
+  ASSERT_TRUE(reopened.ok());
+  f.store = std::move(reopened).value();
+  const auto k = KeysOfShard(f, 0, 3);
+  const uint32_t w = Store::WorkerOf(0, f.geo.workers);
+  for (const auto& key : k) ASSERT_TRUE(f.Put(key, "old").ok());
+  std::vector<WriteOp> ops = {{k[0], std::string(300, 'x')}, {k[1], "new"}, {k[2], "new"}};
+  auto r = f.store->Batch(w, 0, ops, 0);
+  ASSERT_TRUE(r.ok() && r->applied);
+  EXPECT_EQ(f.Get(k[2]).bytes, "new");
+  // The backup: a whole copy applies all three; a truncated one is refused with nothing applied.
+  Fixture backup;
+  std::vector<uint8_t> cut(shipped.begin(), shipped.end() - 1);
+  EXPECT_EQ(backup.store->ApplyReplica(cut).code(), StatusCode::kCorruption);
+  EXPECT_FALSE(backup.Get(k[0]).found);
+  ASSERT_TRUE(backup.store->ApplyReplica(shipped).ok());
+  EXPECT_EQ(backup.Get(k[1]).bytes, "new");
+  EXPECT_EQ(backup.Get(k[0]).version, r->versions[0]);
+  ASSERT_TRUE(backup.store->ApplyReplica(shipped).ok());  // twice: no change
+  backup.CrashAndReopen(2);
+  EXPECT_EQ(backup.Get(k[2]).bytes, "new");
+  // Tear the primary's last member (as if its line never reached PM), then crash.
+  Located last = f.store->Locate(w, 0, k[2]);
+  ASSERT_TRUE(last.found);
+  uint8_t* e = f.store->log_base() + last.log_offset;
+  e[format::kEntryHeaderSize] ^= 0xff;  // a key byte: the member's checksum fails
+  f.pool->persister()->Persist(e + format::kEntryHeaderSize, 1);
+  f.CrashAndReopen(9);
+  for (const auto& key : k) EXPECT_EQ(f.Get(key).bytes, "old") << key;
 }
 
 }  // namespace

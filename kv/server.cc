@@ -107,7 +107,14 @@ Status Server::Impl::Handle(const oq::RequestContext& ctx, std::span<const uint8
 Status Server::Impl::Execute(const oq::RequestContext& ctx, const wire::Request& r,
                              std::vector<uint8_t>* response) {
   const auto& g = store->geometry();
-  const bool keyed = r.type != wire::kScan && r.type != wire::kInfo && r.type != wire::kPutChunk;
+  const bool keyed = r.type != wire::kScan && r.type != wire::kInfo &&
+                     r.type != wire::kPutChunk && r.type != wire::kBatch;
+  if (r.type == wire::kBatch &&
+      (r.shard >= g.shards || Store::WorkerOf(r.shard, g.workers) != ctx.worker)) {
+    return Status::InvalidArgument("kv batch: shard " + std::to_string(r.shard) +
+                                   " out of range or not served by worker " +
+                                   std::to_string(ctx.worker));
+  }
   if ((r.type == wire::kReserve || r.type == wire::kPublish) && !bypass) {
     return Status::NotSupported("kv: server-bypass (RDMP) is off on this server");
   }
@@ -119,7 +126,7 @@ Status Server::Impl::Execute(const oq::RequestContext& ctx, const wire::Request&
                                      std::to_string(ShardOf(r.key, g.shards)) + " of " +
                                      std::to_string(g.shards));
     }
-    const uint32_t w = Store::WorkerOf(r.key, g.workers);
+    const uint32_t w = Store::WorkerOf(r.shard, g.workers);
     if (w != ctx.worker) {
       return Status::InvalidArgument("kv: request for worker " + std::to_string(w) +
                                      " arrived at worker " + std::to_string(ctx.worker));
@@ -252,6 +259,28 @@ Status Server::Impl::Execute(const oq::RequestContext& ctx, const wire::Request&
         body.append(reinterpret_cast<const char*>(h), sizeof h);
         body += it.key;
         body += it.value;
+      }
+      break;
+    }
+    case wire::kBatch: {
+      ASYMNVM_ASSIGN_OR_RETURN(std::vector<wire::BatchOpView> views, wire::DecodeBatch(r.value));
+      std::vector<WriteOp> ops;
+      ops.reserve(views.size());
+      for (const auto& v : views) {
+        WriteOp op;
+        op.key = v.key;
+        if (!v.is_delete) op.value = v.value;
+        op.conditional = v.conditional;
+        op.check_only = v.check_only;
+        op.expected_version = v.expected_version;
+        ops.push_back(op);
+      }
+      ASYMNVM_ASSIGN_OR_RETURN(BatchResult b, store->Batch(ctx.worker, r.shard, ops, position));
+      resp.flag = b.applied ? 1 : 0;
+      resp.count = static_cast<uint32_t>(b.versions.size());
+      body.resize(8 * b.versions.size());
+      for (size_t i = 0; i < b.versions.size(); i++) {
+        PutLe64(reinterpret_cast<uint8_t*>(body.data()) + 8 * i, b.versions[i]);
       }
       break;
     }

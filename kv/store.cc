@@ -18,8 +18,8 @@ uint32_t ShardOf(std::string_view key, uint32_t shards) {
   return shards == 0 ? 0 : static_cast<uint32_t>(KeyHash(key) % shards);
 }
 
-uint32_t Store::WorkerOf(std::string_view key, uint32_t workers) {
-  return workers == 0 ? 0 : static_cast<uint32_t>((KeyHash(key) >> 32) % workers);
+uint32_t Store::WorkerOf(uint32_t shard, uint32_t workers) {
+  return workers == 0 ? 0 : shard % workers;
 }
 
 bool ParseCounter(std::string_view s, int64_t* out) {
@@ -111,9 +111,23 @@ Status Store::Recover() {
     next_generation_ = std::max(next_generation_, sh.generation + 1);
     size_t off = format::kSegmentHeaderSize;
     const uint8_t* base = SegmentBase(i);
+    uint32_t vouched = 0;  // members of the current batch already checked whole
     while (off + format::kEntryHeaderSize <= seg_size) {
       EntryHeader h;
       if (!format::DecodeEntry(base + off, seg_size - off, sh.generation, &h).ok()) break;
+      if (h.batch_count > 0) {
+        // A batch counts only whole: member 0 here and every other one right behind it.
+        if (vouched > 0) {
+          vouched--;
+        } else {
+          size_t bytes = 0;
+          if (h.batch_index != 0 ||
+              !WholeBatch(base + off, seg_size - off, sh.generation, h, &bytes)) {
+            break;  // a torn batch ends the segment's contents, as a torn entry does
+          }
+          vouched = h.batch_count - 1;
+        }
+      }
       const uint32_t fp = static_cast<uint32_t>(format::Footprint(h));
       std::string_view key = format::EntryKey(base + off, h);
       if (h.shard < geo_.shards) {
@@ -129,7 +143,7 @@ Status Store::Recover() {
           std::memcpy(SegmentBase(i) + off + format::BypassFlagOffset(h.key_len, h.value_len) + 8,
                       &vf, 8);
         }
-        const uint32_t worker = WorkerOf(key, geo_.workers);
+        const uint32_t worker = WorkerOf(h.shard, geo_.workers);
         if (h.position != 0) {
           uint32_t pw = static_cast<uint32_t>(h.position >> 56);
           if (pw < geo_.workers && h.position > applied_[pw]) applied_[pw] = h.position;
@@ -247,12 +261,13 @@ Result<Store::Loc> Store::Append(Partition& p, uint32_t owner, const EntryHeader
 }
 
 std::vector<uint8_t> Store::Canonical(const uint8_t* e, const EntryHeader& h) const {
-  if (h.type != EntryType::kPutBypass) {
+  if (h.type != EntryType::kPutBypass && h.batch_count == 0) {
     return std::vector<uint8_t>(e, e + format::kEntryHeaderSize + h.key_len + h.value_len);
   }
   EntryHeader c = h;
-  c.type = EntryType::kPut;
+  if (c.type == EntryType::kPutBypass) c.type = EntryType::kPut;
   c.value_crc = 0;
+  c.batch_count = c.batch_index = 0;
   std::vector<uint8_t> out(format::kEntryHeaderSize + h.key_len + h.value_len);
   format::EncodeEntry(c, format::EntryKey(e, h), format::EntryValue(e, h), out.data());
   return out;
@@ -511,38 +526,61 @@ Status Store::ApplyReplica(std::span<const uint8_t> entry) {
   uint64_t gen = 0;
   for (int i = 0; i < 8; i++) gen |= uint64_t{entry[24 + i]} << (8 * i);
   if (!format::DecodeEntry(entry.data(), entry.size(), gen, &h).ok() ||
-      format::kEntryHeaderSize + h.key_len + h.value_len != entry.size()) {
+      h.type == EntryType::kPutBypass) {
     return Status::Corruption("kv replica: entry fails its checksum or lengths");
   }
-  if (h.shard >= geo_.shards) return Status::Corruption("kv replica: shard out of range");
-  std::string_view key = format::EntryKey(entry.data(), h);
-  std::string_view value = format::EntryValue(entry.data(), h);
-  const uint32_t worker = WorkerOf(key, geo_.workers);
-  Partition& p = *parts_[worker];
-  const uint64_t tag = KeyHash(key);
-  {
+  // The members (one, or a whole batch back to back) and where each starts.
+  std::vector<std::pair<EntryHeader, size_t>> members;
+  size_t bytes = format::kEntryHeaderSize + h.key_len + h.value_len;
+  if (h.batch_count > 0 && !WholeBatch(entry.data(), entry.size(), gen, h, &bytes)) {
+    return Status::Corruption("kv replica: a batch that is not whole");
+  }
+  if (bytes != entry.size()) return Status::Corruption("kv replica: entry lengths do not add up");
+  for (size_t off = 0; off < entry.size();) {
+    EntryHeader m;
+    if (!format::DecodeEntry(entry.data() + off, entry.size() - off, gen, &m).ok() ||
+        m.shard >= geo_.shards) {
+      return Status::Corruption("kv replica: entry fails its checksum or its shard is out of range");
+    }
+    members.push_back({m, off});
+    off += format::EntryFootprint(m.key_len, m.value_len);
+  }
+  const uint32_t shard = h.shard;
+  Partition& p = *parts_[WorkerOf(shard, geo_.workers)];
+  if (members.size() == 1) {  // skip what the index already has (a batch is applied whole)
+    std::string_view key = format::EntryKey(entry.data(), h);
     std::lock_guard<std::mutex> l(p.mu);
-    auto it = FindLocked(p, h.shard, tag, key);
+    auto it = FindLocked(p, shard, KeyHash(key), key);
     if (it != p.index.end() && it->second.version >= h.version) return Status::Ok();
   }
+  size_t total = 0;
+  for (const auto& [m, off] : members) total += format::EntryFootprint(m.key_len, m.value_len);
   std::lock_guard<std::mutex> rl(replica_mu_);
-  EntryHeader local = h;
-  local.position = 0;  // positions belong to the primary's OQ
-  auto loc = Append(replica_part(), 0, local, key, value);
-  if (!loc.ok()) return loc.status();
-  segs_[loc->seg].live += loc->footprint;
-  uint64_t cur = shard_version_[h.shard];
-  while (h.version > cur && !shard_version_[h.shard].compare_exchange_weak(cur, h.version)) {
+  ASYMNVM_ASSIGN_OR_RETURN(Loc first, Place(replica_part(), 0, total));
+  uint8_t* at = SegmentBase(first.seg) + first.off;
+  std::vector<Loc> locs;
+  size_t off = 0, end = 0;
+  uint64_t top = 0;
+  for (const auto& [m, src] : members) {
+    EntryHeader local = m;
+    local.position = 0;  // positions belong to the primary's OQ
+    local.generation = segs_[first.seg].generation;
+    const uint8_t* e = entry.data() + src;
+    format::EncodeEntry(local, format::EntryKey(e, m), format::EntryValue(e, m), at + off);
+    const uint32_t fp = static_cast<uint32_t>(format::EntryFootprint(m.key_len, m.value_len));
+    locs.push_back(Loc{shard, first.seg, static_cast<uint32_t>(first.off + off), fp, m.version,
+                       m.type == EntryType::kDelete});
+    end = off + format::kEntryHeaderSize + m.key_len + m.value_len;
+    off += fp;
+    top = std::max(top, m.version);
+  }
+  persister_->Persist(at, end);
+  uint64_t cur = shard_version_[shard];
+  while (top > cur && !shard_version_[shard].compare_exchange_weak(cur, top)) {
   }
   std::lock_guard<std::mutex> l(p.mu);
-  auto it = FindLocked(p, h.shard, tag, key);
-  if (it == p.index.end()) {
-    p.index.emplace(IndexKey{h.shard, tag}, *loc);
-  } else if (it->second.version < h.version) {
-    segs_[it->second.seg].live -= it->second.footprint;
-    it->second = *loc;
-  } else {
-    segs_[loc->seg].live -= loc->footprint;  // lost a race with a newer one: garbage at once
+  for (size_t i = 0; i < members.size(); i++) {
+    IndexLocked(p, format::EntryKey(entry.data() + members[i].second, members[i].first), locs[i]);
   }
   return Status::Ok();
 }
@@ -552,6 +590,129 @@ void Store::RaiseVersionFloor(uint32_t shard, uint64_t floor) {
   uint64_t cur = shard_version_[shard];
   while (floor > cur && !shard_version_[shard].compare_exchange_weak(cur, floor)) {
   }
+}
+
+bool Store::WholeBatch(const uint8_t* e, size_t avail, uint64_t generation, const EntryHeader& h,
+                       size_t* bytes) {
+  if (h.batch_count == 0 || h.batch_index != 0) return false;
+  size_t off = 0;
+  EntryHeader m = h;
+  for (uint32_t i = 0;; i++) {
+    if (i > 0) {
+      if (off >= avail || !format::DecodeEntry(e + off, avail - off, generation, &m).ok() ||
+          m.batch_count != h.batch_count || m.batch_index != i || m.position != h.position ||
+          m.shard != h.shard) {
+        return false;
+      }
+    }
+    if (i + 1 == h.batch_count) {
+      *bytes = off + format::kEntryHeaderSize + m.key_len + m.value_len;
+      return true;
+    }
+    off += format::EntryFootprint(m.key_len, m.value_len);
+  }
+}
+
+void Store::IndexLocked(Partition& p, std::string_view key, const Loc& loc) {
+  auto it = FindLocked(p, loc.shard, KeyHash(key), key);
+  if (it == p.index.end()) {
+    p.index.emplace(IndexKey{loc.shard, KeyHash(key)}, loc);
+    segs_[loc.seg].live += loc.footprint;
+  } else if (it->second.version < loc.version) {
+    segs_[it->second.seg].live -= it->second.footprint;
+    it->second = loc;
+    segs_[loc.seg].live += loc.footprint;
+  }
+}
+
+Result<BatchResult> Store::Batch(uint32_t worker, uint32_t shard, std::span<const WriteOp> ops,
+                                 uint64_t position) {
+  ASYMNVM_RETURN_IF_ERROR(CheckShard(shard));
+  if (worker != WorkerOf(shard, geo_.workers)) {
+    return Status::InvalidArgument("kv batch: shard " + std::to_string(shard) +
+                                   " is not served by worker " + std::to_string(worker));
+  }
+  if (ops.empty() || ops.size() > format::kMaxBatch) {
+    return Status::InvalidArgument("kv batch: 1.." + std::to_string(format::kMaxBatch) +
+                                   " operations");
+  }
+  size_t total = 0;
+  for (size_t i = 0; i < ops.size(); i++) {
+    const auto& op = ops[i];
+    if (op.key.empty() || op.key.size() > kMaxKeySize) {
+      return Status::InvalidArgument("kv batch: key of " + std::to_string(op.key.size()) +
+                                     " bytes (keys are 1.." + std::to_string(kMaxKeySize) + ")");
+    }
+    if (ShardOf(op.key, geo_.shards) != shard) {
+      return Status::InvalidArgument("kv batch: every key must be in shard " +
+                                     std::to_string(shard));
+    }
+    for (size_t j = 0; j < i; j++) {
+      if (ops[j].key == op.key) return Status::InvalidArgument("kv batch: a key appears twice");
+    }
+    if (op.check_only && !op.conditional) {
+      return Status::InvalidArgument("kv batch: a check needs an expected version");
+    }
+    if (!op.check_only) {
+      total += format::EntryFootprint(op.key.size(), op.value ? op.value->size() : 0);
+    }
+  }
+  Partition& p = *parts_[worker];
+  BatchResult r;
+  r.versions.resize(ops.size());
+  // Only this worker writes the shard's keys, so the versions read here stay current until the
+  // batch is indexed below.
+  {
+    std::lock_guard<std::mutex> l(p.mu);
+    bool ok = true;
+    for (size_t i = 0; i < ops.size(); i++) {
+      auto it = FindLocked(p, shard, KeyHash(ops[i].key), ops[i].key);
+      r.versions[i] = it == p.index.end() || it->second.tombstone ? 0 : it->second.version;
+      if (ops[i].conditional && r.versions[i] != ops[i].expected_version) ok = false;
+    }
+    if (!ok) return r;
+  }
+  std::vector<size_t> writes;  // indexes of the ops that write
+  for (size_t i = 0; i < ops.size(); i++) {
+    if (!ops[i].check_only) writes.push_back(i);
+  }
+  r.applied = true;
+  if (writes.empty()) return r;  // checks only: they hold
+  ASYMNVM_ASSIGN_OR_RETURN(Loc first, PlaceWaiting(p, worker, total));
+  const uint64_t base_version = shard_version_[shard].fetch_add(writes.size()) + 1;
+  uint8_t* at = SegmentBase(first.seg) + first.off;
+  std::vector<Loc> locs(writes.size());
+  size_t off = 0, end = 0;
+  for (size_t w = 0; w < writes.size(); w++) {
+    const size_t i = writes[w];
+    EntryHeader h;
+    h.type = ops[i].value ? EntryType::kPut : EntryType::kDelete;
+    h.key_len = static_cast<uint16_t>(ops[i].key.size());
+    h.value_len = ops[i].value ? static_cast<uint32_t>(ops[i].value->size()) : 0;
+    h.shard = shard;
+    h.version = base_version + w;
+    h.generation = segs_[first.seg].generation;
+    h.position = position;
+    h.batch_count = static_cast<uint32_t>(writes.size());
+    h.batch_index = static_cast<uint32_t>(w);
+    format::EncodeEntry(h, ops[i].key, ops[i].value.value_or(std::string_view()), at + off);
+    const uint32_t fp = static_cast<uint32_t>(format::EntryFootprint(h.key_len, h.value_len));
+    locs[w] = Loc{shard, first.seg, static_cast<uint32_t>(first.off + off), fp, h.version,
+                  h.type == EntryType::kDelete};
+    end = off + format::kEntryHeaderSize + h.key_len + h.value_len;
+    off += fp;
+  }
+  persister_->Persist(at, end);  // one range: the members become durable together
+  if (o_.replicate) ASYMNVM_RETURN_IF_ERROR(o_.replicate(worker, shard, {at, end}));
+  {
+    std::lock_guard<std::mutex> l(p.mu);
+    for (size_t w = 0; w < writes.size(); w++) {
+      IndexLocked(p, ops[writes[w]].key, locs[w]);
+      r.versions[writes[w]] = locs[w].version;
+    }
+  }
+  NotePosition(worker, position);
+  return r;
 }
 
 Result<BypassSlot> Store::Reserve(uint32_t worker, uint32_t shard, std::string_view key,
@@ -777,12 +938,13 @@ Result<uint32_t> Store::CleanOnce() {
       const size_t fp = format::Footprint(h);
       std::string_view key = format::EntryKey(base + off, h);
       if (h.shard < geo_.shards) {
-        Partition& p = *parts_[WorkerOf(key, geo_.workers)];
+        Partition& p = *parts_[WorkerOf(h.shard, geo_.workers)];
         std::lock_guard<std::mutex> l(p.mu);
         auto it = FindLocked(p, h.shard, KeyHash(key), key);
         if (it != p.index.end() && it->second.seg == seg && it->second.off == off) {
-          EntryHeader copy = h;  // an RDMP entry is copied as a plain put
+          EntryHeader copy = h;  // an RDMP entry or a batch member is copied as a plain entry
           if (copy.type == EntryType::kPutBypass) copy.type = EntryType::kPut;
+          copy.batch_count = copy.batch_index = 0;
           auto loc = Append(gc, 0, copy, key, format::EntryValue(base + off, h));
           if (!loc.ok()) {
             LOG_WARN("kv", "cleaner: " << loc.status().ToString());

@@ -32,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -96,6 +97,22 @@ struct BypassSlot {
   uint32_t footprint = 0;
 };
 
+// One write of an atomic batch (Store::Batch): a put (value set) or a delete (no value),
+// conditional on the key's current version when `conditional` (0 = must be absent).
+struct WriteOp {
+  std::string_view key;
+  std::optional<std::string_view> value;
+  bool conditional = false;
+  uint64_t expected_version = 0;
+  bool check_only = false;  // a condition only: writes nothing
+};
+struct BatchResult {
+  bool applied = false;
+  // applied: the version each op wrote (a check: the key's current one); else each key's
+  // current version (0 = absent).
+  std::vector<uint64_t> versions;
+};
+
 // Where a key's current entry lies (one-sided GET).
 struct Located {
   bool found = false;       // false also for a tombstone
@@ -133,6 +150,14 @@ class Store {
   ScanOut Scan(uint32_t shard, uint64_t cursor, uint32_t count, size_t max_bytes,
                size_t max_value) const;
 
+  // Applies every op of a batch or none: all keys in `shard`, distinct, 1..format::kMaxBatch of
+  // them. When a condition fails nothing is written (applied = false, the current versions).
+  // Otherwise the ops become consecutive entries of the worker's t-log written and persisted as
+  // one range (and replicated as one b-log entry) — recovery counts them only all together.
+  // kInvalidArgument for bad input; append errors as Put.
+  Result<BatchResult> Batch(uint32_t worker, uint32_t shard, std::span<const WriteOp> ops,
+                            uint64_t position);
+
   // RDMP server-bypass PUT. Reserve appends a kPutBypass slot (header + key, flag words zeroed,
   // persisted) for a value of value_len bytes whose CRC32C is value_crc, takes the next version of
   // the shard and marks the slot pending (its segment is not cleaned while a slot is pending).
@@ -154,7 +179,8 @@ class Store {
   uint64_t pending_slots() const;
 
   // A backup applies an entry its primary replicated (an encoded entry as given to
-  // StoreOptions::replicate): appended to the replica log, then indexed when its version is above
+  // StoreOptions::replicate; a batch arrives as its members back to back, each padded to 64 B
+  // but the last, and is applied all together): appended to the replica log, then indexed when its version is above
   // the key's current one (so applying twice, or out of order, is harmless). kCorruption when the
   // bytes do not validate. Thread-safe.
   Status ApplyReplica(std::span<const uint8_t> entry);
@@ -173,7 +199,9 @@ class Store {
   bool NeedsCleaning() const;
 
   StoreStats stats() const;
-  static uint32_t WorkerOf(std::string_view key, uint32_t workers);
+  // The worker (t-log, index partition, OQ worker) of a shard: every request of a shard runs on
+  // one worker thread, in queue order, so a multi-key batch of one shard is atomic there.
+  static uint32_t WorkerOf(uint32_t shard, uint32_t workers);
 
  private:
   struct Loc {
@@ -220,6 +248,13 @@ class Store {
   // Finds the index entry of key (partition lock held). end() when absent.
   std::multimap<IndexKey, Loc>::iterator FindLocked(Partition& p, uint32_t shard, uint64_t tag,
                                                      std::string_view key) const;
+  // Whether the `h.batch_count` members of the batch starting at `e` (member 0, header h) all
+  // validate back to back within `avail` bytes; *bytes = up to the end of the last one.
+  static bool WholeBatch(const uint8_t* e, size_t avail, uint64_t generation,
+                         const format::EntryHeader& h, size_t* bytes);
+  // Points the index at `loc` for key unless it holds a newer version (partition p, locked by the
+  // caller); keeps the segments' live bytes.
+  void IndexLocked(Partition& p, std::string_view key, const Loc& loc);
   // Writes a new entry for key and repoints the index (the worker's own partition).
   Result<uint64_t> WriteLocked(uint32_t worker, format::EntryType type, uint32_t shard,
                                std::string_view key, std::string_view value, uint64_t position);

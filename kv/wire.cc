@@ -74,4 +74,57 @@ Result<Response> DecodeResponse(std::span<const uint8_t> payload) {
   return r;
 }
 
+void EncodeBatch(std::span<const BatchOpView> ops, std::string* out) {
+  uint8_t h[16];
+  PutLe16(h, static_cast<uint16_t>(ops.size()));
+  PutLe16(h + 2, 0);
+  out->append(reinterpret_cast<const char*>(h), 4);
+  for (const auto& op : ops) {
+    PutLe16(h, static_cast<uint16_t>(op.key.size()));
+    h[2] = static_cast<uint8_t>((op.is_delete ? 1 : 0) | (op.conditional ? 2 : 0) |
+                                (op.check_only ? 4 : 0));
+    h[3] = 0;
+    const bool carries = !op.is_delete && !op.check_only;
+    PutLe32(h + 4, carries ? static_cast<uint32_t>(op.value.size()) : 0);
+    PutLe64(h + 8, op.expected_version);
+    out->append(reinterpret_cast<const char*>(h), 16);
+    out->append(op.key);
+    if (carries) out->append(op.value);
+  }
+}
+
+Result<std::vector<BatchOpView>> DecodeBatch(std::string_view bytes) {
+  const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
+  if (bytes.size() < 4) return Status::InvalidArgument("kv batch: short payload");
+  const size_t n = GetLe16(p);
+  if (GetLe16(p + 2) != 0) return Status::InvalidArgument("kv batch: reserved bits set");
+  std::vector<BatchOpView> ops;
+  size_t off = 4;
+  for (size_t i = 0; i < n; i++) {
+    if (bytes.size() - off < 16) return Status::InvalidArgument("kv batch: op header runs past the payload");
+    BatchOpView op;
+    const size_t klen = GetLe16(p + off);
+    const uint8_t flags = p[off + 2];
+    const size_t vlen = GetLe32(p + off + 4);
+    op.expected_version = GetLe64(p + off + 8);
+    if ((flags & ~7u) != 0 || p[off + 3] != 0 || ((flags & 5) && vlen != 0) ||
+        ((flags & 4) && (flags & 1))) {
+      return Status::InvalidArgument("kv batch: bad op flags");
+    }
+    op.is_delete = flags & 1;
+    op.conditional = flags & 2;
+    op.check_only = flags & 4;
+    off += 16;
+    if (bytes.size() - off < klen || bytes.size() - off - klen < vlen) {
+      return Status::InvalidArgument("kv batch: op runs past the payload");
+    }
+    op.key = bytes.substr(off, klen);
+    op.value = bytes.substr(off + klen, vlen);
+    off += klen + vlen;
+    ops.push_back(op);
+  }
+  if (off != bytes.size()) return Status::InvalidArgument("kv batch: trailing bytes");
+  return ops;
+}
+
 }  // namespace asymnvm::kv::wire

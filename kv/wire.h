@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -35,6 +36,8 @@ enum Type : uint16_t {
                    // Reply: version, arg = log offset of the slot, count = footprint
   kPublish = 11,   // key; arg1 = log offset, arg2 = version. nilext on unreplicated shards.
                    // Reply: version now current
+  kBatch = 12,     // no key; value = encoded ops (EncodeBatch). Reply: flag applied, count = ops,
+                   // body = one u64 version per op
 };
 inline constexpr uint16_t kFlagConditional = 1;
 // kGet: values of at least arg2 bytes are answered with their location instead (flag 3,
@@ -67,6 +70,21 @@ struct Response {
 };
 void EncodeResponseHeader(const Response& r, std::vector<uint8_t>* out);  // appends header only
 Result<Response> DecodeResponse(std::span<const uint8_t> payload);        // kCorruption if short
+
+// An atomic batch's ops in a kBatch request's value: [count u16][zero u16] then per op
+// [key_len u16][flags u8: 1 delete, 2 conditional, 4 check only][zero u8][value_len u32][expected u64] key
+// value. Views point into `bytes`.
+struct BatchOpView {
+  std::string_view key;
+  bool is_delete = false;
+  bool conditional = false;
+  bool check_only = false;
+  uint64_t expected_version = 0;
+  std::string_view value;
+};
+void EncodeBatch(std::span<const BatchOpView> ops, std::string* out);
+// kInvalidArgument when the bytes do not parse exactly.
+Result<std::vector<BatchOpView>> DecodeBatch(std::string_view bytes);
 
 // Scan items in a response body: [key_len u16][truncated u8][zero u8][value_len u32][version u64]
 // key, value (absent when truncated: the value is larger than a scan carries).

@@ -41,6 +41,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -114,6 +115,24 @@ struct IncrReply {
   uint64_t version = 0;
 };
 
+// One operation of an atomic batch (Client::Batch): a put (value set) or a delete (no value),
+// applied only if the key's current version equals expected_version when that is set (0 = the key
+// must be absent). check_only: writes nothing, only requires expected_version (which must be set)
+// — a read the batch depends on (MULTI/EXEC's reads).
+struct BatchOp {
+  std::string key;
+  std::optional<std::string> value;
+  std::optional<uint64_t> expected_version;
+  bool check_only = false;
+};
+
+struct BatchReply {
+  bool applied = false;  // false: a condition failed and nothing was written
+  // applied: the version each op wrote; else each key's current version (0 = absent).
+  std::vector<uint64_t> versions;
+};
+inline constexpr size_t kMaxBatchOps = 64;
+
 struct ScanItem {
   std::string key;
   std::string value;
@@ -141,6 +160,12 @@ class Client {
   virtual Result<PutIfReply> PutIf(std::string_view key, std::string_view value,
                                    uint64_t expected_version) = 0;
   virtual Result<IncrReply> Incr(std::string_view key, int64_t delta) = 0;
+  // Every op or none, atomically also across a crash of the server, and in the ops' order (a
+  // reader never sees some of them applied). All keys in one shard (kInvalidArgument otherwise,
+  // "keys in different shards"), distinct, 1..kMaxBatchOps of them, the whole batch within one
+  // request (about 60 KiB of keys and values). Takes the software-response path: a connection lost
+  // mid-call leaves the outcome unknown, as for PutIf.
+  virtual Result<BatchReply> Batch(const std::vector<BatchOp>& ops) = 0;
   // Items of `shard` whose key hash is >= cursor (start with 0), at most `count` of them (a few
   // more when keys share a hash). Keys written during a scan may or may not appear; a key present
   // for the whole scan appears exactly once.

@@ -135,25 +135,14 @@ class KvClientStore final : public Store {
   Result<bool> CommitBatch(const std::vector<BatchWrite>& writes) override {
     ASYMNVM_ASSIGN_OR_RETURN(kv::Client* cl, C());
     if (writes.empty()) return true;
-    if (writes.size() > 1) {
-      return Status::NotSupported(
-          "the KV client API has no atomic multi-key write yet, so a transaction may write one "
-          "key");
-    }
-    const BatchWrite& w = writes[0];
-    if (w.value) {
-      auto r = cl->PutIf(w.key, *w.value, w.expected_version);
-      if (!r.ok()) return r.status();
-      return r->applied;
-    }
-    if (w.expected_version == 0) {
-      // Deleting a key the transaction saw absent: commits if it is still absent.
-      auto g = cl->Get(w.key);
-      if (!g.ok()) return g.status();
-      return !g->found;
-    }
-    return Status::NotSupported("the KV client API has no conditional delete yet");
+    // One atomic, version-conditional batch (kv::Client::Batch): every write or none.
+    std::vector<kv::BatchOp> ops;
+    ops.reserve(writes.size());
+    for (const auto& w : writes) ops.push_back({w.key, w.value, w.expected_version, w.check_only});
+    ASYMNVM_ASSIGN_OR_RETURN(kv::BatchReply r, cl->Batch(ops));
+    return r.applied;
   }
+
   Result<int64_t> DurableReplicas() override {
     // Every acknowledged write is on at least this many backups (kv::Client::MinSyncedBackups).
     auto cl = C();

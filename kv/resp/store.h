@@ -27,6 +27,7 @@ struct BatchWrite {
   std::string key;
   uint64_t expected_version = 0;
   std::optional<std::string> value;
+  bool check_only = false;  // writes nothing: only the version condition (a read it depends on)
 };
 
 class Store {

@@ -103,6 +103,7 @@ class FakeStore final : public Store {
       if (have != w.expected_version) return false;
     }
     for (const auto& w : writes) {
+      if (w.check_only) continue;
       if (w.value) {
         auto& e = map_[w.key];
         e.value = *w.value;

@@ -60,6 +60,13 @@ Result<bool> TxnStore::Commit() {
     if (expected == ~uint64_t{0}) return false;
     batch.push_back(BatchWrite{key, expected, w.value});
   }
+  // The keys it only read: their versions are conditions too, so EXEC is serializable within
+  // the shard (as Redis's MULTI/EXEC, which runs alone), not just atomic in its writes.
+  for (const auto& [key, version] : read_versions_) {
+    if (writes_.count(key) > 0) continue;
+    if (version == ~uint64_t{0}) return false;
+    batch.push_back(BatchWrite{key, version, std::nullopt, true});
+  }
   return base_->CommitBatch(batch);
 }
 

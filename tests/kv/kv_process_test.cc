@@ -220,7 +220,7 @@ TEST(KvApi, MalformedRequests_GetClearErrors) {
     return (*c)->Call(worker, type, payload, &resp);
   };
   const std::string key = "some-key";
-  const uint32_t shard = ShardOf(key, 4), worker = Store::WorkerOf(key, workers);
+  const uint32_t shard = ShardOf(key, 4), worker = Store::WorkerOf(shard, workers);
   // Short payload, lengths that do not add up, unknown type.
   {
     std::vector<uint8_t> resp, shortp(10, 0);
@@ -236,7 +236,7 @@ TEST(KvApi, MalformedRequests_GetClearErrors) {
             StatusCode::kInvalidArgument);
   const std::string huge(kMaxKeySize + 1, 'k');
   EXPECT_EQ(call(wire::kGet, {wire::kGet, ShardOf(huge, 4), 0, 0, 0, 0, huge, {}},
-                 Store::WorkerOf(huge, workers))
+                 Store::WorkerOf(ShardOf(huge, 4), workers))
                 .code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(call(wire::kGet, {wire::kGet, (shard + 1) % 4, 0, 0, 0, 0, key, {}}, worker).code(),

@@ -51,8 +51,9 @@ const std::vector<CommandSpec>& CommandTable() {
       {"echo", 2, kFast | kInline, 0, 0, 0, "connection", "1.0.0", "Returns the given string.", "", h::Echo},
       {"exec", 1, kNoMulti | kLoading | kStale, 0, 0, 0, "transactions", "1.2.0",
        "Executes all commands in a transaction.",
-       "atomic within one shard (optimistic: reads recorded, writes committed as one conditional "
-       "batch, re-run on conflict); keys in different shards give `-CROSSSLOT` and nothing runs",
+       "atomic and serializable within one shard, also across a server crash (optimistic: reads "
+       "recorded, writes and read versions committed as one conditional batch, re-run on "
+       "conflict); keys in different shards give `-CROSSSLOT` and nothing runs",
        h::Exec},
       {"exists", -2, kReadonly | kFast, 1, -1, 1, "generic", "3.0.3",
        "Determines whether one or more keys exist.", "", h::Exists},

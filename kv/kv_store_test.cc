@@ -644,5 +644,43 @@ TEST(KV_SUITE, Batch_TornBatchVanishesWhole_ReplicaAppliesWhole) {
   for (const auto& key : k) EXPECT_EQ(f.Get(key).bytes, "old") << key;
 }
 
+// ---- Deferred (group-committed) t-log entries of nilext PUTs (doc/kv.md §Write path) ----
+
+// A deferred entry is not durable until the worker syncs; a crash before loses it from the log,
+// and the OQ's re-execution of that PUT must then apply it — not skip it because a later
+// position made it to PM (exact positions, not the largest one).
+TEST(KV_SUITE, DeferredPut_LostByACrashIsReexecuted_SyncMakesItDurable) {
+  Fixture f(24, 64 * 1024, 1, 1);
+  const uint64_t base = uint64_t{0} << 56;
+  // "a" nearly fills the first segment and stays unsynced; "b", at a later position, lands in
+  // the next segment and is synced (by another thread here; in the server: a sync interrupted
+  // by the crash after it reached "b"'s lines but not "a"'s).
+  const std::string big(60 * 1024, 'a');
+  ASSERT_TRUE(f.store->Put(0, 0, "a", big, base | 10, false, true).ok());
+  EXPECT_EQ(f.Get("a").bytes, big);  // readable at once
+  std::thread([&] { ASSERT_TRUE(f.store->Put(0, 0, "b", big, base | 11, false).ok()); }).join();
+  f.CrashAndReopen(11);
+  EXPECT_FALSE(f.Get("a").found);
+  EXPECT_EQ(f.Get("b").bytes, big);
+  // OQ recovery re-executes both: "b" is in the log (skipped), "a" is not (applied) — the
+  // largest durable position (11) must not hide the missing 10.
+  ASSERT_TRUE(f.store->Put(0, 0, "b", big, base | 11, true).ok());
+  ASSERT_TRUE(f.store->Put(0, 0, "a", big, base | 10, true).ok());
+  EXPECT_EQ(f.store->stats().recovery_skipped, 1u);
+  EXPECT_EQ(f.Get("a").bytes, big);
+  f.store->EndRecovery();
+  // SyncDeferred, or any synchronous write of the same thread, makes deferred entries durable.
+  ASSERT_TRUE(f.store->Put(0, 0, "c", "1", base | 20, false, true).ok());
+  f.store->SyncDeferred(0);
+  ASSERT_TRUE(f.store->Put(0, 0, "d", "2", base | 21, false, true).ok());
+  ASSERT_TRUE(f.store->Put(0, 0, "e", "3", base | 22, false).ok());
+  ASSERT_TRUE(f.store->Put(0, 0, "g", "4", base | 23, false, true).ok());  // never synced
+  f.CrashAndReopen(12);
+  EXPECT_EQ(f.Get("c").bytes, "1");
+  EXPECT_EQ(f.Get("d").bytes, "2");
+  EXPECT_EQ(f.Get("e").bytes, "3");
+  EXPECT_FALSE(f.Get("g").found);
+}
+
 }  // namespace
 }  // namespace asymnvm::kv

@@ -72,23 +72,26 @@ std::string BypassTarget::address() const { return listener_->address(); }
 
 fabric::RegionDescriptor BypassTarget::region() const { return mr_->descriptor(); }
 
+namespace {
+// The handshake's private data: the target says what it is; the client sends its token (the
+// connection options must not change between Accept calls, so the client picks the token).
+constexpr uint64_t kTargetMagic = 0x504d44522d564b41ull;  // "AKV-RDMP"
+}  // namespace
+
 void BypassTarget::AcceptLoop() {
-  std::mt19937_64 rng(std::random_device{}());
+  fabric::ConnectionOptions co;
+  co.send_cq = cq_.get();
+  co.recv_cq = cq_.get();
+  co.max_send_wr = 1;
+  co.max_recv_wr = 1;
+  co.private_data.resize(8);
+  PutLe64(co.private_data.data(), kTargetMagic);
+  co.timeout = std::chrono::milliseconds(100);
   for (;;) {
     {
       std::lock_guard<std::mutex> l(mu_);
       if (stopping_) return;
     }
-    uint64_t token = 0;
-    while (token == 0) token = rng();
-    fabric::ConnectionOptions co;
-    co.send_cq = cq_.get();
-    co.recv_cq = cq_.get();
-    co.max_send_wr = 1;
-    co.max_recv_wr = 1;
-    co.private_data.resize(8);
-    PutLe64(co.private_data.data(), token);
-    co.timeout = std::chrono::milliseconds(100);
     auto c = listener_->Accept(co);
     if (!c.ok()) {
       if (c.status().code() != StatusCode::kTimedOut) {
@@ -96,10 +99,19 @@ void BypassTarget::AcceptLoop() {
       }
       continue;
     }
-    accepted_++;
+    std::unique_ptr<fabric::Connection> conn = std::move(c).value();
+    const auto& pdata = conn->peer_private_data();
+    const uint64_t token = pdata.size() == 8 ? GetLe64(pdata.data()) : 0;
     {
       std::lock_guard<std::mutex> l(mu_);
-      peers_[token].conn = std::move(c).value();
+      if (token == 0 || peers_.count(token) > 0) {
+        LOG_WARN("kv", "rdmp: refused bypass connection from " << conn->peer_address()
+                           << ": " << (token == 0 ? "no token" : "its token is taken"));
+        conn->Close();
+        continue;
+      }
+      accepted_++;
+      peers_[token].conn = std::move(conn);
     }
     cv_.notify_all();
   }
@@ -196,14 +208,17 @@ Result<std::unique_ptr<BypassChannel>> BypassChannel::Connect(
   co.max_send_wr = 16;
   co.max_recv_wr = 1;
   co.timeout = timeout;
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  while (c->token_ == 0) c->token_ = rng();
+  co.private_data.resize(8);
+  PutLe64(co.private_data.data(), c->token_);
   auto conn = fabric->Connect(pd, address, co);
   if (!conn.ok()) return conn.status().WithContext("kv rdmp: connecting to " + address);
   c->conn_ = std::move(conn).value();
   const auto& pdata = c->conn_->peer_private_data();
-  if (pdata.size() != 8 || GetLe64(pdata.data()) == 0) {
+  if (pdata.size() != 8 || GetLe64(pdata.data()) != kTargetMagic) {
     return Status::ProtocolError("kv rdmp: " + address + " is not an asymnvm-kv bypass endpoint");
   }
-  c->token_ = GetLe64(pdata.data());
   return c;
 }
 

@@ -12,6 +12,9 @@
 // BypassChannel (client): one connection to a BypassTarget with a registered staging buffer; one
 // thread at a time.
 //
+// A bypass connection is named by a random 64-bit token the client sends in the handshake (a
+// token already in use is refused); reservations name it.
+//
 // Thread safety: BypassTarget methods from any thread. BypassChannel: one thread at a time.
 #pragma once
 

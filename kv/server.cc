@@ -54,6 +54,29 @@ std::string DerivedAddress(const std::string& listen, const std::string& tag) {
   return listen + "-" + tag;
 }
 
+namespace {
+// The OQ worker whose request this thread is executing (-1: none yet).
+thread_local int tls_worker = -1;
+
+// Persists the OQ's ReqToExecute word only after the worker's deferred t-log entries are
+// durable: a word persisted past a nilext PUT whose entry is still unsynced would let a crash
+// lose it (recovery starts after it). Flush syncs the t-log first, then records the word.
+class RtePersister final : public pm::Persister {
+ public:
+  RtePersister(pm::Persister* base, std::atomic<Store*>* store) : base_(base), store_(store) {}
+  void Flush(const void* addr, size_t length) override {
+    Store* s = store_->load();
+    if (s != nullptr && tls_worker >= 0) s->SyncDeferred(static_cast<uint32_t>(tls_worker));
+    base_->Flush(addr, length);
+  }
+  void Drain() override { base_->Drain(); }
+
+ private:
+  pm::Persister* base_;
+  std::atomic<Store*>* store_;
+};
+}  // namespace
+
 struct Server::Impl {
   ServerOptions o;
   std::unique_ptr<pm::Pool> pool;
@@ -64,6 +87,8 @@ struct Server::Impl {
   std::unique_ptr<oq::Server> oq;
   std::unique_ptr<ClusterAgent> agent;
   std::unique_ptr<BypassTarget> bypass;
+  std::atomic<Store*> store_ptr{nullptr};
+  std::unique_ptr<RtePersister> rte_persister;
   std::atomic<uint64_t> rdmp_published{0}, rdmp_located{0};
   std::atomic<ClusterAgent*> agent_ptr{nullptr};
   bool cluster_mode = false;
@@ -85,6 +110,7 @@ struct Server::Impl {
 Status Server::Impl::Handle(const oq::RequestContext& ctx, std::span<const uint8_t> payload,
                             std::vector<uint8_t>* response) {
   requests++;
+  tls_worker = static_cast<int>(ctx.worker);
   Status st;
   auto r = wire::DecodeRequest(ctx.type, payload);
   if (!r.ok()) {
@@ -174,8 +200,10 @@ Status Server::Impl::Execute(const oq::RequestContext& ctx, const wire::Request&
                                        std::to_string(r.value.size()) + " bytes over " +
                                        std::to_string(kMaxInlineValue));
       }
+      // A nilext PUT is already durable in the OQ's receive buffer: its t-log entry is synced
+      // in groups (Store::Put defer; RtePersister, before_recycle).
       ASYMNVM_ASSIGN_OR_RETURN(uint64_t v, store->Put(ctx.worker, r.shard, r.key, r.value,
-                                                      position, ctx.recovering));
+                                                      position, ctx.recovering, ctx.nilext));
       resp.flag = 1;
       resp.version = v;
       break;
@@ -582,11 +610,16 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   qo.pm_area = ua + format::kHeaderPage;
   qo.pm_area_size = oq_bytes;
   qo.persister = impl->pool->persister();
+  impl->store_ptr = impl->store.get();
+  impl->rte_persister = std::make_unique<RtePersister>(impl->pool->persister(), &impl->store_ptr);
+  qo.rte_persister = impl->rte_persister.get();
+  qo.before_recycle = [raw](uint32_t worker, uint64_t) { raw->store->SyncDeferred(worker); };
   auto server = oq::Server::Start(
       qo, [raw](const oq::RequestContext& ctx, std::span<const uint8_t> payload,
                 std::vector<uint8_t>* response) { return raw->Handle(ctx, payload, response); });
   if (!server.ok()) return server.status().WithContext("kv server: ordered queue");
   impl->oq = std::move(server).value();
+  impl->store->EndRecovery();
   impl->cleaner = std::thread([raw] { raw->CleanerLoop(); });
   if (impl->cluster_mode) {
     AgentOptions ao;

@@ -94,7 +94,13 @@ Status Store::Recover() {
   shard_version_.reset(new std::atomic<uint64_t>[geo_.shards]);
   for (uint32_t i = 0; i < geo_.shards; i++) shard_version_[i] = 0;
   applied_.reset(new std::atomic<uint64_t>[geo_.workers]);
-  for (uint32_t w = 0; w < geo_.workers; w++) applied_[w] = geo_.applied_floor[w];
+  deferred_.reset(new uint64_t[geo_.workers]);
+  floor_at_open_.assign(geo_.applied_floor, geo_.applied_floor + geo_.workers);
+  recovered_positions_.clear();
+  for (uint32_t w = 0; w < geo_.workers; w++) {
+    applied_[w] = geo_.applied_floor[w];
+    deferred_[w] = 0;
+  }
   segs_.reset(new SegmentMeta[geo_.segments]);
   next_generation_ = geo_.generation_bound;
   const size_t seg_size = geo_.segment_size;
@@ -147,6 +153,9 @@ Status Store::Recover() {
         if (h.position != 0) {
           uint32_t pw = static_cast<uint32_t>(h.position >> 56);
           if (pw < geo_.workers && h.position > applied_[pw]) applied_[pw] = h.position;
+          if (pw < geo_.workers && h.position > floor_at_open_[pw]) {
+            recovered_positions_.insert(h.position);
+          }
         }
         Partition& p = *parts_[worker];
         auto it = FindLocked(p, h.shard, KeyHash(key), key);
@@ -246,14 +255,18 @@ Result<Store::Loc> Store::PlaceWaiting(Partition& p, uint32_t owner, size_t fp) 
 }
 
 Result<Store::Loc> Store::Append(Partition& p, uint32_t owner, const EntryHeader& hin,
-                                 std::string_view key, std::string_view value) {
+                                 std::string_view key, std::string_view value, bool sync) {
   ASYMNVM_ASSIGN_OR_RETURN(Loc loc,
                            Place(p, owner, format::EntryFootprint(key.size(), value.size())));
   EntryHeader h = hin;
   h.generation = segs_[loc.seg].generation;
   uint8_t* at = SegmentBase(loc.seg) + loc.off;
   format::EncodeEntry(h, key, value, at);
-  persister_->Persist(at, format::kEntryHeaderSize + key.size() + value.size());
+  if (sync) {
+    persister_->Persist(at, format::kEntryHeaderSize + key.size() + value.size());
+  } else {
+    persister_->Flush(at, format::kEntryHeaderSize + key.size() + value.size());
+  }
   loc.shard = h.shard;
   loc.version = h.version;
   loc.tombstone = h.type == EntryType::kDelete;
@@ -295,6 +308,23 @@ void Store::NotePosition(uint32_t worker, uint64_t position) {
   }
 }
 
+void Store::Synced(uint32_t worker) {
+  if (worker >= geo_.workers || deferred_[worker] == 0) return;
+  NotePosition(worker, deferred_[worker]);
+  deferred_[worker] = 0;
+}
+
+void Store::SyncDeferred(uint32_t worker) {
+  if (worker >= geo_.workers || deferred_[worker] == 0) return;
+  persister_->Drain();
+  Synced(worker);
+}
+
+void Store::EndRecovery() {
+  recovered_positions_.clear();
+  recovered_positions_.rehash(0);
+}
+
 Status Store::CheckShard(uint32_t shard) const {
   if (shard >= geo_.shards) {
     return Status::InvalidArgument("kv: shard " + std::to_string(shard) + " out of range (" +
@@ -305,7 +335,7 @@ Status Store::CheckShard(uint32_t shard) const {
 
 Result<uint64_t> Store::WriteLocked(uint32_t worker, EntryType type, uint32_t shard,
                                     std::string_view key, std::string_view value,
-                                    uint64_t position) {
+                                    uint64_t position, bool defer) {
   Partition& p = *parts_[worker];
   EntryHeader h;
   h.type = type;
@@ -314,15 +344,17 @@ Result<uint64_t> Store::WriteLocked(uint32_t worker, EntryType type, uint32_t sh
   h.shard = shard;
   h.version = shard_version_[shard].fetch_add(1) + 1;
   h.position = position;
-  auto loc = Append(p, worker, h, key, value);
+  auto loc = Append(p, worker, h, key, value, !defer);
   // No free segment: wait for the cleaner (other logs may take a freed segment first; keep
   // waiting) up to 10 s.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (!loc.ok() && loc.status().code() == StatusCode::kResourceExhausted &&
          std::chrono::steady_clock::now() < deadline && WaitForFreeSegment(deadline)) {
-    loc = Append(p, worker, h, key, value);
+    loc = Append(p, worker, h, key, value, !defer);
   }
   if (!loc.ok()) return loc.status();
+  // A synchronous append drained this thread's earlier deferred entries too.
+  if (!defer) Synced(worker);
   if (o_.replicate) {
     const uint8_t* e = SegmentBase(loc->seg) + loc->off;
     Status rs = o_.replicate(worker, shard,
@@ -341,19 +373,25 @@ Result<uint64_t> Store::WriteLocked(uint32_t worker, EntryType type, uint32_t sh
       it->second = *loc;
     }
   }
-  NotePosition(worker, position);
+  if (defer) {
+    if (position > deferred_[worker]) deferred_[worker] = position;
+  } else {
+    NotePosition(worker, position);
+  }
   return h.version;
 }
 
 Result<uint64_t> Store::Put(uint32_t worker, uint32_t shard, std::string_view key,
-                            std::string_view value, uint64_t position, bool recovering) {
+                            std::string_view value, uint64_t position, bool recovering,
+                            bool defer) {
   ASYMNVM_RETURN_IF_ERROR(CheckShard(shard));
   if (worker >= geo_.workers) return Status::InvalidArgument("kv: worker out of range");
-  if (recovering && position != 0 && position <= applied_[worker]) {
+  if (recovering && position != 0 &&
+      (position <= floor_at_open_[worker] || recovered_positions_.count(position) > 0)) {
     skipped_++;
     return uint64_t{0};
   }
-  return WriteLocked(worker, EntryType::kPut, shard, key, value, position);
+  return WriteLocked(worker, EntryType::kPut, shard, key, value, position, defer);
 }
 
 ReadResult Store::Get(uint32_t worker, uint32_t shard, std::string_view key, uint64_t offset,
@@ -703,6 +741,7 @@ Result<BatchResult> Store::Batch(uint32_t worker, uint32_t shard, std::span<cons
     off += fp;
   }
   persister_->Persist(at, end);  // one range: the members become durable together
+  Synced(worker);
   if (o_.replicate) ASYMNVM_RETURN_IF_ERROR(o_.replicate(worker, shard, {at, end}));
   {
     std::lock_guard<std::mutex> l(p.mu);
@@ -740,6 +779,7 @@ Result<BypassSlot> Store::Reserve(uint32_t worker, uint32_t shard, std::string_v
   persister_->Flush(at, format::kEntryHeaderSize + key.size());
   persister_->Flush(at + format::BypassFlagOffset(key.size(), value_len), 16);
   persister_->Drain();
+  Synced(worker);
   BypassSlot slot;
   slot.log_offset = size_t{loc.seg} * geo_.segment_size + loc.off;
   slot.version = h.version;

@@ -33,6 +33,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <unordered_set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -135,8 +136,18 @@ class Store {
 
   // position = worker << 56 | OQ queue position (0 when not from the OQ).
   // Returns the version written. kResourceExhausted when no segment is free.
+  // defer (a nilext PUT, durable already in the Ordered Queue's PM receive buffer): the entry is
+  // flushed but not synced; it becomes durable with the worker thread's next sync — any later
+  // synchronous write of that worker, or SyncDeferred, which the server runs before the OQ
+  // persists ReqToExecute past the request or recycles its buffer (group commit of the t-log:
+  // doc/kv.md §Write path). Must be called on the worker's thread.
   Result<uint64_t> Put(uint32_t worker, uint32_t shard, std::string_view key,
-                       std::string_view value, uint64_t position, bool recovering);
+                       std::string_view value, uint64_t position, bool recovering,
+                       bool defer = false);
+  // Makes the worker's deferred entries durable (on the worker's thread).
+  void SyncDeferred(uint32_t worker);
+  // OQ recovery is over: forget the positions Open collected to recognise re-executions.
+  void EndRecovery();
   ReadResult Get(uint32_t worker, uint32_t shard, std::string_view key, uint64_t offset,
                  size_t max_bytes) const;
   Result<DeleteReply> Delete(uint32_t worker, uint32_t shard, std::string_view key,
@@ -241,8 +252,9 @@ class Store {
   // replication, catch-up and the cleaner carry.
   std::vector<uint8_t> Canonical(const uint8_t* e, const format::EntryHeader& h) const;
   // Appends an entry to partition p's log (p = workers for the GC log). Returns its location.
+  // sync = false: flushed only (made durable by the calling thread's next Drain).
   Result<Loc> Append(Partition& p, uint32_t owner, const format::EntryHeader& h,
-                     std::string_view key, std::string_view value);
+                     std::string_view key, std::string_view value, bool sync = true);
   Result<uint32_t> AllocateSegment(uint32_t owner, format::SegmentKind kind);
   Status PersistHeader();
   // Finds the index entry of key (partition lock held). end() when absent.
@@ -257,8 +269,11 @@ class Store {
   void IndexLocked(Partition& p, std::string_view key, const Loc& loc);
   // Writes a new entry for key and repoints the index (the worker's own partition).
   Result<uint64_t> WriteLocked(uint32_t worker, format::EntryType type, uint32_t shard,
-                               std::string_view key, std::string_view value, uint64_t position);
+                               std::string_view key, std::string_view value, uint64_t position,
+                               bool defer = false);
   void NotePosition(uint32_t worker, uint64_t position);
+  // The worker's thread synced: its deferred entries are durable; their positions count.
+  void Synced(uint32_t worker);
   Status CheckShard(uint32_t shard) const;
 
   StoreOptions o_;
@@ -270,7 +285,13 @@ class Store {
   Partition& replica_part() const { return *parts_[geo_.workers + 1]; }
   std::mutex replica_mu_;  // serializes ApplyReplica appends
   std::unique_ptr<std::atomic<uint64_t>[]> shard_version_;
-  std::unique_ptr<std::atomic<uint64_t>[]> applied_;  // per worker: largest applied position
+  std::unique_ptr<std::atomic<uint64_t>[]> applied_;  // per worker: largest durable position
+  std::unique_ptr<uint64_t[]> deferred_;  // per worker: largest position not yet synced
+  // Recognising OQ re-executions after a restart: the floors of the header page and every
+  // position found in the logs above them (exact: with deferred syncs the logs may hold a later
+  // position without an earlier one). Cleared by EndRecovery.
+  std::vector<uint64_t> floor_at_open_;
+  std::unordered_set<uint64_t> recovered_positions_;
   std::unique_ptr<SegmentMeta[]> segs_;
   mutable std::mutex alloc_mu_;
   std::condition_variable free_cv_;

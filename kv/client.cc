@@ -174,6 +174,70 @@ class ClientImpl : public Client {
     });
   }
 
+  std::vector<Status> PutMany(
+      std::span<const std::pair<std::string_view, std::string_view>> kvs) override {
+    std::vector<Status> out(kvs.size());
+    // Runs of fast-path puts (inline, below the bypass threshold, unreplicated shard) are posted
+    // together, grouped by server; any other put ends the run and goes alone, so that puts of
+    // one key keep their order.
+    std::map<std::string, std::vector<size_t>> run;
+    auto flush = [&] {
+      std::vector<size_t> again;
+      for (auto& [address, items] : run) {
+        Conn& c = GetConn(address);
+        auto oq = Connect(c);
+        if (!oq.ok()) {
+          again.insert(again.end(), items.begin(), items.end());  // Put retries and reports
+          continue;
+        }
+        uint32_t workers;
+        {
+          std::lock_guard<std::mutex> l(c.mu);
+          workers = c.workers;
+        }
+        std::vector<std::vector<uint8_t>> payloads(items.size());
+        std::vector<oq::Client::Outgoing> reqs(items.size());
+        for (size_t j = 0; j < items.size(); j++) {
+          const auto& [key, value] = kvs[items[j]];
+          const uint32_t shard = ShardOf(key);
+          wire::EncodeRequest({wire::kPut, shard, 0, 0, 0, 0, key, value}, &payloads[j]);
+          reqs[j] = {Store::WorkerOf(shard, workers), wire::kPut, Bytes(payloads[j])};
+        }
+        std::vector<Status> st = (*oq)->SubmitMany(reqs);
+        bool broken = false;
+        for (size_t j = 0; j < items.size(); j++) {
+          out[items[j]] = st[j];
+          if (st[j].ok()) continue;
+          if (ConnectionLost(st[j])) broken = true;
+          // Never sent or refused as "not primary": nothing was applied, Put may resend it
+          // (on one connection, once a request is unsent so is every later one).
+          if (NeverSent(st[j]) || NotPrimary(st[j])) again.push_back(items[j]);
+        }
+        if (broken) Broken(c, *oq);
+      }
+      run.clear();
+      std::sort(again.begin(), again.end());
+      for (size_t i : again) out[i] = Put(kvs[i].first, kvs[i].second);
+    };
+    for (size_t i = 0; i < kvs.size(); i++) {
+      const auto& [key, value] = kvs[i];
+      out[i] = CheckKey(key);
+      if (out[i].ok()) out[i] = CheckValue(value);
+      if (!out[i].ok()) continue;
+      const uint32_t shard = ShardOf(key);
+      const std::string address = Route(shard);
+      if (value.size() > kMaxInlineValue || value.size() >= o_.bypass_threshold ||
+          Replicated(shard) || address.empty()) {
+        flush();
+        out[i] = Put(key, value);
+      } else {
+        run[address].push_back(i);
+      }
+    }
+    flush();
+    return out;
+  }
+
   Result<GetReply> Get(std::string_view key) override {
     ASYMNVM_RETURN_IF_ERROR(CheckKey(key));
     const uint32_t shard = ShardOf(key);

@@ -65,6 +65,8 @@ struct Client::Impl {
     std::vector<uint32_t> free;
     std::deque<uint32_t> published;
     std::unordered_map<uint64_t, uint32_t> inflight;  // seq → slot
+    // A doorbell's FLUSH (by the wr_id it carries) → the slots whose SENDs it makes durable.
+    std::unordered_map<uint64_t, std::vector<uint32_t>> flush_covers;
     uint64_t next_seq = 1;
     bool failed = false;
     Status fail_status;
@@ -89,6 +91,13 @@ struct Client::Impl {
   Status Do(uint32_t worker, bool nilext_submit, bool want_response,
             const std::function<uint32_t(uint8_t*, uint64_t)>& encode, uint32_t length,
             std::vector<uint8_t>* response);
+  // Do in two halves: Begin takes a slot, encodes and publishes the request (and posts it when
+  // `post`); Await waits for its commit and frees the slot.
+  Status Begin(uint32_t worker, bool nilext_submit, bool want_response,
+               const std::function<uint32_t(uint8_t*, uint64_t)>& encode, uint32_t length,
+               Clock::time_point deadline, bool post, uint32_t* slot);
+  Status Await(uint32_t worker, uint32_t idx, bool want_response, Clock::time_point deadline,
+               std::vector<uint8_t>* response);
 };
 
 Status Client::Impl::ConnectWorker(uint32_t w, const std::string& address,
@@ -161,6 +170,7 @@ void Client::Impl::FailAll(Conn& c, const Status& st) {
     }
   }
   c.published.clear();
+  c.flush_covers.clear();
   c.cv.notify_all();
 }
 
@@ -171,6 +181,9 @@ void Client::Impl::PostPublished(Conn& c) {
   {
     std::lock_guard<std::mutex> lock(c.mu);
     if (c.failed || c.published.empty()) return;
+    // One FLUSH at the end covers every SEND of the doorbell that needs one (group commit of
+    // the receive buffer at the server: one sync, not one per request).
+    std::vector<uint32_t> flushed;
     for (uint32_t idx : c.published) {
       Slot& s = c.slots[idx];
       fabric::WorkRequest wr;
@@ -181,18 +194,20 @@ void Client::Impl::PostPublished(Conn& c) {
       wr.length = s.length;
       wr.local_mr = c.send_mr.get();
       wrs.push_back(wr);
-      if (s.use_flush) {
-        fabric::WorkRequest f;
-        f.wr_id = s.seq;
-        f.opcode = fabric::Opcode::kFlush;
-        f.signaled = true;
-        f.remote_addr = flush_target.addr;
-        f.rkey = flush_target.rkey;
-        wrs.push_back(f);
-      }
+      if (s.use_flush) flushed.push_back(idx);
       s.posted = true;
       c.inflight[s.seq] = idx;
       batch.push_back(idx);
+    }
+    if (!flushed.empty()) {
+      fabric::WorkRequest f;
+      f.wr_id = c.slots[flushed.back()].seq;
+      f.opcode = fabric::Opcode::kFlush;
+      f.signaled = true;
+      f.remote_addr = flush_target.addr;
+      f.rkey = flush_target.rkey;
+      wrs.push_back(f);
+      c.flush_covers[f.wr_id] = std::move(flushed);
     }
     c.published.clear();
   }
@@ -203,6 +218,7 @@ void Client::Impl::PostPublished(Conn& c) {
     for (uint32_t idx : batch) {
       c.slots[idx].posted = false;
       c.inflight.erase(c.slots[idx].seq);
+      c.flush_covers.erase(c.slots[idx].seq);
     }
     FailAll(c, st.WithContext("oq client: post"));
   }
@@ -244,6 +260,20 @@ void Client::Impl::Deliver(Conn& c, const fabric::Completion& comp) {
     if (!st.ok()) FailAll(c, st.WithContext("oq client: re-posting a response buffer"));
     return;
   }
+  if (comp.opcode == fabric::Opcode::kFlush) {
+    // The doorbell's FLUSH: every SEND it covers is durable at the server.
+    auto g = c.flush_covers.find(comp.wr_id);
+    if (g == c.flush_covers.end()) return;
+    std::vector<uint32_t> covered = std::move(g->second);
+    c.flush_covers.erase(g);
+    for (uint32_t idx : covered) {
+      Slot& s = c.slots[idx];
+      if (!s.in_use || s.done) continue;
+      s.acked = true;
+      if (s.responded || !s.need_response) Finish(c, s, idx);
+    }
+    return;
+  }
   auto it = c.inflight.find(comp.wr_id);
   if (it == c.inflight.end()) return;
   uint32_t idx = it->second;
@@ -252,9 +282,10 @@ void Client::Impl::Deliver(Conn& c, const fabric::Completion& comp) {
   if (s.responded || !s.need_response) Finish(c, s, idx);
 }
 
-Status Client::Impl::Do(uint32_t worker, bool nilext_submit, bool want_response,
-                        const std::function<uint32_t(uint8_t*, uint64_t)>& encode,
-                        uint32_t length, std::vector<uint8_t>* response) {
+Status Client::Impl::Begin(uint32_t worker, bool nilext_submit, bool want_response,
+                           const std::function<uint32_t(uint8_t*, uint64_t)>& encode,
+                           uint32_t length, Clock::time_point deadline, bool post,
+                           uint32_t* slot) {
   if (worker >= conns.size()) {
     return Status::InvalidArgument("oq client: worker " + std::to_string(worker) +
                                    " out of range (server has " + std::to_string(conns.size()) +
@@ -266,7 +297,6 @@ Status Client::Impl::Do(uint32_t worker, bool nilext_submit, bool want_response,
                                    std::to_string(info.max_request));
   }
   Conn& c = *conns[worker];
-  const auto deadline = Clock::now() + o.timeout;
   std::unique_lock<std::mutex> lk(c.mu);
   if (!c.cv.wait_until(lk, deadline, [&] { return c.failed || !c.free.empty(); })) {
     return Status::TimedOut("oq client: no free slot on worker " + std::to_string(worker));
@@ -292,8 +322,16 @@ Status Client::Impl::Do(uint32_t worker, bool nilext_submit, bool want_response,
   }
   c.published.push_back(idx);
   lk.unlock();
-  PostPublished(c);
-  lk.lock();
+  if (post) PostPublished(c);
+  *slot = idx;
+  return Status::Ok();
+}
+
+Status Client::Impl::Await(uint32_t worker, uint32_t idx, bool want_response,
+                           Clock::time_point deadline, std::vector<uint8_t>* response) {
+  Conn& c = *conns[worker];
+  Slot& s = c.slots[idx];
+  std::unique_lock<std::mutex> lk(c.mu);
   while (!s.done) {
     auto now = Clock::now();
     if (now >= deadline) {
@@ -329,6 +367,16 @@ Status Client::Impl::Do(uint32_t worker, bool nilext_submit, bool want_response,
   c.free.push_back(idx);
   c.cv.notify_all();
   return st;
+}
+
+Status Client::Impl::Do(uint32_t worker, bool nilext_submit, bool want_response,
+                        const std::function<uint32_t(uint8_t*, uint64_t)>& encode,
+                        uint32_t length, std::vector<uint8_t>* response) {
+  const auto deadline = Clock::now() + o.timeout;
+  uint32_t idx = 0;
+  ASYMNVM_RETURN_IF_ERROR(
+      Begin(worker, nilext_submit, want_response, encode, length, deadline, true, &idx));
+  return Await(worker, idx, want_response, deadline, response);
 }
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -389,6 +437,46 @@ Status Client::Submit(uint32_t worker, uint16_t type, std::span<const uint8_t> p
         return static_cast<uint32_t>(b.size());
       },
       static_cast<uint32_t>(kRequestHeaderSize + payload.size()), nullptr);
+}
+
+std::vector<Status> Client::SubmitMany(std::span<const Outgoing> requests) {
+  Impl& m = *impl_;
+  const uint64_t id = m.o.client_id;
+  const auto deadline = Clock::now() + m.o.timeout;
+  std::vector<Status> out(requests.size());
+  // In rounds of at most half a window per connection, so that a round never waits for a slot
+  // its own earlier requests hold.
+  const size_t round = std::max<size_t>(1, m.o.window / 2);
+  for (size_t first = 0; first < requests.size(); first += round) {
+    const size_t last = std::min(requests.size(), first + round);
+    std::vector<std::pair<size_t, uint32_t>> begun;  // request index, slot
+    std::vector<bool> touched(m.conns.size(), false);
+    for (size_t i = first; i < last; i++) {
+      const Outgoing& r = requests[i];
+      uint32_t idx = 0;
+      out[i] = m.Begin(
+          r.worker, true, false,
+          [&](uint8_t* dst, uint64_t seq) {
+            std::vector<uint8_t> b;
+            EncodeRequest({0, 0, r.type, true, id, seq, r.worker}, r.payload, &b);
+            std::memcpy(dst, b.data(), b.size());
+            return static_cast<uint32_t>(b.size());
+          },
+          static_cast<uint32_t>(kRequestHeaderSize + r.payload.size()), deadline, false, &idx);
+      if (out[i].ok()) {
+        begun.push_back({i, idx});
+        touched[r.worker] = true;
+      }
+    }
+    // One post (doorbell) per connection for everything this round published on it.
+    for (size_t w = 0; w < m.conns.size(); w++) {
+      if (touched[w]) m.PostPublished(*m.conns[w]);
+    }
+    for (const auto& [i, idx] : begun) {
+      out[i] = m.Await(requests[i].worker, idx, false, deadline, nullptr);
+    }
+  }
+  return out;
 }
 
 Status Client::Call(uint32_t worker, uint16_t type, std::span<const uint8_t> payload,

@@ -202,6 +202,15 @@ class Client {
   // (the connection had failed before it was posted, or the post was refused): a caller may send
   // it again — to a new connection — even when it is not idempotent.
   Status Submit(uint32_t worker, uint16_t type, std::span<const uint8_t> payload);
+  // Several nilext requests (any workers), posted together — one doorbell per connection for as
+  // many as half the window allows at once — and awaited together. One status per request, as
+  // Submit would have returned it; requests to one worker stay in order.
+  struct Outgoing {
+    uint32_t worker = 0;
+    uint16_t type = 0;
+    std::span<const uint8_t> payload;
+  };
+  std::vector<Status> SubmitMany(std::span<const Outgoing> requests);
   // A non-nilext request: returns the handler's response. Errors as Submit.
   Status Call(uint32_t worker, uint16_t type, std::span<const uint8_t> payload,
               std::vector<uint8_t>* response);

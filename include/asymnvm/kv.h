@@ -42,6 +42,8 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
+#include <utility>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -155,6 +157,15 @@ class Client {
   virtual ~Client() = default;
 
   virtual Status Put(std::string_view key, std::string_view value) = 0;
+  // Several Puts at once, each with its own outcome (as Put would return it), not atomic
+  // together: nilext PUTs to unreplicated shards are posted together (one doorbell per server
+  // worker) and awaited together; the others run one by one. Puts of one key keep their order.
+  virtual std::vector<Status> PutMany(
+      std::span<const std::pair<std::string_view, std::string_view>> kvs) {
+    std::vector<Status> out;
+    for (const auto& [k, v] : kvs) out.push_back(Put(k, v));
+    return out;
+  }
   virtual Result<GetReply> Get(std::string_view key) = 0;
   virtual Result<DeleteReply> Delete(std::string_view key) = 0;
   virtual Result<PutIfReply> PutIf(std::string_view key, std::string_view value,

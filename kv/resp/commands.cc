@@ -1,5 +1,6 @@
 // The dispatch table, the dispatcher and the helpers handlers share.
 #include "kv/resp/commands.h"
+#include "kv/resp/value.h"
 
 #include <algorithm>
 #include <cctype>
@@ -371,6 +372,50 @@ void Dispatcher::Execute(Session& s, std::vector<std::string>& argv, std::string
     return;
   }
   Run(s, *spec, argv, *store_, w);
+}
+
+bool EqualsNoCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i])))
+      return false;
+  }
+  return true;
+}
+
+void Dispatcher::ExecuteAll(Session& s, std::vector<std::vector<std::string>>& cmds,
+                            std::string* out) {
+  auto plain_set = [&](const std::vector<std::string>& a) {
+    return a.size() == 3 && EqualsNoCase(a[0], "set") && !s.in_multi &&
+           (state_->cluster_secret.empty() || s.authenticated);
+  };
+  size_t i = 0;
+  while (i < cmds.size()) {
+    size_t j = i;
+    while (j < cmds.size() && plain_set(cmds[j])) j++;
+    if (j - i >= 2) {
+      std::vector<std::string> encoded;
+      encoded.reserve(j - i);
+      std::vector<std::pair<std::string_view, std::string_view>> kvs;
+      for (size_t k = i; k < j; k++) encoded.push_back(EncodeValue(cmds[k][2], 0));
+      for (size_t k = i; k < j; k++) kvs.push_back({cmds[k][1], encoded[k - i]});
+      std::vector<Status> st = store_->PutMany(kvs);
+      ReplyWriter w(out, s.proto);
+      for (size_t k = 0; k < st.size(); k++) {
+        state_->total_commands.fetch_add(1, std::memory_order_relaxed);
+        if (st[k].ok()) {
+          w.Ok();
+        } else {
+          w.Error(StoreError(st[k]));
+        }
+      }
+      i = j;
+      continue;
+    }
+    Execute(s, cmds[i], out);
+    i++;
+    if (s.close_after_reply) break;
+  }
 }
 
 void Dispatcher::Run(Session& s, const CommandSpec& spec, const std::vector<std::string>& argv,

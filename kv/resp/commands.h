@@ -113,6 +113,11 @@ class Dispatcher {
 
   // Runs (or queues, inside MULTI) one command and appends its reply to *out.
   void Execute(Session& s, std::vector<std::string>& argv, std::string* out);
+  // A connection's consecutive commands, as Execute one by one, except that a run of plain
+  // `SET key value` commands (no options, outside MULTI, authenticated) is written with one
+  // Store::PutMany — a pipeline's SETs travel together. Stops after a command that closes the
+  // connection (QUIT).
+  void ExecuteAll(Session& s, std::vector<std::vector<std::string>>& cmds, std::string* out);
 
   // Runs one command with an explicit store (EXEC runs its queue over a transaction overlay).
   void Run(Session& s, const CommandSpec& spec, const std::vector<std::string>& argv,
@@ -130,6 +135,7 @@ inline constexpr std::string_view kErrSyntax = "ERR syntax error";
 inline constexpr std::string_view kErrNotInteger = "ERR value is not an integer or out of range";
 std::string ArityError(std::string_view name);
 std::string StoreError(const Status& st);  // "-ERR ..." text for a store failure
+bool EqualsNoCase(std::string_view a, std::string_view b);  // ASCII case-insensitive
 
 // Key positions of argv under spec (for MULTI/EXEC's shard check).
 std::vector<std::string_view> CommandKeys(const CommandSpec& spec,

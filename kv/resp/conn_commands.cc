@@ -21,15 +21,6 @@ std::string Lower(std::string_view s) {
   return l;
 }
 
-bool EqualsNoCase(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i])))
-      return false;
-  }
-  return true;
-}
-
 bool SecretMatches(const std::string& secret, std::string_view given) {
   // Length-independent comparison time over the secret.
   unsigned char diff = secret.size() == given.size() ? 0 : 1;

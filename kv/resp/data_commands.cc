@@ -10,15 +10,6 @@ namespace {
 
 constexpr int kMaxCasAttempts = 1000;
 
-bool EqualsNoCase(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i])))
-      return false;
-  }
-  return true;
-}
-
 struct Current {
   bool exists = false;  // present and not expired
   std::string data;

@@ -61,6 +61,12 @@ class KvClientStore final : public Store {
     ASYMNVM_RETURN_IF_ERROR(cl->Put(key, value));
     return uint64_t{0};
   }
+  std::vector<Status> PutMany(
+      const std::vector<std::pair<std::string_view, std::string_view>>& kvs) override {
+    auto cl = C();
+    if (!cl.ok()) return std::vector<Status>(kvs.size(), cl.status());
+    return (*cl)->PutMany(kvs);
+  }
   Result<std::optional<uint64_t>> PutIf(std::string_view key, std::string_view value,
                                         uint64_t expected) override {
     ASYMNVM_ASSIGN_OR_RETURN(kv::Client* cl, C());

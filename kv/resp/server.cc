@@ -134,11 +134,7 @@ class WorkerPool {
         job = queue_.front();
         queue_.pop_front();
       }
-      Session& s = job->conn->session;
-      for (auto& argv : job->commands) {
-        dispatcher.Execute(s, argv, &job->out);
-        if (s.close_after_reply) break;
-      }
+      dispatcher.ExecuteAll(job->conn->session, job->commands, &job->out);
       done_(job);
     }
   }

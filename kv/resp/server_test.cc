@@ -72,6 +72,32 @@ TEST_F(RespServer, Pipeline_RepliesInRequestOrder) {
   EXPECT_EQ(r.back(), "$3\r\n200\r\n");
 }
 
+// A pipeline's run of plain SETs is written with one PutMany; replies stay in order and a GET
+// behind them sees the last one; SETs inside MULTI are queued as always.
+TEST_F(RespServer, PipelinedSets_OneReplyEachInOrder_GetSeesTheLast) {
+  StartServer();
+  TestClient c(server_->port());
+  ASSERT_TRUE(c.connected());
+  std::string batch;
+  for (int i = 0; i < 20; ++i) {
+    const std::string v = std::to_string(i);
+    batch += "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$" + std::to_string(v.size()) + "\r\n" + v + "\r\n";
+  }
+  batch += "*3\r\n$3\r\nset\r\n$0\r\n\r\n$1\r\nx\r\n";  // empty key: still one reply
+  batch += "*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
+  batch += "*1\r\n$5\r\nMULTI\r\n*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nq\r\n";
+  batch += "*3\r\n$3\r\nSET\r\n$1\r\nj\r\n$1\r\nq\r\n*1\r\n$4\r\nEXEC\r\n";
+  ASSERT_TRUE(c.Send(batch));
+  auto r = c.Read(26);
+  ASSERT_EQ(r.size(), 26u);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(r[i], "+OK\r\n") << i;
+  EXPECT_EQ(r[21], "$2\r\n19\r\n");
+  EXPECT_EQ(r[22], "+OK\r\n");
+  EXPECT_EQ(r[23], "+QUEUED\r\n");
+  EXPECT_EQ(r[24], "+QUEUED\r\n");
+  EXPECT_EQ(r[25], "*2\r\n+OK\r\n+OK\r\n");
+}
+
 TEST_F(RespServer, OversizedBulkAndUnknownCommand_ErrorAndConnectionSurvives) {
   ServerOptions o;
   o.limits.max_bulk_len = 1024;

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "asymnvm/status.h"
@@ -47,6 +48,14 @@ class Store {
   // plain decimal or the sum overflows: the caller then falls back to read-modify-write, which
   // reports the precise error.
   virtual Result<std::optional<int64_t>> Incr(std::string_view key, int64_t delta) = 0;
+  // Several unconditional writes, each with its own outcome (a pipeline's run of SETs): the
+  // store may send them together. Writes of one key keep their order.
+  virtual std::vector<Status> PutMany(
+      const std::vector<std::pair<std::string_view, std::string_view>>& kvs) {
+    std::vector<Status> out;
+    for (const auto& [k, v] : kvs) out.push_back(Put(k, v).status());
+    return out;
+  }
   // Returns whether the key existed.
   virtual Result<bool> Delete(std::string_view key) = 0;
 

@@ -134,6 +134,40 @@ TEST(KvBatch, TransfersUnderSigkill_TotalNeverChanges_AckedNeverLost) {
             << ", outcome unknown " << unknown << "\n";
 }
 
+// PutMany: each put its own outcome; a key's puts keep their order across the fast path (posted
+// together), the bypass path and the chunked path; bad items fail alone.
+TEST(KvBatch, PutMany_EachItsOutcome_OrderKept) {
+  TempDir d;
+  Proc p = StartKv(Args(d));
+  ASSERT_FALSE(p.address().empty()) << p.first_line;
+  auto c = OpenClient({p.address()});
+  const std::string big(100000, 'b'), mid(20000, 'm');
+  std::vector<std::pair<std::string_view, std::string_view>> kvs = {
+      {"a", "1"}, {"b", "1"}, {"a", big}, {"", "no key"}, {"b", "2"}, {"a", "3"},
+      {"c", mid}, {"c", "4"}, {"d", "5"}};
+  for (int i = 0; i < 50; i++) kvs.push_back({"many", "x"});
+  std::vector<Status> st = c->PutMany(kvs);
+  ASSERT_EQ(st.size(), kvs.size());
+  for (size_t i = 0; i < st.size(); i++) {
+    if (kvs[i].first.empty()) {
+      EXPECT_EQ(st[i].code(), StatusCode::kInvalidArgument);
+    } else {
+      EXPECT_TRUE(st[i].ok()) << i << ": " << st[i].ToString();
+    }
+  }
+  EXPECT_EQ(c->Get("a")->value, "3");
+  EXPECT_EQ(c->Get("b")->value, "2");
+  EXPECT_EQ(c->Get("c")->value, "4");
+  EXPECT_EQ(c->Get("d")->value, "5");
+  EXPECT_EQ(c->rdmp_counters().bypass_puts, 2u);  // big and mid (>= 16 KiB)
+  Kill9(p);  // acknowledged: durable
+  p = StartKv(Args(d));
+  ASSERT_FALSE(p.address().empty()) << p.first_line;
+  auto c2 = OpenClient({p.address()});
+  EXPECT_EQ(c2->Get("a")->value, "3");
+  EXPECT_EQ(c2->Get("many")->value, "x");
+}
+
 // The same through the Redis gateway: MULTI / DECRBY / INCRBY / EXEC, SIGKILL mid-run.
 TEST(KvBatch, MultiExecUnderSigkill_TotalNeverChanges) {
   TempDir d;

@@ -178,6 +178,39 @@ TEST(OqClient, ThreadsShareOneClient_EveryRequestDeliveredToItsThread) {
   EXPECT_EQ(srv.server->stats().connections, 2u);  // one per worker, not per thread
 }
 
+// SubmitMany: requests to every worker posted together, each committed; requests to one key keep
+// their order (the last value wins); one doorbell per connection per round, one FLUSH each.
+TEST(OqClient, SubmitMany_AllCommitInOrderWithFewDoorbells) {
+  ServerOptions o;
+  o.workers = 2;
+  KvServer srv(o);
+  ASSERT_NE(srv.server, nullptr);
+  Side cs = Side::Open();
+  auto c = ConnectClient(cs, srv.server->address(), 32);
+  ASSERT_NE(c, nullptr);
+  std::vector<std::vector<uint8_t>> payloads;
+  for (uint64_t i = 0; i < 40; i++) payloads.push_back(KvStore::SetPayload(i % 10, i));
+  std::vector<Client::Outgoing> reqs;
+  for (uint64_t i = 0; i < 40; i++) {
+    reqs.push_back({KvStore::WorkerFor(i % 10, 2), kKvSet, payloads[i]});
+  }
+  const auto before = c->counters();
+  std::vector<Status> st = c->SubmitMany(reqs);
+  const auto after = c->counters();
+  ASSERT_EQ(st.size(), 40u);
+  for (const auto& s : st) EXPECT_TRUE(s.ok()) << s.ToString();
+  for (uint64_t k = 0; k < 10; k++) EXPECT_EQ(testutil::Get(*c, k), 30 + k);  // the last set
+  EXPECT_EQ(after.sends - before.sends, 40u);
+  // Rounds of half the window (16): 3 rounds, at most one doorbell and one FLUSH per worker each.
+  EXPECT_LE(after.round_trips - before.round_trips, 6u);
+  EXPECT_LE(after.flushes - before.flushes, 6u);
+  // A request to a worker that does not exist fails alone.
+  std::vector<Client::Outgoing> bad = {{0, kKvSet, payloads[0]}, {7, kKvSet, payloads[1]}};
+  st = c->SubmitMany(bad);
+  EXPECT_TRUE(st[0].ok());
+  EXPECT_EQ(st[1].code(), StatusCode::kInvalidArgument);
+}
+
 // A request made on a connection known to have failed never leaves the client: it fails with the
 // connection error marked retryable ("not sent"), so a caller may resend even a non-idempotent
 // request elsewhere (kv::Client does: the first PUT after a primary's death is not an "outcome

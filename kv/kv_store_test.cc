@@ -31,8 +31,11 @@ struct Fixture {
   std::unique_ptr<Store> store;
   format::ServerHeader geo;
 
+  bool group_commit = false;
+
   explicit Fixture(uint32_t segments = 24, uint32_t segment_size = 64 * 1024, uint32_t workers = 2,
-                   uint32_t shards = 4) {
+                   uint32_t shards = 4, bool group = false)
+      : group_commit(group) {
     geo.workers = workers;
     geo.shards = shards;
     geo.segment_size = segment_size;
@@ -53,6 +56,7 @@ struct Fixture {
     so.log_base = pool->user_base() + format::kHeaderPage;
     so.persister = pool->persister();
     so.geometry = geo;
+    so.group_commit = group_commit;
     auto s = Store::Open(so);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     store = std::move(s).value();
@@ -644,21 +648,24 @@ TEST(KV_SUITE, Batch_TornBatchVanishesWhole_ReplicaAppliesWhole) {
   for (const auto& key : k) EXPECT_EQ(f.Get(key).bytes, "old") << key;
 }
 
-// ---- Deferred (group-committed) t-log entries of nilext PUTs (doc/kv.md §Write path) ----
+// ---- Group commit of the workers' writes (doc/kv.md §Write path) ----
 
-// A deferred entry is not durable until the worker syncs; a crash before loses it from the log,
-// and the OQ's re-execution of that PUT must then apply it — not skip it because a later
-// position made it to PM (exact positions, not the largest one).
-TEST(KV_SUITE, DeferredPut_LostByACrashIsReexecuted_SyncMakesItDurable) {
-  Fixture f(24, 64 * 1024, 1, 1);
+// With group commit a write is not durable until the worker syncs; a crash before loses it from
+// the log, and the OQ's re-execution of that (nilext) PUT must then apply it — not skip it because
+// a later position made it to PM (exact positions, not the largest one).
+TEST(KV_SUITE, GroupCommit_LostWriteIsReexecuted_SyncDeferredMakesWritesDurable) {
+  Fixture f(24, 64 * 1024, 1, 1, /*group=*/true);
   const uint64_t base = uint64_t{0} << 56;
   // "a" nearly fills the first segment and stays unsynced; "b", at a later position, lands in
-  // the next segment and is synced (by another thread here; in the server: a sync interrupted
-  // by the crash after it reached "b"'s lines but not "a"'s).
+  // the next segment and is synced (on another thread: its own sync; in the server: a sync
+  // interrupted by the crash after it reached "b"'s lines but not "a"'s).
   const std::string big(60 * 1024, 'a');
-  ASSERT_TRUE(f.store->Put(0, 0, "a", big, base | 10, false, true).ok());
+  ASSERT_TRUE(f.store->Put(0, 0, "a", big, base | 10, false).ok());
   EXPECT_EQ(f.Get("a").bytes, big);  // readable at once
-  std::thread([&] { ASSERT_TRUE(f.store->Put(0, 0, "b", big, base | 11, false).ok()); }).join();
+  std::thread([&] {
+    ASSERT_TRUE(f.store->Put(0, 0, "b", big, base | 11, false).ok());
+    f.store->SyncDeferred(0);
+  }).join();
   f.CrashAndReopen(11);
   EXPECT_FALSE(f.Get("a").found);
   EXPECT_EQ(f.Get("b").bytes, big);
@@ -669,17 +676,25 @@ TEST(KV_SUITE, DeferredPut_LostByACrashIsReexecuted_SyncMakesItDurable) {
   EXPECT_EQ(f.store->stats().recovery_skipped, 1u);
   EXPECT_EQ(f.Get("a").bytes, big);
   f.store->EndRecovery();
-  // SyncDeferred, or any synchronous write of the same thread, makes deferred entries durable.
-  ASSERT_TRUE(f.store->Put(0, 0, "c", "1", base | 20, false, true).ok());
+  // Every kind of write waits for SyncDeferred: put, delete, batch, reservation.
+  ASSERT_TRUE(f.store->Put(0, 0, "c", "1", base | 20, false).ok());
+  ASSERT_TRUE(f.store->Delete(0, 0, "b", base | 21).ok());
+  ASSERT_TRUE(f.store->Batch(0, 0, std::vector<WriteOp>{{"d", "2"}, {"e", "3"}}, base | 22).ok());
+  auto slot = f.store->Reserve(0, 0, "s", 4, Crc32c("slot", 4));
+  ASSERT_TRUE(slot.ok());
   f.store->SyncDeferred(0);
-  ASSERT_TRUE(f.store->Put(0, 0, "d", "2", base | 21, false, true).ok());
-  ASSERT_TRUE(f.store->Put(0, 0, "e", "3", base | 22, false).ok());
-  ASSERT_TRUE(f.store->Put(0, 0, "g", "4", base | 23, false, true).ok());  // never synced
+  ASSERT_TRUE(f.store->Put(0, 0, "g", "4", base | 23, false).ok());  // never synced
+  ASSERT_TRUE(f.store->Delete(0, 0, "c", base | 24).ok());          // never synced
   f.CrashAndReopen(12);
   EXPECT_EQ(f.Get("c").bytes, "1");
+  EXPECT_FALSE(f.Get("b").found);
   EXPECT_EQ(f.Get("d").bytes, "2");
   EXPECT_EQ(f.Get("e").bytes, "3");
   EXPECT_FALSE(f.Get("g").found);
+  // The slot's header survived (its version is not reissued).
+  auto next = f.store->Put(0, 0, "h", "5", 0, false);
+  ASSERT_TRUE(next.ok());
+  EXPECT_GT(*next, slot->version);
 }
 
 }  // namespace

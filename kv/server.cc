@@ -200,10 +200,8 @@ Status Server::Impl::Execute(const oq::RequestContext& ctx, const wire::Request&
                                        std::to_string(r.value.size()) + " bytes over " +
                                        std::to_string(kMaxInlineValue));
       }
-      // A nilext PUT is already durable in the OQ's receive buffer: its t-log entry is synced
-      // in groups (Store::Put defer; RtePersister, before_recycle).
       ASYMNVM_ASSIGN_OR_RETURN(uint64_t v, store->Put(ctx.worker, r.shard, r.key, r.value,
-                                                      position, ctx.recovering, ctx.nilext));
+                                                      position, ctx.recovering));
       resp.flag = 1;
       resp.version = v;
       break;
@@ -547,6 +545,10 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
     };
   }
   so.persister = impl->pool->persister();
+  // Group commit: a worker's writes are synced once per batch of requests it executed, before
+  // their responses leave (before_respond below), before the OQ's ReqToExecute passes a nilext
+  // PUT (RtePersister) and before a receive buffer is recycled (doc/kv.md §Write path).
+  so.group_commit = true;
   so.geometry = geo;
   so.gc_threshold = o.gc_threshold;
   auto store = Store::Open(so);
@@ -614,6 +616,7 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   impl->rte_persister = std::make_unique<RtePersister>(impl->pool->persister(), &impl->store_ptr);
   qo.rte_persister = impl->rte_persister.get();
   qo.before_recycle = [raw](uint32_t worker, uint64_t) { raw->store->SyncDeferred(worker); };
+  qo.before_respond = [raw](uint32_t worker) { raw->store->SyncDeferred(worker); };
   auto server = oq::Server::Start(
       qo, [raw](const oq::RequestContext& ctx, std::span<const uint8_t> payload,
                 std::vector<uint8_t>* response) { return raw->Handle(ctx, payload, response); });

@@ -95,6 +95,7 @@ Status Store::Recover() {
   for (uint32_t i = 0; i < geo_.shards; i++) shard_version_[i] = 0;
   applied_.reset(new std::atomic<uint64_t>[geo_.workers]);
   deferred_.reset(new uint64_t[geo_.workers]);
+  dirty_.assign(geo_.workers, false);
   floor_at_open_.assign(geo_.applied_floor, geo_.applied_floor + geo_.workers);
   recovered_positions_.clear();
   for (uint32_t w = 0; w < geo_.workers; w++) {
@@ -314,9 +315,21 @@ void Store::Synced(uint32_t worker) {
   deferred_[worker] = 0;
 }
 
-void Store::SyncDeferred(uint32_t worker) {
-  if (worker >= geo_.workers || deferred_[worker] == 0) return;
+void Store::AfterWrite(uint32_t worker, uint64_t position) {
+  if (o_.group_commit) {
+    dirty_[worker] = true;
+    if (position > deferred_[worker]) deferred_[worker] = position;
+    return;
+  }
   persister_->Drain();
+  Synced(worker);
+  NotePosition(worker, position);
+}
+
+void Store::SyncDeferred(uint32_t worker) {
+  if (worker >= geo_.workers || !dirty_[worker]) return;
+  persister_->Drain();
+  dirty_[worker] = false;
   Synced(worker);
 }
 
@@ -335,7 +348,7 @@ Status Store::CheckShard(uint32_t shard) const {
 
 Result<uint64_t> Store::WriteLocked(uint32_t worker, EntryType type, uint32_t shard,
                                     std::string_view key, std::string_view value,
-                                    uint64_t position, bool defer) {
+                                    uint64_t position) {
   Partition& p = *parts_[worker];
   EntryHeader h;
   h.type = type;
@@ -344,17 +357,16 @@ Result<uint64_t> Store::WriteLocked(uint32_t worker, EntryType type, uint32_t sh
   h.shard = shard;
   h.version = shard_version_[shard].fetch_add(1) + 1;
   h.position = position;
-  auto loc = Append(p, worker, h, key, value, !defer);
+  auto loc = Append(p, worker, h, key, value, /*sync=*/false);
   // No free segment: wait for the cleaner (other logs may take a freed segment first; keep
   // waiting) up to 10 s.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (!loc.ok() && loc.status().code() == StatusCode::kResourceExhausted &&
          std::chrono::steady_clock::now() < deadline && WaitForFreeSegment(deadline)) {
-    loc = Append(p, worker, h, key, value, !defer);
+    loc = Append(p, worker, h, key, value, /*sync=*/false);
   }
   if (!loc.ok()) return loc.status();
-  // A synchronous append drained this thread's earlier deferred entries too.
-  if (!defer) Synced(worker);
+  AfterWrite(worker, position);  // durable now, or with the worker's next SyncDeferred
   if (o_.replicate) {
     const uint8_t* e = SegmentBase(loc->seg) + loc->off;
     Status rs = o_.replicate(worker, shard,
@@ -373,17 +385,11 @@ Result<uint64_t> Store::WriteLocked(uint32_t worker, EntryType type, uint32_t sh
       it->second = *loc;
     }
   }
-  if (defer) {
-    if (position > deferred_[worker]) deferred_[worker] = position;
-  } else {
-    NotePosition(worker, position);
-  }
   return h.version;
 }
 
 Result<uint64_t> Store::Put(uint32_t worker, uint32_t shard, std::string_view key,
-                            std::string_view value, uint64_t position, bool recovering,
-                            bool defer) {
+                            std::string_view value, uint64_t position, bool recovering) {
   ASYMNVM_RETURN_IF_ERROR(CheckShard(shard));
   if (worker >= geo_.workers) return Status::InvalidArgument("kv: worker out of range");
   if (recovering && position != 0 &&
@@ -391,7 +397,7 @@ Result<uint64_t> Store::Put(uint32_t worker, uint32_t shard, std::string_view ke
     skipped_++;
     return uint64_t{0};
   }
-  return WriteLocked(worker, EntryType::kPut, shard, key, value, position, defer);
+  return WriteLocked(worker, EntryType::kPut, shard, key, value, position);
 }
 
 ReadResult Store::Get(uint32_t worker, uint32_t shard, std::string_view key, uint64_t offset,
@@ -740,8 +746,8 @@ Result<BatchResult> Store::Batch(uint32_t worker, uint32_t shard, std::span<cons
     end = off + format::kEntryHeaderSize + h.key_len + h.value_len;
     off += fp;
   }
-  persister_->Persist(at, end);  // one range: the members become durable together
-  Synced(worker);
+  persister_->Flush(at, end);  // one range: the members become durable together
+  AfterWrite(worker, position);
   if (o_.replicate) ASYMNVM_RETURN_IF_ERROR(o_.replicate(worker, shard, {at, end}));
   {
     std::lock_guard<std::mutex> l(p.mu);
@@ -750,7 +756,6 @@ Result<BatchResult> Store::Batch(uint32_t worker, uint32_t shard, std::span<cons
       r.versions[writes[w]] = locs[w].version;
     }
   }
-  NotePosition(worker, position);
   return r;
 }
 
@@ -778,8 +783,7 @@ Result<BypassSlot> Store::Reserve(uint32_t worker, uint32_t shard, std::string_v
   format::EncodeBypassSlot(h, key, at);
   persister_->Flush(at, format::kEntryHeaderSize + key.size());
   persister_->Flush(at + format::BypassFlagOffset(key.size(), value_len), 16);
-  persister_->Drain();
-  Synced(worker);
+  AfterWrite(worker, 0);  // durable before the reply gives the client the slot
   BypassSlot slot;
   slot.log_offset = size_t{loc.seg} * geo_.segment_size + loc.off;
   slot.version = h.version;

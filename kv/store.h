@@ -52,6 +52,12 @@ struct StoreOptions {
   // Geometry for a blank header page (ignored, and replaced by the stored one, otherwise).
   format::ServerHeader geometry;
   double gc_threshold = 0.75;       // clean sealed segments whose live fraction is below this
+  // Group commit (doc/kv.md §Write path): the workers' writes (Put, Delete, PutIf, Incr, Batch,
+  // Reserve) are flushed but not synced; they become durable at the worker thread's next
+  // SyncDeferred, which the caller runs before any result of them leaves the server (the OQ
+  // server's before_respond) and before the request that made them can be forgotten (its
+  // ReqToExecute persisted past it, its buffer recycled). false: each write is synced at once.
+  bool group_commit = false;
   // Replication (doc/kv.md §Replication): called by a write after its entry is durable in the
   // local t-log and before the index shows it, with the encoded entry (kEntryHeaderSize + key +
   // value bytes; its generation field is the local segment's). A non-OK status fails the write
@@ -136,15 +142,10 @@ class Store {
 
   // position = worker << 56 | OQ queue position (0 when not from the OQ).
   // Returns the version written. kResourceExhausted when no segment is free.
-  // defer (a nilext PUT, durable already in the Ordered Queue's PM receive buffer): the entry is
-  // flushed but not synced; it becomes durable with the worker thread's next sync — any later
-  // synchronous write of that worker, or SyncDeferred, which the server runs before the OQ
-  // persists ReqToExecute past the request or recycles its buffer (group commit of the t-log:
-  // doc/kv.md §Write path). Must be called on the worker's thread.
   Result<uint64_t> Put(uint32_t worker, uint32_t shard, std::string_view key,
-                       std::string_view value, uint64_t position, bool recovering,
-                       bool defer = false);
-  // Makes the worker's deferred entries durable (on the worker's thread).
+                       std::string_view value, uint64_t position, bool recovering);
+  // Group commit: makes the worker's deferred writes durable (on the worker's thread: the
+  // persister's pending ranges are per thread).
   void SyncDeferred(uint32_t worker);
   // OQ recovery is over: forget the positions Open collected to recognise re-executions.
   void EndRecovery();
@@ -269,8 +270,10 @@ class Store {
   void IndexLocked(Partition& p, std::string_view key, const Loc& loc);
   // Writes a new entry for key and repoints the index (the worker's own partition).
   Result<uint64_t> WriteLocked(uint32_t worker, format::EntryType type, uint32_t shard,
-                               std::string_view key, std::string_view value, uint64_t position,
-                               bool defer = false);
+                               std::string_view key, std::string_view value, uint64_t position);
+  // A worker's write at `position` was flushed: without group commit drain now (and count it),
+  // with group commit remember the position for the next SyncDeferred.
+  void AfterWrite(uint32_t worker, uint64_t position);
   void NotePosition(uint32_t worker, uint64_t position);
   // The worker's thread synced: its deferred entries are durable; their positions count.
   void Synced(uint32_t worker);
@@ -287,6 +290,7 @@ class Store {
   std::unique_ptr<std::atomic<uint64_t>[]> shard_version_;
   std::unique_ptr<std::atomic<uint64_t>[]> applied_;  // per worker: largest durable position
   std::unique_ptr<uint64_t[]> deferred_;  // per worker: largest position not yet synced
+  std::vector<bool> dirty_;               // per worker: writes flushed and not yet synced
   // Recognising OQ re-executions after a restart: the floors of the header page and every
   // position found in the logs above them (exact: with deferred syncs the logs may hold a later
   // position without an earlier one). Cleared by EndRecovery.

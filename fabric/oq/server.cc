@@ -535,6 +535,7 @@ void Server::Impl::ReapSends(Worker& w, bool block) {
 
 void Server::Impl::SendPending(Worker& w) {
   if (w.pending.empty()) return;
+  if (o.before_respond) o.before_respond(w.index);
   std::lock_guard<std::mutex> lock(w.conn_mu);
   std::vector<Worker::Pending> keep;
   for (auto& p : w.pending) {

@@ -71,7 +71,9 @@ inline Geometry MakeGeometry(uint64_t pool_size, uint32_t block_size) {
 class BackendEnv {
  public:
   BackendEnv(uint64_t pool_size, uint32_t block_size, bool crash_sim = false)
-      : path_(dir_.File("alloc.pool")), block_size_(block_size), crash_sim_(crash_sim),
+      : path_(dir_.File("alloc.pool")),
+        block_size_(block_size),
+        crash_sim_(crash_sim),
         geo_(MakeGeometry(pool_size, block_size)) {
     auto p = pm::Pool::Create(path_, pool_size, PoolOpts());
     EXPECT_TRUE(p.ok()) << p.status().ToString();

@@ -19,7 +19,7 @@ constexpr uint64_t kHeaderBytes = 256;  // header line, intent line, reserved
 constexpr uint64_t kIntentOffset = 64;
 constexpr uint64_t kLineBytes = 64;
 constexpr uint64_t kCopyBytes = 256;
-constexpr uint64_t kCopyHeader = 8;  // crc32c, generation
+constexpr uint64_t kCopyHeader = 8;                           // crc32c, generation
 constexpr uint64_t kPayloadBytes = kCopyBytes - kCopyHeader;  // 248
 constexpr uint64_t kHalfPayload = kPayloadBytes / 2;          // 124: alloc bits, then head bits
 constexpr uint64_t kBlocksPerChunk = kHalfPayload * 8;        // 992
@@ -142,8 +142,8 @@ Status BackendAllocator::Format() {
     chunks_[c] = {1, 0};
   }
   std::memset(area_ + kIntentOffset, 0, kHeaderBytes - kIntentOffset);
-  persister_->Flush(area_ + kIntentOffset, BitmapBytes(nblocks_ * block_size_, block_size_) -
-                                               kIntentOffset);
+  persister_->Flush(area_ + kIntentOffset,
+                    BitmapBytes(nblocks_ * block_size_, block_size_) - kIntentOffset);
   persister_->Drain();
   uint8_t* h = area_;
   std::memset(h, 0, kLineBytes);
@@ -183,10 +183,9 @@ Status BackendAllocator::Recover() {
   uint64_t n = GetLe64(h + 24);
   if (bs != block_size_ || begin != data_begin_ || n != nblocks_) {
     return Status::InvalidArgument(
-        "alloc bitmap was formatted for " + std::to_string(n) + " blocks of " +
-        std::to_string(bs) + " B at " + std::to_string(begin) + ", not " +
-        std::to_string(nblocks_) + " blocks of " + std::to_string(block_size_) + " B at " +
-        std::to_string(data_begin_));
+        "alloc bitmap was formatted for " + std::to_string(n) + " blocks of " + std::to_string(bs) +
+        " B at " + std::to_string(begin) + ", not " + std::to_string(nblocks_) + " blocks of " +
+        std::to_string(block_size_) + " B at " + std::to_string(data_begin_));
   }
   if (!AllZero(area_ + 128, kHeaderBytes - 128)) {
     return Status::Corruption("alloc bitmap: reserved header bytes are not zero");
@@ -372,10 +371,9 @@ Result<uint64_t> BackendAllocator::AllocBlocks(uint64_t n, bool large) {
   auto best = free_by_len_.lower_bound({n, 0});
   if (best == free_by_len_.end()) {
     stats_.failed_allocs++;
-    return Status::ResourceExhausted(
-        "alloc: no free run of " + std::to_string(n) + " block(s) (" +
-        std::to_string(nblocks_ - stats_.blocks_used) + " of " + std::to_string(nblocks_) +
-        " blocks free)");
+    return Status::ResourceExhausted("alloc: no free run of " + std::to_string(n) + " block(s) (" +
+                                     std::to_string(nblocks_ - stats_.blocks_used) + " of " +
+                                     std::to_string(nblocks_) + " blocks free)");
   }
   uint64_t start = best->second, len = best->first;
   EraseFreeRun(free_by_start_.find(start));

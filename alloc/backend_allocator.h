@@ -8,10 +8,10 @@
 // reads or writes the data area itself; it only owns the bitmap area.
 //
 // Durability: every call that returns OK has persisted its effect through the Persister before it
-// returns — an address is handed out only after its blocks are marked allocated in PM, and a Free is
-// durable when it returns. A crash in the middle of a call leaves either the old or the new state of
-// that call (never a mix: see doc/alloc.md "Crash consistency"). Open() rebuilds the slab-level state
-// (free runs, extents) from the bitmap alone.
+// returns — an address is handed out only after its blocks are marked allocated in PM, and a Free
+// is durable when it returns. A crash in the middle of a call leaves either the old or the new
+// state of that call (never a mix: see doc/alloc.md "Crash consistency"). Open() rebuilds the
+// slab-level state (free runs, extents) from the bitmap alone.
 //
 // Thread safety: all methods are thread-safe (one internal mutex; the persist happens under it, so
 // calls are serialized). The bitmap area must not be written by anyone else while the object lives.
@@ -51,13 +51,13 @@ struct BackendOptions {
 struct BackendStats {
   uint64_t blocks_total = 0;
   uint64_t blocks_used = 0;
-  uint64_t extents_used = 0;        // live allocations (slabs + large extents)
-  uint64_t largest_free_run = 0;    // blocks
-  uint64_t slab_allocs = 0;         // successful AllocSlab calls since Open
-  uint64_t large_allocs = 0;        // successful AllocLarge calls since Open
-  uint64_t frees = 0;               // successful Free calls since Open
-  uint64_t failed_allocs = 0;       // kResourceExhausted answers since Open
-  uint64_t bitmap_writes = 0;       // chunk copies written since Open
+  uint64_t extents_used = 0;      // live allocations (slabs + large extents)
+  uint64_t largest_free_run = 0;  // blocks
+  uint64_t slab_allocs = 0;       // successful AllocSlab calls since Open
+  uint64_t large_allocs = 0;      // successful AllocLarge calls since Open
+  uint64_t frees = 0;             // successful Free calls since Open
+  uint64_t failed_allocs = 0;     // kResourceExhausted answers since Open
+  uint64_t bitmap_writes = 0;     // chunk copies written since Open
   // Found by Open: chunks whose newer copy was torn (the older copy was used), and whether an
   // interrupted multi-chunk operation was rolled back / completed.
   uint64_t torn_copies_recovered = 0;
@@ -77,14 +77,14 @@ class BackendAllocator {
   // Bytes of bitmap area needed for this geometry (header + two 256 B copies per 992 blocks).
   static uint64_t BitmapBytes(uint64_t data_size, uint32_t block_size);
 
-  // Validates the options, then formats (fresh zeroed area, format_if_empty) or recovers the bitmap:
-  // picks the newest valid copy of every chunk, finishes an interrupted multi-chunk operation, checks
-  // the structural rules and rebuilds the free runs. Errors: kInvalidArgument (missing field, bad
-  // block size, misaligned or too small area, data area of zero blocks, or a bitmap formatted for
-  // another geometry — the message says which), kCorruption (bad header checksum or magic, a chunk
-  // with no valid copy, bits that break the rules — the message names the chunk / block — or an
-  // unformatted area when format_if_empty is false), kNotSupported (bitmap layout version from
-  // another release).
+  // Validates the options, then formats (fresh zeroed area, format_if_empty) or recovers the
+  // bitmap: picks the newest valid copy of every chunk, finishes an interrupted multi-chunk
+  // operation, checks the structural rules and rebuilds the free runs. Errors: kInvalidArgument
+  // (missing field, bad block size, misaligned or too small area, data area of zero blocks, or a
+  // bitmap formatted for another geometry — the message says which), kCorruption (bad header
+  // checksum or magic, a chunk with no valid copy, bits that break the rules — the message names
+  // the chunk / block — or an unformatted area when format_if_empty is false), kNotSupported
+  // (bitmap layout version from another release).
   static Result<std::unique_ptr<BackendAllocator>> Open(const BackendOptions& options);
 
   BackendAllocator(const BackendAllocator&) = delete;
@@ -152,7 +152,7 @@ class BackendAllocator {
   std::vector<uint8_t> bits_;
   std::vector<ChunkState> chunks_;
   uint64_t intent_seq_ = 0;
-  std::map<uint64_t, uint64_t> free_by_start_;          // start block -> run length
+  std::map<uint64_t, uint64_t> free_by_start_;           // start block -> run length
   std::set<std::pair<uint64_t, uint64_t>> free_by_len_;  // (length, start)
   BackendStats stats_;
 };

@@ -57,8 +57,8 @@ TEST(BackendAllocator, Open_BadOptions_InvalidArgument) {
   auto check = [&](BackendOptions bad, const char* what) {
     auto r = BackendAllocator::Open(bad);
     ASSERT_FALSE(r.ok()) << what;
-    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << what << ": "
-                                                               << r.status().ToString();
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument)
+        << what << ": " << r.status().ToString();
   };
   auto b = o;
   b.block_size = 1000;
@@ -201,8 +201,8 @@ TEST(BackendAllocator, Randomized_MatchesModelAcrossRestarts) {
         int kind = model.Classify(addr);
         if (kind == 1) continue;
         Status st = a->Free(addr);
-        ASSERT_EQ(st.code(), kind == 0 ? StatusCode::kFailedPrecondition
-                                       : StatusCode::kInvalidArgument)
+        ASSERT_EQ(st.code(),
+                  kind == 0 ? StatusCode::kFailedPrecondition : StatusCode::kInvalidArgument)
             << st.ToString();
         ASSERT_EQ(a->Free(addr + 1 + rng() % (kBlock - 1)).code(), StatusCode::kInvalidArgument);
       }

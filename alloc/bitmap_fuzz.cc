@@ -32,8 +32,9 @@ constexpr uint64_t kDataBegin = 64 * 1024;
 
 // The bitmap area: 64-byte aligned, exactly its size (ASan flags any access past it).
 struct Area {
-  Area() : size((BackendAllocator::BitmapBytes(kBlocks * kBlock, kBlock) + 63) / 64 * 64),
-           bytes(static_cast<uint8_t*>(std::aligned_alloc(64, size))) {
+  Area()
+      : size((BackendAllocator::BitmapBytes(kBlocks * kBlock, kBlock) + 63) / 64 * 64),
+        bytes(static_cast<uint8_t*>(std::aligned_alloc(64, size))) {
     std::memset(bytes, 0, size);
   }
   ~Area() { std::free(bytes); }
@@ -74,7 +75,8 @@ std::vector<Extent> Exercise(BackendAllocator& al) {
   const auto ext = al.Extents();
   uint64_t prev_end = kDataBegin, blocks = 0;
   for (const Extent& e : ext) {
-    ASYMNVM_FUZZ_CHECK(e.addr >= prev_end && e.bytes > 0 && e.bytes % kBlock == 0 && e.addr % kBlock == 0);
+    ASYMNVM_FUZZ_CHECK(e.addr >= prev_end && e.bytes > 0 && e.bytes % kBlock == 0 &&
+                       e.addr % kBlock == 0);
     ASYMNVM_FUZZ_CHECK(e.addr + e.bytes <= al.data_end());
     auto n = al.ExtentBytes(e.addr);
     ASYMNVM_FUZZ_CHECK(n.ok() && *n == e.bytes);
@@ -97,7 +99,8 @@ std::vector<Extent> Exercise(BackendAllocator& al) {
   for (int i = 0; i < 16; i++) {
     auto a = al.AllocSlab();
     if (!a.ok()) {
-      ASYMNVM_FUZZ_CHECK(a.status().code() == StatusCode::kResourceExhausted && blocks + got.size() == kBlocks);
+      ASYMNVM_FUZZ_CHECK(a.status().code() == StatusCode::kResourceExhausted &&
+                         blocks + got.size() == kBlocks);
       break;
     }
     ASYMNVM_FUZZ_CHECK(*a >= kDataBegin && *a + kBlock <= al.data_end() && !overlaps(*a, kBlock));

@@ -206,7 +206,8 @@ Result<uint64_t> FrontendAllocator::Malloc(uint64_t size) {
     stats_.bytes_live += size;
     return r.value();
   }
-  uint32_t len = static_cast<uint32_t>((size + alignment_ - 1) & ~static_cast<uint64_t>(alignment_ - 1));
+  uint32_t len =
+      static_cast<uint32_t>((size + alignment_ - 1) & ~static_cast<uint64_t>(alignment_ - 1));
   Slab* s = nullptr;
   uint32_t off = 0;
   if (uint64_t addr = 0; BestFit(len, &addr)) {

@@ -38,21 +38,21 @@
 namespace asymnvm::alloc {
 
 struct FrontendOptions {
-  SlabSource* source = nullptr;    // required; must outlive the allocator
-  uint32_t alignment = 16;         // power of two in [8, slab size]; every size is rounded up to it
-  uint32_t max_empty_slabs = 2;    // empty slabs kept for reuse; more are returned to the source
+  SlabSource* source = nullptr;  // required; must outlive the allocator
+  uint32_t alignment = 16;       // power of two in [8, slab size]; every size is rounded up to it
+  uint32_t max_empty_slabs = 2;  // empty slabs kept for reuse; more are returned to the source
 };
 
 struct FrontendStats {
   uint64_t slabs_full = 0, slabs_partial = 0, slabs_empty = 0;
-  uint64_t large_live = 0;         // large extents held
-  uint64_t objects_live = 0;       // small objects (in slabs)
-  uint64_t bytes_live = 0;         // rounded bytes of small objects + requested bytes of large ones
-  uint64_t mallocs = 0, frees = 0; // successful calls
-  uint64_t slab_requests = 0;      // successful SlabSource::AllocSlab calls
-  uint64_t slab_returns = 0;       // idle slabs given back (SlabSource::Free)
+  uint64_t large_live = 0;    // large extents held
+  uint64_t objects_live = 0;  // small objects (in slabs)
+  uint64_t bytes_live = 0;    // rounded bytes of small objects + requested bytes of large ones
+  uint64_t mallocs = 0, frees = 0;  // successful calls
+  uint64_t slab_requests = 0;       // successful SlabSource::AllocSlab calls
+  uint64_t slab_returns = 0;        // idle slabs given back (SlabSource::Free)
   uint64_t slab_return_failures = 0;
-  uint64_t large_requests = 0;     // successful SlabSource::AllocLarge calls
+  uint64_t large_requests = 0;  // successful SlabSource::AllocLarge calls
 };
 
 struct LiveObject {

@@ -165,8 +165,7 @@ TEST(FrontendAllocator, Large_GoesToBackendAndBack) {
   ASSERT_TRUE(exact.ok());
   EXPECT_EQ(f.fe->stats().large_live, 1u) << "exactly one slab is still a small object";
   ASSERT_TRUE(f.fe->Free(r.value()).ok());
-  EXPECT_EQ(f.env.alloc()->ExtentBytes(r.value()).status().code(),
-            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(f.env.alloc()->ExtentBytes(r.value()).status().code(), StatusCode::kFailedPrecondition);
   Status again = f.fe->Free(r.value());
   EXPECT_EQ(again.code(), StatusCode::kInvalidArgument) << again.ToString();
 }
@@ -258,8 +257,8 @@ TEST(FrontendAllocator, Randomized_MatchesModelAcrossRestarts) {
         auto slabs = f.fe->Slabs();
         uint64_t key = addr - ((addr - begin) % kSlab);
         bool held = std::binary_search(slabs.begin(), slabs.end(), key);
-        StatusCode want = kind == 2 || !held ? StatusCode::kInvalidArgument
-                                             : StatusCode::kFailedPrecondition;
+        StatusCode want =
+            kind == 2 || !held ? StatusCode::kInvalidArgument : StatusCode::kFailedPrecondition;
         ASSERT_EQ(st.code(), want) << st.ToString();
       }
       if (op % 1500 == 1499) {
@@ -271,7 +270,8 @@ TEST(FrontendAllocator, Randomized_MatchesModelAcrossRestarts) {
         ASSERT_TRUE(f.env.Restart().ok());
         std::vector<Extent> want;
         for (uint64_t s : slabs) want.push_back({s, kSlab});
-        for (const LiveObject& l : large) want.push_back({l.addr, (l.bytes + kSlab - 1) / kSlab * kSlab});
+        for (const LiveObject& l : large)
+          want.push_back({l.addr, (l.bytes + kSlab - 1) / kSlab * kSlab});
         std::sort(want.begin(), want.end());
         ASSERT_EQ(f.env.alloc()->Extents(), want);
         f.Connect();

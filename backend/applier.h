@@ -23,9 +23,9 @@
 namespace asymnvm::backend {
 
 struct ApplyTarget {
-  uint8_t* base = nullptr;      // the pool mapping; addresses are offsets from it
-  uint64_t size = 0;            // bytes mapped
-  uint64_t data_begin = 0;      // memory logs may write only [data_begin, data_end)
+  uint8_t* base = nullptr;  // the pool mapping; addresses are offsets from it
+  uint64_t size = 0;        // bytes mapped
+  uint64_t data_begin = 0;  // memory logs may write only [data_begin, data_end)
   uint64_t data_end = 0;
   pm::Persister* persister = nullptr;
 };

@@ -8,12 +8,12 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <list>
 #include <functional>
+#include <list>
 #include <map>
 #include <mutex>
-#include <sstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 #include <unordered_map>
 
@@ -153,7 +153,6 @@ class OneSidedPersister final : public pm::Persister {
   std::function<void()> before_;
 };
 
-
 }  // namespace
 
 struct Backend::Impl : public OpLogSource {
@@ -178,7 +177,7 @@ struct Backend::Impl : public OpLogSource {
     uint32_t index;
     std::map<uint64_t, uint64_t> max_op_seq;  // fe → highest op_seq in the segment
   };
-  std::list<HeldSegment> held;  // digested, not yet committed, in posting order
+  std::list<HeldSegment> held;    // digested, not yet committed, in posting order
   size_t last_pinned_warned = 0;  // consumer thread only
   std::deque<std::pair<std::chrono::steady_clock::time_point, uint64_t>> deferred;
   BackendStats counters;
@@ -190,11 +189,11 @@ struct Backend::Impl : public OpLogSource {
   bool redo = false;
   std::unique_ptr<DeferredPersister> deferred_writes;
   std::unique_ptr<OneSidedPersister> one_sided;
-  std::mutex ckpt_mu;                // serializes checkpoints; taken before mu
-  uint64_t ckpt_seq = 0;             // newest durable checkpoint (0: none)            [ckpt_mu]
-  bool ckpt_active = false;          // a valid active record is on media             [ckpt_mu]
-  uint64_t applied_rte = 0;          // OQ position after the last executed request   [mu]
-  uint64_t ckpt_txns = 0;            // txns_applied covered by the newest checkpoint [mu]
+  std::mutex ckpt_mu;        // serializes checkpoints; taken before mu
+  uint64_t ckpt_seq = 0;     // newest durable checkpoint (0: none)            [ckpt_mu]
+  bool ckpt_active = false;  // a valid active record is on media             [ckpt_mu]
+  uint64_t applied_rte = 0;  // OQ position after the last executed request   [mu]
+  uint64_t ckpt_txns = 0;    // txns_applied covered by the newest checkpoint [mu]
   std::unordered_map<uint64_t, uint64_t> ckpt_opn;  // fe → OPN of the newest checkpoint [mu]
   std::condition_variable ckpt_cv;
   std::thread checkpointer;
@@ -251,7 +250,8 @@ struct Backend::Impl : public OpLogSource {
     if (::access(o.pool_path.c_str(), F_OK) != 0) {
       // Refuse an impossible geometry before creating a file that would be refused next time too.
       auto plan = PlanLayout(o.pool_size, Params());
-      if (!plan.ok()) return Status(plan.status().code(), o.pool_path + ": " + plan.status().message());
+      if (!plan.ok())
+        return Status(plan.status().code(), o.pool_path + ": " + plan.status().message());
     }
     pm::PoolOptions po;
     po.mode = o.persist_mode;
@@ -270,9 +270,8 @@ struct Backend::Impl : public OpLogSource {
     } else {
       return Status(decoded.status().code(), o.pool_path + ": " + decoded.status().message());
     }
-    ASYMNVM_ASSIGN_OR_RETURN(naming,
-                             NamingSpace::Open(base(), layout.naming.offset, layout.naming.size,
-                                               persister(), fresh));
+    ASYMNVM_ASSIGN_OR_RETURN(naming, NamingSpace::Open(base(), layout.naming.offset,
+                                                       layout.naming.size, persister(), fresh));
     alloc::BackendOptions ao;
     ao.data_begin = layout.data.offset;
     ao.data_size = layout.data.size;
@@ -297,8 +296,8 @@ struct Backend::Impl : public OpLogSource {
     fwd_deferred =
         std::make_unique<ForwardingPersister>(deferred_writes.get(), pool->base(), pool->size(),
                                               /*wait_on_drain=*/false);
-    one_sided = std::make_unique<OneSidedPersister>(persister(),
-                                                    [this] { CheckpointIfTxnsSince(); });
+    one_sided =
+        std::make_unique<OneSidedPersister>(persister(), [this] { CheckpointIfTxnsSince(); });
     ASYMNVM_RETURN_IF_ERROR(RestoreCheckpoint());
     if (!fresh) CheckLanded();
     return Status::Ok();
@@ -530,8 +529,8 @@ struct Backend::Impl : public OpLogSource {
                      ? PeekTxnHeader(l.bytes.subspan(oq::kRequestHeaderSize))
                      : Result<TxnHeader>(Status::Corruption("short"));
       if (!txn.ok()) {
-        LOG_WARN("backend", "oq: corrupt request at " << where << ": " << l.error
-                                                      << "; never executed");
+        LOG_WARN("backend",
+                 "oq: corrupt request at " << where << ": " << l.error << "; never executed");
         continue;
       }
       LOG_WARN("backend", "oq: corrupt transaction at " << where << " (txn_seq " << txn->txn_seq
@@ -568,8 +567,8 @@ struct Backend::Impl : public OpLogSource {
     ASYMNVM_ASSIGN_OR_RETURN(
         naming_mr, pd->RegisterMemory(base() + layout.naming.offset, layout.naming.size, mo));
     if (redo) mo.persister = one_sided.get();
-    ASYMNVM_ASSIGN_OR_RETURN(
-        data_mr, pd->RegisterMemory(base() + layout.data.offset, layout.data.size, mo));
+    ASYMNVM_ASSIGN_OR_RETURN(data_mr,
+                             pd->RegisterMemory(base() + layout.data.offset, layout.data.size, mo));
     rowan::ReceiverOptions ro;
     ro.fabric = fabric.get();
     ro.pd = pd.get();
@@ -596,12 +595,11 @@ struct Backend::Impl : public OpLogSource {
     so.stride = kOqStride;
     if (redo) so.rte_persister = fwd_deferred.get();
     so.before_recycle = [this](uint32_t, uint64_t rte) { BeforeRecycle(rte); };
-    ASYMNVM_ASSIGN_OR_RETURN(
-        server, oq::Server::Start(so, [this](const oq::RequestContext& ctx,
-                                             std::span<const uint8_t> payload,
-                                             std::vector<uint8_t>* response) {
-          return Handle(ctx, payload, response);
-        }));
+    ASYMNVM_ASSIGN_OR_RETURN(server, oq::Server::Start(so, [this](const oq::RequestContext& ctx,
+                                                                  std::span<const uint8_t> payload,
+                                                                  std::vector<uint8_t>* response) {
+                               return Handle(ctx, payload, response);
+                             }));
     return Status::Ok();
   }
 
@@ -612,11 +610,10 @@ struct Backend::Impl : public OpLogSource {
     Status st = HandleRequest(ctx, payload, response);
     // The queue position after this request (what the OQ worker's ReqToExecute becomes): a
     // checkpoint taken from now on covers it.
-    const uint64_t end = uint64_t{ctx.position & 0xFFFF} * kOqStride + oq::kRequestHeaderSize +
-                         payload.size();
-    const uint64_t after = oq::wire::Position(ctx.position >> 16,
-                                              static_cast<uint32_t>((end + kOqStride - 1) /
-                                                                    kOqStride));
+    const uint64_t end =
+        uint64_t{ctx.position & 0xFFFF} * kOqStride + oq::kRequestHeaderSize + payload.size();
+    const uint64_t after = oq::wire::Position(
+        ctx.position >> 16, static_cast<uint32_t>((end + kOqStride - 1) / kOqStride));
     std::lock_guard<std::mutex> lock(mu);
     applied_rte = std::max(applied_rte, after);
     return st;
@@ -643,8 +640,9 @@ struct Backend::Impl : public OpLogSource {
           uint64_t& highest = epochs[fe];
           if (epoch < highest) {
             counters.registers_fenced++;
-            LOG_WARN("backend", "refused a registration of front-end " << fe << " at epoch "
-                                << epoch << ": epoch " << highest << " registered since");
+            LOG_WARN("backend", "refused a registration of front-end "
+                                    << fe << " at epoch " << epoch << ": epoch " << highest
+                                    << " registered since");
             return Status::FailedPrecondition(
                 "register: fenced: front-end id " + std::to_string(fe) + " epoch " +
                 std::to_string(epoch) + " is stale (epoch " + std::to_string(highest) +
@@ -667,8 +665,9 @@ struct Backend::Impl : public OpLogSource {
         reply.lpn = Word(base(), rec.root_addr).load();
         reply.opn = Word(base(), rec.lock_addr).load();
         reply.rejected = Word(base(), rec.seq_addr).load();
-        LOG_INFO("backend", "front-end " << fe << " registered: incarnation " << incarnation << ", LPN "
-                                         << reply.lpn << ", OPN " << OpSeqString(reply.opn));
+        LOG_INFO("backend", "front-end " << fe << " registered: incarnation " << incarnation
+                                         << ", LPN " << reply.lpn << ", OPN "
+                                         << OpSeqString(reply.opn));
         reply.lpn_addr = rec.root_addr;
         reply.opn_addr = rec.lock_addr;
         reply.rejected_addr = rec.seq_addr;
@@ -721,8 +720,8 @@ struct Backend::Impl : public OpLogSource {
         break;
       }
       case kNamingLookup: {
-        ASYMNVM_ASSIGN_OR_RETURN(NamingEntry e, naming->Lookup(std::string(payload.begin(),
-                                                                          payload.end())));
+        ASYMNVM_ASSIGN_OR_RETURN(NamingEntry e,
+                                 naming->Lookup(std::string(payload.begin(), payload.end())));
         EncodeNamingEntry(e, &w);
         break;
       }
@@ -747,7 +746,8 @@ struct Backend::Impl : public OpLogSource {
         if (fe == 0) return Status::InvalidArgument("locked by: front-end id 0");
         std::vector<uint32_t> slots;
         for (const NamingEntry& e : naming->List()) {
-          if (e.type != kFrontendRecordType && Word(base(), e.lock_addr).load() == fe) slots.push_back(e.slot);
+          if (e.type != kFrontendRecordType && Word(base(), e.lock_addr).load() == fe)
+            slots.push_back(e.slot);
         }
         w.U32(static_cast<uint32_t>(slots.size()));
         for (uint32_t slot : slots) w.U32(slot);
@@ -782,12 +782,13 @@ struct Backend::Impl : public OpLogSource {
         ASYMNVM_RETURN_IF_ERROR(r.status());
         bool more = false;
         auto ops = FetchOpLogs(fe, after, before, &more);
-        LOG_INFO("backend", "front-end " << fe << " fetched " << ops.size() << " op log(s) after "
-                                         << OpSeqString(after)
-                                         << (ops.empty() ? std::string()
-                                                         : " (" + OpSeqString(ops.front().op_seq) + ".." +
-                                                               OpSeqString(ops.back().op_seq) + ")")
-                                         << (more ? ", more" : ""));
+        LOG_INFO("backend", "front-end "
+                                << fe << " fetched " << ops.size() << " op log(s) after "
+                                << OpSeqString(after)
+                                << (ops.empty() ? std::string()
+                                                : " (" + OpSeqString(ops.front().op_seq) + ".." +
+                                                      OpSeqString(ops.back().op_seq) + ")")
+                                << (more ? ", more" : ""));
         w.Bytes(EncodeFetchedOps(ops, more));
         break;
       }
@@ -825,8 +826,7 @@ struct Backend::Impl : public OpLogSource {
         break;
       }
       default:
-        return Status::InvalidArgument("backend: unknown request type " +
-                                       std::to_string(ctx.type));
+        return Status::InvalidArgument("backend: unknown request type " + std::to_string(ctx.type));
     }
     *response = std::move(w.bytes());
     return Status::Ok();
@@ -878,8 +878,8 @@ struct Backend::Impl : public OpLogSource {
                                            << " registered since (fenced)");
         return Status::FailedPrecondition(
             "txn " + std::to_string(txn.header.txn_seq) + " of front-end " + std::to_string(fe) +
-            ": fenced (incarnation " + std::to_string(sender_incarnation) + ", the id was registered again as " +
-            std::to_string(current) + ")");
+            ": fenced (incarnation " + std::to_string(sender_incarnation) +
+            ", the id was registered again as " + std::to_string(current) + ")");
       }
     }
     auto lpn = Word(base(), rec.root_addr);
@@ -894,8 +894,7 @@ struct Backend::Impl : public OpLogSource {
                                      " of front-end " + std::to_string(fe) +
                                      " does not follow LPN " + std::to_string(applied));
     } else {
-      ApplyTarget t{base(), pool->size(), layout.data.offset, layout.data.end(),
-                    apply_persister()};
+      ApplyTarget t{base(), pool->size(), layout.data.offset, layout.data.end(), apply_persister()};
       auto st = ApplyTxn(txn, t, this);
       if (st.ok()) {
         counters.txns_applied++;
@@ -985,13 +984,12 @@ struct Backend::Impl : public OpLogSource {
           std::lock_guard<std::mutex> lock(mu);
           if (!rec.ok()) {
             LOG_WARN("backend", "b-log entry (owner " << e.meta.owner << ", version "
-                                                       << e.meta.version
-                                                       << "): " << rec.status().ToString());
+                                                      << e.meta.version
+                                                      << "): " << rec.status().ToString());
             return;
           }
           counters.op_logs_seen++;
-          op_logs[{rec->frontend_id, rec->op_seq}].assign(rec->payload.begin(),
-                                                          rec->payload.end());
+          op_logs[{rec->frontend_id, rec->op_seq}].assign(rec->payload.begin(), rec->payload.end());
           auto& m = h.max_op_seq[rec->frontend_id];
           m = std::max(m, rec->op_seq);
         });
@@ -1127,13 +1125,21 @@ struct Backend::Impl : public OpLogSource {
       uint64_t insync = 0;
       for (const MirrorLinkStats& m : repl->stats()) {
         if (m.state == "in-sync") insync++;
-        j["mirrors"].push_back({{"address", m.address}, {"name", m.name}, {"state", m.state},
-                                {"bytes_forwarded", m.bytes_forwarded}, {"writes", m.writes},
-                                {"flushes", m.flushes}, {"copies", m.copies},
-                                {"copy_bytes", m.copy_bytes}, {"last_copy_bytes", m.last_copy_bytes},
-                                {"incremental_copies", m.incremental_copies}, {"last_copy_ms", m.last_copy_ms},
-                                {"drops", m.drops}, {"max_lag_bytes", m.max_lag_bytes},
-                                {"max_lag_us", m.max_lag_us}, {"last_error", m.last_error}});
+        j["mirrors"].push_back({{"address", m.address},
+                                {"name", m.name},
+                                {"state", m.state},
+                                {"bytes_forwarded", m.bytes_forwarded},
+                                {"writes", m.writes},
+                                {"flushes", m.flushes},
+                                {"copies", m.copies},
+                                {"copy_bytes", m.copy_bytes},
+                                {"last_copy_bytes", m.last_copy_bytes},
+                                {"incremental_copies", m.incremental_copies},
+                                {"last_copy_ms", m.last_copy_ms},
+                                {"drops", m.drops},
+                                {"max_lag_bytes", m.max_lag_bytes},
+                                {"max_lag_us", m.max_lag_us},
+                                {"last_error", m.last_error}});
       }
       j["mirrors_in_sync"] = insync;
       j["mirrors_configured"] = repl->stats().size();

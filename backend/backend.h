@@ -40,8 +40,8 @@
 namespace asymnvm::backend {
 
 struct BackendOptions {
-  std::string pool_path;                   // required; created when missing
-  uint64_t pool_size = 256ull << 20;       // used only when creating
+  std::string pool_path;              // required; created when missing
+  uint64_t pool_size = 256ull << 20;  // used only when creating
   pm::PersistMode persist_mode = pm::PersistMode::kAuto;
   std::string listen_address = "tcp://127.0.0.1:0";      // OQ (requests)
   std::string log_listen_address = "tcp://127.0.0.1:0";  // Rowan (op logs)
@@ -49,7 +49,7 @@ struct BackendOptions {
   // Geometry of a new pool (an existing pool keeps the geometry in its header).
   uint32_t naming_slots = 1024;
   uint32_t block_size = 4096;
-  uint64_t log_bytes = 0;                   // 0: an eighth of the pool
+  uint64_t log_bytes = 0;  // 0: an eighth of the pool
   uint32_t log_segment = 1u << 20;
   uint32_t oq_buffers = 16;
   uint32_t oq_buffer_size = 64 * 1024;
@@ -110,7 +110,7 @@ class Backend {
   std::string log_address() const;  // Rowan receiver address
   const Layout& layout() const;
   BackendStats stats() const;
-  std::string StatusJson() const;   // what `asymnvm-ctl status` prints
+  std::string StatusJson() const;  // what `asymnvm-ctl status` prints
   // Stops serving, joins threads, closes the pool. Acknowledged work is already durable.
   void Stop();
   // Tests (crash_sim pools only): stops serving without the final checkpoint, then models a power

@@ -149,7 +149,8 @@ TEST(BackendCrash, SigkillMidStreamLosesNoAcknowledgedTransaction) {
     // or sanitized build only takes longer), at a seeded moment after that.
     const uint64_t want = lpn + 1 + rng() % 40;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-    while (acked.load() < want && !writer_done.load() && std::chrono::steady_clock::now() < deadline) {
+    while (acked.load() < want && !writer_done.load() &&
+           std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
     std::this_thread::sleep_for(std::chrono::microseconds(rng() % 5000));

@@ -60,7 +60,8 @@ Result<std::array<uint8_t, 16>> ReadPoolUuid(const std::string& path) {
   const ssize_t n = ::pread(fd, buf.data(), buf.size(), 0);
   const int e = errno;
   ::close(fd);
-  if (n != static_cast<ssize_t>(buf.size())) return Status::IoError("read superblock of " + path, e);
+  if (n != static_cast<ssize_t>(buf.size()))
+    return Status::IoError("read superblock of " + path, e);
   pm::Superblock sb;
   ASYMNVM_RETURN_IF_ERROR(pm::DecodeSuperblock(buf.data(), buf.size(), &sb));
   return sb.uuid;
@@ -292,8 +293,8 @@ int main(int argc, char** argv) {
       // A lost pool names no group: serving a fresh one here would be a new, empty back-end.
       std::cerr << "asymnvm-backend: --rejoin: " << o.pool_path
                 << " does not exist, so nothing names its group; to make this path a mirror of "
-                   "the group's primary run: asymnvm-mirror --pool " << o.pool_path
-                << " --listen ADDR --coord " << group_uri
+                   "the group's primary run: asymnvm-mirror --pool "
+                << o.pool_path << " --listen ADDR --coord " << group_uri
                 << " (ADDR: an address the primary forwards to, its --mirror)\n";
       return 1;
     }
@@ -303,9 +304,10 @@ int main(int argc, char** argv) {
         Status f = mirror::CheckPrimary(*group_coord, *uuid, name, &term);
         if (f.code() == StatusCode::kFailedPrecondition) {
           const std::string addr = RejoinAddress(*group_coord, *uuid, o.pool_path, rejoin_listen);
-          std::vector<std::string> margs = {MirrorBinary(), "--pool", o.pool_path, "--listen",
-                                            addr.empty() ? "ADDR" : addr, "--coord", group_uri,
-                                            "--pm-mode", pm_mode, "--log-level", log_level};
+          std::vector<std::string> margs = {
+              MirrorBinary(), "--pool",  o.pool_path, "--listen", addr.empty() ? "ADDR" : addr,
+              "--coord",      group_uri, "--pm-mode", pm_mode,    "--log-level",
+              log_level};
           if (!o.fabric.secret_file.empty()) {
             margs.push_back("--secret-file");
             margs.push_back(o.fabric.secret_file);
@@ -321,7 +323,8 @@ int main(int argc, char** argv) {
             pthread_sigmask(SIG_UNBLOCK, &stop_set, nullptr);
             group_coord.reset();
             ::execv(margs[0].c_str(), argv2.data());
-            std::cerr << "asymnvm-backend: exec " << margs[0] << ": " << std::strerror(errno) << "\n";
+            std::cerr << "asymnvm-backend: exec " << margs[0] << ": " << std::strerror(errno)
+                      << "\n";
             return 1;
           }
           std::cerr << "asymnvm-backend: " << o.pool_path << ": " << f.message() << " (exit "
@@ -394,8 +397,8 @@ int main(int argc, char** argv) {
                              "\n";
     auto reg = RegisterPrimary(coord_uri, o.pool_path, data, std::chrono::seconds(30), &node_path);
     if (!reg.ok()) {
-      std::cerr << "asymnvm-backend: coordinator " << coord_uri << ": "
-                << reg.status().ToString() << "\n";
+      std::cerr << "asymnvm-backend: coordinator " << coord_uri << ": " << reg.status().ToString()
+                << "\n";
       (*be)->Stop();
       return 1;
     }

@@ -8,11 +8,11 @@
 
 #include <chrono>
 #include <cstdio>
-#include <functional>
-#include <thread>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "backend/backend.h"
 #include "backend/log_format.h"
@@ -71,7 +71,8 @@ struct Client {
     return reply.ok() ? *reply : RegisterReply{};
   }
   Result<NamingEntry> Create(const std::string& name, uint32_t type) {
-    ASYMNVM_ASSIGN_OR_RETURN(auto r, Call(kNamingCreate, EncodeNamingCreate(name, type, {1, 2, 3, 4})));
+    ASYMNVM_ASSIGN_OR_RETURN(auto r,
+                             Call(kNamingCreate, EncodeNamingCreate(name, type, {1, 2, 3, 4})));
     return DecodeNamingEntry(r);
   }
   Result<uint64_t> AllocSlab() {
@@ -281,9 +282,9 @@ const std::string kBin = ASYMNVM_BACKEND_BIN;
 
 TEST(BackendDaemon, CommandLineAndPoolErrors) {
   EXPECT_EQ(Sh(kBin + " --help").code, 0);
-  for (const char* args : {"", "--pool", "--pool x --size 12Q", "--pool x --fabric carrier",
-                           "--pool x --block-size 1000", "--pool x --log-segment 5",
-                           "--pool x --bogus"}) {
+  for (const char* args :
+       {"", "--pool", "--pool x --size 12Q", "--pool x --fabric carrier",
+        "--pool x --block-size 1000", "--pool x --log-segment 5", "--pool x --bogus"}) {
     ShellRun r = Sh(kBin + " " + args);
     EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
     EXPECT_FALSE(r.out.empty()) << args;

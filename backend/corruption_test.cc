@@ -1,6 +1,7 @@
-// Corrupt landed records (a landed transaction or op log corrupted in the pool; doc/backend.md §Corrupt landed records): op logs
-// written through a front-end Session into an in-process back-end's b-log and transactions landed
-// in its OQ durable area, a byte flipped in the pool file at the record's offset, then
+// Corrupt landed records (a landed transaction or op log corrupted in the pool; doc/backend.md
+// §Corrupt landed records): op logs written through a front-end Session into an in-process
+// back-end's b-log and transactions landed in its OQ durable area, a byte flipped in the pool file
+// at the record's offset, then
 //   (a) `asymnvm-ctl check` names the record (region, pool offset, owner / txn_seq) with exit 3,
 //   (b) a restarted back-end does not crash, never applies the corrupt transaction, records it as
 //       rejected for its front-end and counts it; a corrupt op log is skipped by replay and
@@ -34,8 +35,8 @@
 #include "common/coding.h"
 #include "fabric/oq/oq.h"
 #include "fabric/rowan/receiver.h"
-#include "tools/ctl.h"
 #include "tests/common/backend_fixture.h"
+#include "tools/ctl.h"
 
 namespace asymnvm::backend {
 namespace {
@@ -194,11 +195,11 @@ TEST_F(CorruptionTest, CorruptOpLogIsNamedByCheckAndSkippedByReplay) {
     auto s = OpenSession((*be)->address(), 7);
     ASSERT_TRUE(s->OpenRoot("oplogs").ok());
     std::vector<uint64_t> replayed;
-    s->RegisterReplay(kType, [&](Session&, const frontend::Structure&,
-                                 const frontend::RecoveredOp& op) {
-      replayed.push_back(op.op_seq);
-      return Status::Ok();
-    });
+    s->RegisterReplay(kType,
+                      [&](Session&, const frontend::Structure&, const frontend::RecoveredOp& op) {
+                        replayed.push_back(op.op_seq);
+                        return Status::Ok();
+                      });
     Status st = s->Replay();
     EXPECT_TRUE(st.ok()) << st.ToString();
     EXPECT_EQ(replayed, (std::vector<uint64_t>{seqs[0], seqs[2], seqs[3], seqs[4]}));
@@ -284,9 +285,9 @@ TEST_F(CorruptionTest, LogMetaWordAndQueueHeaderCorruptionAreNamed) {
   }
   CtlRun q = Check(oqh);
   EXPECT_EQ(q.rc, tools::kCtlCorrupt) << q.out;
-  EXPECT_NE(q.out.find("PROBLEM: oq @" + std::to_string(oq_at) +
-                       ": oq durable area: header is corrupt"),
-            std::string::npos)
+  EXPECT_NE(
+      q.out.find("PROBLEM: oq @" + std::to_string(oq_at) + ": oq durable area: header is corrupt"),
+      std::string::npos)
       << q.out;
   auto be = Backend::Start(SmallOptions(oqh));
   ASSERT_FALSE(be.ok());
@@ -378,8 +379,8 @@ TEST_F(CorruptionTest, CorruptLandedTransactionIsNamedRejectedAndNeverApplied) {
     EXPECT_EQ((*be)->stats().oq_corrupt_records, 0u);
     be->reset();  // releases the pool
     Mapped m(intact);
-    EXPECT_EQ(m.base()[addr], 'C');        // txn 2
-    EXPECT_EQ(m.base()[addr + 64], 'D');   // txn 3
+    EXPECT_EQ(m.base()[addr], 'C');       // txn 2
+    EXPECT_EQ(m.base()[addr + 64], 'D');  // txn 3
   }
 
   // One flipped byte inside transaction 2's redo data.
@@ -495,16 +496,17 @@ TEST(CorruptionWriter, Run) {
   // A restarted front-end replays what its killed predecessor left uncovered (otherwise its OPN
   // cannot pass those op logs and their b-log segments are never recycled).
   const uint64_t a = *addr;
-  (*s)->RegisterReplay(kType, [a](Session& session, const frontend::Structure&,
-                                  const frontend::RecoveredOp& op) {
-    std::vector<uint8_t> v(64, static_cast<uint8_t>(op.op_seq));
-    return session.MemLog(a + (op.op_seq % 16) * 64, v);
-  });
+  (*s)->RegisterReplay(
+      kType, [a](Session& session, const frontend::Structure&, const frontend::RecoveredOp& op) {
+        std::vector<uint8_t> v(64, static_cast<uint8_t>(op.op_seq));
+        return session.MemLog(a + (op.op_seq % 16) * 64, v);
+      });
   if (!(*s)->Replay().ok()) _exit(8);
   // Progress (operations whose op log was acknowledged and whose transaction was sent) goes to a
   // file, so the parent kills us once we have written, not after a guessed time.
   const char* progress_path = std::getenv("ASYMNVM_CORRUPT_PROGRESS");
-  const int progress = progress_path != nullptr ? open(progress_path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644) : -1;
+  const int progress =
+      progress_path != nullptr ? open(progress_path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644) : -1;
   std::mt19937 rng(static_cast<uint32_t>(seed));
   for (uint64_t i = 0;; i++) {
     std::vector<uint8_t> params(i % 5 == 0 ? 6000 + rng() % 3000 : 50 + rng() % 400,
@@ -522,7 +524,8 @@ TEST(CorruptionWriter, Run) {
   }
 }
 
-pid_t SpawnWriter(const std::string& address, uint64_t fe, uint32_t seed, const std::string& progress) {
+pid_t SpawnWriter(const std::string& address, uint64_t fe, uint32_t seed,
+                  const std::string& progress) {
   const std::string env = address + "," + std::to_string(fe) + "," + std::to_string(seed);
   const pid_t pid = fork();
   if (pid == 0) {
@@ -552,7 +555,8 @@ TEST_F(CorruptionTest, SigkilledWritersAndBackendLeaveNoFalsePositives) {
     std::vector<pid_t> writers;
     std::vector<std::string> progress;
     for (uint64_t fe : {21, 22}) {
-      progress.push_back(NewPath("writer-" + std::to_string(fe) + "-" + std::to_string(round) + ".progress"));
+      progress.push_back(
+          NewPath("writer-" + std::to_string(fe) + "-" + std::to_string(round) + ".progress"));
       writers.push_back(SpawnWriter(address, fe, rng(), progress.back()));
     }
     // Kill once every writer has completed a random number of operations (its op logs are in
@@ -570,7 +574,8 @@ TEST_F(CorruptionTest, SigkilledWritersAndBackendLeaveNoFalsePositives) {
           // fail on a back-end whose b-log is pinned by the op logs of killed writers (RNR).
           early_exits++;
           std::printf("round %d: writer %zu exited with %d before %llu operations\n", round, w,
-                      WIFEXITED(st) ? WEXITSTATUS(st) : -1, static_cast<unsigned long long>(target));
+                      WIFEXITED(st) ? WEXITSTATUS(st) : -1,
+                      static_cast<unsigned long long>(target));
           writers[w] = -1;
           break;
         }
@@ -611,10 +616,11 @@ TEST_F(CorruptionTest, SigkilledWritersAndBackendLeaveNoFalsePositives) {
   }
   // Not vacuous: the checks saw op logs the crashes left uncovered in the b-log.
   EXPECT_GT(op_logs_seen, 0u);
-  std::printf("crash rounds: %d, op logs in the b-log at the checks: %lu, notes: %lu, writers that "
-              "failed before their target: %lu\n",
-              rounds, static_cast<unsigned long>(op_logs_seen), static_cast<unsigned long>(notes),
-              static_cast<unsigned long>(early_exits));
+  std::printf(
+      "crash rounds: %d, op logs in the b-log at the checks: %lu, notes: %lu, writers that "
+      "failed before their target: %lu\n",
+      rounds, static_cast<unsigned long>(op_logs_seen), static_cast<unsigned long>(notes),
+      static_cast<unsigned long>(early_exits));
 }
 
 }  // namespace

@@ -24,10 +24,10 @@ inline constexpr uint64_t kBackendMagic = 0x3130454B424D564EULL;  // "NVMBKE01" 
 
 struct LayoutParams {
   uint32_t naming_slots = 1024;
-  uint32_t block_size = 4096;    // allocator block (slab) size; power of two >= 64
-  uint64_t rowan_bytes = 0;      // 0: an eighth of the pool, at least 2 segments
+  uint32_t block_size = 4096;  // allocator block (slab) size; power of two >= 64
+  uint64_t rowan_bytes = 0;    // 0: an eighth of the pool, at least 2 segments
   uint32_t rowan_segment = 1u << 20;
-  uint64_t oq_bytes = 0;         // the OQ durable area (oq::DurableAreaSize), required
+  uint64_t oq_bytes = 0;  // the OQ durable area (oq::DurableAreaSize), required
   // Bytes of allocation bitmap needed for a data area of the given size and block size
   // (alloc::BackendAllocator::BitmapBytes).
   std::function<uint64_t(uint64_t data_bytes, uint32_t block_size)> bitmap_bytes;

@@ -22,19 +22,22 @@ namespace {
 
 constexpr size_t kCrcOffset = 8, kBodyBegin = 12, kHeaderUsed = 120;
 
-bool SameRegion(const Region& a, const Region& b) { return a.offset == b.offset && a.size == b.size; }
+bool SameRegion(const Region& a, const Region& b) {
+  return a.offset == b.offset && a.size == b.size;
+}
 bool SameLayout(const Layout& a, const Layout& b) {
-  return a.pool_size == b.pool_size && a.block_size == b.block_size && a.naming_slots == b.naming_slots &&
-         a.rowan_segment == b.rowan_segment && SameRegion(a.naming, b.naming) &&
-         SameRegion(a.bitmap, b.bitmap) && SameRegion(a.rowan, b.rowan) && SameRegion(a.oq, b.oq) &&
-         SameRegion(a.data, b.data);
+  return a.pool_size == b.pool_size && a.block_size == b.block_size &&
+         a.naming_slots == b.naming_slots && a.rowan_segment == b.rowan_segment &&
+         SameRegion(a.naming, b.naming) && SameRegion(a.bitmap, b.bitmap) &&
+         SameRegion(a.rowan, b.rowan) && SameRegion(a.oq, b.oq) && SameRegion(a.data, b.data);
 }
 
 void CheckShape(const Layout& l, uint64_t pool_size) {
   const Region* r[] = {&l.naming, &l.bitmap, &l.rowan, &l.oq, &l.data};
   uint64_t prev = kBackendHeaderOffset + kBackendHeaderSize;
   for (const Region* x : r) {
-    ASYMNVM_FUZZ_CHECK(x->offset >= prev && x->size <= pool_size && x->offset <= pool_size - x->size);
+    ASYMNVM_FUZZ_CHECK(x->offset >= prev && x->size <= pool_size &&
+                       x->offset <= pool_size - x->size);
     prev = x->end();
   }
   ASYMNVM_FUZZ_CHECK(l.block_size >= 64 && (l.block_size & (l.block_size - 1)) == 0);
@@ -65,7 +68,9 @@ void Plan(fuzz::Input& in) {
   p.rowan_bytes = in.U64();
   p.rowan_segment = in.U32();
   p.oq_bytes = in.U64();
-  p.bitmap_bytes = [](uint64_t data, uint32_t block) { return alloc::BackendAllocator::BitmapBytes(data, block); };
+  p.bitmap_bytes = [](uint64_t data, uint32_t block) {
+    return alloc::BackendAllocator::BitmapBytes(data, block);
+  };
   auto l = PlanLayout(pool_size, p);
   if (!l.ok()) {
     const StatusCode c = l.status().code();
@@ -74,7 +79,8 @@ void Plan(fuzz::Input& in) {
   }
   CheckShape(*l, pool_size);
   ASYMNVM_FUZZ_CHECK(l->data.size >= 16ull * l->block_size);
-  ASYMNVM_FUZZ_CHECK(l->bitmap.size >= alloc::BackendAllocator::BitmapBytes(l->data.size, l->block_size));
+  ASYMNVM_FUZZ_CHECK(l->bitmap.size >=
+                     alloc::BackendAllocator::BitmapBytes(l->data.size, l->block_size));
   std::vector<uint8_t> h(kBackendHeaderSize);
   EncodeLayout(*l, h.data());
   auto back = DecodeLayout(h.data(), pool_size);

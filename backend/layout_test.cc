@@ -66,7 +66,8 @@ TEST(Layout, HugeSizesAreRefusedNotWrapped) {
   p = Params();
   p.oq_bytes = ~uint64_t{4095};
   EXPECT_EQ(PlanLayout(64ull << 20, p).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(PlanLayout(0x0043000004000000ull * 64, Params()).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(PlanLayout(0x0043000004000000ull * 64, Params()).status().code(),
+            StatusCode::kInvalidArgument);
   p = Params();
   p.rowan_bytes = 1ull << 40;  // large but not wrapping: the usual "too small" answer
   auto small = PlanLayout(64ull << 20, p);

@@ -164,8 +164,7 @@ Result<TxnView> DecodeTxn(std::span<const uint8_t> bytes) {
   const uint32_t total = GetLe32(p + 44);
   if (total < kTxnHeaderSize + kTxnCommitSize || total > bytes.size() || total > kMaxRecordSize) {
     return Status::Corruption("memory-log txn: total length " + std::to_string(total) +
-                              " impossible for a " + std::to_string(bytes.size()) +
-                              "-byte record");
+                              " impossible for a " + std::to_string(bytes.size()) + "-byte record");
   }
   if (GetLe32(p) != Crc32c(p + 4, total - 4)) {
     return Status::Corruption("memory-log txn: checksum mismatch");

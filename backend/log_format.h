@@ -23,8 +23,8 @@
 
 namespace asymnvm::backend {
 
-inline constexpr uint32_t kOpLogMagic = 0x4C504F41;  // "AOPL"
-inline constexpr uint32_t kTxnMagic = 0x4E585441;    // "ATXN"
+inline constexpr uint32_t kOpLogMagic = 0x4C504F41;      // "AOPL"
+inline constexpr uint32_t kTxnMagic = 0x4E585441;        // "ATXN"
 inline constexpr uint32_t kTxnCommitMagic = 0x4D435854;  // "TXCM"
 inline constexpr size_t kOpLogHeaderSize = 40;
 inline constexpr size_t kTxnHeaderSize = 56;

@@ -52,7 +52,8 @@ using Image = std::map<uint64_t, uint8_t>;
 void ApplySparse(const std::vector<MemLogEntry>& entries, Image* img) {
   for (const MemLogEntry& e : entries) {
     for (uint64_t i = 0; i < e.len; i++) {
-      (*img)[e.addr + i] = e.kind == MemLogKind::kInline ? e.data[i] : PointerByte(e.op_seq, e.op_offset, i);
+      (*img)[e.addr + i] =
+          e.kind == MemLogKind::kInline ? e.data[i] : PointerByte(e.op_seq, e.op_offset, i);
     }
   }
 }
@@ -60,7 +61,8 @@ void ApplySparse(const std::vector<MemLogEntry>& entries, Image* img) {
 void OpLog(std::vector<uint8_t>& b, bool fix) {
   if (fix && b.size() >= kOpLogHeaderSize) {
     const uint32_t len = GetLe32(b.data() + 32);
-    if (len <= b.size() - kOpLogHeaderSize) PutLe32(b.data(), Crc32c(b.data() + 4, kOpLogHeaderSize - 4 + len));
+    if (len <= b.size() - kOpLogHeaderSize)
+      PutLe32(b.data(), Crc32c(b.data() + 4, kOpLogHeaderSize - 4 + len));
   }
   auto r = DecodeOpLog(b);
   if (!r.ok()) return;
@@ -86,12 +88,13 @@ void Txn(std::vector<uint8_t>& b, bool fix) {
   ASYMNVM_FUZZ_CHECK(GetLe32(b.data()) == Crc32c(b.data() + 4, h.total_len - 4));
   ASYMNVM_FUZZ_CHECK(v->entries.size() == h.entry_count);
   auto peek = PeekTxnHeader(b);
-  ASYMNVM_FUZZ_CHECK(peek.ok() && peek->txn_seq == h.txn_seq && peek->frontend_id == h.frontend_id &&
-                     peek->entry_count == h.entry_count);
+  ASYMNVM_FUZZ_CHECK(peek.ok() && peek->txn_seq == h.txn_seq &&
+                     peek->frontend_id == h.frontend_id && peek->entry_count == h.entry_count);
   for (const MemLogEntry& e : v->entries) {
     if (e.kind == MemLogKind::kInline) {
       ASYMNVM_FUZZ_CHECK(e.data.size() == e.len);
-      ASYMNVM_FUZZ_CHECK(e.data.data() >= b.data() && e.data.data() + e.len <= b.data() + h.total_len);
+      ASYMNVM_FUZZ_CHECK(e.data.data() >= b.data() &&
+                         e.data.data() + e.len <= b.data() + h.total_len);
     }
   }
 
@@ -142,9 +145,8 @@ void Txn(std::vector<uint8_t>& b, bool fix) {
   std::vector<uint8_t> model = before;
   for (const MemLogEntry& e : v->entries) {
     ASYMNVM_FUZZ_CHECK(e.addr >= kDataBegin && e.addr + e.len <= kPoolBytes);
-    const uint8_t* src = e.kind == MemLogKind::kInline
-                             ? e.data.data()
-                             : logs.payload_.data() + e.op_offset;
+    const uint8_t* src =
+        e.kind == MemLogKind::kInline ? e.data.data() : logs.payload_.data() + e.op_offset;
     if (e.len > 0) std::memcpy(model.data() + e.addr, src, e.len);
   }
   if (h.seq_addr != 0) {
@@ -212,7 +214,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       Txn(b, fix);
       break;
     }
-    default: Builder(in); break;
+    default:
+      Builder(in);
+      break;
   }
   return 0;
 }

@@ -61,10 +61,11 @@ TEST(OpLog, ReservedHeaderBytesSetIsCorruption) {
 // Regression (log_format_fuzz): a pointer entry naming more bytes than any op log holds decoded
 // (and a 1 GiB one exhausted memory downstream). It is refused; the largest legal one decodes.
 TEST(Txn, PointerEntryLongerThanAnyOpLogIsCorruption) {
-  for (const auto& [len, offset, ok] : {std::tuple<uint32_t, uint32_t, bool>{kMaxRecordSize, 0, true},
-                                        {kMaxRecordSize + 1, 0, false},
-                                        {16, kMaxRecordSize - 8, false},
-                                        {0x40000000u, 0, false}}) {
+  for (const auto& [len, offset, ok] :
+       {std::tuple<uint32_t, uint32_t, bool>{kMaxRecordSize, 0, true},
+        {kMaxRecordSize + 1, 0, false},
+        {16, kMaxRecordSize - 8, false},
+        {0x40000000u, 0, false}}) {
     TxnBuilder tb;
     tb.WritePointer(4096, len, 3, offset);
     const auto bytes = tb.Finish(1, 1, 1, 0);
@@ -299,8 +300,7 @@ TEST(Applier, RejectsBadTransactionsWithoutWritingAnything) {
   auto enc = b.Finish(1, 1, 1, 0);
   auto view = DecodeTxn(enc);
   ASSERT_TRUE(view.ok());
-  EXPECT_EQ(ApplyTxn(*view, area.target(), nullptr).status().code(),
-            StatusCode::kNotFound);
+  EXPECT_EQ(ApplyTxn(*view, area.target(), nullptr).status().code(), StatusCode::kNotFound);
 }
 
 TEST(Applier, AppliedBytesSurvivePowerLoss) {

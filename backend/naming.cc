@@ -31,9 +31,8 @@ uint64_t NameHash(const std::string& name) { return Hash64(name.data(), name.siz
 }  // namespace
 
 Result<std::unique_ptr<NamingSpace>> NamingSpace::Open(uint8_t* base, uint64_t area_offset,
-                                                       uint64_t area_size,
-                                                       pm::Persister* persister, bool format,
-                                                       bool strict) {
+                                                       uint64_t area_size, pm::Persister* persister,
+                                                       bool format, bool strict) {
   if (base == nullptr || persister == nullptr) {
     return Status::InvalidArgument("naming: no mapping or no persister");
   }

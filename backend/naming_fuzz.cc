@@ -49,7 +49,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!area.empty()) std::memcpy(base + kAreaOffset, area.data(), area.size());
   if (flags & 2) FixSlots(base + kAreaOffset);
   const bool strict = (flags & 1) != 0;
-  auto ns = NamingSpace::Open(base, kAreaOffset, kArea, pm::DramPersister(), /*format=*/false, strict);
+  auto ns =
+      NamingSpace::Open(base, kAreaOffset, kArea, pm::DramPersister(), /*format=*/false, strict);
   if (!ns.ok()) {
     ASYMNVM_FUZZ_CHECK(strict && ns.status().code() == StatusCode::kCorruption);
     return 0;
@@ -62,7 +63,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ASYMNVM_FUZZ_CHECK(e.slot < kSlots && e.name.size() <= kMaxNameLength);
     const uint8_t* s = base + kAreaOffset + uint64_t{e.slot} * kNamingSlotSize;
     ASYMNVM_FUZZ_CHECK(GetLe32(s + 4) == 1 && GetLe32(s) == Crc32c(s + 8, 120));
-    ASYMNVM_FUZZ_CHECK(e.root_addr == kAreaOffset + uint64_t{e.slot} * kNamingSlotSize + kRootWordOffset);
+    ASYMNVM_FUZZ_CHECK(e.root_addr ==
+                       kAreaOffset + uint64_t{e.slot} * kNamingSlotSize + kRootWordOffset);
     auto found = (*ns)->Lookup(e.name);
     if (found.ok()) ASYMNVM_FUZZ_CHECK(found->name == e.name);
   }
@@ -76,7 +78,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ASYMNVM_FUZZ_CHECK((*ns)->Check().size() == problems.size());
     if (!c.ok()) {
       const StatusCode code = c.status().code();
-      ASYMNVM_FUZZ_CHECK(code == StatusCode::kInvalidArgument || code == StatusCode::kAlreadyExists ||
+      ASYMNVM_FUZZ_CHECK(code == StatusCode::kInvalidArgument ||
+                         code == StatusCode::kAlreadyExists ||
                          code == StatusCode::kResourceExhausted);
       continue;
     }
@@ -87,7 +90,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       // Gone — unless a damaged area holds another live slot of that name that the probe only
       // reaches past the new tombstone (a state the naming space never writes itself).
       auto gone = (*ns)->Lookup(name);
-      ASYMNVM_FUZZ_CHECK(gone.status().code() == StatusCode::kNotFound || (gone.ok() && gone->slot != c->slot));
+      ASYMNVM_FUZZ_CHECK(gone.status().code() == StatusCode::kNotFound ||
+                         (gone.ok() && gone->slot != c->slot));
     }
   }
   return 0;

@@ -136,15 +136,15 @@ TEST(Naming, SurvivesRestartAndPowerLoss) {
   {
     auto pool = pm::Pool::Create(path, 1 << 20, po);
     ASSERT_TRUE(pool.ok());
-    auto ns = NamingSpace::Open((*pool)->base(), kOff, 64 * kNamingSlotSize,
-                                (*pool)->persister(), true);
+    auto ns =
+        NamingSpace::Open((*pool)->base(), kOff, 64 * kNamingSlotSize, (*pool)->persister(), true);
     ASSERT_TRUE(ns.ok());
     auto e = (*ns)->Create("hash", 3, {1, 2, 3, 4});
     ASSERT_TRUE(e.ok());
     root_addr = e->root_addr;
     ASSERT_TRUE((*pool)->SimulateCrash(9, 0.0, nullptr, nullptr).ok());
-    auto after = NamingSpace::Open((*pool)->base(), kOff, 64 * kNamingSlotSize,
-                                   (*pool)->persister(), false);
+    auto after =
+        NamingSpace::Open((*pool)->base(), kOff, 64 * kNamingSlotSize, (*pool)->persister(), false);
     ASSERT_TRUE(after.ok()) << after.status().ToString();
     auto l = (*after)->Lookup("hash");
     ASSERT_TRUE(l.ok()) << l.status().ToString();
@@ -153,8 +153,8 @@ TEST(Naming, SurvivesRestartAndPowerLoss) {
   po.crash_sim = false;
   auto pool = pm::Pool::Open(path, po);
   ASSERT_TRUE(pool.ok());
-  auto ns = NamingSpace::Open((*pool)->base(), kOff, 64 * kNamingSlotSize, (*pool)->persister(),
-                              false);
+  auto ns =
+      NamingSpace::Open((*pool)->base(), kOff, 64 * kNamingSlotSize, (*pool)->persister(), false);
   ASSERT_TRUE(ns.ok());
   auto l = (*ns)->Lookup("hash");
   ASSERT_TRUE(l.ok());

@@ -3,8 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <condition_variable>
+#include <cstdlib>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -16,7 +16,7 @@
 namespace asymnvm::backend {
 namespace {
 
-constexpr uint64_t kChunk = 1u << 20;        // largest WRITE posted
+constexpr uint64_t kChunk = 1u << 20;            // largest WRITE posted
 constexpr uint64_t kCopyFlushEvery = 64u << 20;  // full copy: a barrier every 64 MiB
 // Incremental catch-up: the granule of the ranges a mirror may miss (one bit each).
 constexpr uint64_t kGranule = 64u << 10;
@@ -27,7 +27,8 @@ class GranuleSet {
   void Resize(uint64_t pool_size) { bits_.assign((pool_size / kGranule + 64) / 64, 0); }
   void Add(uint64_t off, uint64_t len) {
     if (len == 0) return;
-    for (uint64_t g = off / kGranule; g <= (off + len - 1) / kGranule && g / 64 < bits_.size(); g++) {
+    for (uint64_t g = off / kGranule; g <= (off + len - 1) / kGranule && g / 64 < bits_.size();
+         g++) {
       bits_[g / 64] |= uint64_t{1} << (g % 64);
     }
   }
@@ -99,7 +100,7 @@ struct Replicator::Impl {
     std::unique_ptr<fabric::CompletionQueue> cq;
     std::unique_ptr<fabric::Connection> conn;
     fabric::RegionDescriptor remote;
-    MirrorLinkStats st;                  // [mu]
+    MirrorLinkStats st;  // [mu]
     // async lag tracking [mu]
     uint64_t pending_bytes = 0;
     std::chrono::steady_clock::time_point oldest{};
@@ -129,7 +130,7 @@ struct Replicator::Impl {
       return;
     }
     LOG_ERROR("mirror", "this primary was fenced: " << s.ToString()
-                                                     << "; exiting without acknowledging more");
+                                                    << "; exiting without acknowledging more");
     std::_Exit(5);
   }
 
@@ -181,7 +182,8 @@ struct Replicator::Impl {
     if (!l.failed) {
       l.failed = true;
       l.st.last_error = s.ToString();
-      LOG_WARN("mirror", "mirror " << l.address << " (" << l.st.name << ") failed: " << s.ToString());
+      LOG_WARN("mirror",
+               "mirror " << l.address << " (" << l.st.name << ") failed: " << s.ToString());
     }
     l.cv.notify_all();
   }
@@ -242,11 +244,11 @@ struct Replicator::Impl {
       l.st.flushes++;
       if (o.async && bytes > 0) {
         l.st.max_lag_bytes = std::max(l.st.max_lag_bytes, bytes);
-        l.st.max_lag_us = std::max(
-            l.st.max_lag_us,
-            static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                      std::chrono::steady_clock::now() - oldest)
-                                      .count()));
+        l.st.max_lag_us =
+            std::max(l.st.max_lag_us,
+                     static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                               std::chrono::steady_clock::now() - oldest)
+                                               .count()));
       }
     } else {
       MarkFailedLocked(l, s);
@@ -355,8 +357,8 @@ struct Replicator::Impl {
     // (absent from older mirrors: a full copy).
     const bool mirror_resumable = r.remaining() >= 1 && r.U8() == 1;
     ASYMNVM_RETURN_IF_ERROR(r.status());
-    ASYMNVM_ASSIGN_OR_RETURN(auto desc,
-                             fabric::RegionDescriptor::Decode(desc_bytes.data(), desc_bytes.size()));
+    ASYMNVM_ASSIGN_OR_RETURN(
+        auto desc, fabric::RegionDescriptor::Decode(desc_bytes.data(), desc_bytes.size()));
     if (desc.length != pool->size()) {
       return Status::FailedPrecondition("mirror region is " + std::to_string(desc.length) +
                                         " bytes, the pool " + std::to_string(pool->size()));
@@ -370,8 +372,8 @@ struct Replicator::Impl {
     cno.max_send_wr = 1024;
     cno.max_recv_wr = 1;
     cno.timeout = co.timeout;
-    ASYMNVM_ASSIGN_OR_RETURN(
-        auto conn, fabric->Connect(pd.get(), std::string(addr.begin(), addr.end()), cno));
+    ASYMNVM_ASSIGN_OR_RETURN(auto conn,
+                             fabric->Connect(pd.get(), std::string(addr.begin(), addr.end()), cno));
     const auto start = std::chrono::steady_clock::now();
     GranuleSet todo;
     todo.Resize(pool->size());
@@ -399,9 +401,9 @@ struct Replicator::Impl {
     if (!incremental) todo.Add(0, pool->size());
     uint64_t copy_bytes = 0;
     todo.ForEachRun(pool->size(), [&](uint64_t, uint64_t len) { copy_bytes += len; });
-    LOG_INFO("mirror", "mirror " << l.address << " (" << l.st.name << "): "
-                                 << (incremental ? "incremental catch-up" : "full copy") << " of "
-                                 << copy_bytes << " bytes");
+    LOG_INFO("mirror", "mirror " << l.address << " (" << l.st.name
+                                 << "): " << (incremental ? "incremental catch-up" : "full copy")
+                                 << " of " << copy_bytes << " bytes");
     // The copy, chunk by chunk under the link's lock: a chunk holds the bytes as they are when
     // posted; any later change of them is flushed later and so forwarded after it.
     Status copied = Status::Ok();
@@ -543,8 +545,8 @@ struct Replicator::Impl {
       if (l.state != LinkState::kInSync) continue;
       mine[i].target = l.posted;
       if (l.acked < l.posted) {
-        mine[i].posted = StartFlushLocked(l, &mine[i].upto, &mine[i].bytes, &mine[i].oldest,
-                                          &mine[i].st);
+        mine[i].posted =
+            StartFlushLocked(l, &mine[i].upto, &mine[i].bytes, &mine[i].oldest, &mine[i].st);
       }
     }
     for (size_t i = 0; i < links.size(); i++) {
@@ -606,8 +608,7 @@ Result<std::unique_ptr<Replicator>> Replicator::Start(const ReplicationOptions& 
   ASYMNVM_ASSIGN_OR_RETURN(impl->pd, impl->fabric->AllocPd());
   fabric::MemoryRegionOptions mo;
   mo.access = fabric::kLocalWrite;
-  ASYMNVM_ASSIGN_OR_RETURN(impl->pool_mr,
-                           impl->pd->RegisterMemory(pool->base(), pool->size(), mo));
+  ASYMNVM_ASSIGN_OR_RETURN(impl->pool_mr, impl->pd->RegisterMemory(pool->base(), pool->size(), mo));
   std::random_device rd;
   while (impl->stream_id == 0) impl->stream_id = (uint64_t{rd()} << 32) | rd();
   for (const auto& a : options.mirrors) {

@@ -36,7 +36,8 @@ Result<RegisterReply> DecodeRegisterReply(std::span<const uint8_t> bytes) {
   ASYMNVM_RETURN_IF_ERROR(in.status());
   std::copy(uuid.begin(), uuid.end(), r.pool_uuid.begin());
   constexpr size_t kSize = fabric::RegionDescriptor::kEncodedSize;
-  ASYMNVM_ASSIGN_OR_RETURN(r.naming_region, fabric::RegionDescriptor::Decode(regions.data(), kSize));
+  ASYMNVM_ASSIGN_OR_RETURN(r.naming_region,
+                           fabric::RegionDescriptor::Decode(regions.data(), kSize));
   ASYMNVM_ASSIGN_OR_RETURN(r.data_region,
                            fabric::RegionDescriptor::Decode(regions.data() + kSize, kSize));
   r.log_address.assign(log.begin(), log.end());

@@ -27,14 +27,16 @@ enum RequestType : uint16_t {
   kClearRejected = 14,  // fe_id u64 → (empty): the front-end saw its rejected txn and resends
   kFetchOpLogs = 15,    // fe_id u64 | after u64 | before u64 → FetchedOpLogs (see below)
   kNamingAt = 16,       // slot u32 → NamingReply (kNotFound: no live structure there)
-  kLockedBy = 17,       // fe_id u64 → count u32 | slot u32 × count: structures whose writer lock it holds
-  kAllocSlab = 20,      // (empty) → addr u64
-  kAllocLarge = 21,     // bytes u64 → addr u64
-  kFree = 22,           // addr u64 → (empty)
-  kFreeDeferred = 23,   // addr u64 → (empty); reclaimed after the grace period
-  kExtentOf = 24,       // addr u64 → start u64 | bytes u64 of the live allocation holding addr (0, 0: none)
-  kTxn = 30,            // memory-log transaction bytes (nilext) → (empty)
-  kStatus = 40,         // (empty) → JSON text
+  kLockedBy =
+      17,  // fe_id u64 → count u32 | slot u32 × count: structures whose writer lock it holds
+  kAllocSlab = 20,     // (empty) → addr u64
+  kAllocLarge = 21,    // bytes u64 → addr u64
+  kFree = 22,          // addr u64 → (empty)
+  kFreeDeferred = 23,  // addr u64 → (empty); reclaimed after the grace period
+  kExtentOf =
+      24,     // addr u64 → start u64 | bytes u64 of the live allocation holding addr (0, 0: none)
+  kTxn = 30,  // memory-log transaction bytes (nilext) → (empty)
+  kStatus = 40,  // (empty) → JSON text
 };
 
 class PayloadWriter {
@@ -111,13 +113,13 @@ class PayloadReader {
 
 // The register reply (layout in doc/backend.md §The service and the daemon).
 struct RegisterReply {
-  uint64_t lpn = 0, opn = 0, rejected = 0;                // the front-end record's words
+  uint64_t lpn = 0, opn = 0, rejected = 0;                 // the front-end record's words
   uint64_t lpn_addr = 0, opn_addr = 0, rejected_addr = 0;  // ... and their pool offsets
   uint64_t naming_begin = 0, data_begin = 0, data_end = 0;
   uint32_t block_size = 0;
   uint32_t incarnation = 0;  // this registration's: the front-end puts it in every txn header
   fabric::RegionDescriptor naming_region, data_region;
-  std::string log_address;  // the Rowan receiver's
+  std::string log_address;              // the Rowan receiver's
   std::array<uint8_t, 16> pool_uuid{};  // the pool's identity (pm superblock), fixed at creation
 };
 std::vector<uint8_t> EncodeRegisterReply(const RegisterReply& reply);

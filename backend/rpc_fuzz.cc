@@ -21,9 +21,9 @@ bool SameReply(const RegisterReply& a, const RegisterReply& b) {
          a.opn_addr == b.opn_addr && a.rejected_addr == b.rejected_addr &&
          a.naming_begin == b.naming_begin && a.data_begin == b.data_begin &&
          a.data_end == b.data_end && a.block_size == b.block_size &&
-         a.incarnation == b.incarnation &&
-         a.naming_region == b.naming_region && a.data_region == b.data_region &&
-         a.log_address == b.log_address && a.pool_uuid == b.pool_uuid;
+         a.incarnation == b.incarnation && a.naming_region == b.naming_region &&
+         a.data_region == b.data_region && a.log_address == b.log_address &&
+         a.pool_uuid == b.pool_uuid;
 }
 
 bool SameEntry(const NamingEntry& a, const NamingEntry& b) {
@@ -108,11 +108,21 @@ void BuiltReply(fuzz::Input& in) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::Input in(data, size);
   switch (in.U8() % 5) {
-    case 0: Register(in.Rest()); break;
-    case 1: Entry(in.Rest()); break;
-    case 2: Fetched(in.Rest()); break;
-    case 3: Create(in.Rest()); break;
-    default: BuiltReply(in); break;
+    case 0:
+      Register(in.Rest());
+      break;
+    case 1:
+      Entry(in.Rest());
+      break;
+    case 2:
+      Fetched(in.Rest());
+      break;
+    case 3:
+      Create(in.Rest());
+      break;
+    default:
+      BuiltReply(in);
+      break;
   }
   return 0;
 }

@@ -12,6 +12,8 @@ uint32_t Crc32c(const void* data, size_t len, uint32_t seed) {
                       ~seed);
 }
 
-uint64_t Hash64(const void* data, size_t len, uint64_t seed) { return XXH3_64bits_withSeed(data, len, seed); }
+uint64_t Hash64(const void* data, size_t len, uint64_t seed) {
+  return XXH3_64bits_withSeed(data, len, seed);
+}
 
 }  // namespace asymnvm

@@ -18,7 +18,7 @@ void ReachCrashPointSlow(const char* name);
 
 }  // namespace asymnvm
 
-#define ASYMNVM_CRASH_POINT(name)                                  \
-  do {                                                             \
+#define ASYMNVM_CRASH_POINT(name)                                            \
+  do {                                                                       \
     if (::asymnvm::CrashPointsArmed()) ::asymnvm::ReachCrashPointSlow(name); \
   } while (0)

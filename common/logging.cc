@@ -24,11 +24,16 @@ std::atomic<int>& LevelVar() {
 
 const char* LevelName(LogLevel l) {
   switch (l) {
-    case LogLevel::kDebug: return "DEBUG";
-    case LogLevel::kInfo: return "INFO";
-    case LogLevel::kWarn: return "WARN";
-    case LogLevel::kError: return "ERROR";
-    default: return "OFF";
+    case LogLevel::kDebug:
+      return "DEBUG";
+    case LogLevel::kInfo:
+      return "INFO";
+    case LogLevel::kWarn:
+      return "WARN";
+    case LogLevel::kError:
+      return "ERROR";
+    default:
+      return "OFF";
   }
 }
 
@@ -38,12 +43,18 @@ LogLevel GetLogLevel() { return static_cast<LogLevel>(LevelVar().load(std::memor
 void SetLogLevel(LogLevel level) { LevelVar().store(static_cast<int>(level)); }
 
 bool ParseLogLevel(std::string_view name, LogLevel* out) {
-  if (name == "debug") *out = LogLevel::kDebug;
-  else if (name == "info") *out = LogLevel::kInfo;
-  else if (name == "warn" || name == "warning") *out = LogLevel::kWarn;
-  else if (name == "error") *out = LogLevel::kError;
-  else if (name == "off") *out = LogLevel::kOff;
-  else return false;
+  if (name == "debug")
+    *out = LogLevel::kDebug;
+  else if (name == "info")
+    *out = LogLevel::kInfo;
+  else if (name == "warn" || name == "warning")
+    *out = LogLevel::kWarn;
+  else if (name == "error")
+    *out = LogLevel::kError;
+  else if (name == "off")
+    *out = LogLevel::kOff;
+  else
+    return false;
   return true;
 }
 

@@ -21,13 +21,13 @@ void LogLine(LogLevel level, std::string_view component, const std::string& mess
 
 }  // namespace asymnvm
 
-#define ASYMNVM_LOG(level, component, ...)                                        \
-  do {                                                                            \
+#define ASYMNVM_LOG(level, component, ...)                                       \
+  do {                                                                           \
     if (static_cast<int>(level) >= static_cast<int>(::asymnvm::GetLogLevel())) { \
-      std::ostringstream _os;                                                     \
-      _os << __VA_ARGS__;                                                         \
-      ::asymnvm::LogLine(level, component, _os.str());                            \
-    }                                                                             \
+      std::ostringstream _os;                                                    \
+      _os << __VA_ARGS__;                                                        \
+      ::asymnvm::LogLine(level, component, _os.str());                           \
+    }                                                                            \
   } while (0)
 
 #define LOG_DEBUG(component, ...) ASYMNVM_LOG(::asymnvm::LogLevel::kDebug, component, __VA_ARGS__)
@@ -36,9 +36,9 @@ void LogLine(LogLevel level, std::string_view component, const std::string& mess
 #define LOG_ERROR(component, ...) ASYMNVM_LOG(::asymnvm::LogLevel::kError, component, __VA_ARGS__)
 
 // Always-on check for states that must stop the process (not for input validation).
-#define ASYMNVM_CHECK(cond)                                                            \
-  do {                                                                                 \
-    if (!(cond)) ::asymnvm::CheckFailed(__FILE__, __LINE__, #cond);                    \
+#define ASYMNVM_CHECK(cond)                                         \
+  do {                                                              \
+    if (!(cond)) ::asymnvm::CheckFailed(__FILE__, __LINE__, #cond); \
   } while (0)
 
 namespace asymnvm {

@@ -6,24 +6,42 @@ namespace asymnvm {
 
 std::string_view StatusCodeName(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "OK";
-    case StatusCode::kInvalidArgument: return "InvalidArgument";
-    case StatusCode::kNotFound: return "NotFound";
-    case StatusCode::kAlreadyExists: return "AlreadyExists";
-    case StatusCode::kCorruption: return "Corruption";
-    case StatusCode::kIoError: return "IoError";
-    case StatusCode::kNotSupported: return "NotSupported";
-    case StatusCode::kResourceExhausted: return "ResourceExhausted";
-    case StatusCode::kRemoteAccessError: return "RemoteAccessError";
-    case StatusCode::kProtocolError: return "ProtocolError";
-    case StatusCode::kRnrRetryExceeded: return "RnrRetryExceeded";
-    case StatusCode::kConnectionError: return "ConnectionError";
-    case StatusCode::kPermissionDenied: return "PermissionDenied";
-    case StatusCode::kTimedOut: return "TimedOut";
-    case StatusCode::kAborted: return "Aborted";
-    case StatusCode::kFailedPrecondition: return "FailedPrecondition";
-    case StatusCode::kInternal: return "Internal";
-    case StatusCode::kUnavailable: return "Unavailable";
+    case StatusCode::kOk:
+      return "OK";
+    case StatusCode::kInvalidArgument:
+      return "InvalidArgument";
+    case StatusCode::kNotFound:
+      return "NotFound";
+    case StatusCode::kAlreadyExists:
+      return "AlreadyExists";
+    case StatusCode::kCorruption:
+      return "Corruption";
+    case StatusCode::kIoError:
+      return "IoError";
+    case StatusCode::kNotSupported:
+      return "NotSupported";
+    case StatusCode::kResourceExhausted:
+      return "ResourceExhausted";
+    case StatusCode::kRemoteAccessError:
+      return "RemoteAccessError";
+    case StatusCode::kProtocolError:
+      return "ProtocolError";
+    case StatusCode::kRnrRetryExceeded:
+      return "RnrRetryExceeded";
+    case StatusCode::kConnectionError:
+      return "ConnectionError";
+    case StatusCode::kPermissionDenied:
+      return "PermissionDenied";
+    case StatusCode::kTimedOut:
+      return "TimedOut";
+    case StatusCode::kAborted:
+      return "Aborted";
+    case StatusCode::kFailedPrecondition:
+      return "FailedPrecondition";
+    case StatusCode::kInternal:
+      return "Internal";
+    case StatusCode::kUnavailable:
+      return "Unavailable";
   }
   return "Unknown";
 }

@@ -10,8 +10,8 @@ namespace {
 TEST(ZeroPages, WritesOnlyNonZeroPiecesAndLeavesAllZero) {
   std::vector<uint8_t> buf(5 * 4096 + 100, 0);
   EXPECT_EQ(ZeroPages(buf.data(), buf.size()), 0u);  // already zero: nothing written
-  buf[4096 + 7] = 1;                                  // second piece
-  buf[5 * 4096 + 99] = 2;                             // the short last piece
+  buf[4096 + 7] = 1;                                 // second piece
+  buf[5 * 4096 + 99] = 2;                            // the short last piece
   EXPECT_EQ(ZeroPages(buf.data(), buf.size()), 4096u + 100u);
   EXPECT_TRUE(IsZero(buf.data(), buf.size()));
   // An unaligned start and a length that is not a multiple of the piece.

@@ -4,8 +4,8 @@
 //
 // Nothing here asserts on elapsed time: every wait is for an observable state with a generous
 // deadline.
-#include <signal.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <condition_variable>
@@ -247,7 +247,8 @@ TEST_P(CoordConformance, SessionExpiresWhileHolderIsStopped) {
   // The holder learns that its session expired (and must re-register itself).
   auto expired = holder->WaitForLine("state expired", After(kLong));
   EXPECT_TRUE(expired.ok()) << expired.status().ToString();
-  EXPECT_FALSE(coord_->Exists("/reg/h1").value());  // nothing re-created it behind the caller's back
+  EXPECT_FALSE(
+      coord_->Exists("/reg/h1").value());  // nothing re-created it behind the caller's back
 }
 
 TEST_P(CoordConformance, CompareAndSetFromTwoProcessesLosesNoIncrement) {

@@ -2,8 +2,8 @@
 // (the killed server restarts between rounds) while holders register; after every round each
 // holder has exactly one node, owned by its original session. The short variant is
 // CoordZooKeeperEnsemble.LeaderLoss... in coord_conformance_test.cc.
-#include <signal.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <cstdio>
 #include <map>
@@ -36,8 +36,8 @@ TEST(CoordZooKeeperEnsembleLong, RepeatedLeaderLossLosesOrDuplicatesNoRegistrati
   std::vector<std::unique_ptr<Subprocess>> holders;
   std::map<std::string, std::string> session_of;
   auto start = [&](const std::string& name) {
-    auto p = Subprocess::Start({ASYMNVM_COORD_TEST_HELPER, "register", uri, "/reg/" + name,
-                                "--session-ms", "20000"});
+    auto p = Subprocess::Start(
+        {ASYMNVM_COORD_TEST_HELPER, "register", uri, "/reg/" + name, "--session-ms", "20000"});
     ASSERT_TRUE(p.ok());
     holders.push_back(std::move(p).value());
   };

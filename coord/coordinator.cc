@@ -39,8 +39,8 @@ std::string_view EventTypeName(EventType t) {
 
 Status ValidatePath(std::string_view path) {
   auto bad = [&](std::string_view why) {
-    return Status::InvalidArgument("coord: bad path '" + std::string(path) + "': " +
-                                   std::string(why));
+    return Status::InvalidArgument("coord: bad path '" + std::string(path) +
+                                   "': " + std::string(why));
   };
   if (path.empty() || path[0] != '/') return bad("must start with '/'");
   if (path == "/") return Status::Ok();
@@ -141,7 +141,8 @@ Result<std::optional<Node>> Coordinator::WaitForChange(const std::string& path,
     latch->cv.notify_all();
   });
   if (!watch.ok()) return watch.status();
-  Result<std::optional<Node>> out = Status::TimedOut("coord: '" + path + "' did not change in time");
+  Result<std::optional<Node>> out =
+      Status::TimedOut("coord: '" + path + "' did not change in time");
   uint64_t seen = 0;
   for (;;) {
     auto node = Get(path);

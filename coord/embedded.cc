@@ -217,9 +217,9 @@ class EmbeddedCoordinator final : public Coordinator {
   uint64_t session_ = 0;
   std::atomic<uint64_t> staging_seq_{0};
   std::atomic<bool> closed_{false};
-  std::mutex mu_;                      // this object's mutations (the flock is per file description)
-  std::mutex owned_mu_;                // guards owned_
-  std::map<std::string, int> owned_;   // ephemeral node path → .owner fd holding LOCK_EX
+  std::mutex mu_;                     // this object's mutations (the flock is per file description)
+  std::mutex owned_mu_;               // guards owned_
+  std::map<std::string, int> owned_;  // ephemeral node path → .owner fd holding LOCK_EX
   std::unique_ptr<WatchHub> hub_;
 };
 
@@ -272,8 +272,8 @@ Status EmbeddedCoordinator::Init() {
   if (no_inotify == nullptr || std::string_view(no_inotify) != "1") {
     inotify_fd_ = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
     if (inotify_fd_ < 0) {
-      LOG_WARN("coord", "embedded: inotify unavailable (errno " << errno
-                                                               << "); watches poll with backoff");
+      LOG_WARN("coord",
+               "embedded: inotify unavailable (errno " << errno << "); watches poll with backoff");
     }
   }
   WatchHubOptions ho;
@@ -347,8 +347,7 @@ Result<NodeFile> EmbeddedCoordinator::Load(const std::string& path, bool locked)
     auto again = ReadFile(file);
     if (!again.ok()) return Status::Ok();
     auto n = DecodeNodeFile(*again, file);
-    if (n.ok() && n->ephemeral && n->creation_id == node->creation_id &&
-        !OwnerAlive(DirOf(path))) {
+    if (n.ok() && n->ephemeral && n->creation_id == node->creation_id && !OwnerAlive(DirOf(path))) {
       return RemoveDir(path);
     }
     return Status::Ok();
@@ -390,8 +389,8 @@ Result<uint64_t> EmbeddedCoordinator::BumpCounter(const std::string& file) {
   return *v;
 }
 
-Result<std::vector<std::string>> EmbeddedCoordinator::ListLive(const std::string& path,
-                                                               bool locked, bool* any_ephemeral) {
+Result<std::vector<std::string>> EmbeddedCoordinator::ListLive(const std::string& path, bool locked,
+                                                               bool* any_ephemeral) {
   auto self = Load(path, locked);
   if (!self.ok()) return self.status();
   std::vector<std::string> out;

@@ -13,7 +13,8 @@ inline constexpr uint32_t kNodeMagic = 0x4E434E41;  // "ANCN"
 inline constexpr uint16_t kNodeFormat = 1;
 inline constexpr uint16_t kNodeFlagEphemeral = 1;
 inline constexpr size_t kNodeHeaderSize = 40;
-inline constexpr size_t kMaxNodeData = 1 << 20;  // the same 1 MiB limit as ZooKeeper's jute.maxbuffer
+inline constexpr size_t kMaxNodeData = 1
+                                       << 20;  // the same 1 MiB limit as ZooKeeper's jute.maxbuffer
 
 struct NodeFile {
   bool ephemeral = false;

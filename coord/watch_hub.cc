@@ -81,7 +81,8 @@ Result<WatchId> WatchHub::Add(const std::string& path, WatchKind kind, WatchCall
 
 Status WatchHub::Remove(WatchId id) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (entries_.erase(id) == 0) return Status::NotFound("watch: no watch with id " + std::to_string(id));
+  if (entries_.erase(id) == 0)
+    return Status::NotFound("watch: no watch with id " + std::to_string(id));
   if (std::this_thread::get_id() == thread_id_) return Status::Ok();
   idle_cv_.wait(lock, [&] { return running_ != id; });
   return Status::Ok();
@@ -112,8 +113,8 @@ void WatchHub::Run() {
       if (options_.backoff && !entries_.empty()) need_short = true;
     }
     if (options_.backoff) {
-      interval = changed_last_round ? options_.short_tick
-                                    : std::min(interval * 2, options_.idle_tick);
+      interval =
+          changed_last_round ? options_.short_tick : std::min(interval * 2, options_.idle_tick);
     } else {
       interval = options_.short_tick;
     }

@@ -32,12 +32,12 @@
 namespace asymnvm::coord {
 
 struct Snapshot {
-  bool ok = true;              // false: the probe failed (connection lost ...); retry at the tick
+  bool ok = true;  // false: the probe failed (connection lost ...); retry at the tick
   bool exists = false;
   int64_t version = 0;
   uint64_t creation_id = 0;
   std::vector<std::string> children;  // kChildren watches only
-  bool volatile_state = false;  // may change without a notification: poll at the short tick
+  bool volatile_state = false;        // may change without a notification: poll at the short tick
   bool SameAs(const Snapshot& o, WatchKind kind) const;
 };
 

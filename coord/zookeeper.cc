@@ -157,8 +157,7 @@ class ZkCoordinator final : public Coordinator {
   std::unique_ptr<WatchHub> hub_;
 };
 
-void ZkCoordinator::GlobalWatcher(zhandle_t* zh, int type, int state, const char* path,
-                                  void* ctx) {
+void ZkCoordinator::GlobalWatcher(zhandle_t* zh, int type, int state, const char* path, void* ctx) {
   auto* self = static_cast<ZkCoordinator*>(ctx);
   if (type != ZOO_SESSION_EVENT) {
     if (self->hub_) self->hub_->Wake();
@@ -207,8 +206,8 @@ Status ZkCoordinator::Init(const std::string& hosts, const std::string& chroot) 
   ho.idle_tick = std::chrono::milliseconds(0);     // server watches wake us
   hub_ = std::make_unique<WatchHub>(std::move(ho));
   const int timeout_ms = static_cast<int>(options_.session_timeout.count());
-  zh_ = zookeeper_init2(hosts.c_str(), &ZkCoordinator::GlobalWatcher, timeout_ms, nullptr, this,
-                        0, &ClientLog);
+  zh_ = zookeeper_init2(hosts.c_str(), &ZkCoordinator::GlobalWatcher, timeout_ms, nullptr, this, 0,
+                        &ClientLog);
   if (zh_ == nullptr) {
     return Status::IoError("coord(zk): zookeeper_init('" + hosts + "') failed", errno);
   }
@@ -282,8 +281,8 @@ int ZkCoordinator::Once(Issue issue, ReplyPtr* out, Clock::time_point deadline) 
 }
 
 template <typename Issue>
-int ZkCoordinator::WithRetry(Issue issue, ReplyPtr* out, Clock::time_point deadline,
-                             bool* retried, bool may_retry) {
+int ZkCoordinator::WithRetry(Issue issue, ReplyPtr* out, Clock::time_point deadline, bool* retried,
+                             bool may_retry) {
   auto pause = std::chrono::milliseconds(10);
   for (;;) {
     const int rc = Once(issue, out, deadline);
@@ -331,7 +330,8 @@ Result<std::string> ZkCoordinator::CreateImpl(const std::string& path, std::stri
     return Status::InvalidArgument("coord: unknown create flags " + std::to_string(flags));
   }
   if (path == "/") return Status::AlreadyExists("coord: '/' always exists");
-  if (data.size() > (1u << 20)) return Status::InvalidArgument("coord: node data larger than 1 MiB");
+  if (data.size() > (1u << 20))
+    return Status::InvalidArgument("coord: node data larger than 1 MiB");
   const bool ephemeral = flags & kEphemeral, sequential = flags & kSequential;
   const int mode = ephemeral ? (sequential ? ZOO_EPHEMERAL_SEQUENTIAL : ZOO_EPHEMERAL)
                              : (sequential ? ZOO_PERSISTENT_SEQUENTIAL : ZOO_PERSISTENT);
@@ -370,9 +370,9 @@ Result<Node> ZkCoordinator::Get(const std::string& path) {
   const std::string full = Full(path);
   ReplyPtr r;
   bool retried = false;
-  const int rc = WithRetry(
-      [&](const void* ctx) { return zoo_aget(zh_, full.c_str(), 0, DataDone, ctx); }, &r,
-      Deadline(), &retried);
+  const int rc =
+      WithRetry([&](const void* ctx) { return zoo_aget(zh_, full.c_str(), 0, DataDone, ctx); }, &r,
+                Deadline(), &retried);
   if (rc != ZOK) return Error(rc, "get", path);
   Node n;
   n.data = std::move(r->value);
@@ -390,7 +390,8 @@ Result<int64_t> ZkCoordinator::Set(const std::string& path, std::string_view dat
   if (expected_version < kAnyVersion || expected_version > INT32_MAX) {
     return Status::InvalidArgument("coord: expected version " + std::to_string(expected_version));
   }
-  if (data.size() > (1u << 20)) return Status::InvalidArgument("coord: node data larger than 1 MiB");
+  if (data.size() > (1u << 20))
+    return Status::InvalidArgument("coord: node data larger than 1 MiB");
   const std::string full = Full(path);
   ReplyPtr r;
   bool retried = false;
@@ -450,9 +451,9 @@ Result<bool> ZkCoordinator::Exists(const std::string& path) {
   const std::string full = Full(path);
   ReplyPtr r;
   bool retried = false;
-  const int rc = WithRetry(
-      [&](const void* ctx) { return zoo_aexists(zh_, full.c_str(), 0, StatDone, ctx); }, &r,
-      Deadline(), &retried);
+  const int rc =
+      WithRetry([&](const void* ctx) { return zoo_aexists(zh_, full.c_str(), 0, StatDone, ctx); },
+                &r, Deadline(), &retried);
   if (rc == ZOK) return true;
   if (rc == ZNONODE) return false;
   return Error(rc, "exists", path);
@@ -474,8 +475,8 @@ Result<uint64_t> ZkCoordinator::AllocateId(const std::string& path) {
   }
   Status st = Delete(*created, kAnyVersion);
   if (!st.ok()) {
-    LOG_WARN("coord", "zookeeper: could not delete id node '" << *created
-                                                              << "': " << st.ToString());
+    LOG_WARN("coord",
+             "zookeeper: could not delete id node '" << *created << "': " << st.ToString());
   }
   return seq + 1;
 }
@@ -552,7 +553,8 @@ Result<std::unique_ptr<Coordinator>> OpenZooKeeper(const std::string& spec,
     if (j == std::string::npos) j = hosts.size();
     const std::string hp = hosts.substr(i, j - i);
     const size_t colon = hp.rfind(':');
-    if (hp.empty() || colon == std::string::npos || colon == 0) return bad("'" + hp + "' is not HOST:PORT");
+    if (hp.empty() || colon == std::string::npos || colon == 0)
+      return bad("'" + hp + "' is not HOST:PORT");
     const std::string port = hp.substr(colon + 1);
     char* end = nullptr;
     const long p = std::strtol(port.c_str(), &end, 10);

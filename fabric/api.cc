@@ -20,7 +20,8 @@ std::chrono::microseconds DefaultSpin() {
   return value;
 }
 
-// Layout (doc/fabric.md §Region descriptor): addr u64 | length u64 | rkey u32 | access u32 | tag u64.
+// Layout (doc/fabric.md §Region descriptor): addr u64 | length u64 | rkey u32 | access u32 | tag
+// u64.
 void RegionDescriptor::EncodeTo(uint8_t* out) const {
   PutLe64(out, addr);
   PutLe64(out + 8, length);
@@ -88,28 +89,44 @@ Counters Counters::operator-(const Counters& o) const {
 
 const char* OpcodeName(Opcode op) {
   switch (op) {
-    case Opcode::kWrite: return "WRITE";
-    case Opcode::kRead: return "READ";
-    case Opcode::kCompareSwap: return "CAS";
-    case Opcode::kFetchAdd: return "FAA";
-    case Opcode::kSend: return "SEND";
-    case Opcode::kFlush: return "FLUSH";
-    case Opcode::kRecv: return "RECV";
+    case Opcode::kWrite:
+      return "WRITE";
+    case Opcode::kRead:
+      return "READ";
+    case Opcode::kCompareSwap:
+      return "CAS";
+    case Opcode::kFetchAdd:
+      return "FAA";
+    case Opcode::kSend:
+      return "SEND";
+    case Opcode::kFlush:
+      return "FLUSH";
+    case Opcode::kRecv:
+      return "RECV";
   }
   return "UNKNOWN";
 }
 
 const char* CompletionStatusName(CompletionStatus s) {
   switch (s) {
-    case CompletionStatus::kSuccess: return "success";
-    case CompletionStatus::kLocalProtectionError: return "local protection error";
-    case CompletionStatus::kLocalLengthError: return "local length error";
-    case CompletionStatus::kRemoteAccessError: return "remote access error";
-    case CompletionStatus::kRemoteInvalidRequest: return "remote invalid request";
-    case CompletionStatus::kRnrRetryExceeded: return "RNR retry exceeded";
-    case CompletionStatus::kTransportError: return "transport error";
-    case CompletionStatus::kFlushed: return "flushed";
-    case CompletionStatus::kGeneralError: return "general error";
+    case CompletionStatus::kSuccess:
+      return "success";
+    case CompletionStatus::kLocalProtectionError:
+      return "local protection error";
+    case CompletionStatus::kLocalLengthError:
+      return "local length error";
+    case CompletionStatus::kRemoteAccessError:
+      return "remote access error";
+    case CompletionStatus::kRemoteInvalidRequest:
+      return "remote invalid request";
+    case CompletionStatus::kRnrRetryExceeded:
+      return "RNR retry exceeded";
+    case CompletionStatus::kTransportError:
+      return "transport error";
+    case CompletionStatus::kFlushed:
+      return "flushed";
+    case CompletionStatus::kGeneralError:
+      return "general error";
   }
   return "unknown";
 }

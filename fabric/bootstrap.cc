@@ -105,8 +105,9 @@ Status ReadBlob(int fd, std::vector<uint8_t>* out, Clock::time_point deadline) {
   uint8_t len[4];
   ASYMNVM_RETURN_IF_ERROR(ReadFull(fd, len, 4, deadline));
   uint32_t n = GetLe32(len);
-  if (n > kMaxBlob) return Status::ProtocolError("handshake: blob of " + std::to_string(n) +
-                                                 " bytes exceeds the limit");
+  if (n > kMaxBlob)
+    return Status::ProtocolError("handshake: blob of " + std::to_string(n) +
+                                 " bytes exceeds the limit");
   std::vector<uint8_t> blob(n);
   if (n > 0) ASYMNVM_RETURN_IF_ERROR(ReadFull(fd, blob.data(), n, deadline));
   if (out) *out = std::move(blob);
@@ -173,7 +174,8 @@ Result<Endpoint> ParseAddress(const std::string& address) {
   Endpoint ep;
   auto sep = address.find("://");
   if (sep == std::string::npos) {
-    return Status::InvalidArgument("address '" + address + "': unknown scheme (want tcp://, "
+    return Status::InvalidArgument("address '" + address +
+                                   "': unknown scheme (want tcp://, "
                                    "unix:// or inproc://)");
   }
   std::string scheme = address.substr(0, sep);
@@ -222,8 +224,10 @@ std::string FormatAddress(const Endpoint& ep) {
         return "tcp://[" + ep.host + "]:" + std::to_string(ep.port);
       }
       return "tcp://" + ep.host + ":" + std::to_string(ep.port);
-    case Endpoint::Kind::kUnix: return "unix://" + ep.path;
-    case Endpoint::Kind::kInproc: return "inproc://" + ep.path;
+    case Endpoint::Kind::kUnix:
+      return "unix://" + ep.path;
+    case Endpoint::Kind::kInproc:
+      return "inproc://" + ep.path;
   }
   return "";
 }
@@ -496,7 +500,6 @@ Status HandshakeServer(int fd, const std::string& secret, std::span<const uint8_
   return Status::Ok();
 }
 
-
 // ---------------------------------------------------------------------------------------------
 // HandshakeAcceptor
 
@@ -511,12 +514,17 @@ enum class HsState : uint8_t {
 };
 const char* HsStateName(HsState s) {
   switch (s) {
-    case HsState::kReadHello: return "waiting for its hello";
-    case HsState::kWriteChallenge: return "sending our challenge";
-    case HsState::kReadMac: return "waiting for its proof";
+    case HsState::kReadHello:
+      return "waiting for its hello";
+    case HsState::kWriteChallenge:
+      return "sending our challenge";
+    case HsState::kReadMac:
+      return "waiting for its proof";
     case HsState::kReadLen:
-    case HsState::kReadBlob: return "reading its parameters";
-    case HsState::kWriteVerdict: return "sending our verdict";
+    case HsState::kReadBlob:
+      return "reading its parameters";
+    case HsState::kWriteVerdict:
+      return "sending our verdict";
   }
   return "?";
 }
@@ -573,8 +581,8 @@ HandshakeAcceptorStats HandshakeAcceptor::stats() const {
   return stats_;
 }
 
-// Called by the Accept() that holds the gate (busy_). At most log_lines_per_second lines per one-second window; the first
-// line of a later window says how many were suppressed.
+// Called by the Accept() that holds the gate (busy_). At most log_lines_per_second lines per
+// one-second window; the first line of a later window says how many were suppressed.
 void HandshakeAcceptor::Refusal(const std::string& line) {
   auto now = Clock::now();
   if (now - log_window_ >= std::chrono::seconds(1)) {
@@ -677,17 +685,18 @@ HandshakeAcceptor::Step HandshakeAcceptor::Advance(Pending& p, std::span<const u
   for (;;) {
     if (!p.reading()) {
       while (p.sent < p.out.size()) {
-        ssize_t r = ::send(p.fd, p.out.data() + p.sent, p.out.size() - p.sent,
-                           MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t r =
+            ::send(p.fd, p.out.data() + p.sent, p.out.size() - p.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (r > 0) {
           p.sent += static_cast<size_t>(r);
           continue;
         }
         if (r < 0 && (errno == EINTR)) continue;
         if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Step::kWait;
-        p.error = Status(StatusCode::kConnectionError,
-                         std::string("write while ") + HsStateName(p.state) + ": " +
-                             std::strerror(errno), errno);
+        p.error =
+            Status(StatusCode::kConnectionError,
+                   std::string("write while ") + HsStateName(p.state) + ": " + std::strerror(errno),
+                   errno);
         return Step::kFailed;
       }
       if (p.state == HsState::kWriteVerdict) return Step::kDone;
@@ -717,9 +726,9 @@ HandshakeAcceptor::Step HandshakeAcceptor::Advance(Pending& p, std::span<const u
         }
         return Step::kFailed;
       }
-      p.error = Status(StatusCode::kConnectionError,
-                       std::string("read while ") + HsStateName(p.state) + ": " +
-                           std::strerror(errno), errno);
+      p.error = Status(
+          StatusCode::kConnectionError,
+          std::string("read while ") + HsStateName(p.state) + ": " + std::strerror(errno), errno);
       return Step::kFailed;
     }
     // A whole message is in.

@@ -73,16 +73,16 @@ struct HandshakeLimits {
 };
 
 struct HandshakeAcceptorStats {
-  uint64_t accepted = 0;        // handshakes completed and returned by Accept
-  uint64_t refused = 0;         // protocol errors, wrong secret, peer closed mid-handshake
-  uint64_t secret_mismatch = 0; // of those: the peer does not share our cluster secret
-  uint64_t timed_out = 0;       // deadline passed
-  uint64_t evicted = 0;         // closed because max_pending handshakes were in progress
-  uint64_t log_lines = 0;       // refusal lines written
-  uint64_t log_suppressed = 0;  // refusal lines not written (rate limit)
-  size_t pending = 0;           // in progress now
-  size_t max_pending_seen = 0;  // high-water mark of `pending`
-  std::string last_refusal;     // why the last peer was refused / timed out / evicted
+  uint64_t accepted = 0;         // handshakes completed and returned by Accept
+  uint64_t refused = 0;          // protocol errors, wrong secret, peer closed mid-handshake
+  uint64_t secret_mismatch = 0;  // of those: the peer does not share our cluster secret
+  uint64_t timed_out = 0;        // deadline passed
+  uint64_t evicted = 0;          // closed because max_pending handshakes were in progress
+  uint64_t log_lines = 0;        // refusal lines written
+  uint64_t log_suppressed = 0;   // refusal lines not written (rate limit)
+  size_t pending = 0;            // in progress now
+  size_t max_pending_seen = 0;   // high-water mark of `pending`
+  std::string last_refusal;      // why the last peer was refused / timed out / evicted
 };
 
 class HandshakeAcceptor {

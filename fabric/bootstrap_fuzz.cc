@@ -48,7 +48,8 @@ std::vector<uint8_t> Mac(uint8_t role, const uint8_t* nonce_c, const uint8_t* no
   if (!blob.empty()) std::memcpy(msg.data() + 1 + 2 * kNonce, blob.data(), blob.size());
   std::vector<uint8_t> out(kMac);
   unsigned int len = kMac;
-  HMAC(EVP_sha256(), kSecret, static_cast<int>(sizeof kSecret - 1), msg.data(), msg.size(), out.data(), &len);
+  HMAC(EVP_sha256(), kSecret, static_cast<int>(sizeof kSecret - 1), msg.data(), msg.size(),
+       out.data(), &len);
   return out;
 }
 
@@ -113,7 +114,8 @@ bool PlayClient(int fd, const Plan& p, std::vector<uint8_t>* expect_blob) {
                      std::vector<uint8_t>(challenge + kHello, challenge + kHello + kMac));
   const uint32_t len = p.len();
   const size_t signed_len = std::min<size_t>(len, p.blob.size());
-  const auto honest = Mac('C', hello.data() + 8, challenge + 8, std::span<const uint8_t>(p.blob).first(signed_len));
+  const auto honest =
+      Mac('C', hello.data() + 8, challenge + 8, std::span<const uint8_t>(p.blob).first(signed_len));
   const auto mac = (p.flags & 2) ? honest : p.raw_mac;
   std::vector<uint8_t> msg = mac;
   msg.resize(kMac + 4);
@@ -149,8 +151,8 @@ void Address(fuzz::Input& in) {
   }
   auto again = ParseAddress(FormatAddress(*ep));
   ASYMNVM_FUZZ_CHECK(again.ok());
-  ASYMNVM_FUZZ_CHECK(again->kind == ep->kind && again->host == ep->host && again->port == ep->port &&
-                     again->path == ep->path);
+  ASYMNVM_FUZZ_CHECK(again->kind == ep->kind && again->host == ep->host &&
+                     again->port == ep->port && again->path == ep->path);
 }
 
 void Server(fuzz::Input& in) {
@@ -196,7 +198,9 @@ struct AcceptorFixture {
   }
 };
 
-uint64_t Finished(const HandshakeAcceptorStats& s) { return s.accepted + s.refused + s.timed_out + s.evicted; }
+uint64_t Finished(const HandshakeAcceptorStats& s) {
+  return s.accepted + s.refused + s.timed_out + s.evicted;
+}
 
 void Acceptor(fuzz::Input& in) {
   static AcceptorFixture fx;
@@ -273,7 +277,8 @@ void Client(fuzz::Input& in) {
     ASYMNVM_FUZZ_CHECK(GetLe32(proof + kMac) == kClientBlob.size());
     std::vector<uint8_t> blob(kClientBlob.size());
     ASYMNVM_FUZZ_CHECK(ReadAll(fd, blob.data(), blob.size()) && blob == kClientBlob);
-    ASYMNVM_FUZZ_CHECK(Mac('C', hello_c + 8, hello_s.data() + 8, blob) == std::vector<uint8_t>(proof, proof + kMac));
+    ASYMNVM_FUZZ_CHECK(Mac('C', hello_c + 8, hello_s.data() + 8, blob) ==
+                       std::vector<uint8_t>(proof, proof + kMac));
     const uint32_t len = p.len();
     std::vector<uint8_t> msg = {p.verdict, 0, 0, 0, 0};
     PutLe32(msg.data() + 1, len);
@@ -298,10 +303,18 @@ void Client(fuzz::Input& in) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::Input in(data, size);
   switch (in.U8() % 4) {
-    case 0: Address(in); break;
-    case 1: Server(in); break;
-    case 2: Acceptor(in); break;
-    default: Client(in); break;
+    case 0:
+      Address(in);
+      break;
+    case 1:
+      Server(in);
+      break;
+    case 2:
+      Acceptor(in);
+      break;
+    default:
+      Client(in);
+      break;
   }
   return 0;
 }

@@ -26,10 +26,14 @@ uint64_t SplitMix64(uint64_t* state) {
 
 const char* FaultKindName(FaultKind kind) {
   switch (kind) {
-    case FaultKind::kDrop: return "drop";
-    case FaultKind::kError: return "error";
-    case FaultKind::kDelay: return "delay";
-    case FaultKind::kCut: return "cut";
+    case FaultKind::kDrop:
+      return "drop";
+    case FaultKind::kError:
+      return "error";
+    case FaultKind::kDelay:
+      return "delay";
+    case FaultKind::kCut:
+      return "cut";
   }
   return "unknown";
 }
@@ -181,8 +185,8 @@ class FaultyConnection : public Connection {
       }
       if (slow && !delay) {
         delay = true;
-        fabric_->Record(FaultEvent{ordinal_, request_index_ + i, FaultKind::kDelay,
-                                   wrs[i].opcode, wrs[i].wr_id});
+        fabric_->Record(FaultEvent{ordinal_, request_index_ + i, FaultKind::kDelay, wrs[i].opcode,
+                                   wrs[i].wr_id});
       }
     }
     if (delay) std::this_thread::sleep_for(opts.delay);
@@ -216,7 +220,7 @@ class FaultyConnection : public Connection {
         c.wr_id = wrs[i].wr_id;
         c.opcode = wrs[i].opcode;
         c.connection_id = base_->id();
-        c.status = i > fault_at ? CompletionStatus::kFlushed
+        c.status = i > fault_at                     ? CompletionStatus::kFlushed
                    : fault_kind == FaultKind::kDrop ? CompletionStatus::kTransportError
                                                     : CompletionStatus::kGeneralError;
         injected.push_back(c);
@@ -370,8 +374,8 @@ Result<ConnectionOptions> FaultyFabric::Unwrap(const ConnectionOptions& options)
   return out;
 }
 
-Result<std::unique_ptr<Connection>> FaultyFabric::WrapConnection(
-    std::unique_ptr<Connection> base, const ConnectionOptions& options) {
+Result<std::unique_ptr<Connection>> FaultyFabric::WrapConnection(std::unique_ptr<Connection> base,
+                                                                 const ConnectionOptions& options) {
   auto* send_cq = dynamic_cast<FaultyCompletionQueue*>(options.send_cq);
   uint64_t seed;
   {
@@ -417,10 +421,18 @@ void FaultyFabric::Record(const FaultEvent& event) {
   std::lock_guard<std::mutex> lock(mu_);
   log_.push_back(event);
   switch (event.kind) {
-    case FaultKind::kDrop: counters_.dropped++; break;
-    case FaultKind::kError: counters_.errored++; break;
-    case FaultKind::kDelay: counters_.delayed++; break;
-    case FaultKind::kCut: counters_.cuts++; break;
+    case FaultKind::kDrop:
+      counters_.dropped++;
+      break;
+    case FaultKind::kError:
+      counters_.errored++;
+      break;
+    case FaultKind::kDelay:
+      counters_.delayed++;
+      break;
+    case FaultKind::kCut:
+      counters_.cuts++;
+      break;
   }
 }
 

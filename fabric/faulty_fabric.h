@@ -4,8 +4,9 @@
 // decisions (STYLE.md: RocksDB-style knobs):
 //   drop   the request is not sent; it completes with kTransportError and the connection enters
 //          kError (an RC QP whose transport retries are exhausted);
-//   error  the request is not sent; it completes with kGeneralError and the connection enters kError;
-//   delay  the Post call is held for FaultOptions::delay before the list is handed to the provider.
+//   error  the request is not sent; it completes with kGeneralError and the connection enters
+//   kError; delay  the Post call is held for FaultOptions::delay before the list is handed to the
+//   provider.
 // Requests behind an injected failure in the same list complete with kFlushed (signaled or not, as
 // with an RC QP in error); later Post calls return kConnectionError. CutConnection() severs a
 // connection at any time: the wrapper enters kError, the underlying connection is closed (its

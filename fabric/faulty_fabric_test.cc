@@ -170,9 +170,9 @@ TEST_F(FaultyFabricTest, Post_DropEveryRequest_TransportErrorThenFlushedAndNothi
   Connection* c = Connect();
   ASSERT_NE(c, nullptr);
   std::memset(local_buf_.data(), 0x77, 256);
-  ASSERT_TRUE(c->Post(std::vector<WorkRequest>{Write(1, 0, 64), Write(2, 64, 64, false),
-                                               Write(3, 128, 64)})
-                  .ok());
+  ASSERT_TRUE(
+      c->Post(std::vector<WorkRequest>{Write(1, 0, 64), Write(2, 64, 64, false), Write(3, 128, 64)})
+          .ok());
   auto got = WaitN(3);
   ASSERT_EQ(got.size(), 3u);
   EXPECT_EQ(got[0].wr_id, 1u);
@@ -249,8 +249,8 @@ std::vector<FaultEvent> RunSeeded(uint64_t seed) {
   auto tpd = std::move((*t)->AllocPd()).value();
   auto ipd = std::move((*f)->AllocPd()).value();
   std::vector<uint8_t> remote(4096), local(4096);
-  auto rmr = std::move(tpd->RegisterMemory(remote.data(), remote.size(), {.access = kAllRemote}))
-                 .value();
+  auto rmr =
+      std::move(tpd->RegisterMemory(remote.data(), remote.size(), {.access = kAllRemote})).value();
   auto lmr = std::move(ipd->RegisterMemory(local.data(), local.size(), {})).value();
   auto icq = std::move((*f)->CreateCq({})).value();
   auto tcq = std::move((*t)->CreateCq({})).value();

@@ -2,6 +2,8 @@
 // API semantics per optimization level (also across session reopen and back-end restart), the page
 // cache, coalescing, the writer lock, the reader seqlock, the two-tier allocator, op-log replay,
 // bad input.
+#include "asymnvm/frontend.h"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -13,10 +15,9 @@
 #include <random>
 #include <thread>
 
-#include "asymnvm/frontend.h"
 #include "backend/backend.h"
-#include "tests/common/backend_fixture.h"
 #include "frontend/page_cache.h"
+#include "tests/common/backend_fixture.h"
 
 namespace asymnvm::frontend {
 namespace {
@@ -35,7 +36,9 @@ backend::BackendOptions SmallBackend(const std::string& path) {
 
 class FrontendTest : public test_support::BackendTest {
  protected:
-  backend::BackendOptions BackendOptionsFor(const std::string& path) override { return SmallBackend(path); }
+  backend::BackendOptions BackendOptionsFor(const std::string& path) override {
+    return SmallBackend(path);
+  }
   std::string PoolTag() const override { return "fe"; }
   // The fixture's session with a 1 MiB cache and the default batch size.
   SessionOptions Options(uint64_t fe, Level level) {
@@ -183,12 +186,13 @@ TEST_F(FrontendTest, CostPerLevel) {
     for (int i = 0; i < kOps; i++) ASSERT_TRUE(s->Read(*a + 8 * i, b).ok());
     const Counters c2 = s->counters();
     const auto w = c1.fabric - c0.fabric, r = c2.fabric - c1.fabric;
-    std::printf("cost %-5s update: %.2f round trips, %.0f B out; read: %.2f round trips; "
-                "txns %llu op logs %llu coalesced %llu\n",
-                LevelName(level), double(w.round_trips) / kOps, double(w.bytes_out) / kOps,
-                double(r.round_trips) / kOps, (unsigned long long)(c1.txns - c0.txns),
-                (unsigned long long)(c1.op_logs - c0.op_logs),
-                (unsigned long long)(c1.coalesced - c0.coalesced));
+    std::printf(
+        "cost %-5s update: %.2f round trips, %.0f B out; read: %.2f round trips; "
+        "txns %llu op logs %llu coalesced %llu\n",
+        LevelName(level), double(w.round_trips) / kOps, double(w.bytes_out) / kOps,
+        double(r.round_trips) / kOps, (unsigned long long)(c1.txns - c0.txns),
+        (unsigned long long)(c1.op_logs - c0.op_logs),
+        (unsigned long long)(c1.coalesced - c0.coalesced));
     if (level == Level::kRc || level == Level::kRcb) {
       EXPECT_LE(r.round_trips, 2u);
     } else {
@@ -462,8 +466,7 @@ TEST_F(FrontendTest, CompareSwapRootWord) {
   EXPECT_EQ(s->CompareSwap(st->root_addr, 0, 4096).value(), 0u);
   EXPECT_EQ(t->CompareSwap(st->root_addr, 0, 8192).value(), 4096u);  // lost the race
   EXPECT_EQ(t->ReadWord(st->root_addr).value(), 4096u);
-  EXPECT_EQ(s->CompareSwap(st->root_addr + 3, 0, 1).status().code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->CompareSwap(st->root_addr + 3, 0, 1).status().code(), StatusCode::kInvalidArgument);
   // A swap in the data area updates the swapper's cached page.
   auto a = s->Malloc(64);
   ASSERT_TRUE(a.ok());
@@ -856,7 +859,8 @@ TEST(FrontendCrash, UnreplayedOpLogsHoldTheOpnAndTheLocksUntilReplayed) {
   auto be = backend::Backend::Start(SmallBackend(pool));
   ASSERT_TRUE(be.ok()) << be.status().ToString();
   const std::string address = (*be)->address();
-  ASSERT_EQ(write(to_child[1], address.data(), address.size()), static_cast<ssize_t>(address.size()));
+  ASSERT_EQ(write(to_child[1], address.data(), address.size()),
+            static_cast<ssize_t>(address.size()));
   close(to_child[1]);
   uint64_t a = 0;
   ASSERT_EQ(read(from_child[0], &a, 8), 8);

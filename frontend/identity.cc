@@ -41,7 +41,8 @@ Status FrontendIdentity::TryClaim(uint64_t id) {
     auto node = coord_->Get(EpochPath(id));
     if (!node.ok()) return node.status();
     uint64_t epoch = 0;
-    if (node->data.rfind("epoch ", 0) == 0) epoch = std::strtoull(node->data.c_str() + 6, nullptr, 10);
+    if (node->data.rfind("epoch ", 0) == 0)
+      epoch = std::strtoull(node->data.c_str() + 6, nullptr, 10);
     auto set = coord_->Set(EpochPath(id), "epoch " + std::to_string(epoch + 1), node->version);
     if (set.ok()) {
       id_ = id;
@@ -85,8 +86,9 @@ Result<std::unique_ptr<FrontendIdentity>> FrontendIdentity::Claim(
     // An id someone chose by hand: take the next one.
     if (st.code() != StatusCode::kAlreadyExists) return st;
   }
-  return Status::ResourceExhausted("session: no free front-end id after " +
-                                   std::to_string(kAllocateAttempts) + " allocations", true);
+  return Status::ResourceExhausted(
+      "session: no free front-end id after " + std::to_string(kAllocateAttempts) + " allocations",
+      true);
 }
 
 void FrontendIdentity::StartHeartbeat() {

@@ -10,14 +10,13 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
-#include <mutex>
-#include <thread>
-
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "asymnvm/coord.h"
 #include "asymnvm/frontend.h"
@@ -29,8 +28,7 @@ class FrontendIdentity {
   // Claims `requested` (0: allocate one) on the coordinator at `uri`. Errors: kAlreadyExists
   // (another live process holds the id; the message names it), kInvalidArgument (id > 65535),
   // kResourceExhausted (allocated ids ran past 65535), and the coordinator's own errors.
-  static Result<std::unique_ptr<FrontendIdentity>> Claim(const std::string& uri,
-                                                         uint64_t requested,
+  static Result<std::unique_ptr<FrontendIdentity>> Claim(const std::string& uri, uint64_t requested,
                                                          std::chrono::milliseconds timeout);
   ~FrontendIdentity();  // deletes the lease and closes the coordinator session
 

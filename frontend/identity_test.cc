@@ -46,8 +46,7 @@ TEST_F(IdentityTest, SecondLiveHolderIsRefusedUntilTheFirstLetsGo) {
   auto c = FrontendIdentity::Claim(uri_, 7, 5s);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ((*c)->epoch(), first_epoch + 1);  // a new incarnation
-  EXPECT_EQ(FrontendIdentity::Claim(uri_, 70000, 5s).status().code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(FrontendIdentity::Claim(uri_, 70000, 5s).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(IdentityTest, IdZeroIsAllocatedAndSkipsIdsHeldByHand) {

@@ -21,8 +21,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-constexpr uint32_t kType = 0x51;   // the test's structure type
-constexpr uint16_t kPutOp = 1;     // payload: addr u64, value u64
+constexpr uint32_t kType = 0x51;  // the test's structure type
+constexpr uint16_t kPutOp = 1;    // payload: addr u64, value u64
 
 std::string BackendBin() { return ASYMNVM_BACKEND_BIN; }
 
@@ -108,7 +108,7 @@ TEST_F(LivenessTest, IdleSessionReconnectsToARestartedBackendAtANewAddress) {
   StartBackend();
   const std::string first_address = backend_->address();
   SessionOptions o = Options();
-  o.reconnect_deadline = 60s;  // generous: the restart below is waited for, not timed
+  o.reconnect_deadline = 60s;               // generous: the restart below is waited for, not timed
   o.batch_timeout = std::chrono::hours(1);  // the last 32 ops stay in the batch until the kill
   auto opened = Session::Open(o);
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
@@ -232,8 +232,8 @@ TEST_F(LivenessTest, RestartToFirstOpOfAnIdleSession) {
   EXPECT_EQ(s.reconnects(), static_cast<uint64_t>(reps));
   auto report = [](const char* what, std::vector<double> v) {
     std::sort(v.begin(), v.end());
-    std::printf("liveness: %s: p50 %.1f ms, max %.1f ms (n=%zu)\n", what, v[v.size() / 2],
-                v.back(), v.size());
+    std::printf("liveness: %s: p50 %.1f ms, max %.1f ms (n=%zu)\n", what, v[v.size() / 2], v.back(),
+                v.size());
   };
   report("restart (spawn) -> first op of an idle session", from_spawn);
   report("registered (listening) -> first op", from_registered);

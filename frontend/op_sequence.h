@@ -61,8 +61,8 @@ class OpSequence {
  private:
   void Advance();
 
-  uint64_t registered_ = 0;   // the OPN at registration
-  uint64_t first_ = 1;        // this session's first op_seq (earlier ones: crashed sessions')
+  uint64_t registered_ = 0;  // the OPN at registration
+  uint64_t first_ = 1;       // this session's first op_seq (earlier ones: crashed sessions')
   uint64_t next_ = 1;
   uint64_t replayed_upto_ = 0;  // re-executed on this connection (a 2nd Replay skips them)
   // kToFetch: ops of an earlier session lie past the registered OPN and are not open yet (the
@@ -70,8 +70,8 @@ class OpSequence {
   // until Replayed); kNone: nothing of an earlier session left.
   enum class Replay { kNone, kToFetch, kReplaying };
   Replay replay_ = Replay::kNone;
-  uint64_t pending_ = 0;       // the OPN the next transaction carries
-  uint64_t sent_ = 0;          // the OPN of the last transaction sent
+  uint64_t pending_ = 0;               // the OPN the next transaction carries
+  uint64_t sent_ = 0;                  // the OPN of the last transaction sent
   std::map<uint64_t, uint32_t> open_;  // op_seq → structure id
   uint64_t max_logged_ = 0;
 };

@@ -16,8 +16,7 @@ uint8_t* PageCache::Lookup(uint32_t page_size, uint64_t page_addr) {
   return it->second->data.data();
 }
 
-uint8_t* PageCache::Insert(uint32_t page_size, uint64_t page_addr,
-                           std::span<const uint8_t> bytes) {
+uint8_t* PageCache::Insert(uint32_t page_size, uint64_t page_addr, std::span<const uint8_t> bytes) {
   if (bytes.size() > capacity_) return nullptr;
   const Key key{page_size, page_addr};
   if (auto it = map_.find(key); it != map_.end()) {

@@ -59,8 +59,8 @@ class PageCache {
   uint64_t bytes_ = 0;
   std::mt19937_64 rng_;
   std::unordered_map<Key, std::unique_ptr<Page>, KeyHash> map_;
-  std::vector<Page*> slots_;            // for random sampling
-  std::multiset<uint32_t> sizes_;       // page sizes of cached pages (for Update)
+  std::vector<Page*> slots_;       // for random sampling
+  std::multiset<uint32_t> sizes_;  // page sizes of cached pages (for Update)
   uint64_t hits_ = 0, misses_ = 0, evictions_ = 0;
 };
 

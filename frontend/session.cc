@@ -1,15 +1,20 @@
 // The front-end Session (include/asymnvm/frontend.h; design in doc/frontend.md): open,
-// registration, reconnection, close and introspection. The rest by concern: frontend/session_impl.h.
+// registration, reconnection, close and introspection. The rest by concern:
+// frontend/session_impl.h.
 #include "frontend/session_impl.h"
 
 namespace asymnvm::frontend {
 
 const char* LevelName(Level level) {
   switch (level) {
-    case Level::kNaive: return "naive";
-    case Level::kR: return "r";
-    case Level::kRc: return "rc";
-    case Level::kRcb: return "rcb";
+    case Level::kNaive:
+      return "naive";
+    case Level::kR:
+      return "r";
+    case Level::kRc:
+      return "rc";
+    case Level::kRcb:
+      return "rcb";
   }
   return "?";
 }
@@ -18,8 +23,7 @@ Result<Level> ParseLevel(const std::string& name) {
   for (Level l : {Level::kNaive, Level::kR, Level::kRc, Level::kRcb}) {
     if (name == LevelName(l)) return l;
   }
-  return Status::InvalidArgument("unknown optimization level '" + name +
-                                 "' (naive, r, rc or rcb)");
+  return Status::InvalidArgument("unknown optimization level '" + name + "' (naive, r, rc or rcb)");
 }
 
 Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -54,11 +58,11 @@ Status Session::Reconnect(const Status& cause) {
   const std::string path = BackendGroupPrimaryPath(old.pool_uuid);
   const auto start = coord::Clock::now();
   const auto deadline = start + old.o.reconnect_deadline;
-  LOG_WARN("frontend", "front-end " << old.o.frontend_id << ": lost back-end "
-                                    << old.o.backends[0] << " (" << cause.ToString()
-                                    << "); waiting up to " << old.o.reconnect_deadline.count()
-                                    << " ms for pool " << pm::UuidToString(old.pool_uuid)
-                                    << " to register at " << path);
+  LOG_WARN("frontend", "front-end " << old.o.frontend_id << ": lost back-end " << old.o.backends[0]
+                                    << " (" << cause.ToString() << "); waiting up to "
+                                    << old.o.reconnect_deadline.count() << " ms for pool "
+                                    << pm::UuidToString(old.pool_uuid) << " to register at "
+                                    << path);
   Status last = cause;
   auto pause = std::chrono::milliseconds(20);
   for (;;) {
@@ -73,15 +77,15 @@ Status Session::Reconnect(const Status& cause) {
       } else {
         SessionOptions so = old.o;
         so.backends = {address};
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-            deadline - coord::Clock::now());
+        const auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - coord::Clock::now());
         so.timeout = std::max(std::chrono::milliseconds(1), std::min(so.timeout, left));
         if (Status lease = old.identity->CheckLease(); !lease.ok()) return lease;
         auto fresh = Connect(so, old.identity->epoch());
         if (fresh.ok() && (*fresh)->pool_uuid != old.pool_uuid) {
           fresh = Status::FailedPrecondition(address + " serves pool " +
-                                             pm::UuidToString((*fresh)->pool_uuid) +
-                                             ", not " + pm::UuidToString(old.pool_uuid));
+                                             pm::UuidToString((*fresh)->pool_uuid) + ", not " +
+                                             pm::UuidToString(old.pool_uuid));
         }
         if (fresh.ok()) {
           Impl& n = **fresh;
@@ -107,12 +111,13 @@ Status Session::Reconnect(const Status& cause) {
           impl_ = std::move(fresh).value();
           dead.reset();
           reconnects_++;
-          LOG_INFO("frontend", "front-end " << impl_->o.frontend_id << ": reconnected to "
-                                            << address << " after "
-                                            << std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                   coord::Clock::now() - start)
-                                                   .count()
-                                            << " ms; replaying");
+          LOG_INFO("frontend", "front-end "
+                                   << impl_->o.frontend_id << ": reconnected to " << address
+                                   << " after "
+                                   << std::chrono::duration_cast<std::chrono::milliseconds>(
+                                          coord::Clock::now() - start)
+                                          .count()
+                                   << " ms; replaying");
           Status r = impl_->reconnect_hook ? impl_->reconnect_hook() : Status::Ok();
           if (r.ok()) {
             BackendFetcher f(impl_->oq.get(), impl_->opseq.first());
@@ -157,7 +162,8 @@ Result<std::unique_ptr<Session>> Session::Open(const SessionOptions& given) {
   if (options.backends.empty()) return Status::InvalidArgument("session: no back-end address");
   if (options.backends.size() > 1) {
     return Status::InvalidArgument(
-        "session: one back-end per Session; use frontend::Cluster for several (include/asymnvm/cluster.h)");
+        "session: one back-end per Session; use frontend::Cluster for several "
+        "(include/asymnvm/cluster.h)");
   }
   // A shared identity (SessionOptions::identity) is not claimed again; m.o does not keep it.
   std::shared_ptr<FrontendIdentity> shared = std::move(options.identity);
@@ -204,8 +210,8 @@ Result<std::unique_ptr<Session::Impl>> Session::Connect(const SessionOptions& op
   if (!cl.ok()) return cl.status().WithContext(ctx);
   m.oq = std::move(cl).value();
   m.max_txn = m.oq->server().max_request - oq::kRequestHeaderSize;
-  m.batch_limit = options.batch_bytes == 0 ? m.max_txn
-                                           : std::min<size_t>(options.batch_bytes, m.max_txn);
+  m.batch_limit =
+      options.batch_bytes == 0 ? m.max_txn : std::min<size_t>(options.batch_bytes, m.max_txn);
 
   // Register.
   backend::PayloadWriter w;
@@ -230,8 +236,8 @@ Result<std::unique_ptr<Session::Impl>> Session::Connect(const SessionOptions& op
   m.first_txn = lpn + 1;
   if (rejected != 0) {
     LOG_WARN("frontend", "front-end " << options.frontend_id
-                                      << ": the back-end recorded rejected transaction "
-                                      << rejected << " (an earlier session)");
+                                      << ": the back-end recorded rejected transaction " << rejected
+                                      << " (an earlier session)");
   }
 
   // Rowan sender for op logs (to the data back-end's b-log, or to op_log_address: the symmetric
@@ -252,9 +258,8 @@ Result<std::unique_ptr<Session::Impl>> Session::Connect(const SessionOptions& op
   }
   auto snd = rowan::Sender::Connect(so);
   if (!snd.ok()) {
-    return snd.status().WithContext(options.op_log_address.empty()
-                                        ? ctx
-                                        : "session: op log target " + options.op_log_address);
+    return snd.status().WithContext(
+        options.op_log_address.empty() ? ctx : "session: op log target " + options.op_log_address);
   }
   m.sender = std::move(snd).value();
   ASYMNVM_ASSIGN_OR_RETURN(m.cq, m.fabric->CreateCq({.capacity = 1024}));

@@ -18,8 +18,8 @@ Result<Structure> Session::CreateRoot(const std::string& name, uint32_t type,
     if (page_size != 0 && !ValidPageSize(page_size)) {
       return Status::InvalidArgument("page_size must be a power of two in 64..1 MiB");
     }
-    ASYMNVM_ASSIGN_OR_RETURN(
-        auto reply, m.Call(backend::kNamingCreate, backend::EncodeNamingCreate(name, type, params)));
+    ASYMNVM_ASSIGN_OR_RETURN(auto reply, m.Call(backend::kNamingCreate,
+                                                backend::EncodeNamingCreate(name, type, params)));
     ASYMNVM_ASSIGN_OR_RETURN(Structure s, DecodeEntry(reply));
     s.page_size = page_size;
     m.structures[s.id] = s;
@@ -56,7 +56,8 @@ Status Session::Read(uint64_t addr, std::span<uint8_t> out, uint32_t page_size) 
     ASYMNVM_RETURN_IF_ERROR(m.MaybeTimer());
     ASYMNVM_RETURN_IF_ERROR(m.Target(addr, out.size()).status());
     const bool data = addr >= m.data_begin && addr < m.data_end;
-    if (m.snap != nullptr && data && out.size() <= m.data_end - addr) return m.SnapshotRead(addr, out);
+    if (m.snap != nullptr && data && out.size() <= m.data_end - addr)
+      return m.SnapshotRead(addr, out);
     if (!m.cache || m.bypass_cache || !data) return m.RemoteRead(addr, out);
     const uint32_t ps = m.PageSize(page_size);
     if (!ValidPageSize(ps)) return Status::InvalidArgument("page_size must be a power of two");
@@ -222,8 +223,9 @@ Status Session::MemLog(uint64_t addr, std::span<const uint8_t> data) {
     ASYMNVM_RETURN_IF_ERROR(m.CheckData(addr, data.size()));
     const size_t fp = EntryFootprint(data.size());
     if (m.cur_bytes + fp + backend::kTxnHeaderSize + backend::kTxnCommitSize > m.max_txn) {
-      return Status::ResourceExhausted("the operation's memory logs exceed the largest transaction (" +
-                                       std::to_string(m.max_txn) + " bytes)");
+      return Status::ResourceExhausted(
+          "the operation's memory logs exceed the largest transaction (" +
+          std::to_string(m.max_txn) + " bytes)");
     }
     m.cur.emplace_back(addr, std::vector<uint8_t>(data.begin(), data.end()));
     m.cur_bytes += fp;
@@ -246,8 +248,8 @@ Result<uint64_t> Session::OpLog(const Structure& s, uint16_t op_type,
     ASYMNVM_ASSIGN_OR_RETURN(uint64_t seq, m.SendOpLog(s.id, op_type, params));
     m.opseq.Opened(seq, s.id);
     // The op log is durable; it counts as acknowledged only while the lease holds.
-    ASYMNVM_RETURN_IF_ERROR(m.CheckFenced().WithContext(
-        "op " + std::to_string(seq) + " was logged but is not acknowledged"));
+    ASYMNVM_RETURN_IF_ERROR(m.CheckFenced().WithContext("op " + std::to_string(seq) +
+                                                        " was logged but is not acknowledged"));
     return seq;
   });
 }

@@ -38,7 +38,9 @@ constexpr uint16_t kOpLogEntryType = 1;  // Rowan entry type of an op log (doc/b
 constexpr size_t kScratchBytes = 1 << 20;
 using Clock = std::chrono::steady_clock;
 
-inline size_t EntryFootprint(size_t len) { return backend::kTxnEntryHeaderSize + (len + 7) / 8 * 8; }
+inline size_t EntryFootprint(size_t len) {
+  return backend::kTxnEntryHeaderSize + (len + 7) / 8 * 8;
+}
 
 // Exponential back-off between polls of a remote word: 20 µs doubling to 2 ms.
 class Backoff {
@@ -117,16 +119,16 @@ Status StatusOf(const Result<T>& r) {
 }
 }  // namespace internal
 
-using internal::Backoff;
-using internal::IsConnectionLoss;
-using internal::StatusOf;
-using internal::ValidPageSize;
 using internal::BackendFetcher;
+using internal::Backoff;
 using internal::Clock;
 using internal::DecodeEntry;
 using internal::EntryFootprint;
+using internal::IsConnectionLoss;
 using internal::kOpLogEntryType;
 using internal::kScratchBytes;
+using internal::StatusOf;
+using internal::ValidPageSize;
 
 struct Session::Impl {
   std::shared_ptr<FrontendIdentity> identity;  // first: the lease outlives everything else
@@ -207,7 +209,7 @@ struct Session::Impl {
   // word, the raw bytes of the reads of bodies that completed with the word unchanged, valid while
   // the word still holds `seq` (every transaction bracketing it changes it; it never repeats).
   struct Snapshot {
-    uint64_t seq = 1;  // odd: nothing valid
+    uint64_t seq = 1;                                                     // odd: nothing valid
     std::map<std::pair<uint64_t, uint32_t>, std::vector<uint8_t>> reads;  // (addr, len) → bytes
     uint64_t bytes = 0;
   };

@@ -148,7 +148,8 @@ Result<bool> Session::AdoptDeadWriter(uint64_t holder, const Structure& target) 
     backend::PayloadWriter w;
     w.U32(slot);
     auto reply = rm.Call(backend::kNamingAt, w.bytes());
-    if (!reply.ok()) return reply.status().WithContext(who + ": structure in naming slot " + std::to_string(slot));
+    if (!reply.ok())
+      return reply.status().WithContext(who + ": structure in naming slot " + std::to_string(slot));
     ASYMNVM_ASSIGN_OR_RETURN(Structure st, DecodeEntry(*reply));
     rm.structures[st.id] = st;
     named.push_back(st);
@@ -167,15 +168,13 @@ Result<bool> Session::AdoptDeadWriter(uint64_t holder, const Structure& target) 
   const uint64_t replayed = rm.c.replayed_ops;
   opened->reset();  // closes the recovery session before the id is released
   m.c.takeovers++;
-  LOG_WARN("frontend", who << ": replayed " << replayed << " operation(s) on " << named.size()
-                           << " structure(s) in "
-                           << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() -
-                                                                                   start)
-                                  .count()
-                           << " ms");
+  LOG_WARN(
+      "frontend",
+      who << ": replayed " << replayed << " operation(s) on " << named.size() << " structure(s) in "
+          << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count()
+          << " ms");
   return true;
 }
-
 
 Status Session::Replay() {
   if (!impl_->o.op_log_address.empty()) {
@@ -241,10 +240,11 @@ Status Session::ReplayWith(OpLogFetcher* fetcher) {
   // Everything of the earlier sessions is re-executed (its transactions are in the batch).
   m.opseq.EndReplay();
   if (replayed > 0 || !ops.empty()) {
-    LOG_INFO("frontend", "front-end " << m.o.frontend_id << ": replayed " << replayed << " of "
-                                      << ops.size() << " fetched op log(s) after OPN "
-                                      << backend::OpSeqString(m.opseq.registered_opn())
-                                      << (replayed > 0 ? ", up to " + backend::OpSeqString(last) : ""));
+    LOG_INFO("frontend", "front-end "
+                             << m.o.frontend_id << ": replayed " << replayed << " of " << ops.size()
+                             << " fetched op log(s) after OPN "
+                             << backend::OpSeqString(m.opseq.registered_opn())
+                             << (replayed > 0 ? ", up to " + backend::OpSeqString(last) : ""));
   }
   return Fence();
 }

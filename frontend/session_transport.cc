@@ -61,8 +61,7 @@ Result<fabric::RegionDescriptor> Session::Impl::Target(uint64_t off, uint64_t le
     return d;
   }
   return Status::InvalidArgument("pool range [" + std::to_string(off) + ", +" +
-                                 std::to_string(len) +
-                                 ") is outside the naming and data areas");
+                                 std::to_string(len) + ") is outside the naming and data areas");
 }
 
 Status Session::Impl::PostWait(std::vector<fabric::WorkRequest>& wrs) {
@@ -80,8 +79,8 @@ Status Session::Impl::PostWait(std::vector<fabric::WorkRequest>& wrs) {
     for (size_t i = 0; i < n; i++) {
       if (comp[i].status != fabric::CompletionStatus::kSuccess) {
         return Status::ConnectionError(std::string("one-sided ") +
-                                       fabric::OpcodeName(comp[i].opcode) + " failed: " +
-                                       fabric::CompletionStatusName(comp[i].status));
+                                       fabric::OpcodeName(comp[i].opcode) +
+                                       " failed: " + fabric::CompletionStatusName(comp[i].status));
       }
       if (comp[i].wr_id == id) return Status::Ok();
     }
@@ -175,7 +174,8 @@ Status Session::Impl::CheckFenced() {
   return broken;
 }
 
-Result<uint64_t> Session::Impl::SendOpLog(uint32_t structure, uint16_t type, std::span<const uint8_t> params) {
+Result<uint64_t> Session::Impl::SendOpLog(uint32_t structure, uint16_t type,
+                                          std::span<const uint8_t> params) {
   backend::OpLogRecord rec;
   rec.frontend_id = o.frontend_id;
   rec.op_seq = opseq.next();
@@ -224,8 +224,8 @@ Status Session::Impl::CollectLogAcks(bool wait, size_t keep) {
   fabric::Completion comp[32];
   while (true) {
     const bool need = wait && log_inflight.size() > keep;
-    Result<size_t> n = need ? log_cq->Wait(comp, std::chrono::milliseconds(100))
-                            : log_cq->Poll(comp);
+    Result<size_t> n =
+        need ? log_cq->Wait(comp, std::chrono::milliseconds(100)) : log_cq->Poll(comp);
     if (!n.ok()) {
       broken = n.status().WithContext("async op log acknowledgements from " + target);
       return broken;
@@ -233,9 +233,8 @@ Status Session::Impl::CollectLogAcks(bool wait, size_t keep) {
     for (size_t i = 0; i < *n; i++) {
       if (comp[i].status != fabric::CompletionStatus::kSuccess) {
         broken = Status::ConnectionError(
-            std::string("async op log to ") + target + ": " +
-            fabric::OpcodeName(comp[i].opcode) + " " +
-            fabric::CompletionStatusName(comp[i].status) + " (" +
+            std::string("async op log to ") + target + ": " + fabric::OpcodeName(comp[i].opcode) +
+            " " + fabric::CompletionStatusName(comp[i].status) + " (" +
             std::to_string(log_inflight.size()) + " op logs not acknowledged may be lost)");
         return broken;
       }
@@ -360,8 +359,8 @@ Status Session::Impl::CheckData(uint64_t addr, size_t len) const {
   if (addr < data_begin || addr > data_end || len > data_end - addr) {
     return Status::InvalidArgument("memory log [" + std::to_string(addr) + ", +" +
                                    std::to_string(len) + ") is outside the data area [" +
-                                   std::to_string(data_begin) + ", " +
-                                   std::to_string(data_end) + ")");
+                                   std::to_string(data_begin) + ", " + std::to_string(data_end) +
+                                   ")");
   }
   if (EntryFootprint(len) + backend::kTxnHeaderSize + backend::kTxnCommitSize > max_txn) {
     return Status::ResourceExhausted("memory log of " + std::to_string(len) +

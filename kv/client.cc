@@ -2,8 +2,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <mutex>
 #include <map>
+#include <mutex>
 #include <random>
 #include <shared_mutex>
 #include <thread>
@@ -252,8 +252,14 @@ class ClientImpl : public Client {
       bool restart = false;
       do {
         std::vector<uint8_t> payload, resp;
-        wire::EncodeRequest({wire::kGet, shard, 0, static_cast<uint32_t>(out.value.size()),
-                             out.version, 0, key, {}},
+        wire::EncodeRequest({wire::kGet,
+                             shard,
+                             0,
+                             static_cast<uint32_t>(out.value.size()),
+                             out.version,
+                             0,
+                             key,
+                             {}},
                             &payload);
         ASYMNVM_RETURN_IF_ERROR(Run(shard, true, [&](oq::Client& c, uint32_t workers) {
           return c.Call(Store::WorkerOf(shard, workers), wire::kGet, Bytes(payload), &resp);
@@ -312,8 +318,8 @@ class ClientImpl : public Client {
     ASYMNVM_RETURN_IF_ERROR(CheckKey(key));
     const uint32_t shard = ShardOf(key);
     std::vector<uint8_t> payload, resp;
-    wire::EncodeRequest(
-        {wire::kIncr, shard, 0, 0, static_cast<uint64_t>(delta), 0, key, {}}, &payload);
+    wire::EncodeRequest({wire::kIncr, shard, 0, 0, static_cast<uint64_t>(delta), 0, key, {}},
+                        &payload);
     ASYMNVM_RETURN_IF_ERROR(Run(shard, false, [&](oq::Client& c, uint32_t workers) {
       return c.Call(Store::WorkerOf(shard, workers), wire::kIncr, Bytes(payload), &resp);
     }));
@@ -331,13 +337,13 @@ class ClientImpl : public Client {
     for (size_t i = 0; i < ops.size(); i++) {
       ASYMNVM_RETURN_IF_ERROR(CheckKey(ops[i].key));
       if (ShardOf(ops[i].key) != shard) {
-        return Status::InvalidArgument("kv batch: keys in different shards (" +
-                                       std::to_string(shard) + " and " +
-                                       std::to_string(ShardOf(ops[i].key)) +
-                                       "); a batch is atomic within one shard");
+        return Status::InvalidArgument(
+            "kv batch: keys in different shards (" + std::to_string(shard) + " and " +
+            std::to_string(ShardOf(ops[i].key)) + "); a batch is atomic within one shard");
       }
       for (size_t j = 0; j < i; j++) {
-        if (ops[j].key == ops[i].key) return Status::InvalidArgument("kv batch: a key appears twice");
+        if (ops[j].key == ops[i].key)
+          return Status::InvalidArgument("kv batch: a key appears twice");
       }
       wire::BatchOpView v;
       v.key = ops[i].key;
@@ -378,8 +384,8 @@ class ClientImpl : public Client {
 
   Result<ScanReply> Scan(uint32_t shard, uint64_t cursor, uint32_t count) override {
     if (shard >= shards_) {
-      return Status::InvalidArgument("kv scan: shard " + std::to_string(shard) +
-                                     " out of range (" + std::to_string(shards_) + " shards)");
+      return Status::InvalidArgument("kv scan: shard " + std::to_string(shard) + " out of range (" +
+                                     std::to_string(shards_) + " shards)");
     }
     if (count == 0 || count > kMaxScanCount) {
       return Status::InvalidArgument("kv scan: count must be 1.." + std::to_string(kMaxScanCount));
@@ -505,7 +511,8 @@ class ClientImpl : public Client {
     co.timeout = o_.timeout;
     ASYMNVM_ASSIGN_OR_RETURN(std::unique_ptr<oq::Client> oq, oq::Client::Connect(co));
     if (!oq->server().durable) {
-      return Status::ProtocolError("kv client: " + c.address + " is not a durable asymnvm-kv server");
+      return Status::ProtocolError("kv client: " + c.address +
+                                   " is not a durable asymnvm-kv server");
     }
     c.workers = oq->server().workers;
     c.oq = std::shared_ptr<oq::Client>(std::move(oq));
@@ -571,9 +578,9 @@ class ClientImpl : public Client {
       if (c.oq != *oq) return r;
       c.info_known = true;
       if (body.size() > kUuid + fabric::RegionDescriptor::kEncodedSize) {
-        auto d = fabric::RegionDescriptor::Decode(
-            reinterpret_cast<const uint8_t*>(body.data()) + kUuid,
-            fabric::RegionDescriptor::kEncodedSize);
+        auto d =
+            fabric::RegionDescriptor::Decode(reinterpret_cast<const uint8_t*>(body.data()) + kUuid,
+                                             fabric::RegionDescriptor::kEncodedSize);
         if (d.ok()) {
           c.region = *d;
           c.bypass_address.assign(body.substr(kUuid + fabric::RegionDescriptor::kEncodedSize));
@@ -583,8 +590,8 @@ class ClientImpl : public Client {
       ep = c.bypass_address;
       region = c.region;
     }
-    auto chan = BypassChannel::Connect(fabric_.get(), pd_.get(), ep, region, kChannelBuffer,
-                                       o_.timeout);
+    auto chan =
+        BypassChannel::Connect(fabric_.get(), pd_.get(), ep, region, kChannelBuffer, o_.timeout);
     if (!chan.ok()) {
       LOG_WARN("kv", "rdmp: " << chan.status().ToString() << "; using server-reply");
       return r;
@@ -613,9 +620,14 @@ class ClientImpl : public Client {
     const uint32_t worker = Store::WorkerOf(shard, r.workers);
     const uint32_t crc = Crc32c(value.data(), value.size());
     std::vector<uint8_t> payload, resp;
-    wire::EncodeRequest({wire::kReserve, shard, 0, 0,
+    wire::EncodeRequest({wire::kReserve,
+                         shard,
+                         0,
+                         0,
                          static_cast<uint64_t>(value.size()) | (uint64_t{crc} << 32),
-                         r.chan->token(), key, {}},
+                         r.chan->token(),
+                         key,
+                         {}},
                         &payload);
     Status st = r.oq->Call(worker, wire::kReserve, Bytes(payload), &resp);
     if (!st.ok()) {
@@ -671,8 +683,7 @@ class ClientImpl : public Client {
     const uint32_t worker = Store::WorkerOf(shard, r.workers);
     std::vector<uint8_t> payload, resp;
     const uint64_t threshold = o_.bypass_threshold;
-    wire::EncodeRequest({wire::kGet, shard, wire::kFlagLocate, 0, 0, threshold, key, {}},
-                        &payload);
+    wire::EncodeRequest({wire::kGet, shard, wire::kFlagLocate, 0, 0, threshold, key, {}}, &payload);
     Status st = r.oq->Call(worker, wire::kGet, Bytes(payload), &resp);
     if (!st.ok()) {
       if (ConnectionLost(st)) Broken(*r.conn, r.oq);
@@ -706,12 +717,12 @@ class ClientImpl : public Client {
     // persistent and published (valid flag). Anything else: ask the server.
     const uint8_t* e = bytes->data();
     format::EntryHeader h;
-    const bool good =
-        format::DecodeEntry(e, bytes->size(), gen, &h).ok() && h.version == rr->version &&
-        h.type != format::EntryType::kDelete && format::EntryKey(e, h) == key && h.persisted &&
-        (h.type != format::EntryType::kPutBypass ||
-         GetLe64(e + format::BypassFlagOffset(h.key_len, h.value_len) + 8) ==
-             format::ValidWord(h.version));
+    const bool good = format::DecodeEntry(e, bytes->size(), gen, &h).ok() &&
+                      h.version == rr->version && h.type != format::EntryType::kDelete &&
+                      format::EntryKey(e, h) == key && h.persisted &&
+                      (h.type != format::EntryType::kPutBypass ||
+                       GetLe64(e + format::BypassFlagOffset(h.key_len, h.value_len) + 8) ==
+                           format::ValidWord(h.version));
     if (!good) {
       rdmp_.fallbacks++;
       ReturnChannel(r);
@@ -787,8 +798,14 @@ class ClientImpl : public Client {
       // Every chunk but the last: staged in the worker's DRAM (nothing is applied yet).
       while (value.size() - off > kChunk) {
         std::vector<uint8_t> payload, resp;
-        wire::EncodeRequest({wire::kPutChunk, shard, 0, static_cast<uint32_t>(off), upload,
-                             value.size(), {}, value.substr(off, kChunk)},
+        wire::EncodeRequest({wire::kPutChunk,
+                             shard,
+                             0,
+                             static_cast<uint32_t>(off),
+                             upload,
+                             value.size(),
+                             {},
+                             value.substr(off, kChunk)},
                             &payload);
         st = Run(shard, true, [&](oq::Client& c, uint32_t workers) {
           return c.Call(Store::WorkerOf(shard, workers), wire::kPutChunk, Bytes(payload), &resp);
@@ -821,7 +838,7 @@ class ClientImpl : public Client {
   std::unique_ptr<fabric::ProtectionDomain> pd_;
   mutable std::mutex conns_mu_;
   std::map<std::string, std::unique_ptr<Conn>> conns_;  // by address
-  std::unique_ptr<coord::Coordinator> coord_;            // cluster mode
+  std::unique_ptr<coord::Coordinator> coord_;           // cluster mode
   std::string map_path_;
   std::shared_mutex route_mu_;
   ShardMap map_;

@@ -30,8 +30,9 @@ bool ParseServerNode(const std::string& data, ServerAddr* a) {
 Result<std::unique_ptr<ClusterAgent>> ClusterAgent::Start(const AgentOptions& o) {
   if (o.store == nullptr || o.fabric == nullptr || o.pd == nullptr || o.receiver == nullptr ||
       o.uuid.empty() || o.coordinator.empty()) {
-    return Status::InvalidArgument("kv cluster: store, fabric, pd, receiver, uuid, coordinator "
-                                   "are required");
+    return Status::InvalidArgument(
+        "kv cluster: store, fabric, pd, receiver, uuid, coordinator "
+        "are required");
   }
   std::unique_ptr<ClusterAgent> a(new ClusterAgent(o));
   ASYMNVM_RETURN_IF_ERROR(a->Init());
@@ -56,8 +57,8 @@ Status ClusterAgent::Init() {
     }
     auto old = coord_->Get(node);
     if (!old.ok()) continue;
-    (void)coord_->WaitForChange(node, old->version, std::min(deadline, coord::Clock::now() +
-                                                                           std::chrono::seconds(1)));
+    (void)coord_->WaitForChange(node, old->version,
+                                std::min(deadline, coord::Clock::now() + std::chrono::seconds(1)));
   }
   auto wake = [this](const coord::WatchEvent&) {
     std::lock_guard<std::mutex> l(wake_mu_);
@@ -196,7 +197,8 @@ Status ClusterAgent::Replicate(uint32_t worker, uint32_t shard, std::span<const 
       pending.clear();
       break;
     }
-    auto n = rep.cq->Wait(cs, std::chrono::duration_cast<std::chrono::microseconds>(deadline - now));
+    auto n =
+        rep.cq->Wait(cs, std::chrono::duration_cast<std::chrono::microseconds>(deadline - now));
     if (!n.ok()) {
       for (auto& p : pending) failed.push_back({p.uuid, n.status()});
       pending.clear();
@@ -207,9 +209,9 @@ Status ClusterAgent::Replicate(uint32_t worker, uint32_t shard, std::span<const 
         Pending& p = pending[k];
         if (cs[i].connection_id != p.sender->connection().id()) continue;
         if (cs[i].status != fabric::CompletionStatus::kSuccess) {
-          failed.push_back({p.uuid, Status::ConnectionError(
-                                        std::string("rowan SEND/FLUSH completed with ") +
-                                        fabric::CompletionStatusName(cs[i].status))});
+          failed.push_back(
+              {p.uuid, Status::ConnectionError(std::string("rowan SEND/FLUSH completed with ") +
+                                               fabric::CompletionStatusName(cs[i].status))});
         } else if (!p.sender->IsAck(cs[i], p.token)) {
           continue;  // an older round's completion
         }
@@ -235,8 +237,10 @@ Status ClusterAgent::Replicate(uint32_t worker, uint32_t shard, std::span<const 
       return bs.size() != n;
     });
     if (!e.ok()) {
-      return Status::Unavailable("kv: backup " + gone + " failed and the shard map could not be "
-                                 "updated: " + e.ToString());
+      return Status::Unavailable("kv: backup " + gone +
+                                 " failed and the shard map could not be "
+                                 "updated: " +
+                                 e.ToString());
     }
   }
   return Status::Ok();
@@ -294,7 +298,8 @@ void ClusterAgent::ManagerLoop() {
       }
     }
     std::unique_lock<std::mutex> l(wake_mu_);
-    wake_cv_.wait_for(l, std::chrono::milliseconds(200), [&] { return wake_seq_ != seen || stop_; });
+    wake_cv_.wait_for(l, std::chrono::milliseconds(200),
+                      [&] { return wake_seq_ != seen || stop_; });
     seen = wake_seq_;
   }
 }
@@ -329,7 +334,8 @@ void ClusterAgent::FollowLoop() {
       }
     }
     std::unique_lock<std::mutex> l(wake_mu_);
-    wake_cv_.wait_for(l, std::chrono::milliseconds(200), [&] { return wake_seq_ != seen || stop_; });
+    wake_cv_.wait_for(l, std::chrono::milliseconds(200),
+                      [&] { return wake_seq_ != seen || stop_; });
     seen = wake_seq_;
   }
 }
@@ -337,8 +343,8 @@ void ClusterAgent::FollowLoop() {
 void ClusterAgent::Adopt(const ShardMap& m) {
   const auto& g = o_.store->geometry();
   if (m.shards != g.shards) {
-    LOG_ERROR("kv", "shard map has " << m.shards << " shards, this pool " << g.shards
-                                     << "; not serving");
+    LOG_ERROR("kv",
+              "shard map has " << m.shards << " shards, this pool " << g.shards << "; not serving");
     return;
   }
   std::vector<uint32_t> promoted;
@@ -415,8 +421,7 @@ void ClusterAgent::CatchUp(uint32_t shard, std::string backup, uint64_t epoch) {
   Status st = o_.store->ForEachEntry(shard, [&](std::span<const uint8_t> e) {
     if (stop_) return Status::Aborted("stopping");
     n++;
-    return (*sender)->Append({kReplicaEntryType, static_cast<uint16_t>(shard), EntryVersion(e)},
-                             e);
+    return (*sender)->Append({kReplicaEntryType, static_cast<uint16_t>(shard), EntryVersion(e)}, e);
   });
   if (st.ok()) {
     const std::string self = o_.uuid;

@@ -42,7 +42,7 @@ namespace asymnvm::kv {
 struct AgentOptions {
   std::string coordinator;  // URI
   std::string cluster = "default";
-  std::string uuid;         // this server (its pool uuid)
+  std::string uuid;  // this server (its pool uuid)
   ServerAddr self;
   uint32_t rf = 0;               // 0: min(3, servers live when the first map is made)
   uint32_t initial_servers = 1;  // the first map waits for this many live servers

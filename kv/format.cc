@@ -27,7 +27,8 @@ void EncodeServerHeader(const ServerHeader& h, uint8_t* page) {
   PutLe32(page + 32, h.oq_buffers);
   PutLe32(page + 36, h.oq_buffer_size);
   PutLe64(page + 40, h.generation_bound);
-  for (uint32_t w = 0; w < kMaxWorkers; w++) PutLe64(page + kFloorOffset + 8 * w, h.applied_floor[w]);
+  for (uint32_t w = 0; w < kMaxWorkers; w++)
+    PutLe64(page + kFloorOffset + 8 * w, h.applied_floor[w]);
   PutLe64(page + kBlogOffset, h.blog_bytes);
   PutLe32(page + 8, Crc32c(page + 12, kHeaderPage - 12));
 }
@@ -50,7 +51,8 @@ Status DecodeServerHeader(const uint8_t* page, ServerHeader* h) {
   r.oq_buffers = GetLe32(page + 32);
   r.oq_buffer_size = GetLe32(page + 36);
   r.generation_bound = GetLe64(page + 40);
-  for (uint32_t w = 0; w < kMaxWorkers; w++) r.applied_floor[w] = GetLe64(page + kFloorOffset + 8 * w);
+  for (uint32_t w = 0; w < kMaxWorkers; w++)
+    r.applied_floor[w] = GetLe64(page + kFloorOffset + 8 * w);
   r.blog_bytes = GetLe64(page + kBlogOffset);
   if (r.layout_version != kLayoutVersion) {
     return Status::Corruption("kv header: layout version " + std::to_string(r.layout_version));

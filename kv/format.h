@@ -45,9 +45,9 @@ struct ServerHeader {
   uint32_t segments = 0;
   uint32_t oq_buffers = 0;
   uint32_t oq_buffer_size = 0;
-  uint64_t generation_bound = 0;               // every issued generation is below this
-  uint64_t applied_floor[kMaxWorkers] = {};    // per worker: OQ position applied, at least
-  uint64_t blog_bytes = 0;                     // Rowan b-log area (replication target)
+  uint64_t generation_bound = 0;             // every issued generation is below this
+  uint64_t applied_floor[kMaxWorkers] = {};  // per worker: OQ position applied, at least
+  uint64_t blog_bytes = 0;                   // Rowan b-log area (replication target)
 };
 void EncodeServerHeader(const ServerHeader& h, uint8_t* page);  // kHeaderPage bytes
 // kNotFound: blank page (first 8 bytes zero); kCorruption: bad magic/checksum/fields.
@@ -69,7 +69,7 @@ struct EntryHeader {
   uint32_t shard = 0;
   uint64_t version = 0;
   uint64_t generation = 0;
-  uint64_t position = 0;  // worker << 56 | OQ queue position of the request; 0: none
+  uint64_t position = 0;   // worker << 56 | OQ queue position of the request; 0: none
   uint32_t value_crc = 0;  // kPutBypass: CRC32C of the value (0 for other types)
   // kPut/kDelete members of an atomic batch (doc/kv.md §Batches): `batch_count` consecutive
   // entries of one log, member `batch_index` of them; 0/0 for a single write. Recovery counts a
@@ -98,8 +98,12 @@ inline size_t Footprint(const EntryHeader& h) {
                                          : EntryFootprint(h.key_len, h.value_len);
 }
 // The flag words of the slot holding `version` (a word left from anything else never matches).
-inline constexpr uint64_t PersistWord(uint64_t version) { return 0x50455253495354ull ^ (version << 8); }
-inline constexpr uint64_t ValidWord(uint64_t version) { return 0x56414c49440000ull ^ (version << 8); }
+inline constexpr uint64_t PersistWord(uint64_t version) {
+  return 0x50455253495354ull ^ (version << 8);
+}
+inline constexpr uint64_t ValidWord(uint64_t version) {
+  return 0x56414c49440000ull ^ (version << 8);
+}
 // Writes a kPutBypass slot's header and key at `out` and zeroes its flag words (the value bytes
 // are not touched). h.type must be kPutBypass.
 void EncodeBypassSlot(const EntryHeader& h, std::string_view key, uint8_t* out);

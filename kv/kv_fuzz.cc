@@ -21,8 +21,9 @@ using namespace asymnvm::kv;
 namespace {
 
 bool Inside(std::string_view v, const std::vector<uint8_t>& b) {
-  return v.empty() || (reinterpret_cast<const uint8_t*>(v.data()) >= b.data() &&
-                       reinterpret_cast<const uint8_t*>(v.data()) + v.size() <= b.data() + b.size());
+  return v.empty() ||
+         (reinterpret_cast<const uint8_t*>(v.data()) >= b.data() &&
+          reinterpret_cast<const uint8_t*>(v.data()) + v.size() <= b.data() + b.size());
 }
 
 void Request(fuzz::Input& in) {
@@ -54,9 +55,9 @@ void HeaderPage(fuzz::Input& in) {
   format::EncodeServerHeader(h, again.data());
   format::ServerHeader h2;
   ASYMNVM_FUZZ_CHECK(format::DecodeServerHeader(again.data(), &h2).ok());
-  ASYMNVM_FUZZ_CHECK(h2.workers == h.workers && h2.shards == h.shards && h2.segment_size == h.segment_size &&
-                     h2.segments == h.segments && h2.generation_bound == h.generation_bound &&
-                     h2.blog_bytes == h.blog_bytes);
+  ASYMNVM_FUZZ_CHECK(h2.workers == h.workers && h2.shards == h.shards &&
+                     h2.segment_size == h.segment_size && h2.segments == h.segments &&
+                     h2.generation_bound == h.generation_bound && h2.blog_bytes == h.blog_bytes);
 }
 
 void Segment(fuzz::Input& in) {
@@ -87,7 +88,8 @@ void Entries(fuzz::Input& in) {
     format::EntryHeader h2;
     ASYMNVM_FUZZ_CHECK(format::DecodeEntry(again.data(), again.size(), generation, &h2).ok());
     ASYMNVM_FUZZ_CHECK(h2.type == h.type && h2.version == h.version && h2.shard == h.shard &&
-                       format::EntryKey(again.data(), h2) == key && format::EntryValue(again.data(), h2) == value);
+                       format::EntryKey(again.data(), h2) == key &&
+                       format::EntryValue(again.data(), h2) == value);
   }
 }
 
@@ -96,11 +98,21 @@ void Entries(fuzz::Input& in) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::Input in(data, size);
   switch (in.U8() % 5) {
-    case 0: Request(in); break;
-    case 1: Response(in); break;
-    case 2: HeaderPage(in); break;
-    case 3: Segment(in); break;
-    default: Entries(in); break;
+    case 0:
+      Request(in);
+      break;
+    case 1:
+      Response(in);
+      break;
+    case 2:
+      HeaderPage(in);
+      break;
+    case 3:
+      Segment(in);
+      break;
+    default:
+      Entries(in);
+      break;
   }
   return 0;
 }

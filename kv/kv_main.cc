@@ -9,11 +9,11 @@
 // With a coordinator (default: dir:<pool dir>/coord) the server joins the replicated cluster
 // <cluster> (doc/kv.md §Replication); with --coord none it serves every shard of its pool alone.
 // Prints "listening <oq address>" and "log <b-log address>" (then "rdmp <address>" for the
-// server-bypass endpoint and "resp HOST:PORT" for the Redis gateway, doc/resp.md; all in one write) as the first stdout lines once it
-// serves (registered as /asymnvm/kv/<cluster>/servers/<pool-uuid>, ephemeral), serves until
-// SIGTERM/SIGINT, then stops cleanly (everything acknowledged is already durable) and exits 0.
-// Exit codes: 0 clean stop, 1 start-up failure (message names the pool or the coordinator and the
-// cause), 2 bad command line.
+// server-bypass endpoint and "resp HOST:PORT" for the Redis gateway, doc/resp.md; all in one write)
+// as the first stdout lines once it serves (registered as
+// /asymnvm/kv/<cluster>/servers/<pool-uuid>, ephemeral), serves until SIGTERM/SIGINT, then stops
+// cleanly (everything acknowledged is already durable) and exits 0. Exit codes: 0 clean stop, 1
+// start-up failure (message names the pool or the coordinator and the cause), 2 bad command line.
 #include <signal.h>
 #include <unistd.h>
 
@@ -44,32 +44,38 @@ int main(int argc, char** argv) {
   app.add_option("--listen", o.listen_address, "request (Ordered Queue) address; port 0 = any")
       ->capture_default_str();
   app.add_option("--workers", o.workers, "worker threads, one t-log each (new pools)")
-      ->check(CLI::Range(1u, 32u))->capture_default_str();
+      ->check(CLI::Range(1u, 32u))
+      ->capture_default_str();
   std::string oq_policy = "oq";
-  app.add_option("--oq-policy", oq_policy,
-                 "when a nilext PUT commits: oq (the NIC's acknowledgement, default) | rawrpc (after "
-                 "execution) | deferred (reply before execution) — the JUNE BERRY baselines")
+  app.add_option(
+         "--oq-policy", oq_policy,
+         "when a nilext PUT commits: oq (the NIC's acknowledgement, default) | rawrpc (after "
+         "execution) | deferred (reply before execution) — the JUNE BERRY baselines")
       ->check(CLI::IsMember({"oq", "rawrpc", "deferred"}));
   app.add_option("--shards", o.shards, "shards (new pools)")
-      ->check(CLI::Range(1u, 65536u))->capture_default_str();
+      ->check(CLI::Range(1u, 65536u))
+      ->capture_default_str();
   app.add_option("--segment-size", segment_text, "log segment size (new pools)")
       ->capture_default_str();
   app.add_option("--pm-mode", pm_mode, "PM persistence mode")
-      ->check(CLI::IsMember({"auto", "msync", "flush"}))->capture_default_str();
+      ->check(CLI::IsMember({"auto", "msync", "flush"}))
+      ->capture_default_str();
   app.add_option("--gc-threshold", o.gc_threshold, "clean segments whose live fraction is below")
-      ->check(CLI::Range(0.01, 1.0))->capture_default_str();
+      ->check(CLI::Range(0.01, 1.0))
+      ->capture_default_str();
   app.add_option("--fabric", o.fabric.provider, "fabric provider")
-      ->check(CLI::IsMember({"soft", "verbs", "auto"}))->capture_default_str();
+      ->check(CLI::IsMember({"soft", "verbs", "auto"}))
+      ->capture_default_str();
   app.add_option("--secret-file", o.fabric.secret_file,
                  "file holding the cluster secret (default: ASYMNVM_SECRET_FILE, ASYMNVM_SECRET, "
                  "or the built-in one, loopback only)");
   app.add_option("--handshake-timeout-ms", handshake_ms, "per-peer connection set-up deadline")
-      ->check(CLI::Range(1u, 600000u))->capture_default_str();
+      ->check(CLI::Range(1u, 600000u))
+      ->capture_default_str();
   app.add_option("--coord", coord_uri,
                  "coordinator URI (dir:PATH | zk:HOST:PORT[,...][/chroot] | none); default "
                  "dir:<pool dir>/coord");
-  app.add_option("--cluster", cluster, "cluster name under the coordinator")
-      ->capture_default_str();
+  app.add_option("--cluster", cluster, "cluster name under the coordinator")->capture_default_str();
   std::string blog_text = "16M";
   bool xpline = false;
   app.add_flag("--xpline", xpline,
@@ -77,38 +83,47 @@ int main(int argc, char** argv) {
                "DLWA in the stop line");
   std::string rdmp = "on";
   app.add_option("--rdmp", rdmp, "RDMP server-bypass for large values: on|off")
-      ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   app.add_option("--rdmp-listen", o.rdmp_listen,
                  "server-bypass endpoint (default: derived from --listen)");
   int64_t rdmp_timeout_ms = 10000;
   app.add_option("--rdmp-reservation-timeout-ms", rdmp_timeout_ms,
                  "a server-bypass slot not published within this revokes its client's connection")
-      ->check(CLI::Range(int64_t{10}, int64_t{3600000}))->capture_default_str();
+      ->check(CLI::Range(int64_t{10}, int64_t{3600000}))
+      ->capture_default_str();
   o.rowan_listen.clear();
   app.add_option("--log-listen", o.rowan_listen,
                  "b-log (Rowan receiver) address for replication; default: derived from --listen");
   app.add_option("--blog-size", blog_text, "b-log area size (new pools)")->capture_default_str();
   app.add_option("--rf", o.rf, "replication factor of a new cluster (0: min(3, servers))")
-      ->check(CLI::Range(0u, 16u))->capture_default_str();
+      ->check(CLI::Range(0u, 16u))
+      ->capture_default_str();
   auto* initial_opt = app.add_option("--initial-servers", o.initial_servers,
                                      "the first shard map waits for this many servers (default: "
                                      "--rf when given, else 1)")
                           ->check(CLI::Range(1u, 1024u));
   app.add_option("--log-level", log_level, "debug|info|warn|error|off")
-      ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))->capture_default_str();
+      ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))
+      ->capture_default_str();
   app.add_option("--resp-port", resp_port,
                  "Redis (RESP) gateway port; taken: an ephemeral one (printed); 0 = ephemeral; "
                  "-1 = no gateway (doc/resp.md)")
-      ->check(CLI::Range(-1, 65535))->capture_default_str();
-  app.add_option("--resp-bind", resp_bind, "Redis gateway bind address (IPv4)")->capture_default_str();
+      ->check(CLI::Range(-1, 65535))
+      ->capture_default_str();
+  app.add_option("--resp-bind", resp_bind, "Redis gateway bind address (IPv4)")
+      ->capture_default_str();
   app.add_option("--resp-workers", resp_workers,
                  "Redis gateway threads running commands against the store (they block on it)")
-      ->check(CLI::Range(1, 4096))->capture_default_str();
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
   app.add_option("--resp-kv-clients", resp_kv_clients,
                  "KV clients the gateway's workers share round-robin")
-      ->check(CLI::Range(1, 256))->capture_default_str();
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
   app.add_option("--resp-threads", resp_threads, "Redis gateway event-loop threads")
-      ->check(CLI::Range(1, 64))->capture_default_str();
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -226,8 +241,7 @@ int main(int argc, char** argv) {
   auto st = (*server)->stats();
   std::cerr << "asymnvm-kv: stopped (signal " << sig << "): " << st.requests << " requests, "
             << st.rejected << " rejected, " << st.store.keys << " keys, "
-            << st.store.gc_segments_freed << " segments cleaned, " << st.pm_syncs
-            << " pm syncs";
+            << st.store.gc_segments_freed << " segments cleaned, " << st.pm_syncs << " pm syncs";
   if (xpline) {
     model.Finish();
     std::cerr << ", dlwa " << model.dlwa() << " (requested " << model.requested_bytes()

@@ -1,18 +1,17 @@
 // Store: operations, versions, recovery by scanning (crash-simulating PM), exactly-once skips of
 // OQ re-executions, torn tails, and a GC soak of >= 10x the log capacity against a shadow map.
-#include "kv/store.h"
-
 #include <gtest/gtest.h>
 
-#include <map>
-#include <optional>
 #include <atomic>
 #include <cstring>
+#include <map>
+#include <optional>
 #include <random>
 #include <thread>
 
 #include "common/checksum.h"
 #include "kv/format.h"
+#include "kv/store.h"
 #include "pm/pm_test_util.h"
 
 #ifndef KV_SOAK_FACTOR
@@ -67,7 +66,9 @@ struct Fixture {
     ASSERT_TRUE(pool->SimulateCrash(seed, 0.0, nullptr, nullptr).ok());
     Open();
   }
-  uint32_t W(std::string_view k) const { return Store::WorkerOf(ShardOf(k, geo.shards), geo.workers); }
+  uint32_t W(std::string_view k) const {
+    return Store::WorkerOf(ShardOf(k, geo.shards), geo.workers);
+  }
   uint32_t S(std::string_view k) const { return ShardOf(k, geo.shards); }
   Result<uint64_t> Put(std::string_view k, std::string_view v, uint64_t pos = 0) {
     return store->Put(W(k), S(k), k, v, pos, false);
@@ -348,7 +349,8 @@ TEST(KV_SUITE, GcSoak_ConcurrentCleanerAndScans) {
         ADD_FAILURE() << r.status().ToString();
         return;
       }
-      wait = *r > 0 ? std::chrono::microseconds(100) : std::min(wait * 2, std::chrono::microseconds(2000));
+      wait = *r > 0 ? std::chrono::microseconds(100)
+                    : std::min(wait * 2, std::chrono::microseconds(2000));
       std::this_thread::sleep_for(wait);
     }
   });
@@ -523,7 +525,11 @@ TEST(KV_SUITE, Bypass_PendingSlotsPinTheirSegment_SettleAndCleanerKeepValues) {
   EXPECT_FALSE(f.Get("unflagged").found);
   for (int i = 0; i < 200; i++) ASSERT_TRUE(f.Put("churn", std::string(1000, 'c')).ok());
   uint64_t freed = 0;
-  for (int i = 0; i < 10; i++) { auto r = f.store->CleanOnce(); ASSERT_TRUE(r.ok()); freed += *r; }
+  for (int i = 0; i < 10; i++) {
+    auto r = f.store->CleanOnce();
+    ASSERT_TRUE(r.ok());
+    freed += *r;
+  }
   EXPECT_GT(freed, 0u);
   EXPECT_EQ(f.Get("flagged").bytes, vf);
   f.CrashAndReopen(3);
@@ -571,7 +577,9 @@ TEST(KV_SUITE, Batch_AllOrNothing_ConditionsAndChecks) {
   EXPECT_FALSE(r->applied);
   EXPECT_EQ(f.Get(k[0]).bytes, "a0");
   // Puts, a put on an absent key, a delete and a check: all applied, consecutive versions.
-  ops = {{k[0], "a1", true, *v0}, {k[1], "b1", true, 0}, {k[3], std::nullopt, false, 0},
+  ops = {{k[0], "a1", true, *v0},
+         {k[1], "b1", true, 0},
+         {k[3], std::nullopt, false, 0},
          {k[2], std::nullopt, true, 0, true}};
   r = f.store->Batch(w, 1, ops, 0);
   ASSERT_TRUE(r.ok());
@@ -684,7 +692,7 @@ TEST(KV_SUITE, GroupCommit_LostWriteIsReexecuted_SyncDeferredMakesWritesDurable)
   ASSERT_TRUE(slot.ok());
   f.store->SyncDeferred(0);
   ASSERT_TRUE(f.store->Put(0, 0, "g", "4", base | 23, false).ok());  // never synced
-  ASSERT_TRUE(f.store->Delete(0, 0, "c", base | 24).ok());          // never synced
+  ASSERT_TRUE(f.store->Delete(0, 0, "c", base | 24).ok());           // never synced
   f.CrashAndReopen(12);
   EXPECT_EQ(f.Get("c").bytes, "1");
   EXPECT_FALSE(f.Get("b").found);

@@ -15,8 +15,9 @@ namespace asymnvm::kv {
 Result<std::unique_ptr<BypassTarget>> BypassTarget::Start(const BypassTargetOptions& o) {
   if (o.fabric == nullptr || o.pd == nullptr || o.base == nullptr || o.length == 0 ||
       o.persister == nullptr || !o.settle) {
-    return Status::InvalidArgument("rdmp target: fabric, pd, base/length, persister and settle are "
-                                   "required");
+    return Status::InvalidArgument(
+        "rdmp target: fabric, pd, base/length, persister and settle are "
+        "required");
   }
   std::unique_ptr<BypassTarget> t(new BypassTarget(o));
   fabric::MemoryRegionOptions mo;
@@ -105,8 +106,9 @@ void BypassTarget::AcceptLoop() {
     {
       std::lock_guard<std::mutex> l(mu_);
       if (token == 0 || peers_.count(token) > 0) {
-        LOG_WARN("kv", "rdmp: refused bypass connection from " << conn->peer_address()
-                           << ": " << (token == 0 ? "no token" : "its token is taken"));
+        LOG_WARN("kv", "rdmp: refused bypass connection from "
+                           << conn->peer_address() << ": "
+                           << (token == 0 ? "no token" : "its token is taken"));
         conn->Close();
         continue;
       }
@@ -129,8 +131,8 @@ Status BypassTarget::Track(uint64_t token, uint64_t log_offset) {
         "kv reserve: no live bypass connection with this token (reconnect it and reserve again)");
   }
   it->second.slots.insert(log_offset);
-  it->second.deadline = std::min(it->second.deadline,
-                                 std::chrono::steady_clock::now() + o_.reservation_timeout);
+  it->second.deadline =
+      std::min(it->second.deadline, std::chrono::steady_clock::now() + o_.reservation_timeout);
   slot_owner_[log_offset] = token;
   reservations_++;
   return Status::Ok();
@@ -199,8 +201,8 @@ Result<std::unique_ptr<BypassChannel>> BypassChannel::Connect(
   c->timeout_ = timeout;
   c->buf_size_ = buffer;
   c->buf_.reset(new uint8_t[buffer]);
-  ASYMNVM_ASSIGN_OR_RETURN(c->mr_, pd->RegisterMemory(c->buf_.get(), buffer,
-                                                      {.access = fabric::kLocalWrite}));
+  ASYMNVM_ASSIGN_OR_RETURN(
+      c->mr_, pd->RegisterMemory(c->buf_.get(), buffer, {.access = fabric::kLocalWrite}));
   ASYMNVM_ASSIGN_OR_RETURN(c->cq_, fabric->CreateCq({.capacity = 64}));
   fabric::ConnectionOptions co;
   co.send_cq = c->cq_.get();
@@ -232,8 +234,8 @@ Status BypassChannel::Complete(size_t n) {
       broken_ = true;
       return Status::TimedOut("kv rdmp: one-sided request not completed in time");
     }
-    auto r = cq_->Wait({comps, 4}, std::chrono::duration_cast<std::chrono::microseconds>(
-                                       deadline - now));
+    auto r = cq_->Wait({comps, 4},
+                       std::chrono::duration_cast<std::chrono::microseconds>(deadline - now));
     if (!r.ok()) {
       broken_ = true;
       return r.status();
@@ -242,8 +244,8 @@ Status BypassChannel::Complete(size_t n) {
       if (comps[i].status != fabric::CompletionStatus::kSuccess) {
         broken_ = true;
         return Status::ConnectionError(std::string("kv rdmp: ") +
-                                       fabric::OpcodeName(comps[i].opcode) + " failed: " +
-                                       fabric::CompletionStatusName(comps[i].status));
+                                       fabric::OpcodeName(comps[i].opcode) +
+                                       " failed: " + fabric::CompletionStatusName(comps[i].status));
       }
     }
     got += *r;

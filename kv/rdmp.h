@@ -52,8 +52,8 @@ struct BypassTargetOptions {
 struct BypassTargetStats {
   uint64_t connections = 0;  // accepted so far
   uint64_t reservations = 0;
-  uint64_t revoked = 0;      // connections closed because a reservation expired
-  uint64_t settled = 0;      // reservations ended without a publish
+  uint64_t revoked = 0;  // connections closed because a reservation expired
+  uint64_t settled = 0;  // reservations ended without a publish
 };
 
 class BypassTarget {
@@ -91,8 +91,8 @@ class BypassTarget {
   std::unique_ptr<fabric::Listener> listener_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::map<uint64_t, Peer> peers_;              // by token
-  std::map<uint64_t, uint64_t> slot_owner_;     // log offset -> token
+  std::map<uint64_t, Peer> peers_;           // by token
+  std::map<uint64_t, uint64_t> slot_owner_;  // log offset -> token
   bool stopping_ = false;
   std::thread acceptor_, reaper_;
   std::atomic<uint64_t> accepted_{0}, reservations_{0}, revoked_{0}, settled_{0};
@@ -101,12 +101,9 @@ class BypassTarget {
 class BypassChannel {
  public:
   // buffer: the largest WRITE or READ this channel carries.
-  static Result<std::unique_ptr<BypassChannel>> Connect(fabric::Fabric* fabric,
-                                                        fabric::ProtectionDomain* pd,
-                                                        const std::string& address,
-                                                        const fabric::RegionDescriptor& region,
-                                                        size_t buffer,
-                                                        std::chrono::milliseconds timeout);
+  static Result<std::unique_ptr<BypassChannel>> Connect(
+      fabric::Fabric* fabric, fabric::ProtectionDomain* pd, const std::string& address,
+      const fabric::RegionDescriptor& region, size_t buffer, std::chrono::milliseconds timeout);
   uint64_t token() const { return token_; }
   const fabric::RegionDescriptor& region() const { return region_; }
   // WRITE `data` at region offset `offset`, then FLUSH (one doorbell); returns when the FLUSH

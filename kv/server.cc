@@ -10,10 +10,10 @@
 #include <thread>
 
 #include "asymnvm/kv.h"
-#include "common/logging.h"
-#include "fabric/oq/oq.h"
 #include "common/checksum.h"
 #include "common/coding.h"
+#include "common/logging.h"
+#include "fabric/oq/oq.h"
 #include "kv/cluster.h"
 #include "kv/rdmp.h"
 #include "kv/wire.h"
@@ -133,8 +133,8 @@ Status Server::Impl::Handle(const oq::RequestContext& ctx, std::span<const uint8
 Status Server::Impl::Execute(const oq::RequestContext& ctx, const wire::Request& r,
                              std::vector<uint8_t>* response) {
   const auto& g = store->geometry();
-  const bool keyed = r.type != wire::kScan && r.type != wire::kInfo &&
-                     r.type != wire::kPutChunk && r.type != wire::kBatch;
+  const bool keyed = r.type != wire::kScan && r.type != wire::kInfo && r.type != wire::kPutChunk &&
+                     r.type != wire::kBatch;
   if (r.type == wire::kBatch &&
       (r.shard >= g.shards || Store::WorkerOf(r.shard, g.workers) != ctx.worker)) {
     return Status::InvalidArgument("kv batch: shard " + std::to_string(r.shard) +
@@ -147,10 +147,9 @@ Status Server::Impl::Execute(const oq::RequestContext& ctx, const wire::Request&
   if (keyed) {
     ASYMNVM_RETURN_IF_ERROR(CheckKey(r.key));
     if (r.shard >= g.shards || ShardOf(r.key, g.shards) != r.shard) {
-      return Status::InvalidArgument("kv: request names shard " + std::to_string(r.shard) +
-                                     "; the key belongs to shard " +
-                                     std::to_string(ShardOf(r.key, g.shards)) + " of " +
-                                     std::to_string(g.shards));
+      return Status::InvalidArgument(
+          "kv: request names shard " + std::to_string(r.shard) + "; the key belongs to shard " +
+          std::to_string(ShardOf(r.key, g.shards)) + " of " + std::to_string(g.shards));
     }
     const uint32_t w = Store::WorkerOf(r.shard, g.workers);
     if (w != ctx.worker) {
@@ -196,12 +195,11 @@ Status Server::Impl::Execute(const oq::RequestContext& ctx, const wire::Request&
   switch (r.type) {
     case wire::kPut: {
       if (r.value.size() > kMaxInlineValue) {
-        return Status::InvalidArgument("kv put: inline value of " +
-                                       std::to_string(r.value.size()) + " bytes over " +
-                                       std::to_string(kMaxInlineValue));
+        return Status::InvalidArgument("kv put: inline value of " + std::to_string(r.value.size()) +
+                                       " bytes over " + std::to_string(kMaxInlineValue));
       }
-      ASYMNVM_ASSIGN_OR_RETURN(uint64_t v, store->Put(ctx.worker, r.shard, r.key, r.value,
-                                                      position, ctx.recovering));
+      ASYMNVM_ASSIGN_OR_RETURN(
+          uint64_t v, store->Put(ctx.worker, r.shard, r.key, r.value, position, ctx.recovering));
       resp.flag = 1;
       resp.version = v;
       break;
@@ -221,8 +219,8 @@ Status Server::Impl::Execute(const oq::RequestContext& ctx, const wire::Request&
           break;
         }
       }
-      ReadResult rr = store->Get(ctx.worker, r.shard, r.key, r.offset,
-                                 kMaxResponse - wire::kResponseHeader);
+      ReadResult rr =
+          store->Get(ctx.worker, r.shard, r.key, r.offset, kMaxResponse - wire::kResponseHeader);
       if (rr.found && r.arg1 != 0 && rr.version != r.arg1) {
         resp.flag = 2;  // the version the caller was reading changed
         resp.version = rr.version;
@@ -246,8 +244,8 @@ Status Server::Impl::Execute(const oq::RequestContext& ctx, const wire::Request&
         return Status::InvalidArgument("kv put-if: inline value over " +
                                        std::to_string(kMaxInlineValue) + " bytes");
       }
-      ASYMNVM_ASSIGN_OR_RETURN(PutIfReply p, store->PutIf(ctx.worker, r.shard, r.key, r.value,
-                                                          r.arg1, position));
+      ASYMNVM_ASSIGN_OR_RETURN(PutIfReply p,
+                               store->PutIf(ctx.worker, r.shard, r.key, r.value, r.arg1, position));
       resp.flag = p.applied ? 1 : 0;
       resp.version = p.version;
       break;
@@ -334,10 +332,10 @@ Status Server::Impl::Execute(const oq::RequestContext& ctx, const wire::Request&
                                        " bytes is over the limit of " +
                                        std::to_string(kMaxValueSize));
       }
-      ASYMNVM_ASSIGN_OR_RETURN(BypassSlot slot,
-                               store->Reserve(ctx.worker, r.shard, r.key,
-                                              static_cast<uint32_t>(value_len),
-                                              static_cast<uint32_t>(r.arg1 >> 32)));
+      ASYMNVM_ASSIGN_OR_RETURN(
+          BypassSlot slot,
+          store->Reserve(ctx.worker, r.shard, r.key, static_cast<uint32_t>(value_len),
+                         static_cast<uint32_t>(r.arg1 >> 32)));
       Status ts = bypass->Track(r.arg2, slot.log_offset);
       if (!ts.ok()) {
         store->Settle(slot.log_offset);  // nobody can write it: abandoned at once
@@ -421,8 +419,8 @@ Status Server::Impl::Execute(const oq::RequestContext& ctx, const wire::Request&
         up.data.append(r.value);
       }
       if (r.flags & wire::kFlagConditional) {
-        ASYMNVM_ASSIGN_OR_RETURN(PutIfReply p, store->PutIf(ctx.worker, r.shard, r.key, up.data,
-                                                            r.arg2, position));
+        ASYMNVM_ASSIGN_OR_RETURN(
+            PutIfReply p, store->PutIf(ctx.worker, r.shard, r.key, up.data, r.arg2, position));
         resp.flag = p.applied ? 1 : 0;
         resp.version = p.version;
       } else {
@@ -460,7 +458,8 @@ void Server::Impl::CleanerLoop() {
       }
     }
     l.lock();
-    wait = freed > 0 ? std::chrono::milliseconds(1) : std::min(wait * 2, std::chrono::milliseconds(100));
+    wait = freed > 0 ? std::chrono::milliseconds(1)
+                     : std::min(wait * 2, std::chrono::milliseconds(100));
   }
 }
 
@@ -481,8 +480,9 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
         "(>= 2 MiB + 12 KiB)");
   }
   if (o.oq_buffer_size < kMaxRequest || o.oq_buffer_size % 4096 != 0 || o.oq_buffers < 2) {
-    return Status::InvalidArgument("kv server: oq_buffer_size must be >= 64 KiB (multiple of 4 KiB)"
-                                   " and oq_buffers >= 2");
+    return Status::InvalidArgument(
+        "kv server: oq_buffer_size must be >= 64 KiB (multiple of 4 KiB)"
+        " and oq_buffers >= 2");
   }
   pm::PoolOptions po;
   po.mode = o.pm_mode;
@@ -512,8 +512,8 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
     if (format::kHeaderPage + oq_bytes + geo.blog_bytes >= usize) {
       return Status::InvalidArgument("kv server: pool " + o.pool_path + " too small");
     }
-    geo.segments = static_cast<uint32_t>(
-        (usize - format::kHeaderPage - oq_bytes - geo.blog_bytes) / geo.segment_size);
+    geo.segments = static_cast<uint32_t>((usize - format::kHeaderPage - oq_bytes - geo.blog_bytes) /
+                                         geo.segment_size);
     if (geo.segments < geo.workers + 3) {
       return Status::InvalidArgument("kv server: pool " + o.pool_path + " of " +
                                      std::to_string(impl->pool->size()) + " bytes holds " +
@@ -646,9 +646,9 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
     impl->agent_ptr = impl->agent.get();
   }
   LOG_INFO("kv", "serving " << o.pool_path << ": " << geo.workers << " workers, " << geo.shards
-                            << " shards, " << geo.segments << " segments of "
-                            << geo.segment_size << " B; recovered "
-                            << raw->store->stats().recovered_entries << " entries");
+                            << " shards, " << geo.segments << " segments of " << geo.segment_size
+                            << " B; recovered " << raw->store->stats().recovered_entries
+                            << " entries");
   return std::unique_ptr<Server>(new Server(std::move(impl)));
 }
 

@@ -13,7 +13,6 @@
 // Thread safety: Start/Stop from one thread; address(), stats() from any.
 #pragma once
 
-
 #include <chrono>
 #include <memory>
 #include <string>
@@ -27,8 +26,8 @@
 namespace asymnvm::kv {
 
 struct ServerOptions {
-  std::string pool_path;                 // required
-  uint64_t pool_size = 256ull << 20;     // when creating the pool
+  std::string pool_path;              // required
+  uint64_t pool_size = 256ull << 20;  // when creating the pool
   pm::PersistMode pm_mode = pm::PersistMode::kAuto;
   std::string listen_address = "tcp://127.0.0.1:0";
   fabric::FabricOptions fabric;
@@ -70,17 +69,17 @@ std::string DerivedAddress(const std::string& listen, const std::string& tag);
 struct ServerStats {
   StoreStats store;
   uint64_t requests = 0;
-  uint64_t rejected = 0;       // malformed / out-of-range requests answered with an error
-  uint64_t nilext_dropped = 0; // nilext requests that failed (logged; no reply channel)
+  uint64_t rejected = 0;        // malformed / out-of-range requests answered with an error
+  uint64_t nilext_dropped = 0;  // nilext requests that failed (logged; no reply channel)
   uint64_t pm_syncs = 0;
-  uint64_t map_epoch = 0;        // cluster mode: the shard map this server follows
-  uint64_t digested = 0;         // b-log entries applied as a backup
-  uint64_t catchups = 0;         // joining backups brought in sync by this server
-  uint64_t rdmp_reserved = 0;    // server-bypass slots reserved
-  uint64_t rdmp_published = 0;   // ... published by the client's request
-  uint64_t rdmp_settled = 0;     // ... ended by the server (client gone or too slow)
-  uint64_t rdmp_revoked = 0;     // bypass connections closed for an expired reservation
-  uint64_t rdmp_located = 0;     // GETs answered with a location (the client reads one-sidedly)
+  uint64_t map_epoch = 0;       // cluster mode: the shard map this server follows
+  uint64_t digested = 0;        // b-log entries applied as a backup
+  uint64_t catchups = 0;        // joining backups brought in sync by this server
+  uint64_t rdmp_reserved = 0;   // server-bypass slots reserved
+  uint64_t rdmp_published = 0;  // ... published by the client's request
+  uint64_t rdmp_settled = 0;    // ... ended by the server (client gone or too slow)
+  uint64_t rdmp_revoked = 0;    // bypass connections closed for an expired reservation
+  uint64_t rdmp_located = 0;    // GETs answered with a location (the client reads one-sidedly)
 };
 
 // Max request / response payload the server's OQ accepts (key + value + headers).

@@ -9,7 +9,8 @@ namespace asymnvm::kv {
 std::string ShardMap::Encode() const {
   std::ostringstream o;
   o << "epoch " << epoch << "\nshards " << shards << "\nrf " << rf << "\n";
-  for (const auto& [uuid, a] : servers) o << "server " << uuid << " " << a.oq << " " << a.rowan << "\n";
+  for (const auto& [uuid, a] : servers)
+    o << "server " << uuid << " " << a.oq << " " << a.rowan << "\n";
   for (uint32_t i = 0; i < assignment.size(); i++) {
     o << "shard " << i << " " << assignment[i].primary;
     std::string sep = " ";
@@ -118,11 +119,10 @@ bool NextMap(const ShardMap& cur, const std::map<std::string, ServerAddr>& live,
       }
     }
     const size_t before = s.backups.size();
-    s.backups.erase(std::remove_if(s.backups.begin(), s.backups.end(),
-                                   [&](const ShardAssignment::Backup& b) {
-                                     return !live.count(b.uuid);
-                                   }),
-                    s.backups.end());
+    s.backups.erase(
+        std::remove_if(s.backups.begin(), s.backups.end(),
+                       [&](const ShardAssignment::Backup& b) { return !live.count(b.uuid); }),
+        s.backups.end());
     if (s.backups.size() != before) changed = true;
     if (!live.count(s.primary)) continue;  // waits for its primary (or a synced backup)
     for (auto& [u, a] : live) {

@@ -34,8 +34,7 @@ bool ParseCounter(std::string_view s, int64_t* out) {
   return true;
 }
 
-Store::Store(const StoreOptions& o)
-    : o_(o), log_base_(o.log_base), persister_(o.persister) {}
+Store::Store(const StoreOptions& o) : o_(o), log_base_(o.log_base), persister_(o.persister) {}
 
 Store::~Store() = default;
 
@@ -160,8 +159,8 @@ Status Store::Recover() {
         }
         Partition& p = *parts_[worker];
         auto it = FindLocked(p, h.shard, KeyHash(key), key);
-        Loc loc{h.shard, i, static_cast<uint32_t>(off), fp, h.version,
-                h.type == EntryType::kDelete};
+        Loc loc{h.shard, i,         static_cast<uint32_t>(off),
+                fp,      h.version, h.type == EntryType::kDelete};
         if (it == p.index.end()) {
           p.index.emplace(IndexKey{h.shard, KeyHash(key)}, loc);
         } else if (h.version > it->second.version) {
@@ -287,8 +286,7 @@ std::vector<uint8_t> Store::Canonical(const uint8_t* e, const EntryHeader& h) co
   return out;
 }
 
-std::multimap<Store::IndexKey, Store::Loc>::iterator Store::FindLocked(Partition& p,
-                                                                       uint32_t shard,
+std::multimap<Store::IndexKey, Store::Loc>::iterator Store::FindLocked(Partition& p, uint32_t shard,
                                                                        uint64_t tag,
                                                                        std::string_view key) const {
   auto [lo, hi] = p.index.equal_range(IndexKey{shard, tag});
@@ -369,8 +367,8 @@ Result<uint64_t> Store::WriteLocked(uint32_t worker, EntryType type, uint32_t sh
   AfterWrite(worker, position);  // durable now, or with the worker's next SyncDeferred
   if (o_.replicate) {
     const uint8_t* e = SegmentBase(loc->seg) + loc->off;
-    Status rs = o_.replicate(worker, shard,
-                             {e, format::kEntryHeaderSize + key.size() + value.size()});
+    Status rs =
+        o_.replicate(worker, shard, {e, format::kEntryHeaderSize + key.size() + value.size()});
     if (!rs.ok()) return rs;
   }
   segs_[loc->seg].live += loc->footprint;
@@ -414,7 +412,7 @@ ReadResult Store::Get(uint32_t worker, uint32_t shard, std::string_view key, uin
                                   segs_[it->second.seg].generation, &h);
   if (!st.ok()) {
     LOG_ERROR("kv", "index points at an invalid entry (segment " << it->second.seg << " offset "
-                                                                   << it->second.off << ")");
+                                                                 << it->second.off << ")");
     return r;
   }
   r.found = true;
@@ -467,8 +465,8 @@ Result<PutIfReply> Store::PutIf(uint32_t worker, uint32_t shard, std::string_vie
   return r;
 }
 
-Result<IncrReply> Store::Incr(uint32_t worker, uint32_t shard, std::string_view key,
-                              int64_t delta, uint64_t position) {
+Result<IncrReply> Store::Incr(uint32_t worker, uint32_t shard, std::string_view key, int64_t delta,
+                              uint64_t position) {
   ASYMNVM_RETURN_IF_ERROR(CheckShard(shard));
   ReadResult cur = Get(worker, shard, key, 0, 64);
   int64_t v = 0;
@@ -479,8 +477,8 @@ Result<IncrReply> Store::Incr(uint32_t worker, uint32_t shard, std::string_view 
   }
   int64_t n;
   if (__builtin_add_overflow(v, delta, &n)) {
-    return Status::InvalidArgument("kv incr: " + std::to_string(v) + " + " +
-                                   std::to_string(delta) + " overflows int64");
+    return Status::InvalidArgument("kv incr: " + std::to_string(v) + " + " + std::to_string(delta) +
+                                   " overflows int64");
   }
   std::string text = std::to_string(n);
   auto ver = WriteLocked(worker, EntryType::kPut, shard, key, text, position);
@@ -584,7 +582,8 @@ Status Store::ApplyReplica(std::span<const uint8_t> entry) {
     EntryHeader m;
     if (!format::DecodeEntry(entry.data() + off, entry.size() - off, gen, &m).ok() ||
         m.shard >= geo_.shards) {
-      return Status::Corruption("kv replica: entry fails its checksum or its shard is out of range");
+      return Status::Corruption(
+          "kv replica: entry fails its checksum or its shard is out of range");
     }
     members.push_back({m, off});
     off += format::EntryFootprint(m.key_len, m.value_len);
@@ -741,8 +740,8 @@ Result<BatchResult> Store::Batch(uint32_t worker, uint32_t shard, std::span<cons
     h.batch_index = static_cast<uint32_t>(w);
     format::EncodeEntry(h, ops[i].key, ops[i].value.value_or(std::string_view()), at + off);
     const uint32_t fp = static_cast<uint32_t>(format::EntryFootprint(h.key_len, h.value_len));
-    locs[w] = Loc{shard, first.seg, static_cast<uint32_t>(first.off + off), fp, h.version,
-                  h.type == EntryType::kDelete};
+    locs[w] = Loc{shard, first.seg, static_cast<uint32_t>(first.off + off),
+                  fp,    h.version, h.type == EntryType::kDelete};
     end = off + format::kEntryHeaderSize + h.key_len + h.value_len;
     off += fp;
   }
@@ -839,7 +838,8 @@ Result<uint64_t> Store::Publish(uint32_t worker, uint32_t shard, std::string_vie
   std::memcpy(const_cast<uint8_t*>(e) + format::BypassFlagOffset(h.key_len, h.value_len) + 8, &vf,
               8);
   if (newer) {
-    Loc loc{shard, static_cast<uint32_t>(seg), off, static_cast<uint32_t>(format::Footprint(h)),
+    Loc loc{shard,   static_cast<uint32_t>(seg),
+            off,     static_cast<uint32_t>(format::Footprint(h)),
             version, false};
     std::lock_guard<std::mutex> l(p.mu);
     auto it = FindLocked(p, shard, tag, key);

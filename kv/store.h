@@ -26,16 +26,16 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <functional>
-#include <span>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <unordered_set>
+#include <span>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "asymnvm/kv.h"
@@ -46,12 +46,12 @@
 namespace asymnvm::kv {
 
 struct StoreOptions {
-  uint8_t* header_page = nullptr;   // kHeaderPage bytes
-  uint8_t* log_base = nullptr;      // segments × segment_size bytes
+  uint8_t* header_page = nullptr;  // kHeaderPage bytes
+  uint8_t* log_base = nullptr;     // segments × segment_size bytes
   pm::Persister* persister = nullptr;
   // Geometry for a blank header page (ignored, and replaced by the stored one, otherwise).
   format::ServerHeader geometry;
-  double gc_threshold = 0.75;       // clean sealed segments whose live fraction is below this
+  double gc_threshold = 0.75;  // clean sealed segments whose live fraction is below this
   // Group commit (doc/kv.md §Write path): the workers' writes (Put, Delete, PutIf, Incr, Batch,
   // Reserve) are flushed but not synced; they become durable at the worker thread's next
   // SyncDeferred, which the caller runs before any result of them leaves the server (the OQ
@@ -66,15 +66,15 @@ struct StoreOptions {
 };
 
 struct StoreStats {
-  uint64_t keys = 0;              // live keys (tombstones excluded)
+  uint64_t keys = 0;  // live keys (tombstones excluded)
   uint64_t tombstones = 0;
   uint64_t segments = 0, free_segments = 0;
-  uint64_t live_bytes = 0;        // footprints of index entries
-  uint64_t appended_bytes = 0;    // entry footprints appended since Open (GC copies included)
+  uint64_t live_bytes = 0;      // footprints of index entries
+  uint64_t appended_bytes = 0;  // entry footprints appended since Open (GC copies included)
   uint64_t gc_copied_bytes = 0;
   uint64_t gc_segments_freed = 0;
-  uint64_t recovery_skipped = 0;  // OQ re-executions skipped as already applied
-  uint64_t recovered_entries = 0; // valid entries found by Open's scan
+  uint64_t recovery_skipped = 0;   // OQ re-executions skipped as already applied
+  uint64_t recovered_entries = 0;  // valid entries found by Open's scan
 };
 
 struct ReadResult {
@@ -122,7 +122,7 @@ struct BatchResult {
 
 // Where a key's current entry lies (one-sided GET).
 struct Located {
-  bool found = false;       // false also for a tombstone
+  bool found = false;  // false also for a tombstone
   uint64_t version = 0;
   uint32_t value_len = 0;
   uint64_t log_offset = 0;
@@ -192,9 +192,9 @@ class Store {
 
   // A backup applies an entry its primary replicated (an encoded entry as given to
   // StoreOptions::replicate; a batch arrives as its members back to back, each padded to 64 B
-  // but the last, and is applied all together): appended to the replica log, then indexed when its version is above
-  // the key's current one (so applying twice, or out of order, is harmless). kCorruption when the
-  // bytes do not validate. Thread-safe.
+  // but the last, and is applied all together): appended to the replica log, then indexed when its
+  // version is above the key's current one (so applying twice, or out of order, is harmless).
+  // kCorruption when the bytes do not validate. Thread-safe.
   Status ApplyReplica(std::span<const uint8_t> entry);
   // Versions of `shard` continue above `floor` (a promoted primary: floor = epoch << 40).
   void RaiseVersionFloor(uint32_t shard, uint64_t floor);
@@ -234,16 +234,14 @@ class Store {
   struct SegmentMeta {
     uint64_t generation = 0;  // 0: free
     uint32_t owner = 0;
-    bool open = false;        // being appended to
+    bool open = false;  // being appended to
     std::atomic<uint64_t> live{0};
     std::atomic<uint32_t> pending{0};  // RDMP slots reserved and not yet published or settled
   };
   explicit Store(const StoreOptions& o);
   Status Format();
   Status Recover();
-  uint8_t* SegmentBase(uint32_t seg) const {
-    return log_base_ + size_t{seg} * geo_.segment_size;
-  }
+  uint8_t* SegmentBase(uint32_t seg) const { return log_base_ + size_t{seg} * geo_.segment_size; }
   // Room for `fp` bytes at the end of partition p's log (a new segment when the open one is
   // full); advances the log. The returned Loc has seg/off/footprint set.
   Result<Loc> Place(Partition& p, uint32_t owner, size_t fp);
@@ -260,7 +258,7 @@ class Store {
   Status PersistHeader();
   // Finds the index entry of key (partition lock held). end() when absent.
   std::multimap<IndexKey, Loc>::iterator FindLocked(Partition& p, uint32_t shard, uint64_t tag,
-                                                     std::string_view key) const;
+                                                    std::string_view key) const;
   // Whether the `h.batch_count` members of the batch starting at `e` (member 0, header h) all
   // validate back to back within `avail` bytes; *bytes = up to the end of the last one.
   static bool WholeBatch(const uint8_t* e, size_t avail, uint64_t generation,
@@ -289,8 +287,8 @@ class Store {
   std::mutex replica_mu_;  // serializes ApplyReplica appends
   std::unique_ptr<std::atomic<uint64_t>[]> shard_version_;
   std::unique_ptr<std::atomic<uint64_t>[]> applied_;  // per worker: largest durable position
-  std::unique_ptr<uint64_t[]> deferred_;  // per worker: largest position not yet synced
-  std::vector<bool> dirty_;               // per worker: writes flushed and not yet synced
+  std::unique_ptr<uint64_t[]> deferred_;              // per worker: largest position not yet synced
+  std::vector<bool> dirty_;  // per worker: writes flushed and not yet synced
   // Recognising OQ re-executions after a restart: the floors of the header page and every
   // position found in the logs above them (exact: with deferred syncs the logs may hold a later
   // position without an earlier one). Cleared by EndRecovery.
@@ -299,7 +297,7 @@ class Store {
   std::unique_ptr<SegmentMeta[]> segs_;
   mutable std::mutex alloc_mu_;
   std::condition_variable free_cv_;
-  std::vector<uint32_t> free_;          // free segment indexes, lowest last (pop_back)
+  std::vector<uint32_t> free_;  // free segment indexes, lowest last (pop_back)
   uint64_t next_generation_ = 1;
   std::mutex header_mu_;
   std::mutex clean_mu_;

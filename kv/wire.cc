@@ -101,7 +101,8 @@ Result<std::vector<BatchOpView>> DecodeBatch(std::string_view bytes) {
   std::vector<BatchOpView> ops;
   size_t off = 4;
   for (size_t i = 0; i < n; i++) {
-    if (bytes.size() - off < 16) return Status::InvalidArgument("kv batch: op header runs past the payload");
+    if (bytes.size() - off < 16)
+      return Status::InvalidArgument("kv batch: op header runs past the payload");
     BatchOpView op;
     const size_t klen = GetLe16(p + off);
     const uint8_t flags = p[off + 2];

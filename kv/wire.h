@@ -21,23 +21,23 @@
 namespace asymnvm::kv::wire {
 
 enum Type : uint16_t {
-  kPut = 1,        // nilext. value inline (<= kMaxInlineValue)
-  kGet = 2,        // offset = first value byte wanted; arg1 = expected version (0: any)
+  kPut = 1,  // nilext. value inline (<= kMaxInlineValue)
+  kGet = 2,  // offset = first value byte wanted; arg1 = expected version (0: any)
   kDelete = 3,
-  kPutIf = 4,      // arg1 = expected version
-  kIncr = 5,       // arg1 = delta (two's complement)
-  kScan = 6,       // arg1 = cursor, arg2 = count; no key
-  kInfo = 7,       // no key
-  kPutChunk = 8,   // arg1 = upload id, arg2 = total length; offset = where these bytes go; no key
-  kPutLarge = 9,   // the last chunk + key; arg1 = upload id, arg2 = expected version
-                   // (flags & kFlagConditional), offset = where the carried bytes go
+  kPutIf = 4,     // arg1 = expected version
+  kIncr = 5,      // arg1 = delta (two's complement)
+  kScan = 6,      // arg1 = cursor, arg2 = count; no key
+  kInfo = 7,      // no key
+  kPutChunk = 8,  // arg1 = upload id, arg2 = total length; offset = where these bytes go; no key
+  kPutLarge = 9,  // the last chunk + key; arg1 = upload id, arg2 = expected version
+                  // (flags & kFlagConditional), offset = where the carried bytes go
   // RDMP server-bypass (doc/kv.md §RDMP):
-  kReserve = 10,   // key; arg1 = value_len | value CRC32C << 32; arg2 = bypass token.
-                   // Reply: version, arg = log offset of the slot, count = footprint
-  kPublish = 11,   // key; arg1 = log offset, arg2 = version. nilext on unreplicated shards.
-                   // Reply: version now current
-  kBatch = 12,     // no key; value = encoded ops (EncodeBatch). Reply: flag applied, count = ops,
-                   // body = one u64 version per op
+  kReserve = 10,  // key; arg1 = value_len | value CRC32C << 32; arg2 = bypass token.
+                  // Reply: version, arg = log offset of the slot, count = footprint
+  kPublish = 11,  // key; arg1 = log offset, arg2 = version. nilext on unreplicated shards.
+                  // Reply: version now current
+  kBatch = 12,    // no key; value = encoded ops (EncodeBatch). Reply: flag applied, count = ops,
+                  // body = one u64 version per op
 };
 inline constexpr uint16_t kFlagConditional = 1;
 // kGet: values of at least arg2 bytes are answered with their location instead (flag 3,
@@ -72,8 +72,8 @@ void EncodeResponseHeader(const Response& r, std::vector<uint8_t>* out);  // app
 Result<Response> DecodeResponse(std::span<const uint8_t> payload);        // kCorruption if short
 
 // An atomic batch's ops in a kBatch request's value: [count u16][zero u16] then per op
-// [key_len u16][flags u8: 1 delete, 2 conditional, 4 check only][zero u8][value_len u32][expected u64] key
-// value. Views point into `bytes`.
+// [key_len u16][flags u8: 1 delete, 2 conditional, 4 check only][zero u8][value_len u32][expected
+// u64] key value. Views point into `bytes`.
 struct BatchOpView {
   std::string_view key;
   bool is_delete = false;

@@ -72,10 +72,10 @@ std::string NodeComponent(const std::string& name) {
 
 namespace {
 Status Fenced(const std::array<uint8_t, 16>& uuid, const GroupState& s, const std::string& name) {
-  return Status::FailedPrecondition(
-      "fenced: group " + pm::UuidToString(uuid) + " is at term " + std::to_string(s.term) +
-      ", served by " + s.primary + " (a mirror was promoted); this replica (" + name +
-      ") holds stale data and must not serve");
+  return Status::FailedPrecondition("fenced: group " + pm::UuidToString(uuid) + " is at term " +
+                                    std::to_string(s.term) + ", served by " + s.primary +
+                                    " (a mirror was promoted); this replica (" + name +
+                                    ") holds stale data and must not serve");
 }
 }  // namespace
 
@@ -127,8 +127,9 @@ Result<uint64_t> TryPromote(coord::Coordinator& c, const std::array<uint8_t, 16>
   const std::string path = GroupPath(uuid) + "/state";
   auto node = c.Get(path);
   if (!node.ok() && node.status().code() == StatusCode::kNotFound) {
-    return Status::FailedPrecondition(path + " does not exist: no primary ever listed this mirror "
-                                             "as in sync");
+    return Status::FailedPrecondition(path +
+                                      " does not exist: no primary ever listed this mirror "
+                                      "as in sync");
   }
   ASYMNVM_RETURN_IF_ERROR(node.status());
   ASYMNVM_ASSIGN_OR_RETURN(GroupState s, DecodeGroupState(node->data));

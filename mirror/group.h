@@ -1,7 +1,9 @@
 // A back-end group on the coordinator (doc/mirror.md §Group state; doc/coord.md §Back-end groups):
 //
-//   /asymnvm/groups/<pool-uuid>/primary        ephemeral: the serving back-end (asymnvm-backend or a
-//                                              promoted asymnvm-mirror): "address A\nlog L\npid P\n…"
+//   /asymnvm/groups/<pool-uuid>/primary        ephemeral: the serving back-end (asymnvm-backend or
+//   a
+//                                              promoted asymnvm-mirror): "address A\nlog L\npid
+//                                              P\n…"
 //   /asymnvm/groups/<pool-uuid>/state          persistent, versioned (every change is a CAS):
 //                                              "term N\nprimary NAME\ninsync NAME,NAME\n"
 //   /asymnvm/groups/<pool-uuid>/mirrors/<node> ephemeral: a live mirror ("name NAME\naddress A\n…")

@@ -101,8 +101,8 @@ struct Daemon {
       LOG_WARN("mirror", "promotion: " << term.status().ToString());
       return false;
     }
-    LOG_WARN("mirror", "promotion: won term " << *term << "; starting a back-end on "
-                                              << mo.pool_path);
+    LOG_WARN("mirror",
+             "promotion: won term " << *term << "; starting a back-end on " << mo.pool_path);
     server->Stop();  // closes the pool: the back-end opens it as after a crash of the primary
     bo.pool_path = mo.pool_path;
     bo.replication.name = mo.name;
@@ -113,8 +113,9 @@ struct Daemon {
                                         const std::vector<std::string>& insync) {
         uint64_t t = 0;
         Status s = mirror::SetInSync(*coordinator, u, mo.name, insync, &t);
-        if (s.ok()) LOG_INFO("mirror", "promoted primary: in-sync set of term " << t << " has "
-                                           << insync.size() << " mirror(s)");
+        if (s.ok())
+          LOG_INFO("mirror", "promoted primary: in-sync set of term "
+                                 << t << " has " << insync.size() << " mirror(s)");
         return s;
       };
       bo.replication.fenced = [](const Status& s) {
@@ -126,20 +127,20 @@ struct Daemon {
     }
     auto be = backend::Backend::Start(bo);
     if (!be.ok()) {
-      LOG_ERROR("mirror", "promotion: back-end on " << mo.pool_path << ": "
-                                                    << be.status().ToString());
+      LOG_ERROR("mirror",
+                "promotion: back-end on " << mo.pool_path << ": " << be.status().ToString());
       failed_exit = 1;
       ::kill(::getpid(), SIGTERM);
       return true;
     }
     backend = std::move(be).value();
-    std::string data =
-        "address " + backend->address() + "\nlog " + backend->log_address() + "\npid " +
-        std::to_string(::getpid()) + "\nterm " + std::to_string(*term) + "\nstarted_unix_ms " +
-        std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                           std::chrono::system_clock::now().time_since_epoch())
-                           .count()) +
-        "\n";
+    std::string data = "address " + backend->address() + "\nlog " + backend->log_address() +
+                       "\npid " + std::to_string(::getpid()) + "\nterm " + std::to_string(*term) +
+                       "\nstarted_unix_ms " +
+                       std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                          std::chrono::system_clock::now().time_since_epoch())
+                                          .count()) +
+                       "\n";
     if (!bo.replication.mirrors.empty()) {
       // The addresses it forwards to: a fenced old primary rejoins at one of them
       // (asymnvm-backend --rejoin, doc/mirror.md §Rejoin).
@@ -159,8 +160,8 @@ struct Daemon {
       return true;
     }
     promoted = true;
-    std::cerr << "asymnvm-mirror: promoted: term " << *term << ", listening "
-              << backend->address() << ", log " << backend->log_address() << std::endl;
+    std::cerr << "asymnvm-mirror: promoted: term " << *term << ", listening " << backend->address()
+              << ", log " << backend->log_address() << std::endl;
     return true;
   }
 
@@ -200,16 +201,15 @@ struct Daemon {
         LOG_WARN("mirror", path << " is gone; promotion in " << promotion_timeout.count()
                                 << " ms unless it returns");
       }
-      const auto timeout =
-          seen ? promotion_timeout
-               : std::max<std::chrono::milliseconds>(promotion_timeout * 10, std::chrono::seconds(10));
+      const auto timeout = seen ? promotion_timeout
+                                : std::max<std::chrono::milliseconds>(promotion_timeout * 10,
+                                                                      std::chrono::seconds(10));
       if (now - absent_since >= timeout) {
         if (TryPromote()) return;
         absent_since = now;  // not promotable now: look again after another timeout
         continue;
       }
-      const auto until = std::min(absent_since + timeout,
-                                  now + std::chrono::milliseconds(250));
+      const auto until = std::min(absent_since + timeout, now + std::chrono::milliseconds(250));
       (void)coordinator->WaitForChange(path, coord::Coordinator::kNoNode, until);
     }
   }
@@ -218,8 +218,9 @@ struct Daemon {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"asymnvm-mirror: a mirror of an AsymNVM back-end (receives its primary's stream; "
-               "promoted when the primary is gone)"};
+  CLI::App app{
+      "asymnvm-mirror: a mirror of an AsymNVM back-end (receives its primary's stream; "
+      "promoted when the primary is gone)"};
   app.set_config("--config", "", "read options from a TOML/INI file (key = value)");
   Daemon d;
   std::string pm_mode = "auto", log_level = "info", size_text;

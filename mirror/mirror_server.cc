@@ -44,8 +44,8 @@ Status WriteMirrorState(const std::string& pool_path, const MirrorState& s) {
   const std::string path = SidecarPath(pool_path);
   const std::string tmp = path + ".tmp";
   std::string text = "state " + s.state + "\nuuid " + (s.has_uuid ? pm::UuidToString(s.uuid) : "") +
-                     "\nterm " + std::to_string(s.term) + "\nprimary " + s.primary +
-                     "\nstream " + std::to_string(s.stream) + "\n";
+                     "\nterm " + std::to_string(s.term) + "\nprimary " + s.primary + "\nstream " +
+                     std::to_string(s.stream) + "\n";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Status::IoError("create " + tmp, errno);
   const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
@@ -54,9 +54,8 @@ Status WriteMirrorState(const std::string& pool_path, const MirrorState& s) {
   ::close(fd);
   if (!ok) return Status::IoError("write " + tmp, e);
   if (::rename(tmp.c_str(), path.c_str()) != 0) return Status::IoError("rename " + tmp, errno);
-  std::string dir = path.substr(0, path.find_last_of('/') == std::string::npos
-                                       ? 0
-                                       : path.find_last_of('/'));
+  std::string dir =
+      path.substr(0, path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/'));
   if (dir.empty()) dir = ".";
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
@@ -151,10 +150,9 @@ struct MirrorServer::Impl {
     std::memcpy(uuid.data(), uuid_bytes.data(), 16);
     std::lock_guard<std::mutex> lock(mu);
     if (st.has_uuid && st.uuid != uuid) {
-      return Status::FailedPrecondition("mirror " + o.pool_path + " belongs to group " +
-                                        pm::UuidToString(st.uuid) + ", not " +
-                                        pm::UuidToString(uuid) +
-                                        " (remove its pool and " + o.pool_path + ".mirror to reuse it)");
+      return Status::FailedPrecondition(
+          "mirror " + o.pool_path + " belongs to group " + pm::UuidToString(st.uuid) + ", not " +
+          pm::UuidToString(uuid) + " (remove its pool and " + o.pool_path + ".mirror to reuse it)");
     }
     if (!pool) ASYMNVM_RETURN_IF_ERROR(OpenPool(size));
     if (!pool) return Status::Internal("mirror: no pool after opening " + o.pool_path);
@@ -191,7 +189,8 @@ struct MirrorServer::Impl {
     *response = std::move(w.bytes());
     LOG_INFO("mirror", "primary " << st.primary << " (term " << term << ") starts "
                                   << (resumable ? "an incremental catch-up" : "a full copy")
-                                  << " of a " << size << "-byte pool, group " << pm::UuidToString(uuid));
+                                  << " of a " << size << "-byte pool, group "
+                                  << pm::UuidToString(uuid));
     return Status::Ok();
   }
 
@@ -203,7 +202,8 @@ struct MirrorServer::Impl {
     {
       std::lock_guard<std::mutex> lock(mu);
       if (st.state != "syncing") {
-        return Status::FailedPrecondition("mirror: synced without a hello (state " + st.state + ")");
+        return Status::FailedPrecondition("mirror: synced without a hello (state " + st.state +
+                                          ")");
       }
       MirrorState next = st;
       next.state = "in-sync";
@@ -256,9 +256,8 @@ struct MirrorServer::Impl {
       auto c = listener->Accept(co);
       std::lock_guard<std::mutex> lock(mu);
       // Forget closed connections (a primary that died or re-attached).
-      std::erase_if(conns, [](const auto& x) {
-        return x->state() != fabric::ConnectionState::kConnected;
-      });
+      std::erase_if(
+          conns, [](const auto& x) { return x->state() != fabric::ConnectionState::kConnected; });
       if (c.ok()) conns.push_back(std::move(c).value());
     }
   }
@@ -305,25 +304,26 @@ Result<std::unique_ptr<MirrorServer>> MirrorServer::Start(const MirrorOptions& o
   so.max_response = 64 * 1024;
   Impl* p = impl.get();
   ASYMNVM_ASSIGN_OR_RETURN(
-      impl->server, oq::Server::Start(so, [p](const oq::RequestContext& ctx,
-                                              std::span<const uint8_t> payload,
-                                              std::vector<uint8_t>* response) -> Status {
-        switch (ctx.type) {
-          case backend::kMirrorHello:
-            return p->Hello(payload, response);
-          case backend::kMirrorSynced:
-            return p->Synced(payload);
-          case backend::kStatus: {
-            const std::string s = p->StatusJson();
-            response->assign(s.begin(), s.end());
-            return Status::Ok();
-          }
-          default:
-            return Status::InvalidArgument("mirror: unknown request type " +
-                                           std::to_string(ctx.type) +
-                                           " (this is a mirror; front-ends talk to the primary)");
-        }
-      }));
+      impl->server,
+      oq::Server::Start(so,
+                        [p](const oq::RequestContext& ctx, std::span<const uint8_t> payload,
+                            std::vector<uint8_t>* response) -> Status {
+                          switch (ctx.type) {
+                            case backend::kMirrorHello:
+                              return p->Hello(payload, response);
+                            case backend::kMirrorSynced:
+                              return p->Synced(payload);
+                            case backend::kStatus: {
+                              const std::string s = p->StatusJson();
+                              response->assign(s.begin(), s.end());
+                              return Status::Ok();
+                            }
+                            default:
+                              return Status::InvalidArgument(
+                                  "mirror: unknown request type " + std::to_string(ctx.type) +
+                                  " (this is a mirror; front-ends talk to the primary)");
+                          }
+                        }));
   impl->acceptor = std::thread([p] { p->AcceptLoop(); });
   return std::unique_ptr<MirrorServer>(new MirrorServer(std::move(impl)));
 }

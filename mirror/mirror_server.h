@@ -23,12 +23,12 @@
 namespace asymnvm::mirror {
 
 struct MirrorOptions {
-  std::string pool_path;                                  // required
+  std::string pool_path;  // required
   pm::PersistMode persist_mode = pm::PersistMode::kAuto;
   std::string listen_address = "tcp://127.0.0.1:0";       // control (Ordered Queue)
   std::string data_listen_address = "tcp://127.0.0.1:0";  // the primary's WRITE/FLUSH stream
   fabric::FabricOptions fabric;
-  std::string name;                                       // replica name (group state)
+  std::string name;  // replica name (group state)
   // Runs (on the request thread) once the primary reports the copy complete (state in-sync).
   std::function<void(const std::array<uint8_t, 16>& uuid, uint64_t term)> on_synced;
 };
@@ -56,7 +56,7 @@ class MirrorServer {
   static Result<std::unique_ptr<MirrorServer>> Start(const MirrorOptions& options);
   ~MirrorServer();
 
-  std::string address() const;       // control address (what a primary's --mirror names)
+  std::string address() const;  // control address (what a primary's --mirror names)
   std::string data_address() const;
   MirrorState state() const;
   std::string StatusJson() const;

@@ -7,10 +7,10 @@
 //   * mirror SIGKILLed → the primary goes on (status: reduced replication), the restarted mirror
 //     catches up by a full copy while the primary serves, and the final pools are identical.
 // Nothing asserts on time; waits are for observable state with generous deadlines.
-#include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <signal.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -151,8 +151,7 @@ class MirrorTest : public ::testing::Test {
           std::memcpy(&addr, op.payload.data(), 8);
           std::memcpy(&value, op.payload.data() + 8, 8);
           (void)s2.OpLog(st, kPutOp, op.payload);
-          ASYMNVM_RETURN_IF_ERROR(
-              s2.MemLog(addr, {reinterpret_cast<const uint8_t*>(&value), 8}));
+          ASYMNVM_RETURN_IF_ERROR(s2.MemLog(addr, {reinterpret_cast<const uint8_t*>(&value), 8}));
           return s2.TxWrite(st);
         });
     auto st = session_->CreateRoot("mirrored", kType);
@@ -446,7 +445,8 @@ TEST_F(MirrorTest, MirrorKilledDuringCatchUpConvergesAfterRestart) {
   if (caught) {
     // A copy that did not finish is never resumed: the pool is copied whole again.
     auto j = StatusOf(primary_->address());
-    EXPECT_EQ(j["mirrors"][0].value("last_copy_bytes", uint64_t{0}), uint64_t{256} << 20) << j.dump();
+    EXPECT_EQ(j["mirrors"][0].value("last_copy_bytes", uint64_t{0}), uint64_t{256} << 20)
+        << j.dump();
   }
   Puts(50, 13);
   ASSERT_TRUE(session_->Fence().ok());

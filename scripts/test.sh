@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# README command (2): install what is missing, build, and run every test suite:
+# README command (2): install what is missing, check the format, build, and run every test suite:
+#   0. scripts/check-format.sh (clang-format with the repository's .clang-format);
 #   1. the default build, all ctest suites except those labelled "long";
 #   2. the CMake package: install to a staging prefix and build an application against it;
 #   3. an ASan+UBSan build running the unit and conformance suites;
@@ -15,6 +16,9 @@ JOBS=$(nproc)
 CTEST_ARGS=${CTEST_ARGS:--LE long}
 
 step() { printf '\n=== %s ===\n' "$*"; }
+
+step "format: every C++ file as clang-format makes it (.clang-format)"
+scripts/check-format.sh
 
 step "build (RelWithDebInfo)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DASYMNVM_WERROR=ON >/dev/null

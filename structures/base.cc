@@ -12,14 +12,22 @@ namespace asymnvm::structures {
 
 const char* KindName(Kind kind) {
   switch (kind) {
-    case Kind::kStack: return "stack";
-    case Kind::kQueue: return "queue";
-    case Kind::kHashTable: return "hash";
-    case Kind::kSkipList: return "skiplist";
-    case Kind::kBst: return "bst";
-    case Kind::kBPlusTree: return "bptree";
-    case Kind::kMvBst: return "mvbst";
-    case Kind::kMvBPlusTree: return "mvbptree";
+    case Kind::kStack:
+      return "stack";
+    case Kind::kQueue:
+      return "queue";
+    case Kind::kHashTable:
+      return "hash";
+    case Kind::kSkipList:
+      return "skiplist";
+    case Kind::kBst:
+      return "bst";
+    case Kind::kBPlusTree:
+      return "bptree";
+    case Kind::kMvBst:
+      return "mvbst";
+    case Kind::kMvBPlusTree:
+      return "mvbptree";
   }
   return "unknown";
 }
@@ -42,8 +50,8 @@ Status Map::PutBatch(std::span<const KeyValue> kvs) {
   for (const KeyValue& kv : kvs) {
     if (kv.second.size() > value_size()) {
       return Status::InvalidArgument(internal::Describe(kind(), structure().name) + ": value of " +
-                                     std::to_string(kv.second.size()) + " bytes exceeds value_size " +
-                                     std::to_string(value_size()));
+                                     std::to_string(kv.second.size()) +
+                                     " bytes exceeds value_size " + std::to_string(value_size()));
     }
   }
   for (const KeyValue& kv : kvs) ASYMNVM_RETURN_IF_ERROR(Put(kv.first, kv.second));
@@ -128,30 +136,35 @@ Status DecodeVector(std::span<const uint8_t> params, std::vector<KeyValue>* out)
   size_t at = 4;
   out->reserve(n);
   for (uint32_t i = 0; i < n; i++) {
-    if (params.size() - at < 12) return Status::Corruption("vector op log: entry " + std::to_string(i) + " truncated");
+    if (params.size() - at < 12)
+      return Status::Corruption("vector op log: entry " + std::to_string(i) + " truncated");
     const uint64_t key = GetU64(params.data() + at);
     const uint32_t len = GetU32(params.data() + at + 8);
     if (params.size() - at - 12 < len) {
       return Status::Corruption("vector op log: entry " + std::to_string(i) + " value truncated");
     }
     if (!out->empty() && out->back().first >= key) {
-      return Status::Corruption("vector op log: keys not strictly ascending at entry " + std::to_string(i));
+      return Status::Corruption("vector op log: keys not strictly ascending at entry " +
+                                std::to_string(i));
     }
     out->emplace_back(key, Value(params.begin() + at + 12, params.begin() + at + 12 + len));
     at += 12 + len;
   }
-  if (at != params.size()) return Status::Corruption("vector op log: trailing bytes after the last entry");
+  if (at != params.size())
+    return Status::Corruption("vector op log: trailing bytes after the last entry");
   return Status::Ok();
 }
 
 std::vector<KeyValue> SortedUnique(std::span<const KeyValue> kvs) {
   std::vector<size_t> order(kvs.size());
   for (size_t i = 0; i < order.size(); i++) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return kvs[a].first < kvs[b].first; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return kvs[a].first < kvs[b].first; });
   std::vector<KeyValue> out;
   out.reserve(order.size());
   for (size_t i = 0; i < order.size(); i++) {
-    if (i + 1 < order.size() && kvs[order[i + 1]].first == kvs[order[i]].first) continue;  // a later one wins
+    if (i + 1 < order.size() && kvs[order[i + 1]].first == kvs[order[i]].first)
+      continue;  // a later one wins
     out.push_back(kvs[order[i]]);
   }
   return out;
@@ -212,11 +225,13 @@ Base::~Base() {
   if (closer_set_) s_.SetOpCloser(st_.id, nullptr);
   if (writer()) {
     Status st = s_.Fence();
-    if (!st.ok()) LOG_WARN("structures", Describe(kind_, st_.name) << ": sync at close: " << st.ToString());
+    if (!st.ok())
+      LOG_WARN("structures", Describe(kind_, st_.name) << ": sync at close: " << st.ToString());
   }
   if (locked_) {
     Status st = s_.WriterUnlock(st_);
-    if (!st.ok()) LOG_WARN("structures", Describe(kind_, st_.name) << ": unlock at close: " << st.ToString());
+    if (!st.ok())
+      LOG_WARN("structures", Describe(kind_, st_.name) << ": unlock at close: " << st.ToString());
   }
 }
 
@@ -277,7 +292,8 @@ Status Base::Update(uint16_t op_type, std::span<const uint8_t> params,
   return s_.TxWrite(st_);
 }
 
-Status Base::PutVector(std::span<const KeyValue> kvs, const VectorGather& gather, const VectorKeyBound& bound) {
+Status Base::PutVector(std::span<const KeyValue> kvs, const VectorGather& gather,
+                       const VectorKeyBound& bound) {
   ASYMNVM_RETURN_IF_ERROR(CheckWritable());
   for (const KeyValue& kv : kvs) ASYMNVM_RETURN_IF_ERROR(CheckValue(kv.second));
   const std::vector<KeyValue> sorted = SortedUnique(kvs);
@@ -296,8 +312,8 @@ Status Base::PutVector(std::span<const KeyValue> kvs, const VectorGather& gather
       writes += w;
       end++;
     }
-    ASYMNVM_RETURN_IF_ERROR(
-        ApplyVectorRun(std::span<const KeyValue>(sorted).subspan(begin, end - begin), false, gather));
+    ASYMNVM_RETURN_IF_ERROR(ApplyVectorRun(
+        std::span<const KeyValue>(sorted).subspan(begin, end - begin), false, gather));
     begin = end;
   }
   return Status::Ok();
@@ -332,7 +348,8 @@ Status Base::ApplyVectorRun(std::span<const KeyValue> run, bool replay, const Ve
     // Too many writes for one transaction: nothing is logged yet, so cut the run into parts
     // expected to fit (by this plan's bytes per pair) and gather them anew.
     abandon();
-    const size_t parts = std::min(run.size(), std::max<size_t>(2, (plan.bytes * 5 / 4 + budget - 1) / budget));
+    const size_t parts =
+        std::min(run.size(), std::max<size_t>(2, (plan.bytes * 5 / 4 + budget - 1) / budget));
     size_t at = 0;
     for (size_t k = 0; k < parts; k++) {
       const size_t n = run.size() / parts + (k < run.size() % parts ? 1 : 0);
@@ -382,7 +399,8 @@ Status Base::ReplayVector(const frontend::RecoveredOp& op, const VectorGather& g
   Status st = DecodeVector(op.payload, &run);
   if (!st.ok()) return Status::Corruption(Describe(kind_, st_.name) + ": " + st.message());
   for (const KeyValue& kv : run) {
-    if (kv.second.size() > vsize()) return Status::Corruption(Describe(kind_, st_.name) + ": replayed value too long");
+    if (kv.second.size() > vsize())
+      return Status::Corruption(Describe(kind_, st_.name) + ": replayed value too long");
   }
   return ApplyVectorRun(run, true, gather);
 }
@@ -393,7 +411,8 @@ Status Base::Query(const std::function<Status()>& body) {
 }
 
 Status Base::CheckWritable() const {
-  if (!writer()) return Status::FailedPrecondition(Describe(kind_, st_.name) + ": read-only handle");
+  if (!writer())
+    return Status::FailedPrecondition(Describe(kind_, st_.name) + ": read-only handle");
   return Status::Ok();
 }
 
@@ -411,7 +430,8 @@ Status Base::SyncBase() { return s_.Fence(); }
 std::vector<Base*> WriterHandles(const frontend::Session* s) {
   std::vector<Base*> out;
   std::lock_guard<std::mutex> l(g_registry_mu);
-  for (auto it = Registry().lower_bound({s, 0}); it != Registry().end() && it->first.first == s; ++it) {
+  for (auto it = Registry().lower_bound({s, 0}); it != Registry().end() && it->first.first == s;
+       ++it) {
     if (it->second->writer()) out.push_back(it->second);
   }
   return out;
@@ -427,16 +447,17 @@ Base* LookupHandle(const frontend::Session* s, uint32_t id) {
 
 void RegisterReplays(frontend::Session& session) {
   for (Kind k : kAllKinds) {
-    session.RegisterReplay(static_cast<uint32_t>(k), [](frontend::Session& s,
-                                                        const frontend::Structure& st,
-                                                        const frontend::RecoveredOp& op) -> Status {
-      internal::Base* b = internal::LookupHandle(&s, st.id);
-      if (b == nullptr) {
-        return Status::FailedPrecondition("replay: structure '" + st.name +
-                                          "' has no open handle in this session");
-      }
-      return b->ReplayOp(op);
-    });
+    session.RegisterReplay(
+        static_cast<uint32_t>(k),
+        [](frontend::Session& s, const frontend::Structure& st,
+           const frontend::RecoveredOp& op) -> Status {
+          internal::Base* b = internal::LookupHandle(&s, st.id);
+          if (b == nullptr) {
+            return Status::FailedPrecondition("replay: structure '" + st.name +
+                                              "' has no open handle in this session");
+          }
+          return b->ReplayOp(op);
+        });
   }
   // After a reconnection, before the replay: every writer handle of this session re-reads its
   // state (the old connection's unapplied transactions are gone; the replay redoes their ops).

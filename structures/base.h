@@ -89,8 +89,9 @@ class Base {
   // Resolves `name` (create-or-open for writers with options.create, open otherwise), checks
   // the kind, validates options, and replaces options->value_size / param with the stored ones.
   // default_param: the kind's default shape when options->param == 0 at creation.
-  static Result<frontend::Structure> Resolve(frontend::Session& s, Kind kind, const std::string& name,
-                                             Options* options, uint64_t default_param);
+  static Result<frontend::Structure> Resolve(frontend::Session& s, Kind kind,
+                                             const std::string& name, Options* options,
+                                             uint64_t default_param);
 
   Base(frontend::Session& s, frontend::Structure st, Kind kind, const Options& options);
   virtual ~Base();  // Sync (errors logged) and release the writer lock when held
@@ -131,13 +132,15 @@ class Base {
   Status WriteU64(uint64_t addr, uint64_t v);
 
   // One update: op log (not at naive), body (reads + Write), tx_write. Writers only.
-  Status Update(uint16_t op_type, std::span<const uint8_t> params, const std::function<Status()>& body);
+  Status Update(uint16_t op_type, std::span<const uint8_t> params,
+                const std::function<Status()>& body);
   // A vector put (Map::PutBatch of the vectorized kinds): validates every value, sorts and
   // de-duplicates, cuts the vector into runs of bounded op log and of bounded writes (by
   // `bound`, or else by the bytes per pair of the previous plan), and applies each run as
   // gather → (cut again and re-gathered when its writes still exceed kVectorWriteBudget) → op
   // log (type 3) → writes → tx_write → plan.commit.
-  Status PutVector(std::span<const KeyValue> kvs, const VectorGather& gather, const VectorKeyBound& bound = {});
+  Status PutVector(std::span<const KeyValue> kvs, const VectorGather& gather,
+                   const VectorKeyBound& bound = {});
   // An atomic vector put (the hash table's Map::PutBatch): the whole sorted, de-duplicated batch
   // is ONE run — one op log (type 3) and one memory-log transaction — so it is all-or-nothing
   // across a crash (Session::Replay re-applies it iff its transaction was not applied). A batch
@@ -162,7 +165,7 @@ class Base {
   }
   Status CheckWritable() const;  // kFailedPrecondition for reader handles
   Status CheckValue(std::span<const uint8_t> value) const;  // kInvalidArgument when too long
-  Status SyncBase();  // Flush + Fence
+  Status SyncBase();                                        // Flush + Fence
 
   frontend::Session& session() { return s_; }
   const frontend::Structure& st() const { return st_; }
@@ -203,7 +206,8 @@ std::string Describe(Kind kind, const std::string& name);
 // structure of a kind that is not in `skip` (taking its lock under the dead writer's id), runs
 // `replay`, then closes them (sync + unlock) and fences. The default adopter (RegisterReplays)
 // replays with recovery.Replay(); a Database adds its transactions (transaction.cc).
-Status AdoptStructures(frontend::Session& recovery, const std::vector<frontend::Structure>& structures,
+Status AdoptStructures(frontend::Session& recovery,
+                       const std::vector<frontend::Structure>& structures,
                        const std::vector<uint32_t>& skip, const std::function<Status()>& replay);
 
 }  // namespace asymnvm::structures::internal

@@ -48,17 +48,18 @@
 #include <set>
 
 #include "structures/base.h"
-#include "structures/level_threshold.h"
 #include "structures/kinds.h"
+#include "structures/level_threshold.h"
 
 namespace asymnvm::structures::internal {
 namespace {
 
 constexpr uint64_t kMagic = 0x5450424d564e5941ull;  // "AYNVMBPT"
-constexpr uint32_t kInternalTag = 0x4e495042;      // "BPIN"
-constexpr uint32_t kLeafTag = 0x464c5042;          // "BPLF"
+constexpr uint32_t kInternalTag = 0x4e495042;       // "BPIN"
+constexpr uint32_t kLeafTag = 0x464c5042;           // "BPLF"
 constexpr uint16_t kOpPut = 1, kOpDelete = 2;
-constexpr uint64_t kRoot = 8, kHeight = 16, kCount = 24, kFanout = 32, kFlags = 40, kAnchorBytes = 48;
+constexpr uint64_t kRoot = 8, kHeight = 16, kCount = 24, kFanout = 32, kFlags = 40,
+                   kAnchorBytes = 48;
 constexpr uint64_t kNext = 8, kKeys = 16;
 constexpr uint64_t kDefaultFanout = 32, kMinFanout = 4, kMaxFanout = 256;
 constexpr uint64_t kMaxHeight = 64;
@@ -67,14 +68,13 @@ constexpr uint64_t kInlineLeafValuesMax = 16 * 1024;
 
 // The §8 level threshold: depth < n → cached read.
 
-
 struct Node {
   uint64_t addr = 0;
   bool leaf = false;
   uint32_t n = 0;
-  uint64_t next = 0;                // leaves
-  std::vector<uint64_t> keys;       // n
-  std::vector<uint64_t> children;   // internal: n + 1
+  uint64_t next = 0;               // leaves
+  std::vector<uint64_t> keys;      // n
+  std::vector<uint64_t> children;  // internal: n + 1
 };
 
 struct PathStep {
@@ -119,7 +119,8 @@ class BPlusTree final : public Map, public Base {
   Status Refresh() override {
     uint8_t a[kAnchorBytes];
     ASYMNVM_RETURN_IF_ERROR(Read(anchor_, a));
-    if (GetU64(a) != kMagic) return Status::Corruption(Describe(kind_, st_.name) + ": anchor has a bad magic");
+    if (GetU64(a) != kMagic)
+      return Status::Corruption(Describe(kind_, st_.name) + ": anchor has a bad magic");
     root_ = GetU64(a + kRoot);
     height_ = GetU64(a + kHeight);
     count_ = GetU64(a + kCount);
@@ -142,7 +143,9 @@ class BPlusTree final : public Map, public Base {
   }
 
   Status PutBatch(std::span<const KeyValue> kvs) override {
-    return PutVector(kvs, [this](std::span<const KeyValue> run, VectorPlan* plan) { return GatherWalk(run, plan); });
+    return PutVector(kvs, [this](std::span<const KeyValue> run, VectorPlan* plan) {
+      return GatherWalk(run, plan);
+    });
   }
 
   Status Get(uint64_t key, Value* value) override {
@@ -201,32 +204,37 @@ class BPlusTree final : public Map, public Base {
       uint8_t a[kAnchorBytes];
       ASYMNVM_RETURN_IF_ERROR(Read(anchor_, a));
       if (GetU64(a) != kMagic) return Status::Corruption(what + ": anchor magic");
-      const uint64_t root = GetU64(a + kRoot), height = GetU64(a + kHeight), count = GetU64(a + kCount);
+      const uint64_t root = GetU64(a + kRoot), height = GetU64(a + kHeight),
+                     count = GetU64(a + kCount);
       if (writer() && (root != root_ || height != height_ || count != count_)) {
         return Status::Corruption(what + ": anchor does not match the writer's view");
       }
       if ((root == 0) != (height == 0) || height > kMaxHeight) {
-        return Status::Corruption(what + ": root " + std::to_string(root) + " with height " + std::to_string(height));
+        return Status::Corruption(what + ": root " + std::to_string(root) + " with height " +
+                                  std::to_string(height));
       }
       if (root == 0) {
-        if (count != 0) return Status::Corruption(what + ": empty tree with count " + std::to_string(count));
+        if (count != 0)
+          return Status::Corruption(what + ": empty tree with count " + std::to_string(count));
         verified_leaves_ = 0;
         return Status::Ok();
       }
       std::vector<uint64_t> leaves;
       uint64_t keys = 0;
-      ASYMNVM_RETURN_IF_ERROR(VerifyNode(root, 0, height, false, 0, false, 0, &leaves, &keys, count));
+      ASYMNVM_RETURN_IF_ERROR(
+          VerifyNode(root, 0, height, false, 0, false, 0, &leaves, &keys, count));
       verified_leaves_ = leaves.size();
       if (keys != count) {
-        return Status::Corruption(what + ": " + std::to_string(keys) + " keys, count says " + std::to_string(count));
+        return Status::Corruption(what + ": " + std::to_string(keys) + " keys, count says " +
+                                  std::to_string(count));
       }
       // The leaf chain visits exactly the leaves in key order.
       for (size_t i = 0; i < leaves.size(); i++) {
         ASYMNVM_ASSIGN_OR_RETURN(uint64_t next, ReadU64(leaves[i] + kNext));
         const uint64_t want = i + 1 < leaves.size() ? leaves[i + 1] : 0;
         if (next != want) {
-          return Status::Corruption(what + ": leaf " + std::to_string(i) + " links to " + std::to_string(next) +
-                                    ", expected " + std::to_string(want));
+          return Status::Corruption(what + ": leaf " + std::to_string(i) + " links to " +
+                                    std::to_string(next) + ", expected " + std::to_string(want));
         }
       }
       return Status::Ok();
@@ -235,17 +243,21 @@ class BPlusTree final : public Map, public Base {
 
   Status ReplayOp(const frontend::RecoveredOp& op) override {
     if (op.op_type == kOpPutVector) {
-      return ReplayVector(op, [this](std::span<const KeyValue> run, VectorPlan* plan) { return GatherWalk(run, plan); });
+      return ReplayVector(op, [this](std::span<const KeyValue> run, VectorPlan* plan) {
+        return GatherWalk(run, plan);
+      });
     }
     uint64_t key;
     Value v;
     ASYMNVM_RETURN_IF_ERROR(DecodeKeyValue(op.payload, &key, &v));
     if (op.op_type == kOpPut) {
-      if (v.size() > vsize()) return Status::Corruption(Describe(kind_, st_.name) + ": replayed value too long");
+      if (v.size() > vsize())
+        return Status::Corruption(Describe(kind_, st_.name) + ": replayed value too long");
       return DoPut(key, v);
     }
     if (op.op_type == kOpDelete) return DoDelete(key, /*replay=*/true);
-    return Status::Corruption(Describe(kind_, st_.name) + ": unknown op type " + std::to_string(op.op_type));
+    return Status::Corruption(Describe(kind_, st_.name) + ": unknown op type " +
+                              std::to_string(op.op_type));
   }
 
  private:
@@ -253,7 +265,8 @@ class BPlusTree final : public Map, public Base {
     return Status::Aborted(Describe(kind_, st_.name) + ": torn read: " + why);
   }
   Status NotFound(uint64_t key) const {
-    return Status::NotFound(Describe(kind_, st_.name) + ": key " + std::to_string(key) + " not found");
+    return Status::NotFound(Describe(kind_, st_.name) + ": key " + std::to_string(key) +
+                            " not found");
   }
   bool Plausible(uint64_t addr, uint64_t bytes) const {
     return addr != 0 && addr % 8 == 0 && addr >= s_.data_begin() && addr + bytes <= s_.data_end();
@@ -265,13 +278,15 @@ class BPlusTree final : public Map, public Base {
   // Reads a node: internal nodes whole, leaves their header and keys (values on demand).
   Status ReadNode(uint64_t addr, int depth, bool leaf, Node* node) {
     const uint64_t bytes = leaf ? kKeys + 8ull * f_ : internal_bytes_;
-    if (!Plausible(addr, leaf ? leaf_bytes_ : internal_bytes_)) return Torn("node address " + std::to_string(addr));
+    if (!Plausible(addr, leaf ? leaf_bytes_ : internal_bytes_))
+      return Torn("node address " + std::to_string(addr));
     buf_.resize(bytes);
     ASYMNVM_RETURN_IF_ERROR(Read(addr, buf_, levels_.Cached(adapt_, depth)));
     if (adapt_) levels_.Tick(s_);
     const uint8_t* b = buf_.data();
     const uint32_t tag = GetU32(b), n = GetU32(b + 4);
-    if (tag != (leaf ? kLeafTag : kInternalTag)) return Torn("node tag at depth " + std::to_string(depth));
+    if (tag != (leaf ? kLeafTag : kInternalTag))
+      return Torn("node tag at depth " + std::to_string(depth));
     if (n > f_) return Torn("node holds " + std::to_string(n) + " keys");
     node->addr = addr;
     node->leaf = leaf;
@@ -292,7 +307,8 @@ class BPlusTree final : public Map, public Base {
   }
 
   static uint32_t ChildIndex(const Node& node, uint64_t key) {
-    return static_cast<uint32_t>(std::upper_bound(node.keys.begin(), node.keys.end(), key) - node.keys.begin());
+    return static_cast<uint32_t>(std::upper_bound(node.keys.begin(), node.keys.end(), key) -
+                                 node.keys.begin());
   }
 
   // Root, height, count: the writer's DRAM copy, or the anchor (readers, inside Query).
@@ -338,7 +354,8 @@ class BPlusTree final : public Map, public Base {
   }
 
   // The value slot of entry i (inline, or the block its pointer names).
-  Status ReadSlot(const Node& leaf, uint32_t i, std::vector<uint8_t>* slot, uint64_t* slot_addr = nullptr) {
+  Status ReadSlot(const Node& leaf, uint32_t i, std::vector<uint8_t>* slot,
+                  uint64_t* slot_addr = nullptr) {
     uint64_t at = leaf.addr + ValOff(i);
     if (ool_) {
       ASYMNVM_ASSIGN_OR_RETURN(at, ReadU64(at, levels_.Cached(adapt_, leaf_depth_)));
@@ -401,11 +418,13 @@ class BPlusTree final : public Map, public Base {
     ASYMNVM_RETURN_IF_ERROR(DescendRead(key, &leaf, nullptr, &path));
     const auto params = EncodeKeyValue(key, value);
     const std::vector<uint8_t> prefix = SlotPrefix(value);
-    const uint32_t i = static_cast<uint32_t>(std::lower_bound(leaf.keys.begin(), leaf.keys.end(), key) - leaf.keys.begin());
+    const uint32_t i = static_cast<uint32_t>(
+        std::lower_bound(leaf.keys.begin(), leaf.keys.end(), key) - leaf.keys.begin());
     if (leaf.addr != 0 && i < leaf.n && leaf.keys[i] == key) {
       uint64_t slot_addr = leaf.addr + ValOff(i);
       if (ool_) {
-        ASYMNVM_ASSIGN_OR_RETURN(slot_addr, ReadU64(slot_addr, levels_.Cached(adapt_, leaf_depth_)));
+        ASYMNVM_ASSIGN_OR_RETURN(slot_addr,
+                                 ReadU64(slot_addr, levels_.Cached(adapt_, leaf_depth_)));
       }
       return Update(kOpPut, params, [&]() -> Status { return Write(slot_addr, prefix); });
     }
@@ -465,7 +484,8 @@ class BPlusTree final : public Map, public Base {
         PutU64(b.data(), Word0(kLeafTag, 1));
         PutU64(b.data() + kKeys, key);
         ASYMNVM_RETURN_IF_ERROR(Write(a, b));
-        ASYMNVM_RETURN_IF_ERROR(Write(a + ValOff(0), ool_ ? std::span<const uint8_t>(entry) : std::span<const uint8_t>(prefix)));
+        ASYMNVM_RETURN_IF_ERROR(Write(a + ValOff(0), ool_ ? std::span<const uint8_t>(entry)
+                                                          : std::span<const uint8_t>(prefix)));
         root = a;
         height = 1;
         return WriteAnchor(root, height, count_ + 1);
@@ -497,7 +517,8 @@ class BPlusTree final : public Map, public Base {
         PutU64(b.data() + kNext, leaf.next);
         for (uint32_t k = 0; k < r; k++) PutU64(b.data() + kKeys + 8ull * k, keys[l + k]);
         ASYMNVM_RETURN_IF_ERROR(Write(right, b));
-        ASYMNVM_RETURN_IF_ERROR(Write(right + ValOff(0), std::span<const uint8_t>(vals).subspan(uint64_t{l} * vstride_)));
+        ASYMNVM_RETURN_IF_ERROR(Write(
+            right + ValOff(0), std::span<const uint8_t>(vals).subspan(uint64_t{l} * vstride_)));
         uint8_t h[16];
         PutU64(h, Word0(kLeafTag, l));
         PutU64(h + 8, right);
@@ -505,7 +526,8 @@ class BPlusTree final : public Map, public Base {
         if (i < l) {
           ASYMNVM_RETURN_IF_ERROR(WriteKeys(leaf.addr, i, keys, l));
           ASYMNVM_RETURN_IF_ERROR(Write(leaf.addr + ValOff(i),
-                                        std::span<const uint8_t>(vals).subspan(uint64_t{i} * vstride_, uint64_t{l - i} * vstride_)));
+                                        std::span<const uint8_t>(vals).subspan(
+                                            uint64_t{i} * vstride_, uint64_t{l - i} * vstride_)));
         }
       }
       uint64_t sep = keys[l], child = right;
@@ -583,8 +605,8 @@ class BPlusTree final : public Map, public Base {
   }
 
   // A whole new leaf: header (next), keys and value entries (vals: n entries of vstride_).
-  void PlanLeaf(uint64_t addr, uint64_t next, std::span<const uint64_t> keys, std::span<const uint8_t> vals,
-                VectorPlan* plan) {
+  void PlanLeaf(uint64_t addr, uint64_t next, std::span<const uint64_t> keys,
+                std::span<const uint8_t> vals, VectorPlan* plan) {
     std::vector<uint8_t> b(kKeys + 8 * keys.size());
     PutU64(b.data(), Word0(kLeafTag, static_cast<uint32_t>(keys.size())));
     PutU64(b.data() + kNext, next);
@@ -594,8 +616,8 @@ class BPlusTree final : public Map, public Base {
   }
 
   // A whole new internal node with keys.size() keys and keys.size() + 1 children.
-  void PlanInternal(uint64_t addr, std::span<const uint64_t> keys, std::span<const uint64_t> children,
-                    VectorPlan* plan) {
+  void PlanInternal(uint64_t addr, std::span<const uint64_t> keys,
+                    std::span<const uint64_t> children, VectorPlan* plan) {
     std::vector<uint8_t> b(kKeys + 8 * keys.size(), 0);
     PutU64(b.data(), Word0(kInternalTag, static_cast<uint32_t>(keys.size())));
     for (size_t k = 0; k < keys.size(); k++) PutU64(b.data() + kKeys + 8 * k, keys[k]);
@@ -616,8 +638,10 @@ class BPlusTree final : public Map, public Base {
       std::span<const uint64_t> ks(keys.data() + c, nk), cs(children.data() + c, g[j]);
       if (j == 0 && first != 0) {
         PlanU64Header(first, Word0(kInternalTag, static_cast<uint32_t>(nk)), plan);
-        if (from < nk) plan->Add(first + kKeys + 8ull * from, KeyBytes(ks.data() + from, nk - from));
-        if (from + 1 < g[j]) plan->Add(first + ChildOff(from + 1), KeyBytes(cs.data() + from + 1, g[j] - from - 1));
+        if (from < nk)
+          plan->Add(first + kKeys + 8ull * from, KeyBytes(ks.data() + from, nk - from));
+        if (from + 1 < g[j])
+          plan->Add(first + ChildOff(from + 1), KeyBytes(cs.data() + from + 1, g[j] - from - 1));
         if (first_out) *first_out = first;
       } else {
         ASYMNVM_ASSIGN_OR_RETURN(uint64_t a, PlanAlloc(internal_bytes_, plan));
@@ -640,8 +664,8 @@ class BPlusTree final : public Map, public Base {
 
   // Gathers `run` into the subtree at `addr` (depth d; a leaf at leaf_depth_). *added counts
   // new keys; *up receives the new right siblings (separator, node) for the parent.
-  Status GatherSubtree(uint64_t addr, int d, std::span<const KeyValue> run, VectorPlan* plan, uint64_t* added,
-                       std::vector<std::pair<uint64_t, uint64_t>>* up) {
+  Status GatherSubtree(uint64_t addr, int d, std::span<const KeyValue> run, VectorPlan* plan,
+                       uint64_t* added, std::vector<std::pair<uint64_t, uint64_t>>* up) {
     const bool is_leaf = d == leaf_depth_;
     Node node;
     ASYMNVM_RETURN_IF_ERROR(ReadNode(addr, d, is_leaf, &node));
@@ -656,7 +680,8 @@ class BPlusTree final : public Map, public Base {
       children.push_back(node.children[c]);
       if (e > r) {
         std::vector<std::pair<uint64_t, uint64_t>> sub;
-        ASYMNVM_RETURN_IF_ERROR(GatherSubtree(node.children[c], d + 1, run.subspan(r, e - r), plan, added, &sub));
+        ASYMNVM_RETURN_IF_ERROR(
+            GatherSubtree(node.children[c], d + 1, run.subspan(r, e - r), plan, added, &sub));
         if (!sub.empty() && changed == UINT32_MAX) changed = static_cast<uint32_t>(keys.size());
         for (const auto& [sep, child] : sub) {
           keys.push_back(sep);
@@ -671,14 +696,15 @@ class BPlusTree final : public Map, public Base {
       const uint32_t nk = static_cast<uint32_t>(keys.size());
       PlanU64Header(addr, Word0(kInternalTag, nk), plan);
       plan->Add(addr + kKeys + 8ull * changed, KeyBytes(keys.data() + changed, nk - changed));
-      plan->Add(addr + ChildOff(changed + 1), KeyBytes(children.data() + changed + 1, nk - changed));
+      plan->Add(addr + ChildOff(changed + 1),
+                KeyBytes(children.data() + changed + 1, nk - changed));
       return Status::Ok();
     }
     return PlanInternalGroups(addr, changed, keys, children, plan, up, nullptr);
   }
 
-  Status GatherLeaf(const Node& leaf, std::span<const KeyValue> run, VectorPlan* plan, uint64_t* added,
-                    std::vector<std::pair<uint64_t, uint64_t>>* up) {
+  Status GatherLeaf(const Node& leaf, std::span<const KeyValue> run, VectorPlan* plan,
+                    uint64_t* added, std::vector<std::pair<uint64_t, uint64_t>>* up) {
     struct Ent {
       uint64_t key;
       int64_t old;         // index in the leaf, -1 for a new key
@@ -711,7 +737,8 @@ class BPlusTree final : public Map, public Base {
     const std::vector<uint64_t> g = total > f_ ? Spread(total, f_) : std::vector<uint64_t>{total};
     const uint64_t q = std::min(p, g[0]);  // entries [q, total) are rewritten
     std::vector<uint8_t> raw;
-    ASYMNVM_RETURN_IF_ERROR(ReadValues(leaf, static_cast<uint32_t>(std::min<uint64_t>(q, leaf.n)), leaf.n, &raw));
+    ASYMNVM_RETURN_IF_ERROR(
+        ReadValues(leaf, static_cast<uint32_t>(std::min<uint64_t>(q, leaf.n)), leaf.n, &raw));
     std::vector<uint8_t> vals((total - q) * vstride_, 0);
     std::vector<uint64_t> keys(total);
     for (uint64_t k = 0; k < total; k++) {
@@ -827,7 +854,8 @@ class BPlusTree final : public Map, public Base {
       up.clear();
       ASYMNVM_RETURN_IF_ERROR(PlanInternalGroups(0, 0, keys, children, plan, &up, &root));
       height++;
-      if (height > kMaxHeight) return Status::Corruption(Describe(kind_, st_.name) + ": tree too high");
+      if (height > kMaxHeight)
+        return Status::Corruption(Describe(kind_, st_.name) + ": tree too high");
     }
     if (root != root_ || height != height_) {
       uint8_t a[24];
@@ -858,7 +886,8 @@ class BPlusTree final : public Map, public Base {
     const uint32_t i = static_cast<uint32_t>(it - leaf.keys.begin());
     std::vector<uint64_t> frees;
     if (ool_) {
-      ASYMNVM_ASSIGN_OR_RETURN(uint64_t vblock, ReadU64(leaf.addr + ValOff(i), levels_.Cached(adapt_, leaf_depth_)));
+      ASYMNVM_ASSIGN_OR_RETURN(uint64_t vblock,
+                               ReadU64(leaf.addr + ValOff(i), levels_.Cached(adapt_, leaf_depth_)));
       frees.push_back(vblock);
     }
     const auto params = EncodeKeyValue(key, {});
@@ -966,10 +995,11 @@ class BPlusTree final : public Map, public Base {
     const PathStep& ps = path.back();
     const Node& p = ps.node;
     const uint32_t c = ps.idx;
-    const bool right = c < p.n;  // the sibling is on the right
+    const bool right = c < p.n;              // the sibling is on the right
     const uint32_t sep = right ? c : c - 1;  // separator between the left and the right node
     Node sib;
-    ASYMNVM_RETURN_IF_ERROR(ReadNode(p.children[right ? c + 1 : c - 1], leaf_depth_, /*leaf=*/true, &sib));
+    ASYMNVM_RETURN_IF_ERROR(
+        ReadNode(p.children[right ? c + 1 : c - 1], leaf_depth_, /*leaf=*/true, &sib));
     std::vector<uint8_t> lv, sv;
     ASYMNVM_RETURN_IF_ERROR(ReadValues(leaf, 0, leaf.n, &lv));
     ASYMNVM_RETURN_IF_ERROR(ReadValues(sib, 0, sib.n, &sv));
@@ -979,7 +1009,8 @@ class BPlusTree final : public Map, public Base {
     const Node& a = right ? leaf : sib;  // left node
     const Node& b = right ? sib : leaf;  // right node
     std::vector<uint64_t> keys = right ? lk : sib.keys;
-    keys.insert(keys.end(), right ? sib.keys.begin() : lk.begin(), right ? sib.keys.end() : lk.end());
+    keys.insert(keys.end(), right ? sib.keys.begin() : lk.begin(),
+                right ? sib.keys.end() : lk.end());
     std::vector<uint8_t> vals = right ? lv : sv;
     vals.insert(vals.end(), right ? sv.begin() : lv.begin(), right ? sv.end() : lv.end());
     const uint32_t total = static_cast<uint32_t>(keys.size());
@@ -997,7 +1028,7 @@ class BPlusTree final : public Map, public Base {
       if (n == 0) return Status::Ok();
       ASYMNVM_RETURN_IF_ERROR(Write(at + kKeys, KeyBytes(keys.data() + from, n)));
       return Write(at + ValOff(0), std::span<const uint8_t>(vals).subspan(uint64_t{from} * vstride_,
-                                                                         uint64_t{n} * vstride_));
+                                                                          uint64_t{n} * vstride_));
     };
     return Update(kOpDelete, params, [&]() -> Status {
       if (merge) {
@@ -1024,17 +1055,22 @@ class BPlusTree final : public Map, public Base {
 
   // Checks the subtree at `addr` (depth d of a tree of `height`): tag, n, key order and bounds
   // [lo, hi); appends its leaves in order and adds its keys.
-  Status VerifyNode(uint64_t addr, uint64_t d, uint64_t height, bool has_lo, uint64_t lo, bool has_hi,
-                    uint64_t hi, std::vector<uint64_t>* leaves, uint64_t* keys, uint64_t count) {
+  Status VerifyNode(uint64_t addr, uint64_t d, uint64_t height, bool has_lo, uint64_t lo,
+                    bool has_hi, uint64_t hi, std::vector<uint64_t>* leaves, uint64_t* keys,
+                    uint64_t count) {
     const std::string what = Describe(kind_, st_.name) + ": node at depth " + std::to_string(d);
     const bool leaf = d + 1 == height;
     Node n;
     Status st = ReadNode(addr, static_cast<int>(d), leaf, &n);
-    if (!st.ok()) return st.code() == StatusCode::kAborted ? Status::Corruption(what + ": " + st.message()) : st;
+    if (!st.ok())
+      return st.code() == StatusCode::kAborted ? Status::Corruption(what + ": " + st.message())
+                                               : st;
     for (uint32_t k = 0; k < n.n; k++) {
-      if (k > 0 && n.keys[k - 1] >= n.keys[k]) return Status::Corruption(what + ": keys out of order");
+      if (k > 0 && n.keys[k - 1] >= n.keys[k])
+        return Status::Corruption(what + ": keys out of order");
       if ((has_lo && n.keys[k] < lo) || (has_hi && n.keys[k] >= hi)) {
-        return Status::Corruption(what + ": key " + std::to_string(n.keys[k]) + " outside its parent's range");
+        return Status::Corruption(what + ": key " + std::to_string(n.keys[k]) +
+                                  " outside its parent's range");
       }
     }
     if (leaf) {
@@ -1046,18 +1082,20 @@ class BPlusTree final : public Map, public Base {
         std::vector<uint8_t> slot;
         Status ss = ReadSlot(n, k, &slot);
         if (ss.ok()) ss = DecodeSlot(slot, vsize(), nullptr);
-        if (!ss.ok()) return Status::Corruption(what + ": key " + std::to_string(n.keys[k]) + ": " + ss.message());
+        if (!ss.ok())
+          return Status::Corruption(what + ": key " + std::to_string(n.keys[k]) + ": " +
+                                    ss.message());
       }
       return Status::Ok();
     }
     for (uint32_t c = 0; c <= n.n; c++) {
       const bool clo = c > 0 || has_lo, chi = c < n.n || has_hi;
       const uint64_t l = c > 0 ? n.keys[c - 1] : lo, h = c < n.n ? n.keys[c] : hi;
-      ASYMNVM_RETURN_IF_ERROR(VerifyNode(n.children[c], d + 1, height, clo, l, chi, h, leaves, keys, count));
+      ASYMNVM_RETURN_IF_ERROR(
+          VerifyNode(n.children[c], d + 1, height, clo, l, chi, h, leaves, keys, count));
     }
     return Status::Ok();
   }
-
 
  public:
   uint64_t verified_leaves() const { return verified_leaves_; }
@@ -1085,14 +1123,18 @@ Result<uint64_t> BPlusTreeLeafCount(Map* m) {
   return t->verified_leaves();
 }
 
-Result<std::unique_ptr<Map>> OpenBPlusTree(frontend::Session& s, const std::string& name, Options o) {
+Result<std::unique_ptr<Map>> OpenBPlusTree(frontend::Session& s, const std::string& name,
+                                           Options o) {
   if (o.param != 0 && (o.param < kMinFanout || o.param > kMaxFanout)) {
-    return Status::InvalidArgument("bptree fan-out (Options::param) must be " + std::to_string(kMinFanout) + ".." +
-                                   std::to_string(kMaxFanout) + ", got " + std::to_string(o.param));
+    return Status::InvalidArgument("bptree fan-out (Options::param) must be " +
+                                   std::to_string(kMinFanout) + ".." + std::to_string(kMaxFanout) +
+                                   ", got " + std::to_string(o.param));
   }
-  ASYMNVM_ASSIGN_OR_RETURN(frontend::Structure st, Base::Resolve(s, Kind::kBPlusTree, name, &o, kDefaultFanout));
+  ASYMNVM_ASSIGN_OR_RETURN(frontend::Structure st,
+                           Base::Resolve(s, Kind::kBPlusTree, name, &o, kDefaultFanout));
   if (o.param < kMinFanout || o.param > kMaxFanout) {
-    return Status::Corruption(Describe(Kind::kBPlusTree, name) + ": stored fan-out " + std::to_string(o.param));
+    return Status::Corruption(Describe(Kind::kBPlusTree, name) + ": stored fan-out " +
+                              std::to_string(o.param));
   }
   auto h = std::make_unique<BPlusTree>(s, std::move(st), o);
   ASYMNVM_RETURN_IF_ERROR(h->Init());

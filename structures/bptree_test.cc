@@ -1,5 +1,6 @@
-// B+tree: model-checked random operations at every level (with session reopen and back-end restart),
-// shapes and edge cases, replay, the §8 level threshold, and a reader under concurrent updates.
+// B+tree: model-checked random operations at every level (with session reopen and back-end
+// restart), shapes and edge cases, replay, the §8 level threshold, and a reader under concurrent
+// updates.
 #include <algorithm>
 #include <atomic>
 #include <functional>
@@ -144,9 +145,11 @@ std::vector<Param> AllParams() {
   return v;
 }
 
-INSTANTIATE_TEST_SUITE_P(All, BPlusTreeModelTest, ::testing::ValuesIn(AllParams()), [](const auto& info) {
-  return std::string(frontend::LevelName(info.param.level)) + (info.param.optimize ? "" : "_plain");
-});
+INSTANTIATE_TEST_SUITE_P(All, BPlusTreeModelTest, ::testing::ValuesIn(AllParams()),
+                         [](const auto& info) {
+                           return std::string(frontend::LevelName(info.param.level)) +
+                                  (info.param.optimize ? "" : "_plain");
+                         });
 
 class BPlusTreeTest : public StructuresTest {};
 
@@ -180,7 +183,7 @@ TEST_F(BPlusTreeTest, EmptySingleAndDeleteRoot) {
     ASSERT_TRUE(t.Put(k, TestValue(k, 1, 20)).ok());
     model[k] = TestValue(k, 1, 20);
   }
-  for (uint64_t k : {50, 55, 60, 25, 75, 90, 10, 30}) {  
+  for (uint64_t k : {50, 55, 60, 25, 75, 90, 10, 30}) {
     ASSERT_TRUE(t.Delete(k).ok()) << k;
     model.erase(k);
     ASSERT_TRUE(t.Verify().ok()) << "after deleting " << k << ": " << t.Verify().ToString();
@@ -406,8 +409,10 @@ TEST_F(BPlusTreeTest, ReplayReexecutesPutsAndDeletes) {
   f.ops = {op(1, 1, 15, TestValue(15, 1, 30)), op(2, 2, 20, {}), op(3, 1, 30, TestValue(30, 2, 5)),
            op(4, 2, 999, {}) /* missing: nothing to redo */, op(5, 2, 10, {})};
   ASSERT_TRUE(s->Replay(&f).ok());
-  std::map<uint64_t, Value> model{{15, TestValue(15, 1, 30)}, {30, TestValue(30, 2, 5)},
-                                  {40, TestValue(4, 0, 8)}, {50, TestValue(5, 0, 8)}};
+  std::map<uint64_t, Value> model{{15, TestValue(15, 1, 30)},
+                                  {30, TestValue(30, 2, 5)},
+                                  {40, TestValue(4, 0, 8)},
+                                  {50, TestValue(5, 0, 8)}};
   ExpectMatchesModel(**m, model, 60);
 }
 
@@ -428,7 +433,8 @@ TEST_F(BPlusTreeTest, LevelThresholdReadsDeepNodesAroundTheCache) {
     Value v;
     ASSERT_TRUE((*m)->Get(500, &v).ok());
     const auto after = s->counters();
-    accesses[opt] = (after.cache_hits + after.cache_misses) - (before.cache_hits + before.cache_misses);
+    accesses[opt] =
+        (after.cache_hits + after.cache_misses) - (before.cache_hits + before.cache_misses);
   }
   // Fan-out 4, 1000 ascending keys (half-full leaves): height >= 6. Plain: every level and the
   // value through the cache; threshold 3: only the three top levels.
@@ -438,7 +444,8 @@ TEST_F(BPlusTreeTest, LevelThresholdReadsDeepNodesAroundTheCache) {
 
 // The reader of stable keys never sees them missing while the writer inserts and deletes keys
 // around them (leaf and internal splits next to them, empty leaves unlinked next to them).
-void RunConcurrent(StructuresTest* t, const std::function<std::unique_ptr<frontend::Session>(uint64_t)>& open,
+void RunConcurrent(StructuresTest* t,
+                   const std::function<std::unique_ptr<frontend::Session>(uint64_t)>& open,
                    const std::string& name) {
   auto ws = open(40);
   auto w = OpenT(*ws, name);
@@ -492,7 +499,8 @@ void RunConcurrent(StructuresTest* t, const std::function<std::unique_ptr<fronte
             if (got[i].first % 10 == 0 && got[i].first < 1000) found++;
           }
           const uint64_t last = std::min<uint64_t>(got.back().first, 990);
-          if (found != (last - from) / 10 + 1) failure = "scan from " + std::to_string(from) + " missed stable keys";
+          if (found != (last - from) / 10 + 1)
+            failure = "scan from " + std::to_string(from) + " missed stable keys";
         }
       }
       if (!failure.empty()) failed = true;
@@ -530,11 +538,13 @@ void RunConcurrent(StructuresTest* t, const std::function<std::unique_ptr<fronte
 }
 
 TEST_F(BPlusTreeTest, ReaderNeverMissesStableKeysUnderConcurrentUpdates) {
-  RunConcurrent(this, [&](uint64_t fe) { return OpenSession(fe, Level::kRcb); }, "conc");
+  RunConcurrent(
+      this, [&](uint64_t fe) { return OpenSession(fe, Level::kRcb); }, "conc");
 }
 
 TEST_F(BPlusTreeTest, ReaderNeverMissesStableKeysUnderConcurrentUpdatesAtR) {
-  RunConcurrent(this, [&](uint64_t fe) { return OpenSession(fe, Level::kR); }, "conc_r");
+  RunConcurrent(
+      this, [&](uint64_t fe) { return OpenSession(fe, Level::kR); }, "conc_r");
 }
 
 }  // namespace

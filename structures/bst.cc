@@ -29,8 +29,8 @@
 #include <set>
 
 #include "structures/base.h"
-#include "structures/level_threshold.h"
 #include "structures/kinds.h"
+#include "structures/level_threshold.h"
 
 namespace asymnvm::structures::internal {
 namespace {
@@ -41,7 +41,6 @@ constexpr uint64_t kRoot = 8, kCount = 16, kAnchorBytes = 24;
 constexpr uint64_t kLeft = 8, kRight = 16, kSlot = 24;
 
 // The §8 level threshold: depth < n → cached read.
-
 
 struct NodeHead {
   uint64_t key = 0, left = 0, right = 0;
@@ -69,7 +68,8 @@ class Bst final : public Map, public Base {
   Status Refresh() override {
     uint8_t a[kAnchorBytes];
     ASYMNVM_RETURN_IF_ERROR(Query([&]() -> Status { return Read(anchor_, a); }));
-    if (GetU64(a) != kMagic) return Status::Corruption(Describe(kind_, st_.name) + ": anchor has a bad magic");
+    if (GetU64(a) != kMagic)
+      return Status::Corruption(Describe(kind_, st_.name) + ": anchor has a bad magic");
     root_ = GetU64(a + kRoot);
     count_ = GetU64(a + kCount);
     return Status::Ok();
@@ -94,7 +94,8 @@ class Bst final : public Map, public Base {
     // Per pair at most a new node written whole and one link word (an update: its slot).
     const size_t bound = 16 + kSlot + slot_bytes_ + 24;
     return PutVector(
-        kvs, [this](std::span<const KeyValue> run, VectorPlan* plan) { return GatherWalk(run, plan); },
+        kvs,
+        [this](std::span<const KeyValue> run, VectorPlan* plan) { return GatherWalk(run, plan); },
         [bound](const KeyValue&) { return bound; });
   }
 
@@ -106,11 +107,14 @@ class Bst final : public Map, public Base {
       for (uint64_t depth = 0; at != 0; depth++) {
         if (depth > count + 64) return Torn("path longer than the count");
         NodeHead h;
-        ASYMNVM_RETURN_IF_ERROR(ReadHead(at, static_cast<int>(std::min<uint64_t>(depth, 1 << 20)), &h));
-        if (h.key == key) return ReadValue(at, static_cast<int>(std::min<uint64_t>(depth, 1 << 20)), value);
+        ASYMNVM_RETURN_IF_ERROR(
+            ReadHead(at, static_cast<int>(std::min<uint64_t>(depth, 1 << 20)), &h));
+        if (h.key == key)
+          return ReadValue(at, static_cast<int>(std::min<uint64_t>(depth, 1 << 20)), value);
         at = key < h.key ? h.left : h.right;
       }
-      return Status::NotFound(Describe(kind_, st_.name) + ": key " + std::to_string(key) + " not found");
+      return Status::NotFound(Describe(kind_, st_.name) + ": key " + std::to_string(key) +
+                              " not found");
     });
   }
 
@@ -128,7 +132,8 @@ class Bst final : public Map, public Base {
       int depth = 0;
       auto push_left = [&](uint64_t node, int d, bool filter) -> Status {
         while (node != 0) {
-          if (++steps > bound * 2 || stack.size() > bound) return Torn("scan longer than the count");
+          if (++steps > bound * 2 || stack.size() > bound)
+            return Torn("scan longer than the count");
           NodeHead h;
           ASYMNVM_RETURN_IF_ERROR(ReadHead(node, d, &h));
           if (filter && h.key < from) {
@@ -188,8 +193,10 @@ class Bst final : public Map, public Base {
       uint64_t prev = 0;
       while (at != 0 || !stack.empty()) {
         while (at != 0) {
-          if (stack.size() > count + 1) return Status::Corruption(what + ": path longer than the count (cycle?)");
-          if (!Plausible(at)) return Status::Corruption(what + ": bad node address " + std::to_string(at));
+          if (stack.size() > count + 1)
+            return Status::Corruption(what + ": path longer than the count (cycle?)");
+          if (!Plausible(at))
+            return Status::Corruption(what + ": bad node address " + std::to_string(at));
           stack.push_back(at);
           NodeHead h;
           ASYMNVM_RETURN_IF_ERROR(ReadHead(at, 0, &h));
@@ -197,23 +204,26 @@ class Bst final : public Map, public Base {
         }
         const uint64_t node = stack.back();
         stack.pop_back();
-        if (++n > count) return Status::Corruption(what + ": more nodes than the count " + std::to_string(count));
+        if (++n > count)
+          return Status::Corruption(what + ": more nodes than the count " + std::to_string(count));
         NodeHead h;
         ASYMNVM_RETURN_IF_ERROR(ReadHead(node, 0, &h));
         if (have_prev && h.key <= prev) {
-          return Status::Corruption(what + ": keys out of order (" + std::to_string(prev) + " then " +
-                                    std::to_string(h.key) + ")");
+          return Status::Corruption(what + ": keys out of order (" + std::to_string(prev) +
+                                    " then " + std::to_string(h.key) + ")");
         }
         std::vector<uint8_t> slot(slot_bytes_);
         ASYMNVM_RETURN_IF_ERROR(Read(node + kSlot, slot));
         Status st = DecodeSlot(slot, vsize(), nullptr);
-        if (!st.ok()) return Status::Corruption(what + ": key " + std::to_string(h.key) + ": " + st.message());
+        if (!st.ok())
+          return Status::Corruption(what + ": key " + std::to_string(h.key) + ": " + st.message());
         prev = h.key;
         have_prev = true;
         at = h.right;
       }
       if (n != count) {
-        return Status::Corruption(what + ": " + std::to_string(n) + " nodes, count says " + std::to_string(count));
+        return Status::Corruption(what + ": " + std::to_string(n) + " nodes, count says " +
+                                  std::to_string(count));
       }
       return Status::Ok();
     });
@@ -221,17 +231,21 @@ class Bst final : public Map, public Base {
 
   Status ReplayOp(const frontend::RecoveredOp& op) override {
     if (op.op_type == kOpPutVector) {
-      return ReplayVector(op, [this](std::span<const KeyValue> run, VectorPlan* plan) { return GatherWalk(run, plan); });
+      return ReplayVector(op, [this](std::span<const KeyValue> run, VectorPlan* plan) {
+        return GatherWalk(run, plan);
+      });
     }
     uint64_t key;
     Value v;
     ASYMNVM_RETURN_IF_ERROR(DecodeKeyValue(op.payload, &key, &v));
     if (op.op_type == kOpPut) {
-      if (v.size() > vsize()) return Status::Corruption(Describe(kind_, st_.name) + ": replayed value too long");
+      if (v.size() > vsize())
+        return Status::Corruption(Describe(kind_, st_.name) + ": replayed value too long");
       return DoPut(key, v);
     }
     if (op.op_type == kOpDelete) return DoDelete(key, /*replay=*/true);
-    return Status::Corruption(Describe(kind_, st_.name) + ": unknown op type " + std::to_string(op.op_type));
+    return Status::Corruption(Describe(kind_, st_.name) + ": unknown op type " +
+                              std::to_string(op.op_type));
   }
 
   int threshold() const { return levels_.n(); }
@@ -295,7 +309,8 @@ class Bst final : public Map, public Base {
     uint64_t at = root_;
     int depth = 0;
     while (at != 0) {
-      if (static_cast<uint64_t>(depth) > count_ + 64) return Status::Corruption(Describe(kind_, st_.name) + ": cycle");
+      if (static_cast<uint64_t>(depth) > count_ + 64)
+        return Status::Corruption(Describe(kind_, st_.name) + ": cycle");
       NodeHead h;
       ASYMNVM_RETURN_IF_ERROR(ReadHead(at, depth, &h));
       if (h.key == key) {
@@ -389,18 +404,21 @@ class Bst final : public Map, public Base {
       while (!queue.empty()) {
         const Part part = queue.back();
         queue.pop_back();
-        if (static_cast<uint64_t>(part.depth) > count_ + 64) return Status::Corruption(Describe(kind_, st_.name) + ": cycle");
+        if (static_cast<uint64_t>(part.depth) > count_ + 64)
+          return Status::Corruption(Describe(kind_, st_.name) + ": cycle");
         NodeHead h;
         ASYMNVM_RETURN_IF_ERROR(ReadHead(part.node, part.depth, &h));
-        const auto lo = std::lower_bound(part.run.begin(), part.run.end(), h.key,
-                                         [](const KeyValue& kv, uint64_t k) { return kv.first < k; });
+        const auto lo =
+            std::lower_bound(part.run.begin(), part.run.end(), h.key,
+                             [](const KeyValue& kv, uint64_t k) { return kv.first < k; });
         const size_t mid = static_cast<size_t>(lo - part.run.begin());
         size_t right_begin = mid;
         if (lo != part.run.end() && lo->first == h.key) {
           plan->Add(part.node + kSlot, SlotPrefix(lo->second));
           right_begin = mid + 1;
         }
-        const std::span<const KeyValue> sides[2] = {part.run.first(mid), part.run.subspan(right_begin)};
+        const std::span<const KeyValue> sides[2] = {part.run.first(mid),
+                                                    part.run.subspan(right_begin)};
         const uint64_t child[2] = {h.left, h.right};
         uint64_t hung[2] = {0, 0};
         for (int c = 0; c < 2; c++) {
@@ -445,7 +463,8 @@ class Bst final : public Map, public Base {
     ASYMNVM_RETURN_IF_ERROR(Locate(key, &z, &parent, &link, &depth));
     if (z == 0) {
       if (replay) return Status::Ok();  // the original failed validation: nothing to redo
-      return Status::NotFound(Describe(kind_, st_.name) + ": key " + std::to_string(key) + " not found");
+      return Status::NotFound(Describe(kind_, st_.name) + ": key " + std::to_string(key) +
+                              " not found");
     }
     NodeHead zh;
     ASYMNVM_RETURN_IF_ERROR(ReadHead(z, depth, &zh));
@@ -459,7 +478,8 @@ class Bst final : public Map, public Base {
       int d = depth + 1;
       ASYMNVM_RETURN_IF_ERROR(ReadHead(s, d, &sh));
       while (sh.left != 0) {
-        if (static_cast<uint64_t>(d) > count_ + 64) return Status::Corruption(Describe(kind_, st_.name) + ": cycle");
+        if (static_cast<uint64_t>(d) > count_ + 64)
+          return Status::Corruption(Describe(kind_, st_.name) + ": cycle");
         sp = s;
         s = sh.left;
         ASYMNVM_RETURN_IF_ERROR(ReadHead(s, ++d, &sh));

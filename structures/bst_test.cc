@@ -179,7 +179,8 @@ TEST_F(BstTest, EmptySingleAndDeleteRoot) {
     ASSERT_TRUE(t.Put(k, TestValue(k, 1, 20)).ok());
     model[k] = TestValue(k, 1, 20);
   }
-  for (uint64_t k : {50, 55, 60, 25, 75, 90, 10, 30}) {  // 50: root, successor 55 is a leaf two levels down
+  for (uint64_t k :
+       {50, 55, 60, 25, 75, 90, 10, 30}) {  // 50: root, successor 55 is a leaf two levels down
     ASSERT_TRUE(t.Delete(k).ok()) << k;
     model.erase(k);
     ASSERT_TRUE(t.Verify().ok()) << "after deleting " << k << ": " << t.Verify().ToString();
@@ -264,7 +265,8 @@ TEST_F(BstTest, BadInput) {
   EXPECT_EQ((*m)->Delete(3).code(), StatusCode::kNotFound);
   EXPECT_EQ((*m)->Put(1, TestValue(1, 1, 17)).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(s->counters().op_logs, logs);
-  EXPECT_EQ(internal::OpenBPlusTree(*s, "t", Options{}).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(internal::OpenBPlusTree(*s, "t", Options{}).status().code(),
+            StatusCode::kFailedPrecondition);
   Options ro;
   ro.access = Access::kReader;
   EXPECT_EQ(OpenT(*s, "missing", ro).status().code(), StatusCode::kNotFound);
@@ -301,8 +303,10 @@ TEST_F(BstTest, ReplayReexecutesPutsAndDeletes) {
   f.ops = {op(1, 1, 15, TestValue(15, 1, 30)), op(2, 2, 20, {}), op(3, 1, 30, TestValue(30, 2, 5)),
            op(4, 2, 999, {}) /* missing: nothing to redo */, op(5, 2, 10, {})};
   ASSERT_TRUE(s->Replay(&f).ok());
-  std::map<uint64_t, Value> model{{15, TestValue(15, 1, 30)}, {30, TestValue(30, 2, 5)},
-                                  {40, TestValue(4, 0, 8)}, {50, TestValue(5, 0, 8)}};
+  std::map<uint64_t, Value> model{{15, TestValue(15, 1, 30)},
+                                  {30, TestValue(30, 2, 5)},
+                                  {40, TestValue(4, 0, 8)},
+                                  {50, TestValue(5, 0, 8)}};
   ExpectMatchesModel(**m, model, 60);
 }
 
@@ -323,7 +327,8 @@ TEST_F(BstTest, LevelThresholdReadsDeepNodesAroundTheCache) {
     Value v;
     ASSERT_TRUE((*m)->Get(99, &v).ok());  // depth 99
     const auto after = s->counters();
-    accesses[opt] = (after.cache_hits + after.cache_misses) - (before.cache_hits + before.cache_misses);
+    accesses[opt] =
+        (after.cache_hits + after.cache_misses) - (before.cache_hits + before.cache_misses);
   }
   EXPECT_GE(accesses[0], 100u);  // plain: every node through the cache
   EXPECT_LE(accesses[1], 20u);   // threshold 16: the deeper 84 nodes bypass it
@@ -331,7 +336,8 @@ TEST_F(BstTest, LevelThresholdReadsDeepNodesAroundTheCache) {
 
 // The reader of stable keys never sees them missing while the writer inserts and deletes keys
 // around them (rotations are not done, but successor copies and unlinks next to them are).
-void RunConcurrent(StructuresTest* t, const std::function<std::unique_ptr<frontend::Session>(uint64_t)>& open,
+void RunConcurrent(StructuresTest* t,
+                   const std::function<std::unique_ptr<frontend::Session>(uint64_t)>& open,
                    const std::string& name) {
   auto ws = open(40);
   auto w = OpenT(*ws, name);
@@ -385,7 +391,8 @@ void RunConcurrent(StructuresTest* t, const std::function<std::unique_ptr<fronte
             if (got[i].first % 10 == 0 && got[i].first < 1000) found++;
           }
           const uint64_t last = std::min<uint64_t>(got.back().first, 990);
-          if (found != (last - from) / 10 + 1) failure = "scan from " + std::to_string(from) + " missed stable keys";
+          if (found != (last - from) / 10 + 1)
+            failure = "scan from " + std::to_string(from) + " missed stable keys";
         }
       }
       if (!failure.empty()) failed = true;
@@ -423,11 +430,13 @@ void RunConcurrent(StructuresTest* t, const std::function<std::unique_ptr<fronte
 }
 
 TEST_F(BstTest, ReaderNeverMissesStableKeysUnderConcurrentUpdates) {
-  RunConcurrent(this, [&](uint64_t fe) { return OpenSession(fe, Level::kRcb); }, "conc");
+  RunConcurrent(
+      this, [&](uint64_t fe) { return OpenSession(fe, Level::kRcb); }, "conc");
 }
 
 TEST_F(BstTest, ReaderNeverMissesStableKeysUnderConcurrentUpdatesAtR) {
-  RunConcurrent(this, [&](uint64_t fe) { return OpenSession(fe, Level::kR); }, "conc_r");
+  RunConcurrent(
+      this, [&](uint64_t fe) { return OpenSession(fe, Level::kR); }, "conc_r");
 }
 
 }  // namespace

@@ -16,8 +16,8 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <random>
 #include <thread>
@@ -175,15 +175,16 @@ int64_t AckedOps(const std::string& path) {
 // One round: child against `address`, SIGKILL at a seeded moment (`also_kill` runs right after
 // the child is killed: the both-at-once campaign kills the back-end daemon there and returns the
 // restarted daemon's address), then recovery through `recover_address` and the model check.
-void CrashRound(Kind kind, bool companion, int round, uint64_t fe, uint64_t seed, int64_t kill_after,
-                const std::string& address, const std::string& scratch,
-                const std::function<std::string()>& also_kill,
-                const std::function<std::unique_ptr<frontend::Session>(const std::string&, uint64_t)>& open) {
+void CrashRound(
+    Kind kind, bool companion, int round, uint64_t fe, uint64_t seed, int64_t kill_after,
+    const std::string& address, const std::string& scratch,
+    const std::function<std::string()>& also_kill,
+    const std::function<std::unique_ptr<frontend::Session>(const std::string&, uint64_t)>& open) {
   {
     const std::string acks = scratch + ".acks";
     std::remove(acks.c_str());
-    const std::string spec = address + "|" + KindName(kind) + "|" + std::to_string(fe) +
-                             "|" + std::to_string(seed) + "|" + acks + "|" + (companion ? "1" : "0");
+    const std::string spec = address + "|" + KindName(kind) + "|" + std::to_string(fe) + "|" +
+                             std::to_string(seed) + "|" + acks + "|" + (companion ? "1" : "0");
     const pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
@@ -248,7 +249,8 @@ void CrashRound(Kind kind, bool companion, int round, uint64_t fe, uint64_t seed
       }
       ASSERT_EQ(st.code(), StatusCode::kNotFound);
       std::reverse(got.begin(), got.end());
-      ASSERT_TRUE(static_cast<int64_t>(got.size()) == acked || static_cast<int64_t>(got.size()) == acked + 1)
+      ASSERT_TRUE(static_cast<int64_t>(got.size()) == acked ||
+                  static_cast<int64_t>(got.size()) == acked + 1)
           << "companion stack holds " << got.size() << " pushes, " << acked << " acknowledged";
       for (size_t i = 0; i < got.size(); i++) ASSERT_EQ(got[i], static_cast<int32_t>(i)) << i;
     }
@@ -309,8 +311,9 @@ TEST_P(CrashTest, AcknowledgedOperationsSurviveSigkillAndReplay) {
   for (int round = 0; round < Rounds(); round++) {
     const uint64_t seed = seeds();
     const int64_t kill_after = 50 + static_cast<int64_t>(seeds() % 1500);
-    CrashRound(kind, false, round, 100 + static_cast<uint64_t>(round), seed, kill_after, be_->address(),
-               path_, nullptr, [&](const std::string&, uint64_t fe) { return OpenSession(fe, Level::kRcb); });
+    CrashRound(kind, false, round, 100 + static_cast<uint64_t>(round), seed, kill_after,
+               be_->address(), path_, nullptr,
+               [&](const std::string&, uint64_t fe) { return OpenSession(fe, Level::kRcb); });
     if (HasFatalFailure() || HasFailure()) return;
   }
 }
@@ -324,8 +327,9 @@ TEST_P(CrashTest, TwoStructuresInOneSession) {
   for (int round = 0; round < Rounds(); round++) {
     const uint64_t seed = seeds();
     const int64_t kill_after = 50 + static_cast<int64_t>(seeds() % 1500);
-    CrashRound(kind, true, round, 300 + static_cast<uint64_t>(round), seed, kill_after, be_->address(),
-               path_, nullptr, [&](const std::string&, uint64_t fe) { return OpenSession(fe, Level::kRcb); });
+    CrashRound(kind, true, round, 300 + static_cast<uint64_t>(round), seed, kill_after,
+               be_->address(), path_, nullptr,
+               [&](const std::string&, uint64_t fe) { return OpenSession(fe, Level::kRcb); });
     if (HasFatalFailure() || HasFailure()) return;
   }
 }
@@ -352,20 +356,21 @@ TEST_P(CrashTest, FrontendAndBackendKilledTogether) {
   for (int round = 0; round < Rounds(); round++) {
     const uint64_t seed = seeds();
     const int64_t kill_after = 50 + static_cast<int64_t>(seeds() % 1500);
-    CrashRound(kind, false, round, 200 + static_cast<uint64_t>(round), seed, kill_after, daemon->address(),
-               pool,
-               [&]() -> std::string {
-                 daemon->Kill();
-                 daemon = start();
-                 return daemon ? daemon->address() : std::string();
-               },
-               [&](const std::string& address, uint64_t fe) -> std::unique_ptr<frontend::Session> {
-                 auto o = SessionOpts(fe, Level::kRcb);
-                 o.backends = {address};
-                 auto s = frontend::Session::Open(o);
-                 EXPECT_TRUE(s.ok()) << s.status().ToString();
-                 return s.ok() ? std::move(*s) : nullptr;
-               });
+    CrashRound(
+        kind, false, round, 200 + static_cast<uint64_t>(round), seed, kill_after, daemon->address(),
+        pool,
+        [&]() -> std::string {
+          daemon->Kill();
+          daemon = start();
+          return daemon ? daemon->address() : std::string();
+        },
+        [&](const std::string& address, uint64_t fe) -> std::unique_ptr<frontend::Session> {
+          auto o = SessionOpts(fe, Level::kRcb);
+          o.backends = {address};
+          auto s = frontend::Session::Open(o);
+          EXPECT_TRUE(s.ok()) << s.status().ToString();
+          return s.ok() ? std::move(*s) : nullptr;
+        });
     if (HasFatalFailure() || HasFailure()) break;
   }
   daemon.reset();

@@ -27,7 +27,8 @@ namespace {
 using frontend::Level;
 using testing::TestValue;
 
-Result<std::unique_ptr<Map>> OpenHash(frontend::Session& s, const std::string& name, uint64_t buckets) {
+Result<std::unique_ptr<Map>> OpenHash(frontend::Session& s, const std::string& name,
+                                      uint64_t buckets) {
   Options o;
   o.value_size = 48;
   o.param = buckets;
@@ -48,7 +49,8 @@ std::map<uint64_t, Value> Contents(Map& m, uint64_t keys) {
   return got;
 }
 
-class HashBatchTest : public testing::StructuresTest, public ::testing::WithParamInterface<Level> {};
+class HashBatchTest : public testing::StructuresTest,
+                      public ::testing::WithParamInterface<Level> {};
 
 // New keys (several per bucket: 8 buckets), updates of existing keys and a duplicate key in one
 // batch: one op log and one transaction (naive: one transaction, no op log), the last duplicate
@@ -126,7 +128,9 @@ TEST_P(HashBatchTest, LargeBatchIsOneOpLogInParts) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, HashBatchTest, ::testing::ValuesIn(testing::kAllLevels),
-                         [](const auto& info) { return std::string(frontend::LevelName(info.param)); });
+                         [](const auto& info) {
+                           return std::string(frontend::LevelName(info.param));
+                         });
 
 // ---- the crash test ----
 
@@ -245,20 +249,26 @@ void HashBatchCrashTest::Campaign(int first, int last) {
     const uint64_t fe = 400 + static_cast<uint64_t>(round);
     const uint64_t seed = seeds();
     const bool at_point = round % 3 != 2;
-    const char* point = round % 3 == 0 ? "structures.vector.mid_writes" : "structures.vector.after_part";
-    const int64_t nth = round % 3 == 1 ? 1 + static_cast<int64_t>(seeds() % 12) : 5 + static_cast<int64_t>(seeds() % 200);
+    const char* point =
+        round % 3 == 0 ? "structures.vector.mid_writes" : "structures.vector.after_part";
+    const int64_t nth = round % 3 == 1 ? 1 + static_cast<int64_t>(seeds() % 12)
+                                       : 5 + static_cast<int64_t>(seeds() % 200);
     if (round < first) continue;
-    if (const char* only = std::getenv("ASYMNVM_HASH_BATCH_ONLY_ROUND"); only && std::atoi(only) != round) continue;
+    if (const char* only = std::getenv("ASYMNVM_HASH_BATCH_ONLY_ROUND");
+        only && std::atoi(only) != round)
+      continue;
     point_rounds += at_point ? 1 : 0;
     const backend::BackendStats be_before = be_->stats();
     const std::string acks = path_ + ".acks";
     std::remove(acks.c_str());
-    const std::string spec = be_->address() + "|" + std::to_string(fe) + "|" + std::to_string(seed) + "|" + acks;
+    const std::string spec =
+        be_->address() + "|" + std::to_string(fe) + "|" + std::to_string(seed) + "|" + acks;
     const pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
       setenv("ASYMNVM_HASH_BATCH_CHILD", spec.c_str(), 1);
-      if (at_point) setenv("ASYMNVM_CRASH_AT", (std::string(point) + ":" + std::to_string(nth)).c_str(), 1);
+      if (at_point)
+        setenv("ASYMNVM_CRASH_AT", (std::string(point) + ":" + std::to_string(nth)).c_str(), 1);
       execl("/proc/self/exe", "hash-batch-child", static_cast<char*>(nullptr));
       _exit(97);
     }
@@ -280,9 +290,11 @@ void HashBatchCrashTest::Campaign(int first, int last) {
     }
     if (at_point) {
       ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
-          << "round " << round << ": the child did not stop at the crash point (status " << status << ")";
+          << "round " << round << ": the child did not stop at the crash point (status " << status
+          << ")";
     } else {
-      ASSERT_TRUE(!exited || (WIFEXITED(status) && WEXITSTATUS(status) == 0)) << "child failed: status " << status;
+      ASSERT_TRUE(!exited || (WIFEXITED(status) && WEXITSTATUS(status) == 0))
+          << "child failed: status " << status;
     }
     const int64_t acked = AckedOps(acks);
     std::map<uint64_t, Value> before, after;
@@ -323,13 +335,15 @@ void HashBatchCrashTest::Campaign(int first, int last) {
       int shown = 0;
       for (uint64_t k = 0; k < kKeys && shown < 8; k++) {
         const bool g = got.count(k) != 0, b = before.count(k) != 0, a = after.count(k) != 0;
-        const bool gb = g && b && got.at(k) == before.at(k), ga = g && a && got.at(k) == after.at(k);
+        const bool gb = g && b && got.at(k) == before.at(k),
+                   ga = g && a && got.at(k) == after.at(k);
         if ((g == b && (!g || gb)) || (g == a && (!g || ga))) continue;
         shown++;
         ADD_FAILURE() << "round " << round << ": key " << k << " got " << (g ? "present" : "absent")
-                      << " (before: " << (b ? (gb ? "same" : "other value") : "absent") << ", after: "
-                      << (a ? (ga ? "same" : "other value") : "absent") << "); last written by op "
-                      << last[k] << " (negative: delete -op-1) of " << acked << " acknowledged";
+                      << " (before: " << (b ? (gb ? "same" : "other value") : "absent")
+                      << ", after: " << (a ? (ga ? "same" : "other value") : "absent")
+                      << "); last written by op " << last[k] << " (negative: delete -op-1) of "
+                      << acked << " acknowledged";
       }
     }
     if (at_point) {
@@ -341,8 +355,8 @@ void HashBatchCrashTest::Campaign(int first, int last) {
     auto n = (*m)->Count();
     ASSERT_TRUE(n.ok());
     EXPECT_EQ(*n, got.size());
-    std::printf("round %d: %s after %lld acknowledged ops, in-flight batch %s, replayed %llu\n", round,
-                at_point ? point : "SIGKILL", static_cast<long long>(acked),
+    std::printf("round %d: %s after %lld acknowledged ops, in-flight batch %s, replayed %llu\n",
+                round, at_point ? point : "SIGKILL", static_cast<long long>(acked),
                 is_after && got != before ? "applied" : "absent",
                 static_cast<unsigned long long>(s->counters().replayed_ops));
     if (HasFailure()) return;
@@ -354,7 +368,8 @@ void HashBatchCrashTest::Campaign(int first, int last) {
 }  // namespace asymnvm::structures
 
 int main(int argc, char** argv) {
-  if (const char* spec = std::getenv("ASYMNVM_HASH_BATCH_CHILD")) asymnvm::structures::RunChild(spec);
+  if (const char* spec = std::getenv("ASYMNVM_HASH_BATCH_CHILD"))
+    asymnvm::structures::RunChild(spec);
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

@@ -66,8 +66,6 @@ class HashTable final : public Map, public Base {
     node_page_ = ItemPage(node_bytes_);
   }
 
-
-
   Status Init() {
     ASYMNVM_RETURN_IF_ERROR(AcquireWriterLock());
     ASYMNVM_ASSIGN_OR_RETURN(uint64_t root, s_.ReadWord(st_.root_addr));
@@ -105,8 +103,9 @@ class HashTable final : public Map, public Base {
     if (mine != 0 && mine != buckets_) (void)s_.Free(mine);  // lost the creation race
     if (nbuckets_ == 0 || (nbuckets_ & (nbuckets_ - 1)) != 0 || nbuckets_ > kMaxBuckets ||
         !ValidAddr(buckets_, nbuckets_ * 8)) {
-      return Status::Corruption(what + ": anchor has a bad bucket array (" + std::to_string(nbuckets_) +
-                                " buckets at " + std::to_string(buckets_) + ")");
+      return Status::Corruption(what + ": anchor has a bad bucket array (" +
+                                std::to_string(nbuckets_) + " buckets at " +
+                                std::to_string(buckets_) + ")");
     }
     return Status::Ok();
   }
@@ -146,12 +145,14 @@ class HashTable final : public Map, public Base {
 
   Status PutBatch(std::span<const KeyValue> kvs) override {
     return PutVectorAtomic(
-        kvs, [this](std::span<const KeyValue> run, VectorPlan* plan) { return GatherBatch(run, plan); },
+        kvs,
+        [this](std::span<const KeyValue> run, VectorPlan* plan) { return GatherBatch(run, plan); },
         [this](const KeyValue& kv) { return DoPut(kv.first, kv.second); });
   }
 
   Status Scan(uint64_t, size_t, std::vector<KeyValue>*) override {
-    return Status::NotSupported(Describe(kind_, st_.name) + ": a hash table is unordered (no Scan)");
+    return Status::NotSupported(Describe(kind_, st_.name) +
+                                ": a hash table is unordered (no Scan)");
   }
 
   Result<uint64_t> Count() override {
@@ -194,18 +195,21 @@ class HashTable final : public Map, public Base {
         ASYMNVM_RETURN_IF_ERROR(Read(buckets_ + first * 8, words, /*cached=*/false));
         for (uint64_t w = 0; w < nw; w++) {
           const uint64_t b = first + w;
-          for (uint64_t at = GetU64(words.data() + w * 8); at != 0; at = GetU64(node.data() + kNext)) {
-            const std::string where = what + ": bucket " + std::to_string(b) + ": node " + std::to_string(at);
+          for (uint64_t at = GetU64(words.data() + w * 8); at != 0;
+               at = GetU64(node.data() + kNext)) {
+            const std::string where =
+                what + ": bucket " + std::to_string(b) + ": node " + std::to_string(at);
             if (++n > count) {
-              return Status::Corruption(what + ": more nodes than the count " + std::to_string(count) +
-                                        " (or a cycle)");
+              return Status::Corruption(what + ": more nodes than the count " +
+                                        std::to_string(count) + " (or a cycle)");
             }
-            if (!ValidAddr(at, node_bytes_)) return Status::Corruption(where + ": address outside the data area");
+            if (!ValidAddr(at, node_bytes_))
+              return Status::Corruption(where + ": address outside the data area");
             ASYMNVM_RETURN_IF_ERROR(Read(at, node, /*cached=*/false));
             const uint64_t key = GetU64(node.data());
             if (Bucket(key) != b) {
-              return Status::Corruption(where + ": key " + std::to_string(key) + " hashes to bucket " +
-                                        std::to_string(Bucket(key)));
+              return Status::Corruption(where + ": key " + std::to_string(key) +
+                                        " hashes to bucket " + std::to_string(Bucket(key)));
             }
             if (!keys.insert(key).second) {
               return Status::Corruption(where + ": duplicate key " + std::to_string(key));
@@ -237,7 +241,8 @@ class HashTable final : public Map, public Base {
       return DoPut(key, v);
     }
     if (op.op_type == kOpDelete) return DoDelete(key, /*replay=*/true);
-    return Status::Corruption(Describe(kind_, st_.name) + ": unknown op type " + std::to_string(op.op_type));
+    return Status::Corruption(Describe(kind_, st_.name) + ": unknown op type " +
+                              std::to_string(op.op_type));
   }
 
  private:
@@ -262,7 +267,8 @@ class HashTable final : public Map, public Base {
   }
 
   Status NotFound(uint64_t key) const {
-    return Status::NotFound(Describe(kind_, st_.name) + ": key " + std::to_string(key) + " not found");
+    return Status::NotFound(Describe(kind_, st_.name) + ": key " + std::to_string(key) +
+                            " not found");
   }
 
   // §8.2: item-granularity cache pages when optimizing.
@@ -282,8 +288,10 @@ class HashTable final : public Map, public Base {
     std::vector<uint8_t> buf(whole ? node_bytes_ : kHeader);
     uint64_t steps = 0, prev = 0;
     for (uint64_t at = f->head; at != 0;) {
-      if (++steps > bound + 64) return Torn("chain of bucket " + std::to_string(f->bucket) + " longer than the count");
-      if (!ValidAddr(at, node_bytes_)) return Torn("node address " + std::to_string(at) + " outside the data area");
+      if (++steps > bound + 64)
+        return Torn("chain of bucket " + std::to_string(f->bucket) + " longer than the count");
+      if (!ValidAddr(at, node_bytes_))
+        return Torn("node address " + std::to_string(at) + " outside the data area");
       ASYMNVM_RETURN_IF_ERROR(ReadItem(at, buf, node_page_));
       const uint64_t k = GetU64(buf.data());
       const uint64_t next = GetU64(buf.data() + kNext);
@@ -376,7 +384,8 @@ class HashTable final : public Map, public Base {
     ASYMNVM_RETURN_IF_ERROR(Find(key, count_, &f, nullptr));
     if (f.node == 0) return replay ? Status::Ok() : NotFound(key);
     ASYMNVM_RETURN_IF_ERROR(Update(kOpDelete, EncodeKeyValue(key, {}), [&]() -> Status {
-      ASYMNVM_RETURN_IF_ERROR(WriteU64(f.prev == 0 ? BucketAddr(f.bucket) : f.prev + kNext, f.next));
+      ASYMNVM_RETURN_IF_ERROR(
+          WriteU64(f.prev == 0 ? BucketAddr(f.bucket) : f.prev + kNext, f.next));
       return WriteU64(anchor_ + kCount, count_ - 1);
     }));
     count_--;
@@ -390,10 +399,12 @@ class HashTable final : public Map, public Base {
 
 }  // namespace
 
-Result<std::unique_ptr<Map>> OpenHashTable(frontend::Session& s, const std::string& name, Options o) {
+Result<std::unique_ptr<Map>> OpenHashTable(frontend::Session& s, const std::string& name,
+                                           Options o) {
   if (o.param != 0 && ((o.param & (o.param - 1)) != 0 || o.param > kMaxBuckets)) {
     return Status::InvalidArgument("hash table bucket count must be a power of two up to " +
-                                   std::to_string(kMaxBuckets) + ", got " + std::to_string(o.param));
+                                   std::to_string(kMaxBuckets) + ", got " +
+                                   std::to_string(o.param));
   }
   ASYMNVM_ASSIGN_OR_RETURN(frontend::Structure st,
                            Base::Resolve(s, Kind::kHashTable, name, &o, kDefaultBuckets));

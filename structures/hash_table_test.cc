@@ -23,7 +23,8 @@ struct Param {
   uint64_t buckets;
 };
 
-Result<std::unique_ptr<Map>> OpenHash(frontend::Session& s, const std::string& name, Options o = {}) {
+Result<std::unique_ptr<Map>> OpenHash(frontend::Session& s, const std::string& name,
+                                      Options o = {}) {
   return internal::OpenHashTable(s, name, o);
 }
 
@@ -121,10 +122,12 @@ std::vector<Param> AllParams() {
   return v;
 }
 
-INSTANTIATE_TEST_SUITE_P(All, HashModelTest, ::testing::ValuesIn(AllParams()), [](const auto& info) {
-  return std::string(frontend::LevelName(info.param.level)) + (info.param.optimize ? "" : "_plain") +
-         "_b" + std::to_string(info.param.buckets);
-});
+INSTANTIATE_TEST_SUITE_P(All, HashModelTest, ::testing::ValuesIn(AllParams()),
+                         [](const auto& info) {
+                           return std::string(frontend::LevelName(info.param.level)) +
+                                  (info.param.optimize ? "" : "_plain") + "_b" +
+                                  std::to_string(info.param.buckets);
+                         });
 
 class HashTableTest : public StructuresTest {};
 

@@ -213,7 +213,8 @@ TEST_P(MapConformance, ErrorsAreTheContractsNeverACrash) {
 }
 
 std::string ParamName(const ::testing::TestParamInfo<std::tuple<Kind, Level>>& info) {
-  return std::string(KindName(std::get<0>(info.param))) + "_" + frontend::LevelName(std::get<1>(info.param));
+  return std::string(KindName(std::get<0>(info.param))) + "_" +
+         frontend::LevelName(std::get<1>(info.param));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllMapKinds, MapConformance,

@@ -55,9 +55,10 @@ class MvBPlusTree final : public MvBase {
   Status Decode(const std::vector<uint8_t>& b, Node* out) {
     const uint32_t leaf = GetU32(b.data() + 16), n = GetU32(b.data() + 20);
     if (leaf > 1 || n == 0 || n > fan_) {
-      return writer() ? Status::Corruption(What() + ": node with leaf flag " + std::to_string(leaf) +
-                                           " and " + std::to_string(n) + " entries")
-                      : Restart("malformed node");
+      return writer()
+                 ? Status::Corruption(What() + ": node with leaf flag " + std::to_string(leaf) +
+                                      " and " + std::to_string(n) + " entries")
+                 : Restart("malformed node");
     }
     out->leaf = leaf == 1;
     out->keys.resize(n);
@@ -102,7 +103,8 @@ class MvBPlusTree final : public MvBase {
     path->clear();
     *found = false;
     for (uint64_t cur = root_; cur != 0;) {
-      if (path->size() >= static_cast<size_t>(kMaxHeight)) return Status::Corruption(What() + ": tree too high");
+      if (path->size() >= static_cast<size_t>(kMaxHeight))
+        return Status::Corruption(What() + ": tree too high");
       Step s;
       s.ptr = cur;
       ASYMNVM_RETURN_IF_ERROR(Load(cur, &s.bytes, &s.node));
@@ -236,7 +238,8 @@ class MvBPlusTree final : public MvBase {
     Node nd;
     uint64_t cur = root;
     for (int depth = 0; cur != 0; depth++) {
-      if (depth >= kMaxHeight) return writer() ? Status::Corruption(What() + ": tree too high") : Restart("too high");
+      if (depth >= kMaxHeight)
+        return writer() ? Status::Corruption(What() + ": tree too high") : Restart("too high");
       ASYMNVM_RETURN_IF_ERROR(Load(cur, &b, &nd));
       if (nd.leaf) {
         auto it = std::lower_bound(nd.keys.begin(), nd.keys.end(), key);
@@ -248,8 +251,10 @@ class MvBPlusTree final : public MvBase {
     return Status::NotFound(What() + ": key " + std::to_string(key) + " not found");
   }
 
-  Status ScanNode(uint64_t ptr, int depth, uint64_t from, size_t limit, std::vector<KeyValue>* out) {
-    if (depth >= kMaxHeight) return writer() ? Status::Corruption(What() + ": tree too high") : Restart("too high");
+  Status ScanNode(uint64_t ptr, int depth, uint64_t from, size_t limit,
+                  std::vector<KeyValue>* out) {
+    if (depth >= kMaxHeight)
+      return writer() ? Status::Corruption(What() + ": tree too high") : Restart("too high");
     std::vector<uint8_t> b;
     Node nd;
     ASYMNVM_RETURN_IF_ERROR(Load(ptr, &b, &nd));
@@ -268,7 +273,8 @@ class MvBPlusTree final : public MvBase {
     return Status::Ok();
   }
 
-  Status ScanIn(uint64_t root, uint64_t, uint64_t from, size_t limit, std::vector<KeyValue>* out) override {
+  Status ScanIn(uint64_t root, uint64_t, uint64_t from, size_t limit,
+                std::vector<KeyValue>* out) override {
     if (root == 0 || limit == 0) return Status::Ok();
     return ScanNode(root, 0, from, limit, out);
   }
@@ -287,8 +293,8 @@ class MvBPlusTree final : public MvBase {
     for (size_t i = first; i < nd.n(); i++) {
       const uint64_t k = nd.keys[i];
       if ((has_lo && k < lo) || (has_hi && k >= hi) || (i > first && k <= nd.keys[i - 1])) {
-        return Status::Corruption(What() + ": key " + std::to_string(k) + " out of order at depth " +
-                                  std::to_string(depth));
+        return Status::Corruption(What() + ": key " + std::to_string(k) +
+                                  " out of order at depth " + std::to_string(depth));
       }
     }
     if (nd.leaf) {
@@ -326,9 +332,11 @@ class MvBPlusTree final : public MvBase {
 
 }  // namespace
 
-Result<std::unique_ptr<Map>> OpenMvBPlusTree(frontend::Session& s, const std::string& name, Options o) {
+Result<std::unique_ptr<Map>> OpenMvBPlusTree(frontend::Session& s, const std::string& name,
+                                             Options o) {
   if (o.param != 0 && (o.param < 3 || o.param > 256)) {
-    return Status::InvalidArgument("mvbptree fan-out must be 3..256, got " + std::to_string(o.param));
+    return Status::InvalidArgument("mvbptree fan-out must be 3..256, got " +
+                                   std::to_string(o.param));
   }
   ASYMNVM_ASSIGN_OR_RETURN(frontend::Structure st,
                            Base::Resolve(s, Kind::kMvBPlusTree, name, &o, kDefaultFanout));

@@ -76,7 +76,8 @@ class MvBst final : public MvBase {
     path->clear();
     *found = false;
     for (uint64_t cur = root_; cur != 0;) {
-      if (path->size() > count_ + 64) return Status::Corruption(What() + ": path longer than the count");
+      if (path->size() > count_ + 64)
+        return Status::Corruption(What() + ": path longer than the count");
       Step s;
       s.ptr = cur;
       ASYMNVM_RETURN_IF_ERROR(Fetch(cur, kNodeMagic, kNodeBytes, &s.n));
@@ -174,7 +175,8 @@ class MvBst final : public MvBase {
     // Down: rotate the child that belongs higher above it until it has at most one child.
     std::vector<uint8_t> ln, rn;
     for (size_t steps = 0;; steps++) {
-      if (steps > count_ + 64) return Status::Corruption(What() + ": delete: subtree deeper than the count");
+      if (steps > count_ + 64)
+        return Status::Corruption(What() + ": delete: subtree deeper than the count");
       const uint64_t l = GetU64(P(t) + kLeft), r = GetU64(P(t) + kRight);
       if (l == 0 || r == 0) {
         ASYMNVM_RETURN_IF_ERROR(Relink(parent, t, l != 0 ? l : r));
@@ -199,7 +201,8 @@ class MvBst final : public MvBase {
     std::vector<uint8_t> n;
     uint64_t steps = 0;
     for (uint64_t cur = root; cur != 0;) {
-      if (++steps > count + 64) return writer() ? Status::Corruption(What() + ": cycle") : Restart("cycle");
+      if (++steps > count + 64)
+        return writer() ? Status::Corruption(What() + ": cycle") : Restart("cycle");
       ASYMNVM_RETURN_IF_ERROR(Fetch(cur, kNodeMagic, kNodeBytes, &n));
       const uint64_t k = K(n);
       if (k == key) return ReadValue(F(n, kVal), value);
@@ -216,7 +219,8 @@ class MvBst final : public MvBase {
     uint64_t cur = root;
     while (cur != 0 || !stack.empty()) {
       while (cur != 0) {
-        if (++steps > 2 * count + 64) return writer() ? Status::Corruption(What() + ": cycle") : Restart("cycle");
+        if (++steps > 2 * count + 64)
+          return writer() ? Status::Corruption(What() + ": cycle") : Restart("cycle");
         std::vector<uint8_t> n;
         ASYMNVM_RETURN_IF_ERROR(Fetch(cur, kNodeMagic, kNodeBytes, &n));
         if (K(n) < from) {

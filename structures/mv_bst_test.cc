@@ -221,7 +221,8 @@ TEST_F(MvTest, AscendingInsertsAndDeletesStayShallow) {
   auto m = OpenMv(*s, "ascending", Options());
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   const char* env = std::getenv("ASYMNVM_MV_ASCENDING_KEYS");
-  const uint64_t kN = env != nullptr ? std::max<uint64_t>(4, std::strtoull(env, nullptr, 10)) : 2000;
+  const uint64_t kN =
+      env != nullptr ? std::max<uint64_t>(4, std::strtoull(env, nullptr, 10)) : 2000;
   for (uint64_t k = 0; k < kN; k++) {
     Status st = (*m)->Put(k, TestValue(k, 0, 8));
     ASSERT_TRUE(st.ok()) << "key " << k << ": " << st.ToString();
@@ -318,7 +319,8 @@ TEST_F(MvTest, ReplayReexecutesOpLogs) {
     return r;
   };
   f.ops = {op(opn + 1, 1, 100, TestValue(100, 1, 8)), op(opn + 2, 1, 3, TestValue(3, 9, 20)),
-           op(opn + 3, 2, 5, {}), op(opn + 4, 1, 101, TestValue(101, 1, 8)), op(opn + 5, 2, 101, {})};
+           op(opn + 3, 2, 5, {}), op(opn + 4, 1, 101, TestValue(101, 1, 8)),
+           op(opn + 5, 2, 101, {})};
   ASSERT_TRUE(s->Replay(&f).ok());
   EXPECT_EQ(s->counters().replayed_ops, 5u);
   std::map<uint64_t, Value> model;
@@ -343,7 +345,7 @@ TEST_F(MvTest, ReaderSeesOnlyPublishedVersions) {
   ASSERT_TRUE(r.ok());
   ASSERT_TRUE((*m)->Put(1, TestValue(1, 1, 8)).ok());
   Value v;
-  ASSERT_TRUE((*m)->Get(1, &v).ok());  // the writer sees its working version
+  ASSERT_TRUE((*m)->Get(1, &v).ok());                         // the writer sees its working version
   EXPECT_EQ((*r)->Get(1, &v).code(), StatusCode::kNotFound);  // not published yet (batch of 64)
   ASSERT_TRUE((*m)->Sync().ok());
   ASSERT_TRUE((*r)->Get(1, &v).ok());
@@ -375,7 +377,8 @@ TEST_F(MvTest, ReclamationWaitsForTheGracePeriod) {
   ASSERT_EQ(old_version.size(), 200u);
   // Many more versions: overwrites and deletes replace published nodes and value blocks.
   for (int round = 0; round < 5; round++) {
-    for (uint64_t k = 0; k < 200; k++) ASSERT_TRUE(map->Put(k * 37 % 211, TestValue(k, round + 1, 16)).ok());
+    for (uint64_t k = 0; k < 200; k++)
+      ASSERT_TRUE(map->Put(k * 37 % 211, TestValue(k, round + 1, 16)).ok());
     ASSERT_TRUE(map->Sync().ok());
   }
   for (uint64_t k = 0; k < 100; k++) ASSERT_TRUE(map->Delete(k * 37 % 211).ok());
@@ -454,8 +457,9 @@ TEST_F(MvTest, ReaderDuringWriterNeverMissesStableKeys) {
   EXPECT_TRUE(wst.ok()) << wst.ToString();
   EXPECT_EQ(s->counters().reader_retries, 0u);
   auto stats = internal::mv::GetMvStats(r->get());
-  std::cout << "[ info ] gets " << gets << " during " << writes.load() << " writer updates; reader restarts "
-            << stats.reader_restarts << ", anchor retries " << stats.anchor_retries << "\n";
+  std::cout << "[ info ] gets " << gets << " during " << writes.load()
+            << " writer updates; reader restarts " << stats.reader_restarts << ", anchor retries "
+            << stats.anchor_retries << "\n";
 }
 
 // Keys inserted in increasing order: any version a reader sees is a prefix 0..k.

@@ -61,7 +61,9 @@ inline constexpr int kTimedAttempts = 3;  // grace-period restarts before a read
 
 inline uint64_t Addr(uint64_t p) { return p & kAddrMask; }
 inline uint16_t Tag(uint64_t p) { return static_cast<uint16_t>(p >> 48); }
-inline uint64_t MakePtr(uint64_t addr, uint64_t version) { return addr | ((version & 0xFFFF) << 48); }
+inline uint64_t MakePtr(uint64_t addr, uint64_t version) {
+  return addr | ((version & 0xFFFF) << 48);
+}
 
 inline uint64_t Mix(uint64_t h) {
   h *= 0x9E3779B97F4A7C15ull;
@@ -86,8 +88,8 @@ struct MvStats {
 
 class MvBase : public Map, public Base {
  public:
-  MvBase(frontend::Session& s, frontend::Structure st, Kind kind, const Options& o, uint32_t node_magic,
-         uint32_t node_bytes)
+  MvBase(frontend::Session& s, frontend::Structure st, Kind kind, const Options& o,
+         uint32_t node_magic, uint32_t node_bytes)
       : Base(s, std::move(st), kind, o), node_magic_(node_magic), node_bytes_(node_bytes) {
     val_bytes_ = kHdr + SlotBytes(vsize());
     batch_ = (level() == frontend::Level::kRcb && opt_.optimize) ? kBatchUpdates : 1;
@@ -161,10 +163,12 @@ class MvBase : public Map, public Base {
                /*timed=*/true);
   }
   Status Scan(uint64_t from, size_t limit, std::vector<KeyValue>* out) override {
-    return Run([&](uint64_t root, uint64_t count) {
-      out->clear();
-      return ScanIn(root, count, from, limit, out);
-    }, /*timed=*/false);
+    return Run(
+        [&](uint64_t root, uint64_t count) {
+          out->clear();
+          return ScanIn(root, count, from, limit, out);
+        },
+        /*timed=*/false);
   }
   Result<uint64_t> Count() override {
     uint64_t n = 0;
@@ -200,11 +204,13 @@ class MvBase : public Map, public Base {
     size_t begin = 0;
     while (begin < sorted.size()) {
       size_t end = begin, bytes = 4;
-      while (end < sorted.size() && (end == begin || bytes + 12 + sorted[end].second.size() <= kVectorPayloadMax)) {
+      while (end < sorted.size() &&
+             (end == begin || bytes + 12 + sorted[end].second.size() <= kVectorPayloadMax)) {
         bytes += 12 + sorted[end].second.size();
         end++;
       }
-      ASYMNVM_RETURN_IF_ERROR(ApplyVectorRun(std::span<const KeyValue>(sorted).subspan(begin, end - begin), false));
+      ASYMNVM_RETURN_IF_ERROR(
+          ApplyVectorRun(std::span<const KeyValue>(sorted).subspan(begin, end - begin), false));
       begin = end;
     }
     return Status::Ok();
@@ -216,7 +222,8 @@ class MvBase : public Map, public Base {
       Status st = DecodeVector(op.payload, &run);
       if (!st.ok()) return Status::Corruption(What() + ": " + st.message());
       for (const KeyValue& kv : run) {
-        if (kv.second.size() > vsize()) return Status::Corruption(What() + ": replayed value too long");
+        if (kv.second.size() > vsize())
+          return Status::Corruption(What() + ": replayed value too long");
       }
       return ApplyVectorRun(run, true);
     }
@@ -225,7 +232,8 @@ class MvBase : public Map, public Base {
     ASYMNVM_RETURN_IF_ERROR(DecodeKeyValue(op.payload, &key, &v));
     if (op.op_type == kOpPut) return DoPut(key, v, /*replay=*/true);
     if (op.op_type == kOpDelete) return DoDelete(key, /*replay=*/true);
-    return Status::Corruption(Describe(kind_, st_.name) + ": unknown op type " + std::to_string(op.op_type));
+    return Status::Corruption(Describe(kind_, st_.name) + ": unknown op type " +
+                              std::to_string(op.op_type));
   }
 
   MvStats stats() const {
@@ -297,7 +305,8 @@ class MvBase : public Map, public Base {
   // validates what it read (see the top of the file).
   Status Fetch(uint64_t ptr, uint32_t magic, uint32_t bytes, std::vector<uint8_t>* out) {
     const uint64_t a = Addr(ptr);
-    if (a == 0) return writer() ? Status::Corruption(What() + ": null pointer") : Restart("null pointer");
+    if (a == 0)
+      return writer() ? Status::Corruption(What() + ": null pointer") : Restart("null pointer");
     if (writer()) {
       if (auto it = priv_.find(a); it != priv_.end()) {
         *out = it->second;
@@ -311,7 +320,8 @@ class MvBase : public Map, public Base {
       }
       return Status::Ok();
     }
-    if (timed_ && Clock::now() - op_start_ > grace_) return Restart("traversal outlived the grace period");
+    if (timed_ && Clock::now() - op_start_ > grace_)
+      return Restart("traversal outlived the grace period");
     out->resize(bytes);
     if (level() >= frontend::Level::kRc) {
       ASYMNVM_RETURN_IF_ERROR(Read(a, *out, /*cached=*/true));
@@ -382,9 +392,9 @@ class MvBase : public Map, public Base {
   }
   Status Begin(uint16_t op, uint64_t key, std::span<const uint8_t> value, size_t estimate) {
     if (estimate > PublishBudget()) {
-      return Status::ResourceExhausted(What() + ": one update would copy " + std::to_string(estimate) +
-                                       " bytes, more than one publish holds (" +
-                                       std::to_string(PublishBudget()) + ")");
+      return Status::ResourceExhausted(
+          What() + ": one update would copy " + std::to_string(estimate) +
+          " bytes, more than one publish holds (" + std::to_string(PublishBudget()) + ")");
     }
     if (in_vector_) return Status::Ok();
     if (priv_bytes_ + estimate > PublishBudget()) ASYMNVM_RETURN_IF_ERROR(Publish());
@@ -437,7 +447,9 @@ class MvBase : public Map, public Base {
       return st;
     }
     if (!replay && run.size() > 1 && priv_bytes_ > PublishBudget()) {
-      const size_t parts = std::min(run.size(), std::max<size_t>(2, (priv_bytes_ * 5 / 4 + PublishBudget() - 1) / PublishBudget()));
+      const size_t parts = std::min(
+          run.size(),
+          std::max<size_t>(2, (priv_bytes_ * 5 / 4 + PublishBudget() - 1) / PublishBudget()));
       drop();
       size_t at = 0;
       for (size_t k = 0; k < parts; k++) {
@@ -506,7 +518,7 @@ class MvBase : public Map, public Base {
   size_t priv_bytes_ = 0;
   uint32_t ops_ = 0;
   bool dirty_ = false;
-  bool in_vector_ = false;  // DoPut inside ApplyVectorRun: no op log, no publish of its own
+  bool in_vector_ = false;         // DoPut inside ApplyVectorRun: no op log, no publish of its own
   std::vector<uint64_t> retired_;  // published objects replaced since the last publish
   std::deque<std::pair<Clock::time_point, uint64_t>> reclaim_;
   std::chrono::microseconds grace_ = kDefaultGrace;

@@ -42,7 +42,8 @@ struct PartitionMap {
     put32(20, value_size);
     put64(24, param);
     put64(32, kPartitionSeed);
-    for (uint32_t i = 0; i < n; i++) std::memcpy(b.data() + kMapHeader + 16 * i, uuids[i].data(), 16);
+    for (uint32_t i = 0; i < n; i++)
+      std::memcpy(b.data() + kMapHeader + 16 * i, uuids[i].data(), 16);
     put32(b.size() - 4, Crc32c(b.data(), b.size() - 4));
     return b;
   }
@@ -80,7 +81,8 @@ Result<PartitionMap> ReadMap(frontend::Session& s, uint64_t addr, const std::str
   m.value_size = Get32(b.data() + 20);
   m.param = Get64(b.data() + 24);
   m.uuids.resize(n);
-  for (uint32_t i = 0; i < n; i++) std::memcpy(m.uuids[i].data(), b.data() + kMapHeader + 16 * i, 16);
+  for (uint32_t i = 0; i < n; i++)
+    std::memcpy(m.uuids[i].data(), b.data() + kMapHeader + 16 * i, 16);
   return m;
 }
 
@@ -90,8 +92,13 @@ class PartitionedMap final : public Map, public frontend::Cluster::Member {
  public:
   PartitionedMap(frontend::Cluster& c, std::string name, frontend::Structure entry,
                  PartitionMap map, std::vector<size_t> where, Options o)
-      : c_(c), name_(std::move(name)), entry_(std::move(entry)), map_(std::move(map)),
-        where_(std::move(where)), o_(o), parts_(where_.size()) {
+      : c_(c),
+        name_(std::move(name)),
+        entry_(std::move(entry)),
+        map_(std::move(map)),
+        where_(std::move(where)),
+        o_(o),
+        parts_(where_.size()) {
     c_.AddMember(this);
   }
   ~PartitionedMap() override {
@@ -215,7 +222,8 @@ class PartitionedMap final : public Map, public frontend::Cluster::Member {
   }
   Result<Map*> Part(uint32_t i) {
     if (!parts_[i]) {
-      return Status::ConnectionError(Where(i) + " is not open (its back-end failed; "
+      return Status::ConnectionError(Where(i) +
+                                     " is not open (its back-end failed; "
                                      "Cluster::Reconnect re-opens it)");
     }
     return parts_[i].get();
@@ -233,9 +241,9 @@ class PartitionedMap final : public Map, public frontend::Cluster::Member {
 // Publishes `map` under `name` at session `s` (create-or-open the entry, then CAS the root word
 // from 0 to a new block); returns the map that is there afterwards (ours or an earlier one).
 Result<std::pair<frontend::Structure, PartitionMap>> Publish(frontend::Session& s,
-                                                            const std::string& name,
-                                                            const PartitionMap& map,
-                                                            const std::string& where) {
+                                                             const std::string& name,
+                                                             const PartitionMap& map,
+                                                             const std::string& where) {
   std::array<uint64_t, 4> params{static_cast<uint64_t>(map.kind), map.uuids.size(), map.value_size,
                                  kMapVersion};
   auto e = s.CreateRoot(name, kPartitionMapType, params);
@@ -308,7 +316,8 @@ Result<std::unique_ptr<Map>> OpenPartitioned(frontend::Cluster& c, Kind kind,
 
   // 2. None: create (writers), publishing first at the smallest pool uuid.
   if (!found) {
-    if (!writer || !options.create) return Status::NotFound("no partitioned map named '" + name + "'");
+    if (!writer || !options.create)
+      return Status::NotFound("no partitioned map named '" + name + "'");
     if (name.empty() || name.size() + 1 + std::to_string(want_parts - 1).size() > 63) {
       return Status::InvalidArgument("partitioned map name must be 1.." +
                                      std::to_string(62 - std::to_string(want_parts - 1).size()) +
@@ -326,16 +335,17 @@ Result<std::unique_ptr<Map>> OpenPartitioned(frontend::Cluster& c, Kind kind,
     for (size_t j = 1; j < c.size(); j++) {
       if (c.pool_uuid(j) < c.pool_uuid(home)) home = j;
     }
-    ASYMNVM_ASSIGN_OR_RETURN(auto pub, Publish(c.session(home), name, m,
-                                               "partition map '" + name + "' at " + c.address(home)));
+    ASYMNVM_ASSIGN_OR_RETURN(
+        auto pub,
+        Publish(c.session(home), name, m, "partition map '" + name + "' at " + c.address(home)));
     entry = pub.first;
     found = std::move(pub.second);
     found_at = home;
   }
   if (found->kind != kind) {
     return Status::FailedPrecondition("type mismatch: '" + name + "' is a partitioned " +
-                                      std::string(KindName(found->kind)) +
-                                      ", not a partitioned " + KindName(kind));
+                                      std::string(KindName(found->kind)) + ", not a partitioned " +
+                                      KindName(kind));
   }
 
   // 3. Where each partition lives.

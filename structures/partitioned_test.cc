@@ -302,8 +302,8 @@ TEST(PartitionedRestart, OneOfTwoBackendsKilledAndRestartedMidRun) {
       model[t].erase(k);
     } else {
       ASSERT_TRUE(killed) << s.ToString();
-      ASSERT_EQ(PartitionOf(k, 2) == 0 ? 0 : 1, 1) << "a partition on the live back-end failed: "
-                                                   << s.ToString();
+      ASSERT_EQ(PartitionOf(k, 2) == 0 ? 0 : 1, 1)
+          << "a partition on the live back-end failed: " << s.ToString();
       failed++;
       if (!doubt[t].count(k)) {
         doubt[t][k] = {before, after};
@@ -328,21 +328,25 @@ TEST(PartitionedRestart, OneOfTwoBackendsKilledAndRestartedMidRun) {
   Status rs = cl.Reconnect(1, d[1]->address());
   ASSERT_TRUE(rs.ok()) << rs.ToString();
   size_t in_doubt = doubt[0].size() + doubt[1].size();
-  std::printf("partitioned restart: %d ops failed while back-end 1 was down, %d succeeded on "
-              "back-end 0, %zu keys in doubt, %llu ops replayed at reconnect\n",
-              failed, after_kill_ok, in_doubt,
-              (unsigned long long)cl.session(1).counters().replayed_ops);
+  std::printf(
+      "partitioned restart: %d ops failed while back-end 1 was down, %d succeeded on "
+      "back-end 0, %zu keys in doubt, %llu ops replayed at reconnect\n",
+      failed, after_kill_ok, in_doubt, (unsigned long long)cl.session(1).counters().replayed_ops);
   // Resolve the keys in doubt by what is there (either outcome is correct; anything else is not).
   for (int t = 0; t < 2; t++) {
     for (const auto& [k, ba] : doubt[t]) {
       Value v;
       Status s = maps[t]->Get(k, &v);
       std::optional<Value> now;
-      if (s.ok()) now = v;
-      else ASSERT_EQ(s.code(), StatusCode::kNotFound) << s.ToString();
+      if (s.ok())
+        now = v;
+      else
+        ASSERT_EQ(s.code(), StatusCode::kNotFound) << s.ToString();
       ASSERT_TRUE(now == ba.first || now == ba.second) << KindName(kinds[t]) << " key " << k;
-      if (now) model[t][k] = *now;
-      else model[t].erase(k);
+      if (now)
+        model[t][k] = *now;
+      else
+        model[t].erase(k);
     }
     doubt[t].clear();
   }

@@ -55,9 +55,12 @@ bool Whole(uint64_t key, const Value& v) {
 
 const char* Name(Kind kind) {
   switch (kind) {
-    case Kind::kHashTable: return "rc-hash";
-    case Kind::kMvBst: return "rc-mvbst";
-    default: return "rc-mvbptree";
+    case Kind::kHashTable:
+      return "rc-hash";
+    case Kind::kMvBst:
+      return "rc-mvbst";
+    default:
+      return "rc-mvbptree";
   }
 }
 
@@ -98,8 +101,8 @@ frontend::SessionOptions SessionFor(const std::string& address, uint64_t fe) {
       _exit(8);
     }
     if (!Whole(key, v)) {
-      std::fprintf(stderr, "reader %llu: key %llu: torn value\n", static_cast<unsigned long long>(fe),
-                   static_cast<unsigned long long>(key));
+      std::fprintf(stderr, "reader %llu: key %llu: torn value\n",
+                   static_cast<unsigned long long>(fe), static_cast<unsigned long long>(key));
       _exit(9);
     }
     if (n % 16 == 0) {
@@ -181,7 +184,8 @@ TEST_F(ReaderCrashTest, SigkilledReadersStallNothingAndLeakNothing) {
   const std::string stop = dir_ + "/stop";
   // One long-lived reader per kind (ids 10..12) through everything.
   std::vector<pid_t> survivors;
-  for (size_t i = 0; i < std::size(kinds); i++) survivors.push_back(StartReader(10 + i, kinds[i], stop));
+  for (size_t i = 0; i < std::size(kinds); i++)
+    survivors.push_back(StartReader(10 + i, kinds[i], stop));
 
   std::mt19937_64 rng(20261124);
   uint64_t writes = 0;

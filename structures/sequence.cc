@@ -30,12 +30,14 @@ class LinkedSequence final : public Sequence, public Base {
     node_bytes_ = 8 + SlotBytes(vsize());
     max_pending_ = std::max<size_t>(1, std::min<size_t>(256, kPendingBytes / node_bytes_));
     // Pending pushes keep their op logs open; another structure's op materializes them first.
-    if (writer()) KeepsOpsOpen([this] { return pending_.empty() ? s_.TxWrite(st_) : Materialize(); });
+    if (writer())
+      KeepsOpsOpen([this] { return pending_.empty() ? s_.TxWrite(st_) : Materialize(); });
   }
   ~LinkedSequence() override {
     if (writer()) {
       Status st = Materialize();
-      if (!st.ok()) LOG_WARN("structures", Describe(kind_, st_.name) << ": close: " << st.ToString());
+      if (!st.ok())
+        LOG_WARN("structures", Describe(kind_, st_.name) << ": close: " << st.ToString());
     }
   }
 
@@ -131,16 +133,19 @@ class LinkedSequence final : public Sequence, public Base {
       const uint64_t head = GetU64(a + kHead), tail = GetU64(a + kTail), count = GetU64(a + kCount);
       uint64_t n = 0, last = 0;
       for (uint64_t at = head; at != 0; n++) {
-        if (n >= count) return Status::Corruption(what + ": more nodes than the count " + std::to_string(count));
+        if (n >= count)
+          return Status::Corruption(what + ": more nodes than the count " + std::to_string(count));
         std::vector<uint8_t> node(node_bytes_);
         ASYMNVM_RETURN_IF_ERROR(Read(at, node));
         Status st = DecodeSlot(std::span<const uint8_t>(node).subspan(8), vsize(), nullptr);
-        if (!st.ok()) return Status::Corruption(what + ": node " + std::to_string(n) + ": " + st.message());
+        if (!st.ok())
+          return Status::Corruption(what + ": node " + std::to_string(n) + ": " + st.message());
         last = at;
         at = GetU64(node.data());
       }
       if (n != count) {
-        return Status::Corruption(what + ": " + std::to_string(n) + " nodes, count says " + std::to_string(count));
+        return Status::Corruption(what + ": " + std::to_string(n) + " nodes, count says " +
+                                  std::to_string(count));
       }
       if (!lifo_ && tail != last) return Status::Corruption(what + ": tail is not the last node");
       return Status::Ok();
@@ -164,7 +169,8 @@ class LinkedSequence final : public Sequence, public Base {
     } else if (op.op_type == kOpPop) {
       st = DoPop(nullptr, /*replay=*/true);
     } else {
-      return Status::Corruption(Describe(kind_, st_.name) + ": unknown op type " + std::to_string(op.op_type));
+      return Status::Corruption(Describe(kind_, st_.name) + ": unknown op type " +
+                                std::to_string(op.op_type));
     }
     ASYMNVM_RETURN_IF_ERROR(st);
     return Materialize();
@@ -200,7 +206,9 @@ class LinkedSequence final : public Sequence, public Base {
     if (head_ == 0) return Status::NotFound(Describe(kind_, st_.name) + " is empty");
     std::vector<uint8_t> node(node_bytes_);
     ASYMNVM_RETURN_IF_ERROR(Read(head_, node));
-    if (value) ASYMNVM_RETURN_IF_ERROR(DecodeSlot(std::span<const uint8_t>(node).subspan(8), vsize(), value));
+    if (value)
+      ASYMNVM_RETURN_IF_ERROR(
+          DecodeSlot(std::span<const uint8_t>(node).subspan(8), vsize(), value));
     const uint64_t old = head_;
     ASYMNVM_RETURN_IF_ERROR(s_.OpLog(st_, kOpPop, {}).status());
     head_ = GetU64(node.data());
@@ -290,8 +298,8 @@ class LinkedSequence final : public Sequence, public Base {
   std::deque<Value> pending_;
 };
 
-Result<std::unique_ptr<Sequence>> OpenLinked(frontend::Session& s, Kind kind, const std::string& name,
-                                             Options o) {
+Result<std::unique_ptr<Sequence>> OpenLinked(frontend::Session& s, Kind kind,
+                                             const std::string& name, Options o) {
   ASYMNVM_ASSIGN_OR_RETURN(frontend::Structure st, Base::Resolve(s, kind, name, &o, 0));
   auto h = std::make_unique<LinkedSequence>(s, std::move(st), kind, o);
   ASYMNVM_RETURN_IF_ERROR(h->Init());
@@ -300,10 +308,12 @@ Result<std::unique_ptr<Sequence>> OpenLinked(frontend::Session& s, Kind kind, co
 
 }  // namespace
 
-Result<std::unique_ptr<Sequence>> OpenStack(frontend::Session& s, const std::string& name, Options o) {
+Result<std::unique_ptr<Sequence>> OpenStack(frontend::Session& s, const std::string& name,
+                                            Options o) {
   return OpenLinked(s, Kind::kStack, name, o);
 }
-Result<std::unique_ptr<Sequence>> OpenQueue(frontend::Session& s, const std::string& name, Options o) {
+Result<std::unique_ptr<Sequence>> OpenQueue(frontend::Session& s, const std::string& name,
+                                            Options o) {
   return OpenLinked(s, Kind::kQueue, name, o);
 }
 

@@ -154,7 +154,7 @@ TEST_F(SequenceTest, QueueKeepsFifoWithPendingEnqueuesBehindPersistentOnes) {
   auto q = OpenSequence(*s, Kind::kQueue, "q");
   ASSERT_TRUE(q.ok());
   ASSERT_TRUE((*q)->Push(TestValue(1, 0, 8)).ok());
-  ASSERT_TRUE((*q)->Sync().ok());  // 1 is persistent
+  ASSERT_TRUE((*q)->Sync().ok());                    // 1 is persistent
   ASSERT_TRUE((*q)->Push(TestValue(2, 0, 8)).ok());  // 2 is pending
   Value v;
   ASSERT_TRUE((*q)->Peek(&v).ok());

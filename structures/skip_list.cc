@@ -13,8 +13,8 @@
 // Updates (one op log + one transaction each): an insert Mallocs the node, writes it whole (its
 // next pointers set), then links it bottom-up (level 0 first) and writes count + level once; an
 // update rewrites the value slot; a delete unlinks at every level of its tower, writes count +
-// level (shrunk while the top head list is empty), and frees the node at once (the unlink is already
-// in the batch; a reuse of the address is written after it).
+// level (shrunk while the top head list is empty), and frees the node at once (the unlink is
+// already in the batch; a reuse of the address is written after it).
 //
 // §8.4 "cache nodes of higher levels" (the §8.3 threshold rule): with Options::optimize, nodes of
 // height ≥ T are read through the cache and lower ones with one-sided READs that bypass it, so
@@ -65,7 +65,6 @@ class SkipList final : public Map, public Base {
     if (opt_.optimize) st_.page_size = NodePageSize(16 + 16 + slot_bytes_);
   }
 
-
   Status Init() {
     ASYMNVM_RETURN_IF_ERROR(AcquireWriterLock());
     std::vector<uint8_t> init(anchor_bytes_, 0);
@@ -77,7 +76,8 @@ class SkipList final : public Map, public Base {
     const std::string what = Describe(kind_, st_.name);
     if (GetU64(a.data()) != kMagic) return Status::Corruption(what + ": anchor has a bad magic");
     if (GetU64(a.data() + kMaxLevel) != max_level_) {
-      return Status::Corruption(what + ": anchor max level " + std::to_string(GetU64(a.data() + kMaxLevel)) +
+      return Status::Corruption(what + ": anchor max level " +
+                                std::to_string(GetU64(a.data() + kMaxLevel)) +
                                 " differs from the naming entry's " + std::to_string(max_level_));
     }
     count_ = GetU64(a.data() + kCount);
@@ -92,9 +92,11 @@ class SkipList final : public Map, public Base {
   Status Refresh() override {
     uint8_t a[kHead];
     ASYMNVM_RETURN_IF_ERROR(Query([&]() -> Status { return Read(anchor_, a); }));
-    if (GetU64(a) != kMagic) return Status::Corruption(Describe(kind_, st_.name) + ": anchor has a bad magic");
+    if (GetU64(a) != kMagic)
+      return Status::Corruption(Describe(kind_, st_.name) + ": anchor has a bad magic");
     const uint64_t level = GetU64(a + kLevel);
-    if (level > max_level_) return Status::Corruption(Describe(kind_, st_.name) + ": anchor level above max level");
+    if (level > max_level_)
+      return Status::Corruption(Describe(kind_, st_.name) + ": anchor level above max level");
     count_ = GetU64(a + kCount);
     level_ = level;
     return Status::Ok();
@@ -127,7 +129,8 @@ class SkipList final : public Map, public Base {
   Status PutBatch(std::span<const KeyValue> kvs) override {
     // Per pair at most its node written whole and one link word per level of its tower.
     return PutVector(
-        kvs, [this](std::span<const KeyValue> run, VectorPlan* plan) { return GatherWalk(run, plan); },
+        kvs,
+        [this](std::span<const KeyValue> run, VectorPlan* plan) { return GatherWalk(run, plan); },
         [this](const KeyValue& kv) -> size_t {
           const uint32_t h = Height(kv.first);
           return 16 + kNext + 8ull * h + slot_bytes_ + 24ull * h;
@@ -146,7 +149,8 @@ class SkipList final : public Map, public Base {
       uint8_t h[kNext + 8];
       while (at != 0 && out->size() < limit) {
         if (++steps > p.count + 64) return Torn("level-0 list longer than the count");
-        if (!ValidAddr(at, kNext + 8)) return Torn("node address " + std::to_string(at) + " outside the data area");
+        if (!ValidAddr(at, kNext + 8))
+          return Torn("node address " + std::to_string(at) + " outside the data area");
         ASYMNVM_RETURN_IF_ERROR(Read(at, h, Cached(1)));
         const uint64_t k = GetU64(h);
         const uint32_t height = GetU32(h + kHeight);
@@ -186,7 +190,8 @@ class SkipList final : public Map, public Base {
       std::vector<uint8_t> a(anchor_bytes_);
       ASYMNVM_RETURN_IF_ERROR(Read(anchor_, a, /*cached=*/false));
       if (GetU64(a.data()) != kMagic) return Status::Corruption(what + ": anchor magic");
-      if (GetU64(a.data() + kMaxLevel) != max_level_) return Status::Corruption(what + ": anchor max level");
+      if (GetU64(a.data() + kMaxLevel) != max_level_)
+        return Status::Corruption(what + ": anchor max level");
       const uint64_t count = GetU64(a.data() + kCount), level = GetU64(a.data() + kLevel);
       if (writer() && (count != count_ || level != level_)) {
         return Status::Corruption(what + ": anchor count/level " + std::to_string(count) + "/" +
@@ -196,9 +201,12 @@ class SkipList final : public Map, public Base {
       if (level > max_level_) return Status::Corruption(what + ": level above max level");
       auto head = [&](uint64_t i) { return GetU64(a.data() + kHead + 8 * i); };
       for (uint64_t i = level; i < max_level_; i++) {
-        if (head(i) != 0) return Status::Corruption(what + ": head list " + std::to_string(i) + " above the level is not empty");
+        if (head(i) != 0)
+          return Status::Corruption(what + ": head list " + std::to_string(i) +
+                                    " above the level is not empty");
       }
-      if (level > 0 && head(level - 1) == 0) return Status::Corruption(what + ": top head list is empty");
+      if (level > 0 && head(level - 1) == 0)
+        return Status::Corruption(what + ": top head list is empty");
       // Level 0: every node, in key order.
       struct NodeInfo {
         uint64_t key;
@@ -209,36 +217,46 @@ class SkipList final : public Map, public Base {
       std::vector<uint64_t> per_level(max_level_, 0);
       uint64_t n = 0, prev_key = 0;
       for (uint64_t at = head(0); at != 0; n++) {
-        const std::string where = what + ": node " + std::to_string(n) + " at " + std::to_string(at);
-        if (n >= count) return Status::Corruption(what + ": more nodes than the count " + std::to_string(count) + " (or a cycle)");
-        if (!ValidAddr(at, kNext + 8)) return Status::Corruption(where + ": address outside the data area");
+        const std::string where =
+            what + ": node " + std::to_string(n) + " at " + std::to_string(at);
+        if (n >= count)
+          return Status::Corruption(what + ": more nodes than the count " + std::to_string(count) +
+                                    " (or a cycle)");
+        if (!ValidAddr(at, kNext + 8))
+          return Status::Corruption(where + ": address outside the data area");
         uint8_t h[kNext];
         ASYMNVM_RETURN_IF_ERROR(Read(at, h, false));
         const uint32_t height = GetU32(h + kHeight);
-        if (GetU32(h + kHeight + 4) != kNodeMagic) return Status::Corruption(where + ": node magic");
+        if (GetU32(h + kHeight + 4) != kNodeMagic)
+          return Status::Corruption(where + ": node magic");
         if (height == 0 || height > level) {
-          return Status::Corruption(where + ": height " + std::to_string(height) + " outside 1.." + std::to_string(level));
+          return Status::Corruption(where + ": height " + std::to_string(height) + " outside 1.." +
+                                    std::to_string(level));
         }
         const uint64_t key = GetU64(h);
         if (height != Height(key)) {
-          return Status::Corruption(where + ": height " + std::to_string(height) + " is not the key's " +
-                                    std::to_string(Height(key)));
+          return Status::Corruption(where + ": height " + std::to_string(height) +
+                                    " is not the key's " + std::to_string(Height(key)));
         }
-        if (n > 0 && key <= prev_key) return Status::Corruption(where + ": key " + std::to_string(key) + " out of order");
+        if (n > 0 && key <= prev_key)
+          return Status::Corruption(where + ": key " + std::to_string(key) + " out of order");
         std::vector<uint8_t> rest(8ull * height + slot_bytes_);
         ASYMNVM_RETURN_IF_ERROR(Read(at + kNext, rest, false));
-        Status st = DecodeSlot(std::span<const uint8_t>(rest).subspan(8ull * height), vsize(), nullptr);
+        Status st =
+            DecodeSlot(std::span<const uint8_t>(rest).subspan(8ull * height), vsize(), nullptr);
         if (!st.ok()) return Status::Corruption(where + ": " + st.message());
         NodeInfo info{key, height, std::vector<uint64_t>(height)};
         for (uint32_t i = 0; i < height; i++) info.next[i] = GetU64(rest.data() + 8 * i);
         for (uint32_t i = 0; i < height; i++) per_level[i]++;
         prev_key = key;
         const uint64_t next = info.next[0];
-        if (!nodes.emplace(at, std::move(info)).second) return Status::Corruption(where + ": visited twice");
+        if (!nodes.emplace(at, std::move(info)).second)
+          return Status::Corruption(where + ": visited twice");
         at = next;
       }
       if (n != count) {
-        return Status::Corruption(what + ": " + std::to_string(n) + " nodes, count says " + std::to_string(count));
+        return Status::Corruption(what + ": " + std::to_string(n) + " nodes, count says " +
+                                  std::to_string(count));
       }
       // Every upper list links exactly the nodes of at least that height, in order.
       for (uint32_t i = 1; i < level; i++) {
@@ -246,8 +264,8 @@ class SkipList final : public Map, public Base {
         for (uint64_t at = head(i); at != 0; m++) {
           auto it = nodes.find(at);
           if (it == nodes.end()) {
-            return Status::Corruption(what + ": list " + std::to_string(i) + " links " + std::to_string(at) +
-                                      ", not a level-0 node");
+            return Status::Corruption(what + ": list " + std::to_string(i) + " links " +
+                                      std::to_string(at) + ", not a level-0 node");
           }
           if (it->second.height <= i || m >= per_level[i]) {
             return Status::Corruption(what + ": list " + std::to_string(i) + " links node " +
@@ -258,15 +276,17 @@ class SkipList final : public Map, public Base {
           if (next != 0) {
             auto nx = nodes.find(next);
             if (nx == nodes.end() || nx->second.key <= it->second.key) {
-              return Status::Corruption(what + ": list " + std::to_string(i) + " out of order after key " +
+              return Status::Corruption(what + ": list " + std::to_string(i) +
+                                        " out of order after key " +
                                         std::to_string(it->second.key));
             }
           }
           at = next;
         }
         if (m != per_level[i]) {
-          return Status::Corruption(what + ": list " + std::to_string(i) + " has " + std::to_string(m) +
-                                    " nodes, " + std::to_string(per_level[i]) + " are that tall");
+          return Status::Corruption(what + ": list " + std::to_string(i) + " has " +
+                                    std::to_string(m) + " nodes, " + std::to_string(per_level[i]) +
+                                    " are that tall");
         }
       }
       return Status::Ok();
@@ -275,7 +295,9 @@ class SkipList final : public Map, public Base {
 
   Status ReplayOp(const frontend::RecoveredOp& op) override {
     if (op.op_type == kOpPutVector) {
-      return ReplayVector(op, [this](std::span<const KeyValue> run, VectorPlan* plan) { return GatherWalk(run, plan); });
+      return ReplayVector(op, [this](std::span<const KeyValue> run, VectorPlan* plan) {
+        return GatherWalk(run, plan);
+      });
     }
     uint64_t key;
     Value v;
@@ -285,7 +307,8 @@ class SkipList final : public Map, public Base {
       return DoPut(key, v);
     }
     if (op.op_type == kOpDelete) return DoDelete(key, /*replay=*/true);
-    return Status::Corruption(Describe(kind_, st_.name) + ": unknown op type " + std::to_string(op.op_type));
+    return Status::Corruption(Describe(kind_, st_.name) + ": unknown op type " +
+                              std::to_string(op.op_type));
   }
 
  private:
@@ -336,7 +359,8 @@ class SkipList final : public Map, public Base {
   }
 
   Status NotFound(uint64_t key) const {
-    return Status::NotFound(Describe(kind_, st_.name) + ": key " + std::to_string(key) + " not found");
+    return Status::NotFound(Describe(kind_, st_.name) + ": key " + std::to_string(key) +
+                            " not found");
   }
 
   Status ReadValue(uint64_t node, uint32_t height, Value* value) {
@@ -356,7 +380,8 @@ class SkipList final : public Map, public Base {
     p->count = GetU64(a.data());
     p->level = GetU64(a.data() + (kLevel - kCount));
     if (p->level > max_level_) return Torn("anchor level above max level");
-    for (uint32_t i = 0; i < max_level_; i++) p->head[i] = GetU64(a.data() + (kHead - kCount) + 8ull * i);
+    for (uint32_t i = 0; i < max_level_; i++)
+      p->head[i] = GetU64(a.data() + (kHead - kCount) + 8ull * i);
     const uint64_t bound = p->count + 64;
     // The current node x (0 = head) and its links; the node the previous level stopped at (brk:
     // usually the successor at this level too, so it is not read again).
@@ -380,7 +405,8 @@ class SkipList final : public Map, public Base {
         } else {
           if (++steps > bound) return Torn("search longer than the count");
           const uint64_t len = kNext + 8ull * (i + 1);
-          if (!ValidAddr(y, len)) return Torn("node address " + std::to_string(y) + " outside the data area");
+          if (!ValidAddr(y, len))
+            return Torn("node address " + std::to_string(y) + " outside the data area");
           // First met at level i: its height is i + 1, unless at the top level (or torn).
           const bool top = i + 1 == static_cast<int>(p->level);
           ASYMNVM_RETURN_IF_ERROR(Read(y, std::span<uint8_t>(buf, len), top || Cached(i + 1)));
@@ -457,8 +483,9 @@ class SkipList final : public Map, public Base {
     std::array<uint64_t, kLevelCap> head = p.head;
     for (uint32_t i = 0; i < height; i++) {
       if (p.succ[i] != node) {
-        return Status::Corruption(Describe(kind_, st_.name) + ": node of key " + std::to_string(key) +
-                                  " is not linked at level " + std::to_string(i));
+        return Status::Corruption(Describe(kind_, st_.name) + ": node of key " +
+                                  std::to_string(key) + " is not linked at level " +
+                                  std::to_string(i));
       }
       if (p.pred[i] == 0) head[i] = GetU64(links.data() + 8 * i);
     }
@@ -507,7 +534,8 @@ class SkipList final : public Map, public Base {
     View& head = nodes[0];
     head.height = head.known = max_level_;
     for (uint32_t i = 0; i < max_level_; i++) head.next[i] = GetU64(a.data() + 8ull * i);
-    std::map<std::pair<uint64_t, uint32_t>, uint64_t> links;  // changed words of existing nodes / head
+    std::map<std::pair<uint64_t, uint32_t>, uint64_t>
+        links;  // changed words of existing nodes / head
     std::vector<uint64_t> fresh_order;
     std::array<uint64_t, kLevelCap> pred{};  // all head
     uint64_t level = level_, added = 0, steps = 0;
@@ -517,19 +545,22 @@ class SkipList final : public Map, public Base {
     auto view = [&](uint64_t y, int i) -> Result<View*> {
       auto it = nodes.find(y);
       if (it != nodes.end()) {
-        if (static_cast<int>(it->second.known) <= i) return Torn("node " + std::to_string(y) + " met above its tower");
+        if (static_cast<int>(it->second.known) <= i)
+          return Torn("node " + std::to_string(y) + " met above its tower");
         return &it->second;
       }
       if (++steps > bound) return Torn("vector walk longer than the count");
       const uint64_t len = kNext + 8ull * (i + 1);
-      if (!ValidAddr(y, len)) return Torn("node address " + std::to_string(y) + " outside the data area");
+      if (!ValidAddr(y, len))
+        return Torn("node address " + std::to_string(y) + " outside the data area");
       uint8_t buf[kNext + 8 * kLevelCap];
       const bool top = i + 1 == static_cast<int>(level);
       ASYMNVM_RETURN_IF_ERROR(Read(y, std::span<uint8_t>(buf, len), top || Cached(i + 1)));
       View v;
       v.key = GetU64(buf);
       v.height = GetU32(buf + kHeight);
-      if (GetU32(buf + kHeight + 4) != kNodeMagic || v.height <= static_cast<uint32_t>(i) || v.height > max_level_) {
+      if (GetU32(buf + kHeight + 4) != kNodeMagic || v.height <= static_cast<uint32_t>(i) ||
+          v.height > max_level_) {
         return Torn("node " + std::to_string(y) + " has a bad header");
       }
       v.known = static_cast<uint32_t>(i + 1);
@@ -624,7 +655,8 @@ class SkipList final : public Map, public Base {
 
 }  // namespace
 
-Result<std::unique_ptr<Map>> OpenSkipList(frontend::Session& s, const std::string& name, Options o) {
+Result<std::unique_ptr<Map>> OpenSkipList(frontend::Session& s, const std::string& name,
+                                          Options o) {
   if (o.param > kLevelCap) {
     return Status::InvalidArgument("skip list max level must be 1.." + std::to_string(kLevelCap) +
                                    ", got " + std::to_string(o.param));

@@ -23,7 +23,8 @@ struct Param {
   uint64_t max_level;
 };
 
-Result<std::unique_ptr<Map>> OpenSkip(frontend::Session& s, const std::string& name, Options o = {}) {
+Result<std::unique_ptr<Map>> OpenSkip(frontend::Session& s, const std::string& name,
+                                      Options o = {}) {
   return internal::OpenSkipList(s, name, o);
 }
 
@@ -33,7 +34,8 @@ Options ReaderOptions() {
   return o;
 }
 
-std::vector<KeyValue> ModelScan(const std::map<uint64_t, Value>& model, uint64_t from, size_t limit) {
+std::vector<KeyValue> ModelScan(const std::map<uint64_t, Value>& model, uint64_t from,
+                                size_t limit) {
   std::vector<KeyValue> out;
   for (auto it = model.lower_bound(from); it != model.end() && out.size() < limit; ++it) {
     out.emplace_back(it->first, it->second);
@@ -289,7 +291,8 @@ TEST_F(SkipListTest, UpperLevelsCachedLowestLevelRemote) {
         ASSERT_TRUE((*m)->Get(k * 3, &v).ok());
         ASSERT_EQ(v, TestValue(k, 0, 64));
       }
-      (round == 0 ? first_round : second_round)[opt] = s->counters().remote_reads - before.remote_reads;
+      (round == 0 ? first_round : second_round)[opt] =
+          s->counters().remote_reads - before.remote_reads;
     }
     if (opt == 1) {
       // The structure fits the cache: the miss ratio of the cached levels stays low, so the

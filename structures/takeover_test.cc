@@ -27,9 +27,9 @@
 
 #include "asymnvm/coord.h"
 #include "asymnvm/frontend.h"
+#include "asymnvm/structures/structure.h"
 #include "coord/testing/zk_server.h"
 #include "frontend/identity.h"
-#include "asymnvm/structures/structure.h"
 #include "workloads/driver/backend_process.h"
 
 namespace asymnvm::structures {
@@ -235,10 +235,11 @@ TEST_F(TakeoverTest, SigkilledWriterIsTakenOverAndTheLogKeepsRecycling) {
   auto ms = [](auto d) {
     return static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
   };
-  std::printf("takeover: %llu ops acknowledged before the kill; take-over + verification %lld ms, "
-              "%llu further ops %lld ms\n",
-              static_cast<unsigned long long>(acked), ms(t_verified - t_killed),
-              static_cast<unsigned long long>(ops), ms(std::chrono::steady_clock::now() - t_verified));
+  std::printf(
+      "takeover: %llu ops acknowledged before the kill; take-over + verification %lld ms, "
+      "%llu further ops %lld ms\n",
+      static_cast<unsigned long long>(acked), ms(t_verified - t_killed),
+      static_cast<unsigned long long>(ops), ms(std::chrono::steady_clock::now() - t_verified));
 }
 
 // Fencing (doc/frontend.md §Fencing), with ZooKeeper, whose leases lapse when a
@@ -249,7 +250,8 @@ TEST_F(TakeoverTest, SigkilledWriterIsTakenOverAndTheLogKeepsRecycling) {
 // the map — and every operation it acknowledged before the stop is there.
 TEST_F(TakeoverTest, SigstoppedWriterWhoseLeaseLapsedIsFencedWhenItWakes) {
   const std::string why = coord::testing::ZooKeeperUnavailableReason();
-  if (!why.empty()) GTEST_SKIP() << "ZooKeeper tests need " << why << " (scripts/setup.sh installs it)";
+  if (!why.empty())
+    GTEST_SKIP() << "ZooKeeper tests need " << why << " (scripts/setup.sh installs it)";
   auto zk = coord::testing::ZkEnsemble::Start(1, coord::testing::After(std::chrono::seconds(60)));
   ASSERT_TRUE(zk.ok()) << zk.status().ToString();
   auto be = driver::BackendProcess::Start(ASYMNVM_BACKEND_BIN, dir_ + "/pool", "16M",
@@ -330,7 +332,8 @@ TEST_F(TakeoverTest, SigstoppedWriterWhoseLeaseLapsedIsFencedWhenItWakes) {
   for (uint64_t i = 1; i <= acked_after; i++) {
     Value v;
     Status st = (*map)->Get(i, &v);
-    ASSERT_TRUE(st.ok()) << "acknowledged key " << i << " of " << acked_after << ": " << st.ToString();
+    ASSERT_TRUE(st.ok()) << "acknowledged key " << i << " of " << acked_after << ": "
+                         << st.ToString();
     ASSERT_EQ(v, ValueOf(i)) << "key " << i;
   }
   ASSERT_TRUE((*map)->Verify().ok());

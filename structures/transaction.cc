@@ -37,7 +37,8 @@ internal::Base* AsBase(Map* m) { return dynamic_cast<internal::Base*>(m); }
 Status Txn::CheckTable(size_t table) const {
   if (done_) return Status::FailedPrecondition("transaction already committed or aborted");
   if (std::find(tables_.begin(), tables_.end(), table) == tables_.end()) {
-    return Status::InvalidArgument("table " + std::to_string(table) + " is not in the transaction's table set");
+    return Status::InvalidArgument("table " + std::to_string(table) +
+                                   " is not in the transaction's table set");
   }
   return Status::Ok();
 }
@@ -57,7 +58,8 @@ Status Txn::Put(size_t table, uint64_t key, std::span<const uint8_t> value) {
                                    std::to_string(value.size()) + " bytes exceeds value_size " +
                                    std::to_string(m.value_size()));
   }
-  if (nops_ == 0xFFFF) return Status::ResourceExhausted("more than 65535 writes in one transaction");
+  if (nops_ == 0xFFFF)
+    return Status::ResourceExhausted("more than 65535 writes in one transaction");
   Status st = m.Put(key, value);
   if (!st.ok()) {
     // Part of the put may be in the session's current operation: not a clean abort.
@@ -87,7 +89,8 @@ Status Txn::Delete(size_t table, uint64_t key) {
     Status g = m.Get(key, &v);
     if (!g.ok()) return g;  // kNotFound: nothing written
   }
-  if (nops_ == 0xFFFF) return Status::ResourceExhausted("more than 65535 writes in one transaction");
+  if (nops_ == 0xFFFF)
+    return Status::ResourceExhausted("more than 65535 writes in one transaction");
   Status st = m.Delete(key);
   if (!st.ok()) {
     db_->broken_ = st.WithContext("transaction delete");
@@ -125,7 +128,8 @@ Status Txn::Abort() {
     // at its next call drops them with the old connection (and the tables re-read their state:
     // Base::Resync); otherwise they cannot be taken back.
     if (db_->s_.reconnect_pending()) return Status::Ok();
-    db_->broken_ = Status::FailedPrecondition("a transaction was aborted after it wrote; reopen the session");
+    db_->broken_ =
+        Status::FailedPrecondition("a transaction was aborted after it wrote; reopen the session");
     return db_->broken_;
   }
   return Status::Ok();
@@ -135,7 +139,8 @@ Status Txn::Abort() {
 
 Database::Database(frontend::Session& s, DatabaseOptions o) : s_(s), o_(std::move(o)) {}
 
-Result<std::unique_ptr<Database>> Database::Open(frontend::Session& session, const DatabaseOptions& options) {
+Result<std::unique_ptr<Database>> Database::Open(frontend::Session& session,
+                                                 const DatabaseOptions& options) {
   if (options.tables.empty()) return Status::InvalidArgument("database: no tables");
   if (options.name.empty() || options.name.size() + 4 > 63) {
     return Status::InvalidArgument("database: name must be 1..59 bytes");
@@ -146,7 +151,8 @@ Result<std::unique_ptr<Database>> Database::Open(frontend::Session& session, con
       return Status::InvalidArgument("database: table '" + t.name + "' is a " + KindName(t.kind) +
                                      "; transactions support hash and bptree tables");
     }
-    if (!names.insert(t.name).second) return Status::InvalidArgument("database: duplicate table '" + t.name + "'");
+    if (!names.insert(t.name).second)
+      return Status::InvalidArgument("database: duplicate table '" + t.name + "'");
   }
   std::unique_ptr<Database> db(new Database(session, options));
   ASYMNVM_ASSIGN_OR_RETURN(db->root_, session.CreateRoot(options.name + ".txn", kTxnRootType));
@@ -175,24 +181,28 @@ Result<std::unique_ptr<Database>> Database::Open(frontend::Session& session, con
     std::lock_guard<std::mutex> l(g_mu);
     Registry()[&session] = db.get();
   }
-  session.RegisterReplay(kTxnRootType, [](frontend::Session& s, const frontend::Structure&,
-                                          const frontend::RecoveredOp& op) -> Status {
-    Database* d = nullptr;
-    {
-      std::lock_guard<std::mutex> l(g_mu);
-      auto it = Registry().find(&s);
-      if (it != Registry().end()) d = it->second;
-    }
-    if (d == nullptr) return Status::FailedPrecondition("replay: no database open in this session");
-    return d->ReplayTxn(op);
-  });
+  session.RegisterReplay(
+      kTxnRootType,
+      [](frontend::Session& s, const frontend::Structure&,
+         const frontend::RecoveredOp& op) -> Status {
+        Database* d = nullptr;
+        {
+          std::lock_guard<std::mutex> l(g_mu);
+          auto it = Registry().find(&s);
+          if (it != Registry().end()) d = it->second;
+        }
+        if (d == nullptr)
+          return Status::FailedPrecondition("replay: no database open in this session");
+        return d->ReplayTxn(op);
+      });
   RegisterReplays(session);  // plain ops of the tables (loads) replay through their handles
   // A dead writer holding a lock this session waits for (Session::AdoptDeadWriter): its
   // transactions replay through a Database on the recovery session — the Recover a restarted
   // front-end runs (replay, release its table locks) — and other structures it names as
   // RegisterReplays' adopter does. (That adopter alone cannot replay a transaction: the replay
   // function finds no Database in the recovery session, and failed.)
-  session.SetAdopter([options](frontend::Session& recovery, const std::vector<frontend::Structure>& named) -> Status {
+  session.SetAdopter([options](frontend::Session& recovery,
+                               const std::vector<frontend::Structure>& named) -> Status {
     ASYMNVM_ASSIGN_OR_RETURN(auto rdb, Database::Open(recovery, options));
     std::vector<uint32_t> mine = {rdb->root_.id};
     for (const auto& w : rdb->writers_) mine.push_back(w->structure().id);
@@ -205,7 +215,8 @@ Result<std::unique_ptr<Database>> Database::Open(frontend::Session& session, con
 
 Database::~Database() {
   Status st = ReleaseLocks();
-  if (!st.ok()) LOG_WARN("txn", "database '" << o_.name << "': release at close: " << st.ToString());
+  if (!st.ok())
+    LOG_WARN("txn", "database '" << o_.name << "': release at close: " << st.ToString());
   std::lock_guard<std::mutex> l(g_mu);
   auto it = Registry().find(&s_);
   if (it != Registry().end() && it->second == this) Registry().erase(it);
@@ -244,7 +255,6 @@ Status Database::Release(size_t t) {
   return s_.WriterUnlock(writers_[t]->structure());
 }
 
-
 Status Database::ReleaseLocks() {
   Status first = Status::Ok();
   for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
@@ -269,7 +279,8 @@ Status Database::AcquireFor(const std::vector<size_t>& tables) {
   }
   if (first_missing_rank == order_.size()) return Status::Ok();
   // Held locks after it are released first: locks are only ever taken in ascending name order.
-  for (size_t r = order_.size(); r-- > first_missing_rank + 1;) ASYMNVM_RETURN_IF_ERROR(Release(order_[r]));
+  for (size_t r = order_.size(); r-- > first_missing_rank + 1;)
+    ASYMNVM_RETURN_IF_ERROR(Release(order_[r]));
   for (size_t r = first_missing_rank; r < order_.size(); r++) {
     const size_t t = order_[r];
     if (!need[t] || held_[t]) continue;
@@ -279,7 +290,8 @@ Status Database::AcquireFor(const std::vector<size_t>& tables) {
       if (!rel.ok()) LOG_WARN("txn", "release after a lock failure: " << rel.ToString());
       if (st.code() == StatusCode::kTimedOut) {
         c_.lock_aborts++;
-        return Status::Aborted("lock of table '" + o_.tables[t].name + "' not obtained in time: " + st.message());
+        return Status::Aborted("lock of table '" + o_.tables[t].name +
+                               "' not obtained in time: " + st.message());
       }
       return st;
     }
@@ -335,8 +347,9 @@ Status Database::Finish(Txn* t) {
     if (s_.reconnect_pending()) {
       // The connection broke: the session reconnects at its next call and its replay applies
       // this transaction exactly once if its op log was acknowledged, not at all otherwise.
-      return st.WithContext("transaction commit: outcome unknown (the session reconnects and replays at its "
-                            "next call; this database stays usable)");
+      return st.WithContext(
+          "transaction commit: outcome unknown (the session reconnects and replays at its "
+          "next call; this database stays usable)");
     }
     broken_ = st.WithContext("transaction commit");
     return broken_;
@@ -372,9 +385,11 @@ Status Database::Read(std::vector<size_t> tables, const std::function<Status(Txn
 }
 
 Status Database::ReplayTxn(const frontend::RecoveredOp& op) {
-  if (op.op_type != kOpTxn) return Status::Corruption("transaction root: unknown op type " + std::to_string(op.op_type));
+  if (op.op_type != kOpTxn)
+    return Status::Corruption("transaction root: unknown op type " + std::to_string(op.op_type));
   const auto& p = op.payload;
-  if (p.size() < 4 || p[0] != kPayloadVersion) return Status::Corruption("transaction op log: bad header");
+  if (p.size() < 4 || p[0] != kPayloadVersion)
+    return Status::Corruption("transaction op log: bad header");
   uint16_t n;
   std::memcpy(&n, p.data() + 2, 2);
   std::map<uint32_t, size_t> by_id;
@@ -389,19 +404,25 @@ Status Database::ReplayTxn(const frontend::RecoveredOp& op) {
   std::vector<Op> ops;
   size_t at = 4;
   for (uint16_t i = 0; i < n; i++) {
-    if (p.size() - at < kOpHeader) return Status::Corruption("transaction op log: op " + std::to_string(i) + " truncated");
+    if (p.size() - at < kOpHeader)
+      return Status::Corruption("transaction op log: op " + std::to_string(i) + " truncated");
     const uint32_t id = internal::GetU32(p.data() + at);
     const uint8_t kind = p[at + 4];
     uint16_t len;
     std::memcpy(&len, p.data() + at + 6, 2);
     const uint64_t key = internal::GetU64(p.data() + at + 8);
     auto it = by_id.find(id);
-    if (it == by_id.end()) return Status::Corruption("transaction op log names structure " + std::to_string(id) + ", not a table of this database");
-    if ((kind != kPut && kind != kDelete) || (kind == kDelete && len != 0) || p.size() - at - kOpHeader < len) {
+    if (it == by_id.end())
+      return Status::Corruption("transaction op log names structure " + std::to_string(id) +
+                                ", not a table of this database");
+    if ((kind != kPut && kind != kDelete) || (kind == kDelete && len != 0) ||
+        p.size() - at - kOpHeader < len) {
       return Status::Corruption("transaction op log: op " + std::to_string(i) + " malformed");
     }
-    if (len > writers_[it->second]->value_size()) return Status::Corruption("transaction op log: value too long");
-    ops.push_back({it->second, kind, key, std::span<const uint8_t>(p.data() + at + kOpHeader, len)});
+    if (len > writers_[it->second]->value_size())
+      return Status::Corruption("transaction op log: value too long");
+    ops.push_back(
+        {it->second, kind, key, std::span<const uint8_t>(p.data() + at + kOpHeader, len)});
     at += kOpHeader + len;
   }
   if (at != p.size()) return Status::Corruption("transaction op log: trailing bytes");

@@ -3,20 +3,21 @@
 // front-ends (per-account ledgers), and SIGKILL of a front-end process (and of the back-end
 // daemon with it): after recovery every acknowledged transaction is applied exactly once and the
 // one in flight is applied whole or not at all.
+#include "asymnvm/structures/transaction.h"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
-#include <fstream>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 #include <sstream>
 #include <thread>
 
-#include "asymnvm/structures/transaction.h"
 #include "structures/testing.h"
 #include "workloads/driver/backend_process.h"
 
@@ -53,7 +54,8 @@ Result<int64_t> GetBal(Txn& t, size_t table, uint64_t key) {
 Status Load(Database& db) {
   ASYMNVM_RETURN_IF_ERROR(db.LockAll());
   for (size_t t = 0; t < 2; t++) {
-    for (uint64_t a = 0; a < kAccounts; a++) ASYMNVM_RETURN_IF_ERROR(db.table(t).Put(a, Enc(kStart)));
+    for (uint64_t a = 0; a < kAccounts; a++)
+      ASYMNVM_RETURN_IF_ERROR(db.table(t).Put(a, Enc(kStart)));
   }
   return db.ReleaseLocks();
 }
@@ -154,15 +156,24 @@ TEST_P(TxnTest, TwoFrontEndsKeepEveryLedger) {
       auto o = SessionOpts(static_cast<uint64_t>(10 + i), GetParam());
       o.lock_timeout = std::chrono::milliseconds(200);
       auto s = frontend::Session::Open(o);
-      if (!s.ok()) { errors[i] = s.status().ToString(); return; }
+      if (!s.ok()) {
+        errors[i] = s.status().ToString();
+        return;
+      }
       auto db = Database::Open(**s, BankOptions(4));
-      if (!db.ok()) { errors[i] = db.status().ToString(); return; }
+      if (!db.ok()) {
+        errors[i] = db.status().ToString();
+        return;
+      }
       std::mt19937_64 rng(100 + i);
       for (int k = 0; k < kTxns; k++) {
         const uint64_t a0 = rng() % kAccounts, a1 = (a0 + 1 + rng() % (kAccounts - 1)) % kAccounts;
         auto d = Transfer(**db, a0, a1, 1 + static_cast<int64_t>(rng() % 100));
         if (!d.ok()) {
-          if (d.status().code() == StatusCode::kAborted) { aborts[i]++; continue; }
+          if (d.status().code() == StatusCode::kAborted) {
+            aborts[i]++;
+            continue;
+          }
           errors[i] = d.status().ToString();
           return;
         }
@@ -188,7 +199,9 @@ TEST_P(TxnTest, TwoFrontEndsKeepEveryLedger) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, TxnTest, ::testing::ValuesIn(testing::kAllLevels),
-                         [](const auto& info) { return std::string(frontend::LevelName(info.param)); });
+                         [](const auto& info) {
+                           return std::string(frontend::LevelName(info.param));
+                         });
 
 class TxnLockTest : public testing::StructuresTest {};
 
@@ -265,7 +278,9 @@ TEST_F(TxnLockTest, LockTimeoutAbortsCleanlyAndReleasesWhatItTook) {
     const uint64_t a0 = rng() % kAccounts, a1 = (a0 + 1 + rng() % (kAccounts - 1)) % kAccounts;
     auto d = Transfer(**db, a0, a1, 1 + static_cast<int64_t>(rng() % 1000), [&](const Deltas& d) {
       std::string line = "P " + std::to_string(d.size());
-      for (auto& [k, v] : d) line += " " + std::to_string(k.first) + " " + std::to_string(k.second) + " " + std::to_string(v);
+      for (auto& [k, v] : d)
+        line += " " + std::to_string(k.first) + " " + std::to_string(k.second) + " " +
+                std::to_string(v);
       line += "\n";
       if (write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) _exit(95);
     });
@@ -317,7 +332,8 @@ void ReadLedger(const std::string& file, Deltas* committed, Deltas* pending) {
 void CrashRound(const std::string& address, uint64_t fe, Level level, uint64_t seed, int kill_after,
                 const std::function<std::string()>& also_kill,
                 const std::function<std::unique_ptr<frontend::Session>(const std::string&)>& open) {
-  const std::string file = "/tmp/asymnvm-txn-crash-" + std::to_string(getpid()) + "-" + std::to_string(fe);
+  const std::string file =
+      "/tmp/asymnvm-txn-crash-" + std::to_string(getpid()) + "-" + std::to_string(fe);
   std::remove(file.c_str());
   {
     auto s = open(address);
@@ -375,7 +391,8 @@ void CrashRound(const std::string& address, uint64_t fe, Level level, uint64_t s
     return true;
   };
   const bool without = matches(false), with = !pending.empty() && matches(true);
-  EXPECT_TRUE(without || with) << "state is neither the acknowledged transactions nor those plus the one in flight";
+  EXPECT_TRUE(without || with)
+      << "state is neither the acknowledged transactions nor those plus the one in flight";
   std::printf("killed after %d acknowledged transactions: in-flight one %s, replayed %llu\n",
               CommittedLines(file), with ? "applied" : "not applied",
               static_cast<unsigned long long>((*db)->counters().replayed));
@@ -418,27 +435,28 @@ TEST_P(TxnCrashTest, SigkilledFrontEndAndBackEndRecover) {
   auto daemon = start();
   ASSERT_TRUE(daemon);
   std::mt19937_64 rng(static_cast<uint64_t>(GetParam()) + 23);
-  CrashRound(daemon->address(), 60, GetParam(), rng(), 20 + static_cast<int>(rng() % 200),
-             [&]() -> std::string {
-               daemon->Kill();
-               daemon = start();
-               return daemon ? daemon->address() : std::string();
-             },
-             [&](const std::string& a) -> std::unique_ptr<frontend::Session> {
-               auto o = SessionOpts(60, GetParam());
-               o.backends = {a};
-               // A just restarted daemon may refuse the first connection (observed: "bootstrap:
-               // write: Broken pipe"); retry connection errors within a generous deadline.
-               const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-               auto s = frontend::Session::Open(o);
-               while (!s.ok() && s.status().code() == StatusCode::kConnectionError &&
-                      std::chrono::steady_clock::now() < deadline) {
-                 std::this_thread::sleep_for(std::chrono::milliseconds(50));
-                 s = frontend::Session::Open(o);
-               }
-               EXPECT_TRUE(s.ok()) << s.status().ToString();
-               return s.ok() ? std::move(*s) : nullptr;
-             });
+  CrashRound(
+      daemon->address(), 60, GetParam(), rng(), 20 + static_cast<int>(rng() % 200),
+      [&]() -> std::string {
+        daemon->Kill();
+        daemon = start();
+        return daemon ? daemon->address() : std::string();
+      },
+      [&](const std::string& a) -> std::unique_ptr<frontend::Session> {
+        auto o = SessionOpts(60, GetParam());
+        o.backends = {a};
+        // A just restarted daemon may refuse the first connection (observed: "bootstrap:
+        // write: Broken pipe"); retry connection errors within a generous deadline.
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        auto s = frontend::Session::Open(o);
+        while (!s.ok() && s.status().code() == StatusCode::kConnectionError &&
+               std::chrono::steady_clock::now() < deadline) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          s = frontend::Session::Open(o);
+        }
+        EXPECT_TRUE(s.ok()) << s.status().ToString();
+        return s.ok() ? std::move(*s) : nullptr;
+      });
   daemon.reset();
   std::remove(pool.c_str());
   std::remove((pool + ".backend.log").c_str());
@@ -516,7 +534,8 @@ TEST(TxnReconnectTest, BackEndRestartedMidRunTheSameDatabaseGoesOn) {
     }
     matched = ok;
   }
-  EXPECT_TRUE(matched) << "balances match no outcome of the " << in_doubt.size() << " in-doubt transactions";
+  EXPECT_TRUE(matched) << "balances match no outcome of the " << in_doubt.size()
+                       << " in-doubt transactions";
   db->reset();
   s->reset();
   daemon.reset();
@@ -525,7 +544,9 @@ TEST(TxnReconnectTest, BackEndRestartedMidRunTheSameDatabaseGoesOn) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, TxnCrashTest, ::testing::ValuesIn(testing::kAllLevels),
-                         [](const auto& info) { return std::string(frontend::LevelName(info.param)); });
+                         [](const auto& info) {
+                           return std::string(frontend::LevelName(info.param));
+                         });
 
 }  // namespace
 }  // namespace asymnvm::structures

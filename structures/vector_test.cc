@@ -34,7 +34,8 @@ bool Vectorized(Kind k) { return k != Kind::kHashTable; }
 
 class VectorTest : public StructuresTest, public ::testing::WithParamInterface<KindParam> {
  protected:
-  Result<std::unique_ptr<Map>> OpenM(frontend::Session& s, const std::string& name, Options o = {}) {
+  Result<std::unique_ptr<Map>> OpenM(frontend::Session& s, const std::string& name,
+                                     Options o = {}) {
     if (o.param == 0) o.param = GetParam().param;
     return OpenMap(s, GetParam().kind, name, o);
   }
@@ -68,8 +69,8 @@ void ExpectMatches(Map& m, const std::map<uint64_t, Value>& model) {
 
 // A random vector: sorted or shuffled, with duplicates (the last one wins in the model) and keys
 // that already exist (updates).
-std::vector<KeyValue> RandomVector(std::mt19937_64& rng, size_t n, uint64_t range, uint64_t* version,
-                                   uint32_t max_len) {
+std::vector<KeyValue> RandomVector(std::mt19937_64& rng, size_t n, uint64_t range,
+                                   uint64_t* version, uint32_t max_len) {
   std::vector<KeyValue> kvs;
   for (size_t i = 0; i < n; i++) {
     const uint64_t key = rng() % range;
@@ -79,7 +80,8 @@ std::vector<KeyValue> RandomVector(std::mt19937_64& rng, size_t n, uint64_t rang
     }
   }
   if (rng() % 2 == 0) {
-    std::stable_sort(kvs.begin(), kvs.end(), [](const KeyValue& a, const KeyValue& b) { return a.first < b.first; });
+    std::stable_sort(kvs.begin(), kvs.end(),
+                     [](const KeyValue& a, const KeyValue& b) { return a.first < b.first; });
   } else {
     std::shuffle(kvs.begin(), kvs.end(), rng);
   }
@@ -139,7 +141,8 @@ TEST_P(VectorTest, RandomVectorsMatchModelAtEveryLevelAcrossReopen) {
     auto r = OpenM(*s, name, ro);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     ExpectMatches(**r, model);
-    EXPECT_EQ((*r)->PutBatch(std::vector<KeyValue>{{1, Value(3, 1)}}).code(), StatusCode::kFailedPrecondition);
+    EXPECT_EQ((*r)->PutBatch(std::vector<KeyValue>{{1, Value(3, 1)}}).code(),
+              StatusCode::kFailedPrecondition);
   }
 }
 
@@ -283,9 +286,11 @@ TEST_P(VectorTest, VectorEncodingRejectsMalformedPayloads) {
   auto count = p;
   count[0] = 4;
   EXPECT_EQ(internal::DecodeVector(count, &out).code(), StatusCode::kCorruption);
-  EXPECT_EQ(internal::DecodeVector(std::vector<uint8_t>{0, 0, 0, 0}, &out).code(), StatusCode::kCorruption);
+  EXPECT_EQ(internal::DecodeVector(std::vector<uint8_t>{0, 0, 0, 0}, &out).code(),
+            StatusCode::kCorruption);
   // Last duplicate wins.
-  auto su = internal::SortedUnique(std::vector<KeyValue>{{3, Value(1, 1)}, {1, Value(1, 2)}, {3, Value(1, 3)}});
+  auto su = internal::SortedUnique(
+      std::vector<KeyValue>{{3, Value(1, 1)}, {1, Value(1, 2)}, {3, Value(1, 3)}});
   ASSERT_EQ(su.size(), 2u);
   EXPECT_EQ(su[0].first, 1u);
   EXPECT_EQ(su[1].second, Value(1, 3));
@@ -323,7 +328,8 @@ TEST_P(VectorTest, OneOpLogAndFewerReadsThanPuts) {
   ApplyToModel(kvs, &model);
   // A long vector still takes far fewer op logs than its pairs.
   kvs.clear();
-  for (uint64_t k = 0; k < 2000; k++) kvs.emplace_back((rng() % 100000) * 2 + 1, TestValue(k, 2, 8));
+  for (uint64_t k = 0; k < 2000; k++)
+    kvs.emplace_back((rng() % 100000) * 2 + 1, TestValue(k, 2, 8));
   auto c3 = s->counters();
   ASSERT_TRUE((*b)->PutBatch(kvs).ok());
   auto c4 = s->counters();

@@ -82,8 +82,8 @@ void ExamineNaming(const backend::Layout& layout, const uint8_t* base, PoolRepor
       char* end = nullptr;
       const uint64_t id = std::strtoull(e.name.c_str() + 3, &end, 10);
       if (e.name.size() == 3 || *end != '\0') {
-        r->problems.push_back("naming slot " + std::to_string(e.slot) + ": front-end record name '" +
-                              e.name + "' has no numeric id");
+        r->problems.push_back("naming slot " + std::to_string(e.slot) +
+                              ": front-end record name '" + e.name + "' has no numeric id");
         continue;
       }
       frontends.push_back({{"id", id},
@@ -108,9 +108,8 @@ void ExamineNaming(const backend::Layout& layout, const uint8_t* base, PoolRepor
                        {"aux", aux},
                        {"root_addr", layout.naming.offset + e.root_addr}});
   }
-  r->report["naming"] = {{"capacity", (*ns)->capacity()},
-                         {"live", (*ns)->live()},
-                         {"entries", entries}};
+  r->report["naming"] = {
+      {"capacity", (*ns)->capacity()}, {"live", (*ns)->live()}, {"entries", entries}};
   r->report["frontends"] = frontends;
 }
 
@@ -152,26 +151,25 @@ void ExamineLog(const backend::Layout& layout, const uint8_t* base, PoolReport* 
   const uint64_t at = layout.rowan.offset;
   std::map<uint64_t, std::pair<uint64_t, uint64_t>> per_fe;  // fe → (op logs, highest op_seq)
   uint64_t op_logs = 0, other = 0;
-  auto c = rowan::CheckArea(
-      {base + at, layout.rowan.size},
-      [&](const rowan::AreaSegment& s, const rowan::ScannedEntry& e) {
-        if (e.meta.type != backend::kOpLogRowanType) {
-          other++;
-          return;
-        }
-        auto rec = backend::DecodeOpLog(e.payload);
-        if (!rec.ok()) {  // the block's checksum held but the op log's own does not
-          r->problems.push_back("b-log @" + std::to_string(at + s.offset + e.offset) +
-                                ": segment " + std::to_string(s.index) + ": op log of front-end " +
-                                std::to_string(e.meta.owner) + " version " +
-                                std::to_string(e.meta.version) + ": " + rec.status().message());
-          return;
-        }
-        op_logs++;
-        auto& [n, top] = per_fe[rec->frontend_id];
-        n++;
-        top = std::max(top, rec->op_seq);
-      });
+  auto c = rowan::CheckArea({base + at, layout.rowan.size}, [&](const rowan::AreaSegment& s,
+                                                                const rowan::ScannedEntry& e) {
+    if (e.meta.type != backend::kOpLogRowanType) {
+      other++;
+      return;
+    }
+    auto rec = backend::DecodeOpLog(e.payload);
+    if (!rec.ok()) {  // the block's checksum held but the op log's own does not
+      r->problems.push_back("b-log @" + std::to_string(at + s.offset + e.offset) + ": segment " +
+                            std::to_string(s.index) + ": op log of front-end " +
+                            std::to_string(e.meta.owner) + " version " +
+                            std::to_string(e.meta.version) + ": " + rec.status().message());
+      return;
+    }
+    op_logs++;
+    auto& [n, top] = per_fe[rec->frontend_id];
+    n++;
+    top = std::max(top, rec->op_seq);
+  });
   if (!c.ok()) {
     if (c.status().code() == StatusCode::kNotFound) {
       r->notes.push_back("b-log @" + std::to_string(at) +
@@ -190,8 +188,8 @@ void ExamineLog(const backend::Layout& layout, const uint8_t* base, PoolReport* 
   }
   uint64_t corrupt = 0, unfinished = 0;
   for (const rowan::AreaBadLanding& b : c->bad) {
-    std::string text = "b-log @" + std::to_string(at + b.offset) + ": segment " +
-                       std::to_string(b.segment) + ": ";
+    std::string text =
+        "b-log @" + std::to_string(at + b.offset) + ": segment " + std::to_string(b.segment) + ": ";
     std::string who;
     if (b.header_read) {
       who = " (front-end " + std::to_string(b.meta.owner) + ", version " +
@@ -199,16 +197,19 @@ void ExamineLog(const backend::Layout& layout, const uint8_t* base, PoolReport* 
     }
     if (b.tail) {
       unfinished++;
-      r->notes.push_back(text + "unfinished landing at the end of what was landed (a crash cut it "
-                                "short; never acknowledged, recovery ignores it): " + b.what + who);
+      r->notes.push_back(text +
+                         "unfinished landing at the end of what was landed (a crash cut it "
+                         "short; never acknowledged, recovery ignores it): " +
+                         b.what + who);
     } else {
       corrupt++;
       r->problems.push_back(text + "corrupt entry: " + b.what + who);
     }
   }
   for (const std::string& i : c->incomplete) {
-    r->notes.push_back("b-log: " + i + " (a sender died between the blocks of an entry; never "
-                                       "acknowledged)");
+    r->notes.push_back("b-log: " + i +
+                       " (a sender died between the blocks of an entry; never "
+                       "acknowledged)");
   }
   Json fes = Json::array();
   for (const auto& [fe, v] : per_fe) {
@@ -249,8 +250,8 @@ void ExamineOq(const backend::Layout& layout, const uint8_t* base, PoolReport* r
   uint64_t pending_txns = 0, other = 0, corrupt = 0, unfinished = 0;
   for (const oq::LandedRequest& l : d->landed) {
     const std::string where = "oq @" + std::to_string(at + l.area_offset) + ": worker " +
-                              std::to_string(l.worker) + ", buffer " +
-                              std::to_string(l.post_seq) + ", offset " + std::to_string(l.offset);
+                              std::to_string(l.worker) + ", buffer " + std::to_string(l.post_seq) +
+                              ", offset " + std::to_string(l.offset);
     const auto payload = l.bytes.size() > oq::kRequestHeaderSize
                              ? l.bytes.subspan(oq::kRequestHeaderSize)
                              : std::span<const uint8_t>();
@@ -261,8 +262,10 @@ void ExamineOq(const backend::Layout& layout, const uint8_t* base, PoolReport* r
       }
       auto txn = backend::DecodeTxn(payload);
       if (!txn.ok()) {  // the request's checksum held: the front-end sent a bad transaction
-        r->problems.push_back(where + ": landed transaction fails its own check (the back-end "
-                                      "rejects it): " + txn.status().message());
+        r->problems.push_back(where +
+                              ": landed transaction fails its own check (the back-end "
+                              "rejects it): " +
+                              txn.status().message());
         continue;
       }
       auto it = lpn.find(txn->header.frontend_id & 0xFFFFFFFF);
@@ -276,9 +279,10 @@ void ExamineOq(const backend::Layout& layout, const uint8_t* base, PoolReport* r
     }
     if (l.tail) {
       unfinished++;
-      r->notes.push_back(where + ": unfinished landing at the end of what was landed (a crash cut "
-                                 "it short; never acknowledged, recovery ignores it): " + l.error +
-                         who);
+      r->notes.push_back(where +
+                         ": unfinished landing at the end of what was landed (a crash cut "
+                         "it short; never acknowledged, recovery ignores it): " +
+                         l.error + who);
     } else {
       corrupt++;
       r->problems.push_back(where + ": corrupt request: " + l.error + who);
@@ -319,8 +323,9 @@ Result<PoolReport> ExaminePool(const std::string& pool_path) {
     }
     if (s.code() == StatusCode::kFailedPrecondition) {
       return Status::FailedPrecondition(
-          s.message() + " — inspect/check need the pool lock; while a back-end runs use "
-                        "`asymnvm-ctl status ADDR`");
+          s.message() +
+          " — inspect/check need the pool lock; while a back-end runs use "
+          "`asymnvm-ctl status ADDR`");
     }
     return s;
   }
@@ -328,7 +333,8 @@ Result<PoolReport> ExaminePool(const std::string& pool_path) {
   const pm::Superblock& sb = p.superblock();
   if (sb.layout != kBackendLayoutName) {
     return Status::InvalidArgument(pool_path + ": a pm pool of layout '" + sb.layout +
-                                   "', not an AsymNVM back-end pool ('" + kBackendLayoutName + "')");
+                                   "', not an AsymNVM back-end pool ('" + kBackendLayoutName +
+                                   "')");
   }
   r.report["superblock"] = {{"layout", sb.layout},
                             {"layout_version", sb.layout_version},
@@ -344,14 +350,10 @@ Result<PoolReport> ExaminePool(const std::string& pool_path) {
              : layout.status().message()));
   } else {
     const backend::Layout& l = *layout;
-    r.report["layout"] = {{"describe", l.Describe()},
-                          {"block_size", l.block_size},
-                          {"naming_slots", l.naming_slots},
-                          {"log_segment", l.rowan_segment},
-                          {"naming", RegionJson(l.naming)},
-                          {"bitmap", RegionJson(l.bitmap)},
-                          {"log", RegionJson(l.rowan)},
-                          {"oq", RegionJson(l.oq)},
+    r.report["layout"] = {{"describe", l.Describe()},       {"block_size", l.block_size},
+                          {"naming_slots", l.naming_slots}, {"log_segment", l.rowan_segment},
+                          {"naming", RegionJson(l.naming)}, {"bitmap", RegionJson(l.bitmap)},
+                          {"log", RegionJson(l.rowan)},     {"oq", RegionJson(l.oq)},
                           {"data", RegionJson(l.data)}};
     ExamineNaming(l, p.base(), &r);
     ExamineBitmap(l, p.base(), &r);
@@ -445,7 +447,8 @@ void PrintStatus(const nlohmann::json& j, std::ostream& out) {
     const uint64_t total = j["alloc"].value("blocks_total", 0ull);
     const uint64_t used = j["alloc"].value("blocks_used", 0ull);
     out << "data blocks: " << used << " / " << total << " used";
-    if (total > 0) out << " (" << std::fixed << std::setprecision(1) << 100.0 * used / total << "%)";
+    if (total > 0)
+      out << " (" << std::fixed << std::setprecision(1) << 100.0 * used / total << "%)";
     out << "\n";
   }
 }
@@ -467,8 +470,8 @@ void PrintPoolReport(const PoolReport& r, std::ostream& out) {
     for (const auto& e : n["entries"]) {
       out << "  [" << e["slot"].get<uint32_t>() << "] " << e["name"].get<std::string>() << "  type "
           << e["type"].get<uint32_t>() << "  params " << e["params"].dump() << "  root "
-          << Hex(e["root"].get<uint64_t>()) << " lock " << Hex(e["lock"].get<uint64_t>())
-          << " seq " << e["seq"].get<uint64_t>() << " aux " << e["aux"].get<uint64_t>() << "\n";
+          << Hex(e["root"].get<uint64_t>()) << " lock " << Hex(e["lock"].get<uint64_t>()) << " seq "
+          << e["seq"].get<uint64_t>() << " aux " << e["aux"].get<uint64_t>() << "\n";
     }
   }
   if (j.contains("frontends")) {
@@ -482,9 +485,10 @@ void PrintPoolReport(const PoolReport& r, std::ostream& out) {
   }
   if (j.contains("bitmap")) {
     const Json& b = j["bitmap"];
-    out << "bitmap: " << b["blocks_used"].get<uint64_t>() << " / " << b["blocks_total"].get<uint64_t>()
-        << " blocks used in " << b["extents"].get<uint64_t>() << " extents, largest free run "
-        << b["largest_free_run_blocks"].get<uint64_t>() << " blocks\n";
+    out << "bitmap: " << b["blocks_used"].get<uint64_t>() << " / "
+        << b["blocks_total"].get<uint64_t>() << " blocks used in " << b["extents"].get<uint64_t>()
+        << " extents, largest free run " << b["largest_free_run_blocks"].get<uint64_t>()
+        << " blocks\n";
   }
   if (j.contains("log")) {
     const Json& l = j["log"];
@@ -510,7 +514,8 @@ int RunCtl(const std::vector<std::string>& args, std::ostream& out, std::ostream
   if (!args.empty() && args[0] == "coord") {
     return RunCtlCoord(std::vector<std::string>(args.begin() + 1, args.end()), out, err);
   }
-  CLI::App app{"asymnvm-ctl: inspect and check AsymNVM back-ends and pools (and: asymnvm-ctl coord --help)"};
+  CLI::App app{
+      "asymnvm-ctl: inspect and check AsymNVM back-ends and pools (and: asymnvm-ctl coord --help)"};
   app.require_subcommand(1);
   std::string address, pool_path, secret_file;
   bool json = false;

@@ -6,7 +6,8 @@
 //   asymnvm-ctl check POOL [--json]                     validate a pool that no back-end holds
 //   asymnvm-ctl coord ls|get|set|rm URI PATH ...        read / edit coordinator nodes
 //   asymnvm-ctl diff POOL_A POOL_B [--json]             compare two stopped pools region by region
-//                                                      (a primary and its mirror; exit 4 if they differ)
+//                                                      (a primary and its mirror; exit 4 if they
+//                                                      differ)
 //
 // inspect and check never write the pool: they open it with pm::Pool::Open (which takes the pool's
 // exclusive lock, so a pool a running back-end holds is refused with a message saying so — use

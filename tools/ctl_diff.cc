@@ -36,13 +36,15 @@ Status MapReadOnly(const std::string& path, Mapped* m) {
   m->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (m->fd < 0) return Status::IoError("open " + path, errno);
   if (::flock(m->fd, LOCK_SH | LOCK_NB) != 0) {
-    return Status::FailedPrecondition(path + " is held by a running process (back-end or mirror); "
-                                             "stop it first (diff compares stopped pools)");
+    return Status::FailedPrecondition(path +
+                                      " is held by a running process (back-end or mirror); "
+                                      "stop it first (diff compares stopped pools)");
   }
   struct stat st {};
   if (::fstat(m->fd, &st) != 0) return Status::IoError("stat " + path, errno);
   m->size = static_cast<uint64_t>(st.st_size);
-  if (m->size < 2 * pm::kSuperblockSize) return Status::InvalidArgument(path + ": too small for a pool");
+  if (m->size < 2 * pm::kSuperblockSize)
+    return Status::InvalidArgument(path + ": too small for a pool");
   void* a = ::mmap(nullptr, m->size, PROT_READ, MAP_SHARED, m->fd, 0);
   if (a == MAP_FAILED) return Status::IoError("mmap " + path, errno);
   m->p = static_cast<const uint8_t*>(a);
@@ -80,8 +82,9 @@ int RunDiff(const std::string& a_path, const std::string& b_path, bool json, std
     std::string name;
     uint64_t off, size;
   };
-  std::vector<R> regions = {{"superblock", 0, pm::kSuperblockSize},
-                            {"backend-header", backend::kBackendHeaderOffset, backend::kBackendHeaderSize}};
+  std::vector<R> regions = {
+      {"superblock", 0, pm::kSuperblockSize},
+      {"backend-header", backend::kBackendHeaderOffset, backend::kBackendHeaderSize}};
   auto layout = backend::DecodeLayout(a.p + backend::kBackendHeaderOffset, a.size);
   if (layout.ok()) {
     regions.push_back({"naming", layout->naming.offset, layout->naming.size});
@@ -117,8 +120,8 @@ int RunDiff(const std::string& a_path, const std::string& b_path, bool json, std
         }
       }
     }
-    nlohmann::ordered_json rj = {{"region", r.name}, {"offset", r.off}, {"size", r.size},
-                                 {"identical", differing == 0}};
+    nlohmann::ordered_json rj = {
+        {"region", r.name}, {"offset", r.off}, {"size", r.size}, {"identical", differing == 0}};
     if (differing) {
       identical = false;
       rj["first_differing"] = {first, last + 1};
@@ -130,8 +133,8 @@ int RunDiff(const std::string& a_path, const std::string& b_path, bool json, std
       if (differing == 0) {
         out << "identical\n";
       } else {
-        out << "DIFFERS: first differing range [" << first << ", " << last + 1 << "), "
-            << differing << " byte(s) differ in the region\n";
+        out << "DIFFERS: first differing range [" << first << ", " << last + 1 << "), " << differing
+            << " byte(s) differ in the region\n";
       }
     }
   }

@@ -2,6 +2,8 @@
 // extent), then inspect / check clean, check naming each injected corruption (naming slot, back-end
 // header, bitmap chunk, superblock) with exit 3, status against a running back-end, the pool lock,
 // and bad arguments — through RunCtl and through the built binary.
+#include "tools/ctl.h"
+
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,7 +19,6 @@
 #include "backend/naming.h"
 #include "backend/rpc.h"
 #include "fabric/oq/oq.h"
-#include "tools/ctl.h"
 #include "tests/common/backend_fixture.h"
 
 namespace asymnvm::tools {
@@ -221,8 +222,7 @@ TEST_F(CtlTest, CheckNamesBadSlotState) {
   const std::string problem = out["problems"][0];
   EXPECT_NE(problem.find("slot " + std::to_string(slot) + ": unknown state 91"), std::string::npos)
       << problem;
-  EXPECT_NE(problem.find("pool offset " +
-                         std::to_string(naming + slot * backend::kNamingSlotSize)),
+  EXPECT_NE(problem.find("pool offset " + std::to_string(naming + slot * backend::kNamingSlotSize)),
             std::string::npos)
       << problem;
 }
@@ -346,7 +346,8 @@ TEST(CtlArgs, ForeignPoolLayout) {
 // The binary: exit codes as documented.
 TEST_F(CtlTest, BinaryExitCodes) {
   auto run = [](const std::string& args) {
-    const int s = std::system((std::string(ASYMNVM_CTL_BIN) + " " + args + " >/dev/null 2>&1").c_str());
+    const int s =
+        std::system((std::string(ASYMNVM_CTL_BIN) + " " + args + " >/dev/null 2>&1").c_str());
     return WIFEXITED(s) ? WEXITSTATUS(s) : -1;
   };
   EXPECT_EQ(run("check " + *pool_), 0);
@@ -370,8 +371,8 @@ TEST(BenchAlloc, QuickRunWritesRecordsAndRatios) {
   const std::string json = TempPath("alloc.json");
   const std::string cmd = std::string(ASYMNVM_BENCH_BIN) +
                           " alloc --quick --duration 0.05 --batch 300 --variants "
-                          "two-tier-128,two-tier-1k,rpc-only,glibc --json " + json +
-                          " >/dev/null 2>&1";
+                          "two-tier-128,two-tier-1k,rpc-only,glibc --json " +
+                          json + " >/dev/null 2>&1";
   const int s = std::system(cmd.c_str());
   ASSERT_TRUE(WIFEXITED(s) && WEXITSTATUS(s) == 0) << cmd;
   std::ifstream f(json);
@@ -391,8 +392,8 @@ TEST(BenchAlloc, QuickRunWritesRecordsAndRatios) {
   EXPECT_GT(j["two_tier_vs_rpc"][1]["alloc_ratio"].get<double>(), 0);
   fs::remove(json);
   // Bad arguments: exit 2.
-  const int bad = std::system((std::string(ASYMNVM_BENCH_BIN) +
-                               " alloc --variants nope >/dev/null 2>&1").c_str());
+  const int bad = std::system(
+      (std::string(ASYMNVM_BENCH_BIN) + " alloc --variants nope >/dev/null 2>&1").c_str());
   EXPECT_TRUE(WIFEXITED(bad) && WEXITSTATUS(bad) == 2);
 }
 

@@ -174,8 +174,8 @@ TEST(DaemonSecurity, NonLoopbackListenWithDefaultSecret_DaemonsRefuseToStart) {
   fs::remove(pool);
   {
     Child be;
-    ASSERT_TRUE(be.Spawn({ASYMNVM_BACKEND_BIN, "--pool", pool, "--size", "16M", "--listen",
-                          "tcp://0.0.0.0:0"}));
+    ASSERT_TRUE(be.Spawn(
+        {ASYMNVM_BACKEND_BIN, "--pool", pool, "--size", "16M", "--listen", "tcp://0.0.0.0:0"}));
     std::string err;
     EXPECT_EQ(be.Wait(&err), 1) << err;
     EXPECT_NE(err.find("built-in default"), std::string::npos) << err;
@@ -191,8 +191,8 @@ TEST(DaemonSecurity, NonLoopbackListenWithDefaultSecret_DaemonsRefuseToStart) {
   }
   {
     Child be;
-    ASSERT_TRUE(be.Spawn({ASYMNVM_BACKEND_BIN, "--pool", pool, "--secret-file",
-                          "/nonexistent/secret"}));
+    ASSERT_TRUE(
+        be.Spawn({ASYMNVM_BACKEND_BIN, "--pool", pool, "--secret-file", "/nonexistent/secret"}));
     std::string err;
     EXPECT_EQ(be.Wait(&err), 1) << err;
     EXPECT_NE(err.find("/nonexistent/secret"), std::string::npos) << err;
@@ -207,8 +207,7 @@ TEST(DaemonSecurity, SecretFileOnBothSides_ConnectsAndMismatchIsClear) {
   const std::string wrong = SecretFile("wrong", "something else");
   Child be;
   ASSERT_TRUE(be.Spawn({ASYMNVM_BACKEND_BIN, "--pool", pool, "--size", "16M", "--secret-file",
-                        right, "--listen", "tcp://0.0.0.0:0", "--log-listen",
-                        "tcp://0.0.0.0:0"}));
+                        right, "--listen", "tcp://0.0.0.0:0", "--log-listen", "tcp://0.0.0.0:0"}));
   std::string line = be.Line();
   ASSERT_EQ(line.rfind("listening tcp://", 0), 0u) << line;
   std::string port = line.substr(line.rfind(':') + 1);

@@ -1,25 +1,24 @@
 // Black-box tests of asymnvm-bench and asymnvm-demo: exit codes, the JSON convention of
 // doc/tools.md (structure only, never timings) and re-running the demo on the same data dir.
-#include <gtest/gtest.h>
-
-#include <chrono>
-#include <thread>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <optional>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <cmath>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 
 namespace {
 
@@ -66,11 +65,11 @@ const std::string kJob = ASYMNVM_JOB_BIN;
 #endif
 
 TEST(BenchCli, BadArgumentsExitWithCode2) {
-  for (const char* args : {"", "nosuchsuite", "fabric --no-such-flag", "fabric --duration -1",
-                           "fabric --duration abc", "fabric --transports carrier-pigeon",
-                           "fabric --outstanding 0", "fabric --op FROB", "oq --policies fast",
-                           "oq --set-percent 150", "oq --clients 0", "oq --transport smoke",
-                           "kv --variants rpc", "kv --workloads b", "kv --threads 0"}) {
+  for (const char* args :
+       {"", "nosuchsuite", "fabric --no-such-flag", "fabric --duration -1", "fabric --duration abc",
+        "fabric --transports carrier-pigeon", "fabric --outstanding 0", "fabric --op FROB",
+        "oq --policies fast", "oq --set-percent 150", "oq --clients 0", "oq --transport smoke",
+        "kv --variants rpc", "kv --workloads b", "kv --threads 0"}) {
     RunResult r = RunCmd(kBench + " " + args);
     EXPECT_EQ(r.exit_code, 2) << "args: '" << args << "'\n" << r.output;
     EXPECT_FALSE(r.output.empty()) << "args: '" << args << "' printed no message";
@@ -92,7 +91,7 @@ TEST(BenchFabric, QuickRunWritesConventionJsonWithFloors) {
   const std::string json_path = dir.path() + "/fabric.json";
   const std::string csv_path = dir.path() + "/fabric.csv";
   RunResult r = RunCmd(kBench + " fabric --quick --duration 0.01 --outstanding 1,8 --json " +
-                    json_path + " --csv " + csv_path);
+                       json_path + " --csv " + csv_path);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::ifstream f(json_path);
   ASSERT_TRUE(f.good()) << "no JSON written\n" << r.output;
@@ -114,7 +113,8 @@ TEST(BenchFabric, QuickRunWritesConventionJsonWithFloors) {
       EXPECT_TRUE(rec.contains("reason"));
       continue;
     }
-    for (const char* k : {"ops_per_sec", "p50_us", "p99_us", "round_trips_per_op", "bytes_per_op"}) {
+    for (const char* k :
+         {"ops_per_sec", "p50_us", "p99_us", "round_trips_per_op", "bytes_per_op"}) {
       ASSERT_TRUE(rec.contains(k)) << rec["variant"] << " lacks " << k;
       EXPECT_TRUE(rec[k].is_number()) << rec["variant"] << "." << k;
     }
@@ -217,9 +217,9 @@ TEST(BenchSdk, RoundTripAnchorsPerLevel) {
   }
 }
 
-// The durability suite: one invocation reports every variant with the agreed fields; counts, not times: the
-// msync variants sync (redo log: at most about two syncs per update — op log and transaction
-// landings plus amortized checkpoints), the flush variants never do.
+// The durability suite: one invocation reports every variant with the agreed fields; counts, not
+// times: the msync variants sync (redo log: at most about two syncs per update — op log and
+// transaction landings plus amortized checkpoints), the flush variants never do.
 TEST(BenchDurability, VariantsFieldsAndSyncCounts) {
   TempDir dir;
   nlohmann::json j =
@@ -253,9 +253,9 @@ TEST(BenchDurability, VariantsFieldsAndSyncCounts) {
 // writer is taken over and a restarted back-end reconnected to, losing nothing acknowledged.
 TEST(BenchCoord, EmbeddedVariantsCostNothingOnTheOpPathAndLoseNothing) {
   TempDir dir;
-  nlohmann::json j = RunJson("coord --quick --coordinators embedded --kills 1 --puts 200 --dir " +
-                                 dir.path(),
-                             dir.path() + "/c.json");
+  nlohmann::json j =
+      RunJson("coord --quick --coordinators embedded --kills 1 --puts 200 --dir " + dir.path(),
+              dir.path() + "/c.json");
   ASSERT_EQ(j["suite"], "coord");
   std::set<std::string> variants;
   for (const auto& rec : j["results"]) {
@@ -268,7 +268,8 @@ TEST(BenchCoord, EmbeddedVariantsCostNothingOnTheOpPathAndLoseNothing) {
       EXPECT_LT(std::abs(rec["coord_round_trips_per_op"].get<double>()), 0.25) << v;
     } else {
       EXPECT_EQ(rec["lost_acknowledged"].get<uint64_t>(), 0u) << v;
-      EXPECT_GT(rec[v.rfind("takeover", 0) == 0 ? "takeover_ms" : "restart_ms"].get<double>(), 0.0) << v;
+      EXPECT_GT(rec[v.rfind("takeover", 0) == 0 ? "takeover_ms" : "restart_ms"].get<double>(), 0.0)
+          << v;
     }
   }
   EXPECT_EQ(variants, (std::set<std::string>{"steady-none", "steady-embedded", "takeover-embedded",
@@ -277,9 +278,9 @@ TEST(BenchCoord, EmbeddedVariantsCostNothingOnTheOpPathAndLoseNothing) {
 
 // Table 3 machinery: every level of the chosen structures in one run (the symmetric baselines
 // included by default), the ratios in the JSON.
-// TATP and SmallBank: both transaction drivers, every variant in one run, with the checks of the run (each
-// balance against the workers' ledgers, the total money, TATP's row counts and referential rules)
-// passing after the run and after reopening; the agreed record fields.
+// TATP and SmallBank: both transaction drivers, every variant in one run, with the checks of the
+// run (each balance against the workers' ledgers, the total money, TATP's row counts and
+// referential rules) passing after the run and after reopening; the agreed record fields.
 TEST(BenchTxn, TatpAndSmallBankEveryVariantChecked) {
   TempDir dir;
   for (const std::string suite : {"tatp --subscribers 200", "smallbank --accounts 200"}) {
@@ -305,10 +306,12 @@ TEST(BenchTxn, TatpAndSmallBankEveryVariantChecked) {
 // A shipped Twitter trace replayed on the KV server under two OQ policies in one run.
 TEST(BenchKvTrace, SampleTraceReplayedUnderEachPolicy) {
   TempDir dir;
-  const std::string trace = std::string(ASYMNVM_SOURCE_DIR) + "/workloads/traces/cluster-31.sample.csv";
-  nlohmann::json j = RunJson("kv --trace " + trace + " --trace-policies oq,rawrpc --duration 0.3 --dir " +
-                                 dir.path() + "/kv",
-                             dir.path() + "/kv.json");
+  const std::string trace =
+      std::string(ASYMNVM_SOURCE_DIR) + "/workloads/traces/cluster-31.sample.csv";
+  nlohmann::json j =
+      RunJson("kv --trace " + trace + " --trace-policies oq,rawrpc --duration 0.3 --dir " +
+                  dir.path() + "/kv",
+              dir.path() + "/kv.json");
   ASSERT_EQ(j["suite"], "kv");
   ASSERT_EQ(j["results"].size(), 2u) << j.dump();
   std::set<std::string> variants;
@@ -466,7 +469,8 @@ bool WaitForProgress(const std::string& progress, std::optional<uint64_t> run, u
 TEST(Job, KilledMidRunIsResolvedOnTheNextRun) {
   TempDir dir;
   ASSERT_FALSE(dir.path().empty());
-  const std::string base = kJob + " --data-dir " + dir.path() + "/data --pool-size 256M --pm-mode flush";
+  const std::string base =
+      kJob + " --data-dir " + dir.path() + "/data --pool-size 256M --pm-mode flush";
   RunResult first = RunCmd(base + " --ops 300");
   ASSERT_EQ(first.exit_code, 0) << first.output;
   // Run 2 in the background; SIGKILL it once its progress file shows 100 acknowledged operations.
@@ -488,8 +492,9 @@ TEST(Job, KilledMidRunIsResolvedOnTheNextRun) {
     return held;
   };
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while ((locked(dir.path() + "/data/asymnvm.pool") || locked(dir.path() + "/data/asymnvm-1.pool")) &&
-         std::chrono::steady_clock::now() < deadline) {
+  while (
+      (locked(dir.path() + "/data/asymnvm.pool") || locked(dir.path() + "/data/asymnvm-1.pool")) &&
+      std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   RunResult next = RunCmd(base + " --ops 300");
@@ -508,7 +513,8 @@ TEST(Job, KilledMidRunIsResolvedOnTheNextRun) {
 TEST(Job, SecondLiveJobOnTheSameDirIsRefused) {
   TempDir dir;
   ASSERT_FALSE(dir.path().empty());
-  const std::string base = kJob + " --data-dir " + dir.path() + "/data --pool-size 256M --pm-mode flush";
+  const std::string base =
+      kJob + " --data-dir " + dir.path() + "/data --pool-size 256M --pm-mode flush";
   const pid_t pid = StartEndlessJob(base);
   ASSERT_GE(pid, 0);
   // A fresh directory's first run is run 0.
@@ -532,7 +538,8 @@ TEST(Job, SecondLiveJobOnTheSameDirIsRefused) {
 TEST(Job, BackendKilledMidRunExits4AndTheNextRunVerifies) {
   TempDir dir;
   ASSERT_FALSE(dir.path().empty());
-  const std::string base = kJob + " --data-dir " + dir.path() + "/data --pool-size 256M --pm-mode flush";
+  const std::string base =
+      kJob + " --data-dir " + dir.path() + "/data --pool-size 256M --pm-mode flush";
   const std::string log = dir.path() + "/run.log";
   const pid_t pid = StartEndlessJob(base, log);
   ASSERT_GE(pid, 0);
@@ -544,7 +551,8 @@ TEST(Job, BackendKilledMidRunExits4AndTheNextRunVerifies) {
   const std::string key = "back-end 0: pid ";
   const size_t at = out.str().find(key);
   pid_t be = -1;
-  if (at != std::string::npos) be = static_cast<pid_t>(std::atol(out.str().c_str() + at + key.size()));
+  if (at != std::string::npos)
+    be = static_cast<pid_t>(std::atol(out.str().c_str() + at + key.size()));
   if (!running || be <= 0) kill(pid, SIGKILL);
   ASSERT_TRUE(running) << "the run never reached 100 acknowledged operations";
   ASSERT_GT(be, 0) << out.str();
@@ -566,16 +574,17 @@ TEST(Job, BackendKilledMidRunExits4AndTheNextRunVerifies) {
 }
 
 #ifdef ASYMNVM_CTL_BIN
-// Mirrors in the main job (doc/mirror.md §Main job): --kill-primary-after K SIGKILLs back-end 0 after K
-// acknowledged operations and deletes its pool; the mirror is promoted, the job's sessions follow
-// it, the run completes and verifies every structure; the old pool path rejoins as a mirror of the
-// promoted primary (identical after the quiesced stop). Later runs find the promoted pool through
-// the group's state on the coordinator, with and without mirrors, and verify everything.
+// Mirrors in the main job (doc/mirror.md §Main job): --kill-primary-after K SIGKILLs back-end 0
+// after K acknowledged operations and deletes its pool; the mirror is promoted, the job's sessions
+// follow it, the run completes and verifies every structure; the old pool path rejoins as a mirror
+// of the promoted primary (identical after the quiesced stop). Later runs find the promoted pool
+// through the group's state on the coordinator, with and without mirrors, and verify everything.
 TEST(Job, KillPrimaryAfterPromotesTheMirrorAndLaterRunsVerify) {
   TempDir dir;
   ASSERT_FALSE(dir.path().empty());
   const std::string data = dir.path() + "/data";
-  const std::string base = kJob + " --data-dir " + data + " --pool-size 64M --pm-mode flush --backends 1";
+  const std::string base =
+      kJob + " --data-dir " + data + " --pool-size 64M --pm-mode flush --backends 1";
   const std::string json = dir.path() + "/kill.json";
   RunResult first = RunCmd(base + " --mirrors 1 --kill-primary-after 300 --ops 600 --json " + json);
   ASSERT_EQ(first.exit_code, 0) << first.output;
@@ -596,12 +605,14 @@ TEST(Job, KillPrimaryAfterPromotesTheMirrorAndLaterRunsVerify) {
   EXPECT_GT(f["rejoin_in_sync_ms"].get<double>(), 0.0);
   // The old primary's path rejoined as a mirror of the promoted primary: identical after the stop.
   const std::string ctl = ASYMNVM_CTL_BIN;
-  RunResult diff = RunCmd(ctl + " diff " + data + "/asymnvm.mirror-0.pool " + data + "/asymnvm.pool");
+  RunResult diff =
+      RunCmd(ctl + " diff " + data + "/asymnvm.mirror-0.pool " + data + "/asymnvm.pool");
   EXPECT_EQ(diff.exit_code, 0) << diff.output;
   // A plain run is served by the promoted pool and verifies the first run.
   RunResult plain = RunCmd(base + " --ops 200");
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
-  EXPECT_NE(plain.output.find("asymnvm.mirror-0.pool (promoted"), std::string::npos) << plain.output;
+  EXPECT_NE(plain.output.find("asymnvm.mirror-0.pool (promoted"), std::string::npos)
+      << plain.output;
   EXPECT_NE(plain.output.find("left by 1 earlier run(s)"), std::string::npos) << plain.output;
   // With a mirror again: the old path mirrors the promoted pool.
   RunResult again = RunCmd(base + " --mirrors 1 --ops 200");
@@ -617,8 +628,8 @@ TEST(Job, KillPrimaryAfterPromotesTheMirrorAndLaterRunsVerify) {
 TEST(Job, HelpNamesEveryExitCode) {
   RunResult r = RunCmd(kJob + " --help");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const char* code : {"0 success", "1 failure", "2 bad command line", "3 verification failed",
-                           "4 interrupted"}) {
+  for (const char* code :
+       {"0 success", "1 failure", "2 bad command line", "3 verification failed", "4 interrupted"}) {
     EXPECT_NE(r.output.find(code), std::string::npos) << code << "\n" << r.output;
   }
 }

@@ -8,13 +8,13 @@
 //   coord_test_helper incr URI PATH N        N compare-and-set increments of the decimal counter
 //                                            in PATH; prints "conflicts K" at the end
 // Any failure: a line "error <status>" on stdout and exit code 1.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
-
-#include <unistd.h>
 
 #include "asymnvm/coord.h"
 

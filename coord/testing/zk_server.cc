@@ -24,8 +24,9 @@ constexpr const char* kZkJar = "/usr/share/java/zookeeper.jar";
 constexpr const char* kSlf4jSimple = "/usr/share/java/slf4j-simple.jar";
 
 int MsUntil(Deadline d) {
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(d - std::chrono::steady_clock::now())
-                .count();
+  auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(d - std::chrono::steady_clock::now())
+          .count();
   return ms < 0 ? 0 : static_cast<int>(ms);
 }
 
@@ -227,9 +228,8 @@ Status ZkEnsemble::Launch(int i) {
   auto& s = servers_[i];
   auto p = Subprocess::Start(
       {FindJava(), "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k",
-       "-Dzookeeper.admin.enableServer=false", "-cp",
-       std::string(kZkJar) + ":" + kSlf4jSimple, "org.apache.zookeeper.server.quorum.QuorumPeerMain",
-       s.dir + "/zoo.cfg"},
+       "-Dzookeeper.admin.enableServer=false", "-cp", std::string(kZkJar) + ":" + kSlf4jSimple,
+       "org.apache.zookeeper.server.quorum.QuorumPeerMain", s.dir + "/zoo.cfg"},
       s.dir + "/server.log");
   if (!p.ok()) return p.status();
   s.proc = std::move(p).value();

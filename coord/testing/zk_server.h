@@ -61,7 +61,7 @@ class ZkEnsemble {
   int Leader() const;
   // Waits until a leader serves and every live server serves (kTimedOut otherwise).
   Status WaitServing(Deadline deadline) const;
-  void Kill(int i);  // SIGKILL + reap
+  void Kill(int i);       // SIGKILL + reap
   Status Restart(int i);  // starts a killed server again on its ports and data directory
   bool alive(int i) const { return servers_[i].proc != nullptr; }
 

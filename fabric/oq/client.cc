@@ -22,7 +22,7 @@ struct Slot {
   bool in_use = false;
   bool posted = false;
   bool done = false;
-  bool abandoned = false;   // the caller timed out; free the slot when its completions arrive
+  bool abandoned = false;  // the caller timed out; free the slot when its completions arrive
   bool need_response = false;
   bool acked = false;
   bool responded = false;
@@ -37,7 +37,8 @@ struct Slot {
 // posted, or the post itself was refused): the same code as the failure, marked
 // retryable so that a caller may send it again elsewhere even when it is not idempotent.
 Status NotSent(const Status& failure) {
-  return Status(failure.code(), "the request was not sent: " + failure.message(), failure.sys_errno(),
+  return Status(failure.code(), "the request was not sent: " + failure.message(),
+                failure.sys_errno(),
                 /*retryable=*/true);
 }
 
@@ -122,8 +123,7 @@ Status Client::Impl::ConnectWorker(uint32_t w, const std::string& address,
   ASYMNVM_ASSIGN_OR_RETURN(*hello, wire::DecodeServerHello(c->conn->peer_private_data()));
   if (hello->worker != w) {
     return Status::ProtocolError("oq client: " + address + " is worker " +
-                                 std::to_string(hello->worker) + ", expected " +
-                                 std::to_string(w));
+                                 std::to_string(hello->worker) + ", expected " + std::to_string(w));
   }
   if (w == 0) info = hello->info;
   uint32_t max_request = hello->info.max_request;
@@ -137,8 +137,10 @@ Status Client::Impl::ConnectWorker(uint32_t w, const std::string& address,
                                                             {.access = fabric::kLocalWrite}));
   std::vector<fabric::RecvRequest> rr;
   for (uint32_t i = 0; i < o.window; i++) {
-    rr.push_back({.wr_id = i, .addr = c->recv_buf.data() + size_t{i} * c->recv_size,
-                  .length = c->recv_size, .mr = c->recv_mr.get()});
+    rr.push_back({.wr_id = i,
+                  .addr = c->recv_buf.data() + size_t{i} * c->recv_size,
+                  .length = c->recv_size,
+                  .mr = c->recv_mr.get()});
   }
   ASYMNVM_RETURN_IF_ERROR(c->conn->PostRecv(rr));
   c->slots.resize(o.window);
@@ -254,8 +256,10 @@ void Client::Impl::Deliver(Conn& c, const fabric::Completion& comp) {
         if (s.acked && (s.responded || !s.need_response)) Finish(c, s, idx);
       }
     }
-    fabric::RecvRequest rr{.wr_id = buf, .addr = c.recv_buf.data() + size_t{buf} * c.recv_size,
-                           .length = c.recv_size, .mr = c.recv_mr.get()};
+    fabric::RecvRequest rr{.wr_id = buf,
+                           .addr = c.recv_buf.data() + size_t{buf} * c.recv_size,
+                           .length = c.recv_size,
+                           .mr = c.recv_mr.get()};
     Status st = c.conn->PostRecv({&rr, 1});
     if (!st.ok()) FailAll(c, st.WithContext("oq client: re-posting a response buffer"));
     return;
@@ -284,8 +288,7 @@ void Client::Impl::Deliver(Conn& c, const fabric::Completion& comp) {
 
 Status Client::Impl::Begin(uint32_t worker, bool nilext_submit, bool want_response,
                            const std::function<uint32_t(uint8_t*, uint64_t)>& encode,
-                           uint32_t length, Clock::time_point deadline, bool post,
-                           uint32_t* slot) {
+                           uint32_t length, Clock::time_point deadline, bool post, uint32_t* slot) {
   if (worker >= conns.size()) {
     return Status::InvalidArgument("oq client: worker " + std::to_string(worker) +
                                    " out of range (server has " + std::to_string(conns.size()) +
@@ -341,8 +344,9 @@ Status Client::Impl::Await(uint32_t worker, uint32_t idx, bool want_response,
         s = Slot();
         c.free.push_back(idx);
       }
-      return Status::TimedOut("oq client: request " + std::string(want_response ? "call" : "submit") +
-                              " to worker " + std::to_string(worker) + " not committed in time");
+      return Status::TimedOut("oq client: request " +
+                              std::string(want_response ? "call" : "submit") + " to worker " +
+                              std::to_string(worker) + " not committed in time");
     }
     if (c.poll_mu.try_lock()) {
       lk.unlock();
@@ -370,8 +374,8 @@ Status Client::Impl::Await(uint32_t worker, uint32_t idx, bool want_response,
 }
 
 Status Client::Impl::Do(uint32_t worker, bool nilext_submit, bool want_response,
-                        const std::function<uint32_t(uint8_t*, uint64_t)>& encode,
-                        uint32_t length, std::vector<uint8_t>* response) {
+                        const std::function<uint32_t(uint8_t*, uint64_t)>& encode, uint32_t length,
+                        std::vector<uint8_t>* response) {
   const auto deadline = Clock::now() + o.timeout;
   uint32_t idx = 0;
   ASYMNVM_RETURN_IF_ERROR(

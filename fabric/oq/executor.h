@@ -25,10 +25,10 @@ class OrderedExecutor {
   struct Event {
     enum Kind : uint8_t { kMessage, kRetired } kind = kMessage;
     uint64_t buffer_id = 0;
-    uint32_t offset = 0;      // kMessage: where the message starts
-    uint32_t length = 0;      // kMessage: byte_len of its completion
+    uint32_t offset = 0;  // kMessage: where the message starts
+    uint32_t length = 0;  // kMessage: byte_len of its completion
     uint64_t connection_id = 0;
-    uint32_t used = 0;        // kRetired: bytes of the buffer that were used (retire offset)
+    uint32_t used = 0;  // kRetired: bytes of the buffer that were used (retire offset)
   };
 
   explicit OrderedExecutor(uint32_t stride) : stride_(stride) {}
@@ -58,9 +58,9 @@ class OrderedExecutor {
   struct Buf {
     uint64_t id = 0;
     uint32_t length = 0;
-    uint32_t next = 0;                  // next-index (bytes)
-    uint32_t retire = UINT32_MAX;       // known retire offset
-    std::vector<Slot> slots;            // one per stride: the bitmap (+ lengths)
+    uint32_t next = 0;             // next-index (bytes)
+    uint32_t retire = UINT32_MAX;  // known retire offset
+    std::vector<Slot> slots;       // one per stride: the bitmap (+ lengths)
   };
   Buf* Find(uint64_t id);
   void AdvanceArrival();

@@ -186,7 +186,8 @@ Handler KvStore::handler() {
                 std::vector<uint8_t>* response) -> Status {
     switch (ctx.type) {
       case kKvSet:
-        if (payload.size() != 16) return Status::InvalidArgument("kv set: payload must be 16 bytes");
+        if (payload.size() != 16)
+          return Status::InvalidArgument("kv set: payload must be 16 bytes");
         return Set(GetLe64(payload.data()), GetLe64(payload.data() + 8), ctx.worker, ctx.position,
                    ctx.recovering);
       case kKvGet:

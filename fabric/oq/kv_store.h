@@ -3,8 +3,8 @@
 // table in a PM area so state survives kill -9.
 //
 // Exactly-once under recovery: every entry records the queue position (worker, position) of the
-// last applied set and how many sets were applied. A set re-executed by OQ recovery (ctx.recovering)
-// at or below the recorded position of the same worker is skipped and counted.
+// last applied set and how many sets were applied. A set re-executed by OQ recovery
+// (ctx.recovering) at or below the recorded position of the same worker is skipped and counted.
 //
 // Request types: kSet (payload key u64 | value u64, little-endian; no response), kGet (payload key;
 // response value u64, 0 = absent), kInfo (payload key; response value u64 | applied_sets u64).

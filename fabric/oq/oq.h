@@ -47,10 +47,10 @@
 namespace asymnvm::oq {
 
 enum class Policy : uint8_t { kOq = 0, kRawRpc = 1, kDeferred = 2 };
-const char* PolicyName(Policy p);                        // "oq" | "rawrpc" | "deferred"
-Result<Policy> ParsePolicy(const std::string& name);     // kInvalidArgument on anything else
+const char* PolicyName(Policy p);                     // "oq" | "rawrpc" | "deferred"
+Result<Policy> ParsePolicy(const std::string& name);  // kInvalidArgument on anything else
 
-inline constexpr uint32_t kRequestHeaderSize = 40;   // doc/oq.md §Wire format
+inline constexpr uint32_t kRequestHeaderSize = 40;  // doc/oq.md §Wire format
 inline constexpr uint32_t kResponseHeaderSize = 32;
 inline constexpr uint32_t kMaxWorkers = 63;
 
@@ -60,7 +60,7 @@ struct RequestContext {
   uint16_t type = 0;
   bool nilext = false;
   uint64_t client_id = 0;
-  uint64_t seq = 0;        // the client's request sequence number (per connection)
+  uint64_t seq = 0;  // the client's request sequence number (per connection)
   // Queue position: (buffer post sequence << 16) | (offset / stride). Strictly increasing in
   // execution order within a worker, also across restarts of a durable server.
   uint64_t position = 0;
@@ -81,12 +81,12 @@ struct ServerOptions {
   // Worker 0 listens here; worker k > 0 derives its address (tcp: same host, port 0; unix: path
   // + ".wK"; inproc: name + "-wK"). Clients only need worker 0's address().
   std::string listen_address = "tcp://127.0.0.1:0";
-  uint32_t workers = 1;                    // 1..kMaxWorkers
-  uint32_t buffer_size = 64 * 1024;        // bytes per receive buffer; multiple of 4096
-  uint32_t buffers_per_worker = 16;        // >= 2
-  uint32_t stride = 64;                    // multi-packet stride; power of two, 64..4096
-  uint32_t max_request = 8 * 1024;         // largest request incl. header; <= buffer_size
-  uint32_t max_response = 8 * 1024;        // largest response payload
+  uint32_t workers = 1;              // 1..kMaxWorkers
+  uint32_t buffer_size = 64 * 1024;  // bytes per receive buffer; multiple of 4096
+  uint32_t buffers_per_worker = 16;  // >= 2
+  uint32_t stride = 64;              // multi-packet stride; power of two, 64..4096
+  uint32_t max_request = 8 * 1024;   // largest request incl. header; <= buffer_size
+  uint32_t max_response = 8 * 1024;  // largest response payload
   Policy policy = Policy::kOq;
   // Durable mode: buffers and worker headers in [pm_area, pm_area + pm_area_size), which must be
   // at least DurableAreaSize(...) bytes, 4 KiB aligned, persisted through `persister`.
@@ -114,18 +114,18 @@ struct ServerOptions {
 size_t DurableAreaSize(uint32_t workers, uint32_t buffers_per_worker, uint32_t buffer_size);
 
 struct WorkerStats {
-  uint64_t executed = 0;          // requests handed to the Handler (recovery included)
+  uint64_t executed = 0;  // requests handed to the Handler (recovery included)
   uint64_t nilext = 0;
   uint64_t non_nilext = 0;
-  uint64_t responses = 0;         // software responses posted
-  uint64_t responses_failed = 0;  // ... of which Post failed (the client's connection died)
-  uint64_t rejected = 0;          // corrupt / short / oversized / wrong-worker requests
-  uint64_t handler_errors = 0;    // Handler returned non-OK
-  uint64_t buffers_retired = 0;   // receive buffers consumed and re-posted
-  uint64_t out_of_order = 0;      // completions that arrived ahead of next-index
+  uint64_t responses = 0;           // software responses posted
+  uint64_t responses_failed = 0;    // ... of which Post failed (the client's connection died)
+  uint64_t rejected = 0;            // corrupt / short / oversized / wrong-worker requests
+  uint64_t handler_errors = 0;      // Handler returned non-OK
+  uint64_t buffers_retired = 0;     // receive buffers consumed and re-posted
+  uint64_t out_of_order = 0;        // completions that arrived ahead of next-index
   uint64_t recovered_executed = 0;  // nilext requests re-executed by recovery
   uint64_t recovered_skipped = 0;   // non-nilext requests recovery skipped
-  uint64_t recv_errors = 0;       // receive completions with an error status
+  uint64_t recv_errors = 0;         // receive completions with an error status
 };
 
 struct ServerStats {
@@ -171,9 +171,9 @@ struct ClientOptions {
   // receive buffers must match), hence true by default; kv::Client sets false (one sync less per
   // GET in msync mode).
   bool flush_calls = true;
-  uint64_t client_id = 0;                  // 0: chosen at random
-  uint32_t window = 32;                    // outstanding requests per connection (slots)
-  uint32_t rnr_retry = 100000;             // soft: RNR holds before failing (verbs caps at 7 = ∞)
+  uint64_t client_id = 0;       // 0: chosen at random
+  uint32_t window = 32;         // outstanding requests per connection (slots)
+  uint32_t rnr_retry = 100000;  // soft: RNR holds before failing (verbs caps at 7 = ∞)
   std::chrono::milliseconds timeout{5000};  // connect, and each Submit/Call
 };
 
@@ -260,12 +260,12 @@ Result<RequestHeader> ValidateRequest(std::span<const uint8_t> bytes, uint32_t m
 // recovery would re-execute (valid) or a run of strides holding bytes but no valid request.
 struct LandedRequest {
   uint32_t worker = 0;
-  uint64_t post_seq = 0;      // of the receive buffer
-  uint32_t offset = 0;        // within the buffer
-  uint64_t area_offset = 0;   // from the start of the area
-  bool valid = false;         // ValidateRequest passed: `header` is verified
+  uint64_t post_seq = 0;     // of the receive buffer
+  uint32_t offset = 0;       // within the buffer
+  uint64_t area_offset = 0;  // from the start of the area
+  bool valid = false;        // ValidateRequest passed: `header` is verified
   RequestHeader header;
-  std::string error;          // !valid: what ValidateRequest said about the first stride
+  std::string error;  // !valid: what ValidateRequest said about the first stride
   // !valid and an unfinished landing: nothing valid landed after it in its buffer and the NIC
   // had not moved on to the next buffer (first word zero). The normal state after a crash: the
   // request was never acknowledged (the FLUSH behind it completes only after it landed).

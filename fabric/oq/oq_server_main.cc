@@ -28,30 +28,37 @@ int main(int argc, char** argv) {
   bool durable = false;
   app.add_option("--listen", listen, "listen address (worker 0)")->capture_default_str();
   app.add_option("--workers", workers, "worker threads")
-      ->check(CLI::Range(1u, oq::kMaxWorkers))->capture_default_str();
+      ->check(CLI::Range(1u, oq::kMaxWorkers))
+      ->capture_default_str();
   app.add_option("--policy", policy, "execution policy")
-      ->check(CLI::IsMember({"oq", "rawrpc", "deferred"}))->capture_default_str();
+      ->check(CLI::IsMember({"oq", "rawrpc", "deferred"}))
+      ->capture_default_str();
   app.add_flag("--durable", durable, "receive buffers and the table in a PM pool");
   app.add_option("--pool", pool_path, "pool file (durable)");
   app.add_option("--size", size_text, "pool size when creating it")->capture_default_str();
   app.add_option("--pm-mode", pm_mode, "PM persistence mode")
-      ->check(CLI::IsMember({"auto", "msync", "flush"}))->capture_default_str();
+      ->check(CLI::IsMember({"auto", "msync", "flush"}))
+      ->capture_default_str();
   app.add_option("--buffer-size", buffer_size_text, "bytes per receive buffer")
       ->capture_default_str();
   app.add_option("--buffers", buffers, "receive buffers per worker")
-      ->check(CLI::Range(2u, 65536u))->capture_default_str();
+      ->check(CLI::Range(2u, 65536u))
+      ->capture_default_str();
   fabric::FabricOptions fo;
   uint32_t handshake_ms = 5000;
   app.add_option("--secret-file", fo.secret_file,
                  "file holding the cluster secret (default: ASYMNVM_SECRET_FILE, ASYMNVM_SECRET, "
                  "or the built-in one, loopback only)");
   app.add_option("--handshake-timeout-ms", handshake_ms, "per-peer connection set-up deadline")
-      ->check(CLI::Range(1u, 600000u))->capture_default_str();
+      ->check(CLI::Range(1u, 600000u))
+      ->capture_default_str();
   app.add_option("--max-pending-handshakes", fo.max_pending_handshakes,
                  "connection set-ups in progress at once (beyond: the oldest is closed)")
-      ->check(CLI::Range(1u, 65536u))->capture_default_str();
+      ->check(CLI::Range(1u, 65536u))
+      ->capture_default_str();
   app.add_option("--log-level", log_level, "debug|info|warn|error|off")
-      ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))->capture_default_str();
+      ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -160,8 +167,8 @@ int main(int argc, char** argv) {
   (*server)->Stop();
   auto st = (*server)->stats();
   std::cerr << "asymnvm-oq-server: stopped (signal " << sig << "): executed " << st.executed
-            << ", connections " << st.connections << ", rnr " << st.rnr_seen
-            << ", recovery skips " << kv->skipped_reexecutions() << "\n";
+            << ", connections " << st.connections << ", rnr " << st.rnr_seen << ", recovery skips "
+            << kv->skipped_reexecutions() << "\n";
   server->reset();
   return 0;
 }

@@ -31,10 +31,12 @@ void Request(std::vector<uint8_t>& b, bool fix) {
   if (fix) FixChecksum(b, kRequestHeaderSize);
   auto h = ValidateRequest(b, kMaxRequest);
   if (!h.ok()) return;
-  ASYMNVM_FUZZ_CHECK(h->size >= kRequestHeaderSize && h->size <= b.size() && h->size <= kMaxRequest);
+  ASYMNVM_FUZZ_CHECK(h->size >= kRequestHeaderSize && h->size <= b.size() &&
+                     h->size <= kMaxRequest);
   std::vector<uint8_t> again;
-  EncodeRequest(*h, std::span<const uint8_t>(b).subspan(kRequestHeaderSize, h->size - kRequestHeaderSize),
-                &again);
+  EncodeRequest(
+      *h, std::span<const uint8_t>(b).subspan(kRequestHeaderSize, h->size - kRequestHeaderSize),
+      &again);
   ASYMNVM_FUZZ_CHECK(again.size() == h->size);
   ASYMNVM_FUZZ_CHECK(std::memcmp(again.data(), b.data(), again.size()) == 0);
 }
@@ -45,23 +47,25 @@ void Response(std::vector<uint8_t>& b, bool fix) {
   if (!h.ok()) return;
   ASYMNVM_FUZZ_CHECK(h->size >= kResponseHeaderSize && h->size <= b.size());
   std::vector<uint8_t> again;
-  wire::EncodeResponse(*h, std::span<const uint8_t>(b).subspan(kResponseHeaderSize, h->size - kResponseHeaderSize),
-                       &again);
+  wire::EncodeResponse(
+      *h, std::span<const uint8_t>(b).subspan(kResponseHeaderSize, h->size - kResponseHeaderSize),
+      &again);
   ASYMNVM_FUZZ_CHECK(again.size() == h->size);
   ASYMNVM_FUZZ_CHECK(std::memcmp(again.data(), b.data(), again.size()) == 0);
 }
 
 bool SameServerHello(const wire::ServerHello& a, const wire::ServerHello& b) {
-  return a.worker == b.worker && a.info.workers == b.info.workers && a.info.policy == b.info.policy &&
-         a.info.durable == b.info.durable && a.info.max_request == b.info.max_request &&
-         a.info.max_response == b.info.max_response && a.flush_target == b.flush_target &&
-         a.addresses == b.addresses;
+  return a.worker == b.worker && a.info.workers == b.info.workers &&
+         a.info.policy == b.info.policy && a.info.durable == b.info.durable &&
+         a.info.max_request == b.info.max_request && a.info.max_response == b.info.max_response &&
+         a.flush_target == b.flush_target && a.addresses == b.addresses;
 }
 
 void ServerHello(const std::vector<uint8_t>& b) {
   auto h = wire::DecodeServerHello(b);
   if (!h.ok()) return;
-  ASYMNVM_FUZZ_CHECK(h->info.workers >= 1 && h->info.workers <= kMaxWorkers && h->worker < h->info.workers);
+  ASYMNVM_FUZZ_CHECK(h->info.workers >= 1 && h->info.workers <= kMaxWorkers &&
+                     h->worker < h->info.workers);
   ASYMNVM_FUZZ_CHECK(h->addresses.size() == h->info.workers);
   auto enc = wire::EncodeServerHello(*h);
   if (!enc.ok()) return;  // more than the 1024-byte hello a server sends
@@ -129,10 +133,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       Response(b, fix);
       break;
     }
-    case 2: ServerHello(in.Rest()); break;
-    case 3: ClientHello(in.Rest()); break;
-    case 4: Word(in); break;
-    default: BuiltRequest(in); break;
+    case 2:
+      ServerHello(in.Rest());
+      break;
+    case 3:
+      ClientHello(in.Rest());
+      break;
+    case 4:
+      Word(in);
+      break;
+    default:
+      BuiltRequest(in);
+      break;
   }
   return 0;
 }

@@ -43,8 +43,8 @@ class ResponseArena {
  public:
   Status Init(fabric::ProtectionDomain* pd, size_t bytes) {
     mem_.assign(bytes, 0);
-    ASYMNVM_ASSIGN_OR_RETURN(mr_, pd->RegisterMemory(mem_.data(), mem_.size(),
-                                                     {.access = fabric::kLocalWrite}));
+    ASYMNVM_ASSIGN_OR_RETURN(
+        mr_, pd->RegisterMemory(mem_.data(), mem_.size(), {.access = fabric::kLocalWrite}));
     return Status::Ok();
   }
   // Returns nullptr when no room (caller reaps completions and retries).
@@ -88,13 +88,13 @@ class ResponseArena {
 struct Server::Impl {
   struct Worker {
     uint32_t index = 0;
-    uint8_t* buffers = nullptr;          // B × buffer_size
-    uint8_t* header = nullptr;           // durable: RTE word at +0, SRQTail word at +8
-    std::vector<uint8_t> dram;           // non-durable buffers
-    uint64_t tail = 0;                   // next post sequence (SRQTail)
-    uint64_t rte = 0;                    // ReqToExecute position (DRAM copy)
+    uint8_t* buffers = nullptr;  // B × buffer_size
+    uint8_t* header = nullptr;   // durable: RTE word at +0, SRQTail word at +8
+    std::vector<uint8_t> dram;   // non-durable buffers
+    uint64_t tail = 0;           // next post sequence (SRQTail)
+    uint64_t rte = 0;            // ReqToExecute position (DRAM copy)
     uint64_t rte_persisted = 0;
-    bool nilext_unpersisted = false;     // a nilext request executed past rte_persisted
+    bool nilext_unpersisted = false;  // a nilext request executed past rte_persisted
     std::unique_ptr<fabric::MemoryRegion> mr;
     std::unique_ptr<fabric::CompletionQueue> recv_cq, send_cq;
     std::unique_ptr<fabric::SharedReceiveQueue> srq;
@@ -104,7 +104,7 @@ struct Server::Impl {
     ResponseArena arena;
     std::mutex conn_mu;
     std::vector<std::unique_ptr<fabric::Connection>> conns;
-    uint64_t closed_rnr = 0;             // rnr events of connections already dropped
+    uint64_t closed_rnr = 0;  // rnr events of connections already dropped
     mutable std::mutex stats_mu;
     WorkerStats stats;
     std::thread thread, acceptor;
@@ -165,7 +165,8 @@ Status Server::Impl::Validate() {
   }
   if (o.buffer_size < 4096 || o.buffer_size % 4096 != 0 || o.buffer_size > (1u << 20) ||
       o.buffer_size / o.stride > 0xFFFF) {
-    return Status::InvalidArgument("oq server: buffer size must be a multiple of 4096 in 4 KiB..1 MiB");
+    return Status::InvalidArgument(
+        "oq server: buffer size must be a multiple of 4096 in 4 KiB..1 MiB");
   }
   if (o.buffers_per_worker < 2 || o.buffers_per_worker > 65536) {
     return Status::InvalidArgument("oq server: buffers per worker must be 2..65536");
@@ -242,8 +243,8 @@ Status Server::Impl::InitDurable() {
     if (rte_seq > tail || tail - rte_seq > o.buffers_per_worker ||
         (rte & 0xFFFF) > o.buffer_size / o.stride) {
       return Status::Corruption("oq server: worker " + std::to_string(w->index) +
-                                ": ReqToExecute " + std::to_string(rte) + " inconsistent with SRQTail " +
-                                std::to_string(tail));
+                                ": ReqToExecute " + std::to_string(rte) +
+                                " inconsistent with SRQTail " + std::to_string(tail));
     }
     w->rte = rte;
     w->rte_persisted = rte;
@@ -288,9 +289,9 @@ Result<DurableAreaScan> ScanDurableArea(std::span<const uint8_t> area, uint32_t 
     }
     if ((rte >> 16) > tail || tail - (rte >> 16) > d.buffers_per_worker ||
         (rte & 0xFFFF) > d.buffer_size / d.stride) {
-      return Status::Corruption("oq durable area: worker " + std::to_string(w) +
-                                ": ReqToExecute " + std::to_string(rte) +
-                                " inconsistent with SRQTail " + std::to_string(tail));
+      return Status::Corruption("oq durable area: worker " + std::to_string(w) + ": ReqToExecute " +
+                                std::to_string(rte) + " inconsistent with SRQTail " +
+                                std::to_string(tail));
     }
     d.req_to_execute.push_back(rte);
     d.srq_tail.push_back(tail);
@@ -322,8 +323,8 @@ Result<DurableAreaScan> ScanDurableArea(std::span<const uint8_t> area, uint32_t 
           valid_end = off;
           continue;
         }
-        const bool empty = std::all_of(buf + off, buf + off + d.stride,
-                                       [](uint8_t b) { return b == 0; });
+        const bool empty =
+            std::all_of(buf + off, buf + off + d.stride, [](uint8_t b) { return b == 0; });
         if (!empty && !in_bad_run) {  // one record per contiguous run of bad strides
           l.error = r.ok() ? "request addressed to worker " + std::to_string(r->worker)
                            : r.status().message();
@@ -370,12 +371,13 @@ Status Server::Impl::Recover(Worker& w) {
         off += o.stride;
         continue;
       }
-      RequestContext ctx{w.index, h->type, h->nilext, h->client_id, h->seq,
-                         wire::Position(seq, off / o.stride), true};
+      RequestContext ctx{w.index,      h->type, h->nilext,
+                         h->client_id, h->seq,  wire::Position(seq, off / o.stride),
+                         true};
       if (h->nilext) {
         std::vector<uint8_t> resp;
-        Status st = handler(ctx, {buf + off + kRequestHeaderSize, h->size - kRequestHeaderSize},
-                            &resp);
+        Status st =
+            handler(ctx, {buf + off + kRequestHeaderSize, h->size - kRequestHeaderSize}, &resp);
         if (!st.ok()) {
           Bump(w, &WorkerStats::handler_errors);
           LOG_WARN("oq", "worker " << w.index << " recovery: handler failed on nilext request "
@@ -418,8 +420,8 @@ Status Server::Impl::PostBuffer(Worker& w) {
                      __ATOMIC_RELEASE);
     o.persister->Persist(w.header + 8, 8);
   }
-  fabric::RecvRequest r{.wr_id = seq, .addr = Buffer(w, seq), .length = o.buffer_size,
-                        .mr = w.mr.get()};
+  fabric::RecvRequest r{
+      .wr_id = seq, .addr = Buffer(w, seq), .length = o.buffer_size, .mr = w.mr.get()};
   Status st = w.srq->PostRecv({&r, 1});
   if (!st.ok()) return st.WithContext("oq server: posting a receive buffer");
   w.exec.AddBuffer(seq, o.buffer_size);
@@ -439,15 +441,15 @@ Status Server::Impl::InitFabric(Worker& w) {
   }
   size_t bytes = size_t{o.buffers_per_worker} * o.buffer_size;
   ASYMNVM_ASSIGN_OR_RETURN(
-      w.mr, o.pd->RegisterMemory(w.buffers, bytes,
-                                 {.access = fabric::kLocalWrite,
-                                  .persister = o.durable ? o.persister : nullptr}));
+      w.mr, o.pd->RegisterMemory(
+                w.buffers, bytes,
+                {.access = fabric::kLocalWrite, .persister = o.durable ? o.persister : nullptr}));
   uint32_t cq_cap = o.buffers_per_worker * (o.buffer_size / o.stride + 1) + 64;
   ASYMNVM_ASSIGN_OR_RETURN(w.recv_cq, o.fabric->CreateCq({.capacity = cq_cap}));
   ASYMNVM_ASSIGN_OR_RETURN(w.send_cq, o.fabric->CreateCq({.capacity = 8192}));
   ASYMNVM_ASSIGN_OR_RETURN(
-      w.srq, o.fabric->CreateSrq(o.pd, {.max_wr = o.buffers_per_worker, .multi_packet = true,
-                                        .stride = o.stride}));
+      w.srq, o.fabric->CreateSrq(
+                 o.pd, {.max_wr = o.buffers_per_worker, .multi_packet = true, .stride = o.stride}));
   if (!w.srq->multi_packet_native()) {
     LOG_WARN("oq", "provider emulates multi-packet SRQ with fixed slots; executing per slot");
   }
@@ -600,13 +602,13 @@ void Server::Impl::Execute(Worker& w, const OrderedExecutor::Event& ev) {
     w.rte = rte_after;
     return;
   }
-  RequestContext ctx{w.index, h->type, h->nilext, h->client_id, h->seq,
-                     wire::Position(ev.buffer_id, slot), false};
+  RequestContext ctx{
+      w.index, h->type, h->nilext, h->client_id, h->seq, wire::Position(ev.buffer_id, slot), false};
   bool deferred = h->nilext && o.policy == Policy::kDeferred;
   if (deferred) {
     QueueResponse(w, ev.connection_id, h->seq, Status::Ok(), {});
     PersistRteForResponses(w);  // earlier responses of this batch may only leave after their RTE
-    SendPending(w);  // reply, then execute
+    SendPending(w);             // reply, then execute
   }
   std::vector<uint8_t> resp;
   Status st = handler(ctx, {p + kRequestHeaderSize, h->size - kRequestHeaderSize}, &resp);
@@ -631,8 +633,8 @@ void Server::Impl::Execute(Worker& w, const OrderedExecutor::Event& ev) {
     return;
   }
   if (deferred) return;
-  QueueResponse(w, ev.connection_id, h->seq, st, st.ok() ? std::span<const uint8_t>(resp)
-                                                          : std::span<const uint8_t>());
+  QueueResponse(w, ev.connection_id, h->seq, st,
+                st.ok() ? std::span<const uint8_t>(resp) : std::span<const uint8_t>());
 }
 
 void Server::Impl::Retire(Worker& w, const OrderedExecutor::Event& ev) {
@@ -671,8 +673,8 @@ void Server::Impl::Run(Worker& w) {
                                  << c.connection_id);
         continue;
       }
-      Status st = w.exec.OnCompletion(c.wr_id, c.offset, c.byte_len, c.buffer_done,
-                                      c.connection_id);
+      Status st =
+          w.exec.OnCompletion(c.wr_id, c.offset, c.byte_len, c.buffer_done, c.connection_id);
       if (!st.ok()) LOG_ERROR("oq", "worker " << w.index << ": " << st.ToString());
     }
     OrderedExecutor::Event ev;
@@ -711,9 +713,9 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options, Hand
     for (auto& w : s.workers) ASYMNVM_RETURN_IF_ERROR(s.Recover(*w));
   }
   s.flush_target.assign(64, 0);
-  ASYMNVM_ASSIGN_OR_RETURN(
-      s.flush_mr, options.pd->RegisterMemory(s.flush_target.data(), s.flush_target.size(),
-                                             {.access = fabric::kLocalWrite | fabric::kRemoteRead}));
+  ASYMNVM_ASSIGN_OR_RETURN(s.flush_mr, options.pd->RegisterMemory(
+                                           s.flush_target.data(), s.flush_target.size(),
+                                           {.access = fabric::kLocalWrite | fabric::kRemoteRead}));
   for (auto& w : s.workers) ASYMNVM_RETURN_IF_ERROR(s.InitFabric(*w));
   wire::ServerHello hello;
   hello.info = {options.policy, options.durable, options.workers, options.max_request,

@@ -9,9 +9,12 @@ namespace asymnvm::oq {
 
 const char* PolicyName(Policy p) {
   switch (p) {
-    case Policy::kOq: return "oq";
-    case Policy::kRawRpc: return "rawrpc";
-    case Policy::kDeferred: return "deferred";
+    case Policy::kOq:
+      return "oq";
+    case Policy::kRawRpc:
+      return "rawrpc";
+    case Policy::kDeferred:
+      return "deferred";
   }
   return "?";
 }

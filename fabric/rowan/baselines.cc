@@ -255,17 +255,21 @@ class WriteWriter final : public LogWriter {
 
 const char* LogVariantName(LogVariant v) {
   switch (v) {
-    case LogVariant::kRowan: return "rowan";
-    case LogVariant::kRWrite: return "rwrite";
-    case LogVariant::kShare: return "share";
-    case LogVariant::kBatch: return "batch";
+    case LogVariant::kRowan:
+      return "rowan";
+    case LogVariant::kRWrite:
+      return "rwrite";
+    case LogVariant::kShare:
+      return "share";
+    case LogVariant::kBatch:
+      return "batch";
   }
   return "?";
 }
 
 Result<LogVariant> ParseLogVariant(const std::string& name) {
-  for (LogVariant v : {LogVariant::kRowan, LogVariant::kRWrite, LogVariant::kShare,
-                       LogVariant::kBatch}) {
+  for (LogVariant v :
+       {LogVariant::kRowan, LogVariant::kRWrite, LogVariant::kShare, LogVariant::kBatch}) {
     if (name == LogVariantName(v)) return v;
   }
   return Status::InvalidArgument("unknown log variant '" + name +
@@ -301,10 +305,10 @@ Result<std::unique_ptr<LogTarget>> LogTarget::Open(const LogTargetOptions& o) {
   std::unique_ptr<LogTarget> t(new LogTarget(o));
   t->landing_ = std::make_unique<LandingPersister>(o.persister, o.landing_observer, o.area);
   ASYMNVM_ASSIGN_OR_RETURN(
-      t->mr_, o.pd->RegisterMemory(o.area, o.area_size,
-                                   {.access = fabric::kLocalWrite | fabric::kRemoteWrite |
-                                              fabric::kRemoteRead,
-                                    .persister = t->landing_.get()}));
+      t->mr_, o.pd->RegisterMemory(
+                  o.area, o.area_size,
+                  {.access = fabric::kLocalWrite | fabric::kRemoteWrite | fabric::kRemoteRead,
+                   .persister = t->landing_.get()}));
   ASYMNVM_ASSIGN_OR_RETURN(t->cq_, o.fabric->CreateCq({.capacity = 1024, .ring = true}));
   ASYMNVM_ASSIGN_OR_RETURN(t->listener_, o.fabric->Listen(o.pd, o.listen_address));
   t->acceptor_ = std::thread([p = t.get()] { p->AcceptLoop(); });
@@ -364,9 +368,8 @@ void LogTarget::AcceptLoop() {
     }
     std::lock_guard<std::mutex> lock(mu_);
     if (!o_.shared && next_log_ < logs) next_log_++;
-    std::erase_if(conns_, [](const auto& x) {
-      return x->state() != fabric::ConnectionState::kConnected;
-    });
+    std::erase_if(conns_,
+                  [](const auto& x) { return x->state() != fabric::ConnectionState::kConnected; });
     conns_.push_back(std::move(c).value());
   }
 }

@@ -14,8 +14,8 @@
 // Every variant writes the same bytes per entry: the entry's encoded blocks (entry.h), each at a
 // 64 B-aligned offset, so the requested PM bytes are identical and a scanner can read any log.
 // The baseline logs are circular and have no consumer or recovery: they exist to measure latency,
-// throughput and device-level write amplification, not to be a durable log (wrapped-over entries are
-// simply overwritten).
+// throughput and device-level write amplification, not to be a durable log (wrapped-over entries
+// are simply overwritten).
 //
 // Driver model: a driver thread owns a CompletionQueue shared by many writers, keeps appends in
 // flight with Submit, polls the CQ itself and routes each completion to the writer whose
@@ -58,10 +58,10 @@ struct LogTargetOptions {
   fabric::ProtectionDomain* pd = nullptr;  // required
   uint8_t* area = nullptr;                 // required; 64 B aligned
   size_t area_size = 0;
-  pm::Persister* persister = nullptr;      // required: the NIC persists landed WRITEs through it
+  pm::Persister* persister = nullptr;  // required: the NIC persists landed WRITEs through it
   pm::PersistObserver* landing_observer = nullptr;  // optional, as ReceiverOptions
   std::string listen_address = "tcp://127.0.0.1:0";
-  bool shared = false;     // share: every connection gets the whole area as its log
+  bool shared = false;            // share: every connection gets the whole area as its log
   size_t log_bytes = 256 * 1024;  // exclusive: bytes per connection's log (multiple of 4 KiB)
 };
 
@@ -98,14 +98,14 @@ struct SharedCursor {
 };
 
 struct WriterOptions {
-  fabric::Fabric* fabric = nullptr;        // required
-  fabric::ProtectionDomain* pd = nullptr;  // required
-  std::string address;                     // the receiver's / log target's
-  fabric::CompletionQueue* cq = nullptr;   // required: shared with the driver's other writers
-  std::chrono::milliseconds timeout{5000};  // connection set-up
-  uint32_t max_outstanding = 16;           // appends (batches) in flight per writer
-  SharedCursor* cursor = nullptr;          // share: required, shared by the log's writers
-  size_t batch_bytes = 256;                // batch: send once the batch holds this many bytes
+  fabric::Fabric* fabric = nullptr;            // required
+  fabric::ProtectionDomain* pd = nullptr;      // required
+  std::string address;                         // the receiver's / log target's
+  fabric::CompletionQueue* cq = nullptr;       // required: shared with the driver's other writers
+  std::chrono::milliseconds timeout{5000};     // connection set-up
+  uint32_t max_outstanding = 16;               // appends (batches) in flight per writer
+  SharedCursor* cursor = nullptr;              // share: required, shared by the log's writers
+  size_t batch_bytes = 256;                    // batch: send once the batch holds this many bytes
   std::chrono::nanoseconds batch_delay{5000};  // batch: or once its oldest entry waited this long
 };
 

@@ -31,12 +31,12 @@ struct EntryMeta {
 };
 
 struct BlockHeader {
-  uint32_t checksum = 0;       // CRC32C over bytes [4, kBlockHeaderSize + payload_len)
+  uint32_t checksum = 0;  // CRC32C over bytes [4, kBlockHeaderSize + payload_len)
   EntryMeta meta;
-  uint32_t payload_len = 0;    // payload bytes in this block
+  uint32_t payload_len = 0;  // payload bytes in this block
   uint16_t block_count = 1;
   uint16_t block_seq = 0;
-  uint32_t total_len = 0;      // payload bytes of the whole entry
+  uint32_t total_len = 0;  // payload bytes of the whole entry
 };
 
 // Largest payload one block can carry for a given MTU.

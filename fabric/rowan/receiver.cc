@@ -71,8 +71,8 @@ Result<AreaView> ReadArea(std::span<const uint8_t> area) {
   for (uint32_t i = 0; i < v.count; i++) {
     AreaSegment s;
     s.index = i;
-    s.meta_ok = DecodeMeta(GetLe64(h + kHeaderBytes + size_t{i} * kMetaEntry), &s.state,
-                           &s.post_seq);
+    s.meta_ok =
+        DecodeMeta(GetLe64(h + kHeaderBytes + size_t{i} * kMetaEntry), &s.state, &s.post_seq);
     if (!s.meta_ok) {  // as recovery: scanned as used, after every readable one
       s.state = SegmentState::kUsed;
       s.post_seq = UINT32_MAX;
@@ -288,8 +288,7 @@ std::string Receiver::address() const {
 void Receiver::SetState(uint32_t index, SegmentState s, uint64_t post_seq) {
   uint64_t word = EncodeMeta(s, 0, static_cast<uint32_t>(post_seq));
   // One aligned 8-byte store: failure-atomic on x86 persistence domains.
-  __atomic_store_n(reinterpret_cast<uint64_t*>(meta_ + index * kMetaEntry), word,
-                   __ATOMIC_RELEASE);
+  __atomic_store_n(reinterpret_cast<uint64_t*>(meta_ + index * kMetaEntry), word, __ATOMIC_RELEASE);
   o_.persister->Persist(meta_ + index * kMetaEntry, kMetaEntry);
   state_[index] = s;
   post_seq_[index] = post_seq;
@@ -302,8 +301,10 @@ Status Receiver::PostFree(uint32_t n) {
     // Free segments are entirely zero (zeroed at format or recycle), so the scanner and the
     // used-segment detector see nothing stale.
     SetState(i, SegmentState::kUsing, next_post_seq_++);
-    reqs.push_back({.wr_id = i, .addr = Segment(i),
-                    .length = static_cast<uint32_t>(o_.segment_size), .mr = mr_.get()});
+    reqs.push_back({.wr_id = i,
+                    .addr = Segment(i),
+                    .length = static_cast<uint32_t>(o_.segment_size),
+                    .mr = mr_.get()});
   }
   if (reqs.empty()) return Status::Ok();
   Status st = srq_->PostRecv(reqs);
@@ -418,9 +419,8 @@ void Receiver::AcceptLoop() {
     std::lock_guard<std::mutex> lock(mu_);
     counters_.connections++;
     // Drop connections that died so a long-running receiver does not accumulate them.
-    std::erase_if(conns_, [](const auto& x) {
-      return x->state() != fabric::ConnectionState::kConnected;
-    });
+    std::erase_if(conns_,
+                  [](const auto& x) { return x->state() != fabric::ConnectionState::kConnected; });
     conns_.push_back(std::move(c).value());
   }
 }
@@ -468,10 +468,18 @@ ReceiverStats Receiver::stats() const {
   s.segments = count_;
   for (auto st : state_) {
     switch (st) {
-      case SegmentState::kFree: s.free++; break;
-      case SegmentState::kUsing: s.using_++; break;
-      case SegmentState::kUsed: s.used++; break;
-      case SegmentState::kCommitted: s.committed++; break;
+      case SegmentState::kFree:
+        s.free++;
+        break;
+      case SegmentState::kUsing:
+        s.using_++;
+        break;
+      case SegmentState::kUsed:
+        s.used++;
+        break;
+      case SegmentState::kCommitted:
+        s.committed++;
+        break;
     }
   }
   s.posted = static_cast<uint32_t>(posted_.size());

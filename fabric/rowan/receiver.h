@@ -39,19 +39,19 @@ namespace asymnvm::rowan {
 enum class SegmentState : uint8_t { kFree = 0, kUsing = 1, kUsed = 2, kCommitted = 3 };
 
 struct ReceiverOptions {
-  fabric::Fabric* fabric = nullptr;     // required
+  fabric::Fabric* fabric = nullptr;        // required
   fabric::ProtectionDomain* pd = nullptr;  // required
-  uint8_t* area = nullptr;              // PM area (4 KiB aligned), e.g. inside a pm::Pool
+  uint8_t* area = nullptr;                 // PM area (4 KiB aligned), e.g. inside a pm::Pool
   size_t area_size = 0;
-  pm::Persister* persister = nullptr;   // required: persists the area
+  pm::Persister* persister = nullptr;  // required: persists the area
   // Optional: sees every range the NIC lands and persists in the segments (offset relative to
   // `area`), in persist order — not the receiver's own meta/zeroing writes. E.g. pm::XPLineModel.
   // Must outlive the Receiver.
   pm::PersistObserver* landing_observer = nullptr;
   std::string listen_address = "tcp://127.0.0.1:0";
-  size_t segment_size = 4u << 20;       // multiple of 4 KiB
-  uint32_t post_batch = 4;              // segments per RECV post
-  uint32_t min_posted = 4;              // keep at least this many segments posted
+  size_t segment_size = 4u << 20;         // multiple of 4 KiB
+  uint32_t post_batch = 4;                // segments per RECV post
+  uint32_t min_posted = 4;                // keep at least this many segments posted
   std::chrono::microseconds grace{2000};  // wait for in-flight landings before "used"
   // The control thread is woken by events (a landing flushed into a segment after the first
   // posted one, a Commit, Close); between events it re-checks after poll_interval, doubling the
@@ -81,8 +81,8 @@ struct AreaSegment {
   uint32_t index = 0;
   SegmentState state = SegmentState::kFree;
   uint32_t post_seq = 0;
-  bool meta_ok = true;       // false: the meta word fails its check (recovery scans it as used)
-  uint64_t offset = 0;       // of the segment, from the start of the area
+  bool meta_ok = true;  // false: the meta word fails its check (recovery scans it as used)
+  uint64_t offset = 0;  // of the segment, from the start of the area
   std::span<const uint8_t> bytes;
 };
 
@@ -90,7 +90,7 @@ struct AreaView {
   uint64_t segment_size = 0;
   uint32_t count = 0;
   uint32_t mtu = 0;
-  uint64_t meta_offset = 0;  // from the start of the area
+  uint64_t meta_offset = 0;           // from the start of the area
   std::vector<AreaSegment> segments;  // every segment, by index
 };
 
@@ -100,10 +100,10 @@ Result<AreaView> ReadArea(std::span<const uint8_t> area);
 
 // A landing that holds bytes but no valid block (or a block that contradicts its entry).
 struct AreaBadLanding {
-  uint32_t segment = 0;        // index
-  uint64_t offset = 0;         // from the start of the area
+  uint32_t segment = 0;  // index
+  uint64_t offset = 0;   // from the start of the area
   std::string what;
-  bool header_read = false;    // only the checksum failed: meta holds the unverified fields
+  bool header_read = false;  // only the checksum failed: meta holds the unverified fields
   EntryMeta meta;
   // An unfinished landing: nothing valid landed after it in its segment and the NIC had not
   // moved on to the next posted segment (its first word is still zero). The normal state after
@@ -113,11 +113,11 @@ struct AreaBadLanding {
 
 struct AreaCheck {
   AreaView view;
-  uint32_t live_segments = 0;   // using, used, or unreadable meta: what recovery scans
+  uint32_t live_segments = 0;  // using, used, or unreadable meta: what recovery scans
   uint64_t entries = 0;
-  std::vector<AreaBadLanding> bad;       // corrupt (tail == false) and unfinished (tail == true)
-  uint64_t incomplete_entries = 0;       // multi-block entries with blocks missing (a sender
-  std::vector<std::string> incomplete;   // died between its SENDs: never acknowledged); first 64
+  std::vector<AreaBadLanding> bad;         // corrupt (tail == false) and unfinished (tail == true)
+  uint64_t incomplete_entries = 0;         // multi-block entries with blocks missing (a sender
+  std::vector<std::string> incomplete;     // died between its SENDs: never acknowledged); first 64
   std::vector<std::string> meta_problems;  // meta words that fail their check
 };
 
@@ -132,7 +132,8 @@ class Receiver {
   // Formats the area if it holds no b-log (or a b-log of another geometry only when `format` is
   // true), otherwise recovers it. Errors: kInvalidArgument (missing field, area too small for two
   // segments, misaligned), kCorruption (header checksum bad and format == false), fabric errors.
-  static Result<std::unique_ptr<Receiver>> Open(const ReceiverOptions& options, bool format = false);
+  static Result<std::unique_ptr<Receiver>> Open(const ReceiverOptions& options,
+                                                bool format = false);
   ~Receiver();
 
   std::string address() const;
@@ -152,8 +153,8 @@ class Receiver {
   explicit Receiver(const ReceiverOptions& o) : o_(o) {}
   Status Init(bool format);
   void ControlLoop();
-  void Wake();                       // any thread, without mu_ held or with it (lock order mu_ → wake_mu_)
-  void OnLanding(uint64_t offset);   // NIC thread, after a landing was flushed
+  void Wake();  // any thread, without mu_ held or with it (lock order mu_ → wake_mu_)
+  void OnLanding(uint64_t offset);  // NIC thread, after a landing was flushed
   void AcceptLoop();
   void SetState(uint32_t index, SegmentState s, uint64_t post_seq);
   Status PostFree(uint32_t n);
@@ -177,10 +178,10 @@ class Receiver {
   mutable std::mutex mu_;
   std::condition_variable used_cv_;
   std::vector<std::unique_ptr<fabric::Connection>> conns_;
-  std::vector<SegmentState> state_;        // DRAM mirror of the meta table
+  std::vector<SegmentState> state_;  // DRAM mirror of the meta table
   std::vector<uint64_t> post_seq_;
-  std::deque<uint32_t> posted_;            // posted segments, in posting order
-  std::deque<uint32_t> used_;              // ready for the consumer, in landing order
+  std::deque<uint32_t> posted_;  // posted segments, in posting order
+  std::deque<uint32_t> used_;    // ready for the consumer, in landing order
   std::deque<uint32_t> to_recycle_;
   std::chrono::steady_clock::time_point candidate_since_{};
   bool candidate_ = false;

@@ -43,8 +43,8 @@ std::unique_ptr<Rig> MakeRig(LogVariant v, uint32_t streams) {
   r->tx_fabric = std::move(fabric::Fabric::Open({})).value();
   r->rx_pd = std::move(r->rx_fabric->AllocPd()).value();
   r->tx_pd = std::move(r->tx_fabric->AllocPd()).value();
-  r->area_size = v == LogVariant::kRowan || v == LogVariant::kShare ? (4u << 20)
-                                                                     : size_t{streams} * 64 * 1024;
+  r->area_size =
+      v == LogVariant::kRowan || v == LogVariant::kShare ? (4u << 20) : size_t{streams} * 64 * 1024;
   r->area.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, r->area_size)));
   std::memset(r->area.get(), 0, r->area_size);
   if (v == LogVariant::kRowan) {
@@ -144,9 +144,8 @@ TEST_P(LogVariants, EveryEntryAcknowledgedAndRequestedBytesAreTheSame) {
   // Baseline logs hold every entry intact (no wrap at this size): scan the whole area.
   Scanner scanner;
   std::map<uint16_t, std::set<uint64_t>> found;
-  scanner.ScanSegment({rig->area.get(), rig->area_size}, 0, [&](const ScannedEntry& e) {
-    found[e.meta.owner].insert(e.meta.version);
-  });
+  scanner.ScanSegment({rig->area.get(), rig->area_size}, 0,
+                      [&](const ScannedEntry& e) { found[e.meta.owner].insert(e.meta.version); });
   EXPECT_EQ(scanner.report().corrupt_runs, 0u);
   ASSERT_EQ(found.size(), 8u);
   for (auto& [owner, versions] : found) EXPECT_EQ(versions.size(), 50u) << "owner " << owner;
@@ -191,8 +190,7 @@ TEST(LogVariantsErrors, BadInputGetsAClearStatus) {
   EXPECT_EQ(ConnectWriter(LogVariant::kShare, wo).status().code(), StatusCode::kInvalidArgument);
   auto first = ConnectWriter(LogVariant::kRWrite, wo);
   ASSERT_TRUE(first.ok()) << first.status().ToString();
-  EXPECT_EQ(ConnectWriter(LogVariant::kRWrite, wo).status().code(),
-            StatusCode::kResourceExhausted);
+  EXPECT_EQ(ConnectWriter(LogVariant::kRWrite, wo).status().code(), StatusCode::kResourceExhausted);
   // Entries: type 0, too large for the inline path, window full.
   std::vector<uint8_t> big(LogWriter::kMaxEntryBytes);
   EXPECT_EQ((*first)->Submit({.type = 0, .owner = 1, .version = 1}, {}, 1).code(),

@@ -47,7 +47,8 @@ std::map<Key, std::vector<uint8_t>> Scan(const std::vector<uint8_t>& seg) {
   for (size_t off = 0; off + kBlockHeaderSize <= seg.size(); off += kStride) {
     BlockHeader h;
     if (DecodeBlock(seg.data() + off, seg.size() - off, kMtu, &h).ok()) {
-      ASYMNVM_FUZZ_CHECK(GetLe32(seg.data() + off) == Crc32c(seg.data() + off + 4, kBlockHeaderSize - 4 + h.payload_len));
+      ASYMNVM_FUZZ_CHECK(GetLe32(seg.data() + off) ==
+                         Crc32c(seg.data() + off + 4, kBlockHeaderSize - 4 + h.payload_len));
       valid[{h.meta.owner, h.meta.version}].insert(h.block_seq);
     }
   }
@@ -64,7 +65,9 @@ std::map<Key, std::vector<uint8_t>> Scan(const std::vector<uint8_t>& seg) {
     ASYMNVM_FUZZ_CHECK(out.count(key) == 0);  // once
     auto it = valid.find(key);
     ASYMNVM_FUZZ_CHECK(it != valid.end());
-    const size_t blocks = e.payload.empty() ? 1 : (e.payload.size() + MaxBlockPayload(kMtu) - 1) / MaxBlockPayload(kMtu);
+    const size_t blocks =
+        e.payload.empty() ? 1
+                          : (e.payload.size() + MaxBlockPayload(kMtu) - 1) / MaxBlockPayload(kMtu);
     for (uint16_t s = 0; s < blocks; s++) ASYMNVM_FUZZ_CHECK(it->second.count(s) == 1);
     out[key].assign(e.payload.begin(), e.payload.end());
   });

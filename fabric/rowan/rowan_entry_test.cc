@@ -84,7 +84,8 @@ TEST(RowanEntry, BlockCountMustMatchEntryLength) {
     std::vector<uint64_t> yielded;
     sc.ScanSegment(seg.bytes, 1, [&](const ScannedEntry& e) { yielded.push_back(e.meta.version); });
     sc.Finish();
-    EXPECT_EQ(yielded, (std::vector<uint64_t>{1, 2})) << "count " << c.count << " total " << c.total;
+    EXPECT_EQ(yielded, (std::vector<uint64_t>{1, 2}))
+        << "count " << c.count << " total " << c.total;
     EXPECT_EQ(sc.report().corrupt_runs, c.count) << "count " << c.count << " total " << c.total;
     EXPECT_EQ(sc.report().incomplete_entries, 0u);
   }
@@ -175,9 +176,9 @@ TEST(RowanEntry, TornLandingNeverYieldsAndLaterEntriesSurvive) {
     std::vector<size_t> at;
     std::vector<std::vector<uint8_t>> blocks;
     for (int i = 0; i < 12; i++) {
-      auto b = EncodeEntry({.type = 1, .owner = static_cast<uint16_t>(i % 3),
-                            .version = static_cast<uint64_t>(i)},
-                           Payload(64 + rng() % 600, seed * 100 + i));
+      auto b = EncodeEntry(
+          {.type = 1, .owner = static_cast<uint16_t>(i % 3), .version = static_cast<uint64_t>(i)},
+          Payload(64 + rng() % 600, seed * 100 + i));
       ASSERT_TRUE(b.ok());
       blocks.push_back((*b)[0]);
       size_t off;

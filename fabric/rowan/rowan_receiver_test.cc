@@ -85,8 +85,8 @@ TEST_P(RowanReceiverTest, ConcurrentSendersEveryAckedEntryFoundOnceInSenderOrder
   std::atomic<int> failures{0};
   for (int s = 0; s < kSenders; s++) {
     threads.emplace_back([&, s] {
-      auto tx = Sender::Connect({.fabric = e.tx_fabric.get(), .pd = e.tx_pd.get(),
-                                 .address = (*rx)->address()});
+      auto tx = Sender::Connect(
+          {.fabric = e.tx_fabric.get(), .pd = e.tx_pd.get(), .address = (*rx)->address()});
       if (!tx.ok()) {
         ADD_FAILURE() << tx.status().ToString();
         failures++;
@@ -152,8 +152,8 @@ TEST_P(RowanReceiverTest, SegmentsRecycleUnderSustainedLoadAndUsageStaysBounded)
       ASSERT_TRUE((*rx)->Commit(seg->index).ok());
     }
   });
-  auto tx = Sender::Connect({.fabric = e.tx_fabric.get(), .pd = e.tx_pd.get(),
-                             .address = (*rx)->address()});
+  auto tx = Sender::Connect(
+      {.fabric = e.tx_fabric.get(), .pd = e.tx_pd.get(), .address = (*rx)->address()});
   ASSERT_TRUE(tx.ok()) << tx.status().ToString();
   // Write several times the area's capacity: only possible if segments are recycled.
   const size_t entry = 448;  // 480 B footprint incl. header → 512 B stride footprint
@@ -187,8 +187,8 @@ TEST(RowanReceiver, EventsWakeTheControlThreadWithoutPolling) {
   o.max_poll_interval = std::chrono::seconds(60);
   auto rx = Receiver::Open(o);
   ASSERT_TRUE(rx.ok()) << rx.status().ToString();
-  auto tx = Sender::Connect({.fabric = e.tx_fabric.get(), .pd = e.tx_pd.get(),
-                             .address = (*rx)->address()});
+  auto tx = Sender::Connect(
+      {.fabric = e.tx_fabric.get(), .pd = e.tx_pd.get(), .address = (*rx)->address()});
   ASSERT_TRUE(tx.ok()) << tx.status().ToString();
   // 448-byte entries take 512 B of a 256 KiB segment: 768 of them fill one and a half.
   for (uint64_t i = 0; i < 768; i++) {
@@ -215,12 +215,13 @@ TEST(RowanReceiver, CrashSimulatedPowerLossKeepsEveryAcknowledgedEntry) {
       std::mutex mu;
       for (int s = 0; s < 3; s++) {
         threads.emplace_back([&, s] {
-          auto tx = Sender::Connect({.fabric = e.tx_fabric.get(), .pd = e.tx_pd.get(),
-                                     .address = (*rx)->address()});
+          auto tx = Sender::Connect(
+              {.fabric = e.tx_fabric.get(), .pd = e.tx_pd.get(), .address = (*rx)->address()});
           ASSERT_TRUE(tx.ok());
           for (uint64_t i = 0; i < 150; i++) {
-            ASSERT_TRUE((*tx)->Append({.type = 1, .owner = static_cast<uint16_t>(s), .version = i},
-                                      Record(s, i, 40 + i % 300))
+            ASSERT_TRUE((*tx)
+                            ->Append({.type = 1, .owner = static_cast<uint16_t>(s), .version = i},
+                                     Record(s, i, 40 + i % 300))
                             .ok());
             std::lock_guard<std::mutex> lock(mu);
             acked[s] = i + 1;

@@ -76,7 +76,8 @@ void Scanner::ScanSegment(std::span<const uint8_t> seg, uint64_t segment_id, con
     // claims otherwise (checksum valid, so a broken or hostile writer) is refused before its
     // total length sizes a reassembly buffer (found by rowan_entry_fuzz: a 3 GB allocation).
     const uint64_t total = h.total_len;
-    if (total <= uint64_t{h.block_count - 1u} * per_block || total > uint64_t{h.block_count} * per_block) {
+    if (total <= uint64_t{h.block_count - 1u} * per_block ||
+        total > uint64_t{h.block_count} * per_block) {
       Bad(segment_id, off,
           "block count " + std::to_string(h.block_count) + " does not match the entry length " +
               std::to_string(total) + " (owner " + std::to_string(h.meta.owner) + " version " +
@@ -92,8 +93,8 @@ void Scanner::ScanSegment(std::span<const uint8_t> seg, uint64_t segment_id, con
       p.have.assign(h.block_count, false);
       p.data.assign(h.total_len, 0);
     }
-    size_t expect_len = std::min<size_t>(per_block, p.total_len - std::min<size_t>(
-                                                        p.total_len, size_t{h.block_seq} * per_block));
+    size_t expect_len = std::min<size_t>(
+        per_block, p.total_len - std::min<size_t>(p.total_len, size_t{h.block_seq} * per_block));
     if (p.count != h.block_count || p.total_len != h.total_len || h.payload_len != expect_len) {
       Bad(segment_id, off,
           "block disagrees with its entry's other blocks (owner " + std::to_string(h.meta.owner) +

@@ -7,8 +7,8 @@
 // never yielded, and scanning resynchronizes at the next stride. Single-block entries are yielded
 // where they land; multi-block entries are reassembled by (owner, version) across strides and
 // segments and yielded when their last missing block is found; entries still incomplete at
-// Finish() are reported, never yielded. Duplicate blocks or entries (a retried landing) are counted and ignored:
-// (owner, version) must identify an entry uniquely.
+// Finish() are reported, never yielded. Duplicate blocks or entries (a retried landing) are counted
+// and ignored: (owner, version) must identify an entry uniquely.
 //
 // Thread safety: one Scanner per thread.
 #pragma once
@@ -36,7 +36,7 @@ struct ScannedEntry {
 struct ScanReport {
   uint64_t entries = 0;
   uint64_t blocks = 0;
-  uint64_t corrupt_runs = 0;      // torn/corrupt regions found (each reported once)
+  uint64_t corrupt_runs = 0;  // torn/corrupt regions found (each reported once)
   uint64_t incomplete_entries = 0;
   uint64_t duplicate_blocks = 0;
   std::vector<std::string> problems;  // human-readable, first 64 kept
@@ -46,10 +46,10 @@ struct ScanReport {
 // block whose checksum holds but that contradicts its entry (checksum_ok).
 struct BadBlock {
   uint64_t segment_id = 0;
-  uint64_t offset = 0;        // within the segment
+  uint64_t offset = 0;  // within the segment
   std::string what;
-  bool header_read = false;   // only the checksum failed: `meta` holds the (unverified) fields
-  bool checksum_ok = false;   // a block that validates but disagrees with its entry's other blocks
+  bool header_read = false;  // only the checksum failed: `meta` holds the (unverified) fields
+  bool checksum_ok = false;  // a block that validates but disagrees with its entry's other blocks
   EntryMeta meta;
 };
 

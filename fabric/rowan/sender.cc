@@ -30,7 +30,8 @@ Result<std::unique_ptr<Sender>> Sender::Connect(const SenderOptions& o) {
   if (pd.size() < fabric::RegionDescriptor::kEncodedSize + 12) {
     return Status::ProtocolError("rowan sender: receiver sent no b-log parameters");
   }
-  ASYMNVM_ASSIGN_OR_RETURN(s->flush_target_, fabric::RegionDescriptor::Decode(pd.data(), pd.size()));
+  ASYMNVM_ASSIGN_OR_RETURN(s->flush_target_,
+                           fabric::RegionDescriptor::Decode(pd.data(), pd.size()));
   uint32_t mtu;
   uint64_t seg;
   std::memcpy(&mtu, pd.data() + 32, 4);
@@ -43,8 +44,7 @@ Result<std::unique_ptr<Sender>> Sender::Connect(const SenderOptions& o) {
   return s;
 }
 
-Status Sender::PostAppend(const EntryMeta& meta, std::span<const uint8_t> payload,
-                          uint64_t token) {
+Status Sender::PostAppend(const EntryMeta& meta, std::span<const uint8_t> payload, uint64_t token) {
   std::lock_guard<std::mutex> lock(mu_);
   auto blocks = EncodeEntry(meta, payload, mtu_);
   if (!blocks.ok()) return blocks.status();
@@ -87,8 +87,8 @@ Status Sender::Append(const EntryMeta& meta, std::span<const uint8_t> payload) {
   }
   if (buf_.size() < total || !mr_) {
     buf_.assign(std::max<size_t>(total, 4096), 0);
-    ASYMNVM_ASSIGN_OR_RETURN(mr_, o_.pd->RegisterMemory(buf_.data(), buf_.size(),
-                                                        {.access = fabric::kLocalWrite}));
+    ASYMNVM_ASSIGN_OR_RETURN(
+        mr_, o_.pd->RegisterMemory(buf_.data(), buf_.size(), {.access = fabric::kLocalWrite}));
   }
   wrs_.clear();
   size_t off = 0;

@@ -29,9 +29,9 @@
 namespace asymnvm::rowan {
 
 struct SenderOptions {
-  fabric::Fabric* fabric = nullptr;        // required
-  fabric::ProtectionDomain* pd = nullptr;  // required
-  std::string address;                     // the receiver's
+  fabric::Fabric* fabric = nullptr;         // required
+  fabric::ProtectionDomain* pd = nullptr;   // required
+  std::string address;                      // the receiver's
   std::chrono::milliseconds timeout{5000};  // per append
   // RNR (no posted segment: the receiver's consumer has not re-posted yet) is back-pressure, not a
   // failure: verbs treats 7 as "retry forever"; the soft fabric counts holds (50 µs << attempt,

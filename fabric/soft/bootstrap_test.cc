@@ -52,7 +52,8 @@ TEST_P(HandshakeTest, RightSecret_BlobsExchanged) {
   std::vector<uint8_t> cblob = {1, 2, 3}, sblob = {9, 8};
   std::vector<uint8_t> got_c, got_s;
   Status server_st;
-  std::thread t([&] { server_st = HandshakeServer(p.server, "s3cret", sblob, &got_c, milliseconds(2000)); });
+  std::thread t(
+      [&] { server_st = HandshakeServer(p.server, "s3cret", sblob, &got_c, milliseconds(2000)); });
   Status st = HandshakeClient(p.client, "s3cret", cblob, &got_s, milliseconds(2000));
   t.join();
   ASSERT_TRUE(st.ok()) << st.ToString();
@@ -65,7 +66,8 @@ TEST_P(HandshakeTest, WrongSecret_BothSidesRefuse) {
   Pair p;
   ASSERT_NO_FATAL_FAILURE(MakePair(Address(), &p));
   Status server_st;
-  std::thread t([&] { server_st = HandshakeServer(p.server, "right", {}, nullptr, milliseconds(2000)); });
+  std::thread t(
+      [&] { server_st = HandshakeServer(p.server, "right", {}, nullptr, milliseconds(2000)); });
   Status st = HandshakeClient(p.client, "wrong", {}, nullptr, milliseconds(2000));
   ::shutdown(p.client, SHUT_RDWR);
   t.join();
@@ -78,7 +80,8 @@ TEST_P(HandshakeTest, Garbage_ServerRefuses) {
   ASSERT_NO_FATAL_FAILURE(MakePair(Address(), &p));
   const char garbage[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
   ASSERT_TRUE(WriteFull(p.client, garbage, sizeof garbage,
-                        std::chrono::steady_clock::now() + milliseconds(1000)).ok());
+                        std::chrono::steady_clock::now() + milliseconds(1000))
+                  .ok());
   Status st = HandshakeServer(p.server, "s", {}, nullptr, milliseconds(2000));
   EXPECT_EQ(st.code(), StatusCode::kProtocolError) << st.ToString();
 }

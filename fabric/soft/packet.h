@@ -46,10 +46,10 @@ enum RequestFlags : uint8_t {
 };
 
 enum NakReason : uint8_t {
-  kNakRnr = 1,            // receiver not ready after all retries → kRnrRetryExceeded
-  kNakAccess = 2,         // bad rkey, bounds, rights → kRemoteAccessError
-  kNakInvalid = 3,        // malformed, bad opcode, misaligned atomic → kRemoteInvalidRequest
-  kNakLength = 4,         // message longer than the receive buffer → kRemoteInvalidRequest
+  kNakRnr = 1,      // receiver not ready after all retries → kRnrRetryExceeded
+  kNakAccess = 2,   // bad rkey, bounds, rights → kRemoteAccessError
+  kNakInvalid = 3,  // malformed, bad opcode, misaligned atomic → kRemoteInvalidRequest
+  kNakLength = 4,   // message longer than the receive buffer → kRemoteInvalidRequest
 };
 
 struct ParsedPacket {
@@ -57,8 +57,8 @@ struct ParsedPacket {
   size_t needed = 0;
   bool is_response = false;
   uint8_t opcode = 0;
-  uint8_t flags = 0;      // requests
-  uint8_t reason = 0;     // NAK
+  uint8_t flags = 0;   // requests
+  uint8_t reason = 0;  // NAK
   uint32_t seq = 0;
   uint32_t length = 0;
   uint32_t rkey = 0;

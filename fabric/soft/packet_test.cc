@@ -21,11 +21,11 @@ std::vector<uint8_t> Response(uint8_t op, uint8_t reason, uint32_t len) {
 }
 
 std::vector<std::vector<uint8_t>> ValidPackets() {
-  return {Request(kWireWrite, 100, true),     Request(kWireSend, 0, true),
-          Request(kWireRead, 4096, false),    Request(kWireCompareSwap, 8, false),
-          Request(kWireFetchAdd, 8, false),   Request(kWireFlush, 0, false),
-          Response(kWireAck, 0, 0),           Response(kWireReadResp, 0, 33),
-          Response(kWireAtomicResp, 0, 8),    Response(kWireNak, kNakAccess, 0),
+  return {Request(kWireWrite, 100, true),   Request(kWireSend, 0, true),
+          Request(kWireRead, 4096, false),  Request(kWireCompareSwap, 8, false),
+          Request(kWireFetchAdd, 8, false), Request(kWireFlush, 0, false),
+          Response(kWireAck, 0, 0),         Response(kWireReadResp, 0, 33),
+          Response(kWireAtomicResp, 0, 8),  Response(kWireNak, kNakAccess, 0),
           Response(kWireRnrNotice, 0, 0)};
 }
 

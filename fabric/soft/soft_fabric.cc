@@ -127,8 +127,8 @@ class SoftPd final : public ProtectionDomain {
       return Status::InvalidArgument("RegisterMemory: range wraps");
     }
     ASYMNVM_ASSIGN_OR_RETURN(uint32_t key, fabric_->NewKey());
-    auto mr = std::make_unique<SoftMr>(fabric_->regions(), addr, length, o.access, key,
-                                       o.persister);
+    auto mr =
+        std::make_unique<SoftMr>(fabric_->regions(), addr, length, o.access, key, o.persister);
     {
       std::unique_lock<std::shared_mutex> lock(fabric_->regions()->mu);
       fabric_->regions()->map[key] =

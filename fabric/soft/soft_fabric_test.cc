@@ -56,8 +56,7 @@ struct Side {
   std::unique_ptr<Fabric> fabric;
   std::unique_ptr<ProtectionDomain> pd;
   std::unique_ptr<CompletionQueue> scq, rcq;
-  explicit Side(std::unique_ptr<Fabric> f, CompletionQueueOptions cqo = {})
-      : fabric(std::move(f)) {
+  explicit Side(std::unique_ptr<Fabric> f, CompletionQueueOptions cqo = {}) : fabric(std::move(f)) {
     pd = std::move(fabric->AllocPd()).value();
     scq = std::move(fabric->CreateCq(cqo)).value();
     rcq = std::move(fabric->CreateCq(cqo)).value();
@@ -233,7 +232,8 @@ TEST_P(SoftFabricTest, CompareSwapAndFetchAdd_ReturnOriginal) {
   faa.compare_add = 3;
   std::vector<WorkRequest> wrs = {cas, cas_fail, faa};
   ASSERT_TRUE(ic->Post(wrs).ok());
-  for (int i = 0; i < 3; i++) EXPECT_EQ(WaitOne(init_->scq.get()).status, CompletionStatus::kSuccess);
+  for (int i = 0; i < 3; i++)
+    EXPECT_EQ(WaitOne(init_->scq.get()).status, CompletionStatus::kSuccess);
   uint64_t r0, r1, r2, now;
   std::memcpy(&r0, lmem_.data(), 8);
   std::memcpy(&r1, lmem_.data() + 8, 8);
@@ -697,8 +697,8 @@ TEST(SoftFabricRaw, MalformedPacketsAndBadOpcode_NakedDroppedOthersServed) {
   std::vector<uint8_t> garbage(64, 0x17);
   raw_session(garbage, kNakInvalid);
   std::vector<uint8_t> wrap(kRequestHeaderSize + 16, 0x99);
-  EncodeRequestHeader(wrap.data(), kWireWrite, kFlagNeedsAck, 1, 16, mr->rkey(),
-                      ~uint64_t{0} - 7, 0, 0);  // addr + len overflows
+  EncodeRequestHeader(wrap.data(), kWireWrite, kFlagNeedsAck, 1, 16, mr->rkey(), ~uint64_t{0} - 7,
+                      0, 0);  // addr + len overflows
   raw_session(wrap, kNakAccess);
   for (uint8_t b : region) ASSERT_EQ(b, 0);
   // A proper write from a raw session still succeeds afterwards.
@@ -708,7 +708,8 @@ TEST(SoftFabricRaw, MalformedPacketsAndBadOpcode_NakedDroppedOthersServed) {
   Result<std::unique_ptr<Connection>> acc = Status::Internal("not run");
   std::thread t([&] { acc = l->Accept(o); });
   int fd = std::move(ConnectSocket(bound, milliseconds(2000))).value();
-  ASSERT_TRUE(HandshakeClient(fd, "asymnvm", ConnParams{}.Encode(), nullptr, milliseconds(2000)).ok());
+  ASSERT_TRUE(
+      HandshakeClient(fd, "asymnvm", ConnParams{}.Encode(), nullptr, milliseconds(2000)).ok());
   t.join();
   auto deadline = std::chrono::steady_clock::now() + milliseconds(3000);
   ASSERT_TRUE(WriteFull(fd, good.data(), good.size(), deadline).ok());

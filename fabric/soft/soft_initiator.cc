@@ -9,7 +9,6 @@ namespace asymnvm::fabric::soft::internal {
   if (len) std::memcpy(dst, src, len);
 }
 
-
 // ---------------------------------------------------------------------------------------------
 // ConnCore: initiator
 
@@ -78,8 +77,8 @@ Status ConnCore::Post(std::span<const WorkRequest> wrs) {
                      w.opcode == Opcode::kFetchAdd || w.opcode == Opcode::kFlush ||
                      i + 1 == wrs.size() || ++unacked_run_ >= ack_every_;
     if (needs_ack) unacked_run_ = 0;
-    uint8_t flags = static_cast<uint8_t>((w.signaled ? kFlagSignaled : 0) |
-                                         (needs_ack ? kFlagNeedsAck : 0));
+    uint8_t flags =
+        static_cast<uint8_t>((w.signaled ? kFlagSignaled : 0) | (needs_ack ? kFlagNeedsAck : 0));
     uint32_t wire_len = w.length;
     bool atomic = w.opcode == Opcode::kCompareSwap || w.opcode == Opcode::kFetchAdd;
     if (atomic && wire_len == 0) wire_len = 8;

@@ -10,8 +10,6 @@
 //   soft_target.cc     ConnCore, target role: parsing and executing requests, FLUSH group commit
 #pragma once
 
-#include "fabric/soft/soft_fabric.h"
-
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -30,6 +28,7 @@
 #include "fabric/bootstrap.h"
 #include "fabric/soft/channel.h"
 #include "fabric/soft/packet.h"
+#include "fabric/soft/soft_fabric.h"
 
 namespace asymnvm::fabric::soft::internal {
 
@@ -57,9 +56,9 @@ inline void CpuRelax() {
 // Counters
 
 struct AtomicCounters {
-  std::atomic<uint64_t> writes{0}, reads{0}, compare_swaps{0}, fetch_adds{0}, sends{0},
-      flushes{0}, recvs{0}, round_trips{0}, bytes_out{0}, bytes_in{0}, payload_bytes{0},
-      rnr_events{0}, errors{0}, remote_ops_served{0};
+  std::atomic<uint64_t> writes{0}, reads{0}, compare_swaps{0}, fetch_adds{0}, sends{0}, flushes{0},
+      recvs{0}, round_trips{0}, bytes_out{0}, bytes_in{0}, payload_bytes{0}, rnr_events{0},
+      errors{0}, remote_ops_served{0};
   static void Inc(std::atomic<uint64_t>& c, uint64_t n = 1) {
     c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
   }
@@ -188,7 +187,11 @@ class SoftMr final : public MemoryRegion {
  public:
   SoftMr(RegionTable* table, void* addr, size_t length, uint32_t access, uint32_t key,
          pm::Persister* persister)
-      : table_(table), addr_(addr), length_(length), access_(access), key_(key),
+      : table_(table),
+        addr_(addr),
+        length_(length),
+        access_(access),
+        key_(key),
         persister_(persister) {}
   ~SoftMr() override {
     std::unique_lock<std::shared_mutex> lock(table_->mu);  // waits for in-flight accesses
@@ -255,8 +258,8 @@ class RecvQueue {
     }
     for (const auto& b : buffers) {
       auto* mr = static_cast<const SoftMr*>(b.mr);
-      bufs_.push_back(Buf{b.wr_id, static_cast<uint8_t*>(b.addr), b.length, 0, mr->rkey(),
-                          mr->persister()});
+      bufs_.push_back(
+          Buf{b.wr_id, static_cast<uint8_t*>(b.addr), b.length, 0, mr->rkey(), mr->persister()});
     }
     posted_.store(bufs_.size(), std::memory_order_relaxed);
     return Status::Ok();
@@ -375,9 +378,12 @@ struct OutEntry {
 
 inline CompletionStatus NakStatus(uint8_t reason) {
   switch (reason) {
-    case kNakRnr: return CompletionStatus::kRnrRetryExceeded;
-    case kNakAccess: return CompletionStatus::kRemoteAccessError;
-    default: return CompletionStatus::kRemoteInvalidRequest;
+    case kNakRnr:
+      return CompletionStatus::kRnrRetryExceeded;
+    case kNakAccess:
+      return CompletionStatus::kRemoteAccessError;
+    default:
+      return CompletionStatus::kRemoteInvalidRequest;
   }
 }
 
@@ -385,10 +391,16 @@ class ConnCore {
  public:
   ConnCore(SoftFabric* fabric, uint64_t id, uint64_t pd_id, std::unique_ptr<Channel> ch,
            const ConnectionOptions& o, ConnParams peer, std::string peer_address)
-      : fabric_(fabric), id_(id), pd_id_(pd_id), ch_(std::move(ch)),
-        send_cq_(static_cast<SoftCq*>(o.send_cq)), recv_cq_(static_cast<SoftCq*>(o.recv_cq)),
-        max_send_wr_(std::max<uint32_t>(1, o.max_send_wr)), max_inline_(o.max_inline),
-        peer_(std::move(peer)), peer_address_(std::move(peer_address)),
+      : fabric_(fabric),
+        id_(id),
+        pd_id_(pd_id),
+        ch_(std::move(ch)),
+        send_cq_(static_cast<SoftCq*>(o.send_cq)),
+        recv_cq_(static_cast<SoftCq*>(o.recv_cq)),
+        max_send_wr_(std::max<uint32_t>(1, o.max_send_wr)),
+        max_inline_(o.max_inline),
+        peer_(std::move(peer)),
+        peer_address_(std::move(peer_address)),
         ring_(max_send_wr_) {
     if (o.srq != nullptr) {
       rq_ = static_cast<SoftSrq*>(o.srq)->rq();
@@ -453,8 +465,7 @@ class ConnCore {
   Exec HandleRequest(const ParsedPacket& p, std::shared_lock<std::shared_mutex>* regions);
   void HandleResponse(const ParsedPacket& p);
   void Nak(uint8_t reason, uint32_t seq, const std::string& why);
-  void AppendResponse(uint8_t op, uint8_t reason, uint32_t seq, const uint8_t* data,
-                      uint32_t len);
+  void AppendResponse(uint8_t op, uint8_t reason, uint32_t seq, const uint8_t* data, uint32_t len);
   void FlushResponses();
   const RegionEntry* Lookup(uint32_t rkey, uint64_t addr, uint64_t len, uint32_t right,
                             std::string* why);
@@ -494,7 +505,7 @@ class ConnCore {
   bool held_ = false;
   uint32_t hold_attempts_ = 0;
   Clock::time_point hold_deadline_{};
-  bool draining_ = false;   // sent a NAK: discard input until the peer closes
+  bool draining_ = false;               // sent a NAK: discard input until the peer closes
   std::atomic<bool> want_drop_{false};  // the worker drops the connection after this pass
   bool dead_ = false;
 };

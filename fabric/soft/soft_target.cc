@@ -24,8 +24,8 @@ void ConnCore::FlushResponses() {
 }
 
 void ConnCore::Nak(uint8_t reason, uint32_t seq, const std::string& why) {
-  LOG_WARN(kLog, "connection " << id_ << " (" << peer_address_ << "): rejecting request seq "
-                               << seq << ": " << why << "; dropping the connection");
+  LOG_WARN(kLog, "connection " << id_ << " (" << peer_address_ << "): rejecting request seq " << seq
+                               << ": " << why << "; dropping the connection");
   IncShared(ctr_.errors);
   AppendResponse(kWireNak, reason, seq, nullptr, 0);
   FlushResponses();
@@ -51,8 +51,7 @@ const RegionEntry* ConnCore::Lookup(uint32_t rkey, uint64_t addr, uint64_t len, 
   }
   auto base = reinterpret_cast<uint64_t>(e.base);
   if (addr < base || len > e.length || addr - base > e.length - len) {
-    *why = "range [" + std::to_string(addr) + ", +" + std::to_string(len) +
-           ") outside the region";
+    *why = "range [" + std::to_string(addr) + ", +" + std::to_string(len) + ") outside the region";
     return nullptr;
   }
   return &e;
@@ -82,8 +81,8 @@ ConnCore::Exec ConnCore::HandleRequest(const ParsedPacket& p,
                                        std::shared_lock<std::shared_mutex>* regions) {
   if (!regions->owns_lock()) regions->lock();
   if (p.seq != expect_seq_) {
-    Nak(kNakInvalid, expect_seq_, "sequence " + std::to_string(p.seq) + ", expected " +
-                                      std::to_string(expect_seq_));
+    Nak(kNakInvalid, expect_seq_,
+        "sequence " + std::to_string(p.seq) + ", expected " + std::to_string(expect_seq_));
     return Exec::kStop;
   }
   bool ack = (p.flags & kFlagNeedsAck) != 0;
@@ -135,13 +134,12 @@ ConnCore::Exec ConnCore::HandleRequest(const ParsedPacket& p,
       uint64_t orig;
       if (p.opcode == kWireCompareSwap) {
         orig = p.compare_add;
-        __atomic_compare_exchange_n(word, &orig, p.swap, false, __ATOMIC_SEQ_CST,
-                                    __ATOMIC_SEQ_CST);
+        __atomic_compare_exchange_n(word, &orig, p.swap, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
       } else {
         orig = __atomic_fetch_add(word, p.compare_add, __ATOMIC_SEQ_CST);
       }
-      if (e->persister) persist_.push_back({p.rkey, reinterpret_cast<uint8_t*>(word), 8,
-                                            e->persister});
+      if (e->persister)
+        persist_.push_back({p.rkey, reinterpret_cast<uint8_t*>(word), 8, e->persister});
       uint8_t le[8];
       StoreLe64(le, orig);
       AppendResponse(kWireAtomicResp, 0, p.seq, le, 8);
@@ -165,8 +163,8 @@ ConnCore::Exec ConnCore::HandleRequest(const ParsedPacket& p,
         }
         hold_attempts_ = 0;
         AtomicCounters::Inc(ctr_.rnr_events);
-        Nak(kNakRnr, p.seq, "SEND: receiver not ready after " +
-                                std::to_string(peer_.rnr_retry) + " retries");
+        Nak(kNakRnr, p.seq,
+            "SEND: receiver not ready after " + std::to_string(peer_.rnr_retry) + " retries");
         return Exec::kStop;
       }
       hold_attempts_ = 0;
@@ -273,10 +271,10 @@ void ConnCore::Service(std::shared_lock<std::shared_mutex>* regions) {
     }
     // EOF or error: the peer is gone (or finished draining after our NAK).
     FlushResponses();
-    EnterError(CompletionStatus::kTransportError,
-               Status::ConnectionError(rs == Channel::ReadStatus::kEof
-                                           ? "peer closed the connection"
-                                           : "transport error"));
+    EnterError(
+        CompletionStatus::kTransportError,
+        Status::ConnectionError(rs == Channel::ReadStatus::kEof ? "peer closed the connection"
+                                                                : "transport error"));
     want_drop_ = true;
     break;
   }

@@ -87,9 +87,12 @@ class Worker {
         for (auto& c : conns_) {
           if (c->held() && !c->dead()) {
             auto d = c->hold_deadline();
-            int ms = d <= now ? 0
-                              : static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                     d - now).count() + 1);
+            int ms =
+                d <= now
+                    ? 0
+                    : static_cast<int>(
+                          std::chrono::duration_cast<std::chrono::milliseconds>(d - now).count() +
+                          1);
             if (timeout < 0 || ms < timeout) timeout = ms;
           }
         }

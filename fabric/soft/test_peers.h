@@ -44,8 +44,7 @@ class PeerFlood {
       if (garbage) {
         uint8_t junk[64];
         for (size_t j = 0; j < sizeof junk; j++) junk[j] = static_cast<uint8_t>(0xA5 ^ (i + j));
-        Status st = WriteFull(*fd, junk, sizeof junk,
-                              std::chrono::steady_clock::now() + timeout);
+        Status st = WriteFull(*fd, junk, sizeof junk, std::chrono::steady_clock::now() + timeout);
         if (!st.ok()) return st.WithContext("flood connection " + std::to_string(i));
       }
     }

@@ -191,13 +191,11 @@ class FakeVerbs {
       return 0;
     };
     ON_CALL(m, PostRecv(_, _, _))
-        .WillByDefault(Invoke([capture_recv](ibv_qp*, ibv_recv_wr* wr, ibv_recv_wr**) {
-          return capture_recv(wr);
-        }));
+        .WillByDefault(Invoke(
+            [capture_recv](ibv_qp*, ibv_recv_wr* wr, ibv_recv_wr**) { return capture_recv(wr); }));
     ON_CALL(m, PostSrqRecv(_, _, _))
-        .WillByDefault(Invoke([capture_recv](ibv_srq*, ibv_recv_wr* wr, ibv_recv_wr**) {
-          return capture_recv(wr);
-        }));
+        .WillByDefault(Invoke(
+            [capture_recv](ibv_srq*, ibv_recv_wr* wr, ibv_recv_wr**) { return capture_recv(wr); }));
     ON_CALL(m, PollCq(_, _, _)).WillByDefault(Invoke([this](ibv_cq* cq, int n, ibv_wc* wc) {
       std::lock_guard<std::mutex> lk(mu);
       auto& q = hw[cq];

@@ -68,8 +68,8 @@ TEST_F(VerbsSetup, Loopback_RtrUsesPeerQpnPsnLidAndMtu) {
   EXPECT_EQ(rtr.attr.ah_attr.dlid, 7);
   EXPECT_EQ(rtr.attr.ah_attr.port_num, 1);
   EXPECT_EQ(rtr.attr.ah_attr.is_global, 0);  // InfiniBand link: routed by LID
-  EXPECT_EQ(rtr.mask, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                          IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+  EXPECT_EQ(rtr.mask, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
   // and symmetrically
   ModifyCall srtr = ModifyTo(server_.get(), IBV_QPS_RTR);
   EXPECT_EQ(srtr.attr.dest_qp_num, Qpn(client_.get()));

@@ -24,13 +24,18 @@ std::string At(size_t index) { return " (request " + std::to_string(index) + ")"
 
 ibv_wr_opcode IbvOpcode(Opcode op) {
   switch (op) {
-    case Opcode::kWrite: return IBV_WR_RDMA_WRITE;
+    case Opcode::kWrite:
+      return IBV_WR_RDMA_WRITE;
     case Opcode::kRead:
-    case Opcode::kFlush: return IBV_WR_RDMA_READ;
-    case Opcode::kCompareSwap: return IBV_WR_ATOMIC_CMP_AND_SWP;
-    case Opcode::kFetchAdd: return IBV_WR_ATOMIC_FETCH_AND_ADD;
+    case Opcode::kFlush:
+      return IBV_WR_RDMA_READ;
+    case Opcode::kCompareSwap:
+      return IBV_WR_ATOMIC_CMP_AND_SWP;
+    case Opcode::kFetchAdd:
+      return IBV_WR_ATOMIC_FETCH_AND_ADD;
     case Opcode::kSend:
-    case Opcode::kRecv: return IBV_WR_SEND;
+    case Opcode::kRecv:
+      return IBV_WR_SEND;
   }
   return IBV_WR_SEND;
 }
@@ -53,8 +58,7 @@ Status ValidateRecv(const RecvRequest& r, size_t index, uint32_t min_length) {
     return Status::InvalidArgument("verbs: receive buffer outside its memory region" + At(index));
   }
   if ((r.mr->access() & kLocalWrite) == 0) {
-    return Status::InvalidArgument("verbs: receive buffer's region lacks kLocalWrite" +
-                                   At(index));
+    return Status::InvalidArgument("verbs: receive buffer's region lacks kLocalWrite" + At(index));
   }
   if (r.length < min_length) {
     return Status::InvalidArgument("verbs: receive buffer shorter than the stride" + At(index));
@@ -325,9 +329,9 @@ Status SrqCore::PostRecv(std::span<const RecvRequest> buffers) {
     return Status::ResourceExhausted("verbs: more than max_wr buffers posted to the SRQ");
   }
   if (slots_outstanding_ + total_slots > hw_depth_) {
-    return Status::ResourceExhausted("verbs: SRQ slot fallback: " +
-                                     std::to_string(slots_outstanding_ + total_slots) +
-                                     " slots > hardware SRQ depth " + std::to_string(hw_depth_));
+    return Status::ResourceExhausted(
+        "verbs: SRQ slot fallback: " + std::to_string(slots_outstanding_ + total_slots) +
+        " slots > hardware SRQ depth " + std::to_string(hw_depth_));
   }
   std::vector<ibv_recv_wr> ibv(total_slots);
   std::vector<ibv_sge> sge(total_slots);
@@ -403,7 +407,7 @@ void ConnCore::EnterError(CompletionStatus s, Opcode op) {
     state_ = ConnectionState::kError;
     error_ = ConnectionErrorFor(s, op);
     LOG_WARN("verbs", "connection " << id_ << " entered the error state: " << OpcodeName(op)
-                                     << " completed with " << CompletionStatusName(s));
+                                    << " completed with " << CompletionStatusName(s));
   }
 }
 
@@ -529,7 +533,8 @@ Status VerbsCq::DrainLocked(size_t want) {
   ibv_wc wcs[kBatch];
   size_t taken = 0;
   while (options_.ring || taken < want) {
-    const int ask = options_.ring ? kBatch : static_cast<int>(std::min<size_t>(kBatch, want - taken));
+    const int ask =
+        options_.ring ? kBatch : static_cast<int>(std::min<size_t>(kBatch, want - taken));
     const int got = dev_->api->PollCq(cq_, ask, wcs);
     if (got < 0) {
       if (!options_.ring) overrun_ = true;

@@ -63,7 +63,8 @@ TEST_F(VerbsPost, UnsignaledInlineWrite_NoSignaledFlagAndInlineFlag) {
 }
 
 TEST_F(VerbsPost, ReadAndSend_MappedOpcodes) {
-  ASSERT_TRUE(PostList(client_.get(), {Wr(Opcode::kRead, 1, 0, 512), Wr(Opcode::kSend, 2, 512, 16)}).ok());
+  ASSERT_TRUE(
+      PostList(client_.get(), {Wr(Opcode::kRead, 1, 0, 512), Wr(Opcode::kSend, 2, 512, 16)}).ok());
   const auto& chain = fake_.sent[0];
   ASSERT_EQ(chain.size(), 2u);
   EXPECT_EQ(chain[0].wr.opcode, IBV_WR_RDMA_READ);
@@ -159,7 +160,8 @@ TEST_F(VerbsPost, InvalidRequests_RejectedWithoutPostSend) {
   WorkRequest recv = Wr(Opcode::kRecv, 1);
   EXPECT_EQ(PostList(client_.get(), {recv}).code(), StatusCode::kInvalidArgument);
   // one bad request in a list rejects the whole list
-  EXPECT_EQ(PostList(client_.get(), {Wr(Opcode::kWrite, 1), outside}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(PostList(client_.get(), {Wr(Opcode::kWrite, 1), outside}).code(),
+            StatusCode::kInvalidArgument);
   EXPECT_EQ(client_->counters().round_trips, 0u);
 }
 
@@ -219,7 +221,7 @@ TEST_F(VerbsPost, PostSendFails_StatusNamesCallAndPartialPostAccounted) {
 
 TEST_F(VerbsPost, Completions_CarryUserWrIdOpcodeLengthAndConnection) {
   ASSERT_TRUE(PostList(client_.get(), {Wr(Opcode::kWrite, 11), Wr(Opcode::kRead, 12, 0, 100),
-                             Wr(Opcode::kCompareSwap, 13, 8)})
+                                       Wr(Opcode::kCompareSwap, 13, 8)})
                   .ok());
   for (int k = 0; k < 3; k++) {
     fake_.Complete(HwCq(scq_.get()), Qpn(client_.get()), SentId(0, k), IBV_WC_SUCCESS);
@@ -244,8 +246,7 @@ struct ErrorCase {
   StatusCode error;
 };
 
-class VerbsErrorCompletion : public VerbsPost,
-                             public ::testing::WithParamInterface<ErrorCase> {};
+class VerbsErrorCompletion : public VerbsPost, public ::testing::WithParamInterface<ErrorCase> {};
 
 TEST_P(VerbsErrorCompletion, FailedRequest_ConnectionEntersErrorAndLaterOnesFlush) {
   const ErrorCase& p = GetParam();
@@ -268,21 +269,20 @@ TEST_P(VerbsErrorCompletion, FailedRequest_ConnectionEntersErrorAndLaterOnesFlus
 
 INSTANTIATE_TEST_SUITE_P(
     Statuses, VerbsErrorCompletion,
-    ::testing::Values(
-        ErrorCase{IBV_WC_REM_ACCESS_ERR, CompletionStatus::kRemoteAccessError,
-                  StatusCode::kRemoteAccessError},
-        ErrorCase{IBV_WC_REM_INV_REQ_ERR, CompletionStatus::kRemoteInvalidRequest,
-                  StatusCode::kRemoteAccessError},
-        ErrorCase{IBV_WC_RNR_RETRY_EXC_ERR, CompletionStatus::kRnrRetryExceeded,
-                  StatusCode::kRnrRetryExceeded},
-        ErrorCase{IBV_WC_RETRY_EXC_ERR, CompletionStatus::kTransportError,
-                  StatusCode::kConnectionError},
-        ErrorCase{IBV_WC_LOC_PROT_ERR, CompletionStatus::kLocalProtectionError,
-                  StatusCode::kConnectionError},
-        ErrorCase{IBV_WC_LOC_LEN_ERR, CompletionStatus::kLocalLengthError,
-                  StatusCode::kConnectionError},
-        ErrorCase{IBV_WC_FATAL_ERR, CompletionStatus::kGeneralError,
-                  StatusCode::kConnectionError}));
+    ::testing::Values(ErrorCase{IBV_WC_REM_ACCESS_ERR, CompletionStatus::kRemoteAccessError,
+                                StatusCode::kRemoteAccessError},
+                      ErrorCase{IBV_WC_REM_INV_REQ_ERR, CompletionStatus::kRemoteInvalidRequest,
+                                StatusCode::kRemoteAccessError},
+                      ErrorCase{IBV_WC_RNR_RETRY_EXC_ERR, CompletionStatus::kRnrRetryExceeded,
+                                StatusCode::kRnrRetryExceeded},
+                      ErrorCase{IBV_WC_RETRY_EXC_ERR, CompletionStatus::kTransportError,
+                                StatusCode::kConnectionError},
+                      ErrorCase{IBV_WC_LOC_PROT_ERR, CompletionStatus::kLocalProtectionError,
+                                StatusCode::kConnectionError},
+                      ErrorCase{IBV_WC_LOC_LEN_ERR, CompletionStatus::kLocalLengthError,
+                                StatusCode::kConnectionError},
+                      ErrorCase{IBV_WC_FATAL_ERR, CompletionStatus::kGeneralError,
+                                StatusCode::kConnectionError}));
 
 TEST_F(VerbsPost, CompletionForUnknownQp_Dropped) {
   fake_.Complete(HwCq(scq_.get()), 0xdead, 1, IBV_WC_SUCCESS);
@@ -489,7 +489,7 @@ TEST_F(VerbsSrqTest, MultiPacketFallback_TailShorterThanStrideUnused) {
 TEST_F(VerbsSrqTest, PlainSrq_OneReceivePerBuffer) {
   Make(SrqOptions{8, false, 64, 1024});
   ASSERT_TRUE(SrqList(srq_.get(), {RecvRequest{1, buf_, 4096, mr_.get()},
-                              RecvRequest{2, buf_ + 4096, 4096, mr_.get()}})
+                                   RecvRequest{2, buf_ + 4096, 4096, mr_.get()}})
                   .ok());
   ASSERT_EQ(fake_.recvs[0].size(), 2u);
   EXPECT_EQ(fake_.recvs[0][1].sge[0].length, 4096u);
@@ -559,9 +559,9 @@ TEST_F(VerbsSrqTest, ConnectionWithSrq_PostRecvIsFailedPrecondition) {
 // ---- counters -----------------------------------------------------------------------------------
 
 TEST_F(VerbsPost, Counters_VerbsBytesAndRoundTrips) {
-  std::vector<WorkRequest> list{Wr(Opcode::kWrite, 1, 0, 100), Wr(Opcode::kRead, 2, 0, 2000),
+  std::vector<WorkRequest> list{Wr(Opcode::kWrite, 1, 0, 100),  Wr(Opcode::kRead, 2, 0, 2000),
                                 Wr(Opcode::kCompareSwap, 3, 8), Wr(Opcode::kFetchAdd, 4, 16),
-                                Wr(Opcode::kSend, 5, 0, 10), Wr(Opcode::kFlush, 6)};
+                                Wr(Opcode::kSend, 5, 0, 10),    Wr(Opcode::kFlush, 6)};
   ASSERT_TRUE(client_->Post(list).ok());
   ASSERT_TRUE(PostList(client_.get(), {Wr(Opcode::kWrite, 7, 0, 50)}).ok());
   ASSERT_TRUE(PostList(client_.get(), {}).ok());  // empty: no doorbell

@@ -35,23 +35,32 @@ int MapAccess(uint32_t access) {
 
 CompletionStatus MapWcStatus(ibv_wc_status status) {
   switch (status) {
-    case IBV_WC_SUCCESS: return CompletionStatus::kSuccess;
-    case IBV_WC_LOC_PROT_ERR: return CompletionStatus::kLocalProtectionError;
-    case IBV_WC_LOC_LEN_ERR: return CompletionStatus::kLocalLengthError;
-    case IBV_WC_REM_ACCESS_ERR: return CompletionStatus::kRemoteAccessError;
-    case IBV_WC_REM_INV_REQ_ERR: return CompletionStatus::kRemoteInvalidRequest;
-    case IBV_WC_RNR_RETRY_EXC_ERR: return CompletionStatus::kRnrRetryExceeded;
-    case IBV_WC_RETRY_EXC_ERR: return CompletionStatus::kTransportError;
-    case IBV_WC_WR_FLUSH_ERR: return CompletionStatus::kFlushed;
-    default: return CompletionStatus::kGeneralError;
+    case IBV_WC_SUCCESS:
+      return CompletionStatus::kSuccess;
+    case IBV_WC_LOC_PROT_ERR:
+      return CompletionStatus::kLocalProtectionError;
+    case IBV_WC_LOC_LEN_ERR:
+      return CompletionStatus::kLocalLengthError;
+    case IBV_WC_REM_ACCESS_ERR:
+      return CompletionStatus::kRemoteAccessError;
+    case IBV_WC_REM_INV_REQ_ERR:
+      return CompletionStatus::kRemoteInvalidRequest;
+    case IBV_WC_RNR_RETRY_EXC_ERR:
+      return CompletionStatus::kRnrRetryExceeded;
+    case IBV_WC_RETRY_EXC_ERR:
+      return CompletionStatus::kTransportError;
+    case IBV_WC_WR_FLUSH_ERR:
+      return CompletionStatus::kFlushed;
+    default:
+      return CompletionStatus::kGeneralError;
   }
 }
 
 uint8_t RnrTimerCode(std::chrono::microseconds backoff) {
   // IB spec table 45: code → delay in units of 10 µs (code 0 = 655.36 ms, the maximum).
-  static constexpr uint32_t kTenUs[32] = {65536, 1,   2,   3,   4,    6,    8,    12,
-                                          16,    24,  32,  48,  64,   96,   128,  192,
-                                          256,   384, 512, 768, 1024, 1536, 2048, 3072,
+  static constexpr uint32_t kTenUs[32] = {65536, 1,    2,    3,     4,     6,     8,     12,
+                                          16,    24,   32,   48,    64,    96,    128,   192,
+                                          256,   384,  512,  768,   1024,  1536,  2048,  3072,
                                           4096,  6144, 8192, 12288, 16384, 24576, 32768, 49152};
   const int64_t us = backoff.count();
   for (uint8_t code = 1; code < 32; code++) {
@@ -62,18 +71,23 @@ uint8_t RnrTimerCode(std::chrono::microseconds backoff) {
 
 uint32_t MtuBytes(ibv_mtu mtu) {
   switch (mtu) {
-    case IBV_MTU_256: return 256;
-    case IBV_MTU_512: return 512;
-    case IBV_MTU_1024: return 1024;
-    case IBV_MTU_2048: return 2048;
-    case IBV_MTU_4096: return 4096;
+    case IBV_MTU_256:
+      return 256;
+    case IBV_MTU_512:
+      return 512;
+    case IBV_MTU_1024:
+      return 1024;
+    case IBV_MTU_2048:
+      return 2048;
+    case IBV_MTU_4096:
+      return 4096;
   }
   return 1024;
 }
 
 Status VerbsErrnoError(std::string_view call, int err) {
-  return Status(StatusCode::kIoError,
-                "verbs: " + std::string(call) + ": " + std::strerror(err), err);
+  return Status(StatusCode::kIoError, "verbs: " + std::string(call) + ": " + std::strerror(err),
+                err);
 }
 
 Status VerbsError(std::string_view call, int ret) {
@@ -87,9 +101,12 @@ Status ConnectionErrorFor(CompletionStatus s, Opcode op) {
                     CompletionStatusName(s) + "; connection in error state";
   switch (s) {
     case CompletionStatus::kRemoteAccessError:
-    case CompletionStatus::kRemoteInvalidRequest: return Status::RemoteAccessError(msg);
-    case CompletionStatus::kRnrRetryExceeded: return Status::RnrRetryExceeded(msg);
-    default: return Status::ConnectionError(msg);
+    case CompletionStatus::kRemoteInvalidRequest:
+      return Status::RemoteAccessError(msg);
+    case CompletionStatus::kRnrRetryExceeded:
+      return Status::RnrRetryExceeded(msg);
+    default:
+      return Status::ConnectionError(msg);
   }
 }
 
@@ -158,20 +175,18 @@ Result<std::unique_ptr<MemoryRegion>> VerbsPd::RegisterMemory(void* addr, size_t
   if (mr == nullptr) {
     int err = errno;
     if (err == ENOMEM) {
-      return Status(StatusCode::kResourceExhausted,
-                    "verbs: ibv_reg_mr(" + std::to_string(length) + " bytes): " +
-                        std::strerror(err), err);
+      return Status(
+          StatusCode::kResourceExhausted,
+          "verbs: ibv_reg_mr(" + std::to_string(length) + " bytes): " + std::strerror(err), err);
     }
     return VerbsErrnoError("ibv_reg_mr(" + std::to_string(length) + " bytes)", err);
   }
-  return std::unique_ptr<MemoryRegion>(
-      new VerbsMr(dev_->api, mr, addr, length, options.access));
+  return std::unique_ptr<MemoryRegion>(new VerbsMr(dev_->api, mr, addr, length, options.access));
 }
 
 // ---- queues -------------------------------------------------------------------------------------
 
-Result<std::unique_ptr<VerbsCq>> VerbsCq::Create(DeviceCore* dev,
-                                                 const CompletionQueueOptions& o) {
+Result<std::unique_ptr<VerbsCq>> VerbsCq::Create(DeviceCore* dev, const CompletionQueueOptions& o) {
   if (o.capacity == 0) return Status::InvalidArgument("verbs: CreateCq: capacity 0");
   if (dev->dev_attr.max_cqe > 0 && o.capacity > static_cast<uint32_t>(dev->dev_attr.max_cqe)) {
     return Status::InvalidArgument("verbs: CreateCq: capacity " + std::to_string(o.capacity) +
@@ -204,8 +219,7 @@ Result<std::unique_ptr<VerbsSrq>> VerbsSrq::Create(DeviceCore* dev, VerbsPd* pd,
   if (o.max_wr == 0) return Status::InvalidArgument("verbs: CreateSrq: max_wr 0");
   uint32_t hw_depth = o.max_wr;
   if (o.multi_packet) {
-    if (o.stride == 0 || o.fallback_slot_size < o.stride ||
-        o.fallback_slot_size % o.stride != 0) {
+    if (o.stride == 0 || o.fallback_slot_size < o.stride || o.fallback_slot_size % o.stride != 0) {
       return Status::InvalidArgument(
           "verbs: CreateSrq: fallback_slot_size must be a non-zero multiple of stride");
     }
@@ -311,7 +325,7 @@ Result<std::unique_ptr<Fabric>> OpenVerbsFabric(const FabricOptions& options) {
 }
 
 Result<std::unique_ptr<Fabric>> OpenVerbsFabricWithApi(const FabricOptions& options,
-                                                      std::shared_ptr<VerbsApi> api) {
+                                                       std::shared_ptr<VerbsApi> api) {
   if (api == nullptr) return Status::InvalidArgument("verbs: null VerbsApi");
   if (options.port == 0) return Status::InvalidArgument("verbs: port numbers start at 1");
   if (options.gid_index < 0) return Status::InvalidArgument("verbs: negative gid_index");
@@ -367,8 +381,8 @@ Result<std::unique_ptr<Fabric>> OpenVerbsFabricWithApi(const FabricOptions& opti
   if (rc != 0) return fail(VerbsError("ibv_query_device(" + name + ")", rc));
   rc = api->QueryPort(ctx, options.port, &dev->port_attr);
   if (rc != 0) {
-    return fail(VerbsError("ibv_query_port(" + name + ", " + std::to_string(options.port) + ")",
-                           rc));
+    return fail(
+        VerbsError("ibv_query_port(" + name + ", " + std::to_string(options.port) + ")", rc));
   }
   if (dev->port_attr.state != IBV_PORT_ACTIVE) {
     return fail(Status::IoError("verbs: port " + std::to_string(options.port) + " of " + name +

@@ -28,6 +28,6 @@ Result<std::unique_ptr<Fabric>> OpenVerbsFabric(const FabricOptions& options);
 // As OpenVerbsFabric, through `api` (tests pass a mock). Every object created from the fabric
 // keeps using `api`.
 Result<std::unique_ptr<Fabric>> OpenVerbsFabricWithApi(const FabricOptions& options,
-                                                      std::shared_ptr<VerbsApi> api);
+                                                       std::shared_ptr<VerbsApi> api);
 
 }  // namespace asymnvm::fabric::verbs

@@ -39,7 +39,7 @@ inline constexpr uint64_t kAtomicRequestExtra = 16;  // compare + swap/add opera
 inline constexpr size_t kScratchBytes = 64;
 inline constexpr uint8_t kQpAckTimeout = 14;  // 4.096 µs · 2^14 ≈ 67 ms per attempt
 inline constexpr uint8_t kQpRetryCount = 7;
-inline constexpr uint32_t kMaxRnrRetry = 6;   // 7 means "retry forever" in IB: never used
+inline constexpr uint32_t kMaxRnrRetry = 6;  // 7 means "retry forever" in IB: never used
 inline constexpr uint8_t kMaxRdAtomic = 16;
 inline constexpr uint32_t kDefaultMaxInline = 256;
 inline constexpr uint32_t kMaxPrivateData = 1024;
@@ -61,7 +61,7 @@ inline uint64_t EncodeSrqSlot(uint64_t buffer_seq, uint32_t slot) {
 
 // ---- pure mappings ----------------------------------------------------------------------------
 
-int MapAccess(uint32_t access);                  // Access bits → IBV_ACCESS_*
+int MapAccess(uint32_t access);  // Access bits → IBV_ACCESS_*
 CompletionStatus MapWcStatus(ibv_wc_status status);
 uint8_t RnrTimerCode(std::chrono::microseconds backoff);  // IB min_rnr_timer encoding
 uint32_t MtuBytes(ibv_mtu mtu);
@@ -227,13 +227,16 @@ class VerbsSrq final : public SharedReceiveQueue {
   static Result<std::unique_ptr<VerbsSrq>> Create(DeviceCore* dev, VerbsPd* pd,
                                                   const SrqOptions& o);
   ~VerbsSrq() override;
-  Status PostRecv(std::span<const RecvRequest> buffers) override { return core_->PostRecv(buffers); }
+  Status PostRecv(std::span<const RecvRequest> buffers) override {
+    return core_->PostRecv(buffers);
+  }
   uint32_t posted() const override { return core_->posted(); }
   bool multi_packet_native() const override { return false; }
   const std::shared_ptr<SrqCore>& core() const { return core_; }
 
  private:
-  explicit VerbsSrq(DeviceCore* dev, std::shared_ptr<SrqCore> core) : dev_(dev), core_(std::move(core)) {}
+  explicit VerbsSrq(DeviceCore* dev, std::shared_ptr<SrqCore> core)
+      : dev_(dev), core_(std::move(core)) {}
   DeviceCore* dev_;
   std::shared_ptr<SrqCore> core_;
 };
@@ -298,7 +301,7 @@ class ConnCore {
   Status error_;                                         // guarded by mu_
   std::deque<SendEntry> sends_;                          // outstanding, posting order
   uint64_t next_send_seq_ = 1;
-  std::unordered_map<uint64_t, uint64_t> recvs_;         // own RQ: seq → user wr_id
+  std::unordered_map<uint64_t, uint64_t> recvs_;  // own RQ: seq → user wr_id
   uint64_t next_recv_seq_ = 1;
   Counters counters_;
 };

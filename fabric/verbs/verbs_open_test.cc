@@ -391,10 +391,10 @@ TEST(VerbsMapping, WcStatusTable_MapsEveryStatus) {
 TEST(VerbsMapping, RnrTimerCode_SmallestCodeCoveringBackoff) {
   EXPECT_EQ(RnrTimerCode(std::chrono::microseconds(0)), 1);
   EXPECT_EQ(RnrTimerCode(std::chrono::microseconds(10)), 1);
-  EXPECT_EQ(RnrTimerCode(std::chrono::microseconds(50)), 5);     // 60 µs
-  EXPECT_EQ(RnrTimerCode(std::chrono::microseconds(640)), 12);   // 0.64 ms
+  EXPECT_EQ(RnrTimerCode(std::chrono::microseconds(50)), 5);    // 60 µs
+  EXPECT_EQ(RnrTimerCode(std::chrono::microseconds(640)), 12);  // 0.64 ms
   EXPECT_EQ(RnrTimerCode(std::chrono::microseconds(491520)), 31);
-  EXPECT_EQ(RnrTimerCode(std::chrono::seconds(1)), 0);           // 655.36 ms, the maximum
+  EXPECT_EQ(RnrTimerCode(std::chrono::seconds(1)), 0);  // 655.36 ms, the maximum
 }
 
 TEST(VerbsMapping, QpInfoBlob_RoundTripsAndRejectsMalformed) {
@@ -421,8 +421,7 @@ TEST(VerbsMapping, QpInfoBlob_RoundTripsAndRejectsMalformed) {
   auto bad = blob;
   bad[0] ^= 1;
   EXPECT_EQ(DecodeQpInfo(bad).status().code(), StatusCode::kProtocolError);
-  EXPECT_EQ(DecodeQpInfo(std::span(blob.data(), 20)).status().code(),
-            StatusCode::kProtocolError);
+  EXPECT_EQ(DecodeQpInfo(std::span(blob.data(), 20)).status().code(), StatusCode::kProtocolError);
   bad = blob;
   bad.push_back(0);  // length mismatch
   EXPECT_EQ(DecodeQpInfo(bad).status().code(), StatusCode::kProtocolError);

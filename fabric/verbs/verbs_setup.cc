@@ -154,7 +154,8 @@ Result<std::shared_ptr<ConnCore>> ConnCore::Create(DeviceCore* dev, VerbsPd* pd,
   VerbsSrq* srq = nullptr;
   if (o.srq != nullptr) {
     srq = dynamic_cast<VerbsSrq*>(o.srq);
-    if (srq == nullptr) return Status::InvalidArgument("verbs: SRQ must come from the verbs fabric");
+    if (srq == nullptr)
+      return Status::InvalidArgument("verbs: SRQ must come from the verbs fabric");
     if (recv_cq == nullptr) return Status::InvalidArgument("verbs: an SRQ needs a recv_cq");
   }
   if (o.max_send_wr == 0) return Status::InvalidArgument("verbs: max_send_wr 0");

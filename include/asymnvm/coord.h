@@ -1,5 +1,5 @@
-// Coordinator: the small, strongly consistent tree of named nodes that AsymNVM processes use to find
-// each other, to prove they are alive and to fence stale incarnations (doc/coord.md).
+// Coordinator: the small, strongly consistent tree of named nodes that AsymNVM processes use to
+// find each other, to prove they are alive and to fence stale incarnations (doc/coord.md).
 //
 // A node is named by an absolute path ("/asymnvm/frontends/7"), holds a byte string and a version,
 // and is either persistent (lives until deleted) or ephemeral (lives while the session that created
@@ -62,7 +62,7 @@ inline constexpr int64_t kAnyVersion = -1;
 // A node as read by Get.
 struct Node {
   std::string data;
-  int64_t version = 0;         // 0 after Create, +1 per Set
+  int64_t version = 0;  // 0 after Create, +1 per Set
   bool ephemeral = false;
   uint64_t owner_session = 0;  // the session holding an ephemeral node; 0 if persistent
   uint64_t creation_id = 0;    // differs between two incarnations of one path (ZooKeeper: czxid)
@@ -123,8 +123,8 @@ class Coordinator {
   // Opens a session. `uri`: "dir:PATH" | "zk:HOST:PORT[,HOST:PORT...][/chroot]" | "" (embedded in
   // options.data_dir + "/coord"; kInvalidArgument if data_dir is empty too). The embedded directory
   // is created if missing. A ZooKeeper chroot is created (persistent) if missing.
-  // Errors: kInvalidArgument (unknown scheme, malformed host list), kNotSupported (embedded asked to
-  // serve another machine, e.g. "dir://host/..." or a directory on a network file system),
+  // Errors: kInvalidArgument (unknown scheme, malformed host list), kNotSupported (embedded asked
+  // to serve another machine, e.g. "dir://host/..." or a directory on a network file system),
   // kConnectionError (no ZooKeeper server reachable within connect_timeout), kIoError.
   static Result<std::unique_ptr<Coordinator>> Open(const std::string& uri,
                                                    const Options& options = {});
@@ -165,7 +165,8 @@ class Coordinator {
   // happens once Watch has returned, the callback runs at least once, reporting the latest
   // difference; read the node again to learn the state. `path` need not exist. When the session
   // expires every watch gets kSessionExpired once.
-  virtual Result<WatchId> Watch(const std::string& path, WatchKind kind, WatchCallback callback) = 0;
+  virtual Result<WatchId> Watch(const std::string& path, WatchKind kind,
+                                WatchCallback callback) = 0;
 
   // Removes a watch. After it returns the callback is not running and will not run again (called
   // from inside that callback, it returns at once and the current run is the last). kNotFound for

@@ -18,7 +18,8 @@
 //  * A failed request completes with an error status; the connection then enters kError, and every
 //    request behind it completes with kFlushed (as an RC QP does). The target process is unaffected
 //    and keeps serving other connections.
-//  * kFlush: completes only after every WRITE/SEND this connection landed before it is durable in the
+//  * kFlush: completes only after every WRITE/SEND this connection landed before it is durable in
+//  the
 //    target region's persistence domain (for PM regions: persisted through the region's Persister,
 //    exactly the landed ranges). The verbs provider implements it as a 1-byte READ (the papers'
 //    idiom), the soft NIC persists the pending ranges and then acknowledges.
@@ -117,8 +118,8 @@ enum class Opcode : uint8_t {
   kCompareSwap = 3,  // 8-byte, 8-byte aligned; local buffer receives the original value
   kFetchAdd = 4,     // 8-byte, 8-byte aligned; local buffer receives the original value
   kSend = 5,
-  kFlush = 6,        // remote persistence barrier, see the header comment
-  kRecv = 7,         // only in completions
+  kFlush = 6,  // remote persistence barrier, see the header comment
+  kRecv = 7,   // only in completions
 };
 const char* OpcodeName(Opcode op);
 
@@ -151,13 +152,13 @@ struct RecvRequest {
 
 enum class CompletionStatus : uint8_t {
   kSuccess = 0,
-  kLocalProtectionError,   // local buffer outside local_mr / missing kLocalWrite
-  kLocalLengthError,       // message larger than the receive buffer (non multi-packet)
-  kRemoteAccessError,      // target rejected: bad rkey, bounds, rights
-  kRemoteInvalidRequest,   // target rejected: misaligned atomic, malformed packet, bad opcode
-  kRnrRetryExceeded,       // receiver not ready after all retries
-  kTransportError,         // connection lost / peer died / fault injected
-  kFlushed,                // not executed: the connection was already in the error state
+  kLocalProtectionError,  // local buffer outside local_mr / missing kLocalWrite
+  kLocalLengthError,      // message larger than the receive buffer (non multi-packet)
+  kRemoteAccessError,     // target rejected: bad rkey, bounds, rights
+  kRemoteInvalidRequest,  // target rejected: misaligned atomic, malformed packet, bad opcode
+  kRnrRetryExceeded,      // receiver not ready after all retries
+  kTransportError,        // connection lost / peer died / fault injected
+  kFlushed,               // not executed: the connection was already in the error state
   kGeneralError,
 };
 const char* CompletionStatusName(CompletionStatus s);
@@ -198,9 +199,9 @@ class CompletionQueue {
 };
 
 struct SrqOptions {
-  uint32_t max_wr = 1024;      // receive buffers that may be posted at once
+  uint32_t max_wr = 1024;  // receive buffers that may be posted at once
   bool multi_packet = false;
-  uint32_t stride = 64;        // multi-packet: messages start at multiples of this in a buffer
+  uint32_t stride = 64;  // multi-packet: messages start at multiples of this in a buffer
   // verbs fallback for multi_packet: each posted buffer is carved into slots of this size.
   uint32_t fallback_slot_size = 4096;
 };
@@ -222,13 +223,13 @@ class SharedReceiveQueue {
 
 struct Counters {
   uint64_t writes = 0, reads = 0, compare_swaps = 0, fetch_adds = 0, sends = 0, flushes = 0;
-  uint64_t recvs = 0;            // messages received (target side)
-  uint64_t round_trips = 0;      // doorbells: Post calls that sent at least one request
-  uint64_t bytes_out = 0;        // wire bytes sent, headers included
-  uint64_t bytes_in = 0;         // wire bytes received, headers included
-  uint64_t payload_bytes = 0;    // WRITE/SEND/READ payload bytes initiated
-  uint64_t rnr_events = 0;       // RNR NAKs seen (initiator) or issued (target)
-  uint64_t errors = 0;           // requests completed with an error (either side)
+  uint64_t recvs = 0;              // messages received (target side)
+  uint64_t round_trips = 0;        // doorbells: Post calls that sent at least one request
+  uint64_t bytes_out = 0;          // wire bytes sent, headers included
+  uint64_t bytes_in = 0;           // wire bytes received, headers included
+  uint64_t payload_bytes = 0;      // WRITE/SEND/READ payload bytes initiated
+  uint64_t rnr_events = 0;         // RNR NAKs seen (initiator) or issued (target)
+  uint64_t errors = 0;             // requests completed with an error (either side)
   uint64_t remote_ops_served = 0;  // one-sided requests this endpoint's NIC executed as target
 
   Counters& operator+=(const Counters& o);
@@ -245,9 +246,9 @@ struct ConnectionOptions {
   uint32_t max_send_wr = 256;          // outstanding requests; Post beyond it: kResourceExhausted
   uint32_t max_recv_wr = 256;
   uint32_t max_inline = 256;
-  uint32_t rnr_retry = 7;              // RNR retries before kRnrRetryExceeded
+  uint32_t rnr_retry = 7;                     // RNR retries before kRnrRetryExceeded
   std::chrono::microseconds rnr_backoff{50};  // first back-off; doubles per retry
-  std::vector<uint8_t> private_data;   // <= 1024 bytes handed to the peer at set-up
+  std::vector<uint8_t> private_data;          // <= 1024 bytes handed to the peer at set-up
   // Connect: connect + handshake. Accept: how long to wait for an authenticated peer (each peer's
   // handshake has its own deadline, FabricOptions::handshake_timeout, across Accept calls).
   std::chrono::milliseconds timeout{5000};
@@ -261,11 +262,12 @@ class Connection {
   // Validates every request before posting any (kInvalidArgument / kResourceExhausted leave the
   // queue untouched). kConnectionError when the connection is in the error state.
   virtual Status Post(std::span<const WorkRequest> wrs) = 0;
-  // Own receive queue (no SRQ). Errors as SharedReceiveQueue::PostRecv; kFailedPrecondition with SRQ.
+  // Own receive queue (no SRQ). Errors as SharedReceiveQueue::PostRecv; kFailedPrecondition with
+  // SRQ.
   virtual Status PostRecv(std::span<const RecvRequest> buffers) = 0;
   virtual ConnectionState state() const = 0;
-  virtual Status error() const = 0;    // why it entered kError (OK otherwise)
-  virtual uint64_t id() const = 0;     // unique per Fabric; appears in completions
+  virtual Status error() const = 0;  // why it entered kError (OK otherwise)
+  virtual uint64_t id() const = 0;   // unique per Fabric; appears in completions
   virtual const std::vector<uint8_t>& peer_private_data() const = 0;
   virtual std::string peer_address() const = 0;
   virtual Counters counters() const = 0;
@@ -288,7 +290,7 @@ struct Capabilities {
   bool multi_packet_srq_native = false;
   bool atomics = true;
   uint32_t max_inline = 0;
-  uint32_t max_message = 0;      // largest SEND / WRITE / READ in one request
+  uint32_t max_message = 0;             // largest SEND / WRITE / READ in one request
   std::vector<std::string> transports;  // e.g. {"tcp", "unix", "inproc"}
 };
 
@@ -303,24 +305,24 @@ std::chrono::microseconds DefaultSpin();
 inline constexpr char kDefaultClusterSecret[] = "asymnvm";
 
 struct FabricOptions {
-  std::string provider = "soft";            // "soft" | "verbs" | "auto" (verbs if a device exists)
+  std::string provider = "soft";  // "soft" | "verbs" | "auto" (verbs if a device exists)
   // Connection set-up is authenticated with the cluster secret (doc/fabric.md §Cluster secret).
   // Fabric::Open resolves it (ResolveClusterSecret): secret_file when set, else cluster_secret when
   // changed from the default, else the environment (ASYMNVM_SECRET_FILE, then ASYMNVM_SECRET),
   // else the built-in default.
   std::string cluster_secret = kDefaultClusterSecret;
-  std::string secret_file;                  // file holding the secret (one trailing newline ignored)
+  std::string secret_file;  // file holding the secret (one trailing newline ignored)
   // Server side of the handshake (soft provider; doc/fabric.md §Handshake): each accepted peer
   // must finish within handshake_timeout; at most max_pending_handshakes run at once (beyond,
   // the oldest is closed); refused peers are logged at most handshake_log_per_second a second.
   std::chrono::milliseconds handshake_timeout{5000};
   uint32_t max_pending_handshakes = 256;
   uint32_t handshake_log_per_second = 5;
-  uint32_t nic_threads = 1;                 // soft: software NIC threads
+  uint32_t nic_threads = 1;                        // soft: software NIC threads
   std::chrono::microseconds spin = DefaultSpin();  // adaptive polling: spin, then block
-  std::string device;                       // verbs: device name ("" = first)
-  uint8_t port = 1;                         // verbs: port number
-  int gid_index = 0;                        // verbs
+  std::string device;                              // verbs: device name ("" = first)
+  uint8_t port = 1;                                // verbs: port number
+  int gid_index = 0;                               // verbs
 };
 
 // The secret `o` names (see FabricOptions). Errors: kInvalidArgument (unreadable or empty file).

@@ -12,11 +12,11 @@
 //   TxWrite(s)               the operation is complete: hand its memory logs to the batch
 // and Fence() when later reads (by anyone) must see everything before it.
 //
-// Levels (doc/architecture.md): naive = every MemLog is its own transaction, sent and fenced at once; no
-// op log, no cache, every read remote. r = op log per update, one transaction per operation sent
-// at TxWrite without waiting for it to apply. rc = r + page cache. rcb = rc + batching (a
-// transaction per `batch_ops` operations or `batch_bytes` bytes, on Fence, WriterUnlock, or when
-// the batch is older than `batch_timeout` at the next call).
+// Levels (doc/architecture.md): naive = every MemLog is its own transaction, sent and fenced at
+// once; no op log, no cache, every read remote. r = op log per update, one transaction per
+// operation sent at TxWrite without waiting for it to apply. rc = r + page cache. rcb = rc +
+// batching (a transaction per `batch_ops` operations or `batch_bytes` bytes, on Fence,
+// WriterUnlock, or when the batch is older than `batch_timeout` at the next call).
 //
 // Read-your-writes: a Session's reads always see its own MemLogs (cached pages are updated in
 // place; remote reads are patched with writes not yet known to be applied). Other sessions see them
@@ -43,8 +43,8 @@ namespace asymnvm::frontend {
 class FrontendIdentity;  // frontend/identity.h
 
 enum class Level : uint8_t { kNaive = 0, kR = 1, kRc = 2, kRcb = 3 };
-const char* LevelName(Level level);                  // "naive" | "r" | "rc" | "rcb"
-Result<Level> ParseLevel(const std::string& name);   // kInvalidArgument on anything else
+const char* LevelName(Level level);                 // "naive" | "r" | "rc" | "rcb"
+Result<Level> ParseLevel(const std::string& name);  // kInvalidArgument on anything else
 
 // Reserved op types (structure op types must be below 0xFF00).
 inline constexpr uint16_t kLockAheadOpType = 0xFF01;  // payload: lock word address u64
@@ -301,8 +301,8 @@ class Session {
   Counters counters() const;
   void InvalidateCache();
   uint64_t frontend_id() const;
-  uint64_t applied_lpn() const;   // LPN last read from the back-end
-  uint64_t recovered_opn() const; // OPN at registration
+  uint64_t applied_lpn() const;    // LPN last read from the back-end
+  uint64_t recovered_opn() const;  // OPN at registration
   uint64_t next_op_seq() const;
   uint64_t data_begin() const;
   uint64_t data_end() const;

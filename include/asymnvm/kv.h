@@ -43,9 +43,9 @@
 #include <memory>
 #include <optional>
 #include <span>
-#include <utility>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "asymnvm/fabric.h"
@@ -89,11 +89,11 @@ struct ClientOptions {
 
 // What the server-bypass path did for this client (cumulative).
 struct RdmpCounters {
-  uint64_t bypass_puts = 0;       // Puts committed through a reserved slot
-  uint64_t bypass_gets = 0;       // Gets answered by a one-sided read
-  uint64_t fallbacks = 0;         // bypass attempts that ended on the server-reply path
-  uint64_t bypass_bytes = 0;      // value bytes written or read one-sidedly
-  uint64_t round_trips = 0;       // doorbells on the bypass connections (not in counters())
+  uint64_t bypass_puts = 0;   // Puts committed through a reserved slot
+  uint64_t bypass_gets = 0;   // Gets answered by a one-sided read
+  uint64_t fallbacks = 0;     // bypass attempts that ended on the server-reply path
+  uint64_t bypass_bytes = 0;  // value bytes written or read one-sidedly
+  uint64_t round_trips = 0;   // doorbells on the bypass connections (not in counters())
 };
 
 struct GetReply {

@@ -159,9 +159,9 @@ class Pool {
   std::string Describe() const;
 };
 
-// The XPLine model of doc/pm-layout.md: a write-combining buffer (default 16 KiB = 64 lines of 256 B,
-// LRU) in front of media. Every persisted range marks bytes dirty in the lines it touches; a line
-// evicted (or flushed by Finish) costs one full line of media write. DLWA = media / requested.
+// The XPLine model of doc/pm-layout.md: a write-combining buffer (default 16 KiB = 64 lines of 256
+// B, LRU) in front of media. Every persisted range marks bytes dirty in the lines it touches; a
+// line evicted (or flushed by Finish) costs one full line of media write. DLWA = media / requested.
 class XPLineModel : public PersistObserver {
  public:
   explicit XPLineModel(size_t buffer_bytes = 16 * 1024, size_t line_bytes = 256);

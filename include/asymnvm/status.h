@@ -56,7 +56,9 @@ class [[nodiscard]] Status {
   static Status ResourceExhausted(std::string_view m, bool retryable = true) {
     return {StatusCode::kResourceExhausted, m, 0, retryable};
   }
-  static Status RemoteAccessError(std::string_view m) { return {StatusCode::kRemoteAccessError, m}; }
+  static Status RemoteAccessError(std::string_view m) {
+    return {StatusCode::kRemoteAccessError, m};
+  }
   static Status ProtocolError(std::string_view m) { return {StatusCode::kProtocolError, m}; }
   static Status RnrRetryExceeded(std::string_view m) { return {StatusCode::kRnrRetryExceeded, m}; }
   static Status ConnectionError(std::string_view m) { return {StatusCode::kConnectionError, m}; }
@@ -102,7 +104,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT(runtime/explicit)
+  Result(T value) : value_(std::move(value)) {}         // NOLINT(runtime/explicit)
   Result(Status status) : status_(std::move(status)) {  // NOLINT(runtime/explicit)
     assert(!status_.ok() && "Result constructed from an OK Status without a value");
   }
@@ -133,17 +135,16 @@ class [[nodiscard]] Result {
 }  // namespace asymnvm
 
 // Propagate a non-OK Status from an expression returning Status.
-#define ASYMNVM_RETURN_IF_ERROR(expr)              \
-  do {                                             \
-    ::asymnvm::Status _st = (expr);                \
-    if (!_st.ok()) return _st;                     \
+#define ASYMNVM_RETURN_IF_ERROR(expr) \
+  do {                                \
+    ::asymnvm::Status _st = (expr);   \
+    if (!_st.ok()) return _st;        \
   } while (0)
 
 #define ASYMNVM_CONCAT_INNER(a, b) a##b
 #define ASYMNVM_CONCAT(a, b) ASYMNVM_CONCAT_INNER(a, b)
 // ASYMNVM_ASSIGN_OR_RETURN(auto x, MakeX());
-#define ASYMNVM_ASSIGN_OR_RETURN(lhs, expr)                               \
-  auto ASYMNVM_CONCAT(_res_, __LINE__) = (expr);                          \
-  if (!ASYMNVM_CONCAT(_res_, __LINE__).ok())                              \
-    return ASYMNVM_CONCAT(_res_, __LINE__).status();                      \
+#define ASYMNVM_ASSIGN_OR_RETURN(lhs, expr)                                                   \
+  auto ASYMNVM_CONCAT(_res_, __LINE__) = (expr);                                              \
+  if (!ASYMNVM_CONCAT(_res_, __LINE__).ok()) return ASYMNVM_CONCAT(_res_, __LINE__).status(); \
   lhs = std::move(ASYMNVM_CONCAT(_res_, __LINE__)).value()

@@ -1,11 +1,12 @@
 // The dispatch table, the dispatcher and the helpers handlers share.
 #include "kv/resp/commands.h"
-#include "kv/resp/value.h"
 
 #include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <unordered_map>
+
+#include "kv/resp/value.h"
 
 namespace asymnvm::kv::resp {
 
@@ -19,7 +20,8 @@ const std::vector<CommandSpec>& CommandTable() {
        h::Append},
       {"auth", -2, kNoAuth | kFast | kLoading | kStale | kInline, 0, 0, 0, "connection", "1.0.0",
        "Authenticates the connection.",
-       "the password is the cluster secret (`--secret`); a username other than `default` is refused",
+       "the password is the cluster secret (`--secret`); a username other than `default` is "
+       "refused",
        h::Auth},
       {"client", -2, kNoMulti | kInline, 0, 0, 0, "connection", "2.4.0",
        "A container for client connection commands.",
@@ -32,7 +34,8 @@ const std::vector<CommandSpec>& CommandTable() {
        h::Command, "count docs info list"},
       {"config", -2, kAdmin | kLoading | kStale | kInline, 0, 0, 0, "server", "2.0.0",
        "A container for server configuration commands.",
-       "GET only (glob patterns; unknown parameters give an empty array); SET/RESETSTAT are errors. "
+       "GET only (glob patterns; unknown parameters give an empty array); SET/RESETSTAT are "
+       "errors. "
        "`appendonly yes`, `appendfsync always`: every acknowledged write is durable in PM",
        h::Config, "get"},
       {"dbsize", 1, kReadonly | kFast | kNoTxn, 0, 0, 0, "server", "1.0.0",
@@ -45,11 +48,14 @@ const std::vector<CommandSpec>& CommandTable() {
       {"decrby", 3, kWrite | kFast, 1, 1, 1, "string", "1.0.0",
        "Decrements a number from the integer value of a key.", "as INCR", h::IncrFamily},
       {"del", -2, kWrite, 1, -1, 1, "generic", "1.0.0", "Deletes one or more keys.",
-       "each key deleted on its own (not atomic across keys outside MULTI); a key whose TTL ran out "
-       "but that is still stored counts as deleted", h::Del},
-      {"discard", 1, kNoMulti | kFast | kLoading | kStale | kInline, 0, 0, 0, "transactions", "2.0.0",
-       "Discards a transaction.", "", h::Discard},
-      {"echo", 2, kFast | kInline, 0, 0, 0, "connection", "1.0.0", "Returns the given string.", "", h::Echo},
+       "each key deleted on its own (not atomic across keys outside MULTI); a key whose TTL ran "
+       "out "
+       "but that is still stored counts as deleted",
+       h::Del},
+      {"discard", 1, kNoMulti | kFast | kLoading | kStale | kInline, 0, 0, 0, "transactions",
+       "2.0.0", "Discards a transaction.", "", h::Discard},
+      {"echo", 2, kFast | kInline, 0, 0, 0, "connection", "1.0.0", "Returns the given string.", "",
+       h::Echo},
       {"exec", 1, kNoMulti | kLoading | kStale, 0, 0, 0, "transactions", "1.2.0",
        "Executes all commands in a transaction.",
        "atomic and serializable within one shard, also across a server crash (optimistic: reads "
@@ -62,11 +68,13 @@ const std::vector<CommandSpec>& CommandTable() {
        "Sets the expiration time of a key in seconds.",
        "NX/XX/GT/LT supported; the deadline is stored in the value (doc/resp.md §Values and TTL)",
        h::Expire},
-      {"flushall", -1, kWrite | kNoTxn, 0, 0, 0, "server", "1.0.0", "Removes all keys from all databases.",
-       "deletes every key found by a full SCAN (ASYNC and SYNC accepted, both synchronous); not atomic",
+      {"flushall", -1, kWrite | kNoTxn, 0, 0, 0, "server", "1.0.0",
+       "Removes all keys from all databases.",
+       "deletes every key found by a full SCAN (ASYNC and SYNC accepted, both synchronous); not "
+       "atomic",
        h::FlushAll},
-      {"get", 2, kReadonly | kFast, 1, 1, 1, "string", "1.0.0", "Returns the string value of a key.",
-       "", h::Get},
+      {"get", 2, kReadonly | kFast, 1, 1, 1, "string", "1.0.0",
+       "Returns the string value of a key.", "", h::Get},
       {"getset", 3, kWrite | kFast, 1, 1, 1, "string", "1.0.0",
        "Returns the previous string value of a key after setting it to a new value.",
        "conditional put on the version read", h::GetSet},
@@ -96,12 +104,12 @@ const std::vector<CommandSpec>& CommandTable() {
        "Removes the expiration time of a key.", "", h::Persist},
       {"pexpire", -3, kWrite | kFast, 1, 1, 1, "generic", "2.6.0",
        "Sets the expiration time of a key in milliseconds.", "as EXPIRE", h::Expire},
-      {"ping", -1, kFast | kStale | kInline, 0, 0, 0, "connection", "1.0.0", "Returns the server's liveliness response.",
-       "", h::Ping},
+      {"ping", -1, kFast | kStale | kInline, 0, 0, 0, "connection", "1.0.0",
+       "Returns the server's liveliness response.", "", h::Ping},
       {"pttl", 2, kReadonly | kFast, 1, 1, 1, "generic", "2.6.0",
        "Returns the expiration time in milliseconds of a key.", "", h::Ttl},
-      {"quit", -1, kNoAuth | kFast | kLoading | kStale | kNoMulti | kInline, 0, 0, 0, "connection", "1.0.0",
-       "Closes the connection.", "", h::Quit},
+      {"quit", -1, kNoAuth | kFast | kLoading | kStale | kNoMulti | kInline, 0, 0, 0, "connection",
+       "1.0.0", "Closes the connection.", "", h::Quit},
       {"scan", -2, kReadonly | kNoTxn, 0, 0, 0, "generic", "2.8.0",
        "Iterates over the key names in the database.",
        "MATCH, COUNT, TYPE string; the cursor encodes the shard and the position in it", h::Scan},
@@ -118,8 +126,8 @@ const std::vector<CommandSpec>& CommandTable() {
        "conditional put on version 0", h::SetNx},
       {"strlen", 2, kReadonly | kFast, 1, 1, 1, "string", "2.2.0",
        "Returns the length of a string value.", "", h::StrLen},
-      {"time", 1, kFast | kLoading | kStale | kInline, 0, 0, 0, "server", "2.6.0", "Returns the server time.",
-       "", h::Time},
+      {"time", 1, kFast | kLoading | kStale | kInline, 0, 0, 0, "server", "2.6.0",
+       "Returns the server time.", "", h::Time},
       {"ttl", 2, kReadonly | kFast, 1, 1, 1, "generic", "1.0.0",
        "Returns the expiration time in seconds of a key.", "", h::Ttl},
       {"wait", 3, 0, 0, 0, 0, "generic", "3.0.0",
@@ -141,7 +149,8 @@ const std::vector<UnsupportedSpec>& UnsupportedCommands() {
       {"watch / unwatch", "not yet: EXEC already re-runs a transaction whose reads changed"},
       {"lists, hashes, sets, sorted sets, streams", "the store holds strings only"},
       {"pub/sub, scripting (EVAL, FUNCTION)", "not planned"},
-      {"save, bgsave, bgrewriteaof, replicaof", "persistence and replication are the KV server's own"},
+      {"save, bgsave, bgrewriteaof, replicaof",
+       "persistence and replication are the KV server's own"},
       {"select N (N > 0), swapdb, move", "only database 0"},
       {"client list / kill / pause", "not yet"},
   };
@@ -192,8 +201,9 @@ std::string GenerateCompatibilityTable() {
     if (*c.subcommands) name += " (" + Upper(c.subcommands) + ")";
     std::string flags;
     const std::pair<uint32_t, const char*> names[] = {
-        {kWrite, "write"}, {kReadonly, "readonly"}, {kFast, "fast"}, {kNoAuth, "no_auth"},
-        {kNoMulti, "no_multi"}, {kAdmin, "admin"}, {kNoTxn, "not in MULTI"}};
+        {kWrite, "write"},       {kReadonly, "readonly"}, {kFast, "fast"},
+        {kNoAuth, "no_auth"},    {kNoMulti, "no_multi"},  {kAdmin, "admin"},
+        {kNoTxn, "not in MULTI"}};
     for (auto [bit, n] : names) {
       if (c.flags & bit) flags += (flags.empty() ? "" : ", ") + std::string(n);
     }
@@ -341,7 +351,8 @@ void Dispatcher::Execute(Session& s, std::vector<std::string>& argv, std::string
   ReplyWriter w(out, s.proto);
   const CommandSpec* spec = FindCommand(argv[0]);
   if (spec == nullptr) {
-    std::string msg = "ERR unknown command '" + argv[0].substr(0, 128) + "', with args beginning with: ";
+    std::string msg =
+        "ERR unknown command '" + argv[0].substr(0, 128) + "', with args beginning with: ";
     for (size_t i = 1; i < argv.size() && msg.size() < 1024; ++i) {
       msg += "'" + argv[i].substr(0, 128) + "' ";
     }
@@ -377,7 +388,8 @@ void Dispatcher::Execute(Session& s, std::vector<std::string>& argv, std::string
 bool EqualsNoCase(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i])))
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i])))
       return false;
   }
   return true;

@@ -120,8 +120,8 @@ class Dispatcher {
   void ExecuteAll(Session& s, std::vector<std::vector<std::string>>& cmds, std::string* out);
 
   // Runs one command with an explicit store (EXEC runs its queue over a transaction overlay).
-  void Run(Session& s, const CommandSpec& spec, const std::vector<std::string>& argv,
-           Store& store, ReplyWriter& w);
+  void Run(Session& s, const CommandSpec& spec, const std::vector<std::string>& argv, Store& store,
+           ReplyWriter& w);
 
   Store& store() { return *store_; }
 
@@ -134,7 +134,7 @@ class Dispatcher {
 inline constexpr std::string_view kErrSyntax = "ERR syntax error";
 inline constexpr std::string_view kErrNotInteger = "ERR value is not an integer or out of range";
 std::string ArityError(std::string_view name);
-std::string StoreError(const Status& st);  // "-ERR ..." text for a store failure
+std::string StoreError(const Status& st);                   // "-ERR ..." text for a store failure
 bool EqualsNoCase(std::string_view a, std::string_view b);  // ASCII case-insensitive
 
 // Key positions of argv under spec (for MULTI/EXEC's shard check).

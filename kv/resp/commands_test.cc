@@ -281,7 +281,8 @@ TEST_F(Gateway, Auth_RequiredWhenASecretIsSet) {
   state_.cluster_secret = "s3cret";
   EXPECT_EQ(Run("GET k"), "-NOAUTH Authentication required.\r\n");
   EXPECT_EQ(Run("HELLO 3").substr(0, 7), "-NOAUTH");
-  EXPECT_EQ(Run("AUTH wrong"), "-WRONGPASS invalid username-password pair or user is disabled.\r\n");
+  EXPECT_EQ(Run("AUTH wrong"),
+            "-WRONGPASS invalid username-password pair or user is disabled.\r\n");
   EXPECT_EQ(Run("AUTH bob s3cret").substr(0, 10), "-WRONGPASS");
   EXPECT_EQ(Run("AUTH s3cret"), "+OK\r\n");
   EXPECT_EQ(Run("GET k"), "$-1\r\n");
@@ -317,9 +318,9 @@ TEST_F(Gateway, Command_CountDocsInfoComeFromTheTable) {
 TEST_F(Gateway, Info_HasTheSectionsClientsRead) {
   Run("SET k v");
   std::string r = Run("INFO");
-  for (const char* s : {"# Server", "redis_version:", "# Clients", "connected_clients:",
-                        "# Persistence", "# Replication", "role:master", "# Keyspace",
-                        "db0:keys=1"}) {
+  for (const char* s :
+       {"# Server", "redis_version:", "# Clients", "connected_clients:", "# Persistence",
+        "# Replication", "role:master", "# Keyspace", "db0:keys=1"}) {
     EXPECT_NE(r.find(s), std::string::npos) << s;
   }
   std::string only = Run("INFO replication");

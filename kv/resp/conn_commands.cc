@@ -1,11 +1,12 @@
 // Connection- and server-level commands: none of them reads or writes keys (INFO keyspace and
 // WAIT ask the store for counts), plus MULTI/EXEC/DISCARD.
+#include <unistd.h>
+
 #include <algorithm>
-#include <cstdio>
 #include <cctype>
 #include <chrono>
+#include <cstdio>
 #include <set>
-#include <unistd.h>
 
 #include "kv/resp/commands.h"
 #include "kv/resp/txn.h"

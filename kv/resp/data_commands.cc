@@ -370,7 +370,8 @@ void DbSize(CommandContext& c, const std::vector<std::string>&) {
 }
 
 void FlushAll(CommandContext& c, const std::vector<std::string>& a) {
-  if (a.size() > 2 || (a.size() == 2 && !EqualsNoCase(a[1], "ASYNC") && !EqualsNoCase(a[1], "SYNC"))) {
+  if (a.size() > 2 ||
+      (a.size() == 2 && !EqualsNoCase(a[1], "ASYNC") && !EqualsNoCase(a[1], "SYNC"))) {
     return c.out.Error(std::string(kErrSyntax));
   }
   std::vector<std::string> keys;

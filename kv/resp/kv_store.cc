@@ -50,14 +50,14 @@ class KvClientStore final : public Store {
   explicit KvClientStore(std::shared_ptr<KvClientSlot> slot) : slot_(std::move(slot)) {}
 
   Result<std::optional<StoredValue>> Get(std::string_view key) override {
-    ASYMNVM_ASSIGN_OR_RETURN(kv::Client* cl, C());
+    ASYMNVM_ASSIGN_OR_RETURN(kv::Client * cl, C());
     auto r = cl->Get(key);
     if (!r.ok()) return r.status();
     if (!r->found) return std::optional<StoredValue>();
     return std::optional<StoredValue>(StoredValue{std::move(r->value), r->version});
   }
   Result<uint64_t> Put(std::string_view key, std::string_view value) override {
-    ASYMNVM_ASSIGN_OR_RETURN(kv::Client* cl, C());
+    ASYMNVM_ASSIGN_OR_RETURN(kv::Client * cl, C());
     ASYMNVM_RETURN_IF_ERROR(cl->Put(key, value));
     return uint64_t{0};
   }
@@ -69,14 +69,14 @@ class KvClientStore final : public Store {
   }
   Result<std::optional<uint64_t>> PutIf(std::string_view key, std::string_view value,
                                         uint64_t expected) override {
-    ASYMNVM_ASSIGN_OR_RETURN(kv::Client* cl, C());
+    ASYMNVM_ASSIGN_OR_RETURN(kv::Client * cl, C());
     auto r = cl->PutIf(key, value, expected);
     if (!r.ok()) return r.status();
     if (!r->applied) return std::optional<uint64_t>();
     return std::optional<uint64_t>(r->version);
   }
   Result<std::optional<int64_t>> Incr(std::string_view key, int64_t delta) override {
-    ASYMNVM_ASSIGN_OR_RETURN(kv::Client* cl, C());
+    ASYMNVM_ASSIGN_OR_RETURN(kv::Client * cl, C());
     auto r = cl->Incr(key, delta);
     if (!r.ok()) {
       // Not a plain decimal (a TTL frame, text) or overflow: the caller's read-modify-write
@@ -87,13 +87,13 @@ class KvClientStore final : public Store {
     return std::optional<int64_t>(r->value);
   }
   Result<bool> Delete(std::string_view key) override {
-    ASYMNVM_ASSIGN_OR_RETURN(kv::Client* cl, C());
+    ASYMNVM_ASSIGN_OR_RETURN(kv::Client * cl, C());
     auto r = cl->Delete(key);
     if (!r.ok()) return r.status();
     return r->existed;
   }
   Result<ScanPage> Scan(uint64_t cursor, size_t count) override {
-    ASYMNVM_ASSIGN_OR_RETURN(kv::Client* cl, C());
+    ASYMNVM_ASSIGN_OR_RETURN(kv::Client * cl, C());
     uint32_t shards = cl->shard_count();
     if (shards > (1u << kShardBits)) {
       return Status::NotSupported("SCAN over more than 128 shards");
@@ -139,7 +139,7 @@ class KvClientStore final : public Store {
     return c.ok() ? (*c)->ShardOf(key) : 0;  // unreachable store: EXEC then fails on its calls
   }
   Result<bool> CommitBatch(const std::vector<BatchWrite>& writes) override {
-    ASYMNVM_ASSIGN_OR_RETURN(kv::Client* cl, C());
+    ASYMNVM_ASSIGN_OR_RETURN(kv::Client * cl, C());
     if (writes.empty()) return true;
     // One atomic, version-conditional batch (kv::Client::Batch): every write or none.
     std::vector<kv::BatchOp> ops;

@@ -117,8 +117,8 @@ RequestParser::Kind RequestParser::Next(Request* out) {
         args_left_ = n;
         if (n > limits_.max_array_len) {
           rejecting_ = true;
-          message_ = "ERR Protocol error: " + std::to_string(n) + " arguments exceed the limit of " +
-                     std::to_string(limits_.max_array_len);
+          message_ = "ERR Protocol error: " + std::to_string(n) +
+                     " arguments exceed the limit of " + std::to_string(limits_.max_array_len);
         } else {
           cur_.argv.reserve(static_cast<size_t>(std::min<int64_t>(n, 1024)));
         }
@@ -249,12 +249,24 @@ bool SplitInlineArgs(std::string_view line, std::vector<std::string>* out) {
         } else if (c == '\\' && i + 1 < n) {
           ++i;
           switch (line[i]) {
-            case 'n': cur.push_back('\n'); break;
-            case 'r': cur.push_back('\r'); break;
-            case 't': cur.push_back('\t'); break;
-            case 'b': cur.push_back('\b'); break;
-            case 'a': cur.push_back('\a'); break;
-            default: cur.push_back(line[i]); break;
+            case 'n':
+              cur.push_back('\n');
+              break;
+            case 'r':
+              cur.push_back('\r');
+              break;
+            case 't':
+              cur.push_back('\t');
+              break;
+            case 'b':
+              cur.push_back('\b');
+              break;
+            case 'a':
+              cur.push_back('\a');
+              break;
+            default:
+              cur.push_back(line[i]);
+              break;
           }
         } else if (c == '"') {
           // A closing quote must be followed by a space or the end.

@@ -20,10 +20,10 @@ namespace asymnvm::kv::resp {
 // (bad length digits, wrong type byte, over-long inline line) cannot be resynchronised: the peer
 // gets one error reply and the connection is closed.
 struct ParserLimits {
-  int64_t max_bulk_len = 512LL << 20;      // proto-max-bulk-len (Redis default 512 MiB)
-  int64_t max_array_len = 1 << 20;         // arguments per command
-  size_t max_inline_len = 64 << 10;        // an inline command line, without its "\r\n"
-  size_t max_request_bytes = 512ULL << 20; // all arguments of one command together
+  int64_t max_bulk_len = 512LL << 20;                  // proto-max-bulk-len (Redis default 512 MiB)
+  int64_t max_array_len = 1 << 20;                     // arguments per command
+  size_t max_inline_len = 64 << 10;                    // an inline command line, without its "\r\n"
+  size_t max_request_bytes = 512ULL << 20;             // all arguments of one command together
   int64_t max_skippable_array_len = int64_t{1} << 31;  // above: close instead of skipping
 };
 
@@ -93,18 +93,18 @@ class ReplyWriter {
   int proto() const { return proto_; }
   void set_proto(int p) { proto_ = p; }
 
-  void Simple(std::string_view s);      // +s ; CR/LF in s are replaced by spaces
-  void Error(std::string_view s);       // -s ; s starts with its code ("ERR ...", "WRONGTYPE ...")
-  void Integer(int64_t v);              // :v
-  void Bulk(std::string_view s);        // $len s
-  void Null();                          // RESP3 _ ; RESP2 $-1
-  void NullArray();                     // RESP3 _ ; RESP2 *-1
-  void Array(size_t n);                 // *n, then n replies
-  void Map(size_t n);                   // RESP3 %n ; RESP2 *2n, then 2n replies
-  void Set(size_t n);                   // RESP3 ~n ; RESP2 *n
-  void Double(double v);                // RESP3 ,v ; RESP2 bulk
-  void Bool(bool v);                    // RESP3 #t/#f ; RESP2 :1/:0
-  void Verbatim(std::string_view s);    // RESP3 =len txt:s ; RESP2 bulk
+  void Simple(std::string_view s);    // +s ; CR/LF in s are replaced by spaces
+  void Error(std::string_view s);     // -s ; s starts with its code ("ERR ...", "WRONGTYPE ...")
+  void Integer(int64_t v);            // :v
+  void Bulk(std::string_view s);      // $len s
+  void Null();                        // RESP3 _ ; RESP2 $-1
+  void NullArray();                   // RESP3 _ ; RESP2 *-1
+  void Array(size_t n);               // *n, then n replies
+  void Map(size_t n);                 // RESP3 %n ; RESP2 *2n, then 2n replies
+  void Set(size_t n);                 // RESP3 ~n ; RESP2 *n
+  void Double(double v);              // RESP3 ,v ; RESP2 bulk
+  void Bool(bool v);                  // RESP3 #t/#f ; RESP2 :1/:0
+  void Verbatim(std::string_view s);  // RESP3 =len txt:s ; RESP2 bulk
   void Ok() { out_->append("+OK\r\n"); }
   void Raw(std::string_view encoded) { out_->append(encoded); }  // already-encoded replies
 

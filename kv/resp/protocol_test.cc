@@ -55,7 +55,8 @@ Events Parse(const std::string& input, bool bytewise = false, ParserLimits limit
 }
 
 TEST(RespParser, PipelinedMultibulkAndInline_ParseInOrder) {
-  std::string in = "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nhello\r\nPING\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
+  std::string in =
+      "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nhello\r\nPING\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
   for (bool bytewise : {false, true}) {
     auto ev = Parse(in, bytewise);
     ASSERT_EQ(ev.commands.size(), 3u) << bytewise;
@@ -154,7 +155,8 @@ TEST(RespParser, RandomSplits_SameCommandsAsWholeInput) {
   std::string in;
   std::vector<Args> want;
   for (int i = 0; i < 200; ++i) {
-    Args a{"SET", "key:" + std::to_string(i), std::string(rng() % 300, static_cast<char>('a' + i % 26))};
+    Args a{"SET", "key:" + std::to_string(i),
+           std::string(rng() % 300, static_cast<char>('a' + i % 26))};
     want.push_back(a);
     in += "*3\r\n";
     for (auto& s : a) in += "$" + std::to_string(s.size()) + "\r\n" + s + "\r\n";
@@ -209,7 +211,8 @@ TEST(RespValue, PlainBytesStayRawFramingOnlyForTtlOrMagic) {
   std::string enc = EncodeValue(tricky, 0);
   EXPECT_NE(enc, tricky) << "bytes that look framed are framed";
   EXPECT_EQ(DecodeValue(enc).data, tricky);
-  EXPECT_EQ(DecodeValue(std::string(kValueMagic) + "\x07zz").data, std::string(kValueMagic) + "\x07zz");
+  EXPECT_EQ(DecodeValue(std::string(kValueMagic) + "\x07zz").data,
+            std::string(kValueMagic) + "\x07zz");
   EXPECT_EQ(DecodeValue("").data, "");
 }
 

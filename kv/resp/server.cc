@@ -10,12 +10,12 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <condition_variable>
-#include <deque>
-#include <mutex>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <unordered_map>
@@ -32,9 +32,9 @@ namespace {
 
 constexpr const char* kLog = "resp";
 constexpr size_t kReadChunk = 64 << 10;
-constexpr int kReadsPerEvent = 16;     // fairness between connections of one loop
-constexpr size_t kMaxPending = 1024;   // parsed, not yet run commands per connection
-constexpr size_t kMaxBatch = 256;      // commands per worker batch
+constexpr int kReadsPerEvent = 16;    // fairness between connections of one loop
+constexpr size_t kMaxPending = 1024;  // parsed, not yet run commands per connection
+constexpr size_t kMaxBatch = 256;     // commands per worker batch
 
 // One parsed input event waiting to run.
 struct Pending {
@@ -47,16 +47,16 @@ struct Conn {
   int fd = -1;
   Loop* loop = nullptr;
   RequestParser parser;
-  Session session;             // touched by a worker only while `busy`
+  Session session;  // touched by a worker only while `busy`
   std::deque<Pending> pending;
   std::string out;
   size_t out_off = 0;
-  bool reading = true;   // EPOLLIN armed
-  bool writing = false;  // EPOLLOUT armed
-  bool closing = false;  // close once `out` is flushed
-  bool busy = false;     // a batch is with the workers
-  bool dead = false;     // closed while busy: drop the batch's output
-  bool detached = false; // removed from epoll (peer hung up while busy)
+  bool reading = true;    // EPOLLIN armed
+  bool writing = false;   // EPOLLOUT armed
+  bool closing = false;   // close once `out` is flushed
+  bool busy = false;      // a batch is with the workers
+  bool dead = false;      // closed while busy: drop the batch's output
+  bool detached = false;  // removed from epoll (peer hung up while busy)
   explicit Conn(const ParserLimits& l) : parser(l) {}
 };
 
@@ -154,7 +154,10 @@ class WorkerPool {
 class Loop {
  public:
   Loop(GatewayState* state, const ServerOptions* opts, int listen_fd, WorkerPool* pool)
-      : state_(state), opts_(opts), listen_fd_(listen_fd), pool_(pool),
+      : state_(state),
+        opts_(opts),
+        listen_fd_(listen_fd),
+        pool_(pool),
         dispatcher_(state, &no_store_) {}
   ~Loop() {
     for (auto& [fd, c] : conns_) {
@@ -174,14 +177,18 @@ class Loop {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = wake_fd_;
-    if (epoll_ctl(ep_, EPOLL_CTL_ADD, wake_fd_, &ev) != 0) return Status::IoError("epoll_ctl", errno);
+    if (epoll_ctl(ep_, EPOLL_CTL_ADD, wake_fd_, &ev) != 0)
+      return Status::IoError("epoll_ctl", errno);
     ev.events = EPOLLIN | EPOLLEXCLUSIVE;
     ev.data.fd = listen_fd_;
-    if (epoll_ctl(ep_, EPOLL_CTL_ADD, listen_fd_, &ev) != 0) return Status::IoError("epoll_ctl", errno);
+    if (epoll_ctl(ep_, EPOLL_CTL_ADD, listen_fd_, &ev) != 0)
+      return Status::IoError("epoll_ctl", errno);
     return Status::Ok();
   }
 
-  void Start() { thread_ = std::thread([this] { Run(); }); }
+  void Start() {
+    thread_ = std::thread([this] { Run(); });
+  }
   void Stop() {
     stop_.store(true);
     Wake();
@@ -281,8 +288,8 @@ class Loop {
     for (;;) {
       sockaddr_storage ss{};
       socklen_t len = sizeof ss;
-      int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &len,
-                       SOCK_NONBLOCK | SOCK_CLOEXEC);
+      int fd =
+          accept4(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EINTR) continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK) {
@@ -439,8 +446,8 @@ class Loop {
     }
     size_t unsent = c.out.size() - c.out_off;
     bool want_write = unsent > 0;
-    bool want_read = !c.closing && unsent <= opts_->max_output_bytes &&
-                     c.pending.size() < kMaxPending;
+    bool want_read =
+        !c.closing && unsent <= opts_->max_output_bytes && c.pending.size() < kMaxPending;
     if (c.detached) return !want_write;  // cannot wait for writability: give up on the rest
     if (want_write != c.writing || want_read != c.reading) {
       epoll_event ev{};
@@ -510,7 +517,8 @@ Result<int> Listen(const std::string& addr, uint16_t port, uint16_t* bound) {
   if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
     int e = errno;
     ::close(fd);
-    return Status::IoError("bind " + addr + ":" + std::to_string(port) + ": " + std::strerror(e), e);
+    return Status::IoError("bind " + addr + ":" + std::to_string(port) + ": " + std::strerror(e),
+                           e);
   }
   if (::listen(fd, 1024) != 0) {
     int e = errno;
@@ -567,9 +575,8 @@ Result<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
     ASYMNVM_RETURN_IF_ERROR(loop->Init());
     impl->loops.push_back(std::move(loop));
   }
-  ASYMNVM_RETURN_IF_ERROR(impl->pool->Start(o.workers, o.store_factory, [](Job* job) {
-    job->conn->loop->Complete(job);
-  }));
+  ASYMNVM_RETURN_IF_ERROR(impl->pool->Start(o.workers, o.store_factory,
+                                            [](Job* job) { job->conn->loop->Complete(job); }));
   for (auto& l : impl->loops) l->Start();
   return std::unique_ptr<Server>(new Server(std::move(impl)));
 }

@@ -29,7 +29,7 @@ struct ServerOptions {
   int loop_threads = 2;
   int workers = 32;  // store-calling threads (they block on the store, not on the CPU)
   ParserLimits limits = DefaultGatewayLimits();
-  std::string cluster_secret;          // non-empty: clients must AUTH with it
+  std::string cluster_secret;  // non-empty: clients must AUTH with it
   int64_t max_clients = 10000;
   size_t max_output_bytes = 256 << 20;  // per connection: stop reading its input above this
   // Makes one Store per worker thread (called by Start).

@@ -19,7 +19,8 @@ class SharedStore final : public Store {
   explicit SharedStore(Store* s) : s_(s) {}
   Result<std::optional<StoredValue>> Get(std::string_view k) override { return s_->Get(k); }
   Result<uint64_t> Put(std::string_view k, std::string_view v) override { return s_->Put(k, v); }
-  Result<std::optional<uint64_t>> PutIf(std::string_view k, std::string_view v, uint64_t e) override {
+  Result<std::optional<uint64_t>> PutIf(std::string_view k, std::string_view v,
+                                        uint64_t e) override {
     return s_->PutIf(k, v, e);
   }
   Result<bool> Delete(std::string_view k) override { return s_->Delete(k); }

@@ -62,7 +62,7 @@ class Store {
   struct ScanPage {
     std::vector<std::string> keys;
     std::vector<std::string> values;  // parallel to keys (lets SCAN hide expired keys)
-    uint64_t next_cursor = 0;  // 0: the scan is complete
+    uint64_t next_cursor = 0;         // 0: the scan is complete
   };
   // Keys in an order stable across calls, about `count` per page; cursor 0 starts. A key present
   // for the whole scan is returned at least once.

@@ -24,15 +24,26 @@ inline long FrameLength(std::string_view s, size_t pos = 0) {
   size_t after = nl + 2;
   auto num = [&]() -> long { return head.empty() ? -2 : std::stol(head); };
   switch (t) {
-    case '+': case '-': case ':': case '_': case ',': case '#': case '(':
+    case '+':
+    case '-':
+    case ':':
+    case '_':
+    case ',':
+    case '#':
+    case '(':
       return static_cast<long>(after - pos);
-    case '$': case '=': case '!': {
+    case '$':
+    case '=':
+    case '!': {
       long n = num();
       if (n < 0) return static_cast<long>(after - pos);
       if (s.size() < after + static_cast<size_t>(n) + 2) return 0;
       return static_cast<long>(after + n + 2 - pos);
     }
-    case '*': case '~': case '%': case '>': {
+    case '*':
+    case '~':
+    case '%':
+    case '>': {
       long n = num();
       if (n < 0) return static_cast<long>(after - pos);
       if (t == '%') n *= 2;

@@ -1,7 +1,7 @@
 // MULTI/EXEC's transaction overlay: a Store that reads through to the real store (remembering the
-// version of each key it read first) and buffers writes; Commit() applies the buffered writes as one
-// conditional batch on those versions, so the transaction is atomic and takes effect only if no key
-// it wrote changed since it read it. Used by one EXEC on one thread, then discarded.
+// version of each key it read first) and buffers writes; Commit() applies the buffered writes as
+// one conditional batch on those versions, so the transaction is atomic and takes effect only if no
+// key it wrote changed since it read it. Used by one EXEC on one thread, then discarded.
 #pragma once
 
 #include <map>

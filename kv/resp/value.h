@@ -11,7 +11,9 @@
 
 namespace asymnvm::kv::resp {
 
-inline constexpr std::string_view kValueMagic = "\xFF\xFE" "AX";
+inline constexpr std::string_view kValueMagic =
+    "\xFF\xFE"
+    "AX";
 inline constexpr uint8_t kValuePlain = 0;     // framed only because the bytes begin with the magic
 inline constexpr uint8_t kValueExpiring = 1;  // 8-byte expiry follows
 inline constexpr size_t kMaxValueOverhead = 4 + 1 + 8;

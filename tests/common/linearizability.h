@@ -32,7 +32,7 @@ struct RegisterOp {
 };
 
 struct CheckOptions {
-  uint64_t initial_value = 0;          // every key's value before the history
+  uint64_t initial_value = 0;               // every key's value before the history
   uint64_t max_states_per_key = 5'000'000;  // search budget; exceeded → kResourceExhausted
 };
 

@@ -41,18 +41,18 @@ TEST(Linearizability, PendingWriteMayOrMayNotTakeEffect) {
   EXPECT_TRUE(CheckRegisterHistory({W(0, 1, 5, 0, kNoResponse), R(1, 1, 5, 10, 11)}).ok());
   EXPECT_TRUE(CheckRegisterHistory({W(0, 1, 5, 0, kNoResponse), R(1, 1, 0, 10, 11)}).ok());
   // ...but once observed it cannot be undone.
-  EXPECT_FALSE(CheckRegisterHistory(
-                   {W(0, 1, 5, 0, kNoResponse), R(1, 1, 5, 10, 11), R(1, 1, 0, 12, 13)})
-                   .ok());
+  EXPECT_FALSE(
+      CheckRegisterHistory({W(0, 1, 5, 0, kNoResponse), R(1, 1, 5, 10, 11), R(1, 1, 0, 12, 13)})
+          .ok());
 }
 
 TEST(Linearizability, KeysAreIndependent) {
-  EXPECT_TRUE(CheckRegisterHistory({W(0, 1, 5, 0, 1), W(0, 2, 6, 2, 3), R(1, 1, 5, 4, 5),
-                                    R(1, 2, 6, 4, 5)})
-                  .ok());
-  EXPECT_FALSE(CheckRegisterHistory({W(0, 1, 5, 0, 1), W(0, 2, 6, 2, 3), R(1, 1, 5, 4, 5),
-                                     R(1, 2, 5, 4, 5)})
-                   .ok());
+  EXPECT_TRUE(
+      CheckRegisterHistory({W(0, 1, 5, 0, 1), W(0, 2, 6, 2, 3), R(1, 1, 5, 4, 5), R(1, 2, 6, 4, 5)})
+          .ok());
+  EXPECT_FALSE(
+      CheckRegisterHistory({W(0, 1, 5, 0, 1), W(0, 2, 6, 2, 3), R(1, 1, 5, 4, 5), R(1, 2, 5, 4, 5)})
+          .ok());
 }
 
 TEST(Linearizability, InitialValueAndMalformedInput) {

@@ -16,8 +16,8 @@
 #include <cstdint>
 #include <cstring>
 #include <future>
-#include <ostream>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <string>
 #include <thread>
@@ -38,7 +38,9 @@ struct Instance {
   std::string transport;  // "tcp" | "unix" | "inproc"
 };
 
-inline void PrintTo(const Instance& i, std::ostream* os) { *os << i.provider << "/" << i.transport; }
+inline void PrintTo(const Instance& i, std::ostream* os) {
+  *os << i.provider << "/" << i.transport;
+}
 
 inline std::string InstanceName(const ::testing::TestParamInfo<Instance>& info) {
   return info.param.provider + "_" + info.param.transport;
@@ -94,7 +96,9 @@ class FabricConformance : public ::testing::TestWithParam<Instance> {
   // Connects init_ to target_ through listener_ (Accept runs concurrently). Fails the test (and
   // returns empty connections) when either side fails.
   Pair ConnectPair(const ConnectionOptions& init_opts, const ConnectionOptions& target_opts);
-  Pair ConnectPair() { return ConnectPair(Opts(init_cq_.get()), Opts(target_cq_.get(), target_cq_.get())); }
+  Pair ConnectPair() {
+    return ConnectPair(Opts(init_cq_.get()), Opts(target_cq_.get(), target_cq_.get()));
+  }
 
   // `len` bytes registered on pd (zeroed), surrounded by guard bytes. 64-byte aligned.
   std::unique_ptr<GuardedRegion> Region(ProtectionDomain* pd, size_t len, uint32_t access,
@@ -139,8 +143,8 @@ class FabricConformance : public ::testing::TestWithParam<Instance> {
 struct PeerProcess {
   pid_t pid = -1;
   int stdout_fd = -1;
-  std::string address;         // where it listens
-  RegionDescriptor region;     // its registered region (kAllRemote)
+  std::string address;      // where it listens
+  RegionDescriptor region;  // its registered region (kAllRemote)
   ~PeerProcess();
   // Starts the peer listening on `address`; waits (bounded) for its READY line.
   Status Start(const std::string& provider, const std::string& address);

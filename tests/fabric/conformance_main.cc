@@ -121,7 +121,8 @@ std::vector<Completion> FabricConformance::WaitFor(CompletionQueue* cq, size_t n
     if (now >= deadline) break;
     size_t want = std::min(buf.size(), n - got.size());
     auto left = std::chrono::duration_cast<microseconds>(deadline - now);
-    auto r = cq->Wait(std::span<Completion>(buf.data(), want), std::min(left, microseconds(100000)));
+    auto r =
+        cq->Wait(std::span<Completion>(buf.data(), want), std::min(left, microseconds(100000)));
     if (!r.ok()) {
       ADD_FAILURE() << "CQ Wait: " << r.status().ToString();
       break;
@@ -262,8 +263,8 @@ Result<std::string> PeerProcess::ReadLine(milliseconds timeout) {
   std::string line;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (line.find('\n') == std::string::npos) {
-    auto left = std::chrono::duration_cast<milliseconds>(deadline -
-                                                         std::chrono::steady_clock::now());
+    auto left =
+        std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return Status::TimedOut("peer did not report in time");
     pollfd p{stdout_fd, POLLIN, 0};
     if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
@@ -317,8 +318,8 @@ int PeerProcess::WaitExit(milliseconds timeout) {
   // The peer's stdout reaches EOF when it dies; poll on it instead of sleeping.
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {
-    auto left = std::chrono::duration_cast<milliseconds>(deadline -
-                                                         std::chrono::steady_clock::now());
+    auto left =
+        std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return -1;
     pollfd p{stdout_fd, POLLIN, 0};
     if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
@@ -333,8 +334,7 @@ int PeerProcess::WaitExit(milliseconds timeout) {
 
 INSTANTIATE_TEST_SUITE_P(Providers, FabricConformance,
                          ::testing::Values(Instance{"soft", "tcp"}, Instance{"soft", "unix"},
-                                           Instance{"soft", "inproc"},
-                                           Instance{"verbs", "tcp"}),
+                                           Instance{"soft", "inproc"}, Instance{"verbs", "tcp"}),
                          InstanceName);
 
 }  // namespace asymnvm::fabric::conformance

@@ -51,8 +51,8 @@ TEST_P(FabricConformance, Srq_SeveralConnections_PerConnectionOrderAndBuffersInP
   auto local = LocalRegion(kConns * kMsgs * kBuf);
   std::vector<Pair> pairs;
   for (int i = 0; i < kConns; i++) {
-    pairs.push_back(ConnectPair(Opts(init_cq_.get()), Opts(target_cq_.get(), target_cq_.get(),
-                                                            srq.get())));
+    pairs.push_back(
+        ConnectPair(Opts(init_cq_.get()), Opts(target_cq_.get(), target_cq_.get(), srq.get())));
     ASSERT_TRUE(pairs.back().init);
   }
   std::mt19937_64 rng(seed());

@@ -1,11 +1,11 @@
 // Conformance: invalid accesses rejected with nothing outside regions touched, local validation,
 // authenticated handshake, peer death mid-operation, flush durability with a crash-simulating PM.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <sys/un.h>
-#include <netinet/in.h>
-#include <arpa/inet.h>
+#include <sys/wait.h>
 
 #include <functional>
 
@@ -25,47 +25,46 @@ bool IsRemoteReject(CompletionStatus s) {
 // the bad request fails with a remote-reject status, the one behind it is flushed, the connection
 // is in kError and refuses later posts, nothing in or around the region changed, and a second,
 // healthy connection to the same target keeps working. (A macro so ASSERTs end the test.)
-#define ASYMNVM_EXPECT_REJECTED(make_bad, access)                                              \
-  do {                                                                                         \
-    auto remote = TargetRegion(4096, (access));                                                \
-    auto local = LocalRegion(8192);                                                            \
-    std::memset(local->data, 0xEE, 8192);                                                      \
-    Pair bad_pair = ConnectPair();                                                             \
-    ASSERT_TRUE(bad_pair.init);                                                                \
-    WorkRequest bad = (make_bad)(*local, *remote);                                             \
-    WorkRequest behind = Write(2, *local, 0, *remote, 0, 64);                                  \
-    behind.rkey = remote->rkey();                                                              \
-    ASSERT_TRUE(bad_pair.init->Post(std::vector{bad, behind}).ok());                           \
-    auto c = WaitFor(init_cq_.get(), 2);                                                       \
-    ASSERT_EQ(c.size(), 2u);                                                                   \
-    EXPECT_EQ(c[0].wr_id, bad.wr_id);                                                          \
-    EXPECT_TRUE(IsRemoteReject(c[0].status))                                                   \
-        << "got " << CompletionStatusName(c[0].status);                                        \
-    EXPECT_EQ(c[1].wr_id, 2u);                                                                 \
-    EXPECT_EQ(c[1].status, CompletionStatus::kFlushed) << CompletionStatusName(c[1].status);   \
-    EXPECT_EQ(bad_pair.init->state(), ConnectionState::kError);                                \
-    EXPECT_FALSE(bad_pair.init->error().ok());                                                 \
-    EXPECT_GE(bad_pair.init->counters().errors, 1u);                                           \
-    Status later = bad_pair.init->Post(std::vector{Write(3, *local, 0, *remote, 0, 64)});      \
-    EXPECT_EQ(later.code(), StatusCode::kConnectionError) << later.ToString();                 \
-    std::string where;                                                                         \
-    EXPECT_TRUE(remote->GuardsIntact(&where)) << where;                                        \
-    for (size_t i = 0; i < remote->len; i++) {                                                 \
-      ASSERT_EQ(remote->data[i], 0) << "region byte " << i << " changed";                      \
-    }                                                                                          \
-    if (((access) & kRemoteWrite) && ((access) & kRemoteRead)) {                               \
-      Pair good = ConnectPair();                                                               \
-      ASSERT_TRUE(good.init);                                                                  \
-      ASSERT_TRUE(good.init                                                                    \
-                      ->Post(std::vector{Write(10, *local, 0, *remote, 128, 64),               \
-                                         Read(11, *local, 4096, *remote, 128, 64)})            \
-                      .ok());                                                                  \
-      auto g = WaitFor(init_cq_.get(), 2);                                                     \
-      ASSERT_EQ(g.size(), 2u);                                                                 \
-      EXPECT_EQ(g[0].status, CompletionStatus::kSuccess);                                      \
-      EXPECT_EQ(g[1].status, CompletionStatus::kSuccess);                                      \
-      EXPECT_EQ(remote->data[128], 0xEE);                                                      \
-    }                                                                                          \
+#define ASYMNVM_EXPECT_REJECTED(make_bad, access)                                            \
+  do {                                                                                       \
+    auto remote = TargetRegion(4096, (access));                                              \
+    auto local = LocalRegion(8192);                                                          \
+    std::memset(local->data, 0xEE, 8192);                                                    \
+    Pair bad_pair = ConnectPair();                                                           \
+    ASSERT_TRUE(bad_pair.init);                                                              \
+    WorkRequest bad = (make_bad)(*local, *remote);                                           \
+    WorkRequest behind = Write(2, *local, 0, *remote, 0, 64);                                \
+    behind.rkey = remote->rkey();                                                            \
+    ASSERT_TRUE(bad_pair.init->Post(std::vector{bad, behind}).ok());                         \
+    auto c = WaitFor(init_cq_.get(), 2);                                                     \
+    ASSERT_EQ(c.size(), 2u);                                                                 \
+    EXPECT_EQ(c[0].wr_id, bad.wr_id);                                                        \
+    EXPECT_TRUE(IsRemoteReject(c[0].status)) << "got " << CompletionStatusName(c[0].status); \
+    EXPECT_EQ(c[1].wr_id, 2u);                                                               \
+    EXPECT_EQ(c[1].status, CompletionStatus::kFlushed) << CompletionStatusName(c[1].status); \
+    EXPECT_EQ(bad_pair.init->state(), ConnectionState::kError);                              \
+    EXPECT_FALSE(bad_pair.init->error().ok());                                               \
+    EXPECT_GE(bad_pair.init->counters().errors, 1u);                                         \
+    Status later = bad_pair.init->Post(std::vector{Write(3, *local, 0, *remote, 0, 64)});    \
+    EXPECT_EQ(later.code(), StatusCode::kConnectionError) << later.ToString();               \
+    std::string where;                                                                       \
+    EXPECT_TRUE(remote->GuardsIntact(&where)) << where;                                      \
+    for (size_t i = 0; i < remote->len; i++) {                                               \
+      ASSERT_EQ(remote->data[i], 0) << "region byte " << i << " changed";                    \
+    }                                                                                        \
+    if (((access)&kRemoteWrite) && ((access)&kRemoteRead)) {                                 \
+      Pair good = ConnectPair();                                                             \
+      ASSERT_TRUE(good.init);                                                                \
+      ASSERT_TRUE(good.init                                                                  \
+                      ->Post(std::vector{Write(10, *local, 0, *remote, 128, 64),             \
+                                         Read(11, *local, 4096, *remote, 128, 64)})          \
+                      .ok());                                                                \
+      auto g = WaitFor(init_cq_.get(), 2);                                                   \
+      ASSERT_EQ(g.size(), 2u);                                                               \
+      EXPECT_EQ(g[0].status, CompletionStatus::kSuccess);                                    \
+      EXPECT_EQ(g[1].status, CompletionStatus::kSuccess);                                    \
+      EXPECT_EQ(remote->data[128], 0xEE);                                                    \
+    }                                                                                        \
   } while (0)
 
 using Maker = std::function<WorkRequest(const GuardedRegion&, const GuardedRegion&)>;
@@ -112,9 +111,7 @@ TEST_P(FabricConformance, InvalidAccess_ReadPastEnd_Rejected) {
 }
 
 TEST_P(FabricConformance, InvalidAccess_WriteWithoutRemoteWriteRight_Rejected) {
-  Maker m = [](const GuardedRegion& l, const GuardedRegion& r) {
-    return Write(1, l, 0, r, 0, 64);
-  };
+  Maker m = [](const GuardedRegion& l, const GuardedRegion& r) { return Write(1, l, 0, r, 0, 64); };
   ASYMNVM_EXPECT_REJECTED(m, kLocalWrite | kRemoteRead | kRemoteAtomic);
 }
 
@@ -514,9 +511,9 @@ TEST_P(FabricConformance, Flush_PmRegion_FlushedWritesSurviveCrashUnflushedAreLo
   flush.remote_addr = reinterpret_cast<uint64_t>(base);
   flush.rkey = pmt->mr->rkey();
   // A: two writes (one unaligned) then a flush. B: a later write with no flush behind it.
-  ASSERT_TRUE(p.init->Post(std::vector{wr(1, 0, 0, 4096, false), wr(2, 4096, 5000, 1000, false),
-                                       flush})
-                  .ok());
+  ASSERT_TRUE(
+      p.init->Post(std::vector{wr(1, 0, 0, 4096, false), wr(2, 4096, 5000, 1000, false), flush})
+          .ok());
   auto c = WaitFor(init_cq_.get(), 1);
   ASSERT_EQ(c.size(), 1u);
   ASSERT_EQ(c[0].status, CompletionStatus::kSuccess);

@@ -72,7 +72,8 @@ TEST_P(FabricConformance, Write_UnsignaledThenSignaled_OnlySignaledCompletes) {
   Pair p = ConnectPair();
   ASSERT_TRUE(p.init);
   for (int i = 0; i < 10; i++) {
-    ASSERT_TRUE(p.init->Post(std::vector{Write(i, *local, i * 64, *remote, i * 64, 64, false)}).ok());
+    ASSERT_TRUE(
+        p.init->Post(std::vector{Write(i, *local, i * 64, *remote, i * 64, 64, false)}).ok());
   }
   ASSERT_TRUE(p.init->Post(std::vector{Write(99, *local, 640, *remote, 640, 64)}).ok());
   auto c = WaitFor(init_cq_.get(), 1);
@@ -109,8 +110,9 @@ TEST_P(FabricConformance, CompareSwap_ExpectedMatches_SwapsAndReturnsOriginal) {
   Store64(remote->data + 8, 0x1111222233334444ull);
   Pair p = ConnectPair();
   ASSERT_TRUE(p.init);
-  ASSERT_TRUE(p.init->Post(std::vector{Cas(1, local.get(), 0, *remote, 8, 0x1111222233334444ull,
-                                           0x5555666677778888ull)})
+  ASSERT_TRUE(p.init
+                  ->Post(std::vector{Cas(1, local.get(), 0, *remote, 8, 0x1111222233334444ull,
+                                         0x5555666677778888ull)})
                   .ok());
   auto c = WaitFor(init_cq_.get(), 1);
   ASSERT_EQ(c.size(), 1u);
@@ -140,9 +142,10 @@ TEST_P(FabricConformance, FetchAdd_Addend_AddsAndReturnsOriginal) {
   Store64(remote->data, 0xFFFFFFFFFFFFFFF0ull);
   Pair p = ConnectPair();
   ASSERT_TRUE(p.init);
-  ASSERT_TRUE(p.init->Post(std::vector{Faa(1, local.get(), 0, *remote, 0, 0x20),
-                                       Faa(2, nullptr, 0, *remote, 0, 1),  // result discarded
-                                       Faa(3, local.get(), 8, *remote, 0, 5)})
+  ASSERT_TRUE(p.init
+                  ->Post(std::vector{Faa(1, local.get(), 0, *remote, 0, 0x20),
+                                     Faa(2, nullptr, 0, *remote, 0, 1),  // result discarded
+                                     Faa(3, local.get(), 8, *remote, 0, 5)})
                   .ok());
   auto c = WaitFor(init_cq_.get(), 3);
   ASSERT_EQ(c.size(), 3u);
@@ -188,10 +191,11 @@ TEST_P(FabricConformance, Flush_AfterWritesInList_CompletesInOrder) {
   std::memset(local->data, 0x66, 4096);
   Pair p = ConnectPair();
   ASSERT_TRUE(p.init);
-  ASSERT_TRUE(p.init->Post(std::vector{Write(1, *local, 0, *remote, 0, 2048),
-                                       Write(2, *local, 0, *remote, 2048, 2048, false),
-                                       Flush(3, *remote)})
-                  .ok());
+  ASSERT_TRUE(
+      p.init
+          ->Post(std::vector{Write(1, *local, 0, *remote, 0, 2048),
+                             Write(2, *local, 0, *remote, 2048, 2048, false), Flush(3, *remote)})
+          .ok());
   auto c = WaitFor(init_cq_.get(), 2);
   ASSERT_EQ(c.size(), 2u);
   EXPECT_EQ(c[0].wr_id, 1u);
@@ -207,7 +211,8 @@ TEST_P(FabricConformance, PostList_SixteenRequests_OneRoundTrip) {
   Pair p = ConnectPair();
   ASSERT_TRUE(p.init);
   std::vector<WorkRequest> wrs;
-  for (int i = 0; i < 16; i++) wrs.push_back(Write(i, *local, i * 64, *remote, i * 64, 64, i == 15));
+  for (int i = 0; i < 16; i++)
+    wrs.push_back(Write(i, *local, i * 64, *remote, i * 64, 64, i == 15));
   const Counters before = p.init->counters();
   ASSERT_TRUE(p.init->Post(wrs).ok());
   ASSERT_EQ(WaitFor(init_cq_.get(), 1).size(), 1u);
@@ -224,9 +229,15 @@ TEST_P(FabricConformance, Pipeline_64Outstanding_AllCompleteInPostingOrder) {
   for (int i = 0; i < 64; i++) {
     WorkRequest wr;
     switch (i % 3) {
-      case 0: wr = Write(i, *local, i * 128, *remote, i * 128, 128); break;
-      case 1: wr = Read(i, *local, i * 128, *remote, (i - 1) * 128, 128); break;
-      default: wr = Faa(i, local.get(), i * 128, *remote, i * 128, 1); break;
+      case 0:
+        wr = Write(i, *local, i * 128, *remote, i * 128, 128);
+        break;
+      case 1:
+        wr = Read(i, *local, i * 128, *remote, (i - 1) * 128, 128);
+        break;
+      default:
+        wr = Faa(i, local.get(), i * 128, *remote, i * 128, 1);
+        break;
     }
     ASSERT_TRUE(p.init->Post(std::span<const WorkRequest>(&wr, 1)).ok()) << i;
   }
@@ -244,8 +255,9 @@ TEST_P(FabricConformance, Ordering_WriteThenReadInOneList_ReadSeesNewValue) {
   std::memset(local->data, 0x9D, 64);
   Pair p = ConnectPair();
   ASSERT_TRUE(p.init);
-  ASSERT_TRUE(p.init->Post(std::vector{Write(1, *local, 0, *remote, 64, 64, false),
-                                       Read(2, *local, 128, *remote, 64, 64)})
+  ASSERT_TRUE(p.init
+                  ->Post(std::vector{Write(1, *local, 0, *remote, 64, 64, false),
+                                     Read(2, *local, 128, *remote, 64, 64)})
                   .ok());
   auto c = WaitFor(init_cq_.get(), 1);
   ASSERT_EQ(c.size(), 1u);
@@ -378,16 +390,25 @@ TEST_P(FabricConformance, CompareSwap_LockProtectedIncrements_ExactCount) {
       };
       for (int k = 0; k < kIncrements && failures == 0; k++) {
         while (true) {  // acquire
-          if (!run(Cas(1, &l, 0, *remote, 0, 0, w + 1))) { failures++; return; }
+          if (!run(Cas(1, &l, 0, *remote, 0, 0, w + 1))) {
+            failures++;
+            return;
+          }
           if (Load64(l.data) == 0) break;
           std::this_thread::yield();
         }
-        if (!run(Read(2, l, 8, *remote, 64, 8))) { failures++; return; }
+        if (!run(Read(2, l, 8, *remote, 64, 8))) {
+          failures++;
+          return;
+        }
         Store64(l.data + 16, Load64(l.data + 8) + 1);
         // WRITE the counter and release in one list: per-connection order puts the counter first.
         std::vector<WorkRequest> wrs = {Write(3, l, 16, *remote, 64, 8, false),
                                         Cas(4, &l, 24, *remote, 0, w + 1, 0)};
-        if (!conn->Post(wrs).ok()) { failures++; return; }
+        if (!conn->Post(wrs).ok()) {
+          failures++;
+          return;
+        }
         auto c = WaitFor(cqs[w].get(), 1);
         if (c.size() != 1 || c[0].status != CompletionStatus::kSuccess ||
             Load64(l.data + 24) != uint64_t(w + 1)) {
@@ -413,12 +434,15 @@ TEST_P(FabricConformance, Counters_MixedList_PerConnectionAndFabricTotals) {
   ASSERT_TRUE(p.target->PostRecv(std::span<const RecvRequest>(&rr, 1)).ok());
   const Counters fi0 = init_->counters(), ft0 = target_->counters();
   const Counters ci0 = p.init->counters(), ct0 = p.target->counters();
-  std::vector<WorkRequest> wrs = {
-      Write(1, *local, 0, *remote, 0, 100),    Write(2, *local, 0, *remote, 200, 300),
-      Write(3, *local, 0, *remote, 600, 50),   Read(4, *local, 1024, *remote, 0, 400),
-      Read(5, *local, 2048, *remote, 0, 10),   Cas(6, local.get(), 3000, *remote, 1024, 0, 1),
-      Faa(7, local.get(), 3008, *remote, 1032, 1), Send(8, *local, 0, 128),
-      Flush(9, *remote)};
+  std::vector<WorkRequest> wrs = {Write(1, *local, 0, *remote, 0, 100),
+                                  Write(2, *local, 0, *remote, 200, 300),
+                                  Write(3, *local, 0, *remote, 600, 50),
+                                  Read(4, *local, 1024, *remote, 0, 400),
+                                  Read(5, *local, 2048, *remote, 0, 10),
+                                  Cas(6, local.get(), 3000, *remote, 1024, 0, 1),
+                                  Faa(7, local.get(), 3008, *remote, 1032, 1),
+                                  Send(8, *local, 0, 128),
+                                  Flush(9, *remote)};
   ASSERT_TRUE(p.init->Post(wrs).ok());
   auto c = WaitFor(init_cq_.get(), wrs.size());
   ASSERT_EQ(c.size(), wrs.size());

@@ -1,6 +1,7 @@
-// asymnvm-fuzz-seeds: writes the seed corpus of every libFuzzer target (tests/fuzz/corpus/<target>/,
-// doc/fuzz.md) by encoding real messages and records with the project's own encoders, in each
-// target's input format (byte 0 = mode, as the target's file comment says).
+// asymnvm-fuzz-seeds: writes the seed corpus of every libFuzzer target
+// (tests/fuzz/corpus/<target>/, doc/fuzz.md) by encoding real messages and records with the
+// project's own encoders, in each target's input format (byte 0 = mode, as the target's file
+// comment says).
 //   asymnvm-fuzz-seeds DIR           write DIR/<target>/<seed> (deterministic)
 //   asymnvm-fuzz-seeds --check DIR   exit 1 when a seed in DIR is missing or differs (ctest
 //                                    fuzz_seeds_current keeps the checked-in corpus current)
@@ -40,7 +41,9 @@ void Seed(const std::string& target, const std::string& name, uint8_t mode, cons
   b.insert(b.end(), body.begin(), body.end());
   g_seeds[target][name] = std::move(b);
 }
-void SeedRaw(const std::string& target, const std::string& name, const Bytes& b) { g_seeds[target][name] = b; }
+void SeedRaw(const std::string& target, const std::string& name, const Bytes& b) {
+  g_seeds[target][name] = b;
+}
 
 Bytes Str(const std::string& s) { return Bytes(s.begin(), s.end()); }
 Bytes U16(uint16_t v) {
@@ -74,7 +77,8 @@ Bytes Pattern(size_t n, uint8_t seed) {
 void Packet() {
   using namespace fabric::soft;
   Bytes w(kRequestHeaderSize);
-  EncodeRequestHeader(w.data(), kWireWrite, kFlagSignaled | kFlagNeedsAck, 7, 16, 0x1234, 4096, 0, 0);
+  EncodeRequestHeader(w.data(), kWireWrite, kFlagSignaled | kFlagNeedsAck, 7, 16, 0x1234, 4096, 0,
+                      0);
   const Bytes payload = Pattern(16, 3);
   w.insert(w.end(), payload.begin(), payload.end());
   Bytes r(kRequestHeaderSize);
@@ -127,9 +131,9 @@ void Rowan() {
   place({2, 4, 1}, {});
   Seed(t, "segment", 0, seg);
   // Structured: 3 entries (type, owner, len u16, payload, order), gaps, no damage; then damage.
-  const Bytes structured = Cat({Bytes{3}, Bytes{1, 0}, U16(30), Pattern(30, 5), Bytes{0},
-                                Bytes{2, 1}, U16(500), Pattern(500, 6), Bytes{1},
-                                Bytes{9, 2}, U16(0), Bytes{0}, Bytes{0x05}});
+  const Bytes structured =
+      Cat({Bytes{3}, Bytes{1, 0}, U16(30), Pattern(30, 5), Bytes{0}, Bytes{2, 1}, U16(500),
+           Pattern(500, 6), Bytes{1}, Bytes{9, 2}, U16(0), Bytes{0}, Bytes{0x05}});
   Seed(t, "structured", 1, structured);
   Seed(t, "structured-damaged", 1, Cat({structured, U16(70), Bytes{0x40}}));
 }
@@ -190,8 +194,9 @@ void LogFormat() {
   outside.Write(512, Pattern(8, 1));  // outside the data area: refused whole
   Seed(t, "txn-outside", 1, outside.Finish(3, 5, 9, 0));
   // Builder operations: [kind][addr][len][bytes].
-  Seed(t, "builder", 2, Cat({Bytes{0, 0, 8}, Pattern(8, 1), Bytes{0, 4, 8}, Pattern(8, 2), Bytes{3, 2, 4},
-                             Bytes{0, 0, 8}, Pattern(8, 3)}));
+  Seed(t, "builder", 2,
+       Cat({Bytes{0, 0, 8}, Pattern(8, 1), Bytes{0, 4, 8}, Pattern(8, 2), Bytes{3, 2, 4},
+            Bytes{0, 0, 8}, Pattern(8, 3)}));
 }
 
 void Rpc() {
@@ -228,15 +233,17 @@ void Rpc() {
   ops[1] = {12, 3, 3, Pattern(30, 2)};
   Seed(t, "fetched-ops", 2, backend::EncodeFetchedOps(ops, true));
   Seed(t, "naming-create", 3, backend::EncodeNamingCreate("orders", 3, {48, 65536, 1, 0}));
-  Seed(t, "built-reply", 4, Cat({U64(1), U64(2), U64(3), U64(4), U32(4096), U64(8192), U64(4096), U32(3),
-                                 U64(9), Bytes(16, 7), Str("tcp://127.0.0.1:1")}));
+  Seed(t, "built-reply", 4,
+       Cat({U64(1), U64(2), U64(3), U64(4), U32(4096), U64(8192), U64(4096), U32(3), U64(9),
+            Bytes(16, 7), Str("tcp://127.0.0.1:1")}));
 }
 
 void Naming() {
   const std::string t = "naming_fuzz";
   std::vector<uint64_t> words((64 + 8 * backend::kNamingSlotSize) / 8, 0);
   auto* base = reinterpret_cast<uint8_t*>(words.data());
-  auto ns = backend::NamingSpace::Open(base, 64, 8 * backend::kNamingSlotSize, pm::DramPersister(), true);
+  auto ns =
+      backend::NamingSpace::Open(base, 64, 8 * backend::kNamingSlotSize, pm::DramPersister(), true);
   if (!ns.ok()) std::exit(1);
   (void)(*ns)->Create("orders", 3, {48, 65536, 1, 0});
   (void)(*ns)->Create("fe:7", backend::kFrontendRecordType, {});
@@ -244,8 +251,9 @@ void Naming() {
   (void)(*ns)->Remove("tmp");
   const Bytes area(base + 64, base + 64 + 8 * backend::kNamingSlotSize);
   // flags (strict), creates, area; then names to create.
-  SeedRaw(t, "area-strict", Cat({Bytes{1, 2}, area, Bytes{5}, Str("users0"), Bytes{4}, Bytes{5}, Str("orders"),
-                                 Bytes{3}}));
+  SeedRaw(t, "area-strict",
+          Cat({Bytes{1, 2}, area, Bytes{5}, Str("users0"), Bytes{4}, Bytes{5}, Str("orders"),
+               Bytes{3}}));
   SeedRaw(t, "area-lenient", Cat({Bytes{0, 1}, area, Bytes{2}, Str("ab"), Bytes{1}}));
 }
 
@@ -254,7 +262,9 @@ void Layout() {
   backend::LayoutParams p;
   p.oq_bytes = 8 * 65536 + 4096;
   p.rowan_segment = 256 * 1024;
-  p.bitmap_bytes = [](uint64_t d, uint32_t b) { return alloc::BackendAllocator::BitmapBytes(d, b); };
+  p.bitmap_bytes = [](uint64_t d, uint32_t b) {
+    return alloc::BackendAllocator::BitmapBytes(d, b);
+  };
   const uint64_t pool = 64ull << 20;
   auto l = backend::PlanLayout(pool - pm::kSuperblockSize, p);
   Bytes h(backend::kBackendHeaderSize);
@@ -262,7 +272,8 @@ void Layout() {
   h.resize(256);  // the rest of the 4 KiB header is zero
   Seed(t, "header", 0, Cat({U64(pool - pm::kSuperblockSize), h}));
   Seed(t, "plan", 1, Cat({U64(pool), U32(1024), U32(4096), U64(0), U32(1 << 20), U64(p.oq_bytes)}));
-  Seed(t, "plan-small-blocks", 1, Cat({U64(8ull << 20), U32(64), U32(64), U64(1 << 20), U32(1 << 16), U64(4096)}));
+  Seed(t, "plan-small-blocks", 1,
+       Cat({U64(8ull << 20), U32(64), U32(64), U64(1 << 20), U32(1 << 16), U64(4096)}));
 }
 
 void Superblock() {
@@ -287,9 +298,11 @@ void Bitmap() {
   constexpr uint32_t kBlock = 64;
   constexpr uint64_t kBlocks = 2000;
   // As alloc/bitmap_fuzz.cc lays it out: 64-byte aligned, its size rounded up to 64.
-  const size_t size = (alloc::BackendAllocator::BitmapBytes(kBlocks * kBlock, kBlock) + 63) / 64 * 64;
+  const size_t size =
+      (alloc::BackendAllocator::BitmapBytes(kBlocks * kBlock, kBlock) + 63) / 64 * 64;
   std::vector<uint64_t> words(size / 8 + 8, 0);
-  uint8_t* area = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(words.data()) + 63) / 64 * 64);
+  uint8_t* area =
+      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(words.data()) + 63) / 64 * 64);
   alloc::BackendOptions o;
   o.data_begin = 64 * 1024;
   o.data_size = kBlocks * kBlock;
@@ -311,9 +324,11 @@ void Bitmap() {
   }
   Seed(t, "bitmap", 0, Bytes(area, area + size));
   // ops: slab, large, slab, free, large (multi-chunk), then end.
-  Seed(t, "ops", 1, Cat({Bytes{0}, U16(0), Bytes{1}, U16(200), Bytes{0}, U16(0), Bytes{2}, U16(1), Bytes{1},
-                         U16(19000)}));
-  Seed(t, "ops-damaged", 1, Cat({Bytes{0}, U16(0), Bytes{1}, U16(200), Bytes{0xFF}, U16(300), Bytes{0x10}}));
+  Seed(t, "ops", 1,
+       Cat({Bytes{0}, U16(0), Bytes{1}, U16(200), Bytes{0}, U16(0), Bytes{2}, U16(1), Bytes{1},
+            U16(19000)}));
+  Seed(t, "ops-damaged", 1,
+       Cat({Bytes{0}, U16(0), Bytes{1}, U16(200), Bytes{0xFF}, U16(300), Bytes{0x10}}));
 }
 
 // ---- Rowan-KV ----
@@ -382,7 +397,8 @@ int Write(const std::filesystem::path& dir) {
     std::filesystem::create_directories(dir / target);
     for (const auto& [name, bytes] : seeds) {
       std::ofstream out(dir / target / name, std::ios::binary | std::ios::trunc);
-      out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+      out.write(reinterpret_cast<const char*>(bytes.data()),
+                static_cast<std::streamsize>(bytes.size()));
       if (!out) {
         std::fprintf(stderr, "cannot write %s\n", (dir / target / name).c_str());
         return 1;
@@ -404,12 +420,14 @@ int Check(const std::filesystem::path& dir) {
       }
       const Bytes have((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
       if (have != bytes) {
-        std::fprintf(stderr, "seed %s/%s differs from what the encoders make now\n", target.c_str(), name.c_str());
+        std::fprintf(stderr, "seed %s/%s differs from what the encoders make now\n", target.c_str(),
+                     name.c_str());
         bad++;
       }
     }
   }
-  if (bad) std::fprintf(stderr, "%d seed(s) out of date: run asymnvm-fuzz-seeds %s\n", bad, dir.c_str());
+  if (bad)
+    std::fprintf(stderr, "%d seed(s) out of date: run asymnvm-fuzz-seeds %s\n", bad, dir.c_str());
   return bad ? 1 : 0;
 }
 

@@ -13,12 +13,12 @@
 
 namespace asymnvm::fuzz {
 
-#define ASYMNVM_FUZZ_CHECK(cond)                                                         \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
+#define ASYMNVM_FUZZ_CHECK(cond)                                                             \
+  do {                                                                                       \
+    if (!(cond)) {                                                                           \
       std::fprintf(stderr, "fuzz property failed: %s (%s:%d)\n", #cond, __FILE__, __LINE__); \
-      std::abort();                                                                      \
-    }                                                                                    \
+      std::abort();                                                                          \
+    }                                                                                        \
   } while (0)
 
 // Takes fields from the front of the input; past the end every read returns zeros.

@@ -29,9 +29,13 @@ constexpr int kAccounts = 6;
 constexpr int64_t kInitial = 1000;
 
 std::vector<std::string> Args(const TempDir& d, bool resp = false) {
-  std::vector<std::string> a = {"--pool", d.File("kv.pool"), "--size", "64M", "--listen",
-                                "unix://" + d.File("kv.sock"), "--pm-mode", "flush", "--coord",
-                                "none", "--workers", "2", "--shards", std::to_string(kShards)};
+  std::vector<std::string> a = {"--pool",    d.File("kv.pool"),
+                                "--size",    "64M",
+                                "--listen",  "unix://" + d.File("kv.sock"),
+                                "--pm-mode", "flush",
+                                "--coord",   "none",
+                                "--workers", "2",
+                                "--shards",  std::to_string(kShards)};
   if (resp) {
     for (const char* x : {"--resp-port", "0"}) a.push_back(x);
   }
@@ -72,10 +76,12 @@ TEST(KvBatch, TransfersUnderSigkill_TotalNeverChanges_AckedNeverLost) {
     ASSERT_TRUE(r->applied);
     // Bad input: keys of two shards, a duplicate, too many ops.
     const auto other = Accounts(2);
-    EXPECT_EQ(c->Batch({{keys[0], "1", std::nullopt}, {other[0], "1", std::nullopt}}).status().code(),
-              StatusCode::kInvalidArgument);
-    EXPECT_EQ(c->Batch({{keys[0], "1", std::nullopt}, {keys[0], "2", std::nullopt}}).status().code(),
-              StatusCode::kInvalidArgument);
+    EXPECT_EQ(
+        c->Batch({{keys[0], "1", std::nullopt}, {other[0], "1", std::nullopt}}).status().code(),
+        StatusCode::kInvalidArgument);
+    EXPECT_EQ(
+        c->Batch({{keys[0], "1", std::nullopt}, {keys[0], "2", std::nullopt}}).status().code(),
+        StatusCode::kInvalidArgument);
     std::vector<BatchOp> many(kMaxBatchOps + 1, BatchOp{keys[0], "1", std::nullopt});
     EXPECT_EQ(c->Batch(many).status().code(), StatusCode::kInvalidArgument);
     EXPECT_EQ(Total(*c, keys), kInitial * kAccounts);
@@ -143,8 +149,8 @@ TEST(KvBatch, PutMany_EachItsOutcome_OrderKept) {
   auto c = OpenClient({p.address()});
   const std::string big(100000, 'b'), mid(20000, 'm');
   std::vector<std::pair<std::string_view, std::string_view>> kvs = {
-      {"a", "1"}, {"b", "1"}, {"a", big}, {"", "no key"}, {"b", "2"}, {"a", "3"},
-      {"c", mid}, {"c", "4"}, {"d", "5"}};
+      {"a", "1"}, {"b", "1"}, {"a", big}, {"", "no key"}, {"b", "2"},
+      {"a", "3"}, {"c", mid}, {"c", "4"}, {"d", "5"}};
   for (int i = 0; i < 50; i++) kvs.push_back({"many", "x"});
   std::vector<Status> st = c->PutMany(kvs);
   ASSERT_EQ(st.size(), kvs.size());
@@ -160,7 +166,7 @@ TEST(KvBatch, PutMany_EachItsOutcome_OrderKept) {
   EXPECT_EQ(c->Get("c")->value, "4");
   EXPECT_EQ(c->Get("d")->value, "5");
   EXPECT_EQ(c->rdmp_counters().bypass_puts, 2u);  // big and mid (>= 16 KiB)
-  Kill9(p);  // acknowledged: durable
+  Kill9(p);                                       // acknowledged: durable
   p = StartKv(Args(d));
   ASSERT_FALSE(p.address().empty()) << p.first_line;
   auto c2 = OpenClient({p.address()});
@@ -193,7 +199,8 @@ TEST(KvBatch, MultiExecUnderSigkill_TotalNeverChanges) {
       std::ifstream in(out);
       std::string line;
       while (std::getline(in, line)) {
-        if (line.rfind("resp ", 0) == 0) return static_cast<uint16_t>(std::stoi(line.substr(line.rfind(':') + 1)));
+        if (line.rfind("resp ", 0) == 0)
+          return static_cast<uint16_t>(std::stoi(line.substr(line.rfind(':') + 1)));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(25));
     }

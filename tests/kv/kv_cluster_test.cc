@@ -28,9 +28,22 @@ struct Cluster {
   explicit Cluster(TempDir& dir) : d(dir) {}
   std::string coord() const { return "dir:" + d.File("coord"); }
   std::vector<std::string> Args(int i) const {
-    return {"--pool", d.File("kv" + std::to_string(i) + ".pool"), "--size", "64M", "--listen",
-            "unix://" + d.File("kv" + std::to_string(i) + ".sock"), "--pm-mode", "flush",
-            "--coord", coord(), "--workers", "2", "--shards", "6", "--initial-servers", "3"};
+    return {"--pool",
+            d.File("kv" + std::to_string(i) + ".pool"),
+            "--size",
+            "64M",
+            "--listen",
+            "unix://" + d.File("kv" + std::to_string(i) + ".sock"),
+            "--pm-mode",
+            "flush",
+            "--coord",
+            coord(),
+            "--workers",
+            "2",
+            "--shards",
+            "6",
+            "--initial-servers",
+            "3"};
   }
   void Start(int i) { procs[i] = StartKv(Args(i)); }
   // Starts several at once (the first map waits for all three).

@@ -24,18 +24,24 @@ using testutil::StartKv;
 using testutil::TempDir;
 
 std::vector<std::string> ServerArgs(const TempDir& d, const std::string& sock = "kv.sock") {
-  return {"--pool",    d.File("kv.pool"), "--size",     "64M",  "--listen",
-          "unix://" + d.File(sock),       "--pm-mode",  "flush", "--coord",
-          "none",      "--workers",       "2",          "--shards", "4"};
+  return {"--pool",    d.File("kv.pool"),
+          "--size",    "64M",
+          "--listen",  "unix://" + d.File(sock),
+          "--pm-mode", "flush",
+          "--coord",   "none",
+          "--workers", "2",
+          "--shards",  "4"};
 }
 
 TEST(KvCli, BadArguments_ExitTwo) {
   TempDir d;
   const std::string pool = d.File("p.pool");
-  for (std::vector<std::string> args :
-       {std::vector<std::string>{"--bogus"}, {}, {"--pool", pool, "--workers", "0"},
-        {"--pool", pool, "--segment-size", "5000"}, {"--pool", pool, "--size", "lots"},
-        {"--pool", pool, "--pm-mode", "fast"}}) {
+  for (std::vector<std::string> args : {std::vector<std::string>{"--bogus"},
+                                        {},
+                                        {"--pool", pool, "--workers", "0"},
+                                        {"--pool", pool, "--segment-size", "5000"},
+                                        {"--pool", pool, "--size", "lots"},
+                                        {"--pool", pool, "--pm-mode", "fast"}}) {
     pid_t pid = fork();
     if (pid == 0) {
       int devnull = open("/dev/null", O_WRONLY);
@@ -135,8 +141,7 @@ TEST(KvApi, Operations_BadInput_LargeValues_SurviveRestart) {
   EXPECT_EQ(c->Put("", "x").code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(c->Put(std::string(kMaxKeySize + 1, 'k'), "x").code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(c->Put(std::string(kMaxKeySize, 'k'), "x").ok());
-  EXPECT_EQ(c->Put("k", std::string(kMaxValueSize + 1, 'v')).code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(c->Put("k", std::string(kMaxValueSize + 1, 'v')).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(c->Get("").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(c->Scan(4, 0, 10).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(c->Scan(0, 0, 0).status().code(), StatusCode::kInvalidArgument);
@@ -230,7 +235,8 @@ TEST(KvApi, MalformedRequests_GetClearErrors) {
     payload[4] = 200;  // key length beyond the payload
     EXPECT_EQ((*c)->Call(worker, wire::kGet, payload, &resp).code(), StatusCode::kInvalidArgument);
   }
-  EXPECT_EQ(call(99, {99, shard, 0, 0, 0, 0, key, {}}, worker).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(call(99, {99, shard, 0, 0, 0, 0, key, {}}, worker).code(),
+            StatusCode::kInvalidArgument);
   // Empty key, oversized key, wrong shard, wrong worker.
   EXPECT_EQ(call(wire::kGet, {wire::kGet, 0, 0, 0, 0, 0, {}, {}}, 0).code(),
             StatusCode::kInvalidArgument);
@@ -242,9 +248,9 @@ TEST(KvApi, MalformedRequests_GetClearErrors) {
   EXPECT_EQ(call(wire::kGet, {wire::kGet, (shard + 1) % 4, 0, 0, 0, 0, key, {}}, worker).code(),
             StatusCode::kInvalidArgument);
   if (workers > 1) {
-    EXPECT_EQ(call(wire::kGet, {wire::kGet, shard, 0, 0, 0, 0, key, {}}, (worker + 1) % workers)
-                  .code(),
-              StatusCode::kInvalidArgument);
+    EXPECT_EQ(
+        call(wire::kGet, {wire::kGet, shard, 0, 0, 0, 0, key, {}}, (worker + 1) % workers).code(),
+        StatusCode::kInvalidArgument);
   }
   // Scan: shard out of range, count 0.
   EXPECT_EQ(call(wire::kScan, {wire::kScan, 9, 0, 0, 0, 10, {}, {}}, 0).code(),
@@ -267,17 +273,17 @@ TEST(KvApi, MalformedRequests_GetClearErrors) {
   // of a slot nobody reserved, a publish before the value and its persist flag were written.
   EXPECT_EQ(call(wire::kReserve, {wire::kReserve, shard, 0, 0, 10, 12345, key, {}}, worker).code(),
             StatusCode::kFailedPrecondition);
-  EXPECT_EQ(call(wire::kReserve,
-                 {wire::kReserve, shard, 0, 0, kMaxValueSize + 1, 12345, key, {}}, worker)
-                .code(),
-            StatusCode::kInvalidArgument);
-  EXPECT_EQ(call(wire::kPublish, {wire::kPublish, shard, 0, 0, 4096 + 64, 1, key, {}}, worker)
-                .code(),
-            StatusCode::kFailedPrecondition);
-  EXPECT_EQ(call(wire::kPublish, {wire::kPublish, shard, 0, 0, uint64_t{1} << 50, 1, key, {}},
-                 worker)
-                .code(),
-            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      call(wire::kReserve, {wire::kReserve, shard, 0, 0, kMaxValueSize + 1, 12345, key, {}}, worker)
+          .code(),
+      StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      call(wire::kPublish, {wire::kPublish, shard, 0, 0, 4096 + 64, 1, key, {}}, worker).code(),
+      StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      call(wire::kPublish, {wire::kPublish, shard, 0, 0, uint64_t{1} << 50, 1, key, {}}, worker)
+          .code(),
+      StatusCode::kFailedPrecondition);
   // Still serving, nothing was written.
   auto client = OpenClient({p.address()});
   ASSERT_NE(client, nullptr);

@@ -25,12 +25,17 @@ namespace {
 using testutil::Kill9;
 using testutil::Proc;
 using testutil::StartKv;
-using testutil::Term;
 using testutil::TempDir;
+using testutil::Term;
 
 std::vector<std::string> Args(const TempDir& d) {
-  return {"--pool", d.File("kv.pool"), "--size", "64M", "--listen", "unix://" + d.File("kv.sock"),
-          "--pm-mode", "flush", "--coord", "none", "--workers", "2", "--shards", "4"};
+  return {"--pool",    d.File("kv.pool"),
+          "--size",    "64M",
+          "--listen",  "unix://" + d.File("kv.sock"),
+          "--pm-mode", "flush",
+          "--coord",   "none",
+          "--workers", "2",
+          "--shards",  "4"};
 }
 
 std::unique_ptr<Client> Open(const std::string& address, size_t threshold, int stop_after = 0) {
@@ -183,18 +188,24 @@ TEST(KvRdmp, ExpiredReservations_RevokeTheConnectionThenSettle) {
   auto info = wire::DecodeResponse(resp);
   ASSERT_TRUE(info.ok());
   ASSERT_GT(info->body.size(), 36u + fabric::RegionDescriptor::kEncodedSize);
-  auto region = fabric::RegionDescriptor::Decode(
-      reinterpret_cast<const uint8_t*>(info->body.data()) + 36,
-      fabric::RegionDescriptor::kEncodedSize);
+  auto region =
+      fabric::RegionDescriptor::Decode(reinterpret_cast<const uint8_t*>(info->body.data()) + 36,
+                                       fabric::RegionDescriptor::kEncodedSize);
   ASSERT_TRUE(region.ok());
-  EXPECT_EQ(info->body.substr(36 + fabric::RegionDescriptor::kEncodedSize), (*server)->rdmp_address());
+  EXPECT_EQ(info->body.substr(36 + fabric::RegionDescriptor::kEncodedSize),
+            (*server)->rdmp_address());
   auto chan = BypassChannel::Connect(fab->get(), pd->get(), (*server)->rdmp_address(), *region,
                                      1 << 20, std::chrono::seconds(5));
   ASSERT_TRUE(chan.ok()) << chan.status().ToString();
   payload.clear();
-  wire::EncodeRequest({wire::kReserve, ShardOf("a", 2), 0, 0,
+  wire::EncodeRequest({wire::kReserve,
+                       ShardOf("a", 2),
+                       0,
+                       0,
                        va.size() | (uint64_t{Crc32c(va.data(), va.size())} << 32),
-                       (*chan)->token(), "a", {}},
+                       (*chan)->token(),
+                       "a",
+                       {}},
                       &payload);
   ASSERT_TRUE((*oqc)->Call(0, wire::kReserve, payload, &resp).ok());
   auto slot = wire::DecodeResponse(resp);
@@ -217,7 +228,8 @@ TEST(KvRdmp, ExpiredReservations_RevokeTheConnectionThenSettle) {
   uint8_t pf[8] = {};
   const uint64_t word = format::PersistWord(slot->version);
   std::memcpy(pf, &word, 8);
-  EXPECT_FALSE((*chan)->WriteDurable(slot->arg + format::BypassFlagOffset(1, va.size()), {pf, 8}).ok());
+  EXPECT_FALSE(
+      (*chan)->WriteDurable(slot->arg + format::BypassFlagOffset(1, va.size()), {pf, 8}).ok());
   EXPECT_EQ(plain->Get("a")->value, "old");
   // A publish of the abandoned slot is refused; a fresh client's bypass PUT works.
   payload.clear();

@@ -3,11 +3,10 @@
 #pragma once
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <filesystem>
 #include <string>
@@ -110,8 +109,9 @@ class TempDir {
   std::filesystem::path path_;
 };
 
-inline std::unique_ptr<Client> OpenClient(const std::vector<std::string>& servers,
-                                          std::chrono::milliseconds retry = std::chrono::seconds(20)) {
+inline std::unique_ptr<Client> OpenClient(
+    const std::vector<std::string>& servers,
+    std::chrono::milliseconds retry = std::chrono::seconds(20)) {
   ClientOptions o;
   o.servers = servers;
   o.retry_deadline = retry;

@@ -77,8 +77,8 @@ TEST(OrderedExecutor, MessageWithBufferDone_RetiresAfterIt) {
 TEST(OrderedExecutor, BadCompletions_RejectedWithoutStateChange) {
   OrderedExecutor e(64);
   e.AddBuffer(1, 4096);
-  EXPECT_EQ(e.OnCompletion(5, 0, 10, false, 1).code(), StatusCode::kInternal);   // unknown
-  EXPECT_EQ(e.OnCompletion(1, 10, 10, false, 1).code(), StatusCode::kInternal);  // misaligned
+  EXPECT_EQ(e.OnCompletion(5, 0, 10, false, 1).code(), StatusCode::kInternal);      // unknown
+  EXPECT_EQ(e.OnCompletion(1, 10, 10, false, 1).code(), StatusCode::kInternal);     // misaligned
   EXPECT_EQ(e.OnCompletion(1, 4032, 100, false, 1).code(), StatusCode::kInternal);  // overflows
   EXPECT_EQ(e.OnCompletion(1, 0, 0, false, 1).code(), StatusCode::kInternal);  // empty, not done
   ASSERT_TRUE(e.OnCompletion(1, 0, 10, false, 1).ok());

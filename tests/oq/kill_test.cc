@@ -6,11 +6,10 @@
 // recovery must re-execute it, and the store must skip it), and an external SIGKILL at a seeded
 // moment. Bad CLI arguments exit 2.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <atomic>
 #include <cstdio>
@@ -65,9 +64,12 @@ int WaitExit(pid_t pid) {
 }
 
 TEST(OqServerCli, BadArguments_ExitTwo) {
-  for (std::vector<std::string> args :
-       {std::vector<std::string>{"--policy", "fast"}, {"--workers", "0"}, {"--durable"},
-        {"--buffer-size", "5000"}, {"--bogus"}, {"--pool", "/tmp/x"}}) {
+  for (std::vector<std::string> args : {std::vector<std::string>{"--policy", "fast"},
+                                        {"--workers", "0"},
+                                        {"--durable"},
+                                        {"--buffer-size", "5000"},
+                                        {"--bogus"},
+                                        {"--pool", "/tmp/x"}}) {
     pid_t pid = fork();
     if (pid == 0) {
       int devnull = open("/dev/null", O_WRONLY);
@@ -97,8 +99,8 @@ class OqKill : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   std::vector<std::string> Args() {
-    return {"--durable", "--pool", pool_, "--size", "16M", "--pm-mode", "flush", "--workers", "2",
-            "--buffers", "4", "--buffer-size", "4K"};
+    return {"--durable", "--pool", pool_,       "--size", "16M",           "--pm-mode", "flush",
+            "--workers", "2",      "--buffers", "4",      "--buffer-size", "4K"};
   }
 
   // Writers: thread t owns keys t*100+1..t*100+kKeys and sets values 1, 2, ... in order with
@@ -170,9 +172,8 @@ TEST_F(OqKill, CrashPointAfterExecuteAndSigkill_NoAckedSetLostNoneAppliedTwice) 
   for (int round = 0; round < rounds; round++) {
     SCOPED_TRACE("round " + std::to_string(round));
     // Even rounds: crash point right after executing the Nth request (RTE not yet persisted).
-    std::string crash = round % 2 == 0
-                            ? "oq.after_execute:" + std::to_string(50 + rng() % 400)
-                            : "";
+    std::string crash =
+        round % 2 == 0 ? "oq.after_execute:" + std::to_string(50 + rng() % 400) : "";
     Proc p = StartServer(Args(), crash);
     ASSERT_FALSE(p.address.empty()) << "server did not start";
     std::atomic<bool> stop{false};

@@ -2,6 +2,8 @@
 // worth of Client objects, several threads each) issue nilext sets and non-nilext gets on a few
 // keys; invocation/response times are recorded and the history is checked
 // (tests/common/linearizability.h). Seeded; values are unique per write.
+#include "tests/common/linearizability.h"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -9,7 +11,6 @@
 #include <random>
 #include <thread>
 
-#include "tests/common/linearizability.h"
 #include "tests/oq/oq_test_util.h"
 
 namespace asymnvm::oq {

@@ -1,5 +1,7 @@
 // OQ server + client in one process (two soft NICs): wire format, options, the three policies,
 // client-side delegation, bad input, RNR back-pressure.
+#include "fabric/oq/oq.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -9,7 +11,6 @@
 
 #include "common/checksum.h"
 #include "common/coding.h"
-#include "fabric/oq/oq.h"
 #include "fabric/oq/wire.h"
 #include "tests/oq/oq_test_util.h"
 
@@ -231,7 +232,8 @@ TEST(OqClient, RequestOnAFailedConnectionIsNotSentAndSaysSo) {
   for (int i = 0; i < 3; i++) {
     Status again = testutil::Set(*c, 1, 3);
     ASSERT_FALSE(again.ok());
-    EXPECT_TRUE(again.code() == StatusCode::kConnectionError || again.code() == StatusCode::kRnrRetryExceeded)
+    EXPECT_TRUE(again.code() == StatusCode::kConnectionError ||
+                again.code() == StatusCode::kRnrRetryExceeded)
         << again.ToString();
     EXPECT_TRUE(again.retryable()) << again.ToString();
     EXPECT_NE(again.message().find("not sent"), std::string::npos) << again.ToString();

@@ -2,11 +2,10 @@
 // READ over inproc://. Exit code 0 only if the bytes round-trip.
 #include <asymnvm/fabric.h>
 
-#include <thread>
-
 #include <array>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 using namespace asymnvm::fabric;
 using asymnvm::Result;
@@ -48,9 +47,14 @@ int main() {
   }
   std::memcpy(local.data(), "hello from an installed AsymNVM", 32);
   WorkRequest wrs[2];
-  wrs[0] = {.wr_id = 1, .opcode = Opcode::kWrite, .signaled = false, .local_addr = local.data(),
-            .length = 32, .local_mr = mr_l->get(),
-            .remote_addr = reinterpret_cast<uint64_t>(target.data()), .rkey = (*mr_t)->rkey()};
+  wrs[0] = {.wr_id = 1,
+            .opcode = Opcode::kWrite,
+            .signaled = false,
+            .local_addr = local.data(),
+            .length = 32,
+            .local_mr = mr_l->get(),
+            .remote_addr = reinterpret_cast<uint64_t>(target.data()),
+            .rkey = (*mr_t)->rkey()};
   wrs[1] = wrs[0];
   wrs[1].wr_id = 2;
   wrs[1].opcode = Opcode::kRead;

@@ -27,7 +27,8 @@ static int Fail(const char* what, const Status& st) {
 }
 
 // Starts `bin` on `pool`; its address (the "listening ADDR" line) in *address. false on failure.
-static bool StartDaemon(const char* bin, const std::string& pool, pid_t* pid, std::string* address) {
+static bool StartDaemon(const char* bin, const std::string& pool, pid_t* pid,
+                        std::string* address) {
   int out[2];
   if (pipe(out) != 0) return false;
   posix_spawn_file_actions_t fa;
@@ -75,7 +76,8 @@ int main(int argc, char** argv) {
     auto cluster = frontend::Cluster::Open(so);
     if (!cluster.ok()) return Fail("cluster", cluster.status());
     frontend::Session* s = &(*cluster)->session(0);
-    auto users = structures::OpenPartitioned(**cluster, structures::Kind::kHashTable, "consumer-users");
+    auto users =
+        structures::OpenPartitioned(**cluster, structures::Kind::kHashTable, "consumer-users");
     if (!users.ok()) return Fail("open partitioned hash", users.status());
     auto tree = structures::OpenMap(*s, structures::Kind::kBPlusTree, "consumer-tree");
     auto queue = structures::OpenSequence(*s, structures::Kind::kQueue, "consumer-queue");
@@ -84,12 +86,14 @@ int main(int argc, char** argv) {
     if (round == 0) {
       for (uint64_t k = 0; k < 500; k++) {
         std::string v = "value-" + std::to_string(k * 7);
-        Status st = (*tree)->Put(k, std::span(reinterpret_cast<const uint8_t*>(v.data()), v.size()));
+        Status st =
+            (*tree)->Put(k, std::span(reinterpret_cast<const uint8_t*>(v.data()), v.size()));
         if (!st.ok()) return Fail("put", st);
       }
       for (uint64_t k = 0; k < 200; k++) {
         std::string v = "user-" + std::to_string(k);
-        Status st = (*users)->Put(k, std::span(reinterpret_cast<const uint8_t*>(v.data()), v.size()));
+        Status st =
+            (*users)->Put(k, std::span(reinterpret_cast<const uint8_t*>(v.data()), v.size()));
         if (!st.ok()) return Fail("partitioned put", st);
       }
       Status st = (*queue)->Push(std::span(reinterpret_cast<const uint8_t*>("first"), 5));
@@ -113,7 +117,8 @@ int main(int argc, char** argv) {
       Status st = (*tree)->Get(k, &v);
       if (!st.ok()) return Fail("get", st);
       if (std::string(v.begin(), v.end()) != "value-" + std::to_string(k * 7)) {
-        std::fprintf(stderr, "round %d: key %llu has the wrong value\n", round, static_cast<unsigned long long>(k));
+        std::fprintf(stderr, "round %d: key %llu has the wrong value\n", round,
+                     static_cast<unsigned long long>(k));
         rc = 1;
       }
     }
@@ -136,8 +141,9 @@ int main(int argc, char** argv) {
   }
   rmdir(dir);
   if (rc == 0) {
-    std::printf("SDK consumer: 500 B+tree keys, a queue and 200 keys of a hash partitioned over two "
-                "back-ends written, reopened and read back ok\n");
+    std::printf(
+        "SDK consumer: 500 B+tree keys, a queue and 200 keys of a hash partitioned over two "
+        "back-ends written, reopened and read back ok\n");
   }
   return rc;
 }

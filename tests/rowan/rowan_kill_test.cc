@@ -7,12 +7,11 @@
 //
 // Rounds: ASYMNVM_ROWAN_KILL_ROUNDS (default 3; ctest's rowan_kill_long runs 30).
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -233,7 +232,8 @@ TEST(RowanReceiverKill, AcknowledgedEntriesSurviveSigkillAndRestart) {
   rx.Kill();  // the last one dies mid-stream too (no clean shutdown)
 
   // Recover in this process and scan every recovered segment in landing order.
-  auto pool = pm::Pool::Open(pool_path, {.mode = pm::PersistMode::kFlushOnly, .layout = "rowan-test"});
+  auto pool =
+      pm::Pool::Open(pool_path, {.mode = pm::PersistMode::kFlushOnly, .layout = "rowan-test"});
   ASSERT_TRUE(pool.ok()) << pool.status().ToString();
   auto rx_fabric = fabric::Fabric::Open({});
   ASSERT_TRUE(rx_fabric.ok());
@@ -288,11 +288,12 @@ TEST(RowanReceiverKill, AcknowledgedEntriesSurviveSigkillAndRestart) {
   EXPECT_GT(total_acked, 0u);
   RecordProperty("acknowledged", std::to_string(total_acked));
   RecordProperty("failed_appends", std::to_string(total_failures));
-  std::printf("rounds %d: %llu acknowledged, %llu failed appends, %llu corrupt runs, %llu incomplete\n",
-              rounds, static_cast<unsigned long long>(total_acked),
-              static_cast<unsigned long long>(total_failures),
-              static_cast<unsigned long long>(scanner.report().corrupt_runs),
-              static_cast<unsigned long long>(scanner.report().incomplete_entries));
+  std::printf(
+      "rounds %d: %llu acknowledged, %llu failed appends, %llu corrupt runs, %llu incomplete\n",
+      rounds, static_cast<unsigned long long>(total_acked),
+      static_cast<unsigned long long>(total_failures),
+      static_cast<unsigned long long>(scanner.report().corrupt_runs),
+      static_cast<unsigned long long>(scanner.report().incomplete_entries));
   fs::remove_all(dir);
 }
 

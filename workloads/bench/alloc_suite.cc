@@ -308,14 +308,15 @@ class AllocSuite : public Suite {
   }
 
   Status Validate(const CommonOptions& common) override {
-    static const std::vector<std::string> kKnown = {"two-tier-128", "two-tier-1k", "rpc-only",
-                                                    "frontend-local-1k", "pmemobj", "glibc"};
+    static const std::vector<std::string> kKnown = {"two-tier-128",      "two-tier-1k", "rpc-only",
+                                                    "frontend-local-1k", "pmemobj",     "glibc"};
     for (const auto& v : variants_) {
       if (std::find(kKnown.begin(), kKnown.end(), v) == kKnown.end()) {
         return Status::InvalidArgument("--variants: unknown variant '" + v + "'");
       }
     }
-    if (batch_ < 1 || batch_ > 10000000) return Status::InvalidArgument("--batch must be in 1..1e7");
+    if (batch_ < 1 || batch_ > 10000000)
+      return Status::InvalidArgument("--batch must be in 1..1e7");
     if (min_size_ < 1 || max_size_ < min_size_ || max_size_ > 4096) {
       return Status::InvalidArgument("--min-size/--max-size: need 1 <= min <= max <= 4096");
     }
@@ -337,7 +338,8 @@ class AllocSuite : public Suite {
     m["transport"] = "tcp";
     m["backend"] = "same process, own software NIC; OQ Call per back-end request";
     m["pm_mode"] = pm_mode_;
-    m["pmem_is_pmem_force"] = std::getenv("PMEM_IS_PMEM_FORCE") ? std::getenv("PMEM_IS_PMEM_FORCE") : "";
+    m["pmem_is_pmem_force"] =
+        std::getenv("PMEM_IS_PMEM_FORCE") ? std::getenv("PMEM_IS_PMEM_FORCE") : "";
     report->AddHeader("asymnvm-bench alloc: objects " + std::to_string(min_size_) + "-" +
                       std::to_string(max_size_) + " B uniform, rounds of " +
                       std::to_string(batch_) + " allocs then frees in random order, 1 thread, " +
@@ -359,8 +361,9 @@ class AllocSuite : public Suite {
       int k = 0;
       for (auto* pr : {&alloc_r, &free_r}) {
         const char* op = k == 0 ? "alloc" : "free";
-        Json rec = MakeRecord(v, Json{{"op", op}, {"size", std::to_string(min_size_) + "-" +
-                                                               std::to_string(max_size_)}});
+        Json rec = MakeRecord(
+            v, Json{{"op", op},
+                    {"size", std::to_string(min_size_) + "-" + std::to_string(max_size_)}});
         rec["ops_per_sec"] = pr->seconds > 0 ? static_cast<double>(pr->ops) / pr->seconds : 0;
         rec["p50_us"] = pr->latency.PercentileUs(50);
         rec["p99_us"] = pr->latency.PercentileUs(99);
@@ -380,8 +383,9 @@ class AllocSuite : public Suite {
     Json ratios = Json::array();
     auto rpc = by_variant.find("rpc-only");
     report->AddNote("");
-    report->AddNote("paper Table 2 (MOPS alloc/free): glibc 21.0/57.0, pmem 1.42/1.38, RPC 0.33/0.88, "
-                    "two-tier 128 B 1.33/2.41, 1 KiB 6.42/13.90 (1 KiB alloc ÷ RPC ≈ 19x).");
+    report->AddNote(
+        "paper Table 2 (MOPS alloc/free): glibc 21.0/57.0, pmem 1.42/1.38, RPC 0.33/0.88, "
+        "two-tier 128 B 1.33/2.41, 1 KiB 6.42/13.90 (1 KiB alloc ÷ RPC ≈ 19x).");
     if (rpc != by_variant.end()) {
       for (const std::string tt : {"two-tier-128", "two-tier-1k"}) {
         auto t = by_variant.find(tt);
@@ -398,7 +402,8 @@ class AllocSuite : public Suite {
         std::ostringstream os;
         os << std::fixed << std::setprecision(1) << tt << " / rpc-only: alloc x" << ra
            << " (paper x" << pa << "), free x" << rf << " (paper x" << pf << ")";
-        if (tt == "two-tier-1k") os << (ra >= 10 ? "  [target >= 10x: met]" : "  [target >= 10x: NOT met]");
+        if (tt == "two-tier-1k")
+          os << (ra >= 10 ? "  [target >= 10x: met]" : "  [target >= 10x: NOT met]");
         report->AddNote(os.str());
       }
     }
@@ -417,8 +422,8 @@ class AllocSuite : public Suite {
         pm_mode_ == "flush" ? pm::PersistMode::kFlushOnly : pm::PersistMode::kMsync;
     const uint64_t pool_bytes = 64ull << 20;
     if (v == "two-tier-128" || v == "two-tier-1k") {
-      ASYMNVM_ASSIGN_OR_RETURN(auto rig,
-                               BackendRig::Start(v == "two-tier-128" ? 128 : 1024, pool_bytes, mode, dir_));
+      ASYMNVM_ASSIGN_OR_RETURN(
+          auto rig, BackendRig::Start(v == "two-tier-128" ? 128 : 1024, pool_bytes, mode, dir_));
       ASYMNVM_ASSIGN_OR_RETURN(auto t, TwoTier::Open(std::move(rig)));
       return std::unique_ptr<TestAllocator>(std::move(t));
     }
@@ -437,8 +442,8 @@ class AllocSuite : public Suite {
     return std::unique_ptr<TestAllocator>(new Glibc());
   }
 
-  Status Measure(const std::string& v, TestAllocator* a, double seconds, const CommonOptions& common,
-                 PhaseResult* alloc_r, PhaseResult* free_r) {
+  Status Measure(const std::string& v, TestAllocator* a, double seconds,
+                 const CommonOptions& common, PhaseResult* alloc_r, PhaseResult* free_r) {
     std::mt19937_64 rng(common.seed);
     std::uniform_int_distribution<uint64_t> size(min_size_, max_size_);
     std::vector<uint64_t> live(batch_);

@@ -116,7 +116,8 @@ void Report::PrintTable(std::ostream& out) const {
   for (const std::string& k : cfg) {
     if (k == "provider" || k == "transport" || k == "op") continue;  // part of the variant name
     cols.push_back({k, [k](const Json& r) {
-                      if (!r.contains("config") || !r["config"].contains(k)) return std::string("-");
+                      if (!r.contains("config") || !r["config"].contains(k))
+                        return std::string("-");
                       return FormatScalar(r["config"][k], 0);
                     }});
   }

@@ -42,12 +42,12 @@ inline constexpr int kExitUsage = 2;
 
 // Options every suite accepts.
 struct CommonOptions {
-  std::string json_path;    // --json FILE
-  std::string csv_path;     // --csv FILE
-  bool quick = false;       // --quick: the whole suite in well under a minute
-  double duration_s = 0;    // --duration: seconds per measurement (0 = the suite's default)
-  uint64_t ops = 0;         // --ops: cap on operations per measurement (0 = no cap)
-  uint64_t seed = 42;       // --seed: every random choice derives from it
+  std::string json_path;  // --json FILE
+  std::string csv_path;   // --csv FILE
+  bool quick = false;     // --quick: the whole suite in well under a minute
+  double duration_s = 0;  // --duration: seconds per measurement (0 = the suite's default)
+  uint64_t ops = 0;       // --ops: cap on operations per measurement (0 = no cap)
+  uint64_t seed = 42;     // --seed: every random choice derives from it
   std::string log_level = "warn";
 };
 
@@ -126,6 +126,7 @@ Json MakeRecord(const std::string& variant, Json config);
 
 }  // namespace asymnvm::bench
 
-#define ASYMNVM_REGISTER_SUITE(ident, name, description, SuiteClass)           \
+#define ASYMNVM_REGISTER_SUITE(ident, name, description, SuiteClass)         \
   static const bool ident = ::asymnvm::bench::SuiteRegistry::Instance().Add( \
-      {name, description, [] { return std::unique_ptr<::asymnvm::bench::Suite>(new SuiteClass()); }})
+      {name, description,                                                    \
+       [] { return std::unique_ptr<::asymnvm::bench::Suite>(new SuiteClass()); }})

@@ -57,7 +57,9 @@ structures::Value ValueOf(uint64_t key) {
 class CoordSuite : public Suite {
  public:
   void AddOptions(CLI::App* cmd) override {
-    cmd->add_option("--coordinators", coords_, "embedded,zookeeper")->delimiter(',')->capture_default_str();
+    cmd->add_option("--coordinators", coords_, "embedded,zookeeper")
+        ->delimiter(',')
+        ->capture_default_str();
     cmd->add_option("--kills", kills_, "take-overs and restarts measured per coordinator")
         ->capture_default_str();
     cmd->add_option("--puts", puts_, "steady: puts per variant")->capture_default_str();
@@ -115,7 +117,8 @@ class CoordSuite : public Suite {
           report->AddNote("zookeeper variants skipped: " + why);
           continue;
         }
-        auto started = coord::testing::ZkEnsemble::Start(1, Clock::now() + std::chrono::seconds(60));
+        auto started =
+            coord::testing::ZkEnsemble::Start(1, Clock::now() + std::chrono::seconds(60));
         if (!started.ok()) return started.status().WithContext("starting ZooKeeper");
         zk = std::move(started).value();
         uri = "zk:" + zk->connect_string();
@@ -134,10 +137,12 @@ class CoordSuite : public Suite {
                          {"restart ms", "restart_ms", 1},
                          {"max", "restart_max_ms", 1},
                          {"lost", "lost_acknowledged", 0}});
-    report->AddNote("takeover_ms: SIGKILL of the writer → another front-end's first acknowledged put "
-                    "(ZooKeeper: includes the 4 s session timeout before the lease lapses)");
-    report->AddNote("restart_ms: SIGKILL of the back-end → an idle session's first successful op "
-                    "(includes the daemon's restart and recovery)");
+    report->AddNote(
+        "takeover_ms: SIGKILL of the writer → another front-end's first acknowledged put "
+        "(ZooKeeper: includes the 4 s session timeout before the lease lapses)");
+    report->AddNote(
+        "restart_ms: SIGKILL of the back-end → an idle session's first successful op "
+        "(includes the daemon's restart and recovery)");
     return Status::Ok();
   }
 
@@ -166,7 +171,8 @@ class CoordSuite : public Suite {
     ASYMNVM_ASSIGN_OR_RETURN(auto be, StartBackend(pool, uri));
     ASYMNVM_ASSIGN_OR_RETURN(auto s, frontend::Session::Open(Options(be->address(), uri)));
     structures::RegisterReplays(*s);
-    ASYMNVM_ASSIGN_OR_RETURN(auto map, structures::OpenMap(*s, structures::Kind::kHashTable, "steady"));
+    ASYMNVM_ASSIGN_OR_RETURN(auto map,
+                             structures::OpenMap(*s, structures::Kind::kHashTable, "steady"));
     for (uint64_t k = 0; k < 64; k++) ASYMNVM_RETURN_IF_ERROR(map->Put(k, ValueOf(k)));
     ASYMNVM_RETURN_IF_ERROR(map->Sync());
     const frontend::Counters c0 = s->counters();
@@ -185,8 +191,8 @@ class CoordSuite : public Suite {
     rec["ops_per_sec"] = static_cast<double>(puts_) / secs;
     rec["p50_us"] = lat.PercentileUs(50);
     rec["p99_us"] = lat.PercentileUs(99);
-    rec["round_trips_per_op"] =
-        static_cast<double>(c1.fabric.round_trips - c0.fabric.round_trips) / static_cast<double>(puts_);
+    rec["round_trips_per_op"] = static_cast<double>(c1.fabric.round_trips - c0.fabric.round_trips) /
+                                static_cast<double>(puts_);
     rec["bytes_per_op"] =
         static_cast<double>(c1.fabric.bytes_out - c0.fabric.bytes_out) / static_cast<double>(puts_);
     map.reset();
@@ -271,7 +277,8 @@ class CoordSuite : public Suite {
     o.reconnect_deadline = std::chrono::milliseconds(60000);
     ASYMNVM_ASSIGN_OR_RETURN(auto s, frontend::Session::Open(o));
     structures::RegisterReplays(*s);
-    ASYMNVM_ASSIGN_OR_RETURN(auto map, structures::OpenMap(*s, structures::Kind::kHashTable, "restart"));
+    ASYMNVM_ASSIGN_OR_RETURN(auto map,
+                             structures::OpenMap(*s, structures::Kind::kHashTable, "restart"));
     std::vector<double> times;
     uint64_t lost = 0, next = 1;
     for (int round = 0; round < kills_; round++) {
@@ -281,7 +288,8 @@ class CoordSuite : public Suite {
       ASYMNVM_ASSIGN_OR_RETURN(be, StartBackend(pool, uri));
       structures::Value v;
       Status st = map->Get(1, &v);
-      for (int retry = 0; !st.ok() && retry < 3; retry++) st = map->Get(1, &v);  // first call may report the loss
+      for (int retry = 0; !st.ok() && retry < 3; retry++)
+        st = map->Get(1, &v);  // first call may report the loss
       ASYMNVM_RETURN_IF_ERROR(st.WithContext("restart: first op after the back-end restart"));
       times.push_back(Ms(Clock::now() - killed));
     }
@@ -310,7 +318,8 @@ class CoordSuite : public Suite {
 }  // namespace
 
 ASYMNVM_REGISTER_SUITE(kCoordSuite, "coord",
-                       "coordination: op-path cost, dead-writer take-over and back-end restart times (embedded, ZooKeeper)",
+                       "coordination: op-path cost, dead-writer take-over and back-end restart "
+                       "times (embedded, ZooKeeper)",
                        CoordSuite);
 
 }  // namespace asymnvm::bench

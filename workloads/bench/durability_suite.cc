@@ -90,8 +90,9 @@ class DurabilitySuite : public Suite {
                          {"txns/op", "txns_per_op", 3},
                          {"be cpu us/op", "backend_cpu_us_per_op", 1},
                          {"floor us", "floor_us", 1}});
-    report->AddNote("syncs/op = msync calls of the back-end's pool during the run / updates "
-                    "(a group commit counts once; flush mode has none)");
+    report->AddNote(
+        "syncs/op = msync calls of the back-end's pool during the run / updates "
+        "(a group commit counts once; flush mode has none)");
     return Status::Ok();
   }
 

@@ -20,8 +20,8 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <iostream>
 #include <iomanip>
+#include <iostream>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -127,8 +127,8 @@ class BenchTarget {
     t->recv_base_ = recv_area;
     std::vector<RecvRequest> reqs;
     for (uint32_t i = 0; i < kRecvBuffers; i++) {
-      reqs.push_back({i, recv_area + size_t{i} * kRecvBufferBytes, kRecvBufferBytes,
-                      t->recv_mr_.get()});
+      reqs.push_back(
+          {i, recv_area + size_t{i} * kRecvBufferBytes, kRecvBufferBytes, t->recv_mr_.get()});
     }
     ASYMNVM_RETURN_IF_ERROR(t->srq_->PostRecv(reqs));
     ASYMNVM_ASSIGN_OR_RETURN(t->listener_, t->fabric_->Listen(t->pd_.get(), listen_address));
@@ -331,7 +331,9 @@ struct Initiator {
   std::unique_ptr<Connection> conn;
   RegionDescriptor remote;
 
-  uint8_t* slot(uint32_t i) const { return static_cast<uint8_t*>(mem.get()) + size_t{i} * kSlotBytes; }
+  uint8_t* slot(uint32_t i) const {
+    return static_cast<uint8_t*>(mem.get()) + size_t{i} * kSlotBytes;
+  }
   uint64_t* atomic_result(uint32_t i) const {
     return reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(mem.get()) + kAreaBytes) + i;
   }
@@ -469,7 +471,8 @@ class OpRunner {
 class FabricSuite : public Suite {
  public:
   void AddOptions(CLI::App* cmd) override {
-    cmd->add_option("--providers", providers_, "Providers to measure (verbs is skipped without a device)")
+    cmd->add_option("--providers", providers_,
+                    "Providers to measure (verbs is skipped without a device)")
         ->delimiter(',')
         ->check(CLI::IsMember({"soft", "verbs"}))
         ->default_str("soft,verbs");
@@ -522,11 +525,11 @@ class FabricSuite : public Suite {
   Status Run(const CommonOptions& common, Report* report) override {
     budget_.duration = std::chrono::duration_cast<std::chrono::nanoseconds>(
         std::chrono::duration<double>(common.duration_s > 0 ? common.duration_s
-                                      : common.quick       ? 0.1
-                                                           : 1.0));
+                                      : common.quick        ? 0.1
+                                                            : 1.0));
     budget_.max_ops = common.ops;
-    warmup_.duration = std::min<std::chrono::nanoseconds>(budget_.duration / 5,
-                                                          std::chrono::milliseconds(50));
+    warmup_.duration =
+        std::min<std::chrono::nanoseconds>(budget_.duration / 5, std::chrono::milliseconds(50));
     warmup_.max_ops = common.ops == 0 ? 0 : std::max<uint64_t>(1, common.ops / 10);
 
     unsigned cores = MachineCores();
@@ -580,8 +583,9 @@ class FabricSuite : public Suite {
         "; regions in " + (pm_.dir.empty() ? "DRAM" : "a PM pool (" + pm_mode_ + ")") + "; " +
         std::to_string(std::chrono::duration<double>(budget_.duration).count()) +
         " s per measurement; floor = lock-step ping-pong (size bytes out, 8 B back), no fabric.");
-    report->AddHeader("lat x floor = p50 / floor p50 of the same transport and size (CAS: 8 B); "
-                      "x lock-step = ops/s / ops/s at 1 outstanding.");
+    report->AddHeader(
+        "lat x floor = p50 / floor p50 of the same transport and size (CAS: 8 B); "
+        "x lock-step = ops/s / ops/s at 1 outstanding.");
 
     for (const Json& s : skipped_) report->Add(s);
     for (const std::string& t : run_transports) {
@@ -592,7 +596,8 @@ class FabricSuite : public Suite {
       }
     }
     Summarize(report);
-    report->set_columns({{"lat x floor", "ratio_to_floor", 2}, {"x lock-step", "speedup_vs_lockstep", 2}});
+    report->set_columns(
+        {{"lat x floor", "ratio_to_floor", 2}, {"x lock-step", "speedup_vs_lockstep", 2}});
     return Status::Ok();
   }
 
@@ -611,7 +616,10 @@ class FabricSuite : public Suite {
     for (uint32_t size : FloorSizes()) {
       std::cerr << "  floor/" << transport << " " << size << " B ...\n";
       ASYMNVM_ASSIGN_OR_RETURN(Measurement meas, RunFloor(transport, size, budget_));
-      Json cfg{{"op", "pingpong"}, {"size", size}, {"outstanding", 1}, {"transport", transport},
+      Json cfg{{"op", "pingpong"},
+               {"size", size},
+               {"outstanding", 1},
+               {"transport", transport},
                {"provider", "none"}};
       Json rec = MakeRecord("floor/" + transport, cfg);
       Fill(&rec, &meas);
@@ -734,8 +742,9 @@ class FabricSuite : public Suite {
                                            std::to_string(outstanding));
         }
         Counters delta = in->conn->counters() - before;
-        Json cfg{{"op", OpKindName(spec.kind)}, {"size", spec.size}, {"outstanding", outstanding},
-                 {"transport", transport}, {"provider", provider}, {"spin_us", spin_us}};
+        Json cfg{{"op", OpKindName(spec.kind)}, {"size", spec.size},
+                 {"outstanding", outstanding},  {"transport", transport},
+                 {"provider", provider},        {"spin_us", spin_us}};
         Json rec = MakeRecord(label + " " + OpKindName(spec.kind), cfg);
         Fill(&rec, &*meas);
         double ops = static_cast<double>(std::max<uint64_t>(1, meas->ops));
@@ -795,9 +804,9 @@ class FabricSuite : public Suite {
     report->AddNote("targets:");
     for (const Json& ck : checks) {
       std::ostringstream os;
-      os << "  " << (ck["met"].get<bool>() ? "MET   " : "MISSED") << "  " << ck["check"].get<std::string>()
-         << " = " << std::fixed << std::setprecision(2) << ck["value"].get<double>() << " (target "
-         << ck["target"].get<std::string>() << ")";
+      os << "  " << (ck["met"].get<bool>() ? "MET   " : "MISSED") << "  "
+         << ck["check"].get<std::string>() << " = " << std::fixed << std::setprecision(2)
+         << ck["value"].get<double>() << " (target " << ck["target"].get<std::string>() << ")";
       report->AddNote(os.str());
     }
   }

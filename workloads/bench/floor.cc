@@ -116,8 +116,7 @@ Status SocketPair(const std::string& transport, Fd* client, Fd* server) {
   return Status::InvalidArgument("floor: unknown transport '" + transport + "'");
 }
 
-Result<Measurement> SocketFloor(const std::string& transport, uint32_t size,
-                                const Budget& budget) {
+Result<Measurement> SocketFloor(const std::string& transport, uint32_t size, const Budget& budget) {
   Fd client, server;
   ASYMNVM_RETURN_IF_ERROR(SocketPair(transport, &client, &server));
   std::thread echo([fd = server.get(), size] {

@@ -66,9 +66,10 @@ class KvSuite : public Suite {
     cmd->add_option("--plot", plot_, "PNG of throughput over time across the failover (gnuplot)");
     cmd->add_option("--dir", dir_, "working directory for pools and the coordinator");
     cmd->add_option("--kv-binary", binary_, "path of asymnvm-kv (default: next to this binary)");
-    cmd->add_option("--trace", traces_,
-                    "replay Twitter cache traces (public format; workloads/traces/*.csv, asymnvm-trace gen) "
-                    "instead of YCSB")
+    cmd->add_option(
+           "--trace", traces_,
+           "replay Twitter cache traces (public format; workloads/traces/*.csv, asymnvm-trace gen) "
+           "instead of YCSB")
         ->delimiter(',');
     cmd->add_option("--trace-policies", trace_policies_, "OQ policies to compare on each trace")
         ->delimiter(',')
@@ -93,7 +94,8 @@ class KvSuite : public Suite {
       ASYMNVM_RETURN_IF_ERROR(oq::ParsePolicy(p).status().WithContext("kv: --trace-policies"));
     }
     for (const auto& f : traces_) {
-      if (!std::filesystem::exists(f)) return Status::InvalidArgument("kv: --trace " + f + ": no such file");
+      if (!std::filesystem::exists(f))
+        return Status::InvalidArgument("kv: --trace " + f + ": no such file");
     }
     return Status::Ok();
   }
@@ -156,17 +158,27 @@ class KvSuite : public Suite {
       if (e) dup2(fileno(e), 2);
       setenv("ASYMNVM_LOG_LEVEL", "warn", 1);
       std::vector<std::string> args{binary_,
-                                    "--pool", dir_ + "/kv" + std::to_string(i) + ".pool",
-                                    "--size", "96M",
-                                    "--listen", "unix://" + dir_ + "/kv" + std::to_string(i),
-                                    "--pm-mode", "flush",
-                                    "--coord", Coord(),
-                                    "--initial-servers", std::to_string(servers),
-                                    "--oq-policy", policy,
-                                    "--workers", "2",
-                                    "--shards", "12",
+                                    "--pool",
+                                    dir_ + "/kv" + std::to_string(i) + ".pool",
+                                    "--size",
+                                    "96M",
+                                    "--listen",
+                                    "unix://" + dir_ + "/kv" + std::to_string(i),
+                                    "--pm-mode",
+                                    "flush",
+                                    "--coord",
+                                    Coord(),
+                                    "--initial-servers",
+                                    std::to_string(servers),
+                                    "--oq-policy",
+                                    policy,
+                                    "--workers",
+                                    "2",
+                                    "--shards",
+                                    "12",
                                     "--xpline",
-                                    "--log-level", "warn"};
+                                    "--log-level",
+                                    "warn"};
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
@@ -211,9 +223,11 @@ class KvSuite : public Suite {
   }
 
   Status RunTraces(double seconds, Report* report) {
-    report->AddHeader("asymnvm-bench kv --trace: one asymnvm-kv server (rf 1, pm-mode flush; a PUT is "
-                      "nilext), " + std::to_string(threads_) + " client threads on " + std::to_string(clients_) +
-                      " clients, closed loop, " + std::to_string(MachineCores()) + " cores for everything.");
+    report->AddHeader(
+        "asymnvm-bench kv --trace: one asymnvm-kv server (rf 1, pm-mode flush; a PUT is "
+        "nilext), " +
+        std::to_string(threads_) + " client threads on " + std::to_string(clients_) +
+        " clients, closed loop, " + std::to_string(MachineCores()) + " cores for everything.");
     for (const auto& file : traces_) {
       std::vector<workloads::TraceRecord> recs;
       ASYMNVM_ASSIGN_OR_RETURN(auto reader, workloads::TraceReader::Open(file));
@@ -270,7 +284,8 @@ class KvSuite : public Suite {
     // Warm-up (not measured): the keys exist, so GETs find data as in a running cache.
     for (const auto& r : recs) {
       if (r.op == workloads::TraceOp::kGet || r.op == workloads::TraceOp::kGets) {
-        (void)clients[0]->Put(key_of(r), std::string(std::min<uint32_t>(r.value_size, 1u << 20), 'w'));
+        (void)clients[0]->Put(key_of(r),
+                              std::string(std::min<uint32_t>(r.value_size, 1u << 20), 'w'));
       }
     }
     std::vector<LatencySampler> put_lat(threads_), get_lat(threads_), other_lat(threads_);
@@ -301,7 +316,8 @@ class KvSuite : public Suite {
             case workloads::TraceOp::kIncr:
             case workloads::TraceOp::kDecr:
               st = c.Incr(key, r.op == workloads::TraceOp::kIncr ? 1 : -1).status();
-              if (st.code() == StatusCode::kInvalidArgument) st = Status::Ok();  // not a number: refused, as memcached does
+              if (st.code() == StatusCode::kInvalidArgument)
+                st = Status::Ok();  // not a number: refused, as memcached does
               break;
             default:
               st = c.Put(key, std::string(std::min<uint32_t>(r.value_size, 1u << 20), 'v'));
@@ -313,7 +329,9 @@ class KvSuite : public Suite {
             continue;
           }
           lat->Add(ElapsedNs(t0, Clock::now()));
-          if (common_.ops && put_lat[t].count() + get_lat[t].count() + other_lat[t].count() >= common_.ops / threads_) break;
+          if (common_.ops && put_lat[t].count() + get_lat[t].count() + other_lat[t].count() >=
+                                 common_.ops / threads_)
+            break;
         }
       });
     }
@@ -321,13 +339,21 @@ class KvSuite : public Suite {
     const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
     LatencySampler puts, gets, all;
     for (int t = 0; t < threads_; t++) {
-      for (auto ns : put_lat[t].samples()) { puts.Add(ns); all.Add(ns); }
-      for (auto ns : get_lat[t].samples()) { gets.Add(ns); all.Add(ns); }
+      for (auto ns : put_lat[t].samples()) {
+        puts.Add(ns);
+        all.Add(ns);
+      }
+      for (auto ns : get_lat[t].samples()) {
+        gets.Add(ns);
+        all.Add(ns);
+      }
       for (auto ns : other_lat[t].samples()) all.Add(ns);
     }
     clients.clear();
     Json rec = MakeRecord(policy, {{"trace", std::filesystem::path(file).filename().string()},
-                                   {"threads", threads_}, {"clients", clients_}, {"seconds", seconds},
+                                   {"threads", threads_},
+                                   {"clients", clients_},
+                                   {"seconds", seconds},
                                    {"requests_in_trace", recs.size()}});
     rec["trace"] = std::filesystem::path(file).filename().string();
     rec["ops_per_sec"] = static_cast<double>(all.count()) / elapsed;
@@ -504,7 +530,8 @@ class KvSuite : public Suite {
           (put ? put_lat[t] : get_lat[t]).Add(ElapsedNs(t0, t1));
           const size_t b = ElapsedNs(start, t1) / 10'000'000;
           if (b < bins) bin_ops[t][b]++;
-          if (common_.ops && put_lat[t].count() + get_lat[t].count() >= common_.ops / threads_) break;
+          if (common_.ops && put_lat[t].count() + get_lat[t].count() >= common_.ops / threads_)
+            break;
         }
       });
     }

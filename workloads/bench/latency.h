@@ -16,7 +16,8 @@ namespace asymnvm::bench {
 using Clock = std::chrono::steady_clock;
 
 inline uint64_t ElapsedNs(Clock::time_point from, Clock::time_point to) {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(to - from).count());
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(to - from).count());
 }
 
 class LatencySampler {

@@ -46,7 +46,8 @@ namespace {
 class MirrorSuite : public Suite {
  public:
   void AddOptions(CLI::App* cmd) override {
-    cmd->add_option("--variants", variants_, "mirrors-0,mirrors-1,mirrors-2,async-1,catch-up,failover")
+    cmd->add_option("--variants", variants_,
+                    "mirrors-0,mirrors-1,mirrors-2,async-1,catch-up,failover")
         ->delimiter(',')
         ->capture_default_str();
     cmd->add_option("--updates", updates_, "updates per variant")->capture_default_str();
@@ -100,7 +101,8 @@ class MirrorSuite : public Suite {
                                 " (--mirror-bin, ASYMNVM_MIRROR_BIN)");
       }
     }
-    report->AddHeader("mirror: " + std::to_string(updates_) + " updates per variant of 64 B "
+    report->AddHeader("mirror: " + std::to_string(updates_) +
+                      " updates per variant of 64 B "
                       "registers (OpLog + MemLog + TxWrite, rcb, one front-end), pools of " +
                       pool_size_ + " in " + dir_);
     for (const std::string& variant : variants_) {
@@ -113,9 +115,10 @@ class MirrorSuite : public Suite {
                          {"catch-up B", "catchup_bytes", 0},
                          {"failover ms", "failover_ms", 0},
                          {"lost ack", "lost_acknowledged", 0}});
-    report->AddNote("failover_ms = SIGKILL of the primary → first acknowledged update on the "
-                    "promoted mirror (promoted_ms: until the mirror registered as primary, "
-                    "switch_ms: the session's reconnection + replay)");
+    report->AddNote(
+        "failover_ms = SIGKILL of the primary → first acknowledged update on the "
+        "promoted mirror (promoted_ms: until the mirror registered as primary, "
+        "switch_ms: the session's reconnection + replay)");
     return Status::Ok();
   }
 
@@ -140,7 +143,10 @@ class MirrorSuite : public Suite {
     std::vector<std::unique_ptr<driver::BackendProcess>> ms;
     std::vector<std::string> pargs = {"--coord", coord_uri, "--pm-mode", "msync"};
     auto mirror_args = [&](unsigned m) {
-      std::vector<std::string> a = {"--coord", coord_uri, "--pm-mode", mirror_pm_mode_,
+      std::vector<std::string> a = {"--coord",
+                                    coord_uri,
+                                    "--pm-mode",
+                                    mirror_pm_mode_,
                                     "--promotion-timeout-ms",
                                     std::to_string(failover ? promotion_ms_ : 3600000)};
       if (catchup) {  // a fixed address: the restarted mirror is where the primary looks
@@ -151,9 +157,9 @@ class MirrorSuite : public Suite {
     };
     for (unsigned m = 0; m < mirrors; m++) {
       ASYMNVM_ASSIGN_OR_RETURN(
-          auto mp, driver::BackendProcess::Start(
-                       mirror_bin_, tag + "/mirror-" + std::to_string(m) + ".pool", pool_size_,
-                       mirror_args(m)));
+          auto mp,
+          driver::BackendProcess::Start(mirror_bin_, tag + "/mirror-" + std::to_string(m) + ".pool",
+                                        pool_size_, mirror_args(m)));
       pargs.push_back("--mirror");
       pargs.push_back(mp->address());
       ms.push_back(std::move(mp));
@@ -175,17 +181,18 @@ class MirrorSuite : public Suite {
     ASYMNVM_ASSIGN_OR_RETURN(auto root, s->CreateRoot("registers", 42));
     ASYMNVM_ASSIGN_OR_RETURN(uint64_t base, s->Malloc(uint64_t{registers_} * kSize));
     ASYMNVM_RETURN_IF_ERROR(s->Fence());
-    s->RegisterReplay(42, [base](frontend::Session& s2, const frontend::Structure& st,
-                                 const frontend::RecoveredOp& op) -> Status {
-      if (op.payload.size() != 16) return Status::Corruption("bad op");
-      uint64_t i, u;
-      std::memcpy(&i, op.payload.data(), 8);
-      std::memcpy(&u, op.payload.data() + 8, 8);
-      std::vector<uint8_t> value(kSize, static_cast<uint8_t>(u));
-      (void)s2.OpLog(st, 1, op.payload);
-      ASYMNVM_RETURN_IF_ERROR(s2.MemLog(base + i * kSize, value));
-      return s2.TxWrite(st);
-    });
+    s->RegisterReplay(42,
+                      [base](frontend::Session& s2, const frontend::Structure& st,
+                             const frontend::RecoveredOp& op) -> Status {
+                        if (op.payload.size() != 16) return Status::Corruption("bad op");
+                        uint64_t i, u;
+                        std::memcpy(&i, op.payload.data(), 8);
+                        std::memcpy(&u, op.payload.data() + 8, 8);
+                        std::vector<uint8_t> value(kSize, static_cast<uint8_t>(u));
+                        (void)s2.OpLog(st, 1, op.payload);
+                        ASYMNVM_RETURN_IF_ERROR(s2.MemLog(base + i * kSize, value));
+                        return s2.TxWrite(st);
+                      });
     ASYMNVM_ASSIGN_OR_RETURN(Json st0, DaemonStatus(be->address()));
     std::map<uint64_t, uint8_t> acked;  // register → last acknowledged fill byte
     std::mt19937_64 rng(common.seed);
@@ -213,7 +220,9 @@ class MirrorSuite : public Suite {
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     ASYMNVM_ASSIGN_OR_RETURN(Json st1, DaemonStatus(be->address()));
     Json rec = MakeRecord(variant, Json{{"mirrors", mirrors},
-                                        {"mode", mirrors == 0 ? "none" : async ? "async" : "sync"},
+                                        {"mode", mirrors == 0 ? "none"
+                                                 : async      ? "async"
+                                                              : "sync"},
                                         {"registers", registers_},
                                         {"pool_size", pool_size_}});
     rec["ops_per_sec"] = static_cast<double>(updates_) / secs;
@@ -221,7 +230,8 @@ class MirrorSuite : public Suite {
     rec["p99_us"] = lat.PercentileUs(99);
     uint64_t fwd0 = 0, fwd1 = 0, lag_bytes = 0, lag_us = 0;
     double copy_ms = 0;
-    for (const auto& m : st0.value("mirrors", Json::array())) fwd0 += m.value("bytes_forwarded", 0ull);
+    for (const auto& m : st0.value("mirrors", Json::array()))
+      fwd0 += m.value("bytes_forwarded", 0ull);
     for (const auto& m : st1.value("mirrors", Json::array())) {
       fwd1 += m.value("bytes_forwarded", 0ull);
       copy_ms = std::max(copy_ms, m.value("last_copy_ms", 0.0));
@@ -237,7 +247,8 @@ class MirrorSuite : public Suite {
     rec["primary_pm_syncs_per_op"] =
         static_cast<double>(st1.value("pm_syncs", 0ull) - st0.value("pm_syncs", 0ull)) /
         static_cast<double>(updates_);
-    rec["bytes_forwarded_per_op"] = static_cast<double>(fwd1 - fwd0) / static_cast<double>(updates_);
+    rec["bytes_forwarded_per_op"] =
+        static_cast<double>(fwd1 - fwd0) / static_cast<double>(updates_);
     rec["copy_ms"] = copy_ms;
     if (async) {
       rec["max_lag_bytes"] = lag_bytes;
@@ -252,8 +263,9 @@ class MirrorSuite : public Suite {
       }
       ASYMNVM_RETURN_IF_ERROR(s->Fence());
       const auto restart = Clock::now();
-      ASYMNVM_ASSIGN_OR_RETURN(ms[0], driver::BackendProcess::Start(mirror_bin_, tag + "/mirror-0.pool",
-                                                                    pool_size_, mirror_args(0)));
+      ASYMNVM_ASSIGN_OR_RETURN(
+          ms[0], driver::BackendProcess::Start(mirror_bin_, tag + "/mirror-0.pool", pool_size_,
+                                               mirror_args(0)));
       Json st2;
       for (;;) {
         ASYMNVM_ASSIGN_OR_RETURN(st2, DaemonStatus(be->address()));
@@ -272,7 +284,9 @@ class MirrorSuite : public Suite {
       rec["catchup_bytes"] = bytes;
       rec["catchup_incremental"] = m.value("incremental_copies", 0ull) > 0;
       rec["catchup_mb_per_s"] =
-          m.value("last_copy_ms", 0.0) > 0 ? static_cast<double>(bytes) / 1e3 / m.value("last_copy_ms", 0.0) : 0.0;
+          m.value("last_copy_ms", 0.0) > 0
+              ? static_cast<double>(bytes) / 1e3 / m.value("last_copy_ms", 0.0)
+              : 0.0;
     }
     if (failover) {
       ASYMNVM_ASSIGN_OR_RETURN(auto c, coord::Coordinator::Open(coord_uri));
@@ -331,8 +345,8 @@ class MirrorSuite : public Suite {
     return Status::Ok();
   }
 
-  std::vector<std::string> variants_ = {"mirrors-0", "mirrors-1", "mirrors-2", "async-1",
-                                        "catch-up", "failover"};
+  std::vector<std::string> variants_ = {"mirrors-0", "mirrors-1", "mirrors-2",
+                                        "async-1",   "catch-up",  "failover"};
   uint64_t updates_ = 20000;
   uint32_t registers_ = 1024;
   std::string pool_size_ = "64M";

@@ -97,12 +97,14 @@ class OqSuite : public Suite {
     m["pm_mode"] = pm_dir_.empty() ? "dram" : "pool file (durable OQ)";
     m["server"] = "same process, own software NIC";
     m["spin_us"] = fabric::DefaultSpin().count();
-    report->AddHeader("asymnvm-bench oq: " + std::to_string(MachineCores()) +
-                      " cores shared by server NIC, server workers, client NIC and client threads.");
+    report->AddHeader(
+        "asymnvm-bench oq: " + std::to_string(MachineCores()) +
+        " cores shared by server NIC, server workers, client NIC and client threads.");
     report->AddHeader("set = nilext Submit, get = Call; " + std::to_string(workers_) +
                       " workers, " + std::to_string(keys_) + " keys uniform, " +
- "8 B values (the demo KV store of fabric/oq/kv_store.h), exec " + std::to_string(exec_ns_) +
-                      " ns; " + (pm_dir_.empty() ? "DRAM buffers" : "durable (PM buffers)") + ".");
+                      "8 B values (the demo KV store of fabric/oq/kv_store.h), exec " +
+                      std::to_string(exec_ns_) + " ns; " +
+                      (pm_dir_.empty() ? "DRAM buffers" : "durable (PM buffers)") + ".");
     std::map<std::tuple<std::string, int, int>, Json> results;
     for (int sp : set_percent_) {
       for (int c : clients_) {
@@ -186,13 +188,13 @@ class OqSuite : public Suite {
       so.pm_area_size = pool->user_size();
       so.persister = pool->persister();
     }
-    ASYMNVM_ASSIGN_OR_RETURN(
-        auto server, oq::Server::Start(so, [this, &kv](const oq::RequestContext& ctx,
-                                                       std::span<const uint8_t> payload,
-                                                       std::vector<uint8_t>* response) {
-          BusyWork(exec_ns_);
-          return kv(ctx, payload, response);
-        }));
+    ASYMNVM_ASSIGN_OR_RETURN(auto server,
+                             oq::Server::Start(so, [this, &kv](const oq::RequestContext& ctx,
+                                                               std::span<const uint8_t> payload,
+                                                               std::vector<uint8_t>* response) {
+                               BusyWork(exec_ns_);
+                               return kv(ctx, payload, response);
+                             }));
     ASYMNVM_ASSIGN_OR_RETURN(auto client_fabric, fabric::Fabric::Open(fo));
     ASYMNVM_ASSIGN_OR_RETURN(auto client_pd, client_fabric->AllocPd());
     oq::ClientOptions co;

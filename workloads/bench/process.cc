@@ -36,9 +36,10 @@ Result<std::string> FindTool(const std::string& name, const char* env, const fs:
       if (!d.empty() && access(p.c_str(), X_OK) == 0) return p.string();
     }
   }
-  return Status::NotFound(name + " not found (set " + env +
-                          "; redis-server/redis-benchmark come from the Debian packages redis-server "
-                          "and redis-tools, which scripts/setup.sh installs)");
+  return Status::NotFound(
+      name + " not found (set " + env +
+      "; redis-server/redis-benchmark come from the Debian packages redis-server "
+      "and redis-tools, which scripts/setup.sh installs)");
 }
 
 Result<std::unique_ptr<Child>> Child::Start(std::vector<std::string> args, const std::string& out,

@@ -80,22 +80,25 @@ class RdmpSuite : public Suite {
         address = out.substr(10, out.find('\n') - 10);
         break;
       }
-      if (!server->Running()) return Status::Internal("asymnvm-kv exited: " + ReadFile(dir + "/err"));
+      if (!server->Running())
+        return Status::Internal("asymnvm-kv exited: " + ReadFile(dir + "/err"));
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     if (address.empty()) return Status::TimedOut("asymnvm-kv did not start");
     report->machine()["cores"] = MachineCores();
     report->AddHeader("asymnvm-bench rdmp: one asymnvm-kv (--coord none, pm-mode " + pm_mode_ +
                       ", 2 workers), one closed-loop client thread, 64 keys per point; hybrid "
-                      "threshold " + std::to_string(threshold_) + " B; " +
-                      std::to_string(MachineCores()) + " cores for everything.");
+                      "threshold " +
+                      std::to_string(threshold_) + " B; " + std::to_string(MachineCores()) +
+                      " cores for everything.");
     const uint64_t ops = common.ops > 0 ? common.ops : (common.quick ? 600 : 3000);
     for (uint64_t size : sizes_) {
       for (const auto& variant : variants_) {
         kv::ClientOptions co;
         co.servers = {address};
-        co.bypass_threshold =
-            variant == "reply" ? kv::kNoBypass : variant == "bypass" ? 0 : threshold_;
+        co.bypass_threshold = variant == "reply"    ? kv::kNoBypass
+                              : variant == "bypass" ? 0
+                                                    : threshold_;
         ASYMNVM_ASSIGN_OR_RETURN(auto client, kv::Client::Open(co));
         std::string value(size, '\0');
         std::mt19937_64 rng(size);
@@ -109,7 +112,8 @@ class RdmpSuite : public Suite {
           lat.Reserve(ops);
           const auto start = std::chrono::steady_clock::now();
           for (uint64_t i = 0; i < ops; i++) {
-            const std::string key = variant + "-" + std::to_string(size) + "-" + std::to_string(i % 64);
+            const std::string key =
+                variant + "-" + std::to_string(size) + "-" + std::to_string(i % 64);
             const auto t0 = std::chrono::steady_clock::now();
             if (put) {
               value[0] = static_cast<char>(i);
@@ -120,10 +124,9 @@ class RdmpSuite : public Suite {
                 return Status::Internal("rdmp: get " + key + " returned the wrong value");
               }
             }
-            lat.Add(static_cast<uint64_t>(
-                std::chrono::duration_cast<std::chrono::nanoseconds>(
-                    std::chrono::steady_clock::now() - t0)
-                    .count()));
+            lat.Add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                              std::chrono::steady_clock::now() - t0)
+                                              .count()));
           }
           const double secs =
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -131,18 +134,19 @@ class RdmpSuite : public Suite {
           const auto c1 = client->counters();
           const auto r1 = client->rdmp_counters();
           const double n = static_cast<double>(ops);
-          const uint64_t bypassed = put ? r1.bypass_puts - r0.bypass_puts
-                                        : r1.bypass_gets - r0.bypass_gets;
+          const uint64_t bypassed =
+              put ? r1.bypass_puts - r0.bypass_puts : r1.bypass_gets - r0.bypass_gets;
           Json rec = MakeRecord(variant + "-" + op, Json{{"op", op}, {"value_bytes", size}});
           rec["ops_per_sec"] = n / secs;
           rec["p50_us"] = lat.PercentileUs(50);
           rec["p99_us"] = lat.PercentileUs(99);
-          rec["round_trips_per_op"] =
-              static_cast<double>((c1.round_trips - c0.round_trips) +
-                                  (r1.round_trips - r0.round_trips)) / n;
+          rec["round_trips_per_op"] = static_cast<double>((c1.round_trips - c0.round_trips) +
+                                                          (r1.round_trips - r0.round_trips)) /
+                                      n;
           rec["bytes_per_op"] =
               static_cast<double>((c1.bytes_out - c0.bytes_out) + (c1.bytes_in - c0.bytes_in) +
-                                  (r1.bypass_bytes - r0.bypass_bytes)) / n;
+                                  (r1.bypass_bytes - r0.bypass_bytes)) /
+              n;
           rec["server_cpu_us_per_op"] = (cpu1 - cpu0) * 1e6 / n;
           rec["bypassed_fraction"] = static_cast<double>(bypassed) / n;
           rec["fallbacks"] = r1.fallbacks - r0.fallbacks;
@@ -150,8 +154,8 @@ class RdmpSuite : public Suite {
         }
       }
     }
-    report->set_columns({{"srv cpu µs/op", "server_cpu_us_per_op", 1},
-                         {"bypassed", "bypassed_fraction", 2}});
+    report->set_columns(
+        {{"srv cpu µs/op", "server_cpu_us_per_op", 1}, {"bypassed", "bypassed_fraction", 2}});
     return Status::Ok();
   }
 

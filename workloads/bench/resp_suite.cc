@@ -5,10 +5,10 @@
 //                  acknowledged write is on disk)
 //   redis-default  redis-server with its defaults (RDB snapshots only: acknowledged writes can be
 //                  lost)
-// Each is driven by `redis-benchmark -t ping_mbulk,set,get,incr -c CLIENTS -P {1,16} -n N --csv` (PING
-// shows the front door's own ceiling: no store call); a record per
-// variant × command × pipeline depth with ops_per_sec, p50_us, p99_us (redis-benchmark's own
-// figures). Processes are started by this suite and stopped by their PID.
+// Each is driven by `redis-benchmark -t ping_mbulk,set,get,incr -c CLIENTS -P {1,16} -n N --csv`
+// (PING shows the front door's own ceiling: no store call); a record per variant × command ×
+// pipeline depth with ops_per_sec, p50_us, p99_us (redis-benchmark's own figures). Processes are
+// started by this suite and stopped by their PID.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -92,7 +92,8 @@ class RespSuite : public Suite {
   }
 
   Status Run(const CommonOptions& common, Report* report) override {
-    ASYMNVM_ASSIGN_OR_RETURN(std::string bench, FindTool("redis-benchmark", "REDIS_BENCHMARK_BIN", {}));
+    ASYMNVM_ASSIGN_OR_RETURN(std::string bench,
+                             FindTool("redis-benchmark", "REDIS_BENCHMARK_BIN", {}));
     ASYMNVM_ASSIGN_OR_RETURN(std::string cli, FindTool("redis-cli", "REDIS_CLI_BIN", {}));
     int n = requests_ > 0 ? requests_ : (common.quick ? 600 : 5000);
     if (common.ops > 0) n = static_cast<int>(std::min<uint64_t>(common.ops, 1u << 30));
@@ -102,8 +103,9 @@ class RespSuite : public Suite {
     report->machine()["cores"] = MachineCores();
     report->machine()["provider"] = "soft";
     report->machine()["transport"] = "tcp";
-    report->AddHeader("redis-benchmark -t ping_mbulk,set,get,incr -c " + std::to_string(clients_) + " -n " +
-                      std::to_string(n) + " -P {1,16}; asymnvm = asymnvm-kv through its RESP gateway");
+    report->AddHeader("redis-benchmark -t ping_mbulk,set,get,incr -c " + std::to_string(clients_) +
+                      " -n " + std::to_string(n) +
+                      " -P {1,16}; asymnvm = asymnvm-kv through its RESP gateway");
     Status st = Status::Ok();
     std::stringstream vs(variants_);
     std::string v;
@@ -124,9 +126,10 @@ class RespSuite : public Suite {
     if (variant == "asymnvm") {
       ASYMNVM_ASSIGN_OR_RETURN(std::string kv,
                                FindTool("asymnvm-kv", "ASYMNVM_KV_BIN", "../kv/asymnvm-kv"));
-      ASYMNVM_ASSIGN_OR_RETURN(server, Child::Start({kv, "--pool", dir + "/kv.pool", "--size", "256M",
-                                                     "--resp-port", "0", "--log-level", "warn"},
-                                                    dir + "/out", dir + "/err"));
+      ASYMNVM_ASSIGN_OR_RETURN(
+          server, Child::Start({kv, "--pool", dir + "/kv.pool", "--size", "256M", "--resp-port",
+                                "0", "--log-level", "warn"},
+                               dir + "/out", dir + "/err"));
       for (int i = 0; i < 1200 && port == 0; ++i) {
         std::string out = ReadFile(dir + "/out");
         auto p = out.find("\nresp ");
@@ -143,8 +146,10 @@ class RespSuite : public Suite {
     } else if (variant == "redis-always" || variant == "redis-default") {
       ASYMNVM_ASSIGN_OR_RETURN(std::string rs, FindTool("redis-server", "REDIS_SERVER_BIN", {}));
       port = FreePort();
-      std::vector<std::string> args = {rs, "--port", std::to_string(port), "--bind", "127.0.0.1",
-                                       "--dir", dir, "--daemonize", "no", "--logfile", ""};
+      std::vector<std::string> args = {
+          rs,      "--port", std::to_string(port), "--bind", "127.0.0.1",
+          "--dir", dir,      "--daemonize",        "no",     "--logfile",
+          ""};
       if (variant == "redis-always") {
         for (const char* a : {"--appendonly", "yes", "--appendfsync", "always"}) args.push_back(a);
       }
@@ -161,8 +166,9 @@ class RespSuite : public Suite {
     for (int pipeline : {1, 16}) {
       ASYMNVM_ASSIGN_OR_RETURN(
           std::string out,
-          RunTool({bench, "-p", std::to_string(port), "-t", "ping_mbulk,set,get,incr", "-n", std::to_string(n),
-                   "-c", std::to_string(clients_), "-P", std::to_string(pipeline), "--csv"},
+          RunTool({bench, "-p", std::to_string(port), "-t", "ping_mbulk,set,get,incr", "-n",
+                   std::to_string(n), "-c", std::to_string(clients_), "-P",
+                   std::to_string(pipeline), "--csv"},
                   dir));
       int parsed = 0;
       std::stringstream ls(out);
@@ -170,8 +176,10 @@ class RespSuite : public Suite {
       while (std::getline(ls, line)) {
         auto f = SplitCsv(line);
         if (f.size() < 7 || f[0] == "test") continue;
-        Json rec = MakeRecord(variant, Json{{"command", f[0]}, {"pipeline", pipeline},
-                                            {"clients", clients_}, {"requests", n}});
+        Json rec = MakeRecord(
+            variant,
+            Json{
+                {"command", f[0]}, {"pipeline", pipeline}, {"clients", clients_}, {"requests", n}});
         rec["ops_per_sec"] = std::atof(f[1].c_str());
         rec["p50_us"] = std::atof(f[4].c_str()) * 1000;
         rec["p99_us"] = std::atof(f[6].c_str()) * 1000;

@@ -59,8 +59,8 @@ struct StreamState {
 };
 
 struct DriverResult {
-  uint64_t ops_measured = 0;  // acknowledged before the stop
-  uint64_t ops_total = 0;     // including the drain
+  uint64_t ops_measured = 0;         // acknowledged before the stop
+  uint64_t ops_total = 0;            // including the drain
   std::vector<uint64_t> latency_ns;  // measured appends
   Status status;
 };
@@ -114,8 +114,10 @@ class RowanSuite final : public Suite {
   }
 
   Status Run(const CommonOptions& common, Report* report) override {
-    duration_ = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(
-        common.duration_s > 0 ? common.duration_s : common.quick ? 0.12 : 1.0));
+    duration_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
+        std::chrono::duration<double>(common.duration_s > 0 ? common.duration_s
+                                      : common.quick        ? 0.12
+                                                            : 1.0));
     max_ops_ = common.ops;
     Json& m = report->machine();
     m["cores"] = MachineCores();
@@ -123,8 +125,9 @@ class RowanSuite final : public Suite {
     m["transport"] = transport_;
     m["pm"] = pm_dir_.empty() ? std::string("dram (no-op persister)") : "pool file (flush)";
     m["driver_threads"] = threads_;
-    m["driver"] = "closed loop: each driver thread owns streams/threads writer connections on one "
-                  "CQ, window outstanding appends per stream";
+    m["driver"] =
+        "closed loop: each driver thread owns streams/threads writer connections on one "
+        "CQ, window outstanding appends per stream";
     m["xpline_buffer_bytes"] = xp_buffer_;
     m["xpline_line_bytes"] = xp_line_;
     m["batch_bytes"] = batch_bytes_;
@@ -136,10 +139,11 @@ class RowanSuite final : public Suite {
                       " driver threads, closed loop, window " + std::to_string(window_) +
                       " per stream; " + FormatDouble(m["duration_s"].get<double>(), 2) +
                       " s per measurement.");
-    report->AddHeader("entry_size = encoded bytes per entry (32 B header + payload), the same for "
-                      "every variant; DLWA = XPLine-model media bytes / landed bytes (" +
-                      std::to_string(xp_buffer_ / 1024) + " KiB buffer, " +
-                      std::to_string(xp_line_) + " B lines).");
+    report->AddHeader(
+        "entry_size = encoded bytes per entry (32 B header + payload), the same for "
+        "every variant; DLWA = XPLine-model media bytes / landed bytes (" +
+        std::to_string(xp_buffer_ / 1024) + " KiB buffer, " + std::to_string(xp_line_) +
+        " B lines).");
     for (uint32_t size : sizes_) {
       for (LogVariant v : parsed_) {
         for (uint32_t streams : streams_) {
@@ -170,9 +174,10 @@ class RowanSuite final : public Suite {
   std::string ListenAddress(const std::string& tag) const {
     if (transport_ == "tcp") return "tcp://127.0.0.1:0";
     static std::atomic<uint64_t> n{0};
-    std::string name = "asymnvm-rowan-bench-" + std::to_string(getpid()) + "-" + tag + "-" +
-                       std::to_string(n++);
-    if (transport_ == "unix") return "unix://" + (std::filesystem::temp_directory_path() / name).string();
+    std::string name =
+        "asymnvm-rowan-bench-" + std::to_string(getpid()) + "-" + tag + "-" + std::to_string(n++);
+    if (transport_ == "unix")
+      return "unix://" + (std::filesystem::temp_directory_path() / name).string();
     return "inproc://" + name;
   }
 
@@ -305,9 +310,8 @@ class RowanSuite final : public Suite {
       std::vector<std::thread> drivers;
       auto t0 = Clock::now();
       for (uint32_t t = 0; t < threads; t++) {
-        drivers.emplace_back([&, t] {
-          results[t] = Drive(cfg, cqs[t].get(), &owned[t], &stop, &acked);
-        });
+        drivers.emplace_back(
+            [&, t] { results[t] = Drive(cfg, cqs[t].get(), &owned[t], &stop, &acked); });
       }
       auto deadline = t0 + duration_;
       while (Clock::now() < deadline && (max_ops_ == 0 || acked.load() < max_ops_)) {
@@ -335,7 +339,9 @@ class RowanSuite final : public Suite {
         for (auto& r : results) {
           for (uint64_t ns : r.latency_ns) all.Add(ns);
         }
-        Json c{{"streams", cfg.streams}, {"entry_size", cfg.entry_size}, {"window", window_},
+        Json c{{"streams", cfg.streams},
+               {"entry_size", cfg.entry_size},
+               {"window", window_},
                {"threads", threads}};
         Json rec = MakeRecord(rowan::LogVariantName(cfg.variant), c);
         rec["ops_per_sec"] = meas.ops_per_sec();
@@ -410,9 +416,10 @@ class RowanSuite final : public Suite {
       }
       auto timeout = std::chrono::microseconds(20000);
       if (next_tick != Clock::time_point::max()) {
-        timeout = std::min(timeout, std::max(std::chrono::microseconds(0),
-                                             std::chrono::duration_cast<std::chrono::microseconds>(
-                                                 next_tick - now)));
+        timeout = std::min(
+            timeout,
+            std::max(std::chrono::microseconds(0),
+                     std::chrono::duration_cast<std::chrono::microseconds>(next_tick - now)));
       }
       auto n = timeout.count() == 0 ? cq->Poll(comps) : cq->Wait(comps, timeout);
       if (!n.ok()) {
@@ -483,11 +490,11 @@ class RowanSuite final : public Suite {
         }
       }
       if (any) {
-        checks.push_back(Json{{"check", "rowan " + std::to_string(size) +
-                                            " B: max DLWA over stream counts"},
-                              {"value", worst},
-                              {"target", "<= 1.03"},
-                              {"met", worst <= kRowanDlwaTarget}});
+        checks.push_back(
+            Json{{"check", "rowan " + std::to_string(size) + " B: max DLWA over stream counts"},
+                 {"value", worst},
+                 {"target", "<= 1.03"},
+                 {"met", worst <= kRowanDlwaTarget}});
       }
       crossover[std::to_string(size)] =
           Json{{"rwrite_last_streams_at_or_below_1.03", last_under},
@@ -511,9 +518,10 @@ class RowanSuite final : public Suite {
                              : c["rwrite_first_streams_above_1.03"].dump();
       report->AddNote("  rwrite crossover, " + it.key() + " B entries: DLWA <= 1.03 up to " +
                       c["rwrite_last_streams_at_or_below_1.03"].dump() +
-                      " streams, above it from " + over + " streams (model: one open line per "
-                      "stream, " + c["model_prediction_streams_above"].dump() +
-                      " lines in the buffer)");
+                      " streams, above it from " + over +
+                      " streams (model: one open line per "
+                      "stream, " +
+                      c["model_prediction_streams_above"].dump() + " lines in the buffer)");
     }
   }
 

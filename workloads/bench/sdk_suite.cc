@@ -41,8 +41,10 @@ class SdkSuite : public Suite {
       ASYMNVM_ASSIGN_OR_RETURN(Level lv, frontend::ParseLevel(l));
       level_values_.push_back(lv);
     }
-    if (registers_ < 1 || registers_ > (1u << 20)) return Status::InvalidArgument("--registers must be 1..1048576");
-    if (size_ < 8 || size_ > 4096 || size_ % 8 != 0) return Status::InvalidArgument("--size must be a multiple of 8 in 8..4096");
+    if (registers_ < 1 || registers_ > (1u << 20))
+      return Status::InvalidArgument("--registers must be 1..1048576");
+    if (size_ < 8 || size_ > 4096 || size_ % 8 != 0)
+      return Status::InvalidArgument("--size must be a multiple of 8 in 8..4096");
     if (updates_ < 1) return Status::InvalidArgument("--updates must be >= 1");
     if (batch_ < 1 || batch_ > 65536) return Status::InvalidArgument("--batch must be 1..65536");
     return Status::Ok();
@@ -58,13 +60,15 @@ class SdkSuite : public Suite {
     if (backend_bin_.empty()) {
       ASYMNVM_ASSIGN_OR_RETURN(backend_bin_, driver::FindBackendBinary(""));
     }
-    report->AddHeader("sdk: register array of " + std::to_string(registers_) + " x " + std::to_string(size_) +
-                      " B, " + std::to_string(updates_) + " updates per level, batch " + std::to_string(batch_) +
+    report->AddHeader("sdk: register array of " + std::to_string(registers_) + " x " +
+                      std::to_string(size_) + " B, " + std::to_string(updates_) +
+                      " updates per level, batch " + std::to_string(batch_) +
                       ", back-end pm-mode flush (child process)");
     for (Level level : level_values_) {
       const std::string pool = dir_ + "/asymnvm-bench-sdk-" + std::to_string(getpid()) + ".pool";
       std::filesystem::remove(pool);
-      ASYMNVM_ASSIGN_OR_RETURN(auto be, driver::BackendProcess::Start(backend_bin_, pool, "256M", {"--pm-mode", "flush"}));
+      ASYMNVM_ASSIGN_OR_RETURN(auto be, driver::BackendProcess::Start(backend_bin_, pool, "256M",
+                                                                      {"--pm-mode", "flush"}));
       struct Cleanup {
         std::string p;
         ~Cleanup() {
@@ -105,11 +109,13 @@ class SdkSuite : public Suite {
       ASYMNVM_ASSIGN_OR_RETURN(double cpu1, be->CpuSeconds());
       const auto c1 = s->counters();
       const double n = static_cast<double>(updates_);
-      Json rec = MakeRecord(frontend::LevelName(level), Json{{"registers", registers_}, {"size", size_}, {"batch", batch_}});
+      Json rec = MakeRecord(frontend::LevelName(level),
+                            Json{{"registers", registers_}, {"size", size_}, {"batch", batch_}});
       rec["ops_per_sec"] = n / secs;
       rec["p50_us"] = lat.PercentileUs(50);
       rec["p99_us"] = lat.PercentileUs(99);
-      rec["round_trips_per_op"] = static_cast<double>(c1.fabric.round_trips - c0.fabric.round_trips) / n;
+      rec["round_trips_per_op"] =
+          static_cast<double>(c1.fabric.round_trips - c0.fabric.round_trips) / n;
       rec["bytes_per_op"] = static_cast<double>(c1.fabric.bytes_out - c0.fabric.bytes_out) / n;
       rec["op_log_sends_per_op"] = static_cast<double>(c1.op_logs - c0.op_logs) / n;
       rec["txns_per_op"] = static_cast<double>(c1.txns - c0.txns) / n;
@@ -119,9 +125,13 @@ class SdkSuite : public Suite {
       s.reset();
       ASYMNVM_RETURN_IF_ERROR(be->Stop());
     }
-    report->set_columns({{"op logs/op", "op_log_sends_per_op", 3}, {"txns/op", "txns_per_op", 4},
-                         {"fence polls/op", "fence_polls_per_op", 3}, {"be cpu us/op", "backend_cpu_us_per_op", 2}});
-    report->AddNote("round trips = doorbells of every connection of the session (op logs, transactions, fences' READs)");
+    report->set_columns({{"op logs/op", "op_log_sends_per_op", 3},
+                         {"txns/op", "txns_per_op", 4},
+                         {"fence polls/op", "fence_polls_per_op", 3},
+                         {"be cpu us/op", "backend_cpu_us_per_op", 2}});
+    report->AddNote(
+        "round trips = doorbells of every connection of the session (op logs, transactions, "
+        "fences' READs)");
     return Status::Ok();
   }
 

@@ -39,9 +39,9 @@
 #include "asymnvm/frontend.h"
 #include "asymnvm/structures/structure.h"
 #include "backend/backend.h"
+#include "tools/ctl.h"
 #include "workloads/bench/bench.h"
 #include "workloads/bench/latency.h"
-#include "tools/ctl.h"
 #include "workloads/driver/backend_process.h"
 #include "workloads/driver/runner.h"
 
@@ -53,13 +53,13 @@ using structures::Kind;
 
 // Paper Table 3: RCB ÷ naive (hash table: RC ÷ naive).
 const std::map<std::string, double> kPaperRatio = {
-    {"queue", 4.4}, {"stack", 5.4}, {"skiplist", 10.6}, {"bst", 5.6}, {"bptree", 8.9},
-    {"mvbst", 5.7}, {"mvbptree", 4.3}, {"hash", 1.4}};
+    {"queue", 4.4},  {"stack", 5.4}, {"skiplist", 10.6}, {"bst", 5.6},
+    {"bptree", 8.9}, {"mvbst", 5.7}, {"mvbptree", 4.3},  {"hash", 1.4}};
 
 // Paper Table 3, KOPS: AsymNVM-RCB (hash table: RC) ÷ Symmetric and RCB ÷ Symmetric-B.
 const std::map<std::string, double> kPaperVsSymmetric = {
-    {"queue", 1392 / 1187.0}, {"stack", 1139 / 1076.0},   {"skiplist", 54.9 / 117.6},
-    {"bst", 76.2 / 77.1},     {"bptree", 84.4 / 124.3},   {"mvbst", 37.9 / 38.2},
+    {"queue", 1392 / 1187.0},  {"stack", 1139 / 1076.0}, {"skiplist", 54.9 / 117.6},
+    {"bst", 76.2 / 77.1},      {"bptree", 84.4 / 124.3}, {"mvbst", 37.9 / 38.2},
     {"mvbptree", 29.8 / 14.0}, {"hash", 439 / 1148.0}};
 const std::map<std::string, double> kPaperVsSymmetricB = {
     {"queue", 1392 / 2459.0}, {"stack", 1139 / 2293.0}, {"skiplist", 54.9 / 189.3},
@@ -95,7 +95,8 @@ Result<Variant> ParseVariant(const std::string& name) {
 // The Rowan receiver address of the back-end at `oq_address`, from its status reply (kStatus,
 // through asymnvm-ctl's client), so the remote log back-end needs no front-end registration.
 Result<std::string> FetchLogAddress(const std::string& oq_address) {
-  ASYMNVM_ASSIGN_OR_RETURN(std::string text, tools::FetchStatus(oq_address, std::chrono::seconds(5)));
+  ASYMNVM_ASSIGN_OR_RETURN(std::string text,
+                           tools::FetchStatus(oq_address, std::chrono::seconds(5)));
   Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object() || !j.contains("log_address") || !j["log_address"].is_string() ||
       j["log_address"].get<std::string>().empty()) {
@@ -126,40 +127,52 @@ struct CellResult {
 class StructuresSuite : public Suite {
  public:
   void AddOptions(CLI::App* cmd) override {
-    cmd->add_option("--structures", structures_, "stack,queue,hash,skiplist,bst,bptree,mvbst,mvbptree")
+    cmd->add_option("--structures", structures_,
+                    "stack,queue,hash,skiplist,bst,bptree,mvbst,mvbptree")
         ->delimiter(',')
         ->capture_default_str();
-    cmd->add_option("--levels", levels_, "naive,r,rc,rcb,rcb-v,symmetric,symmetric-b (rcb-v: rcb with "
-                                         "writes sent as --vector-sized PutBatch vectors, ordered "
-                                         "maps only; symmetric: local PM + asynchronous op-log "
-                                         "shipping, the paper's baseline)")
+    cmd->add_option("--levels", levels_,
+                    "naive,r,rc,rcb,rcb-v,symmetric,symmetric-b (rcb-v: rcb with "
+                    "writes sent as --vector-sized PutBatch vectors, ordered "
+                    "maps only; symmetric: local PM + asynchronous op-log "
+                    "shipping, the paper's baseline)")
         ->delimiter(',')
         ->capture_default_str();
-    cmd->add_option("--mix", mix_, "read%/write% (100/0 .. 0/100) or YCSB A..F")->capture_default_str();
-    cmd->add_option("--dist", dist_, "uniform|zipfian|zipfian-raw|latest|hotspot")->capture_default_str();
+    cmd->add_option("--mix", mix_, "read%/write% (100/0 .. 0/100) or YCSB A..F")
+        ->capture_default_str();
+    cmd->add_option("--dist", dist_, "uniform|zipfian|zipfian-raw|latest|hotspot")
+        ->capture_default_str();
     cmd->add_option("--theta", theta_, "Zipfian constant")->capture_default_str();
     cmd->add_option("--batch", batch_, "operations per transaction at rcb")->capture_default_str();
-    cmd->add_option("--vector", vector_, "writes per PutBatch vector at level rcb-v")->capture_default_str();
-    cmd->add_option("--cache-pct", cache_pct_, "cache size, percent of the data")->capture_default_str();
+    cmd->add_option("--vector", vector_, "writes per PutBatch vector at level rcb-v")
+        ->capture_default_str();
+    cmd->add_option("--cache-pct", cache_pct_, "cache size, percent of the data")
+        ->capture_default_str();
     cmd->add_option("--value-size", value_size_, "value bytes (constant)")->capture_default_str();
     cmd->add_option("--measure-ops", ops_, "operations per front-end per cell (--ops caps it)")
         ->capture_default_str();
-    cmd->add_option("--preload", preload_, "keys inserted before measuring (default: 0 for "
-                                           "0/100, else the measured op count)");
-    cmd->add_option("--frontends", frontends_, "front-ends, each with its own instance")->capture_default_str();
+    cmd->add_option("--preload", preload_,
+                    "keys inserted before measuring (default: 0 for "
+                    "0/100, else the measured op count)");
+    cmd->add_option("--frontends", frontends_, "front-ends, each with its own instance")
+        ->capture_default_str();
     cmd->add_option("--readers", readers_, "reader threads on front-end 1's instance (SWMR)")
         ->capture_default_str();
-    cmd->add_option("--sweep", sweep_, "none|batch|cache|all: also sweep batch size (rcb) and "
-                                       "cache size (rc) for --sweep-structure")
+    cmd->add_option("--sweep", sweep_,
+                    "none|batch|cache|all: also sweep batch size (rcb) and "
+                    "cache size (rc) for --sweep-structure")
         ->capture_default_str();
-    cmd->add_option("--sweep-structure", sweep_structure_, "structure of the sweeps")->capture_default_str();
+    cmd->add_option("--sweep-structure", sweep_structure_, "structure of the sweeps")
+        ->capture_default_str();
     cmd->add_option("--dir", dir_, "directory for the pool files")->capture_default_str();
-    cmd->add_option("--pm-mode", pm_mode_, "back-end persistence: flush (cache-line flush + fence, "
-                                           "the model of real PM) | msync (page write-back to the "
-                                           "file's disk) | auto")
+    cmd->add_option("--pm-mode", pm_mode_,
+                    "back-end persistence: flush (cache-line flush + fence, "
+                    "the model of real PM) | msync (page write-back to the "
+                    "file's disk) | auto")
         ->capture_default_str();
-    cmd->add_option("--backend-bin", backend_bin_, "asymnvm-backend binary (default: found next "
-                                                   "to asymnvm-bench)");
+    cmd->add_option("--backend-bin", backend_bin_,
+                    "asymnvm-backend binary (default: found next "
+                    "to asymnvm-bench)");
   }
 
   Status Validate(const CommonOptions& common) override {
@@ -175,11 +188,14 @@ class StructuresSuite : public Suite {
     ASYMNVM_RETURN_IF_ERROR(workloads::MakeKeyGenerator(dist_, 1000, theta_).status());
     if (batch_ < 1 || batch_ > 65536) return Status::InvalidArgument("--batch must be 1..65536");
     if (vector_ < 2 || vector_ > 65536) return Status::InvalidArgument("--vector must be 2..65536");
-    if (cache_pct_ <= 0 || cache_pct_ > 1000) return Status::InvalidArgument("--cache-pct must be in (0, 1000]");
+    if (cache_pct_ <= 0 || cache_pct_ > 1000)
+      return Status::InvalidArgument("--cache-pct must be in (0, 1000]");
     if (value_size_ < 1 || value_size_ > structures::kMaxValueSize) {
-      return Status::InvalidArgument("--value-size must be 1.." + std::to_string(structures::kMaxValueSize));
+      return Status::InvalidArgument("--value-size must be 1.." +
+                                     std::to_string(structures::kMaxValueSize));
     }
-    if (frontends_ < 1 || frontends_ > 64) return Status::InvalidArgument("--frontends must be 1..64");
+    if (frontends_ < 1 || frontends_ > 64)
+      return Status::InvalidArgument("--frontends must be 1..64");
     if (readers_ > 64) return Status::InvalidArgument("--readers must be 0..64");
     if (sweep_ != "none" && sweep_ != "batch" && sweep_ != "cache" && sweep_ != "all") {
       return Status::InvalidArgument("--sweep must be none, batch, cache or all");
@@ -217,7 +233,8 @@ class StructuresSuite : public Suite {
       }
     }
     if (sweep_ == "batch" || sweep_ == "all") {
-      for (uint32_t b : {1u, 8u, 64u, 256u, 1024u}) cells.push_back({sweep_kind_, {Level::kRcb}, b, cache_pct_, "batch"});
+      for (uint32_t b : {1u, 8u, 64u, 256u, 1024u})
+        cells.push_back({sweep_kind_, {Level::kRcb}, b, cache_pct_, "batch"});
     }
     if (sweep_ == "cache" || sweep_ == "all") {
       for (double c : {1.0, 5.0, 10.0, 25.0, 50.0, 100.0}) {
@@ -228,8 +245,10 @@ class StructuresSuite : public Suite {
                       std::to_string(readers_) + " reader(s), mix " + mix_ + ", " + dist_ +
                       ", value " + std::to_string(value_size_) + " B, batch " +
                       std::to_string(batch_) + ", cache " + std::to_string(cache_pct_) +
-                      "% of data, " + std::to_string(ops_) + " ops per front-end per cell, back-end "
-                      "pm-mode " + pm_mode_);
+                      "% of data, " + std::to_string(ops_) +
+                      " ops per front-end per cell, back-end "
+                      "pm-mode " +
+                      pm_mode_);
     std::map<std::pair<std::string, std::string>, double> tput;
     for (const Cell& cell : cells) {
       ASYMNVM_ASSIGN_OR_RETURN(CellResult r, RunCell(cell));
@@ -252,7 +271,9 @@ class StructuresSuite : public Suite {
       rec["round_trips_per_op"] = static_cast<double>(r.round_trips) / ops;
       rec["bytes_per_op"] = static_cast<double>(r.bytes_out) / ops;
       rec["backend_cpu_us_per_op"] = r.backend_cpu * 1e6 / ops;
-      rec["cache_hit_ratio"] = r.hits + r.misses ? static_cast<double>(r.hits) / static_cast<double>(r.hits + r.misses) : 0.0;
+      rec["cache_hit_ratio"] =
+          r.hits + r.misses ? static_cast<double>(r.hits) / static_cast<double>(r.hits + r.misses)
+                            : 0.0;
       if (cell.variant.symmetric) {
         rec["log_round_trips_per_op"] = static_cast<double>(r.op_logs) / ops;
         rec["log_bytes_per_op"] = static_cast<double>(r.op_log_bytes) / ops;
@@ -260,8 +281,11 @@ class StructuresSuite : public Suite {
       rec["structure"] = name;
       rec["ops"] = r.ops;
       if (readers_ > 0) {
-        rec["reader_ops_per_sec"] = r.reader_seconds > 0 ? static_cast<double>(r.reader_ops) / r.reader_seconds : 0;
-        rec["reader_retry_ratio"] = r.reader_ops ? static_cast<double>(r.reader_retries) / static_cast<double>(r.reader_ops) : 0.0;
+        rec["reader_ops_per_sec"] =
+            r.reader_seconds > 0 ? static_cast<double>(r.reader_ops) / r.reader_seconds : 0;
+        rec["reader_retry_ratio"] =
+            r.reader_ops ? static_cast<double>(r.reader_retries) / static_cast<double>(r.reader_ops)
+                         : 0.0;
       }
       if (cell.sweep.empty()) tput[{name, cell.variant.Name()}] = rec["ops_per_sec"].get<double>();
       report->Add(std::move(rec));
@@ -277,7 +301,10 @@ class StructuresSuite : public Suite {
       if (hi == tput.end() || lo == tput.end() || lo->second <= 0) continue;
       const double ratio = hi->second / lo->second;
       const double paper = kPaperRatio.at(name);
-      table3.push_back({{"structure", name}, {"ratio", ratio}, {"of", top + "/naive"}, {"paper", paper},
+      table3.push_back({{"structure", name},
+                        {"ratio", ratio},
+                        {"of", top + "/naive"},
+                        {"paper", paper},
                         {"met", ratio >= paper}});
       char line[160];
       std::snprintf(line, sizeof(line), "%-9s %s/naive = %6.2fx  (paper %.1fx: %s)", name.c_str(),
@@ -287,10 +314,13 @@ class StructuresSuite : public Suite {
       auto v = tput.find({name, "rcb-v"});
       if (v != tput.end()) {
         const double vr = v->second / lo->second;
-        table3.push_back({{"structure", name}, {"ratio", vr}, {"of", "rcb-v/naive"}, {"paper", paper},
+        table3.push_back({{"structure", name},
+                          {"ratio", vr},
+                          {"of", "rcb-v/naive"},
+                          {"paper", paper},
                           {"met", vr >= paper}});
-        std::snprintf(line, sizeof(line), "%-9s rcb-v/naive = %6.2fx  (paper %.1fx: %s)", name.c_str(),
-                      vr, paper, vr >= paper ? "met" : "NOT met");
+        std::snprintf(line, sizeof(line), "%-9s rcb-v/naive = %6.2fx  (paper %.1fx: %s)",
+                      name.c_str(), vr, paper, vr >= paper ? "met" : "NOT met");
         report->AddNote(line);
       }
     }
@@ -316,9 +346,9 @@ class StructuresSuite : public Suite {
         vs_sym.push_back(e);
         char line[200];
         if (p == paper_map->end()) {
-          std::snprintf(line, sizeof(line), "%-9s %s/%s = %6.2fx  (paper: no %s cell; within %.1fx: %s)",
-                        name.c_str(), top.c_str(), sym.c_str(), ratio, sym.c_str(), kWithin,
-                        met ? "yes" : "NO");
+          std::snprintf(line, sizeof(line),
+                        "%-9s %s/%s = %6.2fx  (paper: no %s cell; within %.1fx: %s)", name.c_str(),
+                        top.c_str(), sym.c_str(), ratio, sym.c_str(), kWithin, met ? "yes" : "NO");
         } else {
           std::snprintf(line, sizeof(line), "%-9s %s/%s = %6.2fx  (paper %.2fx; within %.1fx: %s)",
                         name.c_str(), top.c_str(), sym.c_str(), ratio, p->second, kWithin,
@@ -329,10 +359,12 @@ class StructuresSuite : public Suite {
     }
     report->extra()["table3_vs_symmetric"] = vs_sym;
     if (!vs_sym.empty()) {
-      report->AddNote("symmetric = local PM (in-process back-end, inproc) + op logs shipped "
-                      "asynchronously to the remote daemon: an upper bound without consistency");
+      report->AddNote(
+          "symmetric = local PM (in-process back-end, inproc) + op logs shipped "
+          "asynchronously to the remote daemon: an upper bound without consistency");
     }
-    report->set_columns({{"structure", "structure", 0}, {"be cpu us/op", "backend_cpu_us_per_op", 2},
+    report->set_columns({{"structure", "structure", 0},
+                         {"be cpu us/op", "backend_cpu_us_per_op", 2},
                          {"hit ratio", "cache_hit_ratio", 3},
                          {"log rt/op", "log_round_trips_per_op", 3}});
     return Status::Ok();
@@ -343,7 +375,9 @@ class StructuresSuite : public Suite {
     const std::string name = structures::KindName(cell.kind);
     const std::string pool = dir_ + "/asymnvm-bench-st-" + std::to_string(getpid()) + ".pool";
     std::filesystem::remove(pool);
-    ASYMNVM_ASSIGN_OR_RETURN(auto be, driver::BackendProcess::Start(backend_bin_, pool, "1G", {"--pm-mode", pm_mode_}, "warn"));
+    ASYMNVM_ASSIGN_OR_RETURN(
+        auto be,
+        driver::BackendProcess::Start(backend_bin_, pool, "1G", {"--pm-mode", pm_mode_}, "warn"));
     const std::string local_pool = pool + ".local";
     struct Cleanup {
       std::string pool, local_pool;
@@ -372,14 +406,16 @@ class StructuresSuite : public Suite {
       bo.listen_address = "inproc://" + tag;
       bo.log_listen_address = "inproc://" + tag + "-log";
       auto local = backend::Backend::Start(bo);
-      if (!local.ok()) return local.status().WithContext(name + "/" + cell.variant.Name() + ": local PM back-end");
+      if (!local.ok())
+        return local.status().WithContext(name + "/" + cell.variant.Name() + ": local PM back-end");
       cleanup.local = std::move(local).value();
       data_address = cleanup.local->address();
     }
     const uint64_t elems = static_cast<uint64_t>(preload_) + ops_;
     const double data_bytes =
         static_cast<double>(elems) * static_cast<double>(8 + (4 + value_size_ + 7) / 8 * 8 + 24);
-    const uint64_t cache = std::max<uint64_t>(64 * 1024, static_cast<uint64_t>(data_bytes * cell.cache_pct / 100.0));
+    const uint64_t cache =
+        std::max<uint64_t>(64 * 1024, static_cast<uint64_t>(data_bytes * cell.cache_pct / 100.0));
 
     struct Fe {
       std::unique_ptr<frontend::Session> session;
@@ -402,11 +438,12 @@ class StructuresSuite : public Suite {
       ASYMNVM_ASSIGN_OR_RETURN(fes[i].session, frontend::Session::Open(so));
       structures::Options o;
       o.value_size = value_size_;
-      ASYMNVM_ASSIGN_OR_RETURN(fes[i].handle, structures::Open(*fes[i].session, cell.kind,
-                                                               "bench-" + name + "-" + std::to_string(i), o));
+      ASYMNVM_ASSIGN_OR_RETURN(fes[i].handle,
+                               structures::Open(*fes[i].session, cell.kind,
+                                                "bench-" + name + "-" + std::to_string(i), o));
     }
-    const std::string label = name + "/" + cell.variant.Name() +
-                              (cell.sweep.empty() ? "" : " " + cell.sweep);
+    const std::string label =
+        name + "/" + cell.variant.Name() + (cell.sweep.empty() ? "" : " " + cell.sweep);
     const bool tty = isatty(2);
     // Load phase.
     if (preload_ > 0) {
@@ -420,7 +457,8 @@ class StructuresSuite : public Suite {
         lc.seed = seed_ + static_cast<uint64_t>(i);
         lc.max_time = std::chrono::hours(1);
         auto r = driver::Run(*fes[i].handle, lc, [&](uint64_t done) {
-          if (tty) std::cerr << "\r\033[K" << label << ": load " << done << "/" << preload_ << std::flush;
+          if (tty)
+            std::cerr << "\r\033[K" << label << ": load " << done << "/" << preload_ << std::flush;
         });
         if (!r.ok()) return r.status().WithContext(label + " load");
       }
@@ -465,7 +503,8 @@ class StructuresSuite : public Suite {
         rc.max_time = std::chrono::duration_cast<std::chrono::nanoseconds>(duration_);
         rc.seed = seed_ * 7919 + static_cast<uint64_t>(i);
         auto r = driver::Run(*fes[i].handle, rc, [&](uint64_t done) {
-          if (tty && i == 0) std::cerr << "\r\033[K" << label << ": " << done << "/" << ops_ << std::flush;
+          if (tty && i == 0)
+            std::cerr << "\r\033[K" << label << ": " << done << "/" << ops_ << std::flush;
         });
         if (r.ok()) {
           fes[i].result = std::move(*r);
@@ -527,8 +566,10 @@ class StructuresSuite : public Suite {
     return out;
   }
 
-  std::vector<std::string> structures_ = {"stack", "queue", "hash", "skiplist", "bst", "bptree", "mvbst", "mvbptree"};
-  std::vector<std::string> levels_ = {"naive", "r", "rc", "rcb", "rcb-v", "symmetric", "symmetric-b"};
+  std::vector<std::string> structures_ = {"stack", "queue",  "hash",  "skiplist",
+                                          "bst",   "bptree", "mvbst", "mvbptree"};
+  std::vector<std::string> levels_ = {"naive", "r",         "rc",         "rcb",
+                                      "rcb-v", "symmetric", "symmetric-b"};
   std::string mix_ = "0/100", dist_ = "uniform", sweep_ = "none", sweep_structure_ = "bptree";
   double theta_ = 0.99, cache_pct_ = 10;
   uint32_t batch_ = 1024, value_size_ = 64, vector_ = 1024;

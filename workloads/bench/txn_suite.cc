@@ -35,7 +35,8 @@ namespace {
 using frontend::Level;
 
 Result<std::string> LogAddressOf(const std::string& oq_address) {
-  ASYMNVM_ASSIGN_OR_RETURN(std::string text, tools::FetchStatus(oq_address, std::chrono::seconds(5)));
+  ASYMNVM_ASSIGN_OR_RETURN(std::string text,
+                           tools::FetchStatus(oq_address, std::chrono::seconds(5)));
   Json j = Json::parse(text, nullptr, false);
   if (!j.is_object() || !j.contains("log_address") || !j["log_address"].is_string()) {
     return Status::ProtocolError(oq_address + ": status reply names no log_address");
@@ -62,27 +63,32 @@ class TxnSuite : public Suite {
     } else {
       cmd->add_option("--accounts", scale_, "SmallBank accounts N (default 100000; --quick 1000)");
     }
-    cmd->add_option("--frontends", frontends_, "front-end threads, a comma list (default 1; --quick 1,2,4)");
+    cmd->add_option("--frontends", frontends_,
+                    "front-end threads, a comma list (default 1; --quick 1,2,4)");
     cmd->add_option("--seconds", seconds_, "seconds per run (default 10; --quick 1)");
     cmd->add_option("--levels", levels_, "naive,r,rc,rcb,symmetric (default all)");
     cmd->add_option("--hold", hold_, "transactions a front-end keeps its locks for (default 64)");
-    cmd->add_option("--lock-timeout-ms", lock_ms_, "per-lock deadline before a transaction aborts (default 200)");
+    cmd->add_option("--lock-timeout-ms", lock_ms_,
+                    "per-lock deadline before a transaction aborts (default 200)");
     cmd->add_option("--dir", dir_, "directory for pool files (default /tmp)");
-    cmd->add_option("--pm-mode", pm_mode_,
-                    "persistence of the back-end pools: flush (PM's cost model, the paper's setting; "
-                    "default) | msync (disk-durable redo-log mode) | auto")
+    cmd->add_option(
+           "--pm-mode", pm_mode_,
+           "persistence of the back-end pools: flush (PM's cost model, the paper's setting; "
+           "default) | msync (disk-durable redo-log mode) | auto")
         ->check(CLI::IsMember({"flush", "msync", "auto"}));
   }
 
   Status Run(const CommonOptions& common, Report* report) override {
     if (scale_ == 0) scale_ = common.quick ? (tatp_ ? 1000 : 1000) : 100000;
     if (frontends_.empty()) frontends_ = common.quick ? "1,2,4" : "1";
-    if (seconds_ <= 0) seconds_ = common.duration_s > 0 ? common.duration_s : common.quick ? 1.0 : 10;
+    if (seconds_ <= 0)
+      seconds_ = common.duration_s > 0 ? common.duration_s : common.quick ? 1.0 : 10;
     ASYMNVM_ASSIGN_OR_RETURN(bin_, driver::FindBackendBinary(""));
     report->machine()["cores"] = MachineCores();
-    report->AddHeader(std::string(tatp_ ? "TATP subscribers " : "SmallBank accounts ") + std::to_string(scale_) +
-                      ", " + std::to_string(seconds_) + " s per run, locks held for " + std::to_string(hold_) +
-                      " txns, pm-mode " + pm_mode_);
+    report->AddHeader(std::string(tatp_ ? "TATP subscribers " : "SmallBank accounts ") +
+                      std::to_string(scale_) + ", " + std::to_string(seconds_) +
+                      " s per run, locks held for " + std::to_string(hold_) + " txns, pm-mode " +
+                      pm_mode_);
     report->extra()["pm_mode"] = pm_mode_;
     std::map<std::string, double> tput;
     bool all_ok = true;
@@ -107,8 +113,10 @@ class TxnSuite : public Suite {
       ratios["rcb_over_symmetric"] = tput["rcb"] / tput["symmetric"];
     }
     report->extra()["ratios_1_frontend"] = ratios;
-    report->set_columns({{"commit", "committed", 0}, {"abort%", "abort_rate_pct", 2}, {"ok", "invariants_ok", 0}});
-    if (!all_ok) return Status::Corruption("an invariant check failed (see invariants_error in the records)");
+    report->set_columns(
+        {{"commit", "committed", 0}, {"abort%", "abort_rate_pct", 2}, {"ok", "invariants_ok", 0}});
+    if (!all_ok)
+      return Status::Corruption("an invariant check failed (see invariants_error in the records)");
     return Status::Ok();
   }
 
@@ -120,9 +128,11 @@ class TxnSuite : public Suite {
       ASYMNVM_ASSIGN_OR_RETURN(level, frontend::ParseLevel(level_name));
     }
     auto wl = tatp_ ? txnbench::MakeTatp(scale_) : txnbench::MakeSmallBank(scale_);
-    const std::string pool = dir_ + "/asymnvm-bench-" + wl->name() + "-" + std::to_string(getpid()) + ".pool";
+    const std::string pool =
+        dir_ + "/asymnvm-bench-" + wl->name() + "-" + std::to_string(getpid()) + ".pool";
     std::filesystem::remove(pool);
-    ASYMNVM_ASSIGN_OR_RETURN(auto be, driver::BackendProcess::Start(bin_, pool, "1G", {"--pm-mode", pm_mode_}, "warn"));
+    ASYMNVM_ASSIGN_OR_RETURN(
+        auto be, driver::BackendProcess::Start(bin_, pool, "1G", {"--pm-mode", pm_mode_}, "warn"));
     struct Cleanup {
       std::string pool;
       std::unique_ptr<backend::Backend> local;
@@ -141,7 +151,8 @@ class TxnSuite : public Suite {
       bo.pool_path = pool + ".local";
       bo.pool_size = 1ull << 30;
       ASYMNVM_ASSIGN_OR_RETURN(bo.persist_mode, pm::ParsePersistMode(pm_mode_));
-      const std::string tag = "asymnvm-bench-txn-" + std::to_string(getpid()) + "-" + level_name + std::to_string(nfe);
+      const std::string tag =
+          "asymnvm-bench-txn-" + std::to_string(getpid()) + "-" + level_name + std::to_string(nfe);
       bo.listen_address = "inproc://" + tag;
       bo.log_listen_address = "inproc://" + tag + "-log";
       ASYMNVM_ASSIGN_OR_RETURN(cleanup.local, backend::Backend::Start(bo));
@@ -188,7 +199,8 @@ class TxnSuite : public Suite {
     };
     std::vector<Fe> fes(static_cast<size_t>(nfe));
     for (int i = 0; i < nfe; i++) {
-      ASYMNVM_ASSIGN_OR_RETURN(fes[i].s, frontend::Session::Open(options(static_cast<uint64_t>(i + 1))));
+      ASYMNVM_ASSIGN_OR_RETURN(fes[i].s,
+                               frontend::Session::Open(options(static_cast<uint64_t>(i + 1))));
       ASYMNVM_ASSIGN_OR_RETURN(fes[i].db, structures::Database::Open(*fes[i].s, dbo));
       fes[i].w = wl->MakeWorker(i);
       fes[i].ledger = std::make_unique<txnbench::Ledger>(wl->NumQuantities());
@@ -218,7 +230,10 @@ class TxnSuite : public Suite {
             f.st = o.status();
             return;
           }
-          const uint64_t ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - a).count());
+          const uint64_t ns =
+              static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now() - a)
+                                        .count());
           f.by_type[type][static_cast<int>(*o)]++;
           if (*o == txnbench::Outcome::kCommitted) {
             f.lat.Add(ns);
@@ -236,7 +251,8 @@ class TxnSuite : public Suite {
     }
     stop = true;
     for (auto& t : th) t.join();
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double cpu = cpu_now() - cpu0;
     for (auto& f : fes) ASYMNVM_RETURN_IF_ERROR(f.st.WithContext(label));
     // Totals.
@@ -284,35 +300,49 @@ class TxnSuite : public Suite {
       if (!db.ok()) return db.status();
       inv = txnbench::Check(*wl, **db, common.seed, ws).WithContext("after reopening");
     }
-    Json config = {{"frontends", nfe}, {"scale", scale_}, {"seconds", seconds_}, {"hold_txns", hold_}, {"level", level_name}};
+    Json config = {{"frontends", nfe},
+                   {"scale", scale_},
+                   {"seconds", seconds_},
+                   {"hold_txns", hold_},
+                   {"level", level_name}};
     Json rec = MakeRecord(level_name, config);
     const uint64_t tried = committed + aborted;
     rec["ops_per_sec"] = static_cast<double>(committed) / secs;
     rec["p50_us"] = all.PercentileUs(50);
     rec["p99_us"] = all.PercentileUs(99);
-    rec["round_trips_per_op"] = committed ? static_cast<double>(rts) / static_cast<double>(committed + failed) : 0.0;
+    rec["round_trips_per_op"] =
+        committed ? static_cast<double>(rts) / static_cast<double>(committed + failed) : 0.0;
     Json per_txn = Json::object();
     for (const auto& [k, v] : breakdown) {
-      per_txn[k] = committed + failed ? static_cast<double>(v) / static_cast<double>(committed + failed) : 0.0;
+      per_txn[k] = committed + failed
+                       ? static_cast<double>(v) / static_cast<double>(committed + failed)
+                       : 0.0;
     }
     rec["per_txn"] = per_txn;
-    rec["backend_cpu_us_per_txn"] = committed ? cpu * 1e6 / static_cast<double>(committed + failed) : 0.0;
+    rec["backend_cpu_us_per_txn"] =
+        committed ? cpu * 1e6 / static_cast<double>(committed + failed) : 0.0;
     rec["committed"] = committed;
     rec["failed"] = failed;
     rec["aborted"] = aborted;
-    rec["abort_rate"] = tried ? static_cast<double>(aborted) / static_cast<double>(tried + failed) : 0.0;
+    rec["abort_rate"] =
+        tried ? static_cast<double>(aborted) / static_cast<double>(tried + failed) : 0.0;
     rec["abort_rate_pct"] = rec["abort_rate"].get<double>() * 100;
     rec["invariants_ok"] = inv.ok();
     if (!inv.ok()) rec["invariants_error"] = inv.ToString();
     Json bt = Json::object();
     std::string line = label + ":";
     for (size_t t = 0; t < types.size(); t++) {
-      bt[types[t]] = {{"committed", per[t][0]}, {"failed", per[t][1]}, {"aborted", per[t][2]},
-                      {"p50_us", lt[t].PercentileUs(50)}, {"p99_us", lt[t].PercentileUs(99)}};
-      line += " " + types[t] + " " + std::to_string(per[t][0]) + "/" + std::to_string(per[t][1]) + "/" + std::to_string(per[t][2]);
+      bt[types[t]] = {{"committed", per[t][0]},
+                      {"failed", per[t][1]},
+                      {"aborted", per[t][2]},
+                      {"p50_us", lt[t].PercentileUs(50)},
+                      {"p99_us", lt[t].PercentileUs(99)}};
+      line += " " + types[t] + " " + std::to_string(per[t][0]) + "/" + std::to_string(per[t][1]) +
+              "/" + std::to_string(per[t][2]);
     }
     rec["by_type"] = bt;
-    std::cerr << line << " (committed/failed/aborted)" << (inv.ok() ? "" : " INVARIANT FAILED: " + inv.ToString()) << "\n";
+    std::cerr << line << " (committed/failed/aborted)"
+              << (inv.ok() ? "" : " INVARIANT FAILED: " + inv.ToString()) << "\n";
     *out = std::move(rec);
     return Status::Ok();
   }
@@ -343,5 +373,6 @@ class SmallBankSuite : public TxnSuite {
 
 ASYMNVM_REGISTER_SUITE(g_tatp_suite, "tatp", "TATP over multi-structure transactions (B+trees)",
                        asymnvm::bench::TatpSuite);
-ASYMNVM_REGISTER_SUITE(g_smallbank_suite, "smallbank", "SmallBank over multi-structure transactions (hash tables)",
+ASYMNVM_REGISTER_SUITE(g_smallbank_suite, "smallbank",
+                       "SmallBank over multi-structure transactions (hash tables)",
                        asymnvm::bench::SmallBankSuite);

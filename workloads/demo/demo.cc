@@ -44,10 +44,10 @@ constexpr uint64_t kSegmentBytes = 256 * 1024;
 constexpr uint32_t kStride = 64;
 
 // Counters-area words.
-constexpr uint32_t kWordRunRecords = 0;   // FAA +1 per record, this run
-constexpr uint32_t kWordFinisher = 1;     // CAS 0 → sender+1: the first sender to finish
-constexpr uint32_t kWordAllRecords = 2;   // FAA +1 per record, all runs (never reset)
-constexpr uint32_t kWordProgress = 8;     // + sender: WRITE of the last sequence number sent
+constexpr uint32_t kWordRunRecords = 0;  // FAA +1 per record, this run
+constexpr uint32_t kWordFinisher = 1;    // CAS 0 → sender+1: the first sender to finish
+constexpr uint32_t kWordAllRecords = 2;  // FAA +1 per record, all runs (never reset)
+constexpr uint32_t kWordProgress = 8;    // + sender: WRITE of the last sequence number sent
 
 constexpr uint32_t kMinRecord = 64;
 constexpr uint32_t kMaxRecord = 256;
@@ -64,7 +64,7 @@ constexpr char kHeaderMagic[8] = {'A', 'S', 'Y', 'M', 'D', 'E', 'M', 'O'};
 
 // A demo record ("demo record" in workloads/README.md), little-endian on x86.
 struct RecordHeader {
-  uint32_t magic;   // kRecordMagic
+  uint32_t magic;  // kRecordMagic
   uint16_t sender;
   uint16_t length;  // whole record, header included (64..256)
   uint32_t epoch;   // the run that wrote it
@@ -112,13 +112,14 @@ std::string Hex(uint64_t v, int width = 6) {
 }
 
 void PrintCounters(std::ostream& out, const char* who, const Counters& c) {
-  out << "  " << std::left << std::setw(22) << who << std::right << " round trips "
-      << std::setw(6) << c.round_trips << " | WRITE " << c.writes << "  READ " << c.reads
-      << "  CAS " << c.compare_swaps << "  FAA " << c.fetch_adds << "  SEND " << c.sends
-      << "  flush " << c.flushes << "  RECV " << c.recvs << "\n"
-      << "  " << std::setw(22) << "" << " bytes out " << c.bytes_out << "  in " << c.bytes_in
-      << "  payload " << c.payload_bytes << "  RNR " << c.rnr_events << "  errors " << c.errors
-      << "  served " << c.remote_ops_served << "\n";
+  out << "  " << std::left << std::setw(22) << who << std::right << " round trips " << std::setw(6)
+      << c.round_trips << " | WRITE " << c.writes << "  READ " << c.reads << "  CAS "
+      << c.compare_swaps << "  FAA " << c.fetch_adds << "  SEND " << c.sends << "  flush "
+      << c.flushes << "  RECV " << c.recvs << "\n"
+      << "  " << std::setw(22) << ""
+      << " bytes out " << c.bytes_out << "  in " << c.bytes_in << "  payload " << c.payload_bytes
+      << "  RNR " << c.rnr_events << "  errors " << c.errors << "  served " << c.remote_ops_served
+      << "\n";
 }
 
 // Scans `segments` log segments for valid records of `epoch`; returns their count.
@@ -246,8 +247,8 @@ class Demo {
     } else if (existed_ && header_ok) {
       uint64_t other = 0;
       uint32_t prev_segments = std::min<uint32_t>(h.last_segments, max_segments);
-      uint64_t prev = ScanLog(user_ + kLogOffset, prev_segments, static_cast<uint32_t>(h.runs),
-                              &other);
+      uint64_t prev =
+          ScanLog(user_ + kLogOffset, prev_segments, static_cast<uint32_t>(h.runs), &other);
       out_ << "      previous runs: " << h.runs << "; run #" << h.runs << " landed "
            << h.last_epoch_records << " records, and a scan of its " << prev_segments
            << " log segments on PM finds " << prev << " valid (survived the restart)\n";
@@ -293,8 +294,7 @@ class Demo {
     fabric::MemoryRegionOptions mo;
     mo.access = fabric::kAllRemote;
     mo.persister = pool_->persister();
-    ASYMNVM_ASSIGN_OR_RETURN(target_mr_,
-                             target_pd_->RegisterMemory(user_, pool_->user_size(), mo));
+    ASYMNVM_ASSIGN_OR_RETURN(target_mr_, target_pd_->RegisterMemory(user_, pool_->user_size(), mo));
     fabric::CompletionQueueOptions cqo;
     cqo.capacity = 16384;
     ASYMNVM_ASSIGN_OR_RETURN(target_recv_cq_, target_->CreateCq(cqo));
@@ -320,9 +320,11 @@ class Demo {
     if (!l.ok()) return l.status().WithContext("listen " + listen);
     listener_ = std::move(l).value();
     ASYMNVM_RETURN_IF_ERROR(PostSegments(4));
-    out_ << "back-end NIC: " << target_->provider() << " on " << listener_->address() << "; PM region "
-         << (pool_->user_size() >> 20) << " MiB (rkey " << target_mr_->rkey() << "); SRQ "
-         << (multi_packet_native_ ? "multi-packet, 64 B stride" : "multi-packet EMULATED with 256 B slots")
+    out_ << "back-end NIC: " << target_->provider() << " on " << listener_->address()
+         << "; PM region " << (pool_->user_size() >> 20) << " MiB (rkey " << target_mr_->rkey()
+         << "); SRQ "
+         << (multi_packet_native_ ? "multi-packet, 64 B stride"
+                                  : "multi-packet EMULATED with 256 B slots")
          << ", " << segments_ << " log segments of " << kSegmentBytes / 1024 << " KiB\n";
     control_ = std::thread([this] { ControlLoop(); });
     return Status::Ok();
@@ -447,8 +449,8 @@ class Demo {
       if (*n == 0) return Status::TimedOut("no completion within 5 s");
       for (size_t i = 0; i < *n; i++) {
         if (comps[i].status != CompletionStatus::kSuccess) {
-          return Status::ConnectionError(std::string(OpcodeName(comps[i].opcode)) + " failed: " +
-                                         CompletionStatusName(comps[i].status) + " " +
+          return Status::ConnectionError(std::string(OpcodeName(comps[i].opcode)) +
+                                         " failed: " + CompletionStatusName(comps[i].status) + " " +
                                          s.conn->error().ToString());
         }
       }
@@ -467,8 +469,8 @@ class Demo {
     uint64_t* progress = faa_result + 1;
     for (uint64_t seq = 0; seq < o_.records; seq++) {
       uint32_t len = len_dist(rng);
-      RecordHeader h{kRecordMagic, static_cast<uint16_t>(s.id), static_cast<uint16_t>(len),
-                     epoch_, 0, seq};
+      RecordHeader h{
+          kRecordMagic, static_cast<uint16_t>(s.id), static_cast<uint16_t>(len), epoch_, 0, seq};
       std::memcpy(rec, &h, sizeof(h));
       for (uint32_t i = sizeof(h); i < len; i++) rec[i] = static_cast<uint8_t>(rng());
       h.crc = RecordCrc(rec, len);
@@ -513,8 +515,8 @@ class Demo {
       all.compare_add = 1;
       wrs.insert(wrs.end() - 1, all);
       Status st = PostAndWait(s, wrs, 1);
-      if (!st.ok()) return st.WithContext("sender " + std::to_string(s.id) + " record " +
-                                          std::to_string(seq));
+      if (!st.ok())
+        return st.WithContext("sender " + std::to_string(s.id) + " record " + std::to_string(seq));
       s.sent++;
       s.bytes += len;
     }
@@ -539,7 +541,8 @@ class Demo {
     wrs[2].opcode = Opcode::kFlush;
     wrs[2].remote_addr = counters;
     wrs[2].rkey = rkey;
-    ASYMNVM_RETURN_IF_ERROR(PostAndWait(s, wrs, 3).WithContext("sender " + std::to_string(s.id) + " CAS"));
+    ASYMNVM_RETURN_IF_ERROR(
+        PostAndWait(s, wrs, 3).WithContext("sender " + std::to_string(s.id) + " CAS"));
     s.won_cas = *cas_result == 0;
     if (*read_back == 0) return Status::Internal("CAS then READ saw no finisher");
     return Status::Ok();
@@ -628,16 +631,16 @@ class Demo {
       if (sample.size() < 12) {
         std::ostringstream os;
         os << "    seg " << std::setw(2) << l.segment << "  +" << Hex(l.offset, 5) << "  len "
-           << std::setw(3) << h.length << " (next at +" << Hex(RoundUp(l.offset + h.length, kStride), 5)
-           << ")  sender " << h.sender << "  seq " << std::setw(4) << h.seq << "  crc "
-           << Hex(h.crc, 8) << "  conn " << l.connection_id;
+           << std::setw(3) << h.length << " (next at +"
+           << Hex(RoundUp(l.offset + h.length, kStride), 5) << ")  sender " << h.sender << "  seq "
+           << std::setw(4) << h.seq << "  crc " << Hex(h.crc, 8) << "  conn " << l.connection_id;
         sample.push_back(os.str());
       }
     }
     out_ << "\n-- b-log (multi-packet SRQ over PM segments) --\n";
     out_ << "  records sent " << expected << ", landed " << landings.size() << ", valid on PM "
-         << landed_valid_ << " (" << bytes << " B in " << elapsed_s_ << " s, "
-         << std::fixed << std::setprecision(0)
+         << landed_valid_ << " (" << bytes << " B in " << elapsed_s_ << " s, " << std::fixed
+         << std::setprecision(0)
          << (elapsed_s_ > 0 ? static_cast<double>(landed_valid_) / elapsed_s_ : 0.0)
          << " records/s durable)\n";
     out_ << "  per sender:";
@@ -648,9 +651,9 @@ class Demo {
          << (conn_mismatch == 0 ? "yes" : "NO") << "\n";
     out_ << "  placement: " << back_to_back << " of " << pairs
          << " neighbouring records in a segment are back to back at the next 64 B stride ("
-         << gap_bytes << " B of holes); " << switches
-         << " sender switches between neighbours; " << rollovers << " segment roll-overs ("
-         << retired_segments_ << " retired with a zero-length completion)\n";
+         << gap_bytes << " B of holes); " << switches << " sender switches between neighbours; "
+         << rollovers << " segment roll-overs (" << retired_segments_
+         << " retired with a zero-length completion)\n";
     out_ << "  first landings (arrival order across senders):\n";
     for (const std::string& s : sample) out_ << s << "\n";
     uint64_t scanned = ScanLog(log, segments_, epoch_, nullptr);
@@ -672,7 +675,8 @@ class Demo {
              all_time = words[kWordAllRecords];
     int cas_winners = 0;
     for (const Sender& s : senders_) cas_winners += s.won_cas ? 1 : 0;
-    const uint64_t* progress = reinterpret_cast<const uint64_t*>(user_ + kCountersOffset) + kWordProgress;
+    const uint64_t* progress =
+        reinterpret_cast<const uint64_t*>(user_ + kCountersOffset) + kWordProgress;
     out_ << "\n-- one-sided traffic on the counters area --\n";
     out_ << "  FAA records this run = " << run_records << " (expected " << expected
          << "); FAA records all runs = " << all_time << " (was " << all_time_before_
@@ -697,14 +701,16 @@ class Demo {
          << xpline_.requested_bytes() << " B, media " << xpline_.media_bytes() << " B, DLWA "
          << std::setprecision(3) << xpline_.dlwa() << "\n\n";
 
-    if (landings.size() != expected) failures_.push_back("landed " + std::to_string(landings.size()));
+    if (landings.size() != expected)
+      failures_.push_back("landed " + std::to_string(landings.size()));
     if (bad != 0) failures_.push_back(std::to_string(bad) + " landed records failed validation");
     if (out_of_order != 0) failures_.push_back("records out of order");
     if (conn_mismatch != 0) failures_.push_back("completion connection != record sender");
     if (scanned != landed_valid_) failures_.push_back("scan found " + std::to_string(scanned));
     if (run_records != expected) failures_.push_back("FAA count " + std::to_string(run_records));
     if (all_time != all_time_before_ + expected) failures_.push_back("all-time FAA count");
-    if (cas_winners != 1 || finisher == 0) failures_.push_back("CAS winners " + std::to_string(cas_winners));
+    if (cas_winners != 1 || finisher == 0)
+      failures_.push_back("CAS winners " + std::to_string(cas_winners));
     if (multi_packet_native_ && pairs != back_to_back) failures_.push_back("holes between records");
     if (!failures_.empty()) {
       std::string all;

@@ -29,11 +29,11 @@ namespace asymnvm::demo {
 
 struct DemoOptions {
   std::string data_dir = "./data";
-  std::string fabric = "soft";       // soft | verbs | auto
-  std::string transport = "tcp";     // tcp | unix | inproc
-  uint32_t records = 500;            // per sender
+  std::string fabric = "soft";    // soft | verbs | auto
+  std::string transport = "tcp";  // tcp | unix | inproc
+  uint32_t records = 500;         // per sender
   uint32_t senders = 4;
-  uint64_t pool_size = 64ull << 20;  // bytes, used when the pool is created
+  uint64_t pool_size = 64ull << 20;   // bytes, used when the pool is created
   std::string persist_mode = "auto";  // auto | msync | flush
   uint64_t seed = 1;
 };

@@ -32,7 +32,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--pool-size", pool_size, "Pool size when creating it (e.g. 64M, 1G)")
       ->capture_default_str();
-  app.add_option("--persist-mode", o.persist_mode, "auto | msync | flush (see include/asymnvm/pm.h)")
+  app.add_option("--persist-mode", o.persist_mode,
+                 "auto | msync | flush (see include/asymnvm/pm.h)")
       ->check(CLI::IsMember({"auto", "msync", "flush"}))
       ->capture_default_str();
   app.add_option("--seed", o.seed, "Seed for record sizes and payloads")->capture_default_str();

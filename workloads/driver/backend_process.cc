@@ -41,12 +41,14 @@ Result<std::string> FindBackendBinary(const std::string& argv0) {
     std::stringstream ss(path);
     std::string d;
     while (std::getline(ss, d, ':')) {
-      if (!d.empty() && ok(fs::path(d) / "asymnvm-backend")) return (fs::path(d) / "asymnvm-backend").string();
+      if (!d.empty() && ok(fs::path(d) / "asymnvm-backend"))
+        return (fs::path(d) / "asymnvm-backend").string();
     }
   }
   std::string list;
   for (const auto& t : tried) list += (list.empty() ? "" : ", ") + t;
-  return Status::NotFound("asymnvm-backend not found (set ASYMNVM_BACKEND_BIN; looked at " + list + ")");
+  return Status::NotFound("asymnvm-backend not found (set ASYMNVM_BACKEND_BIN; looked at " + list +
+                          ")");
 }
 
 namespace {
@@ -133,7 +135,8 @@ Result<std::unique_ptr<BackendProcess>> BackendProcess::Start(const std::string&
     std::string msg = Drain(p->err_fd_);
     while (!msg.empty() && msg.back() == '\n') msg.pop_back();
     return Status::Internal("asymnvm-backend failed to start (exit " +
-                            std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + "): " + msg);
+                            std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) +
+                            "): " + msg);
   }
   p->address_ = line.substr(prefix.size());
   return p;
@@ -148,7 +151,8 @@ Result<double> BackendProcess::CpuSeconds() const {
   std::ifstream in("/proc/" + std::to_string(pid_) + "/stat");
   std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const size_t close_paren = s.rfind(')');
-  if (s.empty() || close_paren == std::string::npos) return Status::IoError("cannot read /proc stat of the back-end");
+  if (s.empty() || close_paren == std::string::npos)
+    return Status::IoError("cannot read /proc stat of the back-end");
   std::istringstream rest(s.substr(close_paren + 2));
   std::string field;
   uint64_t utime = 0, stime = 0;
@@ -169,11 +173,12 @@ Status BackendProcess::Stop(std::string* log) {
   if (log) *log = msg;
   if (WIFSIGNALED(status) && WTERMSIG(status) != SIGTERM) {
     // It died before it could handle the SIGTERM (someone else killed it): not a shutdown bug.
-    return Status::Aborted("asymnvm-backend was killed by signal " + std::to_string(WTERMSIG(status)) +
-                           " before it stopped: " + msg);
+    return Status::Aborted("asymnvm-backend was killed by signal " +
+                           std::to_string(WTERMSIG(status)) + " before it stopped: " + msg);
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return Status::Internal("asymnvm-backend did not stop cleanly (status " + std::to_string(status) + "): " + msg);
+    return Status::Internal("asymnvm-backend did not stop cleanly (status " +
+                            std::to_string(status) + "): " + msg);
   }
   return Status::Ok();
 }

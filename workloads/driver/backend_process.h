@@ -24,7 +24,8 @@ class BackendProcess {
   // The daemon gets SIGTERM when the thread that started it dies (PR_SET_PDEATHSIG: a driver
   // killed with SIGKILL leaves no daemon behind holding the pool lock), so start daemons from a
   // thread that outlives them (the main thread).
-  static Result<std::unique_ptr<BackendProcess>> Start(const std::string& bin, const std::string& pool,
+  static Result<std::unique_ptr<BackendProcess>> Start(const std::string& bin,
+                                                       const std::string& pool,
                                                        const std::string& size,
                                                        const std::vector<std::string>& extra = {},
                                                        const std::string& log_level = "warn");

@@ -17,8 +17,10 @@ Result<RunResult> Run(structures::Handle& h, const RunConfig& c,
                       const std::function<void(uint64_t)>& progress) {
   ASYMNVM_ASSIGN_OR_RETURN(workloads::Mix mix, workloads::ParseMix(c.mix));
   ASYMNVM_ASSIGN_OR_RETURN(workloads::OpChooser chooser, workloads::OpChooser::Create(mix));
-  ASYMNVM_ASSIGN_OR_RETURN(auto keys, workloads::MakeKeyGenerator(c.distribution, c.key_space, c.theta));
-  ASYMNVM_ASSIGN_OR_RETURN(workloads::ValueSizeGenerator sizes, workloads::ValueSizeGenerator::Create(c.value_size));
+  ASYMNVM_ASSIGN_OR_RETURN(auto keys,
+                           workloads::MakeKeyGenerator(c.distribution, c.key_space, c.theta));
+  ASYMNVM_ASSIGN_OR_RETURN(workloads::ValueSizeGenerator sizes,
+                           workloads::ValueSizeGenerator::Create(c.value_size));
   workloads::Rng rng(c.seed);
   RunResult r;
   r.next_insert = c.next_insert;
@@ -54,7 +56,9 @@ Result<RunResult> Run(structures::Handle& h, const RunConfig& c,
       keynum = keys->Next(rng) % c.key_space;
     }
     const uint64_t key = workloads::KeyNumToKey(keynum, c.hashed_keys);
-    if (!read) value = ValueFor(key, i + c.seed, std::min<uint64_t>(std::max<uint64_t>(1, sizes.Next(rng)), vmax));
+    if (!read)
+      value = ValueFor(key, i + c.seed,
+                       std::min<uint64_t>(std::max<uint64_t>(1, sizes.Next(rng)), vmax));
     if (vec > 1 && !read) {
       pending.emplace_back(key, value);
       r.writes++;
@@ -76,7 +80,8 @@ Result<RunResult> Run(structures::Handle& h, const RunConfig& c,
     }
     const auto t1 = bench::Clock::now();
     if (!st.ok()) {
-      if (st.code() != StatusCode::kNotFound) return st.WithContext("operation " + std::to_string(i));
+      if (st.code() != StatusCode::kNotFound)
+        return st.WithContext("operation " + std::to_string(i));
       r.not_found++;
     }
     r.latency.Add(bench::ElapsedNs(t0, t1));

@@ -16,13 +16,13 @@ namespace asymnvm::driver {
 struct RunConfig {
   std::string distribution = "uniform";  // workloads::MakeKeyGenerator names
   double theta = 0.99;
-  std::string mix = "0/100";             // read%/write% (workloads::ParseMix)
+  std::string mix = "0/100";  // read%/write% (workloads::ParseMix)
   // Writes insert fresh keys keynum = next_insert++ (a load / 100 % insert phase) instead of
   // insert-or-update of keys drawn from the chooser.
   bool fresh_inserts = false;
-  uint64_t next_insert = 0;              // first fresh keynum
-  uint64_t key_space = 10000;            // keys drawn from keynums [0, key_space)
-  bool hashed_keys = true;               // key = FnvHash64(keynum) (random order), else keynum
+  uint64_t next_insert = 0;    // first fresh keynum
+  uint64_t key_space = 10000;  // keys drawn from keynums [0, key_space)
+  bool hashed_keys = true;     // key = FnvHash64(keynum) (random order), else keynum
   std::string value_size = "constant:64";
   uint64_t ops = 10000;
   // Maps: consecutive writes are gathered into vectors of this many pairs and sent with one

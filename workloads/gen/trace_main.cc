@@ -19,18 +19,24 @@ using namespace asymnvm;
 using namespace asymnvm::workloads;
 
 int main(int argc, char** argv) {
-  CLI::App app{"asymnvm-trace: Twitter cache traces — generate (statistically similar to the clusters "
-               "JUNE BERRY uses) and inspect"};
+  CLI::App app{
+      "asymnvm-trace: Twitter cache traces — generate (statistically similar to the clusters "
+      "JUNE BERRY uses) and inspect"};
   app.footer("Exit codes: 0 ok; 1 failure; 2 bad command line.");
   app.require_subcommand(1);
   int cluster = 0;
   uint64_t ops = 10000, keys = 100000, clients = 16, seed = 1;
   std::string out;
   auto* gen = app.add_subcommand("gen", "write a synthetic trace for a cluster");
-  gen->add_option("--cluster", cluster, "12 | 19 | 27 | 31")->required()->check(CLI::IsMember({12, 19, 27, 31}));
-  gen->add_option("--ops", ops, "requests (default 10000)")->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
-  gen->add_option("--keys", keys, "key space (default 100000)")->check(CLI::Range(uint64_t{1}, uint64_t{100000000}));
-  gen->add_option("--clients", clients, "client ids (default 16)")->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20));
+  gen->add_option("--cluster", cluster, "12 | 19 | 27 | 31")
+      ->required()
+      ->check(CLI::IsMember({12, 19, 27, 31}));
+  gen->add_option("--ops", ops, "requests (default 10000)")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
+  gen->add_option("--keys", keys, "key space (default 100000)")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{100000000}));
+  gen->add_option("--clients", clients, "client ids (default 16)")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20));
   gen->add_option("--seed", seed, "seed (default 1)");
   gen->add_option("-o,--output", out, "output file (default stdout)");
   std::vector<std::string> files;
@@ -116,9 +122,9 @@ int main(int argc, char** argv) {
                 << "\n";
     } else {
       std::cout << f << ": " << s.requests << " requests (" << ops_json.dump() << "), writes "
-                << s.write_ratio() * 100 << " %, key " << s.mean_key_size << " B, value " << s.mean_value_size
-                << " B, " << s.distinct_keys << " distinct keys, " << s.clients << " clients, "
-                << s.duration_s << " s, Zipf alpha " << s.zipf_alpha << "\n";
+                << s.write_ratio() * 100 << " %, key " << s.mean_key_size << " B, value "
+                << s.mean_value_size << " B, " << s.distinct_keys << " distinct keys, " << s.clients
+                << " clients, " << s.duration_s << " s, Zipf alpha " << s.zipf_alpha << "\n";
     }
   }
   return rc;

@@ -9,8 +9,8 @@ namespace asymnvm::workloads {
 
 namespace {
 
-constexpr const char* kOpNames[kTraceOps] = {"get",    "gets",    "set",    "add",  "replace", "cas",
-                                             "append", "prepend", "delete", "incr", "decr"};
+constexpr const char* kOpNames[kTraceOps] = {
+    "get", "gets", "set", "add", "replace", "cas", "append", "prepend", "delete", "incr", "decr"};
 
 bool ParseU64(std::string_view s, uint64_t* out) {
   if (s.empty()) return false;
@@ -31,27 +31,35 @@ Result<TraceRecord> ParseTraceLine(std::string_view line) {
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
   // timestamp, then the key (which may hold commas), then five fields from the right.
   const size_t first = line.find(',');
-  if (first == std::string_view::npos) return Status::Corruption("trace line has no fields: \"" + std::string(line.substr(0, 60)) + "\"");
+  if (first == std::string_view::npos)
+    return Status::Corruption("trace line has no fields: \"" + std::string(line.substr(0, 60)) +
+                              "\"");
   std::string_view tail[5];
   size_t end = line.size();
   for (int i = 4; i >= 0; i--) {
     const size_t comma = line.rfind(',', end - 1);
     if (end == 0 || comma == std::string_view::npos || comma <= first) {
-      return Status::Corruption("trace line has fewer than 7 fields: \"" + std::string(line.substr(0, 60)) + "\"");
+      return Status::Corruption("trace line has fewer than 7 fields: \"" +
+                                std::string(line.substr(0, 60)) + "\"");
     }
     tail[i] = line.substr(comma + 1, end - comma - 1);
     end = comma;
   }
   TraceRecord r;
-  if (!ParseU64(line.substr(0, first), &r.timestamp)) return Status::Corruption("trace line: bad timestamp \"" + std::string(line.substr(0, first)) + "\"");
+  if (!ParseU64(line.substr(0, first), &r.timestamp))
+    return Status::Corruption("trace line: bad timestamp \"" + std::string(line.substr(0, first)) +
+                              "\"");
   r.key = std::string(line.substr(first + 1, end - first - 1));
   if (r.key.empty()) return Status::Corruption("trace line: empty key");
   uint64_t ks = 0, vs = 0;
-  if (!ParseU64(tail[0], &ks) || ks > (1u << 20)) return Status::Corruption("trace line: bad key size \"" + std::string(tail[0]) + "\"");
-  if (!ParseU64(tail[1], &vs) || vs > (1ull << 30)) return Status::Corruption("trace line: bad value size \"" + std::string(tail[1]) + "\"");
+  if (!ParseU64(tail[0], &ks) || ks > (1u << 20))
+    return Status::Corruption("trace line: bad key size \"" + std::string(tail[0]) + "\"");
+  if (!ParseU64(tail[1], &vs) || vs > (1ull << 30))
+    return Status::Corruption("trace line: bad value size \"" + std::string(tail[1]) + "\"");
   r.key_size = static_cast<uint32_t>(ks);
   r.value_size = static_cast<uint32_t>(vs);
-  if (!ParseU64(tail[2], &r.client)) return Status::Corruption("trace line: bad client id \"" + std::string(tail[2]) + "\"");
+  if (!ParseU64(tail[2], &r.client))
+    return Status::Corruption("trace line: bad client id \"" + std::string(tail[2]) + "\"");
   bool known = false;
   for (int i = 0; i < kTraceOps; i++) {
     if (tail[3] == kOpNames[i]) {
@@ -59,15 +67,17 @@ Result<TraceRecord> ParseTraceLine(std::string_view line) {
       known = true;
     }
   }
-  if (!known) return Status::Corruption("trace line: unknown operation \"" + std::string(tail[3]) + "\"");
-  if (!ParseU64(tail[4], &r.ttl)) return Status::Corruption("trace line: bad TTL \"" + std::string(tail[4]) + "\"");
+  if (!known)
+    return Status::Corruption("trace line: unknown operation \"" + std::string(tail[3]) + "\"");
+  if (!ParseU64(tail[4], &r.ttl))
+    return Status::Corruption("trace line: bad TTL \"" + std::string(tail[4]) + "\"");
   return r;
 }
 
 std::string FormatTraceLine(const TraceRecord& r) {
   return std::to_string(r.timestamp) + "," + r.key + "," + std::to_string(r.key_size) + "," +
-         std::to_string(r.value_size) + "," + std::to_string(r.client) + "," + TraceOpName(r.op) + "," +
-         std::to_string(r.ttl);
+         std::to_string(r.value_size) + "," + std::to_string(r.client) + "," + TraceOpName(r.op) +
+         "," + std::to_string(r.ttl);
 }
 
 Result<std::unique_ptr<TraceReader>> TraceReader::Open(const std::string& path) {
@@ -97,21 +107,30 @@ std::vector<int> TwitterClusterIds() { return {12, 19, 27, 31}; }
 Result<ClusterProfile> TwitterCluster(int id) {
   // specs/workloads.md §5 (twitter/cache-trace stat/2020Mar.md means; the most common TTL).
   switch (id) {
-    case 12: return ClusterProfile{12, 0.80, 44, 1030, 0.3048, 4.36, 300};
-    case 19: return ClusterProfile{19, 0.25, 42, 101, 0.735, 3.31, 25200};
-    case 27: return ClusterProfile{27, 0.15, 66, 8, 1.065, 24.55, 8000640};
-    case 31: return ClusterProfile{31, 0.94, 41, 15, 0.0, 2.52, 60};
-    default: break;
+    case 12:
+      return ClusterProfile{12, 0.80, 44, 1030, 0.3048, 4.36, 300};
+    case 19:
+      return ClusterProfile{19, 0.25, 42, 101, 0.735, 3.31, 25200};
+    case 27:
+      return ClusterProfile{27, 0.15, 66, 8, 1.065, 24.55, 8000640};
+    case 31:
+      return ClusterProfile{31, 0.94, 41, 15, 0.0, 2.52, 60};
+    default:
+      break;
   }
   return Status::NotFound("no Twitter cluster " + std::to_string(id) + " (known: 12, 19, 27, 31)");
 }
 
-Result<std::unique_ptr<TraceGenerator>> TraceGenerator::Create(const ClusterProfile& p, uint64_t keys,
-                                                               uint64_t clients, uint64_t seed) {
-  if (keys == 0 || keys > 100000000) return Status::InvalidArgument("trace generator: keys must be 1..10^8");
+Result<std::unique_ptr<TraceGenerator>> TraceGenerator::Create(const ClusterProfile& p,
+                                                               uint64_t keys, uint64_t clients,
+                                                               uint64_t seed) {
+  if (keys == 0 || keys > 100000000)
+    return Status::InvalidArgument("trace generator: keys must be 1..10^8");
   if (clients == 0) return Status::InvalidArgument("trace generator: clients must be at least 1");
-  if (p.key_size == 0) return Status::InvalidArgument("trace generator: key size must be at least 1");
-  if (!(p.alpha >= 0) || !std::isfinite(p.alpha)) return Status::InvalidArgument("trace generator: alpha must be >= 0");
+  if (p.key_size == 0)
+    return Status::InvalidArgument("trace generator: key size must be at least 1");
+  if (!(p.alpha >= 0) || !std::isfinite(p.alpha))
+    return Status::InvalidArgument("trace generator: alpha must be >= 0");
   return std::unique_ptr<TraceGenerator>(new TraceGenerator(p, keys, clients, seed));
 }
 
@@ -165,7 +184,8 @@ TraceRecord TraceGenerator::Next() {
 
 double TraceStats::write_ratio() const {
   if (requests == 0) return 0;
-  return 1.0 - static_cast<double>(per_op[static_cast<int>(TraceOp::kGet)] + per_op[static_cast<int>(TraceOp::kGets)]) /
+  return 1.0 - static_cast<double>(per_op[static_cast<int>(TraceOp::kGet)] +
+                                   per_op[static_cast<int>(TraceOp::kGets)]) /
                    static_cast<double>(requests);
 }
 
@@ -197,7 +217,8 @@ TraceStats TraceStatsBuilder::Finish() const {
   if (m >= 10) {
     double sx = 0, sy = 0, sxx = 0, sxy = 0;
     for (size_t i = 0; i < m; i++) {
-      const double x = std::log(static_cast<double>(i + 1)), y = std::log(static_cast<double>(f[i]));
+      const double x = std::log(static_cast<double>(i + 1)),
+                   y = std::log(static_cast<double>(f[i]));
       sx += x;
       sy += y;
       sxx += x * x;

@@ -23,7 +23,17 @@
 namespace asymnvm::workloads {
 
 enum class TraceOp : uint8_t {
-  kGet, kGets, kSet, kAdd, kReplace, kCas, kAppend, kPrepend, kDelete, kIncr, kDecr,
+  kGet,
+  kGets,
+  kSet,
+  kAdd,
+  kReplace,
+  kCas,
+  kAppend,
+  kPrepend,
+  kDelete,
+  kIncr,
+  kDecr,
 };
 inline constexpr int kTraceOps = 11;
 const char* TraceOpName(TraceOp op);

@@ -75,7 +75,8 @@ TEST(TwitterTrace, MalformedLinesAreCorruptionNamingTheField) {
     auto r = ParseTraceLine(line);
     ASSERT_FALSE(r.ok()) << line;
     EXPECT_EQ(r.status().code(), StatusCode::kCorruption) << line;
-    EXPECT_NE(r.status().message().find(what), std::string::npos) << line << ": " << r.status().ToString();
+    EXPECT_NE(r.status().message().find(what), std::string::npos)
+        << line << ": " << r.status().ToString();
   }
 }
 
@@ -113,27 +114,33 @@ TEST(TwitterTrace, SameSeedSameTrace) {
   const ClusterProfile c27 = TwitterCluster(27).value();
   auto a = TraceGenerator::Create(c27, 1000, 4, 3);
   auto b = TraceGenerator::Create(c27, 1000, 4, 3);
-  for (int i = 0; i < 1000; i++) ASSERT_EQ(FormatTraceLine((*a)->Next()), FormatTraceLine((*b)->Next()));
+  for (int i = 0; i < 1000; i++)
+    ASSERT_EQ(FormatTraceLine((*a)->Next()), FormatTraceLine((*b)->Next()));
 }
 
 // The samples shipped in workloads/traces/ are what `asymnvm-trace gen` writes for them (they
 // cannot drift from the generator), and the tool's stat reads them.
 TEST(TwitterTrace, ShippedSamplesAreCurrentAndReadable) {
-  const std::string dir = std::string(::testing::TempDir()) + "/asymnvm-trace-" + std::to_string(getpid());
+  const std::string dir =
+      std::string(::testing::TempDir()) + "/asymnvm-trace-" + std::to_string(getpid());
   std::filesystem::create_directories(dir);
   for (int id : TwitterClusterIds()) {
-    const std::string sample = std::string(ASYMNVM_SAMPLE_TRACES) + "/cluster-" + std::to_string(id) + ".sample.csv";
+    const std::string sample =
+        std::string(ASYMNVM_SAMPLE_TRACES) + "/cluster-" + std::to_string(id) + ".sample.csv";
     const std::string fresh = dir + "/c" + std::to_string(id) + ".csv";
     int code = -1;
-    std::string out = RunCmd(std::string(ASYMNVM_TRACE_BIN) + " gen --cluster " + std::to_string(id) +
-                                 " --ops 1000 --keys 5000 --clients 8 --seed 1 -o " + fresh, &code);
+    std::string out =
+        RunCmd(std::string(ASYMNVM_TRACE_BIN) + " gen --cluster " + std::to_string(id) +
+                   " --ops 1000 --keys 5000 --clients 8 --seed 1 -o " + fresh,
+               &code);
     ASSERT_EQ(code, 0) << out;
     std::ifstream a(sample), b(fresh);
     std::stringstream sa, sb;
     sa << a.rdbuf();
     sb << b.rdbuf();
     ASSERT_FALSE(sa.str().empty()) << sample << " is missing";
-    EXPECT_EQ(sa.str(), sb.str()) << sample << " differs from the generator's output: regenerate it with "
+    EXPECT_EQ(sa.str(), sb.str()) << sample
+                                  << " differs from the generator's output: regenerate it with "
                                   << "asymnvm-trace gen --cluster " << id
                                   << " --ops 1000 --keys 5000 --clients 8 --seed 1 -o " << sample;
     out = RunCmd(std::string(ASYMNVM_TRACE_BIN) + " stat --json " + sample, &code);

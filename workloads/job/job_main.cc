@@ -29,8 +29,8 @@
 // use; as many as --backends or as the pools already there, default 2), opens every structure kind
 // as a named root on the first back-end and a B+tree partitioned over all back-ends ("pbptree",
 // frontend::Cluster + structures::OpenPartitioned) from one front-end, replays op logs left by a
-// crashed earlier run, VERIFIES the data left by earlier runs against a model regenerated from their
-// seeds, runs a mixed workload over all structures (maps: 50 % get, 40 % put, 10 % delete;
+// crashed earlier run, VERIFIES the data left by earlier runs against a model regenerated from
+// their seeds, runs a mixed workload over all structures (maps: 50 % get, 40 % put, 10 % delete;
 // sequences: 60 % push, 40 % pop) checking every read against the model, prints progress and a
 // result table, records the run, stops the back-end with SIGTERM and checks that it exited
 // cleanly. Running it again on the same DIR reopens and verifies the same data.
@@ -48,17 +48,17 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <cstdio>
 #include <deque>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
-#include <nlohmann/json.hpp>
 
 #include "asymnvm/cluster.h"
 #include "asymnvm/frontend.h"
@@ -120,7 +120,8 @@ Result<std::array<uint8_t, 16>> ReadPoolUuid(const std::string& path) {
   const ssize_t n = ::pread(fd, buf.data(), buf.size(), 0);
   const int e = errno;
   ::close(fd);
-  if (n != static_cast<ssize_t>(buf.size())) return Status::IoError("read superblock of " + path, e);
+  if (n != static_cast<ssize_t>(buf.size()))
+    return Status::IoError("read superblock of " + path, e);
   pm::Superblock sb;
   ASYMNVM_RETURN_IF_ERROR(pm::DecodeSuperblock(buf.data(), buf.size(), &sb));
   return sb.uuid;
@@ -132,7 +133,8 @@ Result<Kind> ParseJobKind(const std::string& n) {
   if (n == "pbptree") return kPartitioned;
   auto k = structures::ParseKind(n);
   if (!k.ok()) {
-    return Status::InvalidArgument(std::string(k.status().message()) + ", or pbptree (a B+tree "
+    return Status::InvalidArgument(std::string(k.status().message()) +
+                                   ", or pbptree (a B+tree "
                                    "partitioned over every back-end)");
   }
   return k;
@@ -146,7 +148,8 @@ std::vector<Kind> JobKinds() {
 
 Result<std::unique_ptr<structures::Handle>> OpenJobStructure(frontend::Cluster& c, Kind k) {
   if (k == kPartitioned) {
-    ASYMNVM_ASSIGN_OR_RETURN(auto m, structures::OpenPartitioned(c, Kind::kBPlusTree, "job-pbptree"));
+    ASYMNVM_ASSIGN_OR_RETURN(auto m,
+                             structures::OpenPartitioned(c, Kind::kBPlusTree, "job-pbptree"));
     return std::unique_ptr<structures::Handle>(std::move(m));
   }
   return structures::Open(c.session(0), k, std::string("job-") + structures::KindName(k));
@@ -222,38 +225,51 @@ int main(int argc, char** argv) {
   // Line-buffered even into a file or pipe: a supervisor reading the output (the back-end pids,
   // progress) sees each line when it is printed.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  CLI::App app{"asymnvm-job: the AsymNVM main job (back-end daemon + front-end over all structures)"};
+  CLI::App app{
+      "asymnvm-job: the AsymNVM main job (back-end daemon + front-end over all structures)"};
   app.footer(kExitCodesHelp);
   std::string data_dir = "data", level_name = "rcb", pool_size = "1G", json_path, backend_bin,
               log_level = "warn", pm_mode = "auto";
   uint64_t ops = 10000;
   uint32_t nbackends = 2;
-  std::vector<std::string> names = {"stack", "queue", "hash", "skiplist", "bst", "bptree", "mvbst", "mvbptree", "pbptree"};
+  std::vector<std::string> names = {"stack",  "queue", "hash",     "skiplist", "bst",
+                                    "bptree", "mvbst", "mvbptree", "pbptree"};
   bool fresh = false, show_runs = false;
   std::string coord_uri;
-  app.add_option("--coord", coord_uri, "coordinator URI (dir:PATH | zk:HOST:PORT[,...][/chroot]); "
+  app.add_option("--coord", coord_uri,
+                 "coordinator URI (dir:PATH | zk:HOST:PORT[,...][/chroot]); "
                  "default dir:DATA_DIR/coord, also passed to the back-end daemons");
   app.add_option("--data-dir", data_dir, "directory of the pool file")->capture_default_str();
-  app.add_option("--ops", ops, "operations in this run")->check(CLI::Range(uint64_t{1}, uint64_t{100000000}))->capture_default_str();
+  app.add_option("--ops", ops, "operations in this run")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{100000000}))
+      ->capture_default_str();
   app.add_option("--structures", names, "structures to use")->delimiter(',')->capture_default_str();
-  app.add_option("--level", level_name, "naive|r|rc|rcb")->check(CLI::IsMember({"naive", "r", "rc", "rcb"}))->capture_default_str();
-  app.add_option("--pool-size", pool_size, "pool size of each back-end when creating it")->capture_default_str();
-  app.add_option("--backends", nbackends, "back-end daemons (more if the data dir holds more pools); "
+  app.add_option("--level", level_name, "naive|r|rc|rcb")
+      ->check(CLI::IsMember({"naive", "r", "rc", "rcb"}))
+      ->capture_default_str();
+  app.add_option("--pool-size", pool_size, "pool size of each back-end when creating it")
+      ->capture_default_str();
+  app.add_option("--backends", nbackends,
+                 "back-end daemons (more if the data dir holds more pools); "
                  "pbptree is partitioned over all of them")
       ->check(CLI::Range(1, 8))
       ->capture_default_str();
   app.add_option("--json", json_path, "write the result as JSON");
   app.add_flag("--fresh", fresh, "delete the pool first (start over)");
-  app.add_flag("--show-runs", show_runs, "print the run log (after replaying an interrupted run) and exit");
-  app.add_option("--backend-bin", backend_bin, "asymnvm-backend binary (default: found next to this one)");
-  app.add_option("--pm-mode", pm_mode, "back-end persistence: auto (msync on a disk-backed file: "
+  app.add_flag("--show-runs", show_runs,
+               "print the run log (after replaying an interrupted run) and exit");
+  app.add_option("--backend-bin", backend_bin,
+                 "asymnvm-backend binary (default: found next to this one)");
+  app.add_option("--pm-mode", pm_mode,
+                 "back-end persistence: auto (msync on a disk-backed file: "
                  "durable across power loss) | flush (cache-line flush: the cost model of real PM; "
                  "on a disk-backed file durable across process crashes only) | msync")
       ->check(CLI::IsMember({"auto", "flush", "msync"}))
       ->capture_default_str();
   uint32_t nmirrors = 0;
   std::string mirror_mode = "sync";
-  app.add_option("--mirrors", nmirrors, "asymnvm-mirror daemons per back-end (doc/mirror.md): every "
+  app.add_option("--mirrors", nmirrors,
+                 "asymnvm-mirror daemons per back-end (doc/mirror.md): every "
                  "persisted range is forwarded to them (DIR/asymnvm[-N].mirror-M.pool); default 0 "
                  "(a full copy per start and 2-4x slower updates on this shared machine)")
       ->check(CLI::Range(0, 4))
@@ -267,7 +283,9 @@ int main(int argc, char** argv) {
                  "delete its pool file; a mirror is promoted, the job follows it and verifies "
                  "everything (the old pool path rejoins as a mirror)")
       ->check(CLI::Range(uint64_t{1}, uint64_t{100000000}));
-  app.add_option("--log-level", log_level, "debug|info|warn|error|off")->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))->capture_default_str();
+  app.add_option("--log-level", log_level, "debug|info|warn|error|off")
+      ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -309,7 +327,8 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < daemons.size(); i++) {
         std::string how;
         if (daemons[i] && daemons[i]->Exited(&how)) {
-          std::cerr << "asymnvm-job: back-end " << i << " (pid " << daemons[i]->pid() << ") " << how << "\n";
+          std::cerr << "asymnvm-job: back-end " << i << " (pid " << daemons[i]->pid() << ") " << how
+                    << "\n";
           died = true;
         }
       }
@@ -317,9 +336,10 @@ int main(int argc, char** argv) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     } while (std::chrono::steady_clock::now() < settle);
     if (died || IsLostConnection(st)) {
-      std::cerr << "asymnvm-job: interrupted: everything acknowledged is durable in the pool files; "
-                   "run the job again to replay and verify it (exit "
-                << kExitInterrupted << ")\n";
+      std::cerr
+          << "asymnvm-job: interrupted: everything acknowledged is durable in the pool files; "
+             "run the job again to replay and verify it (exit "
+          << kExitInterrupted << ")\n";
       return kExitInterrupted;
     }
     return kExitFailure;
@@ -331,8 +351,8 @@ int main(int argc, char** argv) {
     return kExitFailure;
   }
   auto pool_path = [&](uint32_t i) {
-    return (fs::path(data_dir) / (i == 0 ? std::string("asymnvm.pool")
-                                         : "asymnvm-" + std::to_string(i) + ".pool"))
+    return (fs::path(data_dir) /
+            (i == 0 ? std::string("asymnvm.pool") : "asymnvm-" + std::to_string(i) + ".pool"))
         .string();
   };
   // The front-end id: claimed before anything else, held until exit (frontend/identity.h).
@@ -382,8 +402,8 @@ int main(int argc, char** argv) {
       return kExitFailure;
     }
   }
-  std::cout << "asymnvm-job: front-end id " << held->id() << " (epoch "
-            << held->epoch() << ") held at " << coord_uri << "\n";
+  std::cout << "asymnvm-job: front-end id " << held->id() << " (epoch " << held->epoch()
+            << ") held at " << coord_uri << "\n";
   auto mirror_path = [&](uint32_t i, uint32_t m) {
     std::string p = pool_path(i);
     return p.substr(0, p.size() - 5) + ".mirror-" + std::to_string(m) + ".pool";
@@ -458,7 +478,8 @@ int main(int argc, char** argv) {
     backend_bin = *b;
   }
   std::vector<std::string> addresses;
-  std::vector<std::unique_ptr<driver::BackendProcess>> mirror_daemons;  // stopped after the back-ends
+  std::vector<std::unique_ptr<driver::BackendProcess>>
+      mirror_daemons;  // stopped after the back-ends
   std::string mirror_bin;
   if (nmirrors > 0) {
     const auto dir = fs::path(backend_bin).parent_path();
@@ -478,9 +499,11 @@ int main(int argc, char** argv) {
   std::vector<size_t> mirror_first(nbackends);
   // A mirror daemon of the group of back-end i on `slot`: it forwards, once promoted, to every
   // other slot of the group (the old primary's path rejoins there, doc/mirror.md §Main job).
-  auto start_mirror = [&](uint32_t i, uint32_t slot) -> Result<std::unique_ptr<driver::BackendProcess>> {
+  auto start_mirror = [&](uint32_t i,
+                          uint32_t slot) -> Result<std::unique_ptr<driver::BackendProcess>> {
     const std::string mp = slot_path(i, slot);
-    std::vector<std::string> margs = {"--pm-mode", pm_mode, "--coord", coord_uri, "--listen", slot_address(i, slot)};
+    std::vector<std::string> margs = {"--pm-mode", pm_mode,    "--coord",
+                                      coord_uri,   "--listen", slot_address(i, slot)};
     if (kill_after > 0) {
       margs.push_back("--promotion-timeout-ms");
       margs.push_back("1000");
@@ -525,7 +548,8 @@ int main(int argc, char** argv) {
     }
     auto be = driver::BackendProcess::Start(backend_bin, p, pool_size, bargs, log_level);
     if (!be.ok()) return fail("starting back-end " + std::to_string(i), be.status());
-    std::cout << "back-end " << i << ": pid " << (*be)->pid() << " serving at " << (*be)->address() << "\n";
+    std::cout << "back-end " << i << ": pid " << (*be)->pid() << " serving at " << (*be)->address()
+              << "\n";
     addresses.push_back((*be)->address());
     daemons.push_back(std::move(*be));
   }
@@ -541,7 +565,8 @@ int main(int argc, char** argv) {
   so.coordinator = coord_uri;
   // With mirrors a lost back-end is waited for (a mirror is promoted within seconds); without,
   // a dead back-end ends the run at once with exit 4 (the next run replays and verifies).
-  so.reconnect_deadline = nmirrors > 0 ? std::chrono::milliseconds(60000) : std::chrono::milliseconds(0);
+  so.reconnect_deadline =
+      nmirrors > 0 ? std::chrono::milliseconds(60000) : std::chrono::milliseconds(0);
   so.level = frontend::ParseLevel(level_name).value();
   so.cache_bytes = 32ull << 20;
   so.timeout = std::chrono::milliseconds(30000);
@@ -555,8 +580,8 @@ int main(int argc, char** argv) {
     bool alive = true;
     for (auto& d : daemons) alive = alive && !d->Exited();
     if (!alive) break;
-    std::cerr << "asymnvm-job: connecting (attempt " << attempt << "): " << cluster.status().ToString()
-              << "; retrying\n";
+    std::cerr << "asymnvm-job: connecting (attempt " << attempt
+              << "): " << cluster.status().ToString() << "; retrying\n";
     std::this_thread::sleep_for(std::chrono::milliseconds(std::min(1000, 50 * attempt)));
     cluster = frontend::Cluster::Open(so);
   }
@@ -594,9 +619,9 @@ int main(int argc, char** argv) {
     std::ifstream pf(progress_path, std::ios::binary);
     have_progress = static_cast<bool>(pf.read(reinterpret_cast<char*>(progress), sizeof progress));
   }
-  std::vector<RunRec> run_recs;        // completed runs, in order (ops = operations applied)
-  RunRec irec{};               // a run that started and never recorded its end ...
-  bool interrupted = false;    // ... when this is set
+  std::vector<RunRec> run_recs;  // completed runs, in order (ops = operations applied)
+  RunRec irec{};                 // a run that started and never recorded its end ...
+  bool interrupted = false;      // ... when this is set
   {
     // Read the run records without removing anything (a kill here must not lose one): List gives
     // them newest first.
@@ -614,10 +639,11 @@ int main(int argc, char** argv) {
       std::memcpy(&rr.ops, it->data() + 8, 8);
       std::memcpy(&rr.mask, it->data() + 16, 8);
       if (show_runs) {
-        std::printf("run log %3zu: run %llu %s ops %llu mask 0x%llx\n",
-                    static_cast<size_t>(it - recs.rbegin()), static_cast<unsigned long long>(rr.run + 1),
-                    (rr.mask & kStartedBit) ? "start" : "end  ", static_cast<unsigned long long>(rr.ops),
-                    static_cast<unsigned long long>(rr.mask & ~kStartedBit));
+        std::printf(
+            "run log %3zu: run %llu %s ops %llu mask 0x%llx\n",
+            static_cast<size_t>(it - recs.rbegin()), static_cast<unsigned long long>(rr.run + 1),
+            (rr.mask & kStartedBit) ? "start" : "end  ", static_cast<unsigned long long>(rr.ops),
+            static_cast<unsigned long long>(rr.mask & ~kStartedBit));
       }
       if (rr.mask & kStartedBit) {  // a run's start record; its end record follows it
         if (interrupted) {
@@ -636,16 +662,17 @@ int main(int argc, char** argv) {
         return kExitVerification;
       }
       if (rr.run != run_recs.size()) {
-        std::cerr << "asymnvm-job: VERIFICATION FAILED: run log: the end record of run " << rr.run + 1
-                  << " follows " << run_recs.size() << " completed run(s)\n";
+        std::cerr << "asymnvm-job: VERIFICATION FAILED: run log: the end record of run "
+                  << rr.run + 1 << " follows " << run_recs.size() << " completed run(s)\n";
         return kExitVerification;
       }
       interrupted = false;
       run_recs.push_back(rr);
     }
     if (show_runs) {
-      std::printf("%zu completed run(s)%s\n", run_recs.size(),
-                  interrupted ? (", run " + std::to_string(irec.run + 1) + " interrupted").c_str() : "");
+      std::printf(
+          "%zu completed run(s)%s\n", run_recs.size(),
+          interrupted ? (", run " + std::to_string(irec.run + 1) + " interrupted").c_str() : "");
       // Forensics: which run pushed each element of the stack? Every pushed value is a function of
       // (run, operation index), so the runs that left data can be named even without their
       // records. Runs are assumed to have used every structure, and as many operations as the
@@ -654,10 +681,10 @@ int main(int argc, char** argv) {
       if (have_progress) last_run = std::max(last_run, progress[0] + 1);
       const auto kst = std::find(kinds.begin(), kinds.end(), Kind::kStack);
       std::vector<structures::Value> elems;
-      if (kst != kinds.end() &&
-          static_cast<structures::Sequence*>(handles[static_cast<size_t>(kst - kinds.begin())].get())
-              ->List(SIZE_MAX, &elems)
-              .ok()) {
+      if (kst != kinds.end() && static_cast<structures::Sequence*>(
+                                    handles[static_cast<size_t>(kst - kinds.begin())].get())
+                                    ->List(SIZE_MAX, &elems)
+                                    .ok()) {
         std::map<structures::Value, std::pair<uint64_t, uint64_t>> origin;
         std::set<structures::Value> ambiguous;
         uint64_t max_ops = 1;
@@ -668,7 +695,8 @@ int main(int argc, char** argv) {
           if (m & kStartedBit) max_ops = std::max(max_ops, o);
         }
         const std::vector<Kind> all = JobKinds();
-        const size_t stack_index = static_cast<size_t>(std::find(all.begin(), all.end(), Kind::kStack) - all.begin());
+        const size_t stack_index =
+            static_cast<size_t>(std::find(all.begin(), all.end(), Kind::kStack) - all.begin());
         for (uint64_t r = 0; r < last_run; r++) {
           workloads::Rng rng(kSeedBase + r);
           for (uint64_t i = 0; i < max_ops; i++) {
@@ -677,7 +705,8 @@ int main(int argc, char** argv) {
             if (!origin.emplace(op.value, std::make_pair(r, i)).second) ambiguous.insert(op.value);
           }
         }
-        std::map<uint64_t, std::pair<uint64_t, uint64_t>> per_run;  // run -> (elements, max op index)
+        std::map<uint64_t, std::pair<uint64_t, uint64_t>>
+            per_run;  // run -> (elements, max op index)
         uint64_t unknown = 0;
         for (const auto& e : elems) {
           auto it = origin.find(e);
@@ -694,11 +723,13 @@ int main(int argc, char** argv) {
                     static_cast<unsigned long long>(max_ops));
         for (const auto& [r, pr] : per_run) {
           std::printf("  %llu pushed by run %llu (latest at operation %llu)\n",
-                      static_cast<unsigned long long>(pr.first), static_cast<unsigned long long>(r + 1),
+                      static_cast<unsigned long long>(pr.first),
+                      static_cast<unsigned long long>(r + 1),
                       static_cast<unsigned long long>(pr.second + 1));
         }
-        if (unknown) std::printf("  %llu of no run 1..%llu\n", static_cast<unsigned long long>(unknown),
-                                 static_cast<unsigned long long>(last_run));
+        if (unknown)
+          std::printf("  %llu of no run 1..%llu\n", static_cast<unsigned long long>(unknown),
+                      static_cast<unsigned long long>(last_run));
       }
       return kExitOk;
     }
@@ -711,7 +742,8 @@ int main(int argc, char** argv) {
       if (run_recs[r].mask & (uint64_t{1} << static_cast<uint32_t>(k))) rk.push_back(k);
     }
     if (rk.empty()) {
-      std::cerr << "asymnvm-job: VERIFICATION FAILED: run log record " << r << " names no structure\n";
+      std::cerr << "asymnvm-job: VERIFICATION FAILED: run log record " << r
+                << " names no structure\n";
       return kExitVerification;
     }
     workloads::Rng rng(kSeedBase + r);
@@ -761,25 +793,29 @@ int main(int argc, char** argv) {
       auto n = handles[i]->Count();
       if (!n.ok()) return check(name, n.status());
       const uint64_t want = structures::IsSequence(kinds[i]) ? ms[i].seq.size() : ms[i].map.size();
-      if (*n != want) return name + std::to_string(*n) + " elements, expected " + std::to_string(want);
+      if (*n != want)
+        return name + std::to_string(*n) + " elements, expected " + std::to_string(want);
       if (structures::IsSequence(kinds[i])) {
         // Every element, in pop order.
         std::vector<structures::Value> got;
         Status st = static_cast<structures::Sequence*>(handles[i].get())->List(SIZE_MAX, &got);
         if (!st.ok()) return check(name, st);
         if (got.size() != want) {
-          return name + "lists " + std::to_string(got.size()) + " elements, expected " + std::to_string(want);
+          return name + "lists " + std::to_string(got.size()) + " elements, expected " +
+                 std::to_string(want);
         }
         for (uint64_t j = 0; j < want; j++) {
           const auto& expect = kinds[i] == Kind::kStack ? ms[i].seq[want - 1 - j] : ms[i].seq[j];
-          if (got[j] != expect) return name + "element " + std::to_string(j) + " (in pop order) differs";
+          if (got[j] != expect)
+            return name + "element " + std::to_string(j) + " (in pop order) differs";
         }
       } else {
         auto* m = static_cast<structures::Map*>(handles[i].get());
         for (const auto& [k, val] : ms[i].map) {
           structures::Value v;
           Status st = m->Get(k, &v);
-          if (st.code() == StatusCode::kNotFound) return name + "key " + std::to_string(k) + " is missing";
+          if (st.code() == StatusCode::kNotFound)
+            return name + "key " + std::to_string(k) + " is missing";
           if (!st.ok()) return check(name + "key " + std::to_string(k) + ": ", st);
           if (v != val) return name + "key " + std::to_string(k) + " has a different value";
         }
@@ -843,14 +879,14 @@ int main(int argc, char** argv) {
       if (pr.ok()) pr = (*runs)->Sync();
       if (!pr.ok()) return fail("run log", pr);
       run_recs.push_back({irec.run, cand, irec.mask});
-      std::cout << "run " << irec.run + 1 << " was interrupted after " << cand << " of "
-                << irec.ops << " operations (" << acked << " acknowledged); recorded\n";
+      std::cout << "run " << irec.run + 1 << " was interrupted after " << cand << " of " << irec.ops
+                << " operations (" << acked << " acknowledged); recorded\n";
       resolved = true;
       break;
     }
     if (!resolved) {
-      std::cerr << "asymnvm-job: VERIFICATION FAILED after interrupted run " << irec.run + 1
-                << " (" << acked << " operations acknowledged): " << why << "\n";
+      std::cerr << "asymnvm-job: VERIFICATION FAILED after interrupted run " << irec.run + 1 << " ("
+                << acked << " operations acknowledged): " << why << "\n";
       return kExitVerification;
     }
   } else {
@@ -919,13 +955,16 @@ int main(int argc, char** argv) {
     }
     return t;
   };
-  // Back-end syncs (msync/fdatasync calls, from each daemon's status): the disk-durable mode's cost.
+  // Back-end syncs (msync/fdatasync calls, from each daemon's status): the disk-durable mode's
+  // cost.
   auto syncs = [&]() -> Result<uint64_t> {
     uint64_t t = 0;
     for (const auto& a : addresses) {
-      ASYMNVM_ASSIGN_OR_RETURN(std::string st, tools::FetchStatus(a, std::chrono::milliseconds(10000)));
+      ASYMNVM_ASSIGN_OR_RETURN(std::string st,
+                               tools::FetchStatus(a, std::chrono::milliseconds(10000)));
       auto j = nlohmann::json::parse(st, nullptr, /*allow_exceptions=*/false);
-      if (j.is_discarded() || !j.contains("pm_syncs")) return Status::ProtocolError("status without pm_syncs");
+      if (j.is_discarded() || !j.contains("pm_syncs"))
+        return Status::ProtocolError("status without pm_syncs");
       t += j["pm_syncs"].get<uint64_t>();
     }
     return t;
@@ -960,8 +999,10 @@ int main(int argc, char** argv) {
         last = st.status().ToString();
       }
       if (bench::Clock::now() > deadline) {
-        return Status::TimedOut("the back-end at " + address + " did not report its mirrors in "
-                                "sync within 3 minutes; last status: " + last);
+        return Status::TimedOut("the back-end at " + address +
+                                " did not report its mirrors in "
+                                "sync within 3 minutes; last status: " +
+                                last);
       }
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::milliseconds(500));
@@ -1000,7 +1041,8 @@ int main(int argc, char** argv) {
       if (st.ok() || !IsLostConnection(st)) break;
     }
     if (!st.ok()) return st.WithContext("switching to the promoted mirror");
-    fo.switch_ms = std::chrono::duration<double, std::milli>(bench::Clock::now() - fo.kill_time).count();
+    fo.switch_ms =
+        std::chrono::duration<double, std::milli>(bench::Clock::now() - fo.kill_time).count();
     fo.replayed = s0.counters().replayed_ops - replayed0;
     fo.new_address = s0.backend_address();
     addresses[0] = fo.new_address;
@@ -1080,7 +1122,8 @@ int main(int argc, char** argv) {
     per_ops[x]++;
     if (!note_progress(i + 1)) return fail("progress file", Status::IoError(progress_path, errno));
     if (fo.killed && fo.first_op_ms < 0) {
-      fo.first_op_ms = std::chrono::duration<double, std::milli>(bench::Clock::now() - fo.kill_time).count();
+      fo.first_op_ms =
+          std::chrono::duration<double, std::milli>(bench::Clock::now() - fo.kill_time).count();
     }
     if (kill_after > 0 && i + 1 == kill_after) {
       Status k = kill_primary();
@@ -1089,7 +1132,8 @@ int main(int argc, char** argv) {
     if (tty && (i % 512 == 0 || i + 1 == ops)) {
       const double el = std::chrono::duration<double>(bench::Clock::now() - t0).count();
       std::cout << "\r\033[Krun " << run + 1 << ": " << i + 1 << "/" << ops << " ops, "
-                << Fmt(static_cast<double>(i + 1) / std::max(el, 1e-9), 0) << " ops/s" << std::flush;
+                << Fmt(static_cast<double>(i + 1) / std::max(el, 1e-9), 0) << " ops/s"
+                << std::flush;
     }
   }
   for (auto& h : handles) {
@@ -1107,7 +1151,8 @@ int main(int argc, char** argv) {
     // until the promoted primary reports every mirror in sync.
     Status ws = wait_mirrors_in_sync(fo.new_address);
     if (!ws.ok()) return fail("rejoin", ws);
-    fo.rejoin_ms = std::chrono::duration<double, std::milli>(bench::Clock::now() - fo.kill_time).count();
+    fo.rejoin_ms =
+        std::chrono::duration<double, std::milli>(bench::Clock::now() - fo.kill_time).count();
     // Full verification of every structure against the job's model after the promotion.
     Status err;
     const std::string why = verify(models, &verified_after, &err);
@@ -1131,7 +1176,8 @@ int main(int argc, char** argv) {
   std::printf("\nrun %llu: %llu operations in %.2f s = %.0f ops/s at level %s\n",
               static_cast<unsigned long long>(run + 1), static_cast<unsigned long long>(ops), secs,
               static_cast<double>(ops) / secs, level_name.c_str());
-  std::printf("%-10s %8s %10s %10s %10s %8s\n", "structure", "ops", "p50 us", "p99 us", "elements", "check");
+  std::printf("%-10s %8s %10s %10s %10s %8s\n", "structure", "ops", "p50 us", "p99 us", "elements",
+              "check");
   nlohmann::ordered_json j;
   j["run"] = run + 1;
   j["ops"] = ops;
@@ -1144,8 +1190,9 @@ int main(int argc, char** argv) {
     const uint64_t elems = n.ok() ? *n : 0;
     total_mismatch += mismatches[i];
     std::printf("%-10s %8llu %10.1f %10.1f %10llu %8s\n", JobName(kinds[i]),
-                static_cast<unsigned long long>(per_ops[i]), lat[i].PercentileUs(50), lat[i].PercentileUs(99),
-                static_cast<unsigned long long>(elems), mismatches[i] ? "WRONG" : "ok");
+                static_cast<unsigned long long>(per_ops[i]), lat[i].PercentileUs(50),
+                lat[i].PercentileUs(99), static_cast<unsigned long long>(elems),
+                mismatches[i] ? "WRONG" : "ok");
     j["structures"].push_back({{"structure", JobName(kinds[i])},
                                {"ops", per_ops[i]},
                                {"p50_us", lat[i].PercentileUs(50)},
@@ -1154,13 +1201,22 @@ int main(int argc, char** argv) {
                                {"read_mismatches", mismatches[i]}});
   }
   // After a failover the switched session's counters started again from 0: not comparable (-1).
-  const double rt = fo.killed ? -1 : static_cast<double>(c1.fabric.round_trips - c0.fabric.round_trips) / static_cast<double>(ops);
-  const double bytes = fo.killed ? -1 : static_cast<double>(c1.fabric.bytes_out - c0.fabric.bytes_out) / static_cast<double>(ops);
-  const double cpu_us = cpu0.ok() && cpu1.ok() ? (*cpu1 - *cpu0) * 1e6 / static_cast<double>(ops) : -1;
-  std::printf("round trips/op %.2f, bytes out/op %.0f, back-end CPU %.1f us/op, cache hits %.1f%%\n", rt, bytes,
-              cpu_us,
-              fo.killed ? -1.0 : 100.0 * static_cast<double>(c1.cache_hits - c0.cache_hits) /
-                  std::max<double>(1, static_cast<double>((c1.cache_hits - c0.cache_hits) + (c1.cache_misses - c0.cache_misses))));
+  const double rt = fo.killed ? -1
+                              : static_cast<double>(c1.fabric.round_trips - c0.fabric.round_trips) /
+                                    static_cast<double>(ops);
+  const double bytes = fo.killed ? -1
+                                 : static_cast<double>(c1.fabric.bytes_out - c0.fabric.bytes_out) /
+                                       static_cast<double>(ops);
+  const double cpu_us =
+      cpu0.ok() && cpu1.ok() ? (*cpu1 - *cpu0) * 1e6 / static_cast<double>(ops) : -1;
+  std::printf(
+      "round trips/op %.2f, bytes out/op %.0f, back-end CPU %.1f us/op, cache hits %.1f%%\n", rt,
+      bytes, cpu_us,
+      fo.killed
+          ? -1.0
+          : 100.0 * static_cast<double>(c1.cache_hits - c0.cache_hits) /
+                std::max<double>(1, static_cast<double>((c1.cache_hits - c0.cache_hits) +
+                                                        (c1.cache_misses - c0.cache_misses))));
   j["round_trips_per_op"] = rt;
   j["bytes_per_op"] = bytes;
   j["backend_cpu_us_per_op"] = cpu_us;
@@ -1169,28 +1225,33 @@ int main(int argc, char** argv) {
     workloads::Rng urng(kSeedBase + run);
     for (uint64_t i = 0; i < ops; i++) updates += NextOp(urng, run_kinds, run, i).kind != 0 ? 1 : 0;
   }
-  const double syncs_per_op = !fo.killed && syncs0.ok() && syncs1.ok()
-                                  ? static_cast<double>(*syncs1 - *syncs0) / static_cast<double>(ops) : -1;
-  const double syncs_per_update = !fo.killed && syncs0.ok() && syncs1.ok() && updates > 0
-                                      ? static_cast<double>(*syncs1 - *syncs0) / static_cast<double>(updates) : -1;
-  std::printf("back-end syncs/op %.2f (%.2f per update), pm mode %s\n", syncs_per_op, syncs_per_update,
-              pm_mode.c_str());
+  const double syncs_per_op =
+      !fo.killed && syncs0.ok() && syncs1.ok()
+          ? static_cast<double>(*syncs1 - *syncs0) / static_cast<double>(ops)
+          : -1;
+  const double syncs_per_update =
+      !fo.killed && syncs0.ok() && syncs1.ok() && updates > 0
+          ? static_cast<double>(*syncs1 - *syncs0) / static_cast<double>(updates)
+          : -1;
+  std::printf("back-end syncs/op %.2f (%.2f per update), pm mode %s\n", syncs_per_op,
+              syncs_per_update, pm_mode.c_str());
   j["syncs_per_op"] = syncs_per_op;
   j["syncs_per_update"] = syncs_per_update;
   j["pm_mode"] = pm_mode;
   j["backends"] = cl.size();
   if (fo.killed) {
-    std::printf("failover of back-end 0 (killed after %llu acknowledged operations, pool deleted):\n"
-                "  %-12s %s (%s, pid %d, SIGKILL)\n  %-12s %s (%s, term %llu)\n"
-                "  %-12s %.0f ms kill -> sessions switched (%llu op(s) replayed), %.0f ms kill -> "
-                "first successful operation\n  %-12s %s in sync %.0f ms after the kill (full copy "
-                "while serving)\n  %-12s %llu elements in %zu structures, every one as acknowledged\n",
-                static_cast<unsigned long long>(kill_after), "old primary", fo.old_address.c_str(),
-                fo.old_pool.c_str(), static_cast<int>(fo.old_pid), "new primary",
-                fo.new_address.c_str(), fo.new_pool.c_str(), static_cast<unsigned long long>(fo.term),
-                "switch-over", fo.switch_ms, static_cast<unsigned long long>(fo.replayed),
-                fo.first_op_ms, "rejoined", fo.old_pool.c_str(), fo.rejoin_ms, "verified",
-                static_cast<unsigned long long>(verified_after), kinds.size());
+    std::printf(
+        "failover of back-end 0 (killed after %llu acknowledged operations, pool deleted):\n"
+        "  %-12s %s (%s, pid %d, SIGKILL)\n  %-12s %s (%s, term %llu)\n"
+        "  %-12s %.0f ms kill -> sessions switched (%llu op(s) replayed), %.0f ms kill -> "
+        "first successful operation\n  %-12s %s in sync %.0f ms after the kill (full copy "
+        "while serving)\n  %-12s %llu elements in %zu structures, every one as acknowledged\n",
+        static_cast<unsigned long long>(kill_after), "old primary", fo.old_address.c_str(),
+        fo.old_pool.c_str(), static_cast<int>(fo.old_pid), "new primary", fo.new_address.c_str(),
+        fo.new_pool.c_str(), static_cast<unsigned long long>(fo.term), "switch-over", fo.switch_ms,
+        static_cast<unsigned long long>(fo.replayed), fo.first_op_ms, "rejoined",
+        fo.old_pool.c_str(), fo.rejoin_ms, "verified",
+        static_cast<unsigned long long>(verified_after), kinds.size());
     j["failover"] = {{"killed_after_ops", kill_after},
                      {"old_address", fo.old_address},
                      {"old_pool", fo.old_pool},
@@ -1216,7 +1277,8 @@ int main(int argc, char** argv) {
     if (!stop.ok()) return fail("stopping back-end " + std::to_string(i), stop);
     while (!log.empty() && log.back() == '\n') log.pop_back();
     const size_t nl = log.rfind('\n');
-    std::cout << "back-end " << i << ": " << (nl == std::string::npos ? log : log.substr(nl + 1)) << "\n";
+    std::cout << "back-end " << i << ": " << (nl == std::string::npos ? log : log.substr(nl + 1))
+              << "\n";
   }
   for (auto& pd : promoted_daemons) {
     std::string log;
@@ -1224,7 +1286,8 @@ int main(int argc, char** argv) {
     if (!stop.ok()) return fail("stopping the promoted mirror", stop);
     while (!log.empty() && log.back() == '\n') log.pop_back();
     const size_t nl = log.rfind('\n');
-    std::cout << "promoted mirror: " << (nl == std::string::npos ? log : log.substr(nl + 1)) << "\n";
+    std::cout << "promoted mirror: " << (nl == std::string::npos ? log : log.substr(nl + 1))
+              << "\n";
   }
   for (size_t m = 0; m < mirror_daemons.size(); m++) {
     Status stop = mirror_daemons[m]->Stop();

@@ -12,6 +12,7 @@
 //   ASYMNVM_TORTURE_PM_MODE the back-ends' --pm-mode (default flush; msync = the disk-durable
 //                           redo-log mode, the job's default on a disk)
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/wait.h>
@@ -26,8 +27,6 @@
 #include <sstream>
 #include <string>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 namespace {
 
@@ -139,9 +138,11 @@ class JobTorture : public ::testing::Test {
 TEST_F(JobTorture, RandomKillsNeverLoseAcknowledgedData) {
   const uint64_t rounds = EnvU64("ASYMNVM_TORTURE_ROUNDS", 6);
   const uint64_t seed = EnvU64("ASYMNVM_TORTURE_SEED", 1);
-  std::printf("torture: seed %llu, %llu rounds (ASYMNVM_TORTURE_SEED / ASYMNVM_TORTURE_ROUNDS), pm mode %s\n",
-              static_cast<unsigned long long>(seed), static_cast<unsigned long long>(rounds),
-              std::getenv("ASYMNVM_TORTURE_PM_MODE") ? std::getenv("ASYMNVM_TORTURE_PM_MODE") : "flush");
+  std::printf(
+      "torture: seed %llu, %llu rounds (ASYMNVM_TORTURE_SEED / ASYMNVM_TORTURE_ROUNDS), pm mode "
+      "%s\n",
+      static_cast<unsigned long long>(seed), static_cast<unsigned long long>(rounds),
+      std::getenv("ASYMNVM_TORTURE_PM_MODE") ? std::getenv("ASYMNVM_TORTURE_PM_MODE") : "flush");
   std::mt19937_64 rng(seed);
   const std::string data = dir_ + "/data";
   const char* mode_env = std::getenv("ASYMNVM_TORTURE_PM_MODE");
@@ -189,10 +190,11 @@ TEST_F(JobTorture, RandomKillsNeverLoseAcknowledgedData) {
       status = Reap(j.pid, std::chrono::seconds(180));
     }
     const std::string out = ReadFile(log);
-    const std::string where = "seed " + std::to_string(seed) + " round " + std::to_string(round) +
-                              ": killed " + what + " after " +
-                              std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(delay).count()) +
-                              " ms; job " + Describe(status) + "\n" + out;
+    const std::string where =
+        "seed " + std::to_string(seed) + " round " + std::to_string(round) + ": killed " + what +
+        " after " +
+        std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(delay).count()) +
+        " ms; job " + Describe(status) + "\n" + out;
     ASSERT_NE(status, -1) << where;
     if (WIFEXITED(status)) {
       // 3 = the data differs from what was acknowledged: the one outcome never allowed.
@@ -204,7 +206,8 @@ TEST_F(JobTorture, RandomKillsNeverLoseAcknowledgedData) {
       }
     } else {
       // Only the job itself may die of a signal, and only of ours.
-      ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && what.rfind("the job", 0) == 0)
+      ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL &&
+                  what.rfind("the job", 0) == 0)
           << where;
     }
     if (spare) {
@@ -213,10 +216,12 @@ TEST_F(JobTorture, RandomKillsNeverLoseAcknowledgedData) {
     if (exited) finished_before_kill++;
     if (!exited) kills[victim]++;
     if (out.find("verified ") != std::string::npos) verified_rounds++;
-    std::printf("torture: round %llu: %llu ops, killed %s at %lld ms: %s%s\n",
-                static_cast<unsigned long long>(round), static_cast<unsigned long long>(ops), what.c_str(),
-                static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(delay).count()),
-                Describe(status).c_str(), out.find("verified ") != std::string::npos ? ", verified" : "");
+    std::printf(
+        "torture: round %llu: %llu ops, killed %s at %lld ms: %s%s\n",
+        static_cast<unsigned long long>(round), static_cast<unsigned long long>(ops), what.c_str(),
+        static_cast<long long>(
+            std::chrono::duration_cast<std::chrono::milliseconds>(delay).count()),
+        Describe(status).c_str(), out.find("verified ") != std::string::npos ? ", verified" : "");
     if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
       std::istringstream lines(out);
       for (std::string l; std::getline(lines, l);) {
@@ -237,12 +242,14 @@ TEST_F(JobTorture, RandomKillsNeverLoseAcknowledgedData) {
   const int status = Reap(j.pid, std::chrono::seconds(300));
   const std::string out = ReadFile(dir_ + "/final.log");
   ASSERT_TRUE(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0)
-      << "seed " << seed << ": final clean run: " << Describe(status) << "\n" << out;
+      << "seed " << seed << ": final clean run: " << Describe(status) << "\n"
+      << out;
   EXPECT_NE(out.find("verified "), std::string::npos) << out;
-  std::printf("torture: seed %llu: %llu rounds (kills: job %d, back-end 0 %d, back-end 1 %d; %d ended "
-              "before the kill), %d rounds verified earlier data, final run verified: 0 failures\n",
-              static_cast<unsigned long long>(seed), static_cast<unsigned long long>(rounds), kills[0],
-              kills[1], kills[2], finished_before_kill, verified_rounds);
+  std::printf(
+      "torture: seed %llu: %llu rounds (kills: job %d, back-end 0 %d, back-end 1 %d; %d ended "
+      "before the kill), %d rounds verified earlier data, final run verified: 0 failures\n",
+      static_cast<unsigned long long>(seed), static_cast<unsigned long long>(rounds), kills[0],
+      kills[1], kills[2], finished_before_kill, verified_rounds);
 }
 
 }  // namespace

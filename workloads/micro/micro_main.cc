@@ -87,7 +87,8 @@ void BM_TxnFinish(benchmark::State& state) {
   backend::TxnBuilder b;
   uint64_t seq = 0;
   for (auto _ : state) {
-    for (int64_t i = 0; i < state.range(0); i++) b.Write(kDataBegin + static_cast<uint64_t>(i) * 128, data);
+    for (int64_t i = 0; i < state.range(0); i++)
+      b.Write(kDataBegin + static_cast<uint64_t>(i) * 128, data);
     seq++;
     auto enc = b.Finish(3, seq, seq, 64);
     benchmark::DoNotOptimize(enc.data());

@@ -26,7 +26,9 @@ Result<int64_t> Bal(Txn& t, size_t table, uint64_t acct) {
   structures::Value v;
   Status st = t.Get(table, acct, &v);
   if (!st.ok()) return st.WithContext("account " + std::to_string(acct));
-  if (v.size() != 8) return Status::Corruption("balance of account " + std::to_string(acct) + " has " + std::to_string(v.size()) + " bytes");
+  if (v.size() != 8)
+    return Status::Corruption("balance of account " + std::to_string(acct) + " has " +
+                              std::to_string(v.size()) + " bytes");
   int64_t x;
   std::memcpy(&x, v.data(), 8);
   return x;
@@ -62,11 +64,16 @@ class SbWorker final : public Worker {
       return Outcome::kCommitted;
     }
     std::vector<size_t> tables;
-    if (t == kAmalgamate || t == kWriteCheck) tables = {kChk, kSav};
-    else if (t == kTransactSavings) tables = {kSav};
-    else tables = {kChk};
+    if (t == kAmalgamate || t == kWriteCheck)
+      tables = {kChk, kSav};
+    else if (t == kTransactSavings)
+      tables = {kSav};
+    else
+      tables = {kChk};
     auto txn = db.Begin(tables);
-    if (!txn.ok()) return IsAbort(txn.status()) ? Result<Outcome>(Outcome::kAborted) : Result<Outcome>(txn.status());
+    if (!txn.ok())
+      return IsAbort(txn.status()) ? Result<Outcome>(Outcome::kAborted)
+                                   : Result<Outcome>(txn.status());
     Txn& x = **txn;
     // Every check happens before the first write (a write cannot be taken back).
     auto body = [&]() -> Status {
@@ -134,10 +141,12 @@ class SbWorker final : public Worker {
 
 class SmallBank final : public Workload {
  public:
-  explicit SmallBank(uint64_t n) : n_(n), hot_(std::max<uint64_t>(1, std::min<uint64_t>(4000, n / 25))) {}
+  explicit SmallBank(uint64_t n)
+      : n_(n), hot_(std::max<uint64_t>(1, std::min<uint64_t>(4000, n / 25))) {}
   std::string name() const override { return "smallbank"; }
   std::vector<std::string> TypeNames() const override {
-    return {"amalgamate", "balance", "deposit_checking", "send_payment", "transact_savings", "write_check"};
+    return {"amalgamate",   "balance",          "deposit_checking",
+            "send_payment", "transact_savings", "write_check"};
   }
   structures::DatabaseOptions Schema() const override {
     structures::DatabaseOptions o;
@@ -148,7 +157,8 @@ class SmallBank final : public Workload {
                 {"sb.sav", structures::Kind::kHashTable, 8, buckets}};
     return o;
   }
-  Status Load(Database& db, uint64_t, const std::function<void(uint64_t, uint64_t)>& progress) override {
+  Status Load(Database& db, uint64_t,
+              const std::function<void(uint64_t, uint64_t)>& progress) override {
     ASYMNVM_RETURN_IF_ERROR(db.LockAll());
     const uint64_t total = 2 * n_;
     for (uint64_t a = 0; a < n_; a++) {
@@ -173,11 +183,16 @@ class SmallBank final : public Workload {
     std::vector<int64_t> v(2 * n_ + 1, 0);
     for (size_t tb : {kChk, kSav}) {
       ASYMNVM_ASSIGN_OR_RETURN(uint64_t count, db.table(tb).Count());
-      if (count != n_) return Status::Corruption(db.options().tables[tb].name + " has " + std::to_string(count) + " rows, want " + std::to_string(n_));
+      if (count != n_)
+        return Status::Corruption(db.options().tables[tb].name + " has " + std::to_string(count) +
+                                  " rows, want " + std::to_string(n_));
       for (uint64_t a = 0; a < n_; a++) {
         structures::Value x;
-        ASYMNVM_RETURN_IF_ERROR(db.table(tb).Get(a, &x).WithContext("account " + std::to_string(a)));
-        if (x.size() != 8) return Status::Corruption("balance of account " + std::to_string(a) + " has " + std::to_string(x.size()) + " bytes");
+        ASYMNVM_RETURN_IF_ERROR(
+            db.table(tb).Get(a, &x).WithContext("account " + std::to_string(a)));
+        if (x.size() != 8)
+          return Status::Corruption("balance of account " + std::to_string(a) + " has " +
+                                    std::to_string(x.size()) + " bytes");
         int64_t bal;
         std::memcpy(&bal, x.data(), 8);
         v[tb * n_ + a] = bal;
@@ -193,6 +208,8 @@ class SmallBank final : public Workload {
 
 }  // namespace
 
-std::unique_ptr<Workload> MakeSmallBank(uint64_t accounts) { return std::make_unique<SmallBank>(accounts); }
+std::unique_ptr<Workload> MakeSmallBank(uint64_t accounts) {
+  return std::make_unique<SmallBank>(accounts);
+}
 
 }  // namespace asymnvm::txnbench

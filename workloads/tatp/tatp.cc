@@ -45,10 +45,11 @@ struct Rng {
 
 Value SubRow(std::mt19937_64& r, uint64_t s) {
   Value v(kSubBytes, 0);
-  for (int i = 0; i < 10; i++) v[i] = static_cast<uint8_t>(U(r, 0, 1));        // bit_1..10
-  for (int i = 0; i < 10; i++) v[10 + i] = static_cast<uint8_t>(U(r, 0, 15));  // hex_1..10
-  for (int i = 0; i < 10; i++) v[20 + i] = static_cast<uint8_t>(U(r, 0, 255)); // byte2 (low)
-  const uint32_t msc = static_cast<uint32_t>(U(r, 1, 0xFFFFFFFFull)), vlr = static_cast<uint32_t>(U(r, 1, 0xFFFFFFFFull));
+  for (int i = 0; i < 10; i++) v[i] = static_cast<uint8_t>(U(r, 0, 1));         // bit_1..10
+  for (int i = 0; i < 10; i++) v[10 + i] = static_cast<uint8_t>(U(r, 0, 15));   // hex_1..10
+  for (int i = 0; i < 10; i++) v[20 + i] = static_cast<uint8_t>(U(r, 0, 255));  // byte2 (low)
+  const uint32_t msc = static_cast<uint32_t>(U(r, 1, 0xFFFFFFFFull)),
+                 vlr = static_cast<uint32_t>(U(r, 1, 0xFFFFFFFFull));
   std::memcpy(v.data() + 30, &msc, 4);
   std::memcpy(v.data() + 34, &vlr, 4);
   const uint16_t id16 = static_cast<uint16_t>(s);  // a check that the row belongs to s_id
@@ -68,7 +69,8 @@ class TatpWorker final : public Worker {
     Status st = Status::Ok();
     bool found = true;
     auto abort_or = [](const Status& e) -> Result<Outcome> {
-      if (e.code() == StatusCode::kAborted || e.code() == StatusCode::kTimedOut) return Outcome::kAborted;
+      if (e.code() == StatusCode::kAborted || e.code() == StatusCode::kTimedOut)
+        return Outcome::kAborted;
       return e;
     };
     switch (t) {
@@ -78,7 +80,8 @@ class TatpWorker final : public Worker {
           ASYMNVM_RETURN_IF_ERROR(tx.Get(kSub, s, &v));
           uint16_t id16;
           std::memcpy(&id16, v.data() + 38, 2);
-          if (v.size() != kSubBytes || id16 != static_cast<uint16_t>(s)) return Status::Corruption("subscriber row of " + std::to_string(s) + " is not its own");
+          if (v.size() != kSubBytes || id16 != static_cast<uint16_t>(s))
+            return Status::Corruption("subscriber row of " + std::to_string(s) + " is not its own");
           return Status::Ok();
         });
         if (!st.ok()) return abort_or(st);
@@ -116,14 +119,19 @@ class TatpWorker final : public Worker {
         if (!st.ok()) return abort_or(st);
         return found ? Outcome::kCommitted : Outcome::kFailed;
       }
-      default: break;
+      default:
+        break;
     }
     // Write transactions: every check before the first write.
     std::vector<size_t> tables;
-    if (t == kUpdSub) tables = {kSub, kSf};
-    else if (t == kUpdLoc) tables = {kNbr, kSub};
-    else if (t == kInsCf) tables = {kNbr, kSf, kCf};
-    else tables = {kNbr, kCf};
+    if (t == kUpdSub)
+      tables = {kSub, kSf};
+    else if (t == kUpdLoc)
+      tables = {kNbr, kSub};
+    else if (t == kInsCf)
+      tables = {kNbr, kSf, kCf};
+    else
+      tables = {kNbr, kCf};
     auto txn = db.Begin(tables);
     if (!txn.ok()) return abort_or(txn.status());
     Txn& tx = **txn;
@@ -132,7 +140,8 @@ class TatpWorker final : public Worker {
       const std::string nbr = SubNbr(s);
       Value v;
       ASYMNVM_RETURN_IF_ERROR(tx.Get(kNbr, NbrKey(nbr), &v).WithContext("sub_nbr " + nbr));
-      if (v.size() != kNbrBytes || std::memcmp(v.data() + 8, nbr.data(), 15) != 0) return Status::Corruption("sub_nbr index row of " + nbr + " names another number");
+      if (v.size() != kNbrBytes || std::memcmp(v.data() + 8, nbr.data(), 15) != 0)
+        return Status::Corruption("sub_nbr index row of " + nbr + " names another number");
       std::memcpy(sid, v.data(), 8);
       return Status::Ok();
     };
@@ -140,7 +149,8 @@ class TatpWorker final : public Worker {
       switch (t) {
         case kUpdSub: {
           const uint64_t sf = U(r, 1, 4);
-          const uint8_t bit = static_cast<uint8_t>(U(r, 0, 1)), data_a = static_cast<uint8_t>(U(r, 0, 255));
+          const uint8_t bit = static_cast<uint8_t>(U(r, 0, 1)),
+                        data_a = static_cast<uint8_t>(U(r, 0, 255));
           Value sfrow, sub;
           Status g = tx.Get(kSf, SfKey(s, sf), &sfrow);
           if (g.code() == StatusCode::kNotFound) {
@@ -220,8 +230,9 @@ class Tatp final : public Workload {
   explicit Tatp(uint64_t p) : p_(p) {}
   std::string name() const override { return "tatp"; }
   std::vector<std::string> TypeNames() const override {
-    return {"get_subscriber_data", "get_new_destination", "get_access_data", "update_subscriber_data",
-            "update_location", "insert_call_forwarding", "delete_call_forwarding"};
+    return {"get_subscriber_data",    "get_new_destination", "get_access_data",
+            "update_subscriber_data", "update_location",     "insert_call_forwarding",
+            "delete_call_forwarding"};
   }
   structures::DatabaseOptions Schema() const override {
     structures::DatabaseOptions o;
@@ -233,7 +244,8 @@ class Tatp final : public Workload {
                 {"tatp.nbr", structures::Kind::kBPlusTree, kNbrBytes, 0}};
     return o;
   }
-  Status Load(Database& db, uint64_t seed, const std::function<void(uint64_t, uint64_t)>& progress) override {
+  Status Load(Database& db, uint64_t seed,
+              const std::function<void(uint64_t, uint64_t)>& progress) override {
     ASYMNVM_RETURN_IF_ERROR(db.LockAll());
     std::vector<structures::KeyValue> rows[5];
     auto flush = [&]() -> Status {
@@ -244,12 +256,13 @@ class Tatp final : public Workload {
       return Status::Ok();
     };
     Status st = Status::Ok();
-    Populate(seed, [&](size_t t, uint64_t k, const Value& v) { rows[t].emplace_back(k, v); },
-             [&](uint64_t s) {
-               if (!st.ok()) return;
-               if (rows[kSub].size() >= 512) st = flush();
-               if (progress && s % std::max<uint64_t>(1, p_ / 10) == 0) progress(s, p_);
-             });
+    Populate(
+        seed, [&](size_t t, uint64_t k, const Value& v) { rows[t].emplace_back(k, v); },
+        [&](uint64_t s) {
+          if (!st.ok()) return;
+          if (rows[kSub].size() >= 512) st = flush();
+          if (progress && s % std::max<uint64_t>(1, p_ / 10) == 0) progress(s, p_);
+        });
     ASYMNVM_RETURN_IF_ERROR(st);
     ASYMNVM_RETURN_IF_ERROR(flush());
     return db.ReleaseLocks();
@@ -264,7 +277,8 @@ class Tatp final : public Workload {
   }
   std::vector<int64_t> Initial(uint64_t seed) const override {
     std::vector<int64_t> n(5, 0);
-    Populate(seed, [&](size_t t, uint64_t, const Value&) { n[t]++; }, [](uint64_t) {});
+    Populate(
+        seed, [&](size_t t, uint64_t, const Value&) { n[t]++; }, [](uint64_t) {});
     return n;
   }
   Result<std::vector<int64_t>> Measure(Database& db) override {
@@ -285,11 +299,15 @@ class Tatp final : public Workload {
       for (auto& [k, v] : rows) {
         const uint64_t s = k >> 16, sf = (k >> 8) & 0xFF, start = k & 0xFF;
         Value x;
-        if (s < 1 || s > p_ || sf < 1 || sf > 4 || start % 8 != 0 || start > 16) return Status::Corruption("call-forwarding key " + std::to_string(k) + " is malformed");
+        if (s < 1 || s > p_ || sf < 1 || sf > 4 || start % 8 != 0 || start > 16)
+          return Status::Corruption("call-forwarding key " + std::to_string(k) + " is malformed");
         if (!db.table(kSf).Get(SfKey(s, sf), &x).ok()) {
-          return Status::Corruption("call-forwarding row (" + std::to_string(s) + ", " + std::to_string(sf) + ", " + std::to_string(start) + ") has no special-facility row");
+          return Status::Corruption("call-forwarding row (" + std::to_string(s) + ", " +
+                                    std::to_string(sf) + ", " + std::to_string(start) +
+                                    ") has no special-facility row");
         }
-        if (v.size() != kCfBytes || v[0] < 1 || v[0] > 24) return Status::Corruption("call-forwarding end_time out of range");
+        if (v.size() != kCfBytes || v[0] < 1 || v[0] > 24)
+          return Status::Corruption("call-forwarding end_time out of range");
       }
       if (rows.size() < 1024) break;
       from = rows.back().first + 1;
@@ -300,11 +318,14 @@ class Tatp final : public Workload {
       ASYMNVM_RETURN_IF_ERROR(db.table(kNbr).Get(NbrKey(nb), &v).WithContext("sub_nbr " + nb));
       uint64_t id;
       std::memcpy(&id, v.data(), 8);
-      if (id != s || std::memcmp(v.data() + 8, nb.data(), 15) != 0) return Status::Corruption("sub_nbr " + nb + " maps to s_id " + std::to_string(id));
-      ASYMNVM_RETURN_IF_ERROR(db.table(kSub).Get(s, &sub).WithContext("subscriber " + std::to_string(s)));
+      if (id != s || std::memcmp(v.data() + 8, nb.data(), 15) != 0)
+        return Status::Corruption("sub_nbr " + nb + " maps to s_id " + std::to_string(id));
+      ASYMNVM_RETURN_IF_ERROR(
+          db.table(kSub).Get(s, &sub).WithContext("subscriber " + std::to_string(s)));
       uint16_t id16;
       std::memcpy(&id16, sub.data() + 38, 2);
-      if (id16 != static_cast<uint16_t>(s)) return Status::Corruption("subscriber row " + std::to_string(s) + " holds another id");
+      if (id16 != static_cast<uint16_t>(s))
+        return Status::Corruption("subscriber row " + std::to_string(s) + " holds another id");
     }
     return n;
   }
@@ -362,6 +383,8 @@ class Tatp final : public Workload {
 
 }  // namespace
 
-std::unique_ptr<Workload> MakeTatp(uint64_t subscribers) { return std::make_unique<Tatp>(subscribers); }
+std::unique_ptr<Workload> MakeTatp(uint64_t subscribers) {
+  return std::make_unique<Tatp>(subscribers);
+}
 
 }  // namespace asymnvm::txnbench

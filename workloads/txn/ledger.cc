@@ -28,14 +28,16 @@ Result<std::unique_ptr<Ledger>> Ledger::Open(const std::string& path, size_t qua
   auto l = std::make_unique<Ledger>(quantities);
   l->path_ = path;
   std::error_code ec;
-  const bool existed = std::filesystem::exists(path, ec) && std::filesystem::file_size(path, ec) > 0;
+  const bool existed =
+      std::filesystem::exists(path, ec) && std::filesystem::file_size(path, ec) > 0;
   if (existed) {
     std::ifstream in(path);
     std::string first;
     std::getline(in, first);
     if (first != "id " + std::to_string(frontend_id)) {
-      return Status::InvalidArgument(path + " is the ledger of another front-end (its first line is \"" + first +
-                                     "\", want \"id " + std::to_string(frontend_id) + "\")");
+      return Status::InvalidArgument(
+          path + " is the ledger of another front-end (its first line is \"" + first +
+          "\", want \"id " + std::to_string(frontend_id) + "\")");
     }
   }
   l->fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -48,7 +50,8 @@ Status Ledger::Append(const std::string& line) {
   if (fd_ < 0) return Status::Ok();
   const ssize_t n = ::write(fd_, line.data(), line.size());
   if (n != static_cast<ssize_t>(line.size())) {
-    return Status::IoError("write " + path_ + ": " + (n < 0 ? std::strerror(errno) : "short write"));
+    return Status::IoError("write " + path_ + ": " +
+                           (n < 0 ? std::strerror(errno) : "short write"));
   }
   return Status::Ok();
 }
@@ -71,7 +74,8 @@ Status Ledger::Pending(const Effect& effect) {
 }
 
 Status Ledger::Committed(uint64_t op_seq) {
-  if (!pending_) return Status::FailedPrecondition("ledger: Committed without a pending transaction");
+  if (!pending_)
+    return Status::FailedPrecondition("ledger: Committed without a pending transaction");
   ASYMNVM_RETURN_IF_ERROR(
       Append(op_seq == 0 ? std::string("C\n") : "C " + backend::OpSeqString(op_seq) + "\n"));
   for (const auto& [q, d] : pending_effect_) totals_[q] += d;
@@ -82,7 +86,8 @@ Status Ledger::Committed(uint64_t op_seq) {
 
 namespace {
 
-Status ParseEffect(const std::string& rest, size_t quantities, Effect* e, const std::string& where) {
+Status ParseEffect(const std::string& rest, size_t quantities, Effect* e,
+                   const std::string& where) {
   std::istringstream in(rest);
   for (std::string tok; in >> tok;) {
     const size_t colon = tok.find(':');
@@ -123,7 +128,8 @@ Result<LedgerSet> ReadLedgers(const std::string& dir, size_t quantities) {
       n++;
       std::istringstream ls(line);
       if (!(ls >> id >> v) || (v != 0 && v != 1)) {
-        return Status::Corruption("resolved:" + std::to_string(n) + ": malformed \"" + line.substr(0, 60) + "\"");
+        return Status::Corruption("resolved:" + std::to_string(n) + ": malformed \"" +
+                                  line.substr(0, 60) + "\"");
       }
       resolved[id] = v;
     }
@@ -201,7 +207,8 @@ Status WriteResolutions(const std::string& dir, const std::vector<std::string>& 
                         const std::vector<int>& outcome) {
   std::string text;
   for (size_t i = 0; i < ids.size() && i < outcome.size(); i++) {
-    if (outcome[i] == 0 || outcome[i] == 1) text += ids[i] + " " + std::to_string(outcome[i]) + "\n";
+    if (outcome[i] == 0 || outcome[i] == 1)
+      text += ids[i] + " " + std::to_string(outcome[i]) + "\n";
   }
   if (text.empty()) return Status::Ok();
   const std::string path = dir + "/resolved";
@@ -210,7 +217,8 @@ Status WriteResolutions(const std::string& dir, const std::vector<std::string>& 
   const ssize_t n = ::write(fd, text.data(), text.size());
   const int err = errno;
   ::close(fd);
-  if (n != static_cast<ssize_t>(text.size())) return Status::IoError("write " + path + ": " + std::strerror(err));
+  if (n != static_cast<ssize_t>(text.size()))
+    return Status::IoError("write " + path + ": " + std::strerror(err));
   return Status::Ok();
 }
 
@@ -280,8 +288,9 @@ Status Resolve(const std::vector<int64_t>& measured, const std::vector<int64_t>&
       }
     }
     if (members.size() > 20) {
-      return Status::ResourceExhausted(std::to_string(members.size()) +
-                                       " in-doubt transactions touch the same quantities (at most 20 are resolved)");
+      return Status::ResourceExhausted(
+          std::to_string(members.size()) +
+          " in-doubt transactions touch the same quantities (at most 20 are resolved)");
     }
     int fits = 0;
     uint64_t chosen = 0;

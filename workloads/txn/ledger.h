@@ -62,11 +62,11 @@ class Ledger {
 
 // Every ledger file (*.ledger) of a directory, summed.
 struct LedgerSet {
-  std::vector<int64_t> committed;     // per quantity
-  std::vector<Effect> in_doubt;       // each a whole transaction's effect
+  std::vector<int64_t> committed;         // per quantity
+  std::vector<Effect> in_doubt;           // each a whole transaction's effect
   std::vector<std::string> in_doubt_ids;  // "<file>:<line>" of each, for WriteResolutions
-  uint64_t resolved = 0;              // in-doubt transactions settled by earlier checks
-  std::vector<uint64_t> frontend_ids; // one per file, in file-name order
+  uint64_t resolved = 0;                  // in-doubt transactions settled by earlier checks
+  std::vector<uint64_t> frontend_ids;     // one per file, in file-name order
   uint64_t committed_txns = 0;
   size_t files = 0;
 };

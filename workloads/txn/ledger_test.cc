@@ -71,14 +71,16 @@ TEST_F(LedgerTest, MisuseIsAnErrorNotACount) {
 }
 
 TEST_F(LedgerTest, MalformedLedgersAreCorruptionNamingFileAndLine) {
-  for (const std::string& bad : {std::string("id 1\nC\n"), std::string("id 1\nP 0:x\n"), std::string("id 1\nP 9:1\n"),
-                                 std::string("id 1\nX\n"), std::string("P 0:1\n")}) {
+  for (const std::string& bad :
+       {std::string("id 1\nC\n"), std::string("id 1\nP 0:x\n"), std::string("id 1\nP 9:1\n"),
+        std::string("id 1\nX\n"), std::string("P 0:1\n")}) {
     std::filesystem::remove(dir_ + "/fe-1.ledger");
     Append("fe-1.ledger", bad);
     auto set = ReadLedgers(dir_, 4);
     ASSERT_FALSE(set.ok()) << bad;
     EXPECT_EQ(set.status().code(), StatusCode::kCorruption) << bad;
-    EXPECT_NE(set.status().message().find("fe-1.ledger:"), std::string::npos) << set.status().ToString();
+    EXPECT_NE(set.status().message().find("fe-1.ledger:"), std::string::npos)
+        << set.status().ToString();
   }
 }
 
@@ -87,11 +89,14 @@ TEST_F(LedgerTest, ResolutionsSettleInDoubtTransactionsForLaterReads) {
   auto set = ReadLedgers(dir_, 4);
   ASSERT_TRUE(set.ok()) << set.status().ToString();
   ASSERT_EQ(set->in_doubt.size(), 3u);
-  EXPECT_EQ(set->in_doubt_ids, (std::vector<std::string>{"fe-1.ledger:2", "fe-1.ledger:3", "fe-1.ledger:6"}));
+  EXPECT_EQ(set->in_doubt_ids,
+            (std::vector<std::string>{"fe-1.ledger:2", "fe-1.ledger:3", "fe-1.ledger:6"}));
   // State: the first applied, the second not, the last ambiguous-free (applied).
   size_t applied = 0;
   std::vector<int> outcome;
-  ASSERT_TRUE(Resolve({5, 0, 9, 1}, {0, 0, 0, 0}, set->committed, set->in_doubt, Name, &applied, &outcome).ok());
+  ASSERT_TRUE(
+      Resolve({5, 0, 9, 1}, {0, 0, 0, 0}, set->committed, set->in_doubt, Name, &applied, &outcome)
+          .ok());
   EXPECT_EQ(outcome, (std::vector<int>{1, 0, 1}));
   ASSERT_TRUE(WriteResolutions(dir_, set->in_doubt_ids, outcome).ok());
   auto again = ReadLedgers(dir_, 4);
@@ -140,7 +145,8 @@ TEST(ResolveTest, InDoubtTransactionsAreWhollyAppliedOrNotAtAll) {
   Status st = Resolve({3, 0, 0, 0}, init, none, doubt, Name, &applied);
   EXPECT_EQ(st.code(), StatusCode::kCorruption) << st.ToString();
   // Twice the second: applied more than once.
-  EXPECT_EQ(Resolve({0, 0, 2, 0}, init, none, doubt, Name, &applied).code(), StatusCode::kCorruption);
+  EXPECT_EQ(Resolve({0, 0, 2, 0}, init, none, doubt, Name, &applied).code(),
+            StatusCode::kCorruption);
 }
 
 TEST(ResolveTest, OverlappingInDoubtTransactionsAreDecidedTogether) {

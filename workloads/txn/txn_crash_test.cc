@@ -108,8 +108,10 @@ class TxnDriverCrashTest : public ::testing::TestWithParam<std::string> {
     backend_.reset();
     mirror_.reset();
     std::error_code ec;
-    if (!HasFailure()) fs::remove_all(dir_, ec);
-    else std::cerr << "kept " << dir_ << " for inspection\n";
+    if (!HasFailure())
+      fs::remove_all(dir_, ec);
+    else
+      std::cerr << "kept " << dir_ << " for inspection\n";
   }
   void StartBackend(const std::vector<std::string>& extra = {}) {
     auto b = BackendProcess::Start(ASYMNVM_BACKEND_BIN, pool_, "256M", extra, "info");
@@ -118,13 +120,15 @@ class TxnDriverCrashTest : public ::testing::TestWithParam<std::string> {
     address_ = backend_->address();
   }
   void StartMirror() {
-    auto m = BackendProcess::Start(ASYMNVM_MIRROR_BIN, mirror_pool_, "256M",
-                                   {"--listen", mirror_addr_, "--promotion-timeout-ms", "300"}, "info");
+    auto m =
+        BackendProcess::Start(ASYMNVM_MIRROR_BIN, mirror_pool_, "256M",
+                              {"--listen", mirror_addr_, "--promotion-timeout-ms", "300"}, "info");
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     mirror_ = std::move(m).value();
   }
   std::vector<std::string> Txn(const std::string& sub, std::vector<std::string> extra = {}) {
-    std::vector<std::string> a = {ASYMNVM_TXN_BIN, sub, "--backend", address_, "--ledger", ledger_, "--coord", coord_};
+    std::vector<std::string> a = {ASYMNVM_TXN_BIN, sub,     "--backend", address_,
+                                  "--ledger",      ledger_, "--coord",   coord_};
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   }
@@ -171,12 +175,14 @@ class TxnDriverCrashTest : public ::testing::TestWithParam<std::string> {
       int code = 0;
       if (Exited(run_.pid, &code)) {
         run_.pid = -1;
-        return ::testing::AssertionFailure() << "the run exited (" << code << ") with " << Committed()
-                                             << " committed, before " << n << ": " << Slurp(run_.out);
+        return ::testing::AssertionFailure()
+               << "the run exited (" << code << ") with " << Committed() << " committed, before "
+               << n << ": " << Slurp(run_.out);
       }
       std::this_thread::sleep_for(10ms);
     }
-    return ::testing::AssertionFailure() << "only " << Committed() << " of " << n << " committed in 3 min";
+    return ::testing::AssertionFailure()
+           << "only " << Committed() << " of " << n << " committed in 3 min";
   }
   int WaitRun() {
     const int rc = Wait(run_.pid);
@@ -223,7 +229,8 @@ TEST_P(TxnDriverCrashTest, DriverKilledThenBackendKilledAndRestartedNothingAckno
     if (de.path().extension() == ".ledger") first = de.path().string();
   }
   ASSERT_FALSE(first.empty());
-  std::ofstream(first, std::ios::app) << (GetParam() == "tatp" ? "P 3:1000\nC\n" : "P 7:1000000 600:1000000\nC\n");
+  std::ofstream(first, std::ios::app)
+      << (GetParam() == "tatp" ? "P 3:1000\nC\n" : "P 7:1000000 600:1000000\nC\n");
   std::string out;
   EXPECT_EQ(Step(Txn("check"), &out), 3) << out;
   EXPECT_NE(out.find("CHECK FAILED"), std::string::npos) << out;
@@ -285,13 +292,15 @@ TEST_P(TxnDriverCrashTest, SeededRandomKillRoundsLoseNothing) {
   for (int r = 1; r <= rounds; r++) {
     const uint64_t before = Committed();
     StartRun({"--seconds", "600"});
-    ASSERT_TRUE(WaitCommitted(before + 20 + rng() % 200)) << "round " << r << " (seed " << seed << ")";
+    ASSERT_TRUE(WaitCommitted(before + 20 + rng() % 200))
+        << "round " << r << " (seed " << seed << ")";
     if (rng() % 2 == 0) {
       // The back-end dies mid-run and comes back at a new address; the run reconnects.
       backend_->Kill();
       StartBackend();
       backend_kills++;
-      ASSERT_TRUE(WaitCommitted(Committed() + 10 + rng() % 100)) << "round " << r << ": the run did not go on after the restart";
+      ASSERT_TRUE(WaitCommitted(Committed() + 10 + rng() % 100))
+          << "round " << r << ": the run did not go on after the restart";
     }
     ::kill(run_.pid, SIGKILL);
     EXPECT_EQ(WaitRun(), 128 + SIGKILL) << "round " << r;

@@ -71,12 +71,14 @@ Result<Meta> ReadMeta(const std::string& dir) {
   std::ifstream in(dir + "/meta.json");
   if (!in) return Status::NotFound(dir + "/meta.json: no such file (run `asymnvm-txn load` first)");
   auto j = nlohmann::json::parse(in, nullptr, false);
-  if (!j.is_object() || !j.contains("workload") || !j["workload"].is_string() || !j.contains("scale") ||
-      !j["scale"].is_number_unsigned() || !j.contains("seed") || !j["seed"].is_number_unsigned()) {
-    return Status::Corruption(dir + "/meta.json is not a ledger description (workload, scale, seed)");
+  if (!j.is_object() || !j.contains("workload") || !j["workload"].is_string() ||
+      !j.contains("scale") || !j["scale"].is_number_unsigned() || !j.contains("seed") ||
+      !j["seed"].is_number_unsigned()) {
+    return Status::Corruption(dir +
+                              "/meta.json is not a ledger description (workload, scale, seed)");
   }
-  return Meta{j["workload"].get<std::string>(), j["scale"].get<uint64_t>(), j["seed"].get<uint64_t>(),
-              j.value("primary_path", std::string())};
+  return Meta{j["workload"].get<std::string>(), j["scale"].get<uint64_t>(),
+              j["seed"].get<uint64_t>(), j.value("primary_path", std::string())};
 }
 
 bool IsLost(const Status& st) {
@@ -105,7 +107,8 @@ frontend::SessionOptions Options(const Common& c, uint64_t id, frontend::Level l
   so.batch_ops = 64;
   so.timeout = std::chrono::milliseconds(30000);
   so.lock_timeout = std::chrono::milliseconds(c.lock_ms);
-  so.reconnect_deadline = c.coord.empty() ? std::chrono::milliseconds(0) : std::chrono::milliseconds(c.reconnect_ms);
+  so.reconnect_deadline =
+      c.coord.empty() ? std::chrono::milliseconds(0) : std::chrono::milliseconds(c.reconnect_ms);
   return so;
 }
 
@@ -115,18 +118,22 @@ frontend::SessionOptions Options(const Common& c, uint64_t id, frontend::Level l
 Result<std::unique_ptr<frontend::Session>> OpenSession(Common& c, const Meta* meta, uint64_t id,
                                                        frontend::Level level) {
   auto s = frontend::Session::Open(Options(c, id, level));
-  if (s.ok() || c.coord.empty() || meta == nullptr || meta->primary_path.empty() || !IsLost(s.status())) return s;
+  if (s.ok() || c.coord.empty() || meta == nullptr || meta->primary_path.empty() ||
+      !IsLost(s.status()))
+    return s;
   auto coord = coord::Coordinator::Open(c.coord);
   if (!coord.ok()) return s;
   auto node = (*coord)->Get(meta->primary_path);
-  if (!node.ok()) return s.status().WithContext("and no primary is registered at " + meta->primary_path);
+  if (!node.ok())
+    return s.status().WithContext("and no primary is registered at " + meta->primary_path);
   std::string address;
   std::istringstream in(node->data);
   for (std::string line; std::getline(in, line);) {
     if (line.rfind("address ", 0) == 0) address = line.substr(8);
   }
   if (address.empty() || address == c.backend) return s;
-  std::cerr << "asymnvm-txn: " << c.backend << " does not answer; the pool's primary is " << address << "\n";
+  std::cerr << "asymnvm-txn: " << c.backend << " does not answer; the pool's primary is " << address
+            << "\n";
   c.backend = address;
   return frontend::Session::Open(Options(c, id, level));
 }
@@ -144,7 +151,8 @@ int Load(Common& c, const std::string& workload, uint64_t scale, uint64_t seed) 
               << "use a new ledger directory and a fresh pool\n";
     return kExitFailure;
   }
-  auto s = frontend::Session::Open(Options(c, c.coord.empty() ? c.first_id : 0, frontend::Level::kRcb));
+  auto s =
+      frontend::Session::Open(Options(c, c.coord.empty() ? c.first_id : 0, frontend::Level::kRcb));
   if (!s.ok()) return Fail("opening a session on " + c.backend, s.status());
   auto db = structures::Database::Open(**s, (*wl)->Schema());
   if (!db.ok()) return Fail("opening the tables", db.status());
@@ -160,7 +168,9 @@ int Load(Common& c, const std::string& workload, uint64_t scale, uint64_t seed) 
   const std::string tmp = c.ledger + "/meta.json.tmp";
   {
     std::ofstream out(tmp);
-    out << nlohmann::json{{"workload", workload}, {"scale", scale}, {"seed", seed},
+    out << nlohmann::json{{"workload", workload},
+                          {"scale", scale},
+                          {"seed", seed},
                           {"primary_path", frontend::BackendGroupPrimaryPath((*s)->pool_uuid())}}
                .dump()
         << "\n";
@@ -168,8 +178,9 @@ int Load(Common& c, const std::string& workload, uint64_t scale, uint64_t seed) 
   }
   fs::rename(tmp, c.ledger + "/meta.json", ec);
   if (ec) return Fail("renaming " + tmp, Status::IoError(ec.message()));
-  std::cout << "loaded " << workload << " (" << scale << (workload == "tatp" ? " subscribers" : " accounts")
-            << ", seed " << seed << ") on " << c.backend << "\n";
+  std::cout << "loaded " << workload << " (" << scale
+            << (workload == "tatp" ? " subscribers" : " accounts") << ", seed " << seed << ") on "
+            << c.backend << "\n";
   return kExitOk;
 }
 
@@ -205,13 +216,15 @@ int Run(Common& c, int frontends, double seconds, uint64_t txns, const std::stri
     if (!s.ok()) return Fail("opening session " + std::to_string(i), s.status());
     f.s = std::move(*s);
     const uint64_t id = f.s->frontend_id();
-    auto l = txnbench::Ledger::Open(c.ledger + "/fe-" + std::to_string(id) + ".ledger", (*wl)->NumQuantities(), id);
+    auto l = txnbench::Ledger::Open(c.ledger + "/fe-" + std::to_string(id) + ".ledger",
+                                    (*wl)->NumQuantities(), id);
     if (!l.ok()) return Fail("ledger", l.status());
     f.ledger = std::move(*l);
     auto db = structures::Database::Open(*f.s, dbo);
     if (!db.ok()) return Fail("opening the tables", db.status());
     f.db = std::move(*db);
-    if (Status r = f.db->Recover(); !r.ok()) return Fail("recovering front-end " + std::to_string(id), r);
+    if (Status r = f.db->Recover(); !r.ok())
+      return Fail("recovering front-end " + std::to_string(id), r);
     f.w = (*wl)->MakeWorker(i);
     f.w->set_ledger(f.ledger.get());
     f.by_type.assign(types.size(), {0, 0, 0});
@@ -225,7 +238,8 @@ int Run(Common& c, int frontends, double seconds, uint64_t txns, const std::stri
   for (int i = 0; i < frontends; i++) {
     th.emplace_back([&, i] {
       Fe& f = fes[i];
-      std::mt19937_64 rng(meta->seed * 7919 + f.s->frontend_id() * 1000003 + static_cast<uint64_t>(std::time(nullptr)));
+      std::mt19937_64 rng(meta->seed * 7919 + f.s->frontend_id() * 1000003 +
+                          static_cast<uint64_t>(std::time(nullptr)));
       for (uint64_t n = 0; !stop.load(std::memory_order_relaxed) && (txns == 0 || n < txns); n++) {
         int type = 0;
         auto o = f.w->RunOne(*f.db, rng, &type);
@@ -261,7 +275,8 @@ int Run(Common& c, int frontends, double seconds, uint64_t txns, const std::stri
     });
   }
   // Until --seconds passed or every front-end finished its --txns (or failed).
-  while (seconds <= 0 || std::chrono::steady_clock::now() - t0 < std::chrono::duration<double>(seconds)) {
+  while (seconds <= 0 ||
+         std::chrono::steady_clock::now() - t0 < std::chrono::duration<double>(seconds)) {
     bool all = true;
     for (auto& f : fes) all = all && f.finished.load();
     if (all) break;
@@ -283,9 +298,10 @@ int Run(Common& c, int frontends, double seconds, uint64_t txns, const std::stri
     failed += p[1];
     aborted += p[2];
   }
-  std::cout << meta->workload << ": " << committed << " committed (" << static_cast<uint64_t>(committed / secs)
-            << "/s), " << failed << " failed, " << aborted << " aborted, " << interrupted
-            << " interrupted by a lost connection in " << secs << " s;";
+  std::cout << meta->workload << ": " << committed << " committed ("
+            << static_cast<uint64_t>(committed / secs) << "/s), " << failed << " failed, "
+            << aborted << " aborted, " << interrupted << " interrupted by a lost connection in "
+            << secs << " s;";
   for (size_t t = 0; t < types.size(); t++) {
     std::cout << " " << types[t] << " " << per[t][0] << "/" << per[t][1] << "/" << per[t][2];
   }
@@ -303,7 +319,8 @@ int Check(Common& c) {
   if (!wl.ok()) return Fail("meta.json", wl.status());
   auto set = txnbench::ReadLedgers(c.ledger, (*wl)->NumQuantities());
   if (!set.ok()) {
-    std::cerr << "asymnvm-txn: CHECK FAILED: the ledgers are unreadable: " << set.status().ToString() << "\n";
+    std::cerr << "asymnvm-txn: CHECK FAILED: the ledgers are unreadable: "
+              << set.status().ToString() << "\n";
     return kExitCheck;
   }
   const auto dbo = (*wl)->Schema();
@@ -313,10 +330,14 @@ int Check(Common& c) {
   for (uint64_t id : set->frontend_ids) {
     last.reset();
     auto s = OpenSession(c, &*meta, id, frontend::Level::kRcb);
-    if (!s.ok()) return Fail("opening a session as front-end " + std::to_string(id) + " (is a run still going?)", s.status());
+    if (!s.ok())
+      return Fail(
+          "opening a session as front-end " + std::to_string(id) + " (is a run still going?)",
+          s.status());
     auto db = structures::Database::Open(**s, dbo);
     if (!db.ok()) return Fail("opening the tables", db.status());
-    if (Status r = (*db)->Recover(); !r.ok()) return Fail("recovering front-end " + std::to_string(id), r);
+    if (Status r = (*db)->Recover(); !r.ok())
+      return Fail("recovering front-end " + std::to_string(id), r);
     db->reset();
     last = std::move(*s);
   }
@@ -327,18 +348,21 @@ int Check(Common& c) {
   }
   auto db = structures::Database::Open(*last, dbo);
   if (!db.ok()) return Fail("opening the tables", db.status());
-  if (Status l = (*db)->LockAll(); !l.ok()) return Fail("locking every table (is a run still going?)", l);
+  if (Status l = (*db)->LockAll(); !l.ok())
+    return Fail("locking every table (is a run still going?)", l);
   auto measured = (*wl)->Measure(**db);
   if (Status r = (*db)->ReleaseLocks(); !r.ok()) return Fail("releasing the locks", r);
   if (!measured.ok()) {
-    if (measured.status().code() != StatusCode::kCorruption) return Fail("reading the tables", measured.status());
+    if (measured.status().code() != StatusCode::kCorruption)
+      return Fail("reading the tables", measured.status());
     std::cerr << "asymnvm-txn: CHECK FAILED: " << measured.status().message() << "\n";
     return kExitCheck;
   }
   size_t applied = 0;
   std::vector<int> outcome;
-  Status r = txnbench::Resolve(*measured, (*wl)->Initial(meta->seed), set->committed, set->in_doubt,
-                               [&](uint32_t q) { return (*wl)->QuantityName(q); }, &applied, &outcome);
+  Status r = txnbench::Resolve(
+      *measured, (*wl)->Initial(meta->seed), set->committed, set->in_doubt,
+      [&](uint32_t q) { return (*wl)->QuantityName(q); }, &applied, &outcome);
   if (!r.ok()) {
     std::cerr << "asymnvm-txn: CHECK FAILED: " << r.message() << "\n";
     // Every quantity that differs from initial + committed (the in-doubt ones may explain some),
@@ -349,9 +373,9 @@ int Check(Common& c) {
       const int64_t want = initial[q] + set->committed[q];
       if ((*measured)[q] == want) continue;
       if (differing++ < 16) {
-        std::cerr << "  " << (*wl)->QuantityName(static_cast<uint32_t>(q)) << " = " << (*measured)[q]
-                  << ", initial + committed = " << want << " (" << ((*measured)[q] - want > 0 ? "+" : "")
-                  << (*measured)[q] - want << ")\n";
+        std::cerr << "  " << (*wl)->QuantityName(static_cast<uint32_t>(q)) << " = "
+                  << (*measured)[q] << ", initial + committed = " << want << " ("
+                  << ((*measured)[q] - want > 0 ? "+" : "") << (*measured)[q] - want << ")\n";
         shown++;
       }
     }
@@ -365,9 +389,10 @@ int Check(Common& c) {
   if (Status w = txnbench::WriteResolutions(c.ledger, set->in_doubt_ids, outcome); !w.ok()) {
     std::cerr << "asymnvm-txn: recording the resolutions: " << w.ToString() << "\n";
   }
-  std::cout << "check passed: " << meta->workload << " " << meta->scale << ", " << set->committed_txns
-            << " committed write transactions in " << set->files << " ledger(s), " << set->in_doubt.size()
-            << " in doubt (" << applied << " found applied, " << ambiguous << " ambiguous), " << set->resolved
+  std::cout << "check passed: " << meta->workload << " " << meta->scale << ", "
+            << set->committed_txns << " committed write transactions in " << set->files
+            << " ledger(s), " << set->in_doubt.size() << " in doubt (" << applied
+            << " found applied, " << ambiguous << " ambiguous), " << set->resolved
             << " settled by earlier checks, every rule holds\n";
   return kExitOk;
 }
@@ -375,45 +400,61 @@ int Check(Common& c) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"asymnvm-txn: TATP and SmallBank as load / run / check steps with a ledger on disk "
-               "(doc/workloads.md \"Crash checks\")"};
+  CLI::App app{
+      "asymnvm-txn: TATP and SmallBank as load / run / check steps with a ledger on disk "
+      "(doc/workloads.md \"Crash checks\")"};
   app.footer(kExitCodesHelp);
   app.require_subcommand(1);
   Common c;
   auto common = [&](CLI::App* cmd) {
-    cmd->add_option("--backend", c.backend, "the back-end's address (asymnvm-backend's \"listening\" line)")->required();
-    cmd->add_option("--ledger", c.ledger, "the ledger directory (meta.json, fe-<id>.ledger)")->required();
-    cmd->add_option("--coord", c.coord,
-                    "coordinator URI (dir:PATH | zk:...): front-end ids claimed there, sessions follow a "
-                    "restarted back-end or a promoted mirror; default none (ids from --first-id)");
+    cmd->add_option("--backend", c.backend,
+                    "the back-end's address (asymnvm-backend's \"listening\" line)")
+        ->required();
+    cmd->add_option("--ledger", c.ledger, "the ledger directory (meta.json, fe-<id>.ledger)")
+        ->required();
+    cmd->add_option(
+        "--coord", c.coord,
+        "coordinator URI (dir:PATH | zk:...): front-end ids claimed there, sessions follow a "
+        "restarted back-end or a promoted mirror; default none (ids from --first-id)");
     cmd->add_option("--first-id", c.first_id, "without --coord: the first front-end id (default 1)")
         ->check(CLI::Range(1, 65535));
-    cmd->add_option("--lock-timeout-ms", c.lock_ms, "per-lock deadline before a transaction aborts (default 2000)")
+    cmd->add_option("--lock-timeout-ms", c.lock_ms,
+                    "per-lock deadline before a transaction aborts (default 2000)")
         ->check(CLI::Range(1, 3600000));
-    cmd->add_option("--reconnect-deadline-ms", c.reconnect_ms,
-                    "with --coord: how long a session waits for its back-end to come back (default 30000)")
+    cmd->add_option(
+           "--reconnect-deadline-ms", c.reconnect_ms,
+           "with --coord: how long a session waits for its back-end to come back (default 30000)")
         ->check(CLI::Range(0, 3600000));
   };
   std::string workload;
   uint64_t scale = 0, seed = 1;
   auto* load = app.add_subcommand("load", "create and populate the tables");
   common(load);
-  load->add_option("--workload", workload, "tatp | smallbank")->required()->check(CLI::IsMember({"tatp", "smallbank"}));
-  load->add_option("--scale", scale, "subscribers (TATP) / accounts (SmallBank)")->required()->check(CLI::Range(uint64_t{2}, uint64_t{100000000}));
+  load->add_option("--workload", workload, "tatp | smallbank")
+      ->required()
+      ->check(CLI::IsMember({"tatp", "smallbank"}));
+  load->add_option("--scale", scale, "subscribers (TATP) / accounts (SmallBank)")
+      ->required()
+      ->check(CLI::Range(uint64_t{2}, uint64_t{100000000}));
   load->add_option("--seed", seed, "population seed (default 1)");
   int frontends = 1;
   double seconds = 10;
   uint64_t txns = 0;
   std::string level = "rcb";
   uint32_t hold = 64;
-  auto* run = app.add_subcommand("run", "run the standard mix, every write transaction in the ledger");
+  auto* run =
+      app.add_subcommand("run", "run the standard mix, every write transaction in the ledger");
   common(run);
-  run->add_option("--frontends", frontends, "front-end threads, each its own Session (default 1)")->check(CLI::Range(1, 64));
-  run->add_option("--seconds", seconds, "stop after this long (default 10; 0: until --txns)")->check(CLI::Range(0.0, 1e6));
-  run->add_option("--txns", txns, "stop each front-end after this many transactions (default 0: --seconds)");
+  run->add_option("--frontends", frontends, "front-end threads, each its own Session (default 1)")
+      ->check(CLI::Range(1, 64));
+  run->add_option("--seconds", seconds, "stop after this long (default 10; 0: until --txns)")
+      ->check(CLI::Range(0.0, 1e6));
+  run->add_option("--txns", txns,
+                  "stop each front-end after this many transactions (default 0: --seconds)");
   run->add_option("--level", level, "naive | r | rc | rcb (default rcb)");
   run->add_option("--hold", hold, "transactions a front-end keeps its locks for (default 64)");
-  auto* check = app.add_subcommand("check", "recover every front-end of the ledgers and check the tables");
+  auto* check =
+      app.add_subcommand("check", "recover every front-end of the ledgers and check the tables");
   common(check);
   try {
     app.parse(argc, argv);

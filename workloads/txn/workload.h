@@ -7,12 +7,12 @@
 // The checks compare "quantities" — SmallBank: every balance and the total money; TATP: the row
 // count of every table — with the initial state plus the effects of the committed transactions.
 // A worker reports each write transaction's effect to its Ledger (workloads/txn/ledger.h) before
-// Commit (pending) and after Commit returned (committed); a ledger kept in a file survives a SIGKILL
-// of its driver, and a transaction that was pending when the driver died is "in doubt": the check
-// accepts the state only if it equals the committed effects plus some subset of the in-doubt ones
-// (each either wholly applied or not at all — atomicity), and rejects everything else. Structural
-// rules that do not depend on the ledger (TATP's referential rules, subscriber numbers matching
-// their ids) are checked by Measure.
+// Commit (pending) and after Commit returned (committed); a ledger kept in a file survives a
+// SIGKILL of its driver, and a transaction that was pending when the driver died is "in doubt": the
+// check accepts the state only if it equals the committed effects plus some subset of the in-doubt
+// ones (each either wholly applied or not at all — atomicity), and rejects everything else.
+// Structural rules that do not depend on the ledger (TATP's referential rules, subscriber numbers
+// matching their ids) are checked by Measure.
 #pragma once
 
 #include <cstdint>
@@ -32,8 +32,8 @@ class Ledger;  // workloads/txn/ledger.h
 // What one transaction did.
 enum class Outcome : uint8_t {
   kCommitted = 0,  // committed (read-only: returned)
-  kFailed = 1,     // the spec's expected logical failure (missing row, insufficient funds): no writes
-  kAborted = 2,    // concurrency abort (a lock not obtained in time, a reader timed out)
+  kFailed = 1,   // the spec's expected logical failure (missing row, insufficient funds): no writes
+  kAborted = 2,  // concurrency abort (a lock not obtained in time, a reader timed out)
 };
 
 // A committed write transaction's change to the checked quantities: (quantity index, delta).

@@ -46,10 +46,11 @@ enum class Kind : uint32_t {
   kMvBst = 7,
   kMvBPlusTree = 8,
 };
-inline constexpr Kind kAllKinds[] = {Kind::kStack,    Kind::kQueue, Kind::kHashTable,
-                                     Kind::kSkipList, Kind::kBst,   Kind::kBPlusTree,
+inline constexpr Kind kAllKinds[] = {Kind::kStack,    Kind::kQueue,      Kind::kHashTable,
+                                     Kind::kSkipList, Kind::kBst,        Kind::kBPlusTree,
                                      Kind::kMvBst,    Kind::kMvBPlusTree};
-const char* KindName(Kind kind);  // "stack" | "queue" | "hash" | "skiplist" | "bst" | "bptree" | "mvbst" | "mvbptree"
+const char* KindName(Kind kind);  // "stack" | "queue" | "hash" | "skiplist" | "bst" | "bptree" |
+                                  // "mvbst" | "mvbptree"
 Result<Kind> ParseKind(const std::string& name);  // kInvalidArgument listing the valid names
 bool IsSequence(Kind kind);                       // stack, queue
 bool IsOrdered(Kind kind);                        // maps with Scan
@@ -139,7 +140,8 @@ class Map : public Handle {
 // kFailedPrecondition (the name holds another kind — "type mismatch"), kTimedOut (another writer
 // holds the lock), kNotSupported (a kind not built), session errors.
 Result<std::unique_ptr<Sequence>> OpenSequence(frontend::Session& session, Kind kind,
-                                               const std::string& name, const Options& options = {});
+                                               const std::string& name,
+                                               const Options& options = {});
 Result<std::unique_ptr<Map>> OpenMap(frontend::Session& session, Kind kind, const std::string& name,
                                      const Options& options = {});
 // Either shape.

@@ -44,7 +44,7 @@ inline constexpr uint32_t kTxnRootType = 0x40;
 inline constexpr uint16_t kOpTxn = 1;
 
 struct TableSpec {
-  std::string name;  // naming-space name (1..63 bytes); also the lock order
+  std::string name;              // naming-space name (1..63 bytes); also the lock order
   Kind kind = Kind::kHashTable;  // kHashTable or kBPlusTree
   uint32_t value_size = kDefaultValueSize;
   uint64_t param = 0;  // buckets / fan-out (0: the kind's default)
@@ -149,11 +149,11 @@ class Database {
   DatabaseOptions o_;
   frontend::Structure root_;
   std::vector<std::unique_ptr<Map>> writers_, readers_;
-  std::vector<size_t> order_;      // table indexes in name order
-  std::vector<bool> held_;         // by table index
+  std::vector<size_t> order_;  // table indexes in name order
+  std::vector<bool> held_;     // by table index
   uint32_t since_lock_ = 0;
   bool open_txn_ = false;
-  bool read_direct_ = false;       // Read through the writer handles (every lock held)
+  bool read_direct_ = false;  // Read through the writer handles (every lock held)
   Status broken_ = Status::Ok();
   TxnCounters c_;
 };

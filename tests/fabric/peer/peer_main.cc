@@ -92,12 +92,18 @@ int main(int argc, char** argv) {
   size_t size = 1 << 20;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
-    if (k == "--provider") fo.provider = v;
-    else if (k == "--listen") listen = v;
-    else if (k == "--secret") fo.cluster_secret = v;
-    else if (k == "--size") size = std::strtoull(v.c_str(), nullptr, 0);
-    else if (k == "--connect") connect = v;
-    else if (k == "--region") region_hex = v;
+    if (k == "--provider")
+      fo.provider = v;
+    else if (k == "--listen")
+      listen = v;
+    else if (k == "--secret")
+      fo.cluster_secret = v;
+    else if (k == "--size")
+      size = std::strtoull(v.c_str(), nullptr, 0);
+    else if (k == "--connect")
+      connect = v;
+    else if (k == "--region")
+      region_hex = v;
     else {
       std::fprintf(stderr, "fabric_test_peer: unknown option %s\n", k.c_str());
       return 2;

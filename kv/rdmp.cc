@@ -253,29 +253,20 @@ Status BypassChannel::Complete(size_t n) {
   return Status::Ok();
 }
 
-Status BypassChannel::WriteDurable(uint64_t offset, std::span<const uint8_t> data) {
-  if (data.size() > buf_size_ || offset + data.size() > region_.length) {
-    return Status::InvalidArgument("kv rdmp: write outside the channel buffer or the region");
-  }
-  std::vector<fabric::WorkRequest> wrs;
-  if (!data.empty()) {
-    std::memcpy(buf_.get(), data.data(), data.size());
-    fabric::WorkRequest w;
-    w.wr_id = 1;
-    w.opcode = fabric::Opcode::kWrite;
-    w.local_addr = buf_.get();
-    w.length = static_cast<uint32_t>(data.size());
-    w.local_mr = mr_.get();
-    w.remote_addr = region_.addr + offset;
-    w.rkey = region_.rkey;
-    wrs.push_back(w);
-  }
-  fabric::WorkRequest f;
-  f.wr_id = 2;
-  f.opcode = fabric::Opcode::kFlush;
-  f.remote_addr = region_.addr;
-  f.rkey = region_.rkey;
-  wrs.push_back(f);
+fabric::WorkRequest BypassChannel::Op(fabric::Opcode op, uint8_t* local, size_t length,
+                                      uint64_t offset) const {
+  fabric::WorkRequest w;
+  w.wr_id = static_cast<uint64_t>(op);
+  w.opcode = op;
+  w.local_addr = local;
+  w.length = static_cast<uint32_t>(length);
+  w.local_mr = local != nullptr ? mr_.get() : nullptr;
+  w.remote_addr = region_.addr + offset;
+  w.rkey = region_.rkey;
+  return w;
+}
+
+Status BypassChannel::PostAndComplete(std::span<const fabric::WorkRequest> wrs) {
   doorbells_++;
   Status st = conn_->Post(wrs);
   if (!st.ok()) {
@@ -283,6 +274,19 @@ Status BypassChannel::WriteDurable(uint64_t offset, std::span<const uint8_t> dat
     return st;
   }
   return Complete(wrs.size());
+}
+
+Status BypassChannel::WriteDurable(uint64_t offset, std::span<const uint8_t> data) {
+  if (data.size() > buf_size_ || offset + data.size() > region_.length) {
+    return Status::InvalidArgument("kv rdmp: write outside the channel buffer or the region");
+  }
+  std::vector<fabric::WorkRequest> wrs;
+  if (!data.empty()) {
+    std::memcpy(buf_.get(), data.data(), data.size());
+    wrs.push_back(Op(fabric::Opcode::kWrite, buf_.get(), data.size(), offset));
+  }
+  wrs.push_back(Op(fabric::Opcode::kFlush, nullptr, 0, 0));
+  return PostAndComplete(wrs);
 }
 
 Status BypassChannel::WriteValueThenFlag(uint64_t value_offset, std::span<const uint8_t> value,
@@ -292,65 +296,24 @@ Status BypassChannel::WriteValueThenFlag(uint64_t value_offset, std::span<const 
     return Status::InvalidArgument("kv rdmp: write outside the channel buffer or the region");
   }
   std::vector<fabric::WorkRequest> wrs;
-  fabric::WorkRequest flush;
-  flush.opcode = fabric::Opcode::kFlush;
-  flush.remote_addr = region_.addr;
-  flush.rkey = region_.rkey;
   if (!value.empty()) {
     std::memcpy(buf_.get(), value.data(), value.size());
-    fabric::WorkRequest w;
-    w.wr_id = 1;
-    w.opcode = fabric::Opcode::kWrite;
-    w.local_addr = buf_.get();
-    w.length = static_cast<uint32_t>(value.size());
-    w.local_mr = mr_.get();
-    w.remote_addr = region_.addr + value_offset;
-    w.rkey = region_.rkey;
-    wrs.push_back(w);
-    flush.wr_id = 2;
-    wrs.push_back(flush);
+    wrs.push_back(Op(fabric::Opcode::kWrite, buf_.get(), value.size(), value_offset));
+    wrs.push_back(Op(fabric::Opcode::kFlush, nullptr, 0, 0));
   }
   uint8_t* word = buf_.get() + buf_size_ - 8;
   PutLe64(word, flag_word);
-  fabric::WorkRequest f;
-  f.wr_id = 3;
-  f.opcode = fabric::Opcode::kWrite;
-  f.local_addr = word;
-  f.length = 8;
-  f.local_mr = mr_.get();
-  f.remote_addr = region_.addr + flag_offset;
-  f.rkey = region_.rkey;
-  wrs.push_back(f);
-  flush.wr_id = 4;
-  wrs.push_back(flush);
-  doorbells_++;
-  Status st = conn_->Post(wrs);
-  if (!st.ok()) {
-    broken_ = true;
-    return st;
-  }
-  return Complete(wrs.size());
+  wrs.push_back(Op(fabric::Opcode::kWrite, word, 8, flag_offset));
+  wrs.push_back(Op(fabric::Opcode::kFlush, nullptr, 0, 0));
+  return PostAndComplete(wrs);
 }
 
 Result<std::span<const uint8_t>> BypassChannel::Read(uint64_t offset, size_t length) {
   if (length > buf_size_ || offset + length > region_.length) {
     return Status::InvalidArgument("kv rdmp: read outside the channel buffer or the region");
   }
-  fabric::WorkRequest w;
-  w.wr_id = 3;
-  w.opcode = fabric::Opcode::kRead;
-  w.local_addr = buf_.get();
-  w.length = static_cast<uint32_t>(length);
-  w.local_mr = mr_.get();
-  w.remote_addr = region_.addr + offset;
-  w.rkey = region_.rkey;
-  doorbells_++;
-  Status st = conn_->Post({&w, 1});
-  if (!st.ok()) {
-    broken_ = true;
-    return st;
-  }
-  ASYMNVM_RETURN_IF_ERROR(Complete(1));
+  const fabric::WorkRequest w = Op(fabric::Opcode::kRead, buf_.get(), length, offset);
+  ASYMNVM_RETURN_IF_ERROR(PostAndComplete({&w, 1}));
   return std::span<const uint8_t>(buf_.get(), length);
 }
 

@@ -123,6 +123,10 @@ class BypassChannel {
 
  private:
   BypassChannel() = default;
+  // A request on the registered buffer (`local` inside it, or null) at region offset `offset`
+  // (a FLUSH names the region's first byte).
+  fabric::WorkRequest Op(fabric::Opcode op, uint8_t* local, size_t length, uint64_t offset) const;
+  Status PostAndComplete(std::span<const fabric::WorkRequest> wrs);
   Status Complete(size_t n);
 
   std::unique_ptr<fabric::CompletionQueue> cq_;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "asymnvm/status.h"
+#include "common/proc_stat.h"  // ProcessCpuSeconds
 
 namespace asymnvm::bench {
 
@@ -32,9 +33,6 @@ class Child {
   Child() = default;
   pid_t pid_ = -1;
 };
-
-// User + system CPU seconds a live process has used (/proc/PID/stat).
-Result<double> ProcessCpuSeconds(pid_t pid);
 
 std::string ReadFile(const std::string& path);
 

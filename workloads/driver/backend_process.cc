@@ -14,6 +14,8 @@
 #include <sstream>
 #include <thread>
 
+#include "common/proc_stat.h"
+
 extern char** environ;
 
 namespace asymnvm::driver {
@@ -147,21 +149,7 @@ BackendProcess::~BackendProcess() {
   if (err_fd_ >= 0) close(err_fd_);
 }
 
-Result<double> BackendProcess::CpuSeconds() const {
-  std::ifstream in("/proc/" + std::to_string(pid_) + "/stat");
-  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const size_t close_paren = s.rfind(')');
-  if (s.empty() || close_paren == std::string::npos)
-    return Status::IoError("cannot read /proc stat of the back-end");
-  std::istringstream rest(s.substr(close_paren + 2));
-  std::string field;
-  uint64_t utime = 0, stime = 0;
-  for (int i = 3; i <= 15 && rest >> field; i++) {
-    if (i == 14) utime = std::stoull(field);
-    if (i == 15) stime = std::stoull(field);
-  }
-  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
+Result<double> BackendProcess::CpuSeconds() const { return ProcessCpuSeconds(pid_); }
 
 Status BackendProcess::Stop(std::string* log) {
   if (pid_ < 0) return Status::FailedPrecondition("backend process not running");

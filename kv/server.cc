@@ -644,6 +644,14 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
     }
     impl->agent = std::move(agent).value();
     impl->agent_ptr = impl->agent.get();
+    // Ready means serving: unless the first map waits for more servers, return once a map is
+    // adopted (else the first requests would be refused "not primary" and retried).
+    if (o.initial_servers <= 1) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (impl->agent->epoch() == 0 && std::chrono::steady_clock::now() < deadline) {
+        impl->agent->WaitForAdoption(std::chrono::milliseconds(100));
+      }
+    }
   }
   LOG_INFO("kv", "serving " << o.pool_path << ": " << geo.workers << " workers, " << geo.shards
                             << " shards, " << geo.segments << " segments of " << geo.segment_size

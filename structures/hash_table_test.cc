@@ -17,12 +17,6 @@ using frontend::Level;
 using testing::StructuresTest;
 using testing::TestValue;
 
-struct Param {
-  Level level;
-  bool optimize;
-  uint64_t buckets;
-};
-
 Result<std::unique_ptr<Map>> OpenHash(frontend::Session& s, const std::string& name,
                                       Options o = {}) {
   return internal::OpenHashTable(s, name, o);
@@ -53,81 +47,6 @@ void ExpectMatches(Map& m, const std::map<uint64_t, Value>& model, uint64_t key_
   Status v = m.Verify();
   EXPECT_TRUE(v.ok()) << v.ToString();
 }
-
-class HashModelTest : public StructuresTest, public ::testing::WithParamInterface<Param> {};
-
-TEST_P(HashModelTest, RandomOpsMatchModelAcrossReopenAndRestart) {
-  const Param p = GetParam();
-  std::map<uint64_t, Value> model;
-  std::mt19937_64 rng(11 + static_cast<int>(p.level));
-  constexpr uint64_t kKeys = 150;
-  uint64_t version = 0;
-  Options o;
-  o.optimize = p.optimize;
-  o.value_size = 48;
-  o.param = p.buckets;
-  for (int phase = 0; phase < 3; phase++) {
-    auto s = OpenSession(5, p.level);
-    ASSERT_TRUE(s);
-    auto m = OpenHash(*s, "hash", o);
-    ASSERT_TRUE(m.ok()) << m.status().ToString();
-    for (int i = 0; i < 400; i++) {
-      const uint64_t key = rng() % kKeys;
-      const int r = static_cast<int>(rng() % 10);
-      if (r < 5) {
-        auto v = TestValue(key, ++version, rng() % 49);
-        Status st = (*m)->Put(key, v);
-        ASSERT_TRUE(st.ok()) << st.ToString();
-        model[key] = v;
-      } else if (r < 8) {
-        Status st = (*m)->Delete(key);
-        if (model.erase(key) == 0) {
-          ASSERT_EQ(st.code(), StatusCode::kNotFound) << st.ToString();
-        } else {
-          ASSERT_TRUE(st.ok()) << st.ToString();
-        }
-      } else {
-        Value got;
-        Status st = (*m)->Get(key, &got);
-        auto it = model.find(key);
-        if (it == model.end()) {
-          ASSERT_EQ(st.code(), StatusCode::kNotFound) << st.ToString();
-        } else {
-          ASSERT_TRUE(st.ok()) << st.ToString();
-          ASSERT_EQ(got, it->second) << "op " << i << " key " << key;
-        }
-      }
-    }
-    ExpectMatches(**m, model, kKeys);
-    m->reset();
-    s.reset();
-    if (phase == 1) RestartBackend();
-  }
-  // A reader in another session sees exactly the model.
-  auto s = OpenSession(6, p.level);
-  auto r = OpenHash(*s, "hash", ReaderOptions());
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  ExpectMatches(**r, model, kKeys);
-  std::vector<KeyValue> out;
-  EXPECT_EQ((*r)->Scan(0, 10, &out).code(), StatusCode::kNotSupported);
-  EXPECT_EQ((*r)->Put(1, TestValue(1, 1, 4)).code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ((*r)->Delete(1).code(), StatusCode::kFailedPrecondition);
-}
-
-std::vector<Param> AllParams() {
-  std::vector<Param> v;
-  for (Level l : testing::kAllLevels) v.push_back({l, true, 64});
-  v.push_back({Level::kRcb, false, 64});
-  v.push_back({Level::kRcb, true, 0});  // default 65536 buckets
-  return v;
-}
-
-INSTANTIATE_TEST_SUITE_P(All, HashModelTest, ::testing::ValuesIn(AllParams()),
-                         [](const auto& info) {
-                           return std::string(frontend::LevelName(info.param.level)) +
-                                  (info.param.optimize ? "" : "_plain") + "_b" +
-                                  std::to_string(info.param.buckets);
-                         });
 
 class HashTableTest : public StructuresTest {};
 

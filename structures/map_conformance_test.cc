@@ -1,10 +1,12 @@
 // One conformance suite over every map kind (hash table, skip list, BST, B+tree, MV-BST,
-// MV-B+tree) and the levels naive / rcb: the Map contract of asymnvm/structures/structure.h
-// checked against a std::map model — random Put / Get / Delete / Scan / PutBatch, Count and
-// Verify; the same state after the handle, the session and the back-end are closed and reopened;
-// a reader in another session sees what the writer synced; and the error contract (bad values,
-// readers writing, missing keys, Scan on an unordered map). The per-kind suites test what is
-// particular to each kind (shapes, optimizations, crash points).
+// MV-B+tree): the Map contract of asymnvm/structures/structure.h checked against a std::map
+// model — random Put / Get / Delete / Scan / PutBatch, Count and Verify; the same state after the
+// handle, the session and the back-end are closed and reopened (MapModel: every level naive / r /
+// rc / rcb, rcb without the §8 optimizations, and small shapes that make every run split, chain
+// and collapse: B+trees of fan-out 4, 64 hash buckets, plus the default 65 536 buckets and skip
+// towers capped at 3); a reader in another session sees what the writer synced and the error
+// contract (bad values, readers writing, missing keys, Scan on an unordered map) at naive and rcb
+// (MapContract). The per-kind suites test what is particular to each kind.
 #include <algorithm>
 #include <map>
 #include <random>
@@ -24,14 +26,31 @@ constexpr uint32_t kValueSize = 48;
 
 using Model = std::map<uint64_t, Value>;
 
-class MapConformance : public StructuresTest,
-                       public ::testing::WithParamInterface<std::tuple<Kind, Level>> {
+// (kind, level, optimize, shape: Options::param, 0 = the kind's default).
+using MapParam = std::tuple<Kind, Level, bool, uint64_t>;
+
+// The small shape each kind is tested with (splits, chains and collapses on every run).
+uint64_t SmallShape(Kind k) {
+  switch (k) {
+    case Kind::kBPlusTree:
+    case Kind::kMvBPlusTree:
+      return 4;  // fan-out
+    case Kind::kHashTable:
+      return 64;  // buckets
+    default:
+      return 0;
+  }
+}
+
+class MapConformance : public StructuresTest, public ::testing::WithParamInterface<MapParam> {
  protected:
   Kind kind() const { return std::get<0>(GetParam()); }
   Level level() const { return std::get<1>(GetParam()); }
   std::unique_ptr<Map> Open(frontend::Session& s, Access access = Access::kWriter) {
     Options o;
     o.value_size = kValueSize;
+    o.optimize = std::get<2>(GetParam());
+    o.param = std::get<3>(GetParam());
     o.access = access;
     auto m = OpenMap(s, kind(), "conformance", o);
     EXPECT_TRUE(m.ok()) << m.status().ToString();
@@ -138,8 +157,12 @@ class MapConformance : public StructuresTest,
   }
 };
 
-TEST_P(MapConformance, RandomOperationsMatchAModelAndSurviveReopenAndRestart) {
-  std::mt19937_64 rng(static_cast<uint64_t>(kind()) * 1000 + static_cast<uint64_t>(level()));
+class MapModel : public MapConformance {};
+class MapContract : public MapConformance {};
+
+TEST_P(MapModel, RandomOperationsMatchAModelAndSurviveReopenAndRestart) {
+  std::mt19937_64 rng(static_cast<uint64_t>(kind()) * 1000 + static_cast<uint64_t>(level()) * 10 +
+                      std::get<3>(GetParam()));
   Model model;
   {
     auto s = OpenSession(1, level());
@@ -167,7 +190,7 @@ TEST_P(MapConformance, RandomOperationsMatchAModelAndSurviveReopenAndRestart) {
   }
 }
 
-TEST_P(MapConformance, AReaderInAnotherSessionSeesWhatTheWriterSynced) {
+TEST_P(MapContract, AReaderInAnotherSessionSeesWhatTheWriterSynced) {
   std::mt19937_64 rng(7);
   Model model;
   auto [ws, rs, w, r] = OpenWriterAndReader();
@@ -180,7 +203,7 @@ TEST_P(MapConformance, AReaderInAnotherSessionSeesWhatTheWriterSynced) {
   }
 }
 
-TEST_P(MapConformance, ErrorsAreTheContractsNeverACrash) {
+TEST_P(MapContract, ErrorsAreTheContractsNeverACrash) {
   auto [ws, rs, w, r] = OpenWriterAndReader();
   ASSERT_TRUE(w && r);
   Value v;
@@ -212,14 +235,35 @@ TEST_P(MapConformance, ErrorsAreTheContractsNeverACrash) {
   EXPECT_TRUE(v.empty());
 }
 
-std::string ParamName(const ::testing::TestParamInfo<std::tuple<Kind, Level>>& info) {
-  return std::string(KindName(std::get<0>(info.param))) + "_" +
-         frontend::LevelName(std::get<1>(info.param));
+std::string ParamName(const ::testing::TestParamInfo<MapParam>& info) {
+  const auto& [kind, level, optimize, shape] = info.param;
+  std::string name = std::string(KindName(kind)) + "_" + frontend::LevelName(level);
+  if (!optimize) name += "_plain";
+  if (shape != SmallShape(kind)) name += "_p" + std::to_string(shape);
+  return name;
 }
 
-INSTANTIATE_TEST_SUITE_P(AllMapKinds, MapConformance,
-                         ::testing::Combine(::testing::ValuesIn(kMapKinds),
-                                            ::testing::Values(Level::kNaive, Level::kRcb)),
+std::vector<MapParam> ModelParams() {
+  std::vector<MapParam> v;
+  for (Kind k : kMapKinds) {
+    for (Level l : testing::kAllLevels) v.emplace_back(k, l, true, SmallShape(k));
+    v.emplace_back(k, Level::kRcb, false, SmallShape(k));
+  }
+  v.emplace_back(Kind::kHashTable, Level::kRcb, true, 0);  // the default 65 536 buckets
+  v.emplace_back(Kind::kSkipList, Level::kRc, true, 3);    // towers capped at 3
+  return v;
+}
+
+std::vector<MapParam> ContractParams() {
+  std::vector<MapParam> v;
+  for (Kind k : kMapKinds) {
+    for (Level l : {Level::kNaive, Level::kRcb}) v.emplace_back(k, l, true, SmallShape(k));
+  }
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllMapKinds, MapModel, ::testing::ValuesIn(ModelParams()), ParamName);
+INSTANTIATE_TEST_SUITE_P(AllMapKinds, MapContract, ::testing::ValuesIn(ContractParams()),
                          ParamName);
 
 }  // namespace

@@ -37,13 +37,6 @@ Options ReaderOpts() {
   return o;
 }
 
-struct Param {
-  Level level;
-  bool optimize;
-};
-
-class MvModelTest : public StructuresTest, public ::testing::WithParamInterface<Param> {};
-
 void ExpectModel(Map& m, const std::map<uint64_t, Value>& model, uint64_t key_range) {
   for (uint64_t k = 0; k < key_range; k++) {
     Value v;
@@ -67,81 +60,6 @@ void ExpectModel(Map& m, const std::map<uint64_t, Value>& model, uint64_t key_ra
   Status v = m.Verify();
   EXPECT_TRUE(v.ok()) << v.ToString();
 }
-
-TEST_P(MvModelTest, RandomOpsMatchModelAcrossReopenAndRestart) {
-  const Param p = GetParam();
-  std::map<uint64_t, Value> model;
-  std::mt19937_64 rng(11 + static_cast<int>(p.level));
-  uint64_t version = 0;
-  constexpr uint64_t kRange = 96;
-  Options o;
-  o.optimize = p.optimize;
-  o.value_size = 48;
-  for (int phase = 0; phase < 3; phase++) {
-    auto s = OpenSession(5, p.level);
-    ASSERT_TRUE(s);
-    auto m = OpenMv(*s, "mv", o);
-    ASSERT_TRUE(m.ok()) << m.status().ToString();
-    Map& map = **m;
-    for (int i = 0; i < 400; i++) {
-      const uint64_t key = rng() % kRange;
-      const int r = static_cast<int>(rng() % 20);
-      if (r < 9) {
-        auto v = TestValue(key, ++version, rng() % 49);
-        ASSERT_TRUE(map.Put(key, v).ok());
-        model[key] = v;
-      } else if (r < 14) {
-        Status st = map.Delete(key);
-        if (model.erase(key)) {
-          ASSERT_TRUE(st.ok()) << st.ToString();
-        } else {
-          ASSERT_EQ(st.code(), StatusCode::kNotFound) << st.ToString();
-        }
-      } else if (r < 18) {
-        Value got;
-        Status st = map.Get(key, &got);
-        auto it = model.find(key);
-        if (it == model.end()) {
-          ASSERT_EQ(st.code(), StatusCode::kNotFound) << st.ToString();
-        } else {
-          ASSERT_TRUE(st.ok()) << st.ToString();
-          ASSERT_EQ(got, it->second) << "op " << i;
-        }
-      } else {
-        const size_t limit = 1 + rng() % 10;
-        std::vector<KeyValue> got;
-        ASSERT_TRUE(map.Scan(key, limit, &got).ok());
-        std::vector<KeyValue> want;
-        for (auto it = model.lower_bound(key); it != model.end() && want.size() < limit; ++it) {
-          want.push_back(*it);
-        }
-        ASSERT_EQ(got, want) << "scan from " << key << " op " << i;
-      }
-    }
-    ExpectModel(map, model, kRange);
-    m->reset();
-    s.reset();
-    if (phase == 1) RestartBackend();
-  }
-  auto s = OpenSession(6, p.level);
-  auto r = OpenMv(*s, "mv", ReaderOpts());
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  ExpectModel(**r, model, kRange);
-  EXPECT_EQ((*r)->Put(1, TestValue(1, 1, 4)).code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ((*r)->Delete(1).code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(s->counters().reader_retries, 0u);
-}
-
-std::vector<Param> AllParams() {
-  std::vector<Param> v;
-  for (Level l : testing::kAllLevels) v.push_back({l, true});
-  v.push_back({Level::kRcb, false});
-  return v;
-}
-
-INSTANTIATE_TEST_SUITE_P(All, MvModelTest, ::testing::ValuesIn(AllParams()), [](const auto& info) {
-  return std::string(frontend::LevelName(info.param.level)) + (info.param.optimize ? "" : "_plain");
-});
 
 class MvTest : public StructuresTest {};
 

@@ -17,12 +17,6 @@ using frontend::Level;
 using testing::StructuresTest;
 using testing::TestValue;
 
-struct Param {
-  Level level;
-  bool optimize;
-  uint64_t max_level;
-};
-
 Result<std::unique_ptr<Map>> OpenSkip(frontend::Session& s, const std::string& name,
                                       Options o = {}) {
   return internal::OpenSkipList(s, name, o);
@@ -67,90 +61,6 @@ void ExpectMatches(Map& m, const std::map<uint64_t, Value>& model, uint64_t key_
   Status v = m.Verify();
   EXPECT_TRUE(v.ok()) << v.ToString();
 }
-
-class SkipModelTest : public StructuresTest, public ::testing::WithParamInterface<Param> {};
-
-TEST_P(SkipModelTest, RandomOpsMatchModelAcrossReopenAndRestart) {
-  const Param p = GetParam();
-  std::map<uint64_t, Value> model;
-  std::mt19937_64 rng(17 + static_cast<int>(p.level));
-  constexpr uint64_t kKeys = 150;
-  uint64_t version = 0;
-  Options o;
-  o.optimize = p.optimize;
-  o.value_size = 48;
-  o.param = p.max_level;
-  for (int phase = 0; phase < 3; phase++) {
-    auto s = OpenSession(5, p.level);
-    ASSERT_TRUE(s);
-    auto m = OpenSkip(*s, "skip", o);
-    ASSERT_TRUE(m.ok()) << m.status().ToString();
-    for (int i = 0; i < 400; i++) {
-      const uint64_t key = rng() % kKeys;
-      const int r = static_cast<int>(rng() % 20);
-      if (r < 10) {
-        auto v = TestValue(key, ++version, rng() % 49);
-        Status st = (*m)->Put(key, v);
-        ASSERT_TRUE(st.ok()) << st.ToString();
-        model[key] = v;
-      } else if (r < 16) {
-        Status st = (*m)->Delete(key);
-        if (model.erase(key) == 0) {
-          ASSERT_EQ(st.code(), StatusCode::kNotFound) << st.ToString();
-        } else {
-          ASSERT_TRUE(st.ok()) << st.ToString();
-        }
-      } else if (r < 19) {
-        Value got;
-        Status st = (*m)->Get(key, &got);
-        auto it = model.find(key);
-        if (it == model.end()) {
-          ASSERT_EQ(st.code(), StatusCode::kNotFound) << st.ToString();
-        } else {
-          ASSERT_TRUE(st.ok()) << st.ToString();
-          ASSERT_EQ(got, it->second) << "op " << i << " key " << key;
-        }
-      } else {
-        const size_t limit = rng() % 12;
-        std::vector<KeyValue> out;
-        Status st = (*m)->Scan(key, limit, &out);
-        ASSERT_TRUE(st.ok()) << st.ToString();
-        ASSERT_EQ(out, ModelScan(model, key, limit)) << "op " << i << " scan from " << key;
-      }
-    }
-    ExpectMatches(**m, model, kKeys);
-    m->reset();
-    s.reset();
-    if (phase == 1) RestartBackend();
-  }
-  // A reader in another session sees exactly the model.
-  auto s = OpenSession(6, p.level);
-  auto r = OpenSkip(*s, "skip", ReaderOptions());
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  ExpectMatches(**r, model, kKeys);
-  std::vector<KeyValue> out;
-  ASSERT_TRUE((*r)->Scan(50, 5, &out).ok());
-  EXPECT_EQ(out, ModelScan(model, 50, 5));
-  EXPECT_EQ((*r)->Put(1, TestValue(1, 1, 4)).code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ((*r)->Delete(1).code(), StatusCode::kFailedPrecondition);
-}
-
-std::vector<Param> AllParams() {
-  std::vector<Param> v;
-  for (Level l : testing::kAllLevels) v.push_back({l, true, 0});
-  v.push_back({Level::kRcb, false, 0});
-  v.push_back({Level::kRc, true, 3});  // towers capped at 3
-  return v;
-}
-
-INSTANTIATE_TEST_SUITE_P(All, SkipModelTest, ::testing::ValuesIn(AllParams()),
-                         [](const auto& info) {
-                           return std::string(frontend::LevelName(info.param.level)) +
-                                  (info.param.optimize ? "" : "_plain") +
-                                  (info.param.max_level
-                                       ? std::string("_max") + std::to_string(info.param.max_level)
-                                       : "");
-                         });
 
 class SkipListTest : public StructuresTest {};
 

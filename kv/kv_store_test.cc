@@ -631,7 +631,8 @@ TEST(KV_SUITE, Batch_TornBatchVanishesWhole_ReplicaAppliesWhole) {
   const auto k = KeysOfShard(f, 0, 3);
   const uint32_t w = Store::WorkerOf(0, f.geo.workers);
   for (const auto& key : k) ASSERT_TRUE(f.Put(key, "old").ok());
-  std::vector<WriteOp> ops = {{k[0], std::string(300, 'x')}, {k[1], "new"}, {k[2], "new"}};
+  const std::string wide(300, 'x');  // outlives the ops (they hold views)
+  std::vector<WriteOp> ops = {{k[0], wide}, {k[1], "new"}, {k[2], "new"}};
   auto r = f.store->Batch(w, 0, ops, 0);
   ASSERT_TRUE(r.ok() && r->applied);
   EXPECT_EQ(f.Get(k[2]).bytes, "new");

@@ -152,7 +152,10 @@ Status Server::Impl::Execute(const oq::RequestContext& ctx, const wire::Request&
           std::to_string(ShardOf(r.key, g.shards)) + " of " + std::to_string(g.shards));
     }
     const uint32_t w = Store::WorkerOf(r.shard, g.workers);
-    if (w != ctx.worker) {
+    // A request re-executed by recovery may have landed at another worker: the worker of a key
+    // was chosen by its hash before it was by its shard (a pool of an older version). Recovery
+    // runs on one thread before any worker serves, so it is applied to the right partition.
+    if (w != ctx.worker && !(ctx.recovering && r.type == wire::kPut)) {
       return Status::InvalidArgument("kv: request for worker " + std::to_string(w) +
                                      " arrived at worker " + std::to_string(ctx.worker));
     }
@@ -198,8 +201,12 @@ Status Server::Impl::Execute(const oq::RequestContext& ctx, const wire::Request&
         return Status::InvalidArgument("kv put: inline value of " + std::to_string(r.value.size()) +
                                        " bytes over " + std::to_string(kMaxInlineValue));
       }
-      ASYMNVM_ASSIGN_OR_RETURN(
-          uint64_t v, store->Put(ctx.worker, r.shard, r.key, r.value, position, ctx.recovering));
+      const uint32_t sw = Store::WorkerOf(r.shard, g.workers);
+      ASYMNVM_ASSIGN_OR_RETURN(uint64_t v,
+                               store->Put(sw, r.shard, r.key, r.value, position, ctx.recovering));
+      // Misrouted (see above): durable before the OQ persists ReqToExecute past it, which syncs
+      // only the arrival worker's writes.
+      if (sw != ctx.worker) store->SyncDeferred(sw);
       resp.flag = 1;
       resp.version = v;
       break;

@@ -391,7 +391,8 @@ Result<uint64_t> Store::Put(uint32_t worker, uint32_t shard, std::string_view ke
   ASYMNVM_RETURN_IF_ERROR(CheckShard(shard));
   if (worker >= geo_.workers) return Status::InvalidArgument("kv: worker out of range");
   if (recovering && position != 0 &&
-      (position <= floor_at_open_[worker] || recovered_positions_.count(position) > 0)) {
+      (position <= floor_at_open_[std::min<uint64_t>(position >> 56, geo_.workers - 1)] ||
+       recovered_positions_.count(position) > 0)) {
     skipped_++;
     return uint64_t{0};
   }

@@ -2,10 +2,11 @@
 //
 // PM: a header page and `segments` segments of `segment_size` bytes. Each OQ worker owns a
 // t-log (a chain of segments it appends to, single writer); the cleaner (GC) owns its own. A
-// write appends a self-validating entry (kv/format.h) and persists it before it returns, then
-// updates the DRAM index. The index is partitioned by worker (a key's requests always go to one
-// worker): per key the tag (KeyHash), the shard, the entry's PM location and its version; keys are
-// compared in PM. Open rebuilds the index by scanning every segment (the largest version wins).
+// write appends a self-validating entry (kv/format.h) and persists it before it returns (or,
+// with group commit, at the worker's next SyncDeferred), then updates the DRAM index. The index
+// is partitioned by worker (all requests of a shard go to one worker, WorkerOf): per key the tag
+// (KeyHash), the shard, the entry's PM location and its version; keys are compared in PM. Open
+// rebuilds the index by scanning every segment (the largest version wins).
 //
 // Versions: one counter per shard, rebuilt at Open as the largest version seen; each write takes
 // the next value. A delete writes a tombstone entry that stays live (and is copied by GC), so a

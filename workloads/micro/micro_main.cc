@@ -7,6 +7,8 @@
 //                                     segment being filled: must cost no syscall)
 //   BM_SoftWriteFlush                 one WRITE (64 B inline) + FLUSH round trip over the soft NIC
 //                                     on tcp loopback, completion waited for on the send CQ
+//   BM_KvPut / BM_KvDecodeEntry       the KV server's t-log group commit and entry validation
+//                                     (kv_micro.cc, doc/kv.md §Write path)
 //
 // Run: build/workloads/asymnvm-micro [--benchmark_filter=RE] [--benchmark_min_time=0.5]
 // ctest runs it once with --benchmark_min_time=0.01 (label unit) so it cannot rot; the numbers

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <shared_mutex>
@@ -212,22 +213,23 @@ Status Server::Impl::Execute(const oq::RequestContext& ctx, const wire::Request&
       break;
     }
     case wire::kGet: {
-      if ((r.flags & wire::kFlagLocate) && bypass) {
-        Located at = store->Locate(ctx.worker, r.shard, r.key);
-        if (at.found && at.value_len >= r.arg2) {
-          rdmp_located++;
-          resp.flag = wire::kFlagLocated;
-          resp.version = at.version;
-          resp.arg = at.log_offset;
-          resp.count = at.footprint;
-          body.resize(12);
-          PutLe64(reinterpret_cast<uint8_t*>(body.data()), at.generation);
-          PutLe32(reinterpret_cast<uint8_t*>(body.data()) + 8, at.value_len);
-          break;
-        }
+      // One index lookup: with the locate flag a value of at least arg2 bytes comes back as its
+      // location (the client reads it one-sidedly), a smaller one as bytes.
+      const uint64_t locate_from =
+          (r.flags & wire::kFlagLocate) && bypass ? r.arg2 : std::numeric_limits<uint64_t>::max();
+      ReadResult rr = store->Get(ctx.worker, r.shard, r.key, r.offset,
+                                 kMaxResponse - wire::kResponseHeader, locate_from);
+      if (rr.located) {
+        rdmp_located++;
+        resp.flag = wire::kFlagLocated;
+        resp.version = rr.version;
+        resp.arg = rr.log_offset;
+        resp.count = rr.footprint;
+        body.resize(12);
+        PutLe64(reinterpret_cast<uint8_t*>(body.data()), rr.generation);
+        PutLe32(reinterpret_cast<uint8_t*>(body.data()) + 8, static_cast<uint32_t>(rr.total_len));
+        break;
       }
-      ReadResult rr =
-          store->Get(ctx.worker, r.shard, r.key, r.offset, kMaxResponse - wire::kResponseHeader);
       if (rr.found && r.arg1 != 0 && rr.version != r.arg1) {
         resp.flag = 2;  // the version the caller was reading changed
         resp.version = rr.version;

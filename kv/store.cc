@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/checksum.h"
+#include "common/coding.h"
 #include "common/logging.h"
 
 namespace asymnvm::kv {
@@ -400,20 +401,30 @@ Result<uint64_t> Store::Put(uint32_t worker, uint32_t shard, std::string_view ke
 }
 
 ReadResult Store::Get(uint32_t worker, uint32_t shard, std::string_view key, uint64_t offset,
-                      size_t max_bytes) const {
+                      size_t max_bytes, uint64_t locate_from) const {
   ReadResult r;
   if (shard >= geo_.shards || worker >= geo_.workers) return r;
   Partition& p = *parts_[worker];
   std::lock_guard<std::mutex> l(p.mu);
   auto it = FindLocked(p, shard, KeyHash(key), key);
   if (it == p.index.end() || it->second.tombstone) return r;
-  const uint8_t* e = SegmentBase(it->second.seg) + it->second.off;
+  const Loc& loc = it->second;
+  const uint8_t* e = SegmentBase(loc.seg) + loc.off;
+  const uint32_t value_len = GetLe32(e + 8);
+  if (value_len >= locate_from) {
+    r.found = r.located = true;
+    r.version = loc.version;
+    r.total_len = value_len;
+    r.log_offset = size_t{loc.seg} * geo_.segment_size + loc.off;
+    r.generation = segs_[loc.seg].generation;
+    r.footprint = loc.footprint;
+    return r;
+  }
   EntryHeader h;
-  Status st = format::DecodeEntry(e, geo_.segment_size - it->second.off,
-                                  segs_[it->second.seg].generation, &h);
+  Status st = format::DecodeEntry(e, geo_.segment_size - loc.off, segs_[loc.seg].generation, &h);
   if (!st.ok()) {
-    LOG_ERROR("kv", "index points at an invalid entry (segment " << it->second.seg << " offset "
-                                                                 << it->second.off << ")");
+    LOG_ERROR("kv", "index points at an invalid entry (segment " << loc.seg << " offset " << loc.off
+                                                                 << ")");
     return r;
   }
   r.found = true;
@@ -884,21 +895,15 @@ void Store::Settle(uint64_t log_offset) {
 }
 
 Located Store::Locate(uint32_t worker, uint32_t shard, std::string_view key) const {
+  const ReadResult g = Get(worker, shard, key, 0, 0, /*locate_from=*/0);
   Located r;
-  if (shard >= geo_.shards || worker >= geo_.workers) return r;
-  Partition& p = *parts_[worker];
-  std::lock_guard<std::mutex> l(p.mu);
-  auto it = FindLocked(p, shard, KeyHash(key), key);
-  if (it == p.index.end() || it->second.tombstone) return r;
-  const uint8_t* e = SegmentBase(it->second.seg) + it->second.off;
-  uint32_t vlen = 0;
-  std::memcpy(&vlen, e + 8, 4);  // little-endian hosts only (as the whole PM layout)
+  if (!g.located) return r;
   r.found = true;
-  r.version = it->second.version;
-  r.value_len = vlen;
-  r.log_offset = size_t{it->second.seg} * geo_.segment_size + it->second.off;
-  r.generation = segs_[it->second.seg].generation;
-  r.footprint = it->second.footprint;
+  r.version = g.version;
+  r.value_len = static_cast<uint32_t>(g.total_len);
+  r.log_offset = g.log_offset;
+  r.generation = g.generation;
+  r.footprint = g.footprint;
   return r;
 }
 

@@ -83,6 +83,11 @@ struct ReadResult {
   uint64_t version = 0;
   uint64_t total_len = 0;
   std::string bytes;  // value bytes from the requested offset
+  // Get with locate_from: the value is at least that long, so only where it lies is returned
+  // (no bytes copied, no checksum computed: the one-sided reader checks it).
+  bool located = false;
+  uint64_t log_offset = 0, generation = 0;
+  uint32_t footprint = 0;
 };
 
 struct ScanOut {
@@ -151,7 +156,7 @@ class Store {
   // OQ recovery is over: forget the positions Open collected to recognise re-executions.
   void EndRecovery();
   ReadResult Get(uint32_t worker, uint32_t shard, std::string_view key, uint64_t offset,
-                 size_t max_bytes) const;
+                 size_t max_bytes, uint64_t locate_from = UINT64_MAX) const;
   Result<DeleteReply> Delete(uint32_t worker, uint32_t shard, std::string_view key,
                              uint64_t position);
   Result<PutIfReply> PutIf(uint32_t worker, uint32_t shard, std::string_view key,

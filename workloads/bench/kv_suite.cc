@@ -371,11 +371,9 @@ class KvSuite : public Suite {
     return Status::Ok();
   }
 
-  // Restarts the three servers on their pools at once and waits until 200 sampled keys of the
-  // `loaded` first ones all read back (or 60 s). *missing = sampled keys still absent then.
-  Status ColdStart(std::vector<ServerProc>* servers, uint64_t loaded, double* ms,
-                   uint64_t* missing) {
-    const auto t0 = std::chrono::steady_clock::now();
+  // Starts the three servers at once (each on its pool in dir_). On a failure the others are
+  // killed and the first error returned.
+  Status SpawnAll(std::vector<ServerProc>* servers) {
     std::vector<std::thread> ts;
     std::vector<Status> sts(3);
     for (int i = 0; i < 3; i++) {
@@ -389,7 +387,26 @@ class KvSuite : public Suite {
       });
     }
     for (auto& t : ts) t.join();
-    for (auto& st : sts) ASYMNVM_RETURN_IF_ERROR(st.WithContext("kv cold start"));
+    for (auto& st : sts) {
+      if (st.ok()) continue;
+      for (auto& p : *servers) {
+        if (p.pid > 0) {
+          kill(p.pid, SIGKILL);
+          waitpid(p.pid, nullptr, 0);
+          p.pid = -1;
+        }
+      }
+      return st;
+    }
+    return Status::Ok();
+  }
+
+  // Restarts the three servers on their pools at once and waits until 200 sampled keys of the
+  // `loaded` first ones all read back (or 60 s). *missing = sampled keys still absent then.
+  Status ColdStart(std::vector<ServerProc>* servers, uint64_t loaded, double* ms,
+                   uint64_t* missing) {
+    const auto t0 = std::chrono::steady_clock::now();
+    ASYMNVM_RETURN_IF_ERROR(SpawnAll(servers).WithContext("kv cold start"));
     kv::ClientOptions co;
     co.coordinator = Coord();
     co.retry_deadline = std::chrono::seconds(60);
@@ -417,32 +434,7 @@ class KvSuite : public Suite {
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
     std::vector<ServerProc> servers(3);
-    {
-      std::vector<std::thread> ts;
-      std::vector<Status> sts(3);
-      for (int i = 0; i < 3; i++) {
-        ts.emplace_back([&, i] {
-          auto p = Spawn(i);
-          if (p.ok()) {
-            servers[i] = *p;
-          } else {
-            sts[i] = p.status();
-          }
-        });
-      }
-      for (auto& t : ts) t.join();
-      for (auto& s : sts) {
-        if (!s.ok()) {
-          for (auto& p : servers) {
-            if (p.pid > 0) {
-              kill(p.pid, SIGKILL);
-              waitpid(p.pid, nullptr, 0);
-            }
-          }
-          return s;
-        }
-      }
-    }
+    ASYMNVM_RETURN_IF_ERROR(SpawnAll(&servers));
     auto stop_all = [&](int sig) {
       for (auto& p : servers) {
         if (p.pid > 0) {

@@ -121,10 +121,22 @@ TEST(KvBatch, TransfersUnderSigkill_TotalNeverChanges_AckedNeverLost) {
         }
       });
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    Kill9(p);  // mid-run: batches in flight
+    // Mid-run, once this round has committed transfers: batches in flight.
+    const uint64_t before = committed.load();
+    ASSERT_TRUE(testutil::WaitFor([&] { return committed.load() >= before + 10; },
+                                  std::chrono::seconds(60)))
+        << "no transfer committed in round " << round;
+    Kill9(p);
     stop = true;
     for (auto& t : ts) t.join();
+    // Then crash it again while it starts up and recovers (the index scan, the OQ's re-execution
+    // of landed requests), at a different moment each round.
+    for (int again = 0; again < 2; again++) {
+      const pid_t early = testutil::SpawnKv(Args(d));
+      std::this_thread::sleep_for(std::chrono::milliseconds(5 + 15 * round + 7 * again));
+      kill(early, SIGKILL);
+      testutil::WaitExit(early);
+    }
     p = StartKv(Args(d));
     ASSERT_FALSE(p.address().empty()) << p.first_line;
     auto c = OpenClient({p.address()});
@@ -267,7 +279,7 @@ TEST(KvBatch, MultiExecUnderSigkill_TotalNeverChanges) {
         if (rs[3].rfind("*2", 0) == 0) ok++;
       }
     });
-    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    ASSERT_TRUE(testutil::WaitFor([&] { return ok.load() >= 10; }));  // transactions ran
     kill(pid, SIGKILL);
     testutil::WaitExit(pid);
     stop = true;

@@ -215,9 +215,7 @@ TEST(KvRdmp, ExpiredReservations_RevokeTheConnectionThenSettle) {
                                  {reinterpret_cast<const uint8_t*>(va.data()), va.size()})
                   .ok());
   // Both reservations expire: b (flagged) is published, a's connection is revoked.
-  for (int i = 0; i < 200 && (*server)->stats().rdmp_settled < 2; i++) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  testutil::WaitFor([&] { return (*server)->stats().rdmp_settled >= 2; });
   const ServerStats st = (*server)->stats();
   EXPECT_EQ(st.rdmp_settled, 2u);
   // b's client is gone (its connection failed: settled without a revoke); a's is live: revoked.

@@ -8,8 +8,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "asymnvm/kv.h"
@@ -69,6 +71,34 @@ inline Proc StartKv(const std::vector<std::string>& args) {
   while (read(out[0], &c, 1) == 1 && c != '\n') p.first_line.push_back(c);
   close(out[0]);
   return p;
+}
+
+// Starts asymnvm-kv with `args` without waiting for it (stdout discarded): for SIGKILLs that land
+// while it starts up and recovers.
+inline pid_t SpawnKv(const std::vector<std::string>& args) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    int null = open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    setenv("ASYMNVM_LOG_LEVEL", "error", 1);
+    std::vector<char*> argv{const_cast<char*>(ASYMNVM_KV_SERVER)};
+    for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(ASYMNVM_KV_SERVER, argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// Polls `done` (an observable state) every millisecond until it holds or `timeout` passes.
+template <typename F>
+bool WaitFor(F done, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
 }
 
 inline int WaitExit(pid_t pid) {

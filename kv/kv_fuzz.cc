@@ -8,6 +8,7 @@
 // accepted header page / segment header / entry re-encodes to a record that decodes to the same
 // fields (entries: same key and value).
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -83,10 +84,20 @@ void Entries(fuzz::Input& in) {
     ASYMNVM_FUZZ_CHECK(n <= b.size() - off);
     const std::string key(format::EntryKey(b.data() + off, h));
     const std::string value(format::EntryValue(b.data() + off, h));
-    std::vector<uint8_t> again(format::EntryFootprint(h.key_len, h.value_len), 0);
-    format::EncodeEntry(h, key, value, again.data());
+    std::vector<uint8_t> again(format::Footprint(h), 0);
+    if (h.type == format::EntryType::kPutBypass) {
+      // An RDMP slot: the server's header + key, the client's value and persist-flag word.
+      format::EncodeBypassSlot(h, key, again.data());
+      std::memcpy(again.data() + format::kEntryHeaderSize + key.size(), value.data(), value.size());
+      const size_t flags = format::BypassFlagOffset(h.key_len, h.value_len);
+      std::memcpy(again.data() + flags, b.data() + off + flags, 8);
+    } else {
+      format::EncodeEntry(h, key, value, again.data());
+    }
     format::EntryHeader h2;
     ASYMNVM_FUZZ_CHECK(format::DecodeEntry(again.data(), again.size(), generation, &h2).ok());
+    ASYMNVM_FUZZ_CHECK(h2.persisted == h.persisted && h2.batch_count == h.batch_count &&
+                       h2.batch_index == h.batch_index);
     ASYMNVM_FUZZ_CHECK(h2.type == h.type && h2.version == h.version && h2.shard == h.shard &&
                        format::EntryKey(again.data(), h2) == key &&
                        format::EntryValue(again.data(), h2) == value);

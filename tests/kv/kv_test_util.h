@@ -139,6 +139,7 @@ class TempDir {
   std::filesystem::path path_;
 };
 
+// A client that must open: a failure fails the test.
 inline std::unique_ptr<Client> OpenClient(
     const std::vector<std::string>& servers,
     std::chrono::milliseconds retry = std::chrono::seconds(20)) {
@@ -147,6 +148,16 @@ inline std::unique_ptr<Client> OpenClient(
   o.retry_deadline = retry;
   auto c = Client::Open(o);
   EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return c.ok() ? std::move(c).value() : nullptr;
+}
+
+// A client that may legitimately fail to open (its server is being killed): nullptr then.
+inline std::unique_ptr<Client> TryOpenClient(const std::vector<std::string>& servers,
+                                             std::chrono::milliseconds retry) {
+  ClientOptions o;
+  o.servers = servers;
+  o.retry_deadline = retry;
+  auto c = Client::Open(o);
   return c.ok() ? std::move(c).value() : nullptr;
 }
 

@@ -172,7 +172,31 @@ struct Backend::Impl : public OpLogSource {
   // fe id → the highest coordinator epoch a registration carried (in memory: a restarted
   // back-end learns it again from the next registration; doc/backend.md §Fencing).
   std::unordered_map<uint64_t, uint64_t> epochs;
-  std::map<std::pair<uint64_t, uint64_t>, std::vector<uint8_t>> op_logs;  // (fe, op_seq) → payload
+  // (fe, op_seq) → payload: the op logs pointer entries of memory logs may name. Filled when an
+  // op log lands (IndexLanding, on the NIC's threads), by the consumer's digest, and on a miss by
+  // a scan of the live segments (after a restart); erased when its segment is recycled. Its own
+  // lock (taken after mu, never held while waiting): the NIC threads index landings while a
+  // request holding mu waits for a persist that those threads complete.
+  std::mutex op_logs_mu;
+  std::map<std::pair<uint64_t, uint64_t>, std::vector<uint8_t>> op_logs;  // [op_logs_mu]
+  // Multi-block op logs being reassembled from their landings: (owner, version) → blocks.
+  struct PartialOpLog {
+    uint16_t count = 0, found = 0;
+    std::vector<std::vector<uint8_t>> blocks;
+  };
+  std::map<std::pair<uint16_t, uint64_t>, PartialOpLog> partial_op_logs;  // [op_logs_mu]
+  size_t rowan_mtu = rowan::kDefaultMtu;
+  class LandingIndexer final : public pm::PersistObserver {
+   public:
+    explicit LandingIndexer(Impl* impl) : impl_(impl) {}
+    void OnPersist(uint64_t offset, uint64_t length) override {
+      impl_->IndexLanding(offset, length);
+    }
+
+   private:
+    Impl* impl_;
+  };
+  LandingIndexer landing_indexer{this};
   struct HeldSegment {
     uint32_t index;
     std::map<uint64_t, uint64_t> max_op_seq;  // fe → highest op_seq in the segment
@@ -212,15 +236,113 @@ struct Backend::Impl : public OpLogSource {
 
   uint8_t* base() const { return pool->base(); }
 
-  // OpLogSource: pointer entries of memory logs.
+  // OpLogSource: pointer entries of memory logs (called under mu, from ApplyTxnRequest). The
+  // span stays valid while mu is held: entries are erased only by RecycleCovered (under mu) and
+  // never replaced (try_emplace).
   Result<std::span<const uint8_t>> Payload(uint64_t fe, uint64_t op_seq) override {
-    auto it = op_logs.find({fe, op_seq});  // called under mu (from ApplyTxnRequest)
+    {
+      std::lock_guard<std::mutex> l(op_logs_mu);
+      auto it = op_logs.find({fe, op_seq});
+      if (it != op_logs.end()) return std::span<const uint8_t>(it->second);
+    }
+    // Not indexed: landed before this process started (a restart replays transactions whose op
+    // logs are in segments the consumer has not digested yet), or a multi-block op log whose
+    // reassembly was dropped. The live segments hold every op log not yet covered.
+    if (counters.op_log_scans++ == 0) {
+      LOG_INFO("backend", "op log " << OpSeqString(op_seq) << " of front-end " << fe
+                                    << " named by a pointer entry was not indexed at its landing"
+                                       " (landed before this start?): scanning the live b-log");
+    }
+    for (const bool full : {false, true}) {
+      IndexLiveSegments(full);
+      std::lock_guard<std::mutex> l(op_logs_mu);
+      auto it = op_logs.find({fe, op_seq});
+      if (it != op_logs.end()) return std::span<const uint8_t>(it->second);
+    }
+    std::lock_guard<std::mutex> l(op_logs_mu);
+    auto it = op_logs.find({fe, op_seq});
     if (it == op_logs.end()) {
-      return Status::NotFound("op log " + std::to_string(op_seq) + " of front-end " +
-                              std::to_string(fe) + " has not been digested");
+      return Status::NotFound("op log " + OpSeqString(op_seq) + " of front-end " +
+                              std::to_string(fe) + " is not in the b-log");
     }
     return std::span<const uint8_t>(it->second);
   }
+
+  void IndexOpLog(std::span<const uint8_t> entry_payload) {  // under op_logs_mu
+    auto rec = DecodeOpLog(entry_payload);
+    if (!rec.ok()) return;  // the consumer reports it when it digests the segment
+    op_logs.try_emplace({rec->frontend_id, rec->op_seq}, rec->payload.begin(), rec->payload.end());
+  }
+
+  // LandingIndexer: a range of the b-log area the NIC landed and is persisting (one SEND: a
+  // block). Op logs are indexed as they land, so a transaction's pointer entries find them at
+  // once (the consumer digests a segment only when it is full). A NIC that lands without the
+  // soft NIC's persist hook (hardware RDMA) leaves this to IndexLiveSegments.
+  void IndexLanding(uint64_t offset, uint64_t length) {
+    std::lock_guard<std::mutex> l(op_logs_mu);
+    IndexBlocks(base() + layout.rowan.offset + offset, length);
+  }
+
+  // Indexes the op logs of the valid blocks at p.. (under op_logs_mu); stops at the first stride
+  // that holds no valid block. Returns the bytes consumed.
+  size_t IndexBlocks(const uint8_t* p, size_t length) {
+    size_t pos = 0;
+    while (pos + rowan::kBlockHeaderSize <= length) {
+      rowan::BlockHeader h;
+      if (!rowan::DecodeBlock(p + pos, length - pos, rowan_mtu, &h).ok()) break;
+      if (h.meta.type == kOpLogEntryType) {
+        std::span<const uint8_t> body(p + pos + rowan::kBlockHeaderSize, h.payload_len);
+        if (h.block_count == 1) {
+          IndexOpLog(body);
+        } else if (h.block_seq < h.block_count) {
+          if (partial_op_logs.size() >= 256) partial_op_logs.clear();  // senders that died
+          auto& part = partial_op_logs[{h.meta.owner, h.meta.version}];
+          if (part.count == 0) {
+            part.count = h.block_count;
+            part.blocks.resize(h.block_count);
+          }
+          if (part.count == h.block_count && part.blocks[h.block_seq].empty() &&
+              h.payload_len > 0) {
+            part.blocks[h.block_seq].assign(body.begin(), body.end());
+            if (++part.found == part.count) {
+              std::vector<uint8_t> whole;
+              for (const auto& b : part.blocks) whole.insert(whole.end(), b.begin(), b.end());
+              partial_op_logs.erase({h.meta.owner, h.meta.version});
+              IndexOpLog(whole);
+            }
+          }
+        }
+      }
+      pos += rowan::BlockFootprint(h.payload_len);
+    }
+    return std::min<size_t>(pos, length);
+  }
+
+  // Indexes the op logs of the segments not yet committed: first incrementally, from where the
+  // last call stopped in each segment (blocks land in order within a segment); then, when `full`,
+  // every segment whole through the scanner, copied first (bytes may be landing; an entry still
+  // landing fails its checksum and is skipped — it was never acknowledged).
+  void IndexLiveSegments(bool full) {
+    const auto live = receiver->LiveSegments();
+    std::lock_guard<std::mutex> l(op_logs_mu);
+    std::map<uint64_t, size_t> resume;
+    for (const rowan::SegmentView& v : live) {
+      size_t& at = resume[v.post_seq];
+      if (auto it = scanned_to.find(v.post_seq); it != scanned_to.end()) at = it->second;
+      at += IndexBlocks(v.bytes.data() + at, v.bytes.size() - at);
+    }
+    scanned_to = std::move(resume);  // forgets committed segments
+    if (!full) return;
+    rowan::Scanner scanner;
+    std::vector<uint8_t> copy;
+    for (const rowan::SegmentView& v : live) {
+      copy.assign(v.bytes.begin(), v.bytes.end());
+      scanner.ScanSegment(copy, v.post_seq, [&](const rowan::ScannedEntry& e) {
+        if (e.meta.type == kOpLogEntryType) IndexOpLog(e.payload);
+      });
+    }
+  }
+  std::map<uint64_t, size_t> scanned_to;  // live segment (post_seq) → bytes indexed [op_logs_mu]
 
   LayoutParams Params() const {
     LayoutParams lp;
@@ -577,6 +699,8 @@ struct Backend::Impl : public OpLogSource {
     ro.persister = persister();
     ro.listen_address = o.log_listen_address;
     ro.segment_size = layout.rowan_segment;
+    if (o.TEST_index_landings) ro.landing_observer = &landing_indexer;
+    rowan_mtu = ro.mtu;
     ASYMNVM_ASSIGN_OR_RETURN(receiver, rowan::Receiver::Open(ro));
     consumer = std::thread([this] { ConsumeLog(); });
     oq::ServerOptions so;
@@ -989,7 +1113,11 @@ struct Backend::Impl : public OpLogSource {
             return;
           }
           counters.op_logs_seen++;
-          op_logs[{rec->frontend_id, rec->op_seq}].assign(rec->payload.begin(), rec->payload.end());
+          {
+            std::lock_guard<std::mutex> l(op_logs_mu);
+            op_logs.try_emplace({rec->frontend_id, rec->op_seq}, rec->payload.begin(),
+                                rec->payload.end());
+          }
           auto& m = h.max_op_seq[rec->frontend_id];
           m = std::max(m, rec->op_seq);
         });
@@ -1026,8 +1154,11 @@ struct Backend::Impl : public OpLogSource {
           ++h;
           continue;
         }
-        for (const auto& [fe, max_seq] : h->max_op_seq) {
-          op_logs.erase(op_logs.lower_bound({fe, 0}), op_logs.upper_bound({fe, max_seq}));
+        {
+          std::lock_guard<std::mutex> l(op_logs_mu);
+          for (const auto& [fe, max_seq] : h->max_op_seq) {
+            op_logs.erase(op_logs.lower_bound({fe, 0}), op_logs.upper_bound({fe, max_seq}));
+          }
         }
         done.push_back(h->index);
         h = held.erase(h);
@@ -1106,6 +1237,7 @@ struct Backend::Impl : public OpLogSource {
     j["txns_fenced"] = s.txns_fenced;
     j["registers_fenced"] = s.registers_fenced;
     j["op_logs_seen"] = s.op_logs_seen;
+    j["op_log_scans"] = s.op_log_scans;
     j["log_segments_digested"] = s.log_segments_digested;
     j["log_segments_recycled"] = s.log_segments_recycled;
     j["log_segments_pinned"] = s.log_segments_pinned;

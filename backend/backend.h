@@ -67,6 +67,9 @@ struct BackendOptions {
   // Tests: open the pool with pm crash simulation (PoolOptions::crash_sim); see
   // TEST_CrashAndClose.
   bool crash_sim = false;
+  // Tests: false leaves op logs unindexed at their landing, as with a NIC that lands without the
+  // soft NIC's persist hook (hardware RDMA): pointer entries then find them by scanning.
+  bool TEST_index_landings = true;
 };
 
 struct BackendStats {
@@ -77,6 +80,9 @@ struct BackendStats {
   uint64_t txns_fenced = 0, registers_fenced = 0;
   uint64_t txn_bytes_applied = 0;
   uint64_t op_logs_seen = 0, log_segments_digested = 0, log_segments_recycled = 0;
+  // Pointer entries whose op log was not indexed at its landing: the live b-log segments were
+  // scanned for it (normal after a restart; rare otherwise).
+  uint64_t op_log_scans = 0;
   // Digested b-log segments held back by op logs their front-end has not covered with its OPN
   // (a writer that died before its next transaction and has not replayed yet).
   uint64_t log_segments_pinned = 0;

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "backend/backend.h"
+#include "common/coding.h"
 #include "frontend/page_cache.h"
 #include "tests/common/backend_fixture.h"
 
@@ -291,6 +292,103 @@ TEST_F(FrontendTest, BatchingCoalescesWrites) {
   ASSERT_TRUE((*s2)->Fence().ok());
   EXPECT_EQ((*s2)->counters().txns, 3u);
 }
+
+// Pointer entries (Session::MemLogFromOp): a value that is in the op log crosses the wire once —
+// the transaction carries 32 bytes for it — and lands exactly, at r and rcb, whether the back-end
+// indexed the op log as it landed or has to find it in the b-log (restart; hardware NIC), and
+// across a restart of the back-end. Misuse is an error; the opt-out and naive send it inline.
+class PointerEntryTest : public FrontendTest, public ::testing::WithParamInterface<bool> {
+ protected:
+  backend::BackendOptions BackendOptionsFor(const std::string& path) override {
+    backend::BackendOptions o = SmallBackend(path);
+    o.TEST_index_landings = GetParam();
+    return o;
+  }
+};
+
+TEST_P(PointerEntryTest, ValuesCrossTheWireOnceAndLandExactly) {
+  constexpr int kOps = 24;
+  constexpr size_t kValue = 500;
+  auto value = [](int i) {
+    std::vector<uint8_t> v(kValue);
+    for (size_t j = 0; j < v.size(); j++) v[j] = static_cast<uint8_t>(i * 31 + j * 7);
+    return v;
+  };
+  std::vector<uint64_t> addrs;
+  uint64_t pointer_bytes = 0, inline_bytes = 0, scans = 0;
+  int round = 0;
+  for (const Level level : {Level::kR, Level::kRcb, Level::kNaive}) {
+    for (const bool pointers : {true, false}) {
+      SessionOptions o = Options(10, level);
+      o.pointer_mem_logs = pointers;
+      auto s = BackendTest::OpenSession(o);
+      ASSERT_TRUE(s);
+      auto st = s->CreateRoot("ptr" + std::to_string(round++), 7);
+      ASSERT_TRUE(st.ok()) << st.status().ToString();
+      const Counters before = s->counters();
+      addrs.clear();
+      for (int i = 0; i < kOps; i++) {
+        auto a = s->Malloc(kValue + 8);
+        ASSERT_TRUE(a.ok());
+        addrs.push_back(*a);
+        std::vector<uint8_t> params(8);
+        std::memcpy(params.data(), &*a, 8);
+        const auto v = value(i + static_cast<int>(level) * 100);
+        params.insert(params.end(), v.begin(), v.end());
+        auto seq = s->OpLog(*st, 1, params);
+        ASSERT_TRUE(seq.ok());
+        const uint64_t header = 0xA5A5000000000000ull + static_cast<uint64_t>(i);
+        ASSERT_TRUE(
+            s->MemLog(*a, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&header), 8))
+                .ok());
+        Status m = s->MemLogFromOp(*a + 8, v, *seq, 8);
+        ASSERT_TRUE(m.ok()) << m.ToString();
+        // Misuse: an op that is not open in this session.
+        EXPECT_EQ(s->MemLogFromOp(*a + 8, v, *seq + 1000, 8).code(),
+                  level == Level::kNaive ? StatusCode::kOk : StatusCode::kFailedPrecondition);
+        std::vector<uint8_t> got(kValue);  // read-your-writes before anything was sent
+        ASSERT_TRUE(s->Read(*a + 8, got).ok());
+        ASSERT_EQ(got, v);
+        ASSERT_TRUE(s->TxWrite(*st).ok());
+      }
+      ASSERT_TRUE(s->Fence().ok());
+      const Counters c = s->counters();
+      const bool expect_pointers = pointers && level != Level::kNaive;
+      EXPECT_EQ(c.pointer_mem_logs - before.pointer_mem_logs, expect_pointers ? kOps : 0u);
+      if (level == Level::kRcb) (pointers ? pointer_bytes : inline_bytes) = c.txn_bytes;
+      // Another front-end reads exactly the values, and so after a back-end restart.
+      for (int pass = 0; pass < 2; pass++) {
+        auto r = OpenSession(11, Level::kNaive);
+        ASSERT_TRUE(r);
+        for (int i = 0; i < kOps; i++) {
+          std::vector<uint8_t> got(kValue + 8);
+          ASSERT_TRUE(r->Read(addrs[i], got).ok());
+          EXPECT_EQ(GetLe64(got.data()), 0xA5A5000000000000ull + static_cast<uint64_t>(i));
+          EXPECT_EQ(std::vector<uint8_t>(got.begin() + 8, got.end()),
+                    value(i + static_cast<int>(level) * 100))
+              << LevelName(level) << " op " << i;
+        }
+        r.reset();
+        if (pass == 0) {
+          s.reset();
+          scans += be_->stats().op_log_scans;
+          RestartBackend();
+        }
+      }
+    }
+  }
+  // The value went as a pointer: rcb's transaction bytes shrink by about the values.
+  EXPECT_LT(pointer_bytes + kOps * (kValue - 64), inline_bytes)
+      << "pointer " << pointer_bytes << " vs inline " << inline_bytes;
+  // Unindexed at landing, the op logs were found in the b-log.
+  if (!GetParam()) {
+    EXPECT_GT(scans, 0u);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(IndexAtLanding, PointerEntryTest, ::testing::Bool(), [](const auto& info) {
+  return std::string(info.param ? "indexed" : "scanned");
+});
 
 TEST_F(FrontendTest, BatchTimerFlushesAtTheNextCall) {
   SessionOptions o = Options(9, Level::kRcb);

@@ -32,6 +32,7 @@ class OpSequence {
   // log of `structure`, so a transaction's ops are exactly those up to its OPN).
   std::vector<uint32_t> OpenOthers(uint32_t structure) const;
   bool HasOpen(uint32_t structure) const;
+  bool IsOpen(uint64_t seq) const { return open_.count(seq) != 0; }
   bool empty() const { return open_.empty(); }
 
   // Replay: of `ops` (fetched, sorted by op_seq), those to re-execute — past the registered OPN

@@ -227,9 +227,42 @@ Status Session::MemLog(uint64_t addr, std::span<const uint8_t> data) {
           "the operation's memory logs exceed the largest transaction (" +
           std::to_string(m.max_txn) + " bytes)");
     }
-    m.cur.emplace_back(addr, std::vector<uint8_t>(data.begin(), data.end()));
+    m.cur.push_back({addr, std::vector<uint8_t>(data.begin(), data.end())});
     m.cur_bytes += fp;
     m.c.mem_logs++;
+    m.AddOverlay(addr, data, 0);
+    if (m.cache) m.cache->Update(addr, data);
+    return Status::Ok();
+  });
+}
+
+Status Session::MemLogFromOp(uint64_t addr, std::span<const uint8_t> data, uint64_t op_seq,
+                             uint32_t op_offset) {
+  Impl& m = *impl_;
+  // naive logs no operation (OpLog returned 0): plain memory logs.
+  if (m.o.level == Level::kNaive) return MemLog(addr, data);
+  if (!m.opseq.IsOpen(op_seq)) {
+    return Status::FailedPrecondition("MemLogFromOp: op " + backend::OpSeqString(op_seq) +
+                                      " is not an open operation of this session");
+  }
+  // Inline where a pointer cannot be resolved (async op logs: the op log may land after the
+  // transaction; op logs at another back-end) or does not pay (a pointer body is 16 bytes).
+  if (m.o.async_op_logs || !m.o.pointer_mem_logs || !m.o.op_log_address.empty() ||
+      EntryFootprint(data.size()) <= internal::kPointerEntryFootprint) {
+    return MemLog(addr, data);
+  }
+  return Guarded(false, [&]() -> Status {
+    ASYMNVM_RETURN_IF_ERROR(m.CheckData(addr, data.size()));
+    const size_t fp = internal::kPointerEntryFootprint;
+    if (m.cur_bytes + fp + backend::kTxnHeaderSize + backend::kTxnCommitSize > m.max_txn) {
+      return Status::ResourceExhausted(
+          "the operation's memory logs exceed the largest transaction (" +
+          std::to_string(m.max_txn) + " bytes)");
+    }
+    m.cur.push_back({addr, std::vector<uint8_t>(data.begin(), data.end()), op_seq, op_offset});
+    m.cur_bytes += fp;
+    m.c.mem_logs++;
+    m.c.pointer_mem_logs++;
     m.AddOverlay(addr, data, 0);
     if (m.cache) m.cache->Update(addr, data);
     return Status::Ok();
@@ -270,9 +303,15 @@ Status Session::EndWrites(const Structure& s, bool close) {
       ASYMNVM_RETURN_IF_ERROR(m.FlushBatch());
     }
     if (m.batch_ops == 0) m.batch_start = Clock::now();
-    for (auto& [addr, data] : m.cur) {
-      if (!m.batch_keys.insert({addr, static_cast<uint32_t>(data.size())}).second) m.c.coalesced++;
-      m.batch.Write(addr, data);
+    for (auto& w : m.cur) {
+      if (!m.batch_keys.insert({w.addr, static_cast<uint32_t>(w.data.size())}).second) {
+        m.c.coalesced++;
+      }
+      if (w.op_seq != 0) {
+        m.batch.WritePointer(w.addr, static_cast<uint32_t>(w.data.size()), w.op_seq, w.op_offset);
+      } else {
+        m.batch.Write(w.addr, w.data);
+      }
     }
     m.cur.clear();
     m.cur_bytes = 0;

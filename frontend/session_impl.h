@@ -41,6 +41,7 @@ using Clock = std::chrono::steady_clock;
 inline size_t EntryFootprint(size_t len) {
   return backend::kTxnEntryHeaderSize + (len + 7) / 8 * 8;
 }
+inline constexpr size_t kPointerEntryFootprint = backend::kTxnEntryHeaderSize + 16;
 
 // Exponential back-off between polls of a remote word: 20 µs doubling to 2 ms.
 class Backoff {
@@ -183,7 +184,15 @@ struct Session::Impl {
   Status lost_cause = Status::Ok();
 
   // The current operation and the batch.
-  std::vector<std::pair<uint64_t, std::vector<uint8_t>>> cur;
+  // A buffered write of the current operation. op_seq != 0: its bytes are those of that op log's
+  // payload at op_offset, and it is sent as a pointer entry (MemLogFromOp).
+  struct CurWrite {
+    uint64_t addr;
+    std::vector<uint8_t> data;
+    uint64_t op_seq = 0;
+    uint32_t op_offset = 0;
+  };
+  std::vector<CurWrite> cur;
   size_t cur_bytes = 0;
   backend::TxnBuilder batch;
   std::set<std::pair<uint64_t, uint32_t>> batch_keys;

@@ -1,6 +1,7 @@
 #include "structures/base.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <mutex>
 
@@ -275,7 +276,29 @@ Result<uint64_t> Base::ReadU64(uint64_t addr, bool cached) {
   return GetU64(w);
 }
 
-Status Base::Write(uint64_t addr, std::span<const uint8_t> data) { return s_.MemLog(addr, data); }
+// Values shorter than this are sent inline: splitting a write around a pointer costs two entry
+// headers (32 B) and the pointer body (16 B).
+constexpr size_t kMinPointerValue = 48;
+
+Status Base::Write(uint64_t addr, std::span<const uint8_t> data) {
+  if (op_value_.size() >= kMinPointerValue && data.size() >= op_value_.size()) {
+    const auto it =
+        std::search(data.begin(), data.end(),
+                    std::boyer_moore_horspool_searcher(op_value_.begin(), op_value_.end()));
+    if (it != data.end()) {
+      const size_t at = static_cast<size_t>(it - data.begin());
+      const size_t n = op_value_.size();
+      if (at > 0) ASYMNVM_RETURN_IF_ERROR(s_.MemLog(addr, data.first(at)));
+      ASYMNVM_RETURN_IF_ERROR(
+          s_.MemLogFromOp(addr + at, data.subspan(at, n), op_value_seq_, op_value_offset_));
+      if (at + n < data.size()) {
+        ASYMNVM_RETURN_IF_ERROR(s_.MemLog(addr + at + n, data.subspan(at + n)));
+      }
+      return Status::Ok();
+    }
+  }
+  return s_.MemLog(addr, data);
+}
 
 Status Base::WriteU64(uint64_t addr, uint64_t v) {
   uint8_t w[8];
@@ -284,11 +307,18 @@ Status Base::WriteU64(uint64_t addr, uint64_t v) {
 }
 
 Status Base::Update(uint16_t op_type, std::span<const uint8_t> params,
-                    const std::function<Status()>& body) {
+                    const std::function<Status()>& body, size_t value_from) {
   ASYMNVM_RETURN_IF_ERROR(CheckWritable());
   if (in_txn_) return body();  // the transaction logs and commits
-  ASYMNVM_RETURN_IF_ERROR(s_.OpLog(st_, op_type, params).status());
-  ASYMNVM_RETURN_IF_ERROR(body());
+  ASYMNVM_ASSIGN_OR_RETURN(const uint64_t seq, s_.OpLog(st_, op_type, params));
+  if (value_from != 0 && value_from < params.size() && seq != 0) {
+    op_value_ = params.subspan(value_from);
+    op_value_seq_ = seq;
+    op_value_offset_ = static_cast<uint32_t>(value_from);
+  }
+  Status st = body();
+  op_value_ = {};
+  ASYMNVM_RETURN_IF_ERROR(st);
   return s_.TxWrite(st_);
 }
 

@@ -28,6 +28,8 @@ Status DecodeSlot(std::span<const uint8_t> slot, uint32_t value_size, Value* out
 
 // Op-log parameters of a keyed update: key u64 | len u32 | value bytes.
 std::vector<uint8_t> EncodeKeyValue(uint64_t key, std::span<const uint8_t> value);
+// Where EncodeKeyValue puts the value (after the key and its length).
+inline constexpr size_t kKeyValueValueOffset = 12;
 Status DecodeKeyValue(std::span<const uint8_t> params, uint64_t* key, Value* value);
 
 // Vector operations (Map::PutBatch; doc/structures.md "Vector operations"). Op type 3 of every
@@ -132,8 +134,11 @@ class Base {
   Status WriteU64(uint64_t addr, uint64_t v);
 
   // One update: op log (not at naive), body (reads + Write), tx_write. Writers only.
+  // value_from != 0: params[value_from..] is the op's value (kKeyValueValueOffset for
+  // EncodeKeyValue params); a Write of the body whose bytes contain it sends that range as a
+  // pointer into the op log (Session::MemLogFromOp): the value crosses the wire once.
   Status Update(uint16_t op_type, std::span<const uint8_t> params,
-                const std::function<Status()>& body);
+                const std::function<Status()>& body, size_t value_from = 0);
   // A vector put (Map::PutBatch of the vectorized kinds): validates every value, sorts and
   // de-duplicates, cuts the vector into runs of bounded op log and of bounded writes (by
   // `bound`, or else by the bytes per pair of the previous plan), and applies each run as
@@ -188,6 +193,10 @@ class Base {
   Status ApplyVectorRun(std::span<const KeyValue> run, bool replay, const VectorGather& gather,
                         bool atomic = false);
   double vector_pair_bytes_ = 0;  // memory-log bytes per pair of the last applied vector plan
+  // The value of the update in progress (Update with value_from) and its op log.
+  std::span<const uint8_t> op_value_;
+  uint64_t op_value_seq_ = 0;
+  uint32_t op_value_offset_ = 0;
 };
 
 // The smallest power-of-two cache page (64 B .. 4 KiB) holding `bytes`: structures whose nodes

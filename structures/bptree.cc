@@ -426,7 +426,9 @@ class BPlusTree final : public Map, public Base {
         ASYMNVM_ASSIGN_OR_RETURN(slot_addr,
                                  ReadU64(slot_addr, levels_.Cached(adapt_, leaf_depth_)));
       }
-      return Update(kOpPut, params, [&]() -> Status { return Write(slot_addr, prefix); });
+      return Update(
+          kOpPut, params, [&]() -> Status { return Write(slot_addr, prefix); },
+          kKeyValueValueOffset);
     }
 
     // Insertion: allocate everything first.
@@ -476,100 +478,103 @@ class BPlusTree final : public Map, public Base {
     }
 
     uint64_t root = root_, height = height_;
-    Status st = Update(kOpPut, params, [&]() -> Status {
-      if (ool_) ASYMNVM_RETURN_IF_ERROR(Write(vblock, prefix));
-      if (leaf.addr == 0) {  // empty tree: a root leaf
-        const uint64_t a = fresh[0];
-        std::vector<uint8_t> b(kKeys + 8, 0);
-        PutU64(b.data(), Word0(kLeafTag, 1));
-        PutU64(b.data() + kKeys, key);
-        ASYMNVM_RETURN_IF_ERROR(Write(a, b));
-        ASYMNVM_RETURN_IF_ERROR(Write(a + ValOff(0), ool_ ? std::span<const uint8_t>(entry)
-                                                          : std::span<const uint8_t>(prefix)));
-        root = a;
-        height = 1;
-        return WriteAnchor(root, height, count_ + 1);
-      }
-      if (leaf.n < f_) {
-        std::vector<uint64_t> keys = leaf.keys;
-        keys.insert(keys.begin() + i, key);
-        ASYMNVM_RETURN_IF_ERROR(WriteU64(leaf.addr, Word0(kLeafTag, leaf.n + 1)));
-        ASYMNVM_RETURN_IF_ERROR(WriteKeys(leaf.addr, i, keys, leaf.n + 1));
-        std::vector<uint8_t> nv;
-        if (i == leaf.n && !ool_) {
-          nv = prefix;
-        } else {
-          nv = entry;
-          nv.insert(nv.end(), vals.begin(), vals.end());
-        }
-        ASYMNVM_RETURN_IF_ERROR(Write(leaf.addr + ValOff(i), nv));
-        return WriteAnchor(root, height, count_ + 1);
-      }
-      // Leaf split: F + 1 entries, the left keeps l of them.
-      std::vector<uint64_t> keys = leaf.keys;
-      keys.insert(keys.begin() + i, key);
-      vals.insert(vals.begin() + uint64_t{i} * vstride_, entry.begin(), entry.end());
-      const uint32_t total = f_ + 1, l = total / 2, r = total - l;
-      const uint64_t right = fresh[0];
-      {
-        std::vector<uint8_t> b(kKeys + 8ull * r);
-        PutU64(b.data(), Word0(kLeafTag, r));
-        PutU64(b.data() + kNext, leaf.next);
-        for (uint32_t k = 0; k < r; k++) PutU64(b.data() + kKeys + 8ull * k, keys[l + k]);
-        ASYMNVM_RETURN_IF_ERROR(Write(right, b));
-        ASYMNVM_RETURN_IF_ERROR(Write(
-            right + ValOff(0), std::span<const uint8_t>(vals).subspan(uint64_t{l} * vstride_)));
-        uint8_t h[16];
-        PutU64(h, Word0(kLeafTag, l));
-        PutU64(h + 8, right);
-        ASYMNVM_RETURN_IF_ERROR(Write(leaf.addr, h));
-        if (i < l) {
-          ASYMNVM_RETURN_IF_ERROR(WriteKeys(leaf.addr, i, keys, l));
-          ASYMNVM_RETURN_IF_ERROR(Write(leaf.addr + ValOff(i),
-                                        std::span<const uint8_t>(vals).subspan(
-                                            uint64_t{i} * vstride_, uint64_t{l - i} * vstride_)));
-        }
-      }
-      uint64_t sep = keys[l], child = right;
-      size_t next_fresh = 1;
-      for (size_t j = path.size(); j-- > 0;) {
-        const Node& p = path[j].node;
-        const uint32_t c = path[j].idx;
-        std::vector<uint64_t> pk = p.keys, pc = p.children;
-        pk.insert(pk.begin() + c, sep);
-        pc.insert(pc.begin() + c + 1, child);
-        if (p.n < f_) {
-          ASYMNVM_RETURN_IF_ERROR(WriteU64(p.addr, Word0(kInternalTag, p.n + 1)));
-          ASYMNVM_RETURN_IF_ERROR(WriteKeys(p.addr, c, pk, p.n + 1));
-          ASYMNVM_RETURN_IF_ERROR(WriteChildren(p.addr, c + 1, pc, p.n + 2));
+    Status st = Update(
+        kOpPut, params,
+        [&]() -> Status {
+          if (ool_) ASYMNVM_RETURN_IF_ERROR(Write(vblock, prefix));
+          if (leaf.addr == 0) {  // empty tree: a root leaf
+            const uint64_t a = fresh[0];
+            std::vector<uint8_t> b(kKeys + 8, 0);
+            PutU64(b.data(), Word0(kLeafTag, 1));
+            PutU64(b.data() + kKeys, key);
+            ASYMNVM_RETURN_IF_ERROR(Write(a, b));
+            ASYMNVM_RETURN_IF_ERROR(Write(a + ValOff(0), ool_ ? std::span<const uint8_t>(entry)
+                                                              : std::span<const uint8_t>(prefix)));
+            root = a;
+            height = 1;
+            return WriteAnchor(root, height, count_ + 1);
+          }
+          if (leaf.n < f_) {
+            std::vector<uint64_t> keys = leaf.keys;
+            keys.insert(keys.begin() + i, key);
+            ASYMNVM_RETURN_IF_ERROR(WriteU64(leaf.addr, Word0(kLeafTag, leaf.n + 1)));
+            ASYMNVM_RETURN_IF_ERROR(WriteKeys(leaf.addr, i, keys, leaf.n + 1));
+            std::vector<uint8_t> nv;
+            if (i == leaf.n && !ool_) {
+              nv = prefix;
+            } else {
+              nv = entry;
+              nv.insert(nv.end(), vals.begin(), vals.end());
+            }
+            ASYMNVM_RETURN_IF_ERROR(Write(leaf.addr + ValOff(i), nv));
+            return WriteAnchor(root, height, count_ + 1);
+          }
+          // Leaf split: F + 1 entries, the left keeps l of them.
+          std::vector<uint64_t> keys = leaf.keys;
+          keys.insert(keys.begin() + i, key);
+          vals.insert(vals.begin() + uint64_t{i} * vstride_, entry.begin(), entry.end());
+          const uint32_t total = f_ + 1, l = total / 2, r = total - l;
+          const uint64_t right = fresh[0];
+          {
+            std::vector<uint8_t> b(kKeys + 8ull * r);
+            PutU64(b.data(), Word0(kLeafTag, r));
+            PutU64(b.data() + kNext, leaf.next);
+            for (uint32_t k = 0; k < r; k++) PutU64(b.data() + kKeys + 8ull * k, keys[l + k]);
+            ASYMNVM_RETURN_IF_ERROR(Write(right, b));
+            ASYMNVM_RETURN_IF_ERROR(Write(
+                right + ValOff(0), std::span<const uint8_t>(vals).subspan(uint64_t{l} * vstride_)));
+            uint8_t h[16];
+            PutU64(h, Word0(kLeafTag, l));
+            PutU64(h + 8, right);
+            ASYMNVM_RETURN_IF_ERROR(Write(leaf.addr, h));
+            if (i < l) {
+              ASYMNVM_RETURN_IF_ERROR(WriteKeys(leaf.addr, i, keys, l));
+              ASYMNVM_RETURN_IF_ERROR(Write(
+                  leaf.addr + ValOff(i), std::span<const uint8_t>(vals).subspan(
+                                             uint64_t{i} * vstride_, uint64_t{l - i} * vstride_)));
+            }
+          }
+          uint64_t sep = keys[l], child = right;
+          size_t next_fresh = 1;
+          for (size_t j = path.size(); j-- > 0;) {
+            const Node& p = path[j].node;
+            const uint32_t c = path[j].idx;
+            std::vector<uint64_t> pk = p.keys, pc = p.children;
+            pk.insert(pk.begin() + c, sep);
+            pc.insert(pc.begin() + c + 1, child);
+            if (p.n < f_) {
+              ASYMNVM_RETURN_IF_ERROR(WriteU64(p.addr, Word0(kInternalTag, p.n + 1)));
+              ASYMNVM_RETURN_IF_ERROR(WriteKeys(p.addr, c, pk, p.n + 1));
+              ASYMNVM_RETURN_IF_ERROR(WriteChildren(p.addr, c + 1, pc, p.n + 2));
+              return WriteAnchor(root, height, count_ + 1);
+            }
+            // Internal split: F + 1 keys; the left keeps m, keys[m] moves up, the right gets F - m.
+            const uint32_t m = (f_ + 1) / 2, rn = f_ - m;
+            const uint64_t rnode = fresh[next_fresh++];
+            std::vector<uint8_t> b(kKeys + 8ull * rn, 0);
+            PutU64(b.data(), Word0(kInternalTag, rn));
+            for (uint32_t k = 0; k < rn; k++) PutU64(b.data() + kKeys + 8ull * k, pk[m + 1 + k]);
+            ASYMNVM_RETURN_IF_ERROR(Write(rnode, b));
+            std::vector<uint64_t> rc(pc.begin() + m + 1, pc.end());
+            ASYMNVM_RETURN_IF_ERROR(WriteChildren(rnode, 0, rc, rn + 1));
+            ASYMNVM_RETURN_IF_ERROR(WriteU64(p.addr, Word0(kInternalTag, m)));
+            ASYMNVM_RETURN_IF_ERROR(WriteKeys(p.addr, std::min(c, m), pk, m));
+            ASYMNVM_RETURN_IF_ERROR(WriteChildren(p.addr, std::min(c + 1, m + 1), pc, m + 1));
+            sep = pk[m];
+            child = rnode;
+          }
+          // The root split: a new root with one key.
+          const uint64_t nr = fresh[next_fresh];
+          std::vector<uint8_t> b(kKeys + 8, 0);
+          PutU64(b.data(), Word0(kInternalTag, 1));
+          PutU64(b.data() + kKeys, sep);
+          ASYMNVM_RETURN_IF_ERROR(Write(nr, b));
+          ASYMNVM_RETURN_IF_ERROR(WriteChildren(nr, 0, std::vector<uint64_t>{root_, child}, 2));
+          root = nr;
+          height = height_ + 1;
           return WriteAnchor(root, height, count_ + 1);
-        }
-        // Internal split: F + 1 keys; the left keeps m, keys[m] moves up, the right gets F - m.
-        const uint32_t m = (f_ + 1) / 2, rn = f_ - m;
-        const uint64_t rnode = fresh[next_fresh++];
-        std::vector<uint8_t> b(kKeys + 8ull * rn, 0);
-        PutU64(b.data(), Word0(kInternalTag, rn));
-        for (uint32_t k = 0; k < rn; k++) PutU64(b.data() + kKeys + 8ull * k, pk[m + 1 + k]);
-        ASYMNVM_RETURN_IF_ERROR(Write(rnode, b));
-        std::vector<uint64_t> rc(pc.begin() + m + 1, pc.end());
-        ASYMNVM_RETURN_IF_ERROR(WriteChildren(rnode, 0, rc, rn + 1));
-        ASYMNVM_RETURN_IF_ERROR(WriteU64(p.addr, Word0(kInternalTag, m)));
-        ASYMNVM_RETURN_IF_ERROR(WriteKeys(p.addr, std::min(c, m), pk, m));
-        ASYMNVM_RETURN_IF_ERROR(WriteChildren(p.addr, std::min(c + 1, m + 1), pc, m + 1));
-        sep = pk[m];
-        child = rnode;
-      }
-      // The root split: a new root with one key.
-      const uint64_t nr = fresh[next_fresh];
-      std::vector<uint8_t> b(kKeys + 8, 0);
-      PutU64(b.data(), Word0(kInternalTag, 1));
-      PutU64(b.data() + kKeys, sep);
-      ASYMNVM_RETURN_IF_ERROR(Write(nr, b));
-      ASYMNVM_RETURN_IF_ERROR(WriteChildren(nr, 0, std::vector<uint64_t>{root_, child}, 2));
-      root = nr;
-      height = height_ + 1;
-      return WriteAnchor(root, height, count_ + 1);
-    });
+        },
+        kKeyValueValueOffset);
     if (!st.ok()) {
       release();
       if (vblock != 0) (void)s_.Free(vblock);

@@ -334,23 +334,28 @@ class Bst final : public Map, public Base {
     const auto params = EncodeKeyValue(key, value);
     const std::vector<uint8_t> prefix = SlotPrefix(value);
     if (found != 0) {
-      return Update(kOpPut, params, [&]() -> Status { return Write(found + kSlot, prefix); });
+      return Update(
+          kOpPut, params, [&]() -> Status { return Write(found + kSlot, prefix); },
+          kKeyValueValueOffset);
     }
     ASYMNVM_ASSIGN_OR_RETURN(uint64_t node, s_.Malloc(node_bytes_));
     std::vector<uint8_t> b(kSlot + prefix.size(), 0);
     PutU64(b.data(), key);
     std::memcpy(b.data() + kSlot, prefix.data(), prefix.size());
-    Status st = Update(kOpPut, params, [&]() -> Status {
-      ASYMNVM_RETURN_IF_ERROR(Write(node, b));
-      if (parent == 0) {
-        uint8_t a[16];
-        PutU64(a, node);
-        PutU64(a + 8, count_ + 1);
-        return Write(anchor_ + kRoot, a);
-      }
-      ASYMNVM_RETURN_IF_ERROR(WriteU64(link, node));
-      return WriteU64(anchor_ + kCount, count_ + 1);
-    });
+    Status st = Update(
+        kOpPut, params,
+        [&]() -> Status {
+          ASYMNVM_RETURN_IF_ERROR(Write(node, b));
+          if (parent == 0) {
+            uint8_t a[16];
+            PutU64(a, node);
+            PutU64(a + 8, count_ + 1);
+            return Write(anchor_ + kRoot, a);
+          }
+          ASYMNVM_RETURN_IF_ERROR(WriteU64(link, node));
+          return WriteU64(anchor_ + kCount, count_ + 1);
+        },
+        kKeyValueValueOffset);
     if (!st.ok()) {
       (void)s_.Free(node);
       return st;

@@ -54,7 +54,7 @@ Op MakeOp(std::mt19937_64& rng, int i, Kind kind) {
   const int r = static_cast<int>(rng() % 20);
   op.write = sequence ? r < 12 : r < 14 || r == 19;
   op.key = rng() % kKeys;
-  op.value = TestValue(op.key, static_cast<uint64_t>(i), 1 + rng() % 40);
+  op.value = TestValue(op.key, static_cast<uint64_t>(i), 1 + rng() % 64);  // >= 48 B: pointers
   if (Vectorized(kind) && r == 19) {
     const int n = 2 + static_cast<int>(rng() % 5);
     for (int k = 0; k < n; k++) {

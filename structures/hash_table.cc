@@ -328,18 +328,23 @@ class HashTable final : public Map, public Base {
       // Update in place: the value slot only (the whole slot).
       std::vector<uint8_t> slot(slot_bytes_);
       EncodeSlot(value, slot);
-      return Update(kOpPut, params, [&]() -> Status { return Write(f.node + kSlot, slot); });
+      return Update(
+          kOpPut, params, [&]() -> Status { return Write(f.node + kSlot, slot); },
+          kKeyValueValueOffset);
     }
     ASYMNVM_ASSIGN_OR_RETURN(uint64_t node, s_.Malloc(node_bytes_));
     std::vector<uint8_t> buf(node_bytes_);
     PutU64(buf.data(), key);
     PutU64(buf.data() + kNext, f.head);
     EncodeSlot(value, std::span<uint8_t>(buf).subspan(kSlot));
-    ASYMNVM_RETURN_IF_ERROR(Update(kOpPut, params, [&]() -> Status {
-      ASYMNVM_RETURN_IF_ERROR(Write(node, buf));
-      ASYMNVM_RETURN_IF_ERROR(WriteU64(BucketAddr(f.bucket), node));
-      return WriteU64(anchor_ + kCount, count_ + 1);
-    }));
+    ASYMNVM_RETURN_IF_ERROR(Update(
+        kOpPut, params,
+        [&]() -> Status {
+          ASYMNVM_RETURN_IF_ERROR(Write(node, buf));
+          ASYMNVM_RETURN_IF_ERROR(WriteU64(BucketAddr(f.bucket), node));
+          return WriteU64(anchor_ + kCount, count_ + 1);
+        },
+        kKeyValueValueOffset));
     count_++;
     return Status::Ok();
   }

@@ -445,7 +445,8 @@ class SkipList final : public Map, public Base {
     if (p.found) {
       // The whole slot: a batch coalesces same-(addr, len) writes at the first one's position.
       const uint64_t at = p.succ[0] + kNext + 8ull * p.found_height;
-      return Update(kOpPut, params, [&]() -> Status { return Write(at, slot); });
+      return Update(
+          kOpPut, params, [&]() -> Status { return Write(at, slot); }, kKeyValueValueOffset);
     }
     const uint32_t height = Height(key);
     const uint64_t node_bytes = kNext + 8ull * height + slot_bytes_;
@@ -459,14 +460,17 @@ class SkipList final : public Map, public Base {
     }
     std::memcpy(buf.data() + kNext + 8ull * height, slot.data(), slot_bytes_);
     const uint64_t new_level = std::max<uint64_t>(level_, height);
-    ASYMNVM_RETURN_IF_ERROR(Update(kOpPut, params, [&]() -> Status {
-      // The node is complete before anything points at it; then link bottom-up.
-      ASYMNVM_RETURN_IF_ERROR(Write(node, buf));
-      for (uint32_t i = 0; i < height; i++) {
-        ASYMNVM_RETURN_IF_ERROR(WriteU64(NextAddr(i < p.level ? p.pred[i] : 0, i), node));
-      }
-      return WriteCountLevel(count_ + 1, new_level);
-    }));
+    ASYMNVM_RETURN_IF_ERROR(Update(
+        kOpPut, params,
+        [&]() -> Status {
+          // The node is complete before anything points at it; then link bottom-up.
+          ASYMNVM_RETURN_IF_ERROR(Write(node, buf));
+          for (uint32_t i = 0; i < height; i++) {
+            ASYMNVM_RETURN_IF_ERROR(WriteU64(NextAddr(i < p.level ? p.pred[i] : 0, i), node));
+          }
+          return WriteCountLevel(count_ + 1, new_level);
+        },
+        kKeyValueValueOffset));
     count_++;
     level_ = new_level;
     return Status::Ok();

@@ -113,6 +113,9 @@ struct SessionOptions {
   // before the append fails (rowan::SenderOptions::rnr_retry: back-pressure while the back-end's
   // log consumer catches up; ~6.5 s with the soft NIC at the default 17; verbs: 7 = forever).
   uint32_t log_rnr_retry = 17;
+  // Memory logs that repeat a value of their op log travel as pointers into it
+  // (Session::MemLogFromOp; the AsymNVM paper §4.3). false: always inline (to compare).
+  bool pointer_mem_logs = true;
 };
 
 // A named root in the back-end's naming space (doc/backend.md §Naming space).
@@ -130,6 +133,7 @@ struct Counters {
   uint64_t remote_reads = 0, remote_read_bytes = 0;
   uint64_t cache_hits = 0, cache_misses = 0, cache_evictions = 0;
   uint64_t mem_logs = 0, coalesced = 0;  // coalesced: MemLogs merged into an earlier entry
+  uint64_t pointer_mem_logs = 0;         // of mem_logs, sent as pointers into their op log
   uint64_t txns = 0, txn_bytes = 0;
   uint64_t op_logs = 0, op_log_bytes = 0;
   uint64_t fences = 0, fence_polls = 0;
@@ -219,6 +223,15 @@ class Session {
   // Table 1 `mem_log`: buffers a redo write of the current operation (naive: Write). The range
   // must lie in the data area (kInvalidArgument).
   Status MemLog(uint64_t addr, std::span<const uint8_t> data);
+  // Like MemLog, for bytes that equal the payload of this session's open op log `op_seq` (what
+  // OpLog returned) at `op_offset`: the transaction carries a pointer to the op log instead of the
+  // bytes (the AsymNVM paper §4.3), so a value crosses the wire once. The caller guarantees the
+  // equality (the back-end copies from the op log it holds). Inline, as MemLog, where a pointer
+  // cannot be resolved or does not pay: naive, async op logs, op logs sent to another back-end
+  // (op_log_address), SessionOptions::pointer_mem_logs false, 16 bytes or less.
+  // kFailedPrecondition when op_seq is not an open operation of this session.
+  Status MemLogFromOp(uint64_t addr, std::span<const uint8_t> data, uint64_t op_seq,
+                      uint32_t op_offset);
   // Table 1 `op_log`: persists an operation log now (Rowan append, durable on return; not so with
   // SessionOptions::async_op_logs) and returns its op_seq; naive: returns 0 and sends nothing.
   // kInvalidArgument (op type reserved).

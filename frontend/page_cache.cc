@@ -35,7 +35,7 @@ uint8_t* PageCache::Insert(uint32_t page_size, uint64_t page_addr, std::span<con
   Page* raw = page.get();
   slots_.push_back(raw);
   map_.emplace(key, std::move(page));
-  sizes_.insert(page_size);
+  sizes_[page_size]++;
   bytes_ += bytes.size();
   return raw->data.data();
 }
@@ -54,7 +54,7 @@ void PageCache::EvictOne() {
   slots_[slot]->slot = slot;
   slots_.pop_back();
   bytes_ -= victim->data.size();
-  sizes_.erase(sizes_.find(victim->key.size));
+  if (auto s = sizes_.find(victim->key.size); --s->second == 0) sizes_.erase(s);
   evictions_++;
   map_.erase(victim->key);
 }
@@ -62,10 +62,7 @@ void PageCache::EvictOne() {
 void PageCache::Update(uint64_t addr, std::span<const uint8_t> data) {
   if (map_.empty() || data.empty()) return;
   const uint64_t end = addr + data.size();
-  uint32_t last = 0;
-  for (uint32_t size : sizes_) {
-    if (size == last) continue;
-    last = size;
+  for (const auto& [size, count] : sizes_) {
     for (uint64_t page = addr / size * size; page < end; page += size) {
       auto it = map_.find(Key{size, page});
       if (it == map_.end()) continue;

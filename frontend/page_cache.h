@@ -7,9 +7,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <random>
-#include <set>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -59,8 +59,10 @@ class PageCache {
   uint64_t bytes_ = 0;
   std::mt19937_64 rng_;
   std::unordered_map<Key, std::unique_ptr<Page>, KeyHash> map_;
-  std::vector<Page*> slots_;       // for random sampling
-  std::multiset<uint32_t> sizes_;  // page sizes of cached pages (for Update)
+  std::vector<Page*> slots_;  // for random sampling
+  // page size → cached pages of that size (for Update: a handful of distinct sizes, walked per
+  // write — a multiset with an element per page made every memory log walk the whole cache).
+  std::map<uint32_t, size_t> sizes_;
   uint64_t hits_ = 0, misses_ = 0, evictions_ = 0;
 };
 

@@ -72,9 +72,11 @@ constexpr double kWithin = 1.5;
 struct Variant {
   Level level;
   bool symmetric = false;
-  bool vector = false;  // rcb-v: rcb with writes sent as Map::PutBatch vectors (Algorithm 3)
+  bool vector = false;         // rcb-v: rcb with writes sent as Map::PutBatch vectors (Algorithm 3)
+  bool inline_values = false;  // rcb-inline: rcb with values inline in the memory logs
   std::string Name() const {
     if (vector) return "rcb-v";
+    if (inline_values) return "rcb-inline";
     if (!symmetric) return frontend::LevelName(level);
     return level == Level::kRcb ? "symmetric-b" : "symmetric";
   }
@@ -84,10 +86,12 @@ Result<Variant> ParseVariant(const std::string& name) {
   if (name == "symmetric") return Variant{Level::kRc, true};
   if (name == "symmetric-b") return Variant{Level::kRcb, true};
   if (name == "rcb-v") return Variant{Level::kRcb, false, true};
+  if (name == "rcb-inline") return Variant{Level::kRcb, false, false, true};
   auto l = frontend::ParseLevel(name);
   if (!l.ok()) {
-    return Status::InvalidArgument("unknown level '" + name +
-                                   "' (naive, r, rc, rcb, rcb-v, symmetric or symmetric-b)");
+    return Status::InvalidArgument(
+        "unknown level '" + name +
+        "' (naive, r, rc, rcb, rcb-v, rcb-inline, symmetric or symmetric-b)");
   }
   return Variant{*l, false};
 }
@@ -134,8 +138,9 @@ class StructuresSuite : public Suite {
     cmd->add_option("--levels", levels_,
                     "naive,r,rc,rcb,rcb-v,symmetric,symmetric-b (rcb-v: rcb with "
                     "writes sent as --vector-sized PutBatch vectors, ordered "
-                    "maps only; symmetric: local PM + asynchronous op-log "
-                    "shipping, the paper's baseline)")
+                    "maps only; rcb-inline: rcb with values inline in the "
+                    "memory logs instead of pointers into the op log; symmetric: "
+                    "local PM + asynchronous op-log shipping, the paper's baseline)")
         ->delimiter(',')
         ->capture_default_str();
     cmd->add_option("--mix", mix_, "read%/write% (100/0 .. 0/100) or YCSB A..F")
@@ -432,6 +437,7 @@ class StructuresSuite : public Suite {
       so.level = cell.variant.level;
       so.op_log_address = op_log_address;
       so.async_op_logs = cell.variant.symmetric;
+      so.pointer_mem_logs = !cell.variant.inline_values;
       so.cache_bytes = cache;
       so.batch_ops = cell.batch;
       so.timeout = std::chrono::milliseconds(30000);

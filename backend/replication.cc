@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "backend/rpc.h"
+#include "common/crash_point.h"
 #include "common/logging.h"
 #include "fabric/oq/oq.h"
 
@@ -586,14 +587,21 @@ void ForwardingPersister::ForwardOnly(const void* addr, size_t length) {
   if (r == nullptr || length == 0) return;
   const auto* p = static_cast<const uint8_t*>(addr);
   if (p < base_ || p + length > base_ + size_) return;
+  // Named crash points of the forwarding path (doc/mirror.md §Crash points): a range persisted
+  // here and not yet posted to any mirror; posted, not yet covered by a FLUSH.
+  ASYMNVM_CRASH_POINT("mirror.forward.before_post");
   r->Forward(static_cast<uint64_t>(p - base_), length);
+  ASYMNVM_CRASH_POINT("mirror.forward.after_post");
 }
 
 void ForwardingPersister::Drain() {
   inner_->Drain();
   if (!wait_on_drain_) return;
   Replicator* r = repl_.load(std::memory_order_acquire);
-  if (r != nullptr) r->Sync();
+  if (r == nullptr) return;
+  ASYMNVM_CRASH_POINT("mirror.sync.before_flush");  // durable here, the mirrors' FLUSH not sent
+  r->Sync();
+  ASYMNVM_CRASH_POINT("mirror.sync.after_ack");  // on every mirror, not yet acknowledged upward
 }
 
 Result<std::unique_ptr<Replicator>> Replicator::Start(const ReplicationOptions& options,

@@ -10,6 +10,8 @@
 #include <thread>
 
 #include "backend/rpc.h"
+#include "common/checksum.h"
+#include "common/coding.h"
 #include "common/crash_point.h"
 #include "common/logging.h"
 #include "fabric/oq/oq.h"
@@ -20,7 +22,7 @@ namespace {
 constexpr uint64_t kChunk = 1u << 20;            // largest WRITE posted
 constexpr uint64_t kCopyFlushEvery = 64u << 20;  // full copy: a barrier every 64 MiB
 // Incremental catch-up: the granule of the ranges a mirror may miss (one bit each).
-constexpr uint64_t kGranule = 64u << 10;
+constexpr uint64_t kGranule = kMirrorGranule;
 
 // A set of pool granules (bit i: [i × kGranule, (i + 1) × kGranule)).
 class GranuleSet {
@@ -376,6 +378,9 @@ struct Replicator::Impl {
     ASYMNVM_ASSIGN_OR_RETURN(auto conn,
                              fabric->Connect(pd.get(), std::string(addr.begin(), addr.end()), cno));
     const auto start = std::chrono::steady_clock::now();
+    // The mirror's digests, while nothing is forwarded to it (unless the stream resumes).
+    Result<std::vector<uint64_t>> mirror_digests = Status::NotFound("not asked");
+    if (!(mirror_resumable && l.resumable)) mirror_digests = FetchDigests(*ctl);
     GranuleSet todo;
     todo.Resize(pool->size());
     bool incremental = false;
@@ -399,12 +404,32 @@ struct Replicator::Impl {
       l.state = LinkState::kCopying;  // from now on every forwarded range goes to it too
       l.st.state = StateName(l.state);
     }
-    if (!incremental) todo.Add(0, pool->size());
+    const char* how = incremental ? "incremental catch-up" : "full copy";
+    if (!incremental) {
+      // Another stream (this process restarted, a promotion, a rejoining old primary) or a copy
+      // that did not finish: compare digests granule by granule and copy those that differ. The
+      // mirror's digests were taken before forwarding resumed (nothing writes its pool between
+      // the hello and now), ours are taken after: a granule equal then holds, on the mirror, our
+      // bytes as of our digest plus every change forwarded since (doc/mirror.md).
+      auto& digests = mirror_digests;
+      if (digests.ok()) {
+        incremental = true;
+        how = "catch-up by digests";
+        const uint64_t granules = (pool->size() + kGranule - 1) / kGranule;
+        for (uint64_t g = 0; g < granules; g++) {
+          const uint64_t off = g * kGranule, len = std::min(kGranule, pool->size() - off);
+          if (Hash64(pool->base() + off, len) != (*digests)[g]) todo.Add(off, len);
+        }
+      } else {
+        LOG_INFO("mirror", "mirror " << l.address << ": no digests (" << digests.status().ToString()
+                                     << "): full copy");
+        todo.Add(0, pool->size());
+      }
+    }
     uint64_t copy_bytes = 0;
     todo.ForEachRun(pool->size(), [&](uint64_t, uint64_t len) { copy_bytes += len; });
-    LOG_INFO("mirror", "mirror " << l.address << " (" << l.st.name
-                                 << "): " << (incremental ? "incremental catch-up" : "full copy")
-                                 << " of " << copy_bytes << " bytes");
+    LOG_INFO("mirror", "mirror " << l.address << " (" << l.st.name << "): " << how << " of "
+                                 << copy_bytes << " of " << pool->size() << " bytes");
     // The copy, chunk by chunk under the link's lock: a chunk holds the bytes as they are when
     // posted; any later change of them is flushed later and so forwarded after it.
     Status copied = Status::Ok();
@@ -458,6 +483,29 @@ struct Replicator::Impl {
                                  << l.st.last_copy_ms << " ms");
     mgr_cv.notify_all();
     return Status::Ok();
+  }
+
+  // Every granule digest of the mirror's pool (kMirrorDigests, in calls of kMaxDigestsPerCall).
+  // An older mirror refuses the request type: the caller copies everything.
+  Result<std::vector<uint64_t>> FetchDigests(oq::Client& ctl) {
+    const uint64_t granules = (pool->size() + kGranule - 1) / kGranule;
+    std::vector<uint64_t> out;
+    out.reserve(granules);
+    for (uint64_t first = 0; first < granules; first += kMaxDigestsPerCall) {
+      const auto count =
+          static_cast<uint32_t>(std::min<uint64_t>(kMaxDigestsPerCall, granules - first));
+      PayloadWriter w;
+      w.U64(first);
+      w.U32(count);
+      std::vector<uint8_t> reply;
+      ASYMNVM_RETURN_IF_ERROR(ctl.Call(0, kMirrorDigests, w.bytes(), &reply));
+      if (reply.size() != size_t{count} * 8) {
+        return Status::ProtocolError("mirror digests: " + std::to_string(reply.size()) +
+                                     " bytes for " + std::to_string(count) + " granules");
+      }
+      for (uint32_t i = 0; i < count; i++) out.push_back(GetLe64(reply.data() + 8 * i));
+    }
+    return out;
   }
 
   void ManagerLoop() {

@@ -23,6 +23,11 @@
 //                   primary then sends only the ranges the mirror missed)
 //   kMirrorSynced term u64 → ∅  (the copy is complete and flushed; the mirror is in the group's
 //                 in-sync set from now on)
+//   kMirrorDigests first u64, count u32 (≤ kMaxDigestsPerCall) → count × u64: XXH3-64 of each
+//                 kMirrorGranule-byte granule of the mirror's pool from granule `first` (clipped
+//                 to the pool). Asked after a hello and before anything is forwarded: the
+//                 primary then copies only the granules whose digests differ from its own
+//                 (doc/mirror.md §Catch-up by digests)
 //   kStatus (40)  as for a back-end: JSON (role "mirror").
 #pragma once
 
@@ -42,6 +47,9 @@ namespace asymnvm::backend {
 
 inline constexpr uint16_t kMirrorHello = 50;
 inline constexpr uint16_t kMirrorSynced = 51;
+inline constexpr uint16_t kMirrorDigests = 52;
+inline constexpr uint64_t kMirrorGranule = 64u << 10;
+inline constexpr uint32_t kMaxDigestsPerCall = 4096;
 
 struct ReplicationOptions {
   std::vector<std::string> mirrors;  // OQ addresses of asymnvm-mirror daemons

@@ -14,6 +14,7 @@
 
 #include "backend/replication.h"
 #include "backend/rpc.h"
+#include "common/checksum.h"
 #include "common/logging.h"
 #include "fabric/oq/oq.h"
 
@@ -165,6 +166,9 @@ struct MirrorServer::Impl {
     // only what it missed. Anything else (another stream, a copy that did not finish) needs all.
     const bool resumable = stream != 0 && st.state == "in-sync" && st.stream == stream &&
                            st.has_uuid && st.uuid == uuid;
+    // The data connections of an earlier primary (or an earlier attach of this one) are closed
+    // first: none of their WRITEs lands after the digests or the copy that follow.
+    conns.clear();
     // Durably "syncing" before the primary may write a byte: a torn copy is never promoted.
     MirrorState next = st;
     next.stream = stream;
@@ -191,6 +195,35 @@ struct MirrorServer::Impl {
                                   << (resumable ? "an incremental catch-up" : "a full copy")
                                   << " of a " << size << "-byte pool, group "
                                   << pm::UuidToString(uuid));
+    return Status::Ok();
+  }
+
+  // kMirrorDigests: XXH3-64 of granules [first, first + count) of the pool. Only while
+  // syncing (between a hello and the copy's end: nothing is forwarded to the pool before the
+  // primary has its digests).
+  Status Digests(std::span<const uint8_t> payload, std::vector<uint8_t>* response) {
+    backend::PayloadReader r(payload, "mirror digests");
+    const uint64_t first = r.U64();
+    const uint32_t count = r.U32();
+    ASYMNVM_RETURN_IF_ERROR(r.status());
+    std::lock_guard<std::mutex> lock(mu);
+    if (!pool || st.state != "syncing") {
+      return Status::FailedPrecondition("mirror digests: no hello in progress (state " + st.state +
+                                        ")");
+    }
+    const uint64_t granules =
+        (pool->size() + backend::kMirrorGranule - 1) / backend::kMirrorGranule;
+    if (count == 0 || count > backend::kMaxDigestsPerCall || first >= granules ||
+        count > granules - first) {
+      return Status::InvalidArgument("mirror digests: granules [" + std::to_string(first) + ", +" +
+                                     std::to_string(count) + ") of " + std::to_string(granules));
+    }
+    backend::PayloadWriter w;
+    for (uint64_t g = first; g < first + count; g++) {
+      const uint64_t off = g * backend::kMirrorGranule;
+      w.U64(Hash64(pool->base() + off, std::min(backend::kMirrorGranule, pool->size() - off)));
+    }
+    *response = std::move(w.bytes());
     return Status::Ok();
   }
 
@@ -313,6 +346,8 @@ Result<std::unique_ptr<MirrorServer>> MirrorServer::Start(const MirrorOptions& o
                               return p->Hello(payload, response);
                             case backend::kMirrorSynced:
                               return p->Synced(payload);
+                            case backend::kMirrorDigests:
+                              return p->Digests(payload, response);
                             case backend::kStatus: {
                               const std::string s = p->StatusJson();
                               response->assign(s.begin(), s.end());

@@ -9,6 +9,7 @@
 #include "common/coding.h"
 #include "common/crash_point.h"
 #include "common/logging.h"
+#include "common/thread_annotations.h"
 
 namespace asymnvm::alloc {
 namespace {
@@ -104,7 +105,7 @@ Result<std::unique_ptr<BackendAllocator>> BackendAllocator::Open(const BackendOp
                                    std::to_string(need));
   }
   std::unique_ptr<BackendAllocator> a(new BackendAllocator(o, nblocks));
-  std::lock_guard<std::mutex> lock(a->mu_);
+  MutexLock lock(a->mu_);
   if (AllZero(a->area_, kLineBytes)) {
     // No header: formatting was never finished, so nothing was ever allocated. Refuse if any chunk
     // copy records an allocation (that is a lost header, not a fresh area).
@@ -367,7 +368,7 @@ void BackendAllocator::EraseFreeRun(std::map<uint64_t, uint64_t>::iterator it) {
 }
 
 Result<uint64_t> BackendAllocator::AllocBlocks(uint64_t n, bool large) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto best = free_by_len_.lower_bound({n, 0});
   if (best == free_by_len_.end()) {
     stats_.failed_allocs++;
@@ -427,7 +428,7 @@ uint64_t BackendAllocator::ExtentBlocks(uint64_t head) const {
 }
 
 Status BackendAllocator::Free(uint64_t addr) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   uint64_t b = 0;
   ASYMNVM_RETURN_IF_ERROR(CheckAddr(addr, &b));
   uint64_t n = ExtentBlocks(b);
@@ -456,14 +457,14 @@ Status BackendAllocator::Free(uint64_t addr) {
 }
 
 Result<uint64_t> BackendAllocator::ExtentBytes(uint64_t addr) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   uint64_t b = 0;
   ASYMNVM_RETURN_IF_ERROR(CheckAddr(addr, &b));
   return ExtentBlocks(b) * block_size_;
 }
 
 std::vector<Extent> BackendAllocator::Extents() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::vector<Extent> out;
   for (uint64_t b = 0; b < nblocks_; b++) {
     if (Head(b)) out.push_back({data_begin_ + b * block_size_, ExtentBlocks(b) * block_size_});
@@ -472,7 +473,7 @@ std::vector<Extent> BackendAllocator::Extents() const {
 }
 
 BackendStats BackendAllocator::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   BackendStats s = stats_;
   s.largest_free_run = free_by_len_.empty() ? 0 : free_by_len_.rbegin()->first;
   return s;

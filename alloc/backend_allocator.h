@@ -27,6 +27,7 @@
 
 #include "asymnvm/pm.h"
 #include "asymnvm/status.h"
+#include "common/thread_annotations.h"
 
 namespace asymnvm::alloc {
 
@@ -120,24 +121,25 @@ class BackendAllocator {
   };
 
   BackendAllocator(const BackendOptions& o, uint64_t nblocks);
-  Status Format();
-  Status Recover();
-  Status ValidateAndBuild();
+  Status Format() ASYMNVM_REQUIRES(mu_);
+  Status Recover() ASYMNVM_REQUIRES(mu_);
+  Status ValidateAndBuild() ASYMNVM_REQUIRES(mu_);
   // Writes chunk `c` (from the DRAM bits) into its older copy with generation + 1 and persists it.
-  void WriteChunk(uint64_t c);
-  void WriteIntent(uint8_t op, uint64_t start, uint64_t n);
-  void ClearIntent();
+  void WriteChunk(uint64_t c) ASYMNVM_REQUIRES(mu_);
+  void WriteIntent(uint8_t op, uint64_t start, uint64_t n) ASYMNVM_REQUIRES(mu_);
+  void ClearIntent() ASYMNVM_REQUIRES(mu_);
   // Sets (alloc) or clears (free) the bits of [start, start+n) and persists: one chunk directly,
   // several chunks under an intent record.
-  void Apply(bool alloc, uint64_t start, uint64_t n);
-  void SetBits(bool alloc, uint64_t start, uint64_t n);
-  Result<uint64_t> AllocBlocks(uint64_t n, bool large);
-  void InsertFreeRun(uint64_t start, uint64_t n);
-  void EraseFreeRun(std::map<uint64_t, uint64_t>::iterator it);
-  bool Allocated(uint64_t b) const;
-  bool Head(uint64_t b) const;
-  uint64_t ExtentBlocks(uint64_t head) const;  // length of the extent starting at head (locked)
-  Status CheckAddr(uint64_t addr, uint64_t* block) const;
+  void Apply(bool alloc, uint64_t start, uint64_t n) ASYMNVM_REQUIRES(mu_);
+  void SetBits(bool alloc, uint64_t start, uint64_t n) ASYMNVM_REQUIRES(mu_);
+  Result<uint64_t> AllocBlocks(uint64_t n, bool large) ASYMNVM_EXCLUDES(mu_);
+  void InsertFreeRun(uint64_t start, uint64_t n) ASYMNVM_REQUIRES(mu_);
+  void EraseFreeRun(std::map<uint64_t, uint64_t>::iterator it) ASYMNVM_REQUIRES(mu_);
+  bool Allocated(uint64_t b) const ASYMNVM_REQUIRES(mu_);
+  bool Head(uint64_t b) const ASYMNVM_REQUIRES(mu_);
+  uint64_t ExtentBlocks(uint64_t head) const
+      ASYMNVM_REQUIRES(mu_);  // length of the extent starting at head
+  Status CheckAddr(uint64_t addr, uint64_t* block) const ASYMNVM_REQUIRES(mu_);
 
   const uint64_t data_begin_;
   const uint32_t block_size_;
@@ -147,14 +149,14 @@ class BackendAllocator {
   pm::Persister* const persister_;
   const bool format_if_empty_;
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   // DRAM image of every chunk's 248-byte payload (alloc bits, then head bits; doc/alloc.md).
-  std::vector<uint8_t> bits_;
-  std::vector<ChunkState> chunks_;
-  uint64_t intent_seq_ = 0;
-  std::map<uint64_t, uint64_t> free_by_start_;           // start block -> run length
-  std::set<std::pair<uint64_t, uint64_t>> free_by_len_;  // (length, start)
-  BackendStats stats_;
+  std::vector<uint8_t> bits_ ASYMNVM_GUARDED_BY(mu_);
+  std::vector<ChunkState> chunks_ ASYMNVM_GUARDED_BY(mu_);
+  uint64_t intent_seq_ ASYMNVM_GUARDED_BY(mu_) = 0;
+  std::map<uint64_t, uint64_t> free_by_start_ ASYMNVM_GUARDED_BY(mu_);  // start block -> run length
+  std::set<std::pair<uint64_t, uint64_t>> free_by_len_ ASYMNVM_GUARDED_BY(mu_);  // (length, start)
+  BackendStats stats_ ASYMNVM_GUARDED_BY(mu_);
 };
 
 }  // namespace asymnvm::alloc

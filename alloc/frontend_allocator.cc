@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/logging.h"
+#include "common/thread_annotations.h"
 
 namespace asymnvm::alloc {
 namespace {
@@ -78,9 +79,10 @@ void FrontendAllocator::CompactBucket(uint32_t b) {
   const uint32_t len = b * alignment_;
   std::sort(k.heap.begin(), k.heap.end());
   k.heap.erase(std::unique(k.heap.begin(), k.heap.end()), k.heap.end());
-  k.heap.erase(std::remove_if(k.heap.begin(), k.heap.end(),
-                              [&](uint64_t a) { return !RangeCurrent(len, a); }),
-               k.heap.end());
+  k.heap.erase(
+      std::remove_if(k.heap.begin(), k.heap.end(),
+                     [&](uint64_t a) ASYMNVM_REQUIRES(mu_) { return !RangeCurrent(len, a); }),
+      k.heap.end());
   std::make_heap(k.heap.begin(), k.heap.end(), std::greater<uint64_t>());
 }
 
@@ -196,7 +198,7 @@ void FrontendAllocator::Carve(Slab* s, uint32_t off, uint32_t len) {
 
 Result<uint64_t> FrontendAllocator::Malloc(uint64_t size) {
   if (size == 0) return Status::InvalidArgument("alloc frontend: Malloc of 0 bytes");
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (size > slab_size_) {
     auto r = source_->AllocLarge(size);
     if (!r.ok()) return r.status();
@@ -254,7 +256,7 @@ Status FrontendAllocator::CheckObject(uint64_t addr, Slab** slab, uint32_t* len)
 }
 
 Status FrontendAllocator::Free(uint64_t addr) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto lit = large_.find(addr);
   if (lit != large_.end()) {
     ASYMNVM_RETURN_IF_ERROR(source_->Free(addr));
@@ -317,13 +319,13 @@ void FrontendAllocator::ReturnSurplus() {
 }
 
 Status FrontendAllocator::Trim() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   while (!empty_.empty()) ASYMNVM_RETURN_IF_ERROR(ReturnSlab(empty_.back()));
   return Status::Ok();
 }
 
 Result<uint64_t> FrontendAllocator::UsableSize(uint64_t addr) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto lit = large_.find(addr);
   if (lit != large_.end()) {
     return (lit->second + slab_size_ - 1) / slab_size_ * slab_size_;
@@ -335,7 +337,7 @@ Result<uint64_t> FrontendAllocator::UsableSize(uint64_t addr) const {
 }
 
 Status FrontendAllocator::AdoptSlab(uint64_t slab, std::span<const LiveObject> live) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (SlabKey(slab) != slab) {
     return Status::InvalidArgument("alloc frontend: AdoptSlab " + std::to_string(slab) +
                                    " is not a slab address");
@@ -377,7 +379,7 @@ Status FrontendAllocator::AdoptSlab(uint64_t slab, std::span<const LiveObject> l
 }
 
 Status FrontendAllocator::AdoptLarge(uint64_t addr, uint64_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (bytes == 0) return Status::InvalidArgument("alloc frontend: AdoptLarge of 0 bytes");
   if (large_.count(addr) != 0 || FindSlab(addr) != nullptr) {
     return Status::AlreadyExists("alloc frontend: extent " + std::to_string(addr) +
@@ -389,7 +391,7 @@ Status FrontendAllocator::AdoptLarge(uint64_t addr, uint64_t bytes) {
 }
 
 std::vector<uint64_t> FrontendAllocator::Slabs() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::vector<uint64_t> out;
   out.reserve(slabs_.size());
   for (const auto& kv : slabs_) out.push_back(kv.first);
@@ -398,7 +400,7 @@ std::vector<uint64_t> FrontendAllocator::Slabs() const {
 }
 
 std::vector<LiveObject> FrontendAllocator::LargeObjects() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::vector<LiveObject> out;
   for (const auto& [a, b] : large_) out.push_back({a, b});
   std::sort(out.begin(), out.end(),
@@ -407,7 +409,7 @@ std::vector<LiveObject> FrontendAllocator::LargeObjects() const {
 }
 
 FrontendStats FrontendAllocator::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   FrontendStats s = stats_;
   s.slabs_full = full_.size();
   s.slabs_partial = partial_.size();

@@ -34,6 +34,7 @@
 
 #include "alloc/slab_source.h"
 #include "asymnvm/status.h"
+#include "common/thread_annotations.h"
 
 namespace asymnvm::alloc {
 
@@ -160,16 +161,16 @@ class FrontendAllocator {
 
   explicit FrontendAllocator(const FrontendOptions& o);
   uint64_t SlabKey(uint64_t addr) const;
-  Slab* FindSlab(uint64_t addr) const;
-  Result<Slab*> NewSlab();
+  Slab* FindSlab(uint64_t addr) const ASYMNVM_REQUIRES(mu_);
+  Result<Slab*> NewSlab() ASYMNVM_REQUIRES(mu_);
   // Moves `s` to the list its free_bytes says, keeping the best-fit index consistent.
-  void Relist(Slab* s);
-  void IndexRanges(Slab* s, bool add);
-  void Carve(Slab* s, uint32_t off, uint32_t len);
-  void ReturnSurplus();
-  Status ReturnSlab(Slab* s);
-  Status CheckObject(uint64_t addr, Slab** slab, uint32_t* len) const;
-  std::list<Slab*>& ListOf(ListKind k);
+  void Relist(Slab* s) ASYMNVM_REQUIRES(mu_);
+  void IndexRanges(Slab* s, bool add) ASYMNVM_REQUIRES(mu_);
+  void Carve(Slab* s, uint32_t off, uint32_t len) ASYMNVM_REQUIRES(mu_);
+  void ReturnSurplus() ASYMNVM_REQUIRES(mu_);
+  Status ReturnSlab(Slab* s) ASYMNVM_REQUIRES(mu_);
+  Status CheckObject(uint64_t addr, Slab** slab, uint32_t* len) const ASYMNVM_REQUIRES(mu_);
+  std::list<Slab*>& ListOf(ListKind k) ASYMNVM_REQUIRES(mu_);
 
   SlabSource* const source_;
   const uint32_t slab_size_;
@@ -177,9 +178,11 @@ class FrontendAllocator {
   const uint32_t max_empty_;
   const uint64_t origin_;
 
-  mutable std::mutex mu_;
-  std::unordered_map<uint64_t, std::unique_ptr<Slab>> slabs_;  // by slab address
-  std::list<Slab*> full_, partial_, empty_;
+  mutable Mutex mu_;
+  std::unordered_map<uint64_t, std::unique_ptr<Slab>> slabs_
+      ASYMNVM_GUARDED_BY(mu_);  // by slab address
+  std::list<Slab*> full_ ASYMNVM_GUARDED_BY(mu_), partial_ ASYMNVM_GUARDED_BY(mu_),
+      empty_ ASYMNVM_GUARDED_BY(mu_);
   // Best-fit index over the free ranges of partial slabs. Lengths are multiples of alignment_;
   // a range of b granules (b <= kMaxBuckets) lives in bucket b: a min-heap of addresses with lazy
   // deletion (an entry is current iff its slab is partial and has a free range of exactly that
@@ -192,18 +195,19 @@ class FrontendAllocator {
     std::vector<uint64_t> heap;  // std::push_heap with std::greater: front() is the lowest
     uint64_t live = 0;
   };
-  void IndexAdd(uint32_t len, uint64_t addr);
-  void IndexRemove(uint32_t len, uint64_t addr);
-  bool RangeCurrent(uint32_t len, uint64_t addr) const;
-  void CompactBucket(uint32_t b);
+  void IndexAdd(uint32_t len, uint64_t addr) ASYMNVM_REQUIRES(mu_);
+  void IndexRemove(uint32_t len, uint64_t addr) ASYMNVM_REQUIRES(mu_);
+  bool RangeCurrent(uint32_t len, uint64_t addr) const ASYMNVM_REQUIRES(mu_);
+  void CompactBucket(uint32_t b) ASYMNVM_REQUIRES(mu_);
   // Start of the best-fit free range of at least `len` bytes in *addr; false when none.
-  bool BestFit(uint32_t len, uint64_t* addr);
-  uint32_t nbuckets_ = 0;  // exact buckets are 1 .. nbuckets_ - 1
-  std::vector<Bucket> buckets_;
-  std::vector<uint64_t> nonempty_;
-  std::set<std::pair<uint32_t, uint64_t>> big_;
-  std::unordered_map<uint64_t, uint64_t> large_;  // address -> requested bytes
-  FrontendStats stats_;
+  bool BestFit(uint32_t len, uint64_t* addr) ASYMNVM_REQUIRES(mu_);
+  uint32_t nbuckets_ = 0;  // set by the constructor; exact buckets are 1 .. nbuckets_ - 1
+  std::vector<Bucket> buckets_ ASYMNVM_GUARDED_BY(mu_);
+  std::vector<uint64_t> nonempty_ ASYMNVM_GUARDED_BY(mu_);
+  std::set<std::pair<uint32_t, uint64_t>> big_ ASYMNVM_GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, uint64_t> large_
+      ASYMNVM_GUARDED_BY(mu_);  // address -> requested bytes
+  FrontendStats stats_ ASYMNVM_GUARDED_BY(mu_);
 };
 
 }  // namespace asymnvm::alloc

@@ -27,6 +27,7 @@
 #include "common/coding.h"
 #include "common/crash_point.h"
 #include "common/logging.h"
+#include "common/thread_annotations.h"
 #include "common/zero.h"
 #include "fabric/oq/oq.h"
 #include "fabric/oq/wire.h"
@@ -107,7 +108,7 @@ class DeferredPersister final : public pm::Persister {
   void Flush(const void* addr, size_t length) override {
     if (length == 0) return;
     const uint64_t off = static_cast<uint64_t>(static_cast<const uint8_t*>(addr) - base_);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     lo_ = std::min(lo_, off);
     hi_ = std::max(hi_, off + length);
     bytes_ += length;
@@ -115,7 +116,7 @@ class DeferredPersister final : public pm::Persister {
   void Drain() override {}
   // Takes the hull written since the last call ({UINT64_MAX, 0}: nothing) and its byte count.
   void Take(uint64_t* lo, uint64_t* hi, uint64_t* bytes) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     *lo = lo_;
     *hi = hi_;
     *bytes = bytes_;
@@ -124,14 +125,16 @@ class DeferredPersister final : public pm::Persister {
     bytes_ = 0;
   }
   uint64_t pending_bytes() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return bytes_;
   }
 
  private:
   const uint8_t* base_;
-  std::mutex mu_;
-  uint64_t lo_ = UINT64_MAX, hi_ = 0, bytes_ = 0;
+  Mutex mu_;
+  uint64_t lo_ ASYMNVM_GUARDED_BY(mu_) = UINT64_MAX;
+  uint64_t hi_ ASYMNVM_GUARDED_BY(mu_) = 0;
+  uint64_t bytes_ ASYMNVM_GUARDED_BY(mu_) = 0;
 };
 
 // The data region's persister in redo mode: a one-sided WRITE into the data area is synced at
@@ -167,24 +170,27 @@ struct Backend::Impl : public OpLogSource {
   std::unique_ptr<rowan::Receiver> receiver;
   std::unique_ptr<oq::Server> server;
 
-  mutable std::mutex mu;  // front-end records, op-log index, pending segments, deferred frees
-  std::unordered_map<uint64_t, NamingEntry> frontends;  // fe id → its record in the naming space
+  mutable Mutex mu;  // front-end records, op-log index, pending segments, deferred frees
+  // fe id → its record in the naming space
+  std::unordered_map<uint64_t, NamingEntry> frontends ASYMNVM_GUARDED_BY(mu);
   // fe id → the highest coordinator epoch a registration carried (in memory: a restarted
   // back-end learns it again from the next registration; doc/backend.md §Fencing).
-  std::unordered_map<uint64_t, uint64_t> epochs;
+  std::unordered_map<uint64_t, uint64_t> epochs ASYMNVM_GUARDED_BY(mu);
   // (fe, op_seq) → payload: the op logs pointer entries of memory logs may name. Filled when an
   // op log lands (IndexLanding, on the NIC's threads), by the consumer's digest, and on a miss by
   // a scan of the live segments (after a restart); erased when its segment is recycled. Its own
   // lock (taken after mu, never held while waiting): the NIC threads index landings while a
   // request holding mu waits for a persist that those threads complete.
-  std::mutex op_logs_mu;
-  std::map<std::pair<uint64_t, uint64_t>, std::vector<uint8_t>> op_logs;  // [op_logs_mu]
+  Mutex op_logs_mu ASYMNVM_ACQUIRED_AFTER(mu);
+  std::map<std::pair<uint64_t, uint64_t>, std::vector<uint8_t>> op_logs
+      ASYMNVM_GUARDED_BY(op_logs_mu);
   // Multi-block op logs being reassembled from their landings: (owner, version) → blocks.
   struct PartialOpLog {
     uint16_t count = 0, found = 0;
     std::vector<std::vector<uint8_t>> blocks;
   };
-  std::map<std::pair<uint16_t, uint64_t>, PartialOpLog> partial_op_logs;  // [op_logs_mu]
+  std::map<std::pair<uint16_t, uint64_t>, PartialOpLog> partial_op_logs
+      ASYMNVM_GUARDED_BY(op_logs_mu);
   size_t rowan_mtu = rowan::kDefaultMtu;
   class LandingIndexer final : public pm::PersistObserver {
    public:
@@ -201,10 +207,11 @@ struct Backend::Impl : public OpLogSource {
     uint32_t index;
     std::map<uint64_t, uint64_t> max_op_seq;  // fe → highest op_seq in the segment
   };
-  std::list<HeldSegment> held;    // digested, not yet committed, in posting order
-  size_t last_pinned_warned = 0;  // consumer thread only
-  std::deque<std::pair<std::chrono::steady_clock::time_point, uint64_t>> deferred;
-  BackendStats counters;
+  std::list<HeldSegment> held ASYMNVM_GUARDED_BY(mu);  // digested, not yet committed, in order
+  size_t last_pinned_warned = 0;                       // consumer thread only
+  std::deque<std::pair<std::chrono::steady_clock::time_point, uint64_t>> deferred
+      ASYMNVM_GUARDED_BY(mu);
+  BackendStats counters ASYMNVM_GUARDED_BY(mu);
 
   std::atomic<bool> stop{false};
   std::thread consumer;
@@ -213,12 +220,13 @@ struct Backend::Impl : public OpLogSource {
   bool redo = false;
   std::unique_ptr<DeferredPersister> deferred_writes;
   std::unique_ptr<OneSidedPersister> one_sided;
-  std::mutex ckpt_mu;        // serializes checkpoints; taken before mu
-  uint64_t ckpt_seq = 0;     // newest durable checkpoint (0: none)            [ckpt_mu]
-  bool ckpt_active = false;  // a valid active record is on media             [ckpt_mu]
-  uint64_t applied_rte = 0;  // OQ position after the last executed request   [mu]
-  uint64_t ckpt_txns = 0;    // txns_applied covered by the newest checkpoint [mu]
-  std::unordered_map<uint64_t, uint64_t> ckpt_opn;  // fe → OPN of the newest checkpoint [mu]
+  Mutex ckpt_mu ASYMNVM_ACQUIRED_BEFORE(mu);             // serializes checkpoints; taken before mu
+  uint64_t ckpt_seq ASYMNVM_GUARDED_BY(ckpt_mu) = 0;     // newest durable checkpoint (0: none)
+  bool ckpt_active ASYMNVM_GUARDED_BY(ckpt_mu) = false;  // a valid active record is on media
+  uint64_t applied_rte ASYMNVM_GUARDED_BY(mu) = 0;  // OQ position after the last executed request
+  uint64_t ckpt_txns ASYMNVM_GUARDED_BY(mu) = 0;    // txns_applied covered by the newest checkpoint
+  // fe → OPN of the newest checkpoint
+  std::unordered_map<uint64_t, uint64_t> ckpt_opn ASYMNVM_GUARDED_BY(mu);
   std::condition_variable ckpt_cv;
   std::thread checkpointer;
 
@@ -239,9 +247,10 @@ struct Backend::Impl : public OpLogSource {
   // OpLogSource: pointer entries of memory logs (called under mu, from ApplyTxnRequest). The
   // span stays valid while mu is held: entries are erased only by RecycleCovered (under mu) and
   // never replaced (try_emplace).
-  Result<std::span<const uint8_t>> Payload(uint64_t fe, uint64_t op_seq) override {
+  Result<std::span<const uint8_t>> Payload(uint64_t fe, uint64_t op_seq) override
+      ASYMNVM_REQUIRES(mu) {
     {
-      std::lock_guard<std::mutex> l(op_logs_mu);
+      MutexLock l(op_logs_mu);
       auto it = op_logs.find({fe, op_seq});
       if (it != op_logs.end()) return std::span<const uint8_t>(it->second);
     }
@@ -255,11 +264,11 @@ struct Backend::Impl : public OpLogSource {
     }
     for (const bool full : {false, true}) {
       IndexLiveSegments(full);
-      std::lock_guard<std::mutex> l(op_logs_mu);
+      MutexLock l(op_logs_mu);
       auto it = op_logs.find({fe, op_seq});
       if (it != op_logs.end()) return std::span<const uint8_t>(it->second);
     }
-    std::lock_guard<std::mutex> l(op_logs_mu);
+    MutexLock l(op_logs_mu);
     auto it = op_logs.find({fe, op_seq});
     if (it == op_logs.end()) {
       return Status::NotFound("op log " + OpSeqString(op_seq) + " of front-end " +
@@ -268,7 +277,7 @@ struct Backend::Impl : public OpLogSource {
     return std::span<const uint8_t>(it->second);
   }
 
-  void IndexOpLog(std::span<const uint8_t> entry_payload) {  // under op_logs_mu
+  void IndexOpLog(std::span<const uint8_t> entry_payload) ASYMNVM_REQUIRES(op_logs_mu) {
     auto rec = DecodeOpLog(entry_payload);
     if (!rec.ok()) return;  // the consumer reports it when it digests the segment
     op_logs.try_emplace({rec->frontend_id, rec->op_seq}, rec->payload.begin(), rec->payload.end());
@@ -279,13 +288,13 @@ struct Backend::Impl : public OpLogSource {
   // once (the consumer digests a segment only when it is full). A NIC that lands without the
   // soft NIC's persist hook (hardware RDMA) leaves this to IndexLiveSegments.
   void IndexLanding(uint64_t offset, uint64_t length) {
-    std::lock_guard<std::mutex> l(op_logs_mu);
+    MutexLock l(op_logs_mu);
     IndexBlocks(base() + layout.rowan.offset + offset, length);
   }
 
   // Indexes the op logs of the valid blocks at p.. (under op_logs_mu); stops at the first stride
   // that holds no valid block. Returns the bytes consumed.
-  size_t IndexBlocks(const uint8_t* p, size_t length) {
+  size_t IndexBlocks(const uint8_t* p, size_t length) ASYMNVM_REQUIRES(op_logs_mu) {
     size_t pos = 0;
     while (pos + rowan::kBlockHeaderSize <= length) {
       rowan::BlockHeader h;
@@ -324,7 +333,7 @@ struct Backend::Impl : public OpLogSource {
   // landing fails its checksum and is skipped — it was never acknowledged).
   void IndexLiveSegments(bool full) {
     const auto live = receiver->LiveSegments();
-    std::lock_guard<std::mutex> l(op_logs_mu);
+    MutexLock l(op_logs_mu);
     std::map<uint64_t, size_t> resume;
     for (const rowan::SegmentView& v : live) {
       size_t& at = resume[v.post_seq];
@@ -337,12 +346,14 @@ struct Backend::Impl : public OpLogSource {
     std::vector<uint8_t> copy;
     for (const rowan::SegmentView& v : live) {
       copy.assign(v.bytes.begin(), v.bytes.end());
-      scanner.ScanSegment(copy, v.post_seq, [&](const rowan::ScannedEntry& e) {
-        if (e.meta.type == kOpLogEntryType) IndexOpLog(e.payload);
-      });
+      scanner.ScanSegment(copy, v.post_seq,
+                          [&](const rowan::ScannedEntry& e) ASYMNVM_REQUIRES(op_logs_mu) {
+                            if (e.meta.type == kOpLogEntryType) IndexOpLog(e.payload);
+                          });
     }
   }
-  std::map<uint64_t, size_t> scanned_to;  // live segment (post_seq) → bytes indexed [op_logs_mu]
+  // live segment (post_seq) → bytes indexed
+  std::map<uint64_t, size_t> scanned_to ASYMNVM_GUARDED_BY(op_logs_mu);
 
   LayoutParams Params() const {
     LayoutParams lp;
@@ -410,6 +421,7 @@ struct Backend::Impl : public OpLogSource {
     }
     for (const auto& e : naming->List()) {
       if (e.type == kFrontendRecordType && e.name.rfind("fe:", 0) == 0) {
+        MutexLock lock(mu);  // uncontended: nothing else runs yet
         frontends[std::stoull(e.name.substr(3))] = e;
       }
     }
@@ -453,8 +465,8 @@ struct Backend::Impl : public OpLogSource {
       }
     }
     if (best.seq != 0 && (best.flags & kCkptActive) != 0) {
-      std::lock_guard<std::mutex> cl(ckpt_mu);
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock cl(ckpt_mu);
+      MutexLock lock(mu);
       ckpt_seq = best.seq;
       ckpt_active = true;
       for (const auto& [fe, rec] : frontends) {
@@ -480,10 +492,13 @@ struct Backend::Impl : public OpLogSource {
                                                            << best.rte << ")");
       return Status::Ok();
     }
-    if (best.seq != 0) ckpt_seq = best.seq;  // an inactive record: numbering continues
+    if (best.seq != 0) {
+      MutexLock cl(ckpt_mu);
+      ckpt_seq = best.seq;  // an inactive record: numbering continues
+    }
     if (!redo) return Status::Ok();
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       applied_rte = OqAreaRte();
     }
     return Checkpoint(0);
@@ -494,18 +509,18 @@ struct Backend::Impl : public OpLogSource {
   // checkpoint (one msync), then write and sync the record (one msync). Log space before the
   // captured position may be recycled only after this returns.
   Status Checkpoint(uint64_t rte_floor) {
-    std::lock_guard<std::mutex> cl(ckpt_mu);
+    MutexLock cl(ckpt_mu);
     return CheckpointLocked(rte_floor);
   }
 
-  Status CheckpointLocked(uint64_t rte_floor) {
+  Status CheckpointLocked(uint64_t rte_floor) ASYMNVM_REQUIRES(ckpt_mu) {
     struct Fe {
       uint64_t root_addr, lpn, opn, id;
     };
     std::vector<Fe> fes;
     uint64_t rte, lo, hi, bytes, txns;
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       applied_rte = std::max(applied_rte, rte_floor);
       rte = applied_rte;
       txns = counters.txns_applied;
@@ -536,7 +551,7 @@ struct Backend::Impl : public OpLogSource {
     ASYMNVM_CRASH_POINT("backend.checkpoint.after_record");
     ckpt_seq = seq;
     ckpt_active = true;
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     ckpt_txns = txns;
     for (const Fe& f : fes) ckpt_opn[f.id] = f.opn;
     counters.checkpoints++;
@@ -547,7 +562,7 @@ struct Backend::Impl : public OpLogSource {
   // Direct mode after a redo-mode run: once OQ recovery has re-applied (and persisted) the
   // logged transactions, the record is retired so the next start does not replay again.
   void RetireCheckpointRecord() {
-    std::lock_guard<std::mutex> cl(ckpt_mu);
+    MutexLock cl(ckpt_mu);
     if (!ckpt_active) return;
     CkptRecord r{ckpt_seq + 1, 0, 0, NowNs()};
     EncodeCkpt(r, CkptSlot(r.seq));
@@ -568,7 +583,7 @@ struct Backend::Impl : public OpLogSource {
 
   void CheckpointIfTxnsSince() {
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       if (counters.txns_applied == ckpt_txns) return;
     }
     Status s = Checkpoint(0);
@@ -578,17 +593,17 @@ struct Backend::Impl : public OpLogSource {
   // Background checkpointer (redo mode): a checkpoint when something was applied since the last
   // one and the interval passed, or sooner when much was written or log segments wait for it.
   void CheckpointLoop() {
-    std::mutex wait_mu;
+    Mutex wait_mu;
     auto last = std::chrono::steady_clock::now();
     while (!stop.load()) {
       {
-        std::unique_lock<std::mutex> lock(wait_mu);
-        ckpt_cv.wait_for(lock, o.checkpoint_interval / 4);
+        MutexLock lock(wait_mu);
+        ckpt_cv.wait_for(lock.native(), o.checkpoint_interval / 4);
       }
       if (stop.load()) break;
       bool due = false;
       {
-        std::lock_guard<std::mutex> lock(mu);
+        MutexLock lock(mu);
         const bool dirty = counters.txns_applied != ckpt_txns;
         const auto now = std::chrono::steady_clock::now();
         due = dirty && (now - last >= o.checkpoint_interval ||
@@ -605,7 +620,8 @@ struct Backend::Impl : public OpLogSource {
   // skips a request that fails its checksum without a word): every landed record that fails
   // validation is logged and counted; a corrupt transaction is recorded as rejected for its
   // front-end. Unfinished landings (a crash cut them short; never acknowledged) are only noted.
-  void CheckLanded() {
+  // Runs in Open before any other thread (the fabric, the receiver, the OQ server) starts.
+  void CheckLanded() ASYMNVM_NO_THREAD_SAFETY_ANALYSIS {
     auto blog = rowan::CheckArea({base() + layout.rowan.offset, layout.rowan.size}, {});
     if (blog.ok()) {
       for (const std::string& p : blog->meta_problems) LOG_WARN("backend", "b-log: " << p);
@@ -738,7 +754,7 @@ struct Backend::Impl : public OpLogSource {
         uint64_t{ctx.position & 0xFFFF} * kOqStride + oq::kRequestHeaderSize + payload.size();
     const uint64_t after = oq::wire::Position(
         ctx.position >> 16, static_cast<uint32_t>((end + kOqStride - 1) / kOqStride));
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     applied_rte = std::max(applied_rte, after);
     return st;
   }
@@ -746,7 +762,7 @@ struct Backend::Impl : public OpLogSource {
   Status HandleRequest(const oq::RequestContext& ctx, std::span<const uint8_t> payload,
                        std::vector<uint8_t>* response) {
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       counters.requests++;
     }
     PayloadWriter w;
@@ -760,7 +776,7 @@ struct Backend::Impl : public OpLogSource {
         const uint64_t epoch = r.remaining() >= 8 ? r.U64() : 0;
         ASYMNVM_RETURN_IF_ERROR(r.status());
         if (epoch != 0) {
-          std::lock_guard<std::mutex> lock(mu);
+          MutexLock lock(mu);
           uint64_t& highest = epochs[fe];
           if (epoch < highest) {
             counters.registers_fenced++;
@@ -833,7 +849,7 @@ struct Backend::Impl : public OpLogSource {
         PayloadReader r(payload, "clear rejected");
         const uint64_t fe = r.U64();
         ASYMNVM_RETURN_IF_ERROR(r.status());
-        std::lock_guard<std::mutex> lock(mu);
+        MutexLock lock(mu);
         auto it = frontends.find(fe);
         if (it == frontends.end()) {
           return Status::NotFound("clear rejected: front-end " + std::to_string(fe) +
@@ -938,7 +954,7 @@ struct Backend::Impl : public OpLogSource {
         const uint64_t addr = r.U64();
         ASYMNVM_RETURN_IF_ERROR(r.status());
         ASYMNVM_RETURN_IF_ERROR(allocator->ExtentBytes(addr).status());  // validate now
-        std::lock_guard<std::mutex> lock(mu);
+        MutexLock lock(mu);
         deferred.emplace_back(std::chrono::steady_clock::now() + o.reclaim_delay, addr);
         break;
       }
@@ -959,12 +975,12 @@ struct Backend::Impl : public OpLogSource {
   Result<NamingEntry> Register(uint64_t fe) {
     if (fe == 0) return Status::InvalidArgument("register: front-end id 0 is reserved");
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       if (auto it = frontends.find(fe); it != frontends.end()) return it->second;
     }
     ASYMNVM_ASSIGN_OR_RETURN(NamingEntry e,
                              naming->Create("fe:" + std::to_string(fe), kFrontendRecordType, {}));
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     frontends[fe] = e;
     return e;
   }
@@ -977,7 +993,7 @@ struct Backend::Impl : public OpLogSource {
   // registrations between them are not re-executed).
   Status ApplyTxnRequest(std::span<const uint8_t> payload, bool recovering) {
     auto decoded = DecodeTxn(payload);
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     if (!decoded.ok()) {
       counters.txns_rejected++;
       LOG_WARN("backend", "rejected a transaction: " << decoded.status().ToString());
@@ -1098,14 +1114,14 @@ struct Backend::Impl : public OpLogSource {
         // log's Rowan owner is its front-end id and its version the op_seq.
         scanner.set_block_sink([&](const rowan::BlockHeader& b) {
           if (b.meta.type != kOpLogEntryType) return;
-          std::lock_guard<std::mutex> lock(mu);
+          MutexLock lock(mu);
           auto& m = h.max_op_seq[b.meta.owner];
           m = std::max(m, b.meta.version);
         });
         scanner.ScanSegment(seg->bytes, seg->post_seq, [&](const rowan::ScannedEntry& e) {
           if (e.meta.type != kOpLogEntryType) return;
           auto rec = DecodeOpLog(e.payload);
-          std::lock_guard<std::mutex> lock(mu);
+          MutexLock lock(mu);
           if (!rec.ok()) {
             LOG_WARN("backend", "b-log entry (owner " << e.meta.owner << ", version "
                                                       << e.meta.version
@@ -1114,7 +1130,7 @@ struct Backend::Impl : public OpLogSource {
           }
           counters.op_logs_seen++;
           {
-            std::lock_guard<std::mutex> l(op_logs_mu);
+            MutexLock l(op_logs_mu);
             op_logs.try_emplace({rec->frontend_id, rec->op_seq}, rec->payload.begin(),
                                 rec->payload.end());
           }
@@ -1122,7 +1138,7 @@ struct Backend::Impl : public OpLogSource {
           m = std::max(m, rec->op_seq);
         });
         scanner.set_block_sink({});
-        std::lock_guard<std::mutex> lock(mu);
+        MutexLock lock(mu);
         counters.log_segments_digested++;
         held.push_back(std::move(h));
       }
@@ -1140,7 +1156,7 @@ struct Backend::Impl : public OpLogSource {
     size_t pinned = 0;
     uint64_t pinning_fe = 0;
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       for (auto h = held.begin(); h != held.end();) {
         bool covered = true;
         for (const auto& [fe, max_seq] : h->max_op_seq) {
@@ -1155,7 +1171,7 @@ struct Backend::Impl : public OpLogSource {
           continue;
         }
         {
-          std::lock_guard<std::mutex> l(op_logs_mu);
+          MutexLock l(op_logs_mu);
           for (const auto& [fe, max_seq] : h->max_op_seq) {
             op_logs.erase(op_logs.lower_bound({fe, 0}), op_logs.upper_bound({fe, max_seq}));
           }
@@ -1180,13 +1196,13 @@ struct Backend::Impl : public OpLogSource {
     for (uint32_t i : done) {
       Status s = receiver->Commit(i);
       if (!s.ok()) LOG_WARN("backend", "committing b-log segment " << i << ": " << s.ToString());
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       counters.log_segments_recycled++;
     }
   }
 
   // The highest op_seq of `fe` whose effects are durably applied (under mu).
-  uint64_t CoveredOpn(uint64_t fe) const {
+  uint64_t CoveredOpn(uint64_t fe) const ASYMNVM_REQUIRES(mu) {
     if (redo) {  // only a durable checkpoint makes an OPN durable
       auto c = ckpt_opn.find(fe);
       return c == ckpt_opn.end() ? 0 : c->second;
@@ -1199,7 +1215,7 @@ struct Backend::Impl : public OpLogSource {
     const auto now = std::chrono::steady_clock::now();
     std::vector<uint64_t> due;
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       while (!deferred.empty() && deferred.front().first <= now) {
         due.push_back(deferred.front().second);
         deferred.pop_front();
@@ -1208,7 +1224,7 @@ struct Backend::Impl : public OpLogSource {
     for (uint64_t a : due) {
       Status s = allocator->Free(a);
       if (!s.ok()) LOG_WARN("backend", "deferred free of " << a << ": " << s.ToString());
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       counters.deferred_frees_done++;
     }
   }
@@ -1222,7 +1238,7 @@ struct Backend::Impl : public OpLogSource {
     j["log_address"] = receiver ? receiver->address() : "";
     j["frontends"] = nlohmann::ordered_json::array();
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       for (const auto& [fe, rec] : frontends) {
         j["frontends"].push_back({{"id", fe},
                                   {"lpn", Word(base(), rec.root_addr).load()},
@@ -1282,7 +1298,7 @@ struct Backend::Impl : public OpLogSource {
   }
 
   BackendStats Stats() const {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     BackendStats s = counters;
     s.frontends = frontends.size();
     s.deferred_frees_pending = deferred.size();

@@ -5,6 +5,7 @@
 
 #include "common/checksum.h"
 #include "common/coding.h"
+#include "common/thread_annotations.h"
 
 namespace asymnvm::backend {
 namespace {
@@ -116,7 +117,7 @@ Result<NamingEntry> NamingSpace::Create(const std::string& name, uint32_t type,
                                         NamingEntry* existing) {
   ASYMNVM_RETURN_IF_ERROR(CheckName(name));
   if (type == 0) return Status::InvalidArgument("naming: type 0 is reserved");
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (int64_t i = Find(name); i >= 0) {
     if (existing != nullptr) *existing = Decode(static_cast<uint32_t>(i));
     return Status::AlreadyExists("naming: '" + name + "' already exists (slot " +
@@ -146,14 +147,14 @@ Result<NamingEntry> NamingSpace::Create(const std::string& name, uint32_t type,
 
 Result<NamingEntry> NamingSpace::Lookup(const std::string& name) const {
   ASYMNVM_RETURN_IF_ERROR(CheckName(name));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const int64_t i = Find(name);
   if (i < 0) return Status::NotFound("naming: no structure named '" + name + "'");
   return Decode(static_cast<uint32_t>(i));
 }
 
 Result<NamingEntry> NamingSpace::At(uint32_t slot) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (slot >= slots_ || State(slot) != kLive) {
     return Status::NotFound("naming: no structure in slot " + std::to_string(slot));
   }
@@ -165,7 +166,7 @@ Result<NamingEntry> NamingSpace::At(uint32_t slot) const {
 
 Status NamingSpace::Remove(const std::string& name) {
   ASYMNVM_RETURN_IF_ERROR(CheckName(name));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const int64_t i = Find(name);
   if (i < 0) return Status::NotFound("naming: no structure named '" + name + "'");
   SetState(static_cast<uint32_t>(i), kTombstone);
@@ -176,7 +177,7 @@ Status NamingSpace::Remove(const std::string& name) {
 }
 
 std::vector<NamingEntry> NamingSpace::List() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::vector<NamingEntry> out;
   for (uint32_t i = 0; i < slots_; i++) {
     if (State(i) == kLive && SlotValid(i)) out.push_back(Decode(i));
@@ -185,7 +186,7 @@ std::vector<NamingEntry> NamingSpace::List() const {
 }
 
 std::vector<std::string> NamingSpace::Check() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::vector<std::string> problems;
   for (uint32_t i = 0; i < slots_; i++) {
     const uint32_t st = State(i);
@@ -200,7 +201,7 @@ std::vector<std::string> NamingSpace::Check() const {
 }
 
 uint32_t NamingSpace::live() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   uint32_t n = 0;
   for (uint32_t i = 0; i < slots_; i++) n += State(i) == kLive && SlotValid(i) ? 1 : 0;
   return n;

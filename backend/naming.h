@@ -23,6 +23,7 @@
 
 #include "asymnvm/pm.h"
 #include "asymnvm/status.h"
+#include "common/thread_annotations.h"
 
 namespace asymnvm::backend {
 
@@ -81,17 +82,17 @@ class NamingSpace {
       : base_(base), area_offset_(off), slots_(slots), persister_(p) {}
   uint8_t* Slot(uint32_t i) const { return base_ + area_offset_ + uint64_t{i} * kNamingSlotSize; }
   uint32_t State(uint32_t i) const;
-  void SetState(uint32_t i, uint32_t state);
+  void SetState(uint32_t i, uint32_t state) ASYMNVM_REQUIRES(mu_);
   bool SlotValid(uint32_t i) const;
   NamingEntry Decode(uint32_t i) const;
   // Index of the live slot holding `name`, or -1.
-  int64_t Find(const std::string& name) const;
+  int64_t Find(const std::string& name) const ASYMNVM_REQUIRES(mu_);
 
   uint8_t* base_;
   uint64_t area_offset_;
   uint32_t slots_;
   pm::Persister* persister_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;  // the slots (in the pool, so no field is ASYMNVM_GUARDED_BY it)
 };
 
 }  // namespace asymnvm::backend

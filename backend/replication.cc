@@ -14,6 +14,7 @@
 #include "common/coding.h"
 #include "common/crash_point.h"
 #include "common/logging.h"
+#include "common/thread_annotations.h"
 #include "fabric/oq/oq.h"
 
 namespace asymnvm::backend {
@@ -92,33 +93,35 @@ struct Replicator::Impl {
 
   struct Link {
     std::string address;
-    mutable std::mutex mu;
+    mutable Mutex mu;
     std::condition_variable cv;
-    LinkState state = LinkState::kDown;  // [mu]
-    bool failed = false;                 // [mu] the connection failed; the link is being dropped
-    bool dropping = false;               // [mu]
-    bool flushing = false;               // [mu] one thread waits on cq at a time
-    uint64_t posted = 0, acked = 0;      // [mu] writes posted / covered by an acknowledged FLUSH
+    LinkState state ASYMNVM_GUARDED_BY(mu) = LinkState::kDown;
+    bool failed ASYMNVM_GUARDED_BY(mu) = false;  // the connection failed; the link is being dropped
+    bool dropping ASYMNVM_GUARDED_BY(mu) = false;
+    bool flushing ASYMNVM_GUARDED_BY(mu) = false;  // one thread waits on cq at a time
+    // writes posted / covered by an acknowledged FLUSH
+    uint64_t posted ASYMNVM_GUARDED_BY(mu) = 0, acked ASYMNVM_GUARDED_BY(mu) = 0;
     std::unique_ptr<oq::Client> ctl;
     std::unique_ptr<fabric::CompletionQueue> cq;
     std::unique_ptr<fabric::Connection> conn;
     fabric::RegionDescriptor remote;
-    MirrorLinkStats st;  // [mu]
-    // async lag tracking [mu]
-    uint64_t pending_bytes = 0;
-    std::chrono::steady_clock::time_point oldest{};
+    MirrorLinkStats st ASYMNVM_GUARDED_BY(mu);
+    // async lag tracking
+    uint64_t pending_bytes ASYMNVM_GUARDED_BY(mu) = 0;
+    std::chrono::steady_clock::time_point oldest ASYMNVM_GUARDED_BY(mu){};
     // Incremental catch-up [mu] (doc/mirror.md §Catch-up): what the mirror may not hold durably —
     // ranges posted since the FLUSH in flight (`unflushed`), those the FLUSH in flight covers
     // (`inflight`), and while the link is down everything forwarded (`missed`). `resumable`: the
     // mirror completed a copy of this primary's stream once, so a re-attach that finds its pool
     // still in sync with the stream sends only `missed`.
-    GranuleSet unflushed, inflight, missed;
-    bool resumable = false;
+    GranuleSet unflushed ASYMNVM_GUARDED_BY(mu), inflight ASYMNVM_GUARDED_BY(mu),
+        missed ASYMNVM_GUARDED_BY(mu);
+    bool resumable ASYMNVM_GUARDED_BY(mu) = false;
   };
   std::vector<std::unique_ptr<Link>> links;
 
-  std::mutex isr_mu;  // serializes in-sync set updates
-  std::mutex mgr_mu;
+  Mutex isr_mu;  // serializes in-sync set updates
+  Mutex mgr_mu;
   std::condition_variable mgr_cv, async_cv;
   std::atomic<bool> stop{false};
   std::thread manager, async_flusher;
@@ -138,7 +141,7 @@ struct Replicator::Impl {
   }
 
   // Posts [off, off + len) to one link. Called with l.mu held.
-  void PostLocked(Link& l, std::unique_lock<std::mutex>& lk, uint64_t off, uint64_t len) {
+  void PostLocked(Link& l, MutexLock& lk, uint64_t off, uint64_t len) ASYMNVM_REQUIRES(l.mu) {
     if (l.state == LinkState::kDown || l.failed || !l.conn) {
       if (l.resumable) l.missed.Add(off, len);
       return;
@@ -178,7 +181,7 @@ struct Replicator::Impl {
     }
   }
 
-  void MarkFailedLocked(Link& l, const Status& s) {
+  void MarkFailedLocked(Link& l, const Status& s) ASYMNVM_REQUIRES(l.mu) {
     // Nothing not acknowledged durable by a FLUSH is known to be on the mirror.
     l.missed.Merge(l.unflushed);
     l.missed.Merge(l.inflight);
@@ -194,7 +197,8 @@ struct Replicator::Impl {
   // One FLUSH in flight per link: posts it (the caller then waits with AwaitFlush, unlocked).
   // Returns false (nothing posted) when another thread's FLUSH is in flight or the link failed.
   bool StartFlushLocked(Link& l, uint64_t* upto, uint64_t* bytes,
-                        std::chrono::steady_clock::time_point* oldest, Status* posted) {
+                        std::chrono::steady_clock::time_point* oldest, Status* posted)
+      ASYMNVM_REQUIRES(l.mu) {
     if (l.flushing || l.failed || !l.conn) return false;
     l.flushing = true;
     l.inflight.Merge(l.unflushed);
@@ -213,7 +217,7 @@ struct Replicator::Impl {
   }
 
   // Waits (l.mu NOT held) for the FLUSH `upto` posted by StartFlushLocked.
-  Status AwaitFlush(Link& l, uint64_t upto, Status s) {
+  Status AwaitFlush(Link& l, uint64_t upto, Status s) ASYMNVM_EXCLUDES(l.mu) {
     fabric::CompletionQueue* cq = l.cq.get();  // stable while flushing (CloseLink waits)
     const auto deadline = std::chrono::steady_clock::now() + o.timeout;
     bool done = false;
@@ -239,7 +243,8 @@ struct Replicator::Impl {
 
   // Records the outcome of a FLUSH (l.mu held).
   void FinishFlushLocked(Link& l, uint64_t upto, uint64_t bytes,
-                         std::chrono::steady_clock::time_point oldest, const Status& s) {
+                         std::chrono::steady_clock::time_point oldest, const Status& s)
+      ASYMNVM_REQUIRES(l.mu) {
     l.flushing = false;
     if (s.ok()) {
       l.inflight.Clear();
@@ -262,18 +267,20 @@ struct Replicator::Impl {
   // Waits until every write up to `target` is acknowledged durable by the mirror (one FLUSH in
   // flight per link; others wait for it). Returns with l.mu held. On a timeout or an error the
   // link is marked failed.
-  void FlushLocked(Link& l, std::unique_lock<std::mutex>& lk, uint64_t target) {
+  // `lk` is the caller's guard of l.mu; the wait below drops l.mu through l.mu itself (the guard
+  // owns it again on return).
+  void FlushLocked(Link& l, MutexLock& lk, uint64_t target) ASYMNVM_REQUIRES(l.mu) {
     while (!l.failed && l.acked < target && l.conn) {
       uint64_t upto = 0, bytes = 0;
       std::chrono::steady_clock::time_point oldest;
       Status posted;
       if (!StartFlushLocked(l, &upto, &bytes, &oldest, &posted)) {
-        l.cv.wait_for(lk, std::chrono::milliseconds(100));
+        l.cv.wait_for(lk.native(), std::chrono::milliseconds(100));
         continue;
       }
-      lk.unlock();
+      l.mu.unlock();
       Status s = AwaitFlush(l, upto, posted);
-      lk.lock();
+      l.mu.lock();
       FinishFlushLocked(l, upto, bytes, oldest, s);
     }
   }
@@ -281,10 +288,10 @@ struct Replicator::Impl {
   // Removes a failed in-sync link from the group's in-sync set (the callback) and marks it down.
   // Every caller returns only after the set no longer names it.
   void EnsureDropped(Link& l) {
-    std::unique_lock<std::mutex> lk(l.mu);
+    MutexLock lk(l.mu);
     if (l.state == LinkState::kDown) return;
     if (l.dropping) {
-      l.cv.wait(lk, [&] { return l.state == LinkState::kDown; });
+      l.cv.wait(lk.native(), [&]() ASYMNVM_REQUIRES(l.mu) { return l.state == LinkState::kDown; });
       return;
     }
     l.dropping = true;
@@ -303,10 +310,10 @@ struct Replicator::Impl {
   }
 
   void UpdateIsr() {
-    std::lock_guard<std::mutex> g(isr_mu);
+    MutexLock g(isr_mu);
     std::vector<std::string> names;
     for (auto& lp : links) {
-      std::lock_guard<std::mutex> lk(lp->mu);
+      MutexLock lk(lp->mu);
       if (lp->state == LinkState::kInSync && !lp->failed && !lp->dropping) {
         names.push_back(lp->st.name);
       }
@@ -321,8 +328,8 @@ struct Replicator::Impl {
     std::unique_ptr<fabric::CompletionQueue> cq;
     std::unique_ptr<oq::Client> ctl;
     {
-      std::unique_lock<std::mutex> lk(l.mu);
-      l.cv.wait(lk, [&] { return !l.flushing; });
+      MutexLock lk(l.mu);
+      l.cv.wait(lk.native(), [&]() ASYMNVM_REQUIRES(l.mu) { return !l.flushing; });
       conn = std::move(l.conn);
       ctl = std::move(l.ctl);
       cq = std::move(l.cq);
@@ -380,12 +387,17 @@ struct Replicator::Impl {
     const auto start = std::chrono::steady_clock::now();
     // The mirror's digests, while nothing is forwarded to it (unless the stream resumes).
     Result<std::vector<uint64_t>> mirror_digests = Status::NotFound("not asked");
-    if (!(mirror_resumable && l.resumable)) mirror_digests = FetchDigests(*ctl);
+    bool resumable = false;
+    {
+      MutexLock lk(l.mu);
+      resumable = mirror_resumable && l.resumable;
+    }
+    if (!resumable) mirror_digests = FetchDigests(*ctl);
     GranuleSet todo;
     todo.Resize(pool->size());
     bool incremental = false;
     {
-      std::lock_guard<std::mutex> lk(l.mu);
+      MutexLock lk(l.mu);
       // Incremental when both sides say the mirror holds this stream's copy; the ranges it may
       // miss are taken at the moment forwarding to it resumes (any change after is forwarded).
       incremental = mirror_resumable && l.resumable;
@@ -428,8 +440,11 @@ struct Replicator::Impl {
     }
     uint64_t copy_bytes = 0;
     todo.ForEachRun(pool->size(), [&](uint64_t, uint64_t len) { copy_bytes += len; });
-    LOG_INFO("mirror", "mirror " << l.address << " (" << l.st.name << "): " << how << " of "
-                                 << copy_bytes << " of " << pool->size() << " bytes");
+    {
+      MutexLock lk(l.mu);  // st.name
+      LOG_INFO("mirror", "mirror " << l.address << " (" << l.st.name << "): " << how << " of "
+                                   << copy_bytes << " of " << pool->size() << " bytes");
+    }
     // The copy, chunk by chunk under the link's lock: a chunk holds the bytes as they are when
     // posted; any later change of them is flushed later and so forwarded after it.
     Status copied = Status::Ok();
@@ -441,7 +456,7 @@ struct Replicator::Impl {
           return;
         }
         const uint64_t n = std::min(kChunk, run_off + run_len - off);
-        std::unique_lock<std::mutex> lk(l.mu);
+        MutexLock lk(l.mu);
         PostLocked(l, lk, off, n);
         since_flush += n;
         if (since_flush >= kCopyFlushEvery) {
@@ -453,7 +468,7 @@ struct Replicator::Impl {
     });
     ASYMNVM_RETURN_IF_ERROR(copied);
     {
-      std::unique_lock<std::mutex> lk(l.mu);
+      MutexLock lk(l.mu);
       FlushLocked(l, lk, l.posted);
       if (l.failed) return Status::ConnectionError("ending the full copy: " + l.st.last_error);
       // In sync from here: barriers wait for it. Then one more barrier covers whatever was
@@ -475,12 +490,15 @@ struct Replicator::Impl {
     std::vector<uint8_t> ignored;
     Status s = l.ctl->Call(0, kMirrorSynced, sw.bytes(), &ignored);
     if (!s.ok()) {
-      std::unique_lock<std::mutex> lk(l.mu);
+      MutexLock lk(l.mu);
       MarkFailedLocked(l, s);
       return s;
     }
-    LOG_INFO("mirror", "mirror " << l.address << " (" << l.st.name << ") in sync after "
-                                 << l.st.last_copy_ms << " ms");
+    {
+      MutexLock lk(l.mu);  // st
+      LOG_INFO("mirror", "mirror " << l.address << " (" << l.st.name << ") in sync after "
+                                   << l.st.last_copy_ms << " ms");
+    }
     mgr_cv.notify_all();
     return Status::Ok();
   }
@@ -516,7 +534,7 @@ struct Replicator::Impl {
         LinkState state;
         bool failed;
         {
-          std::lock_guard<std::mutex> lk(l.mu);
+          MutexLock lk(l.mu);
           if (l.state != LinkState::kDown && l.conn &&
               l.conn->state() != fabric::ConnectionState::kConnected) {
             MarkFailedLocked(l, l.conn->error());
@@ -532,7 +550,7 @@ struct Replicator::Impl {
           Status s = Attach(l);
           if (!s.ok()) {
             {
-              std::lock_guard<std::mutex> lk(l.mu);
+              MutexLock lk(l.mu);
               l.st.last_error = s.ToString();
               if (l.state == LinkState::kCopying) {
                 l.failed = true;
@@ -551,8 +569,8 @@ struct Replicator::Impl {
           }
         }
       }
-      std::unique_lock<std::mutex> lk(mgr_mu);
-      mgr_cv.wait_for(lk, o.retry, [&] { return stop.load(); });
+      MutexLock lk(mgr_mu);
+      mgr_cv.wait_for(lk.native(), o.retry, [&] { return stop.load(); });
     }
   }
 
@@ -560,14 +578,14 @@ struct Replicator::Impl {
   void AsyncLoop() {
     while (!stop.load()) {
       {
-        std::unique_lock<std::mutex> lk(mgr_mu);
-        async_cv.wait_for(lk, std::chrono::milliseconds(100));
+        MutexLock lk(mgr_mu);
+        async_cv.wait_for(lk.native(), std::chrono::milliseconds(100));
       }
       bool more = true;
       while (more && !stop.load()) {
         more = false;
         for (auto& lp : links) {
-          std::unique_lock<std::mutex> lk(lp->mu);
+          MutexLock lk(lp->mu);
           if (lp->state != LinkState::kInSync || lp->failed) continue;
           if (lp->acked < lp->posted) {
             FlushLocked(*lp, lk, lp->posted);
@@ -590,7 +608,7 @@ struct Replicator::Impl {
     std::vector<Mine> mine(links.size());
     for (size_t i = 0; i < links.size(); i++) {
       Link& l = *links[i];
-      std::unique_lock<std::mutex> lk(l.mu);
+      MutexLock lk(l.mu);
       if (l.state != LinkState::kInSync) continue;
       mine[i].target = l.posted;
       if (l.acked < l.posted) {
@@ -603,11 +621,11 @@ struct Replicator::Impl {
       bool drop = false;
       if (mine[i].posted) {
         Status s = AwaitFlush(l, mine[i].upto, mine[i].st);
-        std::unique_lock<std::mutex> lk(l.mu);
+        MutexLock lk(l.mu);
         FinishFlushLocked(l, mine[i].upto, mine[i].bytes, mine[i].oldest, s);
       }
       {
-        std::unique_lock<std::mutex> lk(l.mu);
+        MutexLock lk(l.mu);
         if (l.state != LinkState::kInSync) continue;
         FlushLocked(l, lk, mine[i].target);
         drop = l.failed;
@@ -618,7 +636,7 @@ struct Replicator::Impl {
 
   void Forward(uint64_t off, uint64_t len) {
     for (auto& lp : links) {
-      std::unique_lock<std::mutex> lk(lp->mu);
+      MutexLock lk(lp->mu);
       PostLocked(*lp, lk, off, len);
     }
     if (o.async) async_cv.notify_one();
@@ -669,6 +687,7 @@ Result<std::unique_ptr<Replicator>> Replicator::Start(const ReplicationOptions& 
   while (impl->stream_id == 0) impl->stream_id = (uint64_t{rd()} << 32) | rd();
   for (const auto& a : options.mirrors) {
     auto l = std::make_unique<Impl::Link>();
+    MutexLock lk(l->mu);  // uncontended: the threads start below
     l->unflushed.Resize(pool->size());
     l->inflight.Resize(pool->size());
     l->missed.Resize(pool->size());
@@ -691,12 +710,12 @@ size_t Replicator::WaitInSync(std::chrono::milliseconds timeout) {
   for (;;) {
     size_t n = 0;
     for (auto& l : impl_->links) {
-      std::lock_guard<std::mutex> lk(l->mu);
+      MutexLock lk(l->mu);
       if (l->state == LinkState::kInSync && !l->failed) n++;
     }
     if (n == impl_->links.size() || std::chrono::steady_clock::now() >= deadline) return n;
-    std::unique_lock<std::mutex> lk(impl_->mgr_mu);
-    impl_->mgr_cv.wait_for(lk, std::chrono::milliseconds(50));
+    MutexLock lk(impl_->mgr_mu);
+    impl_->mgr_cv.wait_for(lk.native(), std::chrono::milliseconds(50));
   }
 }
 
@@ -712,7 +731,7 @@ bool Replicator::async() const { return impl_->o.async; }
 std::vector<MirrorLinkStats> Replicator::stats() const {
   std::vector<MirrorLinkStats> out;
   for (auto& l : impl_->links) {
-    std::lock_guard<std::mutex> lk(l->mu);
+    MutexLock lk(l->mu);
     MirrorLinkStats s = l->st;
     s.state = StateName(l->state);
     if (l->failed && l->state != LinkState::kDown) s.state = "failed";
@@ -729,7 +748,7 @@ void Replicator::Stop() {
   if (impl_->async_flusher.joinable()) impl_->async_flusher.join();
   for (auto& l : impl_->links) {
     {
-      std::unique_lock<std::mutex> lk(l->mu);
+      MutexLock lk(l->mu);
       if (l->state != LinkState::kDown) impl_->FlushLocked(*l, lk, l->posted);
       l->state = LinkState::kDown;
     }

@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include "asymnvm/coord.h"
+#include "common/thread_annotations.h"
 #include "coord/internal.h"
 
 namespace asymnvm::coord {
@@ -123,10 +124,10 @@ Status Coordinator::EnsurePath(const std::string& path) {
 namespace {
 // A one-shot "something changed" latch fed by a watch callback.
 struct Latch {
-  std::mutex mu;
+  Mutex mu;
   std::condition_variable cv;
-  uint64_t events = 0;
-  bool expired = false;
+  uint64_t events ASYMNVM_GUARDED_BY(mu) = 0;
+  bool expired ASYMNVM_GUARDED_BY(mu) = false;
 };
 }  // namespace
 
@@ -135,7 +136,7 @@ Result<std::optional<Node>> Coordinator::WaitForChange(const std::string& path,
                                                        Clock::time_point deadline) {
   auto latch = std::make_shared<Latch>();
   auto watch = Watch(path, WatchKind::kNode, [latch](const WatchEvent& e) {
-    std::lock_guard<std::mutex> lock(latch->mu);
+    MutexLock lock(latch->mu);
     ++latch->events;
     if (e.type == EventType::kSessionExpired) latch->expired = true;
     latch->cv.notify_all();
@@ -160,12 +161,16 @@ Result<std::optional<Node>> Coordinator::WaitForChange(const std::string& path,
       out = node.status();
       break;
     }
-    std::unique_lock<std::mutex> lock(latch->mu);
+    MutexLock lock(latch->mu);
     if (latch->expired) {
       out = Status::FailedPrecondition("coord: session expired while waiting for '" + path + "'");
       break;
     }
-    if (!latch->cv.wait_until(lock, deadline, [&] { return latch->events != seen; })) break;
+    if (!latch->cv.wait_until(lock.native(), deadline, [&]() ASYMNVM_REQUIRES(latch->mu) {
+          return latch->events != seen;
+        })) {
+      break;
+    }
     seen = latch->events;
   }
   (void)Unwatch(*watch);
@@ -176,7 +181,7 @@ Result<std::vector<std::string>> Coordinator::WaitForChildrenChange(
     const std::string& path, const std::vector<std::string>& known, Clock::time_point deadline) {
   auto latch = std::make_shared<Latch>();
   auto watch = Watch(path, WatchKind::kChildren, [latch](const WatchEvent& e) {
-    std::lock_guard<std::mutex> lock(latch->mu);
+    MutexLock lock(latch->mu);
     ++latch->events;
     if (e.type == EventType::kSessionExpired) latch->expired = true;
     latch->cv.notify_all();
@@ -201,12 +206,16 @@ Result<std::vector<std::string>> Coordinator::WaitForChildrenChange(
       out = children.status();
       break;
     }
-    std::unique_lock<std::mutex> lock(latch->mu);
+    MutexLock lock(latch->mu);
     if (latch->expired) {
       out = Status::FailedPrecondition("coord: session expired while waiting for '" + path + "'");
       break;
     }
-    if (!latch->cv.wait_until(lock, deadline, [&] { return latch->events != seen; })) break;
+    if (!latch->cv.wait_until(lock.native(), deadline, [&]() ASYMNVM_REQUIRES(latch->mu) {
+          return latch->events != seen;
+        })) {
+      break;
+    }
     seen = latch->events;
   }
   (void)Unwatch(*watch);

@@ -31,6 +31,7 @@
 #include <random>
 
 #include "common/logging.h"
+#include "common/thread_annotations.h"
 #include "coord/embedded_format.h"
 #include "coord/internal.h"
 #include "coord/watch_hub.h"
@@ -183,7 +184,7 @@ class EmbeddedCoordinator final : public Coordinator {
     const Status& status() const { return status_; }
 
    private:
-    std::unique_lock<std::mutex> lock_;
+    MutexLock lock_;
     int fd_;
     bool held_ = false;
     Status status_;
@@ -217,9 +218,10 @@ class EmbeddedCoordinator final : public Coordinator {
   uint64_t session_ = 0;
   std::atomic<uint64_t> staging_seq_{0};
   std::atomic<bool> closed_{false};
-  std::mutex mu_;                     // this object's mutations (the flock is per file description)
-  std::mutex owned_mu_;               // guards owned_
-  std::map<std::string, int> owned_;  // ephemeral node path → .owner fd holding LOCK_EX
+  Mutex mu_;  // this object's mutations (the flock is per file description)
+  Mutex owned_mu_;
+  std::map<std::string, int> owned_
+      ASYMNVM_GUARDED_BY(owned_mu_);  // ephemeral node path → .owner fd holding LOCK_EX
   std::unique_ptr<WatchHub> hub_;
 };
 
@@ -296,7 +298,7 @@ void EmbeddedCoordinator::Close() {
   if (hub_) hub_->Stop();
   std::map<std::string, int> owned;
   {
-    std::lock_guard<std::mutex> lock(owned_mu_);
+    MutexLock lock(owned_mu_);
     owned.swap(owned_);
   }
   if (!owned.empty() && lock_fd_ >= 0) {
@@ -494,7 +496,7 @@ Result<std::string> EmbeddedCoordinator::Create(const std::string& path, std::st
     }
   }
   if (owner_fd >= 0) {
-    std::lock_guard<std::mutex> g(owned_mu_);
+    MutexLock g(owned_mu_);
     owned_[name] = owner_fd;
   }
   return name;
@@ -559,7 +561,7 @@ Status EmbeddedCoordinator::Delete(const std::string& path, int64_t expected_ver
                                       std::to_string(children->size()) + " children");
   }
   ASYMNVM_RETURN_IF_ERROR(RemoveDir(path));
-  std::lock_guard<std::mutex> g(owned_mu_);
+  MutexLock g(owned_mu_);
   auto it = owned_.find(path);
   if (it != owned_.end()) {
     ::close(it->second);

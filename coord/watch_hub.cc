@@ -7,6 +7,7 @@
 #include <cerrno>
 
 #include "common/logging.h"
+#include "common/thread_annotations.h"
 
 namespace asymnvm::coord {
 
@@ -35,7 +36,7 @@ WatchHub::~WatchHub() {
 
 void WatchHub::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_ && !thread_.joinable()) return;
     stopping_ = true;
   }
@@ -68,7 +69,7 @@ Result<WatchId> WatchHub::Add(const std::string& path, WatchKind kind, WatchCall
   e->last = options_.probe(path, kind);
   WatchId id;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_ || expired_) {
       return Status::FailedPrecondition("watch: the session has ended");
     }
@@ -80,11 +81,11 @@ Result<WatchId> WatchHub::Add(const std::string& path, WatchKind kind, WatchCall
 }
 
 Status WatchHub::Remove(WatchId id) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (entries_.erase(id) == 0)
     return Status::NotFound("watch: no watch with id " + std::to_string(id));
   if (std::this_thread::get_id() == thread_id_) return Status::Ok();
-  idle_cv_.wait(lock, [&] { return running_ != id; });
+  idle_cv_.wait(lock.native(), [&]() ASYMNVM_REQUIRES(mu_) { return running_ != id; });
   return Status::Ok();
 }
 
@@ -97,7 +98,7 @@ EventType WatchHub::Difference(const Snapshot& before, const Snapshot& after, Wa
 
 void WatchHub::Run() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     thread_id_ = std::this_thread::get_id();
   }
   auto interval = options_.short_tick;
@@ -105,7 +106,7 @@ void WatchHub::Run() {
   for (;;) {
     bool need_short = false;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (stopping_) return;
       for (const auto& [id, e] : entries_) {
         if (e->last.volatile_state || !e->last.ok) need_short = true;
@@ -135,24 +136,24 @@ void WatchHub::Run() {
     }
     if (nfds == 2 && (fds[1].revents & POLLIN) && options_.drain) options_.drain();
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (stopping_) return;
     }
     if (expire_pending_.load()) {
       std::map<WatchId, std::shared_ptr<Entry>> all;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         expired_ = true;
         all.swap(entries_);
       }
       for (auto& [id, e] : all) {
         {
-          std::lock_guard<std::mutex> lock(mu_);
+          MutexLock lock(mu_);
           running_ = id;
         }
         e->callback(WatchEvent{EventType::kSessionExpired, e->path});
         {
-          std::lock_guard<std::mutex> lock(mu_);
+          MutexLock lock(mu_);
           running_ = 0;
         }
         idle_cv_.notify_all();
@@ -163,7 +164,7 @@ void WatchHub::Run() {
     changed_last_round = false;
     std::vector<std::pair<WatchId, std::shared_ptr<Entry>>> todo;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       todo.assign(entries_.begin(), entries_.end());
     }
     for (auto& [id, e] : todo) {
@@ -182,14 +183,14 @@ void WatchHub::Run() {
       e->last = std::move(now);
       changed_last_round = true;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         if (stopping_) return;
         if (entries_.count(id) == 0) continue;  // removed meanwhile
         running_ = id;
       }
       e->callback(WatchEvent{type, e->path});
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         running_ = 0;
       }
       idle_cv_.notify_all();

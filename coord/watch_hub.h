@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "asymnvm/coord.h"
+#include "common/thread_annotations.h"
 
 namespace asymnvm::coord {
 
@@ -85,13 +86,13 @@ class WatchHub {
 
   WatchHubOptions options_;
   int event_fd_ = -1;
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable idle_cv_;  // signalled when a callback finishes
-  std::map<WatchId, std::shared_ptr<Entry>> entries_;
-  WatchId next_id_ = 1;
-  WatchId running_ = 0;  // id whose callback is running (0: none)
-  bool stopping_ = false;
-  bool expired_ = false;
+  std::map<WatchId, std::shared_ptr<Entry>> entries_ ASYMNVM_GUARDED_BY(mu_);
+  WatchId next_id_ ASYMNVM_GUARDED_BY(mu_) = 1;
+  WatchId running_ ASYMNVM_GUARDED_BY(mu_) = 0;  // id whose callback is running (0: none)
+  bool stopping_ ASYMNVM_GUARDED_BY(mu_) = false;
+  bool expired_ ASYMNVM_GUARDED_BY(mu_) = false;
   std::atomic<bool> expire_pending_{false};
   std::thread::id thread_id_;
   std::thread thread_;

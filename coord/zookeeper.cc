@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "common/logging.h"
+#include "common/thread_annotations.h"
 #include "coord/internal.h"
 #include "coord/watch_hub.h"
 
@@ -24,9 +25,9 @@ namespace asymnvm::coord {
 namespace {
 
 struct Reply {
-  std::mutex mu;
+  Mutex mu;
   std::condition_variable cv;
-  bool done = false;
+  bool done ASYMNVM_GUARDED_BY(mu) = false;
   int rc = 0;
   std::string value;
   bool has_stat = false;
@@ -42,7 +43,7 @@ void Complete(const void* data, int rc, Fill fill) {
   ReplyPtr r = *holder;
   delete holder;
   {
-    std::lock_guard<std::mutex> lock(r->mu);
+    MutexLock lock(r->mu);
     r->rc = rc;
     if (rc == ZOK) fill(*r);
     r->done = true;
@@ -109,7 +110,7 @@ class ZkCoordinator final : public Coordinator {
   Result<WatchId> Watch(const std::string& path, WatchKind kind, WatchCallback callback) override;
   Status Unwatch(WatchId id) override;
   SessionState state() const override {
-    std::lock_guard<std::mutex> lock(state_mu_);
+    MutexLock lock(state_mu_);
     return state_;
   }
   uint64_t session_id() const override { return session_.load(); }
@@ -148,9 +149,9 @@ class ZkCoordinator final : public Coordinator {
   zhandle_t* zh_ = nullptr;
   std::string hosts_;
   std::string chroot_;
-  mutable std::mutex state_mu_;
+  mutable Mutex state_mu_;
   std::condition_variable state_cv_;
-  SessionState state_ = SessionState::kSuspended;
+  SessionState state_ ASYMNVM_GUARDED_BY(state_mu_) = SessionState::kSuspended;
   std::atomic<uint64_t> session_{0};
   std::atomic<int> granted_ms_{0};  // the negotiated session timeout (zoo_recv_timeout)
   std::atomic<bool> closed_{false};
@@ -165,7 +166,7 @@ void ZkCoordinator::GlobalWatcher(zhandle_t* zh, int type, int state, const char
   }
   bool expired = false;
   {
-    std::lock_guard<std::mutex> lock(self->state_mu_);
+    MutexLock lock(self->state_mu_);
     if (self->state_ == SessionState::kExpired || self->state_ == SessionState::kClosed) return;
     if (state == ZOO_CONNECTED_STATE) {
       self->state_ = SessionState::kConnected;
@@ -212,10 +213,11 @@ Status ZkCoordinator::Init(const std::string& hosts, const std::string& chroot) 
     return Status::IoError("coord(zk): zookeeper_init('" + hosts + "') failed", errno);
   }
   {
-    std::unique_lock<std::mutex> lock(state_mu_);
-    const bool up = state_cv_.wait_until(lock, Clock::now() + options_.connect_timeout, [&] {
-      return state_ == SessionState::kConnected || state_ == SessionState::kExpired;
-    });
+    MutexLock lock(state_mu_);
+    const bool up = state_cv_.wait_until(
+        lock.native(), Clock::now() + options_.connect_timeout, [&]() ASYMNVM_REQUIRES(state_mu_) {
+          return state_ == SessionState::kConnected || state_ == SessionState::kExpired;
+        });
     if (!up || state_ != SessionState::kConnected) {
       lock.unlock();
       Close();
@@ -244,7 +246,7 @@ void ZkCoordinator::Close() {
     zh_ = nullptr;
   }
   {
-    std::lock_guard<std::mutex> lock(state_mu_);
+    MutexLock lock(state_mu_);
     state_ = SessionState::kClosed;
   }
   state_cv_.notify_all();
@@ -260,8 +262,10 @@ Status ZkCoordinator::Usable() const {
 }
 
 bool ZkCoordinator::WaitConnected(Clock::time_point deadline) {
-  std::unique_lock<std::mutex> lock(state_mu_);
-  state_cv_.wait_until(lock, deadline, [&] { return state_ != SessionState::kSuspended; });
+  MutexLock lock(state_mu_);
+  state_cv_.wait_until(lock.native(), deadline, [&]() ASYMNVM_REQUIRES(state_mu_) {
+    return state_ != SessionState::kSuspended;
+  });
   return state_ == SessionState::kConnected;
 }
 
@@ -274,8 +278,11 @@ int ZkCoordinator::Once(Issue issue, ReplyPtr* out, Clock::time_point deadline) 
     delete ctx;  // not queued: the completion will not run
     return rc;
   }
-  std::unique_lock<std::mutex> lock(r->mu);
-  if (!r->cv.wait_until(lock, deadline, [&] { return r->done; })) return kLocalTimeout;
+  MutexLock lock(r->mu);
+  if (!r->cv.wait_until(lock.native(), deadline,
+                        [&]() ASYMNVM_REQUIRES(r->mu) { return r->done; })) {
+    return kLocalTimeout;
+  }
   *out = r;
   return r->rc;
 }

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "common/logging.h"
+#include "common/thread_annotations.h"
 
 namespace asymnvm::frontend {
 
@@ -99,9 +100,9 @@ void FrontendIdentity::StartHeartbeat() {
 
 void FrontendIdentity::Heartbeat() {
   const auto period = std::max(lease_ / 5, std::chrono::milliseconds(10));
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   while (!stop_) {
-    cv_.wait_for(lock, period, [this] { return stop_; });
+    cv_.wait_for(lock.native(), period, [this]() ASYMNVM_REQUIRES(mu_) { return stop_; });
     if (stop_) break;
     lock.unlock();
     const int64_t sent = std::chrono::steady_clock::now().time_since_epoch().count();
@@ -144,7 +145,7 @@ Status FrontendIdentity::CheckLease() const {
 FrontendIdentity::~FrontendIdentity() {
   if (heartbeat_.joinable()) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       stop_ = true;
     }
     cv_.notify_all();

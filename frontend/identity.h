@@ -20,6 +20,7 @@
 
 #include "asymnvm/coord.h"
 #include "asymnvm/frontend.h"
+#include "common/thread_annotations.h"
 
 namespace asymnvm::frontend {
 
@@ -62,9 +63,9 @@ class FrontendIdentity {
   // steady_clock ticks of the send time of the last call that found the lease ours.
   std::atomic<int64_t> confirmed_{0};
   std::atomic<bool> lost_{false};
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false;
+  bool stop_ ASYMNVM_GUARDED_BY(mu_) = false;
   std::thread heartbeat_;
 };
 

@@ -13,6 +13,7 @@
 #include "common/checksum.h"
 #include "common/coding.h"
 #include "common/logging.h"
+#include "common/thread_annotations.h"
 #include "fabric/oq/oq.h"
 #include "kv/format.h"
 #include "kv/rdmp.h"
@@ -65,14 +66,15 @@ std::span<const uint8_t> Bytes(const std::vector<uint8_t>& v) { return {v.data()
 // One server: its address and a (re)connectable OQ client shared by the calling threads.
 struct Conn {
   std::string address;
-  std::mutex mu;
-  std::shared_ptr<oq::Client> oq;  // null: not connected / broken
-  uint32_t workers = 0;
+  Mutex mu;
+  std::shared_ptr<oq::Client> oq ASYMNVM_GUARDED_BY(mu);  // null: not connected / broken
+  uint32_t workers ASYMNVM_GUARDED_BY(mu) = 0;
   // RDMP (learned from the server's Info on first use; reset with the connection).
-  bool info_known = false;
-  std::string bypass_address;  // empty: the server offers no bypass
-  fabric::RegionDescriptor region;
-  std::vector<std::unique_ptr<BypassChannel>> idle;  // channels no thread is using
+  bool info_known ASYMNVM_GUARDED_BY(mu) = false;
+  std::string bypass_address ASYMNVM_GUARDED_BY(mu);  // empty: the server offers no bypass
+  fabric::RegionDescriptor region ASYMNVM_GUARDED_BY(mu);
+  // channels no thread is using
+  std::vector<std::unique_ptr<BypassChannel>> idle ASYMNVM_GUARDED_BY(mu);
 };
 
 // The largest slot a bypass Put writes or a Get reads.
@@ -104,7 +106,7 @@ class ClientImpl : public Client {
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
-      std::shared_lock l(route_mu_);
+      ReaderMutexLock l(route_mu_);
       shards_ = map_.shards;
       return Status::Ok();
     }
@@ -192,7 +194,7 @@ class ClientImpl : public Client {
         }
         uint32_t workers;
         {
-          std::lock_guard<std::mutex> l(c.mu);
+          MutexLock l(c.mu);
           workers = c.workers;
         }
         std::vector<std::vector<uint8_t>> payloads(items.size());
@@ -434,9 +436,9 @@ class ClientImpl : public Client {
 
   fabric::Counters counters() const override {
     fabric::Counters sum;
-    std::lock_guard<std::mutex> l(conns_mu_);
+    MutexLock l(conns_mu_);
     for (auto& [addr, c] : conns_) {
-      std::lock_guard<std::mutex> cl(c->mu);
+      MutexLock cl(c->mu);
       if (c->oq) sum += c->oq->counters();
     }
     return sum;
@@ -453,7 +455,7 @@ class ClientImpl : public Client {
   Result<uint32_t> MinSyncedBackups() override {
     if (!coord_) return uint32_t{0};
     ASYMNVM_RETURN_IF_ERROR(RefreshMap());
-    std::shared_lock l(route_mu_);
+    ReaderMutexLock l(route_mu_);
     if (map_.assignment.empty()) return uint32_t{0};
     uint32_t min = UINT32_MAX;
     for (const auto& a : map_.assignment) {
@@ -469,14 +471,14 @@ class ClientImpl : public Client {
     auto node = coord_->Get(map_path_);
     if (!node.ok()) return node.status();
     ASYMNVM_ASSIGN_OR_RETURN(ShardMap m, ShardMap::Decode(node->data));
-    std::unique_lock l(route_mu_);
+    WriterMutexLock l(route_mu_);
     if (m.epoch >= map_.epoch) map_ = std::move(m);
     return Status::Ok();
   }
 
   // The address serving `shard` now ("" when the map names no reachable server).
   std::string Route(uint32_t shard) {
-    std::shared_lock l(route_mu_);
+    ReaderMutexLock l(route_mu_);
     if (!coord_) return o_.servers[shard % o_.servers.size()];
     if (shard >= map_.assignment.size()) return "";
     auto it = map_.servers.find(map_.assignment[shard].primary);
@@ -484,12 +486,12 @@ class ClientImpl : public Client {
   }
 
   bool Replicated(uint32_t shard) {
-    std::shared_lock l(route_mu_);
+    ReaderMutexLock l(route_mu_);
     return coord_ && shard < map_.assignment.size() && !map_.assignment[shard].backups.empty();
   }
 
   Conn& GetConn(const std::string& address) {
-    std::lock_guard<std::mutex> l(conns_mu_);
+    MutexLock l(conns_mu_);
     auto& c = conns_[address];
     if (!c) {
       c = std::make_unique<Conn>();
@@ -499,7 +501,7 @@ class ClientImpl : public Client {
   }
 
   Result<std::shared_ptr<oq::Client>> Connect(Conn& c) {
-    std::lock_guard<std::mutex> l(c.mu);
+    MutexLock l(c.mu);
     if (c.oq) return c.oq;
     oq::ClientOptions co;
     co.fabric = fabric_.get();
@@ -520,7 +522,7 @@ class ClientImpl : public Client {
   }
 
   void Broken(Conn& c, const std::shared_ptr<oq::Client>& which) {
-    std::lock_guard<std::mutex> l(c.mu);
+    MutexLock l(c.mu);
     if (c.oq == which) {
       c.oq.reset();
       c.info_known = false;  // a restarted server has a new bypass endpoint
@@ -549,7 +551,7 @@ class ClientImpl : public Client {
     std::string ep;
     fabric::RegionDescriptor region;
     {
-      std::lock_guard<std::mutex> l(c.mu);
+      MutexLock l(c.mu);
       if (c.oq != *oq) return r;
       r.workers = c.workers;
       if (c.info_known) {
@@ -574,7 +576,7 @@ class ClientImpl : public Client {
       if (!info.ok()) return r;
       constexpr size_t kUuid = 36;
       const std::string_view body = info->body;
-      std::lock_guard<std::mutex> l(c.mu);
+      MutexLock l(c.mu);
       if (c.oq != *oq) return r;
       c.info_known = true;
       if (body.size() > kUuid + fabric::RegionDescriptor::kEncodedSize) {
@@ -606,7 +608,7 @@ class ClientImpl : public Client {
     if (!r.chan) return;
     rdmp_.round_trips += r.chan->doorbells() - r.doorbells0;
     if (r.chan->broken()) return;
-    std::lock_guard<std::mutex> l(r.conn->mu);
+    MutexLock l(r.conn->mu);
     if (r.conn->oq == r.oq) r.conn->idle.push_back(std::move(r.chan));
   }
 
@@ -759,7 +761,7 @@ class ClientImpl : public Client {
         if (oq.ok()) {
           uint32_t workers;
           {
-            std::lock_guard<std::mutex> l(c.mu);
+            MutexLock l(c.mu);
             workers = c.workers;
           }
           st = f(**oq, workers);
@@ -836,12 +838,12 @@ class ClientImpl : public Client {
   ClientOptions o_;
   std::unique_ptr<fabric::Fabric> fabric_;
   std::unique_ptr<fabric::ProtectionDomain> pd_;
-  mutable std::mutex conns_mu_;
-  std::map<std::string, std::unique_ptr<Conn>> conns_;  // by address
-  std::unique_ptr<coord::Coordinator> coord_;           // cluster mode
+  mutable Mutex conns_mu_;
+  std::map<std::string, std::unique_ptr<Conn>> conns_ ASYMNVM_GUARDED_BY(conns_mu_);  // by address
+  std::unique_ptr<coord::Coordinator> coord_;  // cluster mode
   std::string map_path_;
-  std::shared_mutex route_mu_;
-  ShardMap map_;
+  SharedMutex route_mu_;
+  ShardMap map_ ASYMNVM_GUARDED_BY(route_mu_);
   uint32_t shards_ = 0;
   std::atomic<uint64_t> next_upload_{1};
   struct {

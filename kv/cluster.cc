@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "common/logging.h"
+#include "common/thread_annotations.h"
 
 namespace asymnvm::kv {
 
@@ -61,7 +62,7 @@ Status ClusterAgent::Init() {
                                 std::min(deadline, coord::Clock::now() + std::chrono::seconds(1)));
   }
   auto wake = [this](const coord::WatchEvent&) {
-    std::lock_guard<std::mutex> l(wake_mu_);
+    MutexLock l(wake_mu_);
     wake_seq_++;
     wake_cv_.notify_all();
   };
@@ -80,7 +81,7 @@ ClusterAgent::~ClusterAgent() { Stop(); }
 void ClusterAgent::Stop() {
   if (stop_.exchange(true)) return;
   {
-    std::lock_guard<std::mutex> l(wake_mu_);
+    MutexLock l(wake_mu_);
     wake_seq_++;
   }
   wake_cv_.notify_all();
@@ -89,7 +90,7 @@ void ClusterAgent::Stop() {
   }
   std::vector<std::thread> ts;
   {
-    std::lock_guard<std::mutex> l(catch_mu_);
+    MutexLock l(catch_mu_);
     ts.swap(catch_threads_);
   }
   for (auto& t : ts) t.join();
@@ -107,9 +108,10 @@ uint64_t ClusterAgent::epoch() const {
 }
 
 void ClusterAgent::WaitForAdoption(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> l(adopt_mu_);
+  MutexLock l(adopt_mu_);
   const uint64_t seen = adopt_seq_;
-  adopt_cv_.wait_for(l, timeout, [&] { return adopt_seq_ != seen || stop_; });
+  adopt_cv_.wait_for(l.native(), timeout,
+                     [&]() ASYMNVM_REQUIRES(adopt_mu_) { return adopt_seq_ != seen || stop_; });
 }
 
 Status ClusterAgent::CheckPrimary(uint32_t shard) const {
@@ -297,9 +299,9 @@ void ClusterAgent::ManagerLoop() {
         }
       }
     }
-    std::unique_lock<std::mutex> l(wake_mu_);
-    wake_cv_.wait_for(l, std::chrono::milliseconds(200),
-                      [&] { return wake_seq_ != seen || stop_; });
+    MutexLock l(wake_mu_);
+    wake_cv_.wait_for(l.native(), std::chrono::milliseconds(200),
+                      [&]() ASYMNVM_REQUIRES(wake_mu_) { return wake_seq_ != seen || stop_; });
     seen = wake_seq_;
   }
 }
@@ -325,7 +327,7 @@ void ClusterAgent::FollowLoop() {
         if (roles_[s] != Role::kPrimary) continue;
         for (const auto& b : map_.assignment[s].backups) {
           if (b.synced) continue;
-          std::lock_guard<std::mutex> cl(catch_mu_);
+          MutexLock cl(catch_mu_);
           if (catching_.insert({s, b.uuid}).second) {
             catch_threads_.emplace_back(
                 [this, s, u = b.uuid, e = map_.epoch] { CatchUp(s, u, e); });
@@ -333,9 +335,9 @@ void ClusterAgent::FollowLoop() {
         }
       }
     }
-    std::unique_lock<std::mutex> l(wake_mu_);
-    wake_cv_.wait_for(l, std::chrono::milliseconds(200),
-                      [&] { return wake_seq_ != seen || stop_; });
+    MutexLock l(wake_mu_);
+    wake_cv_.wait_for(l.native(), std::chrono::milliseconds(200),
+                      [&]() ASYMNVM_REQUIRES(wake_mu_) { return wake_seq_ != seen || stop_; });
     seen = wake_seq_;
   }
 }
@@ -367,7 +369,7 @@ void ClusterAgent::Adopt(const ShardMap& m) {
   }
   l.unlock();
   {
-    std::lock_guard<std::mutex> al(adopt_mu_);
+    MutexLock al(adopt_mu_);
     adopt_seq_++;
   }
   adopt_cv_.notify_all();
@@ -395,7 +397,7 @@ void ClusterAgent::Adopt(const ShardMap& m) {
 
 void ClusterAgent::CatchUp(uint32_t shard, std::string backup, uint64_t epoch) {
   auto done = [&] {
-    std::lock_guard<std::mutex> l(catch_mu_);
+    MutexLock l(catch_mu_);
     catching_.erase({shard, backup});
   };
   std::string address;
@@ -449,7 +451,7 @@ void ClusterAgent::CatchUp(uint32_t shard, std::string backup, uint64_t epoch) {
 void ClusterAgent::DigestLoop() {
   rowan::Scanner scanner;
   while (!stop_) {
-    std::lock_guard<std::mutex> l(digest_mu_);
+    MutexLock l(digest_mu_);
     auto seg = o_.receiver->NextUsed(std::chrono::milliseconds(100));
     if (!seg.ok()) continue;
     scanner.ScanSegment(seg->bytes, seg->post_seq, [&](const rowan::ScannedEntry& e) {
@@ -474,7 +476,7 @@ void ClusterAgent::DigestLoop() {
 }
 
 void ClusterAgent::DigestLive() {
-  std::lock_guard<std::mutex> l(digest_mu_);
+  MutexLock l(digest_mu_);
   rowan::Scanner scanner;
   for (const auto& v : o_.receiver->LiveSegments()) {
     scanner.ScanSegment(v.bytes, v.post_seq, [&](const rowan::ScannedEntry& e) {

@@ -32,6 +32,7 @@
 
 #include "asymnvm/coord.h"
 #include "asymnvm/fabric.h"
+#include "common/thread_annotations.h"
 #include "fabric/rowan/receiver.h"
 #include "fabric/rowan/sender.h"
 #include "kv/shard_map.h"
@@ -101,17 +102,17 @@ class ClusterAgent {
     uint64_t next_token = 1;
   };
   std::vector<WorkerReplication> reps_;
-  std::mutex catch_mu_;
-  std::set<std::pair<uint32_t, std::string>> catching_;
-  std::vector<std::thread> catch_threads_;
-  std::mutex digest_mu_;  // DigestLive vs the digest thread's scanner
+  Mutex catch_mu_;
+  std::set<std::pair<uint32_t, std::string>> catching_ ASYMNVM_GUARDED_BY(catch_mu_);
+  std::vector<std::thread> catch_threads_ ASYMNVM_GUARDED_BY(catch_mu_);
+  Mutex digest_mu_;  // DigestLive vs the digest thread's scanner
   std::atomic<bool> stop_{false};
-  std::mutex adopt_mu_;
+  Mutex adopt_mu_;
   std::condition_variable adopt_cv_;
-  uint64_t adopt_seq_ = 0;
-  std::mutex wake_mu_;
+  uint64_t adopt_seq_ ASYMNVM_GUARDED_BY(adopt_mu_) = 0;
+  Mutex wake_mu_;
   std::condition_variable wake_cv_;
-  uint64_t wake_seq_ = 0;
+  uint64_t wake_seq_ ASYMNVM_GUARDED_BY(wake_mu_) = 0;
   std::thread manager_, follower_, digester_;
   std::atomic<uint64_t> catchups_done_{0}, digested_{0};
   coord::WatchId w1_ = 0, w2_ = 0;

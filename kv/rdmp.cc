@@ -6,6 +6,7 @@
 
 #include "common/coding.h"
 #include "common/logging.h"
+#include "common/thread_annotations.h"
 
 namespace asymnvm::kv {
 
@@ -36,9 +37,10 @@ Result<std::unique_ptr<BypassTarget>> BypassTarget::Start(const BypassTargetOpti
   BypassTarget* raw = t.get();
   t->acceptor_ = std::thread([raw] { raw->AcceptLoop(); });
   t->reaper_ = std::thread([raw] {
-    std::unique_lock<std::mutex> lk(raw->mu_);
+    MutexLock lk(raw->mu_);
     while (!raw->stopping_) {
-      raw->cv_.wait_for(lk, std::chrono::milliseconds(100), [raw] { return raw->stopping_; });
+      raw->cv_.wait_for(lk.native(), std::chrono::milliseconds(100),
+                        [raw]() ASYMNVM_REQUIRES(raw->mu_) { return raw->stopping_; });
       if (raw->stopping_) break;
       lk.unlock();
       raw->Reap();
@@ -52,7 +54,7 @@ BypassTarget::~BypassTarget() { Stop(); }
 
 void BypassTarget::Stop() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (stopping_ && !acceptor_.joinable()) return;
     stopping_ = true;
   }
@@ -61,7 +63,7 @@ void BypassTarget::Stop() {
   if (reaper_.joinable()) reaper_.join();
   std::map<uint64_t, Peer> peers;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     peers.swap(peers_);
     slot_owner_.clear();
   }
@@ -90,7 +92,7 @@ void BypassTarget::AcceptLoop() {
   co.timeout = std::chrono::milliseconds(100);
   for (;;) {
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       if (stopping_) return;
     }
     auto c = listener_->Accept(co);
@@ -104,7 +106,7 @@ void BypassTarget::AcceptLoop() {
     const auto& pdata = conn->peer_private_data();
     const uint64_t token = pdata.size() == 8 ? GetLe64(pdata.data()) : 0;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       if (token == 0 || peers_.count(token) > 0) {
         LOG_WARN("kv", "rdmp: refused bypass connection from "
                            << conn->peer_address() << ": "
@@ -120,11 +122,11 @@ void BypassTarget::AcceptLoop() {
 }
 
 Status BypassTarget::Track(uint64_t token, uint64_t log_offset) {
-  std::unique_lock<std::mutex> l(mu_);
+  MutexLock l(mu_);
   // The client learns its token in the handshake, just before this acceptor files the
   // connection: a reservation may arrive first. Wait for it briefly.
-  cv_.wait_for(l, std::chrono::milliseconds(250),
-               [&] { return stopping_ || peers_.count(token) > 0; });
+  cv_.wait_for(l.native(), std::chrono::milliseconds(250),
+               [&]() ASYMNVM_REQUIRES(mu_) { return stopping_ || peers_.count(token) > 0; });
   auto it = peers_.find(token);
   if (it == peers_.end() || it->second.conn->state() != fabric::ConnectionState::kConnected) {
     return Status::FailedPrecondition(
@@ -139,7 +141,7 @@ Status BypassTarget::Track(uint64_t token, uint64_t log_offset) {
 }
 
 void BypassTarget::Untrack(uint64_t log_offset) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = slot_owner_.find(log_offset);
   if (it == slot_owner_.end()) return;
   auto p = peers_.find(it->second);
@@ -155,7 +157,7 @@ void BypassTarget::Reap() {
   std::vector<std::unique_ptr<fabric::Connection>> closing;
   std::vector<uint64_t> slots;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     for (auto it = peers_.begin(); it != peers_.end();) {
       Peer& p = it->second;
       const bool dead = p.conn->state() != fabric::ConnectionState::kConnected;

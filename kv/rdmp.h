@@ -34,6 +34,7 @@
 #include "asymnvm/fabric.h"
 #include "asymnvm/pm.h"
 #include "asymnvm/status.h"
+#include "common/thread_annotations.h"
 
 namespace asymnvm::kv {
 
@@ -89,11 +90,11 @@ class BypassTarget {
   std::unique_ptr<fabric::MemoryRegion> mr_;
   std::unique_ptr<fabric::CompletionQueue> cq_;
   std::unique_ptr<fabric::Listener> listener_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable cv_;
-  std::map<uint64_t, Peer> peers_;           // by token
-  std::map<uint64_t, uint64_t> slot_owner_;  // log offset -> token
-  bool stopping_ = false;
+  std::map<uint64_t, Peer> peers_ ASYMNVM_GUARDED_BY(mu_);           // by token
+  std::map<uint64_t, uint64_t> slot_owner_ ASYMNVM_GUARDED_BY(mu_);  // log offset -> token
+  bool stopping_ ASYMNVM_GUARDED_BY(mu_) = false;
   std::thread acceptor_, reaper_;
   std::atomic<uint64_t> accepted_{0}, reservations_{0}, revoked_{0}, settled_{0};
 };

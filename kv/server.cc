@@ -14,6 +14,7 @@
 #include "common/checksum.h"
 #include "common/coding.h"
 #include "common/logging.h"
+#include "common/thread_annotations.h"
 #include "fabric/oq/oq.h"
 #include "kv/cluster.h"
 #include "kv/rdmp.h"
@@ -96,10 +97,10 @@ struct Server::Impl {
   std::vector<WorkerState> workers;
   std::atomic<uint64_t> requests{0}, rejected{0}, nilext_dropped{0};
   std::thread cleaner;
-  std::mutex mu;
+  Mutex mu;
   std::condition_variable cv;
-  bool stopping = false;
-  bool stopped = false;
+  bool stopping ASYMNVM_GUARDED_BY(mu) = false;
+  bool stopped = false;  // Stop's (the owner's thread)
 
   Status Handle(const oq::RequestContext& ctx, std::span<const uint8_t> payload,
                 std::vector<uint8_t>* response);
@@ -452,9 +453,9 @@ Status Server::Impl::Execute(const oq::RequestContext& ctx, const wire::Request&
 
 void Server::Impl::CleanerLoop() {
   auto wait = std::chrono::milliseconds(10);
-  std::unique_lock<std::mutex> l(mu);
+  MutexLock l(mu);
   while (!stopping) {
-    cv.wait_for(l, wait, [&] { return stopping; });
+    cv.wait_for(l.native(), wait, [&]() ASYMNVM_REQUIRES(mu) { return stopping; });
     if (stopping) break;
     l.unlock();
     uint32_t freed = 0;
@@ -710,7 +711,7 @@ void Server::Stop() {
   if (impl_->bypass) impl_->bypass->Stop();
   if (impl_->receiver) impl_->receiver->Close();
   {
-    std::lock_guard<std::mutex> l(impl_->mu);
+    MutexLock l(impl_->mu);
     impl_->stopping = true;
   }
   impl_->cv.notify_all();

@@ -7,6 +7,7 @@
 #include "common/checksum.h"
 #include "common/coding.h"
 #include "common/logging.h"
+#include "common/thread_annotations.h"
 
 namespace asymnvm::kv {
 
@@ -190,7 +191,7 @@ Result<uint32_t> Store::AllocateSegment(uint32_t owner, format::SegmentKind kind
   uint32_t seg;
   uint64_t gen;
   {
-    std::lock_guard<std::mutex> l(alloc_mu_);
+    MutexLock l(alloc_mu_);
     // One segment is kept for the cleaner so it can always make progress.
     const size_t reserve = kind == format::SegmentKind::kGc ? 0 : 1;
     if (free_.size() <= reserve) {
@@ -200,18 +201,20 @@ Result<uint32_t> Store::AllocateSegment(uint32_t owner, format::SegmentKind kind
     seg = free_.back();
     free_.pop_back();
     gen = next_generation_++;
+    // Claimed under alloc_mu_: CleanOnce picks its victims under it (a segment off the free list
+    // with a generation and not open is sealed), so it must never see this one half set up.
+    segs_[seg].generation = gen;
+    segs_[seg].owner = owner;
+    segs_[seg].open = true;
+    segs_[seg].live = 0;
   }
   {
-    std::lock_guard<std::mutex> l(header_mu_);
+    MutexLock l(header_mu_);
     if (gen >= geo_.generation_bound) {
       geo_.generation_bound = gen + format::kGenerationBlock;
       ASYMNVM_RETURN_IF_ERROR(PersistHeader());
     }
   }
-  segs_[seg].generation = gen;
-  segs_[seg].owner = owner;
-  segs_[seg].open = true;
-  segs_[seg].live = 0;
   uint8_t hdr[format::kSegmentHeaderSize];
   format::EncodeSegmentHeader({gen, kind, owner}, hdr);
   std::memcpy(SegmentBase(seg), hdr, sizeof hdr);
@@ -230,7 +233,10 @@ Result<Store::Loc> Store::Place(Partition& p, uint32_t owner, size_t fp) {
                                               : format::SegmentKind::kTlog;
     auto seg = AllocateSegment(owner, kind);
     if (!seg.ok()) return seg.status();
-    if (p.seg != UINT32_MAX) segs_[p.seg].open = false;
+    if (p.seg != UINT32_MAX) {
+      MutexLock l(alloc_mu_);  // CleanOnce reads `open` under it
+      segs_[p.seg].open = false;
+    }
     p.seg = *seg;
     p.off = format::kSegmentHeaderSize;
   }
@@ -375,7 +381,7 @@ Result<uint64_t> Store::WriteLocked(uint32_t worker, EntryType type, uint32_t sh
   segs_[loc->seg].live += loc->footprint;
   const uint64_t tag = KeyHash(key);
   {
-    std::lock_guard<std::mutex> l(p.mu);
+    MutexLock l(p.mu);
     auto it = FindLocked(p, shard, tag, key);
     if (it == p.index.end()) {
       p.index.emplace(IndexKey{shard, tag}, *loc);
@@ -405,7 +411,7 @@ ReadResult Store::Get(uint32_t worker, uint32_t shard, std::string_view key, uin
   ReadResult r;
   if (shard >= geo_.shards || worker >= geo_.workers) return r;
   Partition& p = *parts_[worker];
-  std::lock_guard<std::mutex> l(p.mu);
+  MutexLock l(p.mu);
   auto it = FindLocked(p, shard, KeyHash(key), key);
   if (it == p.index.end() || it->second.tombstone) return r;
   const Loc& loc = it->second;
@@ -442,7 +448,7 @@ Result<DeleteReply> Store::Delete(uint32_t worker, uint32_t shard, std::string_v
   DeleteReply d;
   {
     Partition& p = *parts_[worker];
-    std::lock_guard<std::mutex> l(p.mu);
+    MutexLock l(p.mu);
     auto it = FindLocked(p, shard, KeyHash(key), key);
     if (it == p.index.end() || it->second.tombstone) return d;  // nothing to delete
     d.existed = true;
@@ -461,7 +467,7 @@ Result<PutIfReply> Store::PutIf(uint32_t worker, uint32_t shard, std::string_vie
   uint64_t current = 0;
   {
     Partition& p = *parts_[worker];
-    std::lock_guard<std::mutex> l(p.mu);
+    MutexLock l(p.mu);
     auto it = FindLocked(p, shard, KeyHash(key), key);
     if (it != p.index.end() && !it->second.tombstone) current = it->second.version;
   }
@@ -509,7 +515,7 @@ ScanOut Store::Scan(uint32_t shard, uint64_t cursor, uint32_t count, size_t max_
   bool more = false;
   for (uint32_t w = 0; w < geo_.workers; w++) {
     Partition& p = *parts_[w];
-    std::lock_guard<std::mutex> l(p.mu);
+    MutexLock l(p.mu);
     uint32_t taken = 0;
     uint64_t last_tag = 0;
     for (auto it = p.index.lower_bound(IndexKey{shard, cursor});
@@ -604,13 +610,13 @@ Status Store::ApplyReplica(std::span<const uint8_t> entry) {
   Partition& p = *parts_[WorkerOf(shard, geo_.workers)];
   if (members.size() == 1) {  // skip what the index already has (a batch is applied whole)
     std::string_view key = format::EntryKey(entry.data(), h);
-    std::lock_guard<std::mutex> l(p.mu);
+    MutexLock l(p.mu);
     auto it = FindLocked(p, shard, KeyHash(key), key);
     if (it != p.index.end() && it->second.version >= h.version) return Status::Ok();
   }
   size_t total = 0;
   for (const auto& [m, off] : members) total += format::EntryFootprint(m.key_len, m.value_len);
-  std::lock_guard<std::mutex> rl(replica_mu_);
+  MutexLock rl(replica_mu_);
   ASYMNVM_ASSIGN_OR_RETURN(Loc first, Place(replica_part(), 0, total));
   uint8_t* at = SegmentBase(first.seg) + first.off;
   std::vector<Loc> locs;
@@ -633,7 +639,7 @@ Status Store::ApplyReplica(std::span<const uint8_t> entry) {
   uint64_t cur = shard_version_[shard];
   while (top > cur && !shard_version_[shard].compare_exchange_weak(cur, top)) {
   }
-  std::lock_guard<std::mutex> l(p.mu);
+  MutexLock l(p.mu);
   for (size_t i = 0; i < members.size(); i++) {
     IndexLocked(p, format::EntryKey(entry.data() + members[i].second, members[i].first), locs[i]);
   }
@@ -718,7 +724,7 @@ Result<BatchResult> Store::Batch(uint32_t worker, uint32_t shard, std::span<cons
   // Only this worker writes the shard's keys, so the versions read here stay current until the
   // batch is indexed below.
   {
-    std::lock_guard<std::mutex> l(p.mu);
+    MutexLock l(p.mu);
     bool ok = true;
     for (size_t i = 0; i < ops.size(); i++) {
       auto it = FindLocked(p, shard, KeyHash(ops[i].key), ops[i].key);
@@ -761,7 +767,7 @@ Result<BatchResult> Store::Batch(uint32_t worker, uint32_t shard, std::span<cons
   AfterWrite(worker, position);
   if (o_.replicate) ASYMNVM_RETURN_IF_ERROR(o_.replicate(worker, shard, {at, end}));
   {
-    std::lock_guard<std::mutex> l(p.mu);
+    MutexLock l(p.mu);
     for (size_t w = 0; w < writes.size(); w++) {
       IndexLocked(p, ops[writes[w]].key, locs[w]);
       r.versions[writes[w]] = locs[w].version;
@@ -799,7 +805,7 @@ Result<BypassSlot> Store::Reserve(uint32_t worker, uint32_t shard, std::string_v
   slot.log_offset = size_t{loc.seg} * geo_.segment_size + loc.off;
   slot.version = h.version;
   slot.footprint = static_cast<uint32_t>(fp);
-  std::lock_guard<std::mutex> l(pending_mu_);
+  MutexLock l(pending_mu_);
   pending_[slot.log_offset] = worker;
   return slot;
 }
@@ -836,7 +842,7 @@ Result<uint64_t> Store::Publish(uint32_t worker, uint32_t shard, std::string_vie
   bool newer;
   uint64_t current = version;
   {
-    std::lock_guard<std::mutex> l(p.mu);
+    MutexLock l(p.mu);
     auto it = FindLocked(p, shard, tag, key);
     newer = it == p.index.end() || it->second.version < version;
     if (!newer) current = it->second.version;
@@ -853,7 +859,7 @@ Result<uint64_t> Store::Publish(uint32_t worker, uint32_t shard, std::string_vie
     Loc loc{shard,   static_cast<uint32_t>(seg),
             off,     static_cast<uint32_t>(format::Footprint(h)),
             version, false};
-    std::lock_guard<std::mutex> l(p.mu);
+    MutexLock l(p.mu);
     auto it = FindLocked(p, shard, tag, key);
     if (it == p.index.end()) {
       p.index.emplace(IndexKey{shard, tag}, loc);
@@ -866,7 +872,7 @@ Result<uint64_t> Store::Publish(uint32_t worker, uint32_t shard, std::string_vie
       current = it->second.version;
     }
   }
-  std::lock_guard<std::mutex> l(pending_mu_);
+  MutexLock l(pending_mu_);
   if (pending_.erase(log_offset) > 0) segs_[seg].pending--;
   return current;
 }
@@ -874,7 +880,7 @@ Result<uint64_t> Store::Publish(uint32_t worker, uint32_t shard, std::string_vie
 void Store::Settle(uint64_t log_offset) {
   uint32_t worker;
   {
-    std::lock_guard<std::mutex> l(pending_mu_);
+    MutexLock l(pending_mu_);
     auto it = pending_.find(log_offset);
     if (it == pending_.end()) return;
     worker = it->second;
@@ -890,7 +896,7 @@ void Store::Settle(uint64_t log_offset) {
     if (r.ok()) return;
     LOG_WARN("kv", "settling an RDMP slot at " << log_offset << ": " << r.status().ToString());
   }
-  std::lock_guard<std::mutex> l(pending_mu_);
+  MutexLock l(pending_mu_);
   if (pending_.erase(log_offset) > 0) segs_[seg].pending--;
 }
 
@@ -908,7 +914,7 @@ Located Store::Locate(uint32_t worker, uint32_t shard, std::string_view key) con
 }
 
 uint64_t Store::pending_slots() const {
-  std::lock_guard<std::mutex> l(pending_mu_);
+  MutexLock l(pending_mu_);
   return pending_.size();
 }
 
@@ -922,7 +928,7 @@ Status Store::ForEachEntry(uint32_t shard,
     while (more) {
       std::vector<std::vector<uint8_t>> batch;
       {
-        std::lock_guard<std::mutex> l(p.mu);
+        MutexLock l(p.mu);
         auto it = p.index.lower_bound(IndexKey{shard, cursor});
         uint64_t last = cursor;
         for (; it != p.index.end() && it->first.first == shard; ++it) {
@@ -947,23 +953,24 @@ Status Store::ForEachEntry(uint32_t shard,
 }
 
 bool Store::NeedsCleaning() const {
-  std::lock_guard<std::mutex> l(alloc_mu_);
+  MutexLock l(alloc_mu_);
   const size_t watermark = std::max<size_t>(geo_.workers + 2, geo_.segments / 4);
   return free_.size() < watermark;
 }
 
 bool Store::WaitForFreeSegment(std::chrono::steady_clock::time_point deadline) {
-  std::unique_lock<std::mutex> l(alloc_mu_);
-  return free_cv_.wait_until(l, deadline, [&] { return free_.size() > 1; });
+  MutexLock l(alloc_mu_);
+  return free_cv_.wait_until(l.native(), deadline,
+                             [&]() ASYMNVM_REQUIRES(alloc_mu_) { return free_.size() > 1; });
 }
 
 Result<uint32_t> Store::CleanOnce() {
-  std::lock_guard<std::mutex> cl(clean_mu_);
+  MutexLock cl(clean_mu_);
   const uint64_t limit = static_cast<uint64_t>(o_.gc_threshold * geo_.segment_size);
   // Victims: sealed segments below the threshold, emptiest first; a few per pass.
   std::vector<std::pair<uint64_t, uint32_t>> cand;
   {
-    std::lock_guard<std::mutex> l(alloc_mu_);
+    MutexLock l(alloc_mu_);
     std::vector<bool> is_free(geo_.segments, false);
     for (uint32_t f : free_) is_free[f] = true;
     for (uint32_t i = 0; i < geo_.segments; i++) {
@@ -989,7 +996,7 @@ Result<uint32_t> Store::CleanOnce() {
       std::string_view key = format::EntryKey(base + off, h);
       if (h.shard < geo_.shards) {
         Partition& p = *parts_[WorkerOf(h.shard, geo_.workers)];
-        std::lock_guard<std::mutex> l(p.mu);
+        MutexLock l(p.mu);
         auto it = FindLocked(p, h.shard, KeyHash(key), key);
         if (it != p.index.end() && it->second.seg == seg && it->second.off == off) {
           EntryHeader copy = h;  // an RDMP entry or a batch member is copied as a plain entry
@@ -1015,7 +1022,7 @@ Result<uint32_t> Store::CleanOnce() {
   if (victims.empty()) return 0u;
   // The largest applied OQ positions must outlive the entries that carried them.
   {
-    std::lock_guard<std::mutex> l(header_mu_);
+    MutexLock l(header_mu_);
     for (uint32_t w = 0; w < geo_.workers; w++) geo_.applied_floor[w] = applied_[w];
     ASYMNVM_RETURN_IF_ERROR(PersistHeader());
   }
@@ -1024,7 +1031,7 @@ Result<uint32_t> Store::CleanOnce() {
     persister_->Persist(SegmentBase(seg), format::kSegmentHeaderSize);
     segs_[seg].generation = 0;
     segs_[seg].live = 0;
-    std::lock_guard<std::mutex> l(alloc_mu_);
+    MutexLock l(alloc_mu_);
     free_.push_back(seg);
     std::sort(free_.begin(), free_.end(), std::greater<uint32_t>());
     freed++;
@@ -1038,7 +1045,7 @@ StoreStats Store::stats() const {
   StoreStats s;
   for (uint32_t w = 0; w < geo_.workers; w++) {
     Partition& p = *parts_[w];
-    std::lock_guard<std::mutex> l(p.mu);
+    MutexLock l(p.mu);
     for (auto& [k, loc] : p.index) {
       if (loc.tombstone) {
         s.tombstones++;
@@ -1050,7 +1057,7 @@ StoreStats Store::stats() const {
   }
   s.segments = geo_.segments;
   {
-    std::lock_guard<std::mutex> l(alloc_mu_);
+    MutexLock l(alloc_mu_);
     s.free_segments = free_.size();
   }
   s.appended_bytes = appended_;

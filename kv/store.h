@@ -42,6 +42,7 @@
 #include "asymnvm/kv.h"
 #include "asymnvm/pm.h"
 #include "asymnvm/status.h"
+#include "common/thread_annotations.h"
 #include "kv/format.h"
 
 namespace asymnvm::kv {
@@ -232,8 +233,10 @@ class Store {
   };
   using IndexKey = std::pair<uint32_t, uint64_t>;  // (shard, tag)
   struct Partition {
-    mutable std::mutex mu;
-    std::multimap<IndexKey, Loc> index;
+    mutable Mutex mu;
+    std::multimap<IndexKey, Loc> index ASYMNVM_GUARDED_BY(mu);
+    // The log's end: its single writer's (the worker, the cleaner under clean_mu_, ApplyReplica
+    // under replica_mu_), not under mu.
     uint32_t seg = UINT32_MAX;  // open segment of this log (UINT32_MAX: none yet)
     uint32_t off = 0;
   };
@@ -246,7 +249,8 @@ class Store {
   };
   explicit Store(const StoreOptions& o);
   Status Format();
-  Status Recover();
+  // Rebuilds the index and the free list before the store is shared (not analysed: no lock held).
+  Status Recover() ASYMNVM_NO_THREAD_SAFETY_ANALYSIS;
   uint8_t* SegmentBase(uint32_t seg) const { return log_base_ + size_t{seg} * geo_.segment_size; }
   // Room for `fp` bytes at the end of partition p's log (a new segment when the open one is
   // full); advances the log. The returned Loc has seg/off/footprint set.
@@ -264,14 +268,15 @@ class Store {
   Status PersistHeader();
   // Finds the index entry of key (partition lock held). end() when absent.
   std::multimap<IndexKey, Loc>::iterator FindLocked(Partition& p, uint32_t shard, uint64_t tag,
-                                                    std::string_view key) const;
+                                                    std::string_view key) const
+      ASYMNVM_REQUIRES(p.mu);
   // Whether the `h.batch_count` members of the batch starting at `e` (member 0, header h) all
   // validate back to back within `avail` bytes; *bytes = up to the end of the last one.
   static bool WholeBatch(const uint8_t* e, size_t avail, uint64_t generation,
                          const format::EntryHeader& h, size_t* bytes);
   // Points the index at `loc` for key unless it holds a newer version (partition p, locked by the
   // caller); keeps the segments' live bytes.
-  void IndexLocked(Partition& p, std::string_view key, const Loc& loc);
+  void IndexLocked(Partition& p, std::string_view key, const Loc& loc) ASYMNVM_REQUIRES(p.mu);
   // Writes a new entry for key and repoints the index (the worker's own partition).
   Result<uint64_t> WriteLocked(uint32_t worker, format::EntryType type, uint32_t shard,
                                std::string_view key, std::string_view value, uint64_t position);
@@ -290,7 +295,7 @@ class Store {
   std::vector<std::unique_ptr<Partition>> parts_;  // workers, the GC log, the replica log
   Partition& gc_part() const { return *parts_[geo_.workers]; }
   Partition& replica_part() const { return *parts_[geo_.workers + 1]; }
-  std::mutex replica_mu_;  // serializes ApplyReplica appends
+  Mutex replica_mu_;  // serializes ApplyReplica appends
   std::unique_ptr<std::atomic<uint64_t>[]> shard_version_;
   std::unique_ptr<std::atomic<uint64_t>[]> applied_;  // per worker: largest durable position
   std::unique_ptr<uint64_t[]> deferred_;              // per worker: largest position not yet synced
@@ -301,14 +306,16 @@ class Store {
   std::vector<uint64_t> floor_at_open_;
   std::unordered_set<uint64_t> recovered_positions_;
   std::unique_ptr<SegmentMeta[]> segs_;
-  mutable std::mutex alloc_mu_;
+  mutable Mutex alloc_mu_;
   std::condition_variable free_cv_;
-  std::vector<uint32_t> free_;  // free segment indexes, lowest last (pop_back)
-  uint64_t next_generation_ = 1;
-  std::mutex header_mu_;
-  std::mutex clean_mu_;
-  mutable std::mutex pending_mu_;
-  std::map<uint64_t, uint32_t> pending_;  // RDMP: log offset of a pending slot -> worker
+  // free segment indexes, lowest last (pop_back)
+  std::vector<uint32_t> free_ ASYMNVM_GUARDED_BY(alloc_mu_);
+  uint64_t next_generation_ ASYMNVM_GUARDED_BY(alloc_mu_) = 1;
+  Mutex header_mu_;
+  Mutex clean_mu_;
+  mutable Mutex pending_mu_;
+  // RDMP: log offset of a pending slot -> worker
+  std::map<uint64_t, uint32_t> pending_ ASYMNVM_GUARDED_BY(pending_mu_);
   std::atomic<uint64_t> appended_{0}, gc_copied_{0}, gc_freed_{0}, skipped_{0};
   uint64_t recovered_entries_ = 0;
 };

@@ -36,6 +36,7 @@
 #include "asymnvm/pm.h"
 #include "backend/backend.h"
 #include "common/logging.h"
+#include "common/thread_annotations.h"
 #include "mirror/group.h"
 #include "mirror/mirror_server.h"
 
@@ -53,9 +54,9 @@ struct Daemon {
   std::unique_ptr<coord::Coordinator> coordinator;
   std::unique_ptr<mirror::MirrorServer> server;
   std::unique_ptr<backend::Backend> backend;  // after a promotion
-  std::mutex mu;
+  Mutex mu;
   std::condition_variable cv;
-  bool synced = false;  // [mu]
+  bool synced ASYMNVM_GUARDED_BY(mu) = false;
   std::array<uint8_t, 16> uuid{};
   std::atomic<bool> stop{false};
   std::atomic<bool> promoted{false};
@@ -63,7 +64,7 @@ struct Daemon {
   std::string mirror_node;
 
   void OnSynced(const std::array<uint8_t, 16>& u, uint64_t) {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     uuid = u;
     synced = true;
     cv.notify_all();
@@ -167,8 +168,8 @@ struct Daemon {
 
   void Watch() {
     {
-      std::unique_lock<std::mutex> lock(mu);
-      while (!synced && !stop.load()) cv.wait_for(lock, std::chrono::milliseconds(200));
+      MutexLock lock(mu);
+      while (!synced && !stop.load()) cv.wait_for(lock.native(), std::chrono::milliseconds(200));
     }
     if (stop.load() || !coordinator || !promote) return;
     RegisterMirrorNode();
@@ -191,8 +192,8 @@ struct Daemon {
       }
       if (node.status().code() != StatusCode::kNotFound) {
         LOG_WARN("mirror", "watching " << path << ": " << node.status().ToString());
-        std::unique_lock<std::mutex> lock(mu);
-        cv.wait_for(lock, std::chrono::milliseconds(250));
+        MutexLock lock(mu);
+        cv.wait_for(lock.native(), std::chrono::milliseconds(250));
         continue;
       }
       if (!absent) {

@@ -16,6 +16,7 @@
 #include "backend/rpc.h"
 #include "common/checksum.h"
 #include "common/logging.h"
+#include "common/thread_annotations.h"
 #include "fabric/oq/oq.h"
 
 namespace asymnvm::mirror {
@@ -103,21 +104,21 @@ Result<MirrorState> ReadMirrorState(const std::string& pool_path) {
 
 struct MirrorServer::Impl {
   MirrorOptions o;
-  mutable std::mutex mu;  // pool, mr, st
-  std::unique_ptr<pm::Pool> pool;
-  MirrorState st;
+  mutable Mutex mu;  // pool, mr, st
+  std::unique_ptr<pm::Pool> pool ASYMNVM_GUARDED_BY(mu);
+  MirrorState st ASYMNVM_GUARDED_BY(mu);
   std::unique_ptr<fabric::Fabric> fabric;
   std::unique_ptr<fabric::ProtectionDomain> pd;
-  std::unique_ptr<fabric::MemoryRegion> mr;
+  std::unique_ptr<fabric::MemoryRegion> mr ASYMNVM_GUARDED_BY(mu);
   std::unique_ptr<fabric::CompletionQueue> cq;
   std::unique_ptr<fabric::Listener> listener;
-  std::vector<std::unique_ptr<fabric::Connection>> conns;  // [mu]
+  std::vector<std::unique_ptr<fabric::Connection>> conns ASYMNVM_GUARDED_BY(mu);
   std::unique_ptr<oq::Server> server;
   std::thread acceptor;
   std::atomic<bool> stop{false};
   uint64_t hellos = 0, syncs = 0;
 
-  Status OpenPool(uint64_t size_if_new) {
+  Status OpenPool(uint64_t size_if_new) ASYMNVM_REQUIRES(mu) {
     pm::PoolOptions po;
     po.mode = o.persist_mode;
     po.layout = "";  // a copy carries the primary's superblock (layout asymnvm-backend)
@@ -149,7 +150,7 @@ struct MirrorServer::Impl {
     }
     std::array<uint8_t, 16> uuid{};
     std::memcpy(uuid.data(), uuid_bytes.data(), 16);
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     if (st.has_uuid && st.uuid != uuid) {
       return Status::FailedPrecondition(
           "mirror " + o.pool_path + " belongs to group " + pm::UuidToString(st.uuid) + ", not " +
@@ -206,7 +207,7 @@ struct MirrorServer::Impl {
     const uint64_t first = r.U64();
     const uint32_t count = r.U32();
     ASYMNVM_RETURN_IF_ERROR(r.status());
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     if (!pool || st.state != "syncing") {
       return Status::FailedPrecondition("mirror digests: no hello in progress (state " + st.state +
                                         ")");
@@ -232,8 +233,9 @@ struct MirrorServer::Impl {
     const uint64_t term = r.U64();
     ASYMNVM_RETURN_IF_ERROR(r.status());
     std::array<uint8_t, 16> uuid;
+    std::string primary;
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       if (st.state != "syncing") {
         return Status::FailedPrecondition("mirror: synced without a hello (state " + st.state +
                                           ")");
@@ -244,16 +246,17 @@ struct MirrorServer::Impl {
       ASYMNVM_RETURN_IF_ERROR(WriteMirrorState(o.pool_path, next));
       st = next;
       uuid = st.uuid;
+      primary = st.primary;
       syncs++;
     }
-    LOG_INFO("mirror", "in sync with " << st.primary << " (term " << term << ")");
+    LOG_INFO("mirror", "in sync with " << primary << " (term " << term << ")");
     if (o.on_synced) o.on_synced(uuid, term);
     return Status::Ok();
   }
 
   std::string StatusJson() const {
     nlohmann::ordered_json j;
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     j["role"] = "mirror";
     j["pool"] = pool ? pool->Describe() : o.pool_path + " (created on the first primary's hello)";
     j["layout"] = "mirror of " + (st.has_uuid ? pm::UuidToString(st.uuid) : std::string("-"));
@@ -287,7 +290,7 @@ struct MirrorServer::Impl {
       co.max_recv_wr = 1;
       co.timeout = std::chrono::milliseconds(200);
       auto c = listener->Accept(co);
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       // Forget closed connections (a primary that died or re-attached).
       std::erase_if(
           conns, [](const auto& x) { return x->state() != fabric::ConnectionState::kConnected; });
@@ -299,7 +302,7 @@ struct MirrorServer::Impl {
     if (stop.exchange(true)) return;
     if (server) server->Stop();
     if (acceptor.joinable()) acceptor.join();
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     conns.clear();
     listener.reset();
     server.reset();
@@ -316,10 +319,14 @@ Result<std::unique_ptr<MirrorServer>> MirrorServer::Start(const MirrorOptions& o
   if (options.pool_path.empty()) return Status::InvalidArgument("mirror: --pool is required");
   auto impl = std::make_unique<Impl>();
   impl->o = options;
-  ASYMNVM_ASSIGN_OR_RETURN(impl->st, ReadMirrorState(options.pool_path));
+  {
+    MutexLock lock(impl->mu);  // uncontended: nothing serves yet
+    ASYMNVM_ASSIGN_OR_RETURN(impl->st, ReadMirrorState(options.pool_path));
+  }
   ASYMNVM_ASSIGN_OR_RETURN(impl->fabric, fabric::Fabric::Open(options.fabric));
   ASYMNVM_ASSIGN_OR_RETURN(impl->pd, impl->fabric->AllocPd());
   {
+    MutexLock lock(impl->mu);
     Status s = impl->OpenPool(0);
     if (!s.ok()) return Status(s.code(), options.pool_path + ": " + s.message());
   }
@@ -368,7 +375,7 @@ MirrorServer::~MirrorServer() { Stop(); }
 std::string MirrorServer::address() const { return impl_->server->address(); }
 std::string MirrorServer::data_address() const { return impl_->listener->address(); }
 MirrorState MirrorServer::state() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   return impl_->st;
 }
 std::string MirrorServer::StatusJson() const { return impl_->StatusJson(); }

@@ -19,7 +19,6 @@ using frontend::Level;
 using testing::StructuresTest;
 using testing::TestValue;
 
-constexpr Kind kKind = Kind::kBst;
 Result<std::unique_ptr<Map>> OpenT(frontend::Session& s, const std::string& name, Options o = {}) {
   return internal::OpenBst(s, name, o);
 }

@@ -10,6 +10,7 @@
 
 #include "common/coding.h"
 #include "common/logging.h"
+#include "common/thread_annotations.h"
 #include "fabric/oq/oq.h"
 #include "fabric/oq/wire.h"
 
@@ -60,20 +61,20 @@ struct Client::Impl {
     std::unique_ptr<fabric::MemoryRegion> send_mr, recv_mr;
     uint32_t recv_size = 0;
 
-    std::mutex mu;  // slots, free list, published queue, in-flight map, failure
+    Mutex mu;  // slots, free list, published queue, in-flight map, failure
     std::condition_variable cv;
-    std::vector<Slot> slots;
-    std::vector<uint32_t> free;
-    std::deque<uint32_t> published;
-    std::unordered_map<uint64_t, uint32_t> inflight;  // seq → slot
+    std::vector<Slot> slots ASYMNVM_GUARDED_BY(mu);
+    std::vector<uint32_t> free ASYMNVM_GUARDED_BY(mu);
+    std::deque<uint32_t> published ASYMNVM_GUARDED_BY(mu);
+    std::unordered_map<uint64_t, uint32_t> inflight ASYMNVM_GUARDED_BY(mu);  // seq → slot
     // A doorbell's FLUSH (by the wr_id it carries) → the slots whose SENDs it makes durable.
-    std::unordered_map<uint64_t, std::vector<uint32_t>> flush_covers;
-    uint64_t next_seq = 1;
-    bool failed = false;
-    Status fail_status;
+    std::unordered_map<uint64_t, std::vector<uint32_t>> flush_covers ASYMNVM_GUARDED_BY(mu);
+    uint64_t next_seq ASYMNVM_GUARDED_BY(mu) = 1;
+    bool failed ASYMNVM_GUARDED_BY(mu) = false;
+    Status fail_status ASYMNVM_GUARDED_BY(mu);
 
-    std::mutex post_mu;  // flat-combining: the holder posts everything published
-    std::mutex poll_mu;  // the owner: waits on the CQ and delivers
+    Mutex post_mu;  // flat-combining: the holder posts everything published
+    Mutex poll_mu;  // the owner: waits on the CQ and delivers
   };
 
   ClientOptions o;
@@ -85,10 +86,10 @@ struct Client::Impl {
   // c.mu held. Every unfinished slot ends with `st`, except the ones never posted, which end with
   // NotSent(st). (A flushed completion does not prove a request unsent: with verbs, a SEND already
   // transmitted but not acknowledged when the queue pair enters the error state is flushed too.)
-  void FailAll(Conn& c, const Status& st);
-  void Finish(Conn& c, Slot& s, uint32_t idx);  // c.mu held
+  void FailAll(Conn& c, const Status& st) ASYMNVM_REQUIRES(c.mu);
+  void Finish(Conn& c, Slot& s, uint32_t idx) ASYMNVM_REQUIRES(c.mu);
   void PostPublished(Conn& c);
-  void Deliver(Conn& c, const fabric::Completion& comp);  // c.mu held
+  void Deliver(Conn& c, const fabric::Completion& comp) ASYMNVM_REQUIRES(c.mu);
   Status Do(uint32_t worker, bool nilext_submit, bool want_response,
             const std::function<uint32_t(uint8_t*, uint64_t)>& encode, uint32_t length,
             std::vector<uint8_t>* response);
@@ -143,8 +144,11 @@ Status Client::Impl::ConnectWorker(uint32_t w, const std::string& address,
                   .mr = c->recv_mr.get()});
   }
   ASYMNVM_RETURN_IF_ERROR(c->conn->PostRecv(rr));
-  c->slots.resize(o.window);
-  for (uint32_t i = o.window; i-- > 0;) c->free.push_back(i);
+  {
+    MutexLock lock(c->mu);  // uncontended: the connection is not in `conns` yet
+    c->slots.resize(o.window);
+    for (uint32_t i = o.window; i-- > 0;) c->free.push_back(i);
+  }
   conns.push_back(std::move(c));
   return Status::Ok();
 }
@@ -177,11 +181,11 @@ void Client::Impl::FailAll(Conn& c, const Status& st) {
 }
 
 void Client::Impl::PostPublished(Conn& c) {
-  std::lock_guard<std::mutex> post_lock(c.post_mu);
+  MutexLock post_lock(c.post_mu);
   std::vector<fabric::WorkRequest> wrs;
   std::vector<uint32_t> batch;
   {
-    std::lock_guard<std::mutex> lock(c.mu);
+    MutexLock lock(c.mu);
     if (c.failed || c.published.empty()) return;
     // One FLUSH at the end covers every SEND of the doorbell that needs one (group commit of
     // the receive buffer at the server: one sync, not one per request).
@@ -216,7 +220,7 @@ void Client::Impl::PostPublished(Conn& c) {
   Status st = c.conn->Post(wrs);
   if (!st.ok()) {
     // Post validates every request before posting any: none of this batch left.
-    std::lock_guard<std::mutex> lock(c.mu);
+    MutexLock lock(c.mu);
     for (uint32_t idx : batch) {
       c.slots[idx].posted = false;
       c.inflight.erase(c.slots[idx].seq);
@@ -300,8 +304,9 @@ Status Client::Impl::Begin(uint32_t worker, bool nilext_submit, bool want_respon
                                    std::to_string(info.max_request));
   }
   Conn& c = *conns[worker];
-  std::unique_lock<std::mutex> lk(c.mu);
-  if (!c.cv.wait_until(lk, deadline, [&] { return c.failed || !c.free.empty(); })) {
+  MutexLock lk(c.mu);
+  if (!c.cv.wait_until(lk.native(), deadline,
+                       [&]() ASYMNVM_REQUIRES(c.mu) { return c.failed || !c.free.empty(); })) {
     return Status::TimedOut("oq client: no free slot on worker " + std::to_string(worker));
   }
   if (c.failed) return NotSent(c.fail_status);
@@ -333,8 +338,8 @@ Status Client::Impl::Begin(uint32_t worker, bool nilext_submit, bool want_respon
 Status Client::Impl::Await(uint32_t worker, uint32_t idx, bool want_response,
                            Clock::time_point deadline, std::vector<uint8_t>* response) {
   Conn& c = *conns[worker];
+  MutexLock lk(c.mu);
   Slot& s = c.slots[idx];
-  std::unique_lock<std::mutex> lk(c.mu);
   while (!s.done) {
     auto now = Clock::now();
     if (now >= deadline) {
@@ -362,7 +367,7 @@ Status Client::Impl::Await(uint32_t worker, uint32_t idx, bool want_response,
       c.poll_mu.unlock();
       c.cv.notify_all();
     } else {
-      c.cv.wait_until(lk, std::min(deadline, now + std::chrono::milliseconds(20)));
+      c.cv.wait_until(lk.native(), std::min(deadline, now + std::chrono::milliseconds(20)));
     }
   }
   Status st = std::move(s.status);
@@ -509,7 +514,7 @@ Status Client::TEST_SendRaw(uint32_t worker, std::span<const uint8_t> raw) {
 
 uint64_t Client::TEST_NextSeq(uint32_t worker) {
   auto& c = *impl_->conns.at(worker);
-  std::lock_guard<std::mutex> lock(c.mu);
+  MutexLock lock(c.mu);
   return c.next_seq;
 }
 

@@ -5,6 +5,7 @@
 
 #include "common/checksum.h"
 #include "common/coding.h"
+#include "common/thread_annotations.h"
 
 namespace asymnvm::oq {
 namespace {
@@ -52,6 +53,7 @@ Result<std::unique_ptr<KvStore>> KvStore::OpenDurable(uint8_t* area, size_t size
     PutLe32(area + 16, Crc32c(area, 16));
     persister->Persist(area, 24);
   }
+  MutexLock lock(kv->mu_);  // uncontended: kv is not returned yet
   for (size_t i = 0; i < kv->capacity_; i++) {
     uint64_t key;
     Entry e;
@@ -108,7 +110,7 @@ size_t KvStore::Probe(uint64_t key, bool* found) const {
 
 Status KvStore::Set(uint64_t key, uint64_t value, uint32_t worker, uint64_t position,
                     bool recovering) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return SetLocked(key, value, (uint64_t{worker} << 56) | position, recovering);
 }
 
@@ -156,7 +158,7 @@ Status KvStore::SetLocked(uint64_t key, uint64_t value, uint64_t pos, bool recov
 }
 
 KvInfo KvStore::Get(uint64_t key) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (table_ == nullptr) {
     auto it = map_.find(key);
     return it == map_.end() ? KvInfo{} : KvInfo{it->second.value, it->second.applied};
@@ -172,12 +174,12 @@ KvInfo KvStore::Get(uint64_t key) const {
 }
 
 uint64_t KvStore::skipped_reexecutions() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return skipped_;
 }
 
 uint64_t KvStore::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return table_ == nullptr ? map_.size() : used_;
 }
 

@@ -21,6 +21,7 @@
 
 #include "asymnvm/pm.h"
 #include "asymnvm/status.h"
+#include "common/thread_annotations.h"
 #include "fabric/oq/oq.h"
 
 namespace asymnvm::oq {
@@ -56,16 +57,17 @@ class KvStore {
     uint64_t value = 0, applied = 0, pos = 0;  // pos = worker << 56 | position
   };
   KvStore() = default;
-  Status SetLocked(uint64_t key, uint64_t value, uint64_t pos, bool recovering);
+  Status SetLocked(uint64_t key, uint64_t value, uint64_t pos, bool recovering)
+      ASYMNVM_REQUIRES(mu_);
   // Durable table helpers.
   bool ReadSlot(size_t i, uint64_t* key, Entry* e, int* newest) const;
   size_t Probe(uint64_t key, bool* found) const;
 
-  mutable std::mutex mu_;
-  std::unordered_map<uint64_t, Entry> map_;
+  mutable Mutex mu_;
+  std::unordered_map<uint64_t, Entry> map_ ASYMNVM_GUARDED_BY(mu_);
   uint8_t* table_ = nullptr;  // durable: entries
   size_t capacity_ = 0;
-  uint64_t used_ = 0;
+  uint64_t used_ ASYMNVM_GUARDED_BY(mu_) = 0;
   pm::Persister* persister_ = nullptr;
   uint64_t skipped_ = 0;
 };

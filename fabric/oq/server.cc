@@ -11,6 +11,7 @@
 #include "common/coding.h"
 #include "common/crash_point.h"
 #include "common/logging.h"
+#include "common/thread_annotations.h"
 #include "common/zero.h"
 #include "fabric/oq/executor.h"
 #include "fabric/oq/oq.h"
@@ -102,11 +103,12 @@ struct Server::Impl {
     std::vector<uint8_t> hello;
     OrderedExecutor exec{64};
     ResponseArena arena;
-    std::mutex conn_mu;
-    std::vector<std::unique_ptr<fabric::Connection>> conns;
-    uint64_t closed_rnr = 0;  // rnr events of connections already dropped
-    mutable std::mutex stats_mu;
-    WorkerStats stats;
+    Mutex conn_mu;
+    std::vector<std::unique_ptr<fabric::Connection>> conns ASYMNVM_GUARDED_BY(conn_mu);
+    // rnr events of connections already dropped
+    uint64_t closed_rnr ASYMNVM_GUARDED_BY(conn_mu) = 0;
+    mutable Mutex stats_mu;
+    WorkerStats stats ASYMNVM_GUARDED_BY(stats_mu);
     std::thread thread, acceptor;
     // Responses produced in one execution batch, sent after ReqToExecute is persisted.
     struct Pending {
@@ -130,7 +132,7 @@ struct Server::Impl {
     return w.buffers + (seq % o.buffers_per_worker) * size_t{o.buffer_size};
   }
   void Bump(Worker& w, uint64_t WorkerStats::*field, uint64_t n = 1) {
-    std::lock_guard<std::mutex> lock(w.stats_mu);
+    MutexLock lock(w.stats_mu);
     w.stats.*field += n;
   }
 
@@ -403,7 +405,7 @@ Status Server::Impl::Recover(Worker& w) {
   PersistRte(w);
   WorkerStats s;
   {
-    std::lock_guard<std::mutex> lock(w.stats_mu);
+    MutexLock lock(w.stats_mu);
     s = w.stats;
   }
   if (s.recovered_executed + s.recovered_skipped > 0) {
@@ -492,8 +494,8 @@ void Server::Impl::AcceptLoop(Worker& w) {
       continue;
     }
     connections++;
-    std::lock_guard<std::mutex> lock(w.conn_mu);
-    std::erase_if(w.conns, [&](const auto& x) {
+    MutexLock lock(w.conn_mu);
+    std::erase_if(w.conns, [&](const auto& x) ASYMNVM_REQUIRES(w.conn_mu) {
       if (x->state() == fabric::ConnectionState::kConnected) return false;
       w.closed_rnr += x->counters().rnr_events;
       return true;
@@ -538,7 +540,7 @@ void Server::Impl::ReapSends(Worker& w, bool block) {
 void Server::Impl::SendPending(Worker& w) {
   if (w.pending.empty()) return;
   if (o.before_respond) o.before_respond(w.index);
-  std::lock_guard<std::mutex> lock(w.conn_mu);
+  MutexLock lock(w.conn_mu);
   std::vector<Worker::Pending> keep;
   for (auto& p : w.pending) {
     fabric::Connection* conn = nullptr;
@@ -616,7 +618,7 @@ void Server::Impl::Execute(Worker& w, const OrderedExecutor::Event& ev) {
   if (h->nilext) w.nilext_unpersisted = true;
   ASYMNVM_CRASH_POINT("oq.after_execute");
   {
-    std::lock_guard<std::mutex> lock(w.stats_mu);
+    MutexLock lock(w.stats_mu);
     w.stats.executed++;
     (h->nilext ? w.stats.nilext : w.stats.non_nilext)++;
     if (!st.ok()) w.stats.handler_errors++;
@@ -688,7 +690,7 @@ void Server::Impl::Run(Worker& w) {
     PersistRteForResponses(w);
     SendPending(w);
     ReapSends(w, false);
-    std::lock_guard<std::mutex> lock(w.stats_mu);
+    MutexLock lock(w.stats_mu);
     w.stats.out_of_order = w.exec.out_of_order();
   }
 }
@@ -745,11 +747,11 @@ ServerStats Server::stats() const {
   s.connections = impl_->connections.load();
   for (auto& w : impl_->workers) {
     {
-      std::lock_guard<std::mutex> lock(w->stats_mu);
+      MutexLock lock(w->stats_mu);
       s.workers.push_back(w->stats);
     }
     s.executed += s.workers.back().executed;
-    std::lock_guard<std::mutex> lock(w->conn_mu);
+    MutexLock lock(w->conn_mu);
     s.rnr_seen += w->closed_rnr;
     for (auto& c : w->conns) s.rnr_seen += c->counters().rnr_events;
   }
@@ -766,7 +768,7 @@ void Server::Stop() {
     if (w->thread.joinable()) w->thread.join();
   }
   for (auto& w : s.workers) {
-    std::lock_guard<std::mutex> lock(w->conn_mu);
+    MutexLock lock(w->conn_mu);
     for (auto& c : w->conns) c->Close();
     w->conns.clear();
   }

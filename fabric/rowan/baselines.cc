@@ -5,6 +5,7 @@
 
 #include "common/coding.h"
 #include "common/logging.h"
+#include "common/thread_annotations.h"
 #include "fabric/rowan/sender.h"
 
 namespace asymnvm::rowan {
@@ -320,7 +321,7 @@ LogTarget::~LogTarget() { Close(); }
 void LogTarget::Close() {
   if (stop_.exchange(true)) return;
   if (acceptor_.joinable()) acceptor_.join();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (auto& c : conns_) c->Close();
   conns_.clear();
   listener_.reset();
@@ -329,12 +330,12 @@ void LogTarget::Close() {
 }
 
 std::string LogTarget::address() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return listener_ ? listener_->address() : "";
 }
 
 uint64_t LogTarget::connections() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return conns_.size();
 }
 
@@ -345,7 +346,7 @@ void LogTarget::AcceptLoop() {
     mr_->descriptor().EncodeTo(pd);
     std::memcpy(pd + 32, kTargetMagic, 8);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (o_.shared) {
         PutLe64(pd + 40, 0);
         PutLe64(pd + 48, o_.area_size / 64 * 64);
@@ -366,7 +367,7 @@ void LogTarget::AcceptLoop() {
       }
       continue;
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!o_.shared && next_log_ < logs) next_log_++;
     std::erase_if(conns_,
                   [](const auto& x) { return x->state() != fabric::ConnectionState::kConnected; });

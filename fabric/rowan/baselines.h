@@ -40,6 +40,7 @@
 #include "asymnvm/fabric.h"
 #include "asymnvm/pm.h"
 #include "asymnvm/status.h"
+#include "common/thread_annotations.h"
 #include "fabric/rowan/entry.h"
 #include "fabric/rowan/landing.h"
 
@@ -85,9 +86,9 @@ class LogTarget {
   std::unique_ptr<fabric::MemoryRegion> mr_;
   std::unique_ptr<fabric::CompletionQueue> cq_;
   std::unique_ptr<fabric::Listener> listener_;
-  mutable std::mutex mu_;
-  std::vector<std::unique_ptr<fabric::Connection>> conns_;
-  uint64_t next_log_ = 0;
+  mutable Mutex mu_;
+  std::vector<std::unique_ptr<fabric::Connection>> conns_ ASYMNVM_GUARDED_BY(mu_);
+  uint64_t next_log_ ASYMNVM_GUARDED_BY(mu_) = 0;
   std::atomic<bool> stop_{false};
   std::thread acceptor_;
 };

@@ -6,6 +6,7 @@
 #include "common/checksum.h"
 #include "common/coding.h"
 #include "common/logging.h"
+#include "common/thread_annotations.h"
 #include "common/zero.h"
 #include "fabric/rowan/entry.h"
 
@@ -252,7 +253,7 @@ Status Receiver::Init(bool format) {
       srq_, o_.fabric->CreateSrq(o_.pd, {.max_wr = count_, .multi_packet = true, .stride = 64}));
   ASYMNVM_ASSIGN_OR_RETURN(listener_, o_.fabric->Listen(o_.pd, o_.listen_address));
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     ASYMNVM_RETURN_IF_ERROR(PostFree(std::max(o_.min_posted, o_.post_batch)));
   }
   control_ = std::thread([this] { ControlLoop(); });
@@ -268,7 +269,7 @@ void Receiver::Close() {
   Wake();
   if (acceptor_.joinable()) acceptor_.join();
   if (control_.joinable()) control_.join();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (auto& c : conns_) c->Close();
   conns_.clear();
   // Release the address and the NIC resources so the b-log can be reopened (e.g. after restart).
@@ -281,7 +282,7 @@ void Receiver::Close() {
 }
 
 std::string Receiver::address() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return listener_ ? listener_->address() : "";
 }
 
@@ -315,7 +316,7 @@ Status Receiver::PostFree(uint32_t n) {
 
 void Receiver::Wake() {
   if (wake_.exchange(true)) return;  // already pending: the control thread will look
-  std::lock_guard<std::mutex> lock(wake_mu_);
+  MutexLock lock(wake_mu_);
   control_cv_.notify_one();
 }
 
@@ -332,7 +333,7 @@ void Receiver::ControlLoop() {
   auto idle_wait = o_.poll_interval;
   while (!stop_.load()) {
     bool progressed = false;
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     while (!to_recycle_.empty()) {
       uint32_t i = to_recycle_.front();
       to_recycle_.pop_front();
@@ -390,8 +391,8 @@ void Receiver::ControlLoop() {
       idle_wait = o_.poll_interval;
       if (more) continue;
     }
-    std::unique_lock<std::mutex> wl(wake_mu_);
-    control_cv_.wait_for(wl, wait, [&] { return wake_.load() || stop_.load(); });
+    MutexLock wl(wake_mu_);
+    control_cv_.wait_for(wl.native(), wait, [&] { return wake_.load() || stop_.load(); });
     wake_.store(false);
     if (!progressed) idle_wait = std::min(idle_wait * 2, o_.max_poll_interval);
   }
@@ -416,7 +417,7 @@ void Receiver::AcceptLoop() {
       }
       continue;
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     counters_.connections++;
     // Drop connections that died so a long-running receiver does not accumulate them.
     std::erase_if(conns_,
@@ -426,8 +427,9 @@ void Receiver::AcceptLoop() {
 }
 
 Result<SegmentView> Receiver::NextUsed(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (!used_cv_.wait_for(lock, timeout, [&] { return !used_.empty() || stop_.load(); }) ||
+  MutexLock lock(mu_);
+  if (!used_cv_.wait_for(lock.native(), timeout,
+                         [&]() ASYMNVM_REQUIRES(mu_) { return !used_.empty() || stop_.load(); }) ||
       used_.empty()) {
     return Status::TimedOut("rowan receiver: no used segment");
   }
@@ -438,7 +440,7 @@ Result<SegmentView> Receiver::NextUsed(std::chrono::milliseconds timeout) {
 }
 
 std::vector<SegmentView> Receiver::LiveSegments() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::vector<SegmentView> v;
   for (uint32_t i = 0; i < count_; i++) {
     if (state_[i] == SegmentState::kUsing || state_[i] == SegmentState::kUsed) {
@@ -451,7 +453,7 @@ std::vector<SegmentView> Receiver::LiveSegments() const {
 }
 
 Status Receiver::Commit(uint32_t index) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (index >= count_ || state_[index] != SegmentState::kUsed) {
     return Status::FailedPrecondition("rowan receiver: segment " + std::to_string(index) +
                                       " is not a used segment");
@@ -463,7 +465,7 @@ Status Receiver::Commit(uint32_t index) {
 }
 
 ReceiverStats Receiver::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   ReceiverStats s = counters_;
   s.segments = count_;
   for (auto st : state_) {

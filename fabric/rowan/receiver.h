@@ -31,6 +31,7 @@
 #include "asymnvm/fabric.h"
 #include "asymnvm/pm.h"
 #include "asymnvm/status.h"
+#include "common/thread_annotations.h"
 #include "fabric/rowan/landing.h"
 #include "fabric/rowan/scanner.h"
 
@@ -151,13 +152,14 @@ class Receiver {
 
  private:
   explicit Receiver(const ReceiverOptions& o) : o_(o) {}
-  Status Init(bool format);
+  // Fills the guarded state before the threads it starts exist (not analysed: no lock is needed).
+  Status Init(bool format) ASYMNVM_NO_THREAD_SAFETY_ANALYSIS;
   void ControlLoop();
   void Wake();  // any thread, without mu_ held or with it (lock order mu_ → wake_mu_)
   void OnLanding(uint64_t offset);  // NIC thread, after a landing was flushed
   void AcceptLoop();
-  void SetState(uint32_t index, SegmentState s, uint64_t post_seq);
-  Status PostFree(uint32_t n);
+  void SetState(uint32_t index, SegmentState s, uint64_t post_seq) ASYMNVM_REQUIRES(mu_);
+  Status PostFree(uint32_t n) ASYMNVM_REQUIRES(mu_);
   uint8_t* Segment(uint32_t i) const { return segments_ + size_t{i} * o_.segment_size; }
 
   ReceiverOptions o_;
@@ -175,21 +177,21 @@ class Receiver {
   std::vector<uint8_t> flush_target_;
   std::unique_ptr<fabric::MemoryRegion> flush_mr_;
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable used_cv_;
-  std::vector<std::unique_ptr<fabric::Connection>> conns_;
-  std::vector<SegmentState> state_;  // DRAM mirror of the meta table
-  std::vector<uint64_t> post_seq_;
-  std::deque<uint32_t> posted_;  // posted segments, in posting order
-  std::deque<uint32_t> used_;    // ready for the consumer, in landing order
-  std::deque<uint32_t> to_recycle_;
-  std::chrono::steady_clock::time_point candidate_since_{};
-  bool candidate_ = false;
-  ReceiverStats counters_;
+  std::vector<std::unique_ptr<fabric::Connection>> conns_ ASYMNVM_GUARDED_BY(mu_);
+  std::vector<SegmentState> state_ ASYMNVM_GUARDED_BY(mu_);  // DRAM mirror of the meta table
+  std::vector<uint64_t> post_seq_ ASYMNVM_GUARDED_BY(mu_);
+  std::deque<uint32_t> posted_ ASYMNVM_GUARDED_BY(mu_);  // posted segments, in posting order
+  std::deque<uint32_t> used_ ASYMNVM_GUARDED_BY(mu_);    // ready for the consumer, in landing order
+  std::deque<uint32_t> to_recycle_ ASYMNVM_GUARDED_BY(mu_);
+  std::chrono::steady_clock::time_point candidate_since_ ASYMNVM_GUARDED_BY(mu_){};
+  bool candidate_ ASYMNVM_GUARDED_BY(mu_) = false;
+  ReceiverStats counters_ ASYMNVM_GUARDED_BY(mu_);
   std::atomic<bool> stop_{false};
   // Control-thread wake-ups: `front_` mirrors posted_.front() (UINT32_MAX: none) so the NIC
   // thread can tell, without mu_, that it moved on to a later posted segment.
-  std::mutex wake_mu_;
+  Mutex wake_mu_;
   std::condition_variable control_cv_;
   std::atomic<bool> wake_{false};
   std::atomic<uint32_t> front_{UINT32_MAX};

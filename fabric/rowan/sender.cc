@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "common/thread_annotations.h"
+
 namespace asymnvm::rowan {
 
 Result<std::unique_ptr<Sender>> Sender::Connect(const SenderOptions& o) {
@@ -45,7 +47,7 @@ Result<std::unique_ptr<Sender>> Sender::Connect(const SenderOptions& o) {
 }
 
 Status Sender::PostAppend(const EntryMeta& meta, std::span<const uint8_t> payload, uint64_t token) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto blocks = EncodeEntry(meta, payload, mtu_);
   if (!blocks.ok()) return blocks.status();
   wrs_.clear();
@@ -74,7 +76,7 @@ Status Sender::PostAppend(const EntryMeta& meta, std::span<const uint8_t> payloa
 }
 
 Status Sender::Append(const EntryMeta& meta, std::span<const uint8_t> payload) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (!own_cq_) {
     return Status::FailedPrecondition("rowan sender: Append needs the sender's own CQ");
   }

@@ -24,6 +24,7 @@
 
 #include "asymnvm/fabric.h"
 #include "asymnvm/status.h"
+#include "common/thread_annotations.h"
 #include "fabric/rowan/entry.h"
 
 namespace asymnvm::rowan {
@@ -69,7 +70,7 @@ class Sender {
 
  private:
   Sender() = default;
-  std::mutex mu_;
+  Mutex mu_;
   SenderOptions o_;
   size_t mtu_ = kDefaultMtu;
   size_t segment_size_ = 0;
@@ -77,10 +78,10 @@ class Sender {
   std::unique_ptr<fabric::CompletionQueue> own_cq_;
   fabric::CompletionQueue* cq_ = nullptr;
   std::unique_ptr<fabric::Connection> conn_;
-  std::vector<uint8_t> buf_;
-  std::unique_ptr<fabric::MemoryRegion> mr_;
-  std::vector<fabric::WorkRequest> wrs_;
-  uint64_t next_wr_ = 1;
+  std::vector<uint8_t> buf_ ASYMNVM_GUARDED_BY(mu_);
+  std::unique_ptr<fabric::MemoryRegion> mr_ ASYMNVM_GUARDED_BY(mu_);
+  std::vector<fabric::WorkRequest> wrs_ ASYMNVM_GUARDED_BY(mu_);
+  uint64_t next_wr_ ASYMNVM_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace asymnvm::rowan

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <map>
 
+#include "common/thread_annotations.h"
+
 namespace asymnvm::fabric::soft {
 namespace {
 
@@ -25,7 +27,7 @@ class SocketChannel final : public Channel {
   bool edge_triggered() const override { return true; }
 
   bool Send(const uint8_t* data, size_t len) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (broken_ || shut_wr_) return false;
     size_t done = 0;
     if (pending_.size() == pending_start_) {
@@ -62,18 +64,18 @@ class SocketChannel final : public Channel {
   }
 
   void OnWritable() override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     FlushLocked();
   }
 
   void ShutdownWrite() override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     want_shut_wr_ = true;
     FlushLocked();
   }
 
   void Shutdown() override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     broken_ = true;
     ::shutdown(fd_, SHUT_RDWR);
   }
@@ -103,7 +105,7 @@ class SocketChannel final : public Channel {
   }
 
   const int fd_;
-  std::mutex mu_;
+  Mutex mu_;
   std::vector<uint8_t> pending_;
   size_t pending_start_ = 0;
   bool broken_ = false;
@@ -123,7 +125,7 @@ class InprocChannel final : public Channel {
   bool Send(const uint8_t* data, size_t len) override {
     bool was_empty;
     {
-      std::lock_guard<std::mutex> lock(out_->mu);
+      MutexLock lock(out_->mu);
       if (out_->closed) return false;
       was_empty = out_->buf.size() == out_->start;
       out_->buf.insert(out_->buf.end(), data, data + len);
@@ -138,7 +140,7 @@ class InprocChannel final : public Channel {
     ssize_t r = ::read(in_->efd, &v, sizeof v);  // reset, then re-check: no lost wake-up
     (void)r;
     if (TryTake(out, cap, n)) return ReadStatus::kData;
-    std::lock_guard<std::mutex> lock(in_->mu);
+    MutexLock lock(in_->mu);
     return in_->closed ? ReadStatus::kEof : ReadStatus::kWouldBlock;
   }
 
@@ -146,7 +148,7 @@ class InprocChannel final : public Channel {
 
   void ShutdownWrite() override {
     {
-      std::lock_guard<std::mutex> lock(out_->mu);
+      MutexLock lock(out_->mu);
       if (out_->closed) return;
       out_->closed = true;
     }
@@ -156,7 +158,7 @@ class InprocChannel final : public Channel {
   void Shutdown() override {
     for (auto* p : {in_.get(), out_.get()}) {
       {
-        std::lock_guard<std::mutex> lock(p->mu);
+        MutexLock lock(p->mu);
         p->closed = true;
       }
       Signal(p->efd);
@@ -171,7 +173,7 @@ class InprocChannel final : public Channel {
   }
 
   bool TryTake(uint8_t* out, size_t cap, size_t* n) {
-    std::lock_guard<std::mutex> lock(in_->mu);
+    MutexLock lock(in_->mu);
     size_t avail = in_->buf.size() - in_->start;
     if (avail == 0) return false;
     size_t k = avail < cap ? avail : cap;
@@ -189,8 +191,8 @@ class InprocChannel final : public Channel {
   std::shared_ptr<InprocPipe> out_;
 };
 
-std::mutex& RegistryMu() {
-  static std::mutex mu;
+Mutex& RegistryMu() {
+  static Mutex mu;
   return mu;
 }
 std::map<std::string, std::shared_ptr<InprocListenerState>>& Registry() {
@@ -213,19 +215,19 @@ std::unique_ptr<Channel> MakeInprocChannel(std::shared_ptr<InprocPipe> in,
 }
 
 Status RegisterInproc(const std::string& name, std::shared_ptr<InprocListenerState> state) {
-  std::lock_guard<std::mutex> lock(RegistryMu());
+  MutexLock lock(RegistryMu());
   auto [it, inserted] = Registry().emplace(name, std::move(state));
   if (!inserted) return Status::AlreadyExists("inproc://" + name + ": name in use");
   return Status::Ok();
 }
 
 void UnregisterInproc(const std::string& name) {
-  std::lock_guard<std::mutex> lock(RegistryMu());
+  MutexLock lock(RegistryMu());
   Registry().erase(name);
 }
 
 std::shared_ptr<InprocListenerState> FindInproc(const std::string& name) {
-  std::lock_guard<std::mutex> lock(RegistryMu());
+  MutexLock lock(RegistryMu());
   auto it = Registry().find(name);
   return it == Registry().end() ? nullptr : it->second;
 }

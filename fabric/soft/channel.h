@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "asymnvm/status.h"
+#include "common/thread_annotations.h"
 
 namespace asymnvm::fabric::soft {
 
@@ -49,10 +50,10 @@ std::unique_ptr<Channel> MakeSocketChannel(int fd);
 struct InprocPipe {
   InprocPipe();
   ~InprocPipe();
-  std::mutex mu;
-  std::vector<uint8_t> buf;
-  size_t start = 0;  // bytes before `start` are consumed
-  bool closed = false;
+  Mutex mu;
+  std::vector<uint8_t> buf ASYMNVM_GUARDED_BY(mu);
+  size_t start ASYMNVM_GUARDED_BY(mu) = 0;  // bytes before `start` are consumed
+  bool closed ASYMNVM_GUARDED_BY(mu) = false;
   int efd = -1;
 };
 
@@ -62,21 +63,21 @@ std::unique_ptr<Channel> MakeInprocChannel(std::shared_ptr<InprocPipe> in,
 // A connect request parked at an inproc listener until Accept takes it.
 struct InprocPending {
   enum class State { kWaiting, kAccepted, kRefused, kCancelled };
-  std::mutex mu;
+  Mutex mu;
   std::condition_variable cv;
-  State state = State::kWaiting;
+  State state ASYMNVM_GUARDED_BY(mu) = State::kWaiting;
   std::string secret;
   std::vector<uint8_t> client_blob;
-  std::vector<uint8_t> server_blob;
+  std::vector<uint8_t> server_blob ASYMNVM_GUARDED_BY(mu);
   std::shared_ptr<InprocPipe> c2s = std::make_shared<InprocPipe>();
   std::shared_ptr<InprocPipe> s2c = std::make_shared<InprocPipe>();
 };
 
 struct InprocListenerState {
-  std::mutex mu;
+  Mutex mu;
   std::condition_variable cv;
-  std::deque<std::shared_ptr<InprocPending>> pending;
-  bool closed = false;
+  std::deque<std::shared_ptr<InprocPending>> pending ASYMNVM_GUARDED_BY(mu);
+  bool closed ASYMNVM_GUARDED_BY(mu) = false;
 };
 
 // Process-global registry of inproc listener names. kAlreadyExists when the name is taken.

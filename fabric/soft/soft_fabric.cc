@@ -7,6 +7,7 @@
 // ring. Worker side: read the channel, parse packets; requests are executed against registered
 // memory (target role), responses retire outstanding WRs into the send CQ (initiator role).
 // Files: fabric/soft/soft_internal.h.
+#include "common/thread_annotations.h"
 #include "fabric/soft/soft_internal.h"
 #include "fabric/soft/soft_worker.h"
 
@@ -60,7 +61,7 @@ class SoftFabric final : public Fabric {
   Result<std::unique_ptr<Connection>> Connect(ProtectionDomain* pd, const std::string& address,
                                               const ConnectionOptions& options) override;
   Counters counters() const override {
-    std::lock_guard<std::mutex> lock(conns_mu_);
+    MutexLock lock(conns_mu_);
     Counters c = retired_;
     for (auto* core : live_) c += core->ctr_.Snapshot();
     return c;
@@ -68,7 +69,7 @@ class SoftFabric final : public Fabric {
 
   // Internals.
   Result<uint32_t> NewKey() {
-    std::lock_guard<std::mutex> lock(key_mu_);
+    MutexLock lock(key_mu_);
     for (;;) {
       uint32_t k = static_cast<uint32_t>(rng_());
       if (k != 0 && used_keys_.insert(k).second) return k;
@@ -87,7 +88,7 @@ class SoftFabric final : public Fabric {
                                                      std::span<const uint8_t> peer_blob,
                                                      const std::string& peer_address);
   void Retire(ConnCore* core) {
-    std::lock_guard<std::mutex> lock(conns_mu_);
+    MutexLock lock(conns_mu_);
     if (live_.erase(core)) retired_ += core->ctr_.Snapshot();
   }
 
@@ -98,10 +99,10 @@ class SoftFabric final : public Fabric {
   std::atomic<uint32_t> next_worker_{0};
   std::atomic<uint64_t> next_conn_id_{0};
   std::atomic<uint64_t> next_pd_id_{0};
-  std::mutex key_mu_;
+  Mutex key_mu_;
   std::mt19937_64 rng_{std::random_device{}()};
   std::unordered_set<uint32_t> used_keys_;
-  mutable std::mutex conns_mu_;
+  mutable Mutex conns_mu_;
   std::unordered_set<ConnCore*> live_;
   Counters retired_;
 };
@@ -189,7 +190,7 @@ Result<std::unique_ptr<Connection>> SoftFabric::MakeConnection(uint64_t pd_id,
   auto core = std::make_shared<ConnCore>(this, NewConnId(), pd_id, std::move(ch), o,
                                          std::move(peer), peer_address);
   {
-    std::lock_guard<std::mutex> lock(conns_mu_);
+    MutexLock lock(conns_mu_);
     live_.insert(core.get());
   }
   auto conn = std::make_unique<SoftConnection>(core);
@@ -285,10 +286,10 @@ class InprocListener final : public Listener {
       : fabric_(f), pd_id_(pd_id), name_(std::move(name)), st_(std::move(st)) {}
   ~InprocListener() override {
     UnregisterInproc(name_);
-    std::lock_guard<std::mutex> lock(st_->mu);
+    MutexLock lock(st_->mu);
     st_->closed = true;
     for (auto& p : st_->pending) {
-      std::lock_guard<std::mutex> l2(p->mu);
+      MutexLock l2(p->mu);
       if (p->state == InprocPending::State::kWaiting) p->state = InprocPending::State::kRefused;
       p->cv.notify_all();
     }
@@ -300,14 +301,16 @@ class InprocListener final : public Listener {
     for (;;) {
       std::shared_ptr<InprocPending> p;
       {
-        std::unique_lock<std::mutex> lock(st_->mu);
-        if (!st_->cv.wait_until(lock, deadline, [&] { return !st_->pending.empty(); })) {
+        MutexLock lock(st_->mu);
+        if (!st_->cv.wait_until(lock.native(), deadline, [&]() ASYMNVM_REQUIRES(st_->mu) {
+              return !st_->pending.empty();
+            })) {
           return Status::TimedOut("Accept " + address() + ": no peer in time");
         }
         p = st_->pending.front();
         st_->pending.pop_front();
       }
-      std::lock_guard<std::mutex> lock(p->mu);
+      MutexLock lock(p->mu);
       if (p->state != InprocPending::State::kWaiting) continue;  // the client gave up
       auto params = ConnParams::Decode(p->client_blob);
       if (!SecretsEqual(p->secret, fabric_->options().cluster_secret) || !params.ok()) {
@@ -363,13 +366,15 @@ Result<std::unique_ptr<Connection>> SoftFabric::Connect(ProtectionDomain* pd,
     p->secret = options_.cluster_secret;
     p->client_blob = blob;
     {
-      std::lock_guard<std::mutex> lock(st->mu);
+      MutexLock lock(st->mu);
       if (st->closed) return Status::ConnectionError("Connect " + address + ": listener closed");
       st->pending.push_back(p);
       st->cv.notify_all();
     }
-    std::unique_lock<std::mutex> lock(p->mu);
-    p->cv.wait_for(lock, o.timeout, [&] { return p->state != InprocPending::State::kWaiting; });
+    MutexLock lock(p->mu);
+    p->cv.wait_for(lock.native(), o.timeout, [&]() ASYMNVM_REQUIRES(p->mu) {
+      return p->state != InprocPending::State::kWaiting;
+    });
     switch (p->state) {
       case InprocPending::State::kWaiting:
         p->state = InprocPending::State::kCancelled;

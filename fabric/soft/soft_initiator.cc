@@ -1,5 +1,6 @@
 // The soft NIC connection core, initiator role (fabric/soft/soft_internal.h): posting work
 // requests, retiring them with the responses, completions and the error states.
+#include "common/thread_annotations.h"
 #include "fabric/soft/soft_internal.h"
 
 namespace asymnvm::fabric::soft::internal {
@@ -14,7 +15,7 @@ namespace asymnvm::fabric::soft::internal {
 
 Status ConnCore::Post(std::span<const WorkRequest> wrs) {
   if (wrs.empty()) return Status::Ok();
-  std::lock_guard<std::mutex> lock(sq_mu_);
+  MutexLock lock(sq_mu_);
   if (state() != ConnectionState::kConnected) {
     return Status::ConnectionError("Post: connection is not connected: " + error_.ToString());
   }
@@ -149,7 +150,7 @@ void ConnCore::FailAllLocked(CompletionStatus st) {
 }
 
 void ConnCore::EnterError(CompletionStatus st, const Status& why) {
-  std::lock_guard<std::mutex> lock(sq_mu_);
+  MutexLock lock(sq_mu_);
   if (state() == ConnectionState::kConnected) {
     error_ = why;
     state_.store(ConnectionState::kError, std::memory_order_release);
@@ -160,7 +161,7 @@ void ConnCore::EnterError(CompletionStatus st, const Status& why) {
 }
 
 void ConnCore::MarkClosed() {
-  std::lock_guard<std::mutex> lock(sq_mu_);
+  MutexLock lock(sq_mu_);
   if (state() == ConnectionState::kClosed) return;
   if (error_.ok()) error_ = Status::ConnectionError("connection closed");
   state_.store(ConnectionState::kClosed, std::memory_order_release);
@@ -168,7 +169,7 @@ void ConnCore::MarkClosed() {
 }
 
 void ConnCore::HandleResponse(const ParsedPacket& p) {
-  std::lock_guard<std::mutex> lock(sq_mu_);
+  MutexLock lock(sq_mu_);
   if (p.opcode == kWireRnrNotice) {
     AtomicCounters::Inc(ctr_.rnr_events);
     return;

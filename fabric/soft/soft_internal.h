@@ -25,6 +25,7 @@
 
 #include "asymnvm/pm.h"
 #include "common/logging.h"
+#include "common/thread_annotations.h"
 #include "fabric/bootstrap.h"
 #include "fabric/soft/channel.h"
 #include "fabric/soft/packet.h"
@@ -97,7 +98,7 @@ class SoftCq final : public CompletionQueue {
 
   // Returns false on an overrun (non-ring CQ full): the completion is lost.
   bool Push(const Completion& c) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (count_ == ring_.size()) {
       if (!ring_mode_) {
         overrun_ = true;
@@ -115,7 +116,7 @@ class SoftCq final : public CompletionQueue {
   }
 
   Result<size_t> Poll(std::span<Completion> out) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return PollLocked(out);
   }
 
@@ -127,9 +128,10 @@ class SoftCq final : public CompletionQueue {
       if (Clock::now() >= spin_end) break;
       for (int i = 0; i < 32; i++) CpuRelax();
     }
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     sleepers_++;
-    cv_.wait_until(lock, deadline, [&] { return count_ > 0 || overrun_; });
+    cv_.wait_until(lock.native(), deadline,
+                   [&]() ASYMNVM_REQUIRES(mu_) { return count_ > 0 || overrun_; });
     sleepers_--;
     return PollLocked(out);
   }
@@ -138,7 +140,7 @@ class SoftCq final : public CompletionQueue {
   uint32_t capacity() const override { return static_cast<uint32_t>(ring_.size()); }
 
  private:
-  Result<size_t> PollLocked(std::span<Completion> out) {
+  Result<size_t> PollLocked(std::span<Completion> out) ASYMNVM_REQUIRES(mu_) {
     size_t n = std::min(out.size(), count_);
     if (n == 0 && overrun_) {
       return Status::ResourceExhausted("completion queue overrun: completions were lost", false);
@@ -152,13 +154,13 @@ class SoftCq final : public CompletionQueue {
     return n;
   }
 
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  std::vector<Completion> ring_;
-  size_t head_ = 0;
-  size_t count_ = 0;
-  int sleepers_ = 0;
-  bool overrun_ = false;
+  std::vector<Completion> ring_;  // its size is fixed (capacity()); the elements under mu_
+  size_t head_ ASYMNVM_GUARDED_BY(mu_) = 0;
+  size_t count_ ASYMNVM_GUARDED_BY(mu_) = 0;
+  int sleepers_ ASYMNVM_GUARDED_BY(mu_) = 0;
+  bool overrun_ ASYMNVM_GUARDED_BY(mu_) = false;
   const bool ring_mode_;
   const std::chrono::microseconds spin_;
   std::atomic<size_t> avail_{0};
@@ -252,7 +254,7 @@ class RecvQueue {
         return Status::InvalidArgument("PostRecv: multi-packet buffer shorter than the stride");
       }
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (bufs_.size() + buffers.size() > max_wr_) {
       return Status::ResourceExhausted("PostRecv: more than max_wr buffers outstanding");
     }
@@ -273,7 +275,7 @@ class RecvQueue {
   // Places one message (NIC thread). Completions go to `cq`; landed PM ranges to `persist`.
   Place Deliver(const uint8_t* data, uint32_t len, uint64_t conn_id, SoftCq* cq,
                 std::vector<PersistRange>* persist) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     bool cq_ok = true;
     for (;;) {
       if (bufs_.empty()) return Place::kNoBuffer;
@@ -335,13 +337,13 @@ class RecvQueue {
     uint32_t rkey;
     pm::Persister* persister;
   };
-  void PopLocked() {
+  void PopLocked() ASYMNVM_REQUIRES(mu_) {
     bufs_.pop_front();
     posted_.store(bufs_.size(), std::memory_order_relaxed);
   }
 
-  std::mutex mu_;
-  std::deque<Buf> bufs_;
+  Mutex mu_;
+  std::deque<Buf> bufs_ ASYMNVM_GUARDED_BY(mu_);
   std::atomic<size_t> posted_{0};
   const uint32_t max_wr_;
   const bool multi_;
@@ -420,7 +422,7 @@ class ConnCore {
   }
   ConnectionState state() const { return state_.load(std::memory_order_acquire); }
   Status error() const {
-    std::lock_guard<std::mutex> lock(sq_mu_);
+    MutexLock lock(sq_mu_);
     return error_;
   }
   // Enters kError (from kConnected): the outstanding WRs complete with `st`.
@@ -469,8 +471,9 @@ class ConnCore {
   void FlushResponses();
   const RegionEntry* Lookup(uint32_t rkey, uint64_t addr, uint64_t len, uint32_t right,
                             std::string* why);
-  void CompleteLocked(const OutEntry& e, CompletionStatus st, uint32_t byte_len);
-  void FailAllLocked(CompletionStatus st);
+  void CompleteLocked(const OutEntry& e, CompletionStatus st, uint32_t byte_len)
+      ASYMNVM_REQUIRES(sq_mu_);
+  void FailAllLocked(CompletionStatus st) ASYMNVM_REQUIRES(sq_mu_);
 
   SoftCq* send_cq_;
   SoftCq* recv_cq_;
@@ -483,15 +486,15 @@ class ConnCore {
   const std::string peer_address_;
 
   // Initiator state.
-  mutable std::mutex sq_mu_;
-  std::vector<OutEntry> ring_;
-  size_t ring_head_ = 0, ring_count_ = 0;
-  uint32_t next_seq_ = 1;
-  uint32_t unacked_run_ = 0;
-  uint32_t ack_every_ = 1;
-  std::vector<uint8_t> scratch_;
+  mutable Mutex sq_mu_;
+  std::vector<OutEntry> ring_ ASYMNVM_GUARDED_BY(sq_mu_);
+  size_t ring_head_ ASYMNVM_GUARDED_BY(sq_mu_) = 0, ring_count_ ASYMNVM_GUARDED_BY(sq_mu_) = 0;
+  uint32_t next_seq_ ASYMNVM_GUARDED_BY(sq_mu_) = 1;
+  uint32_t unacked_run_ ASYMNVM_GUARDED_BY(sq_mu_) = 0;
+  uint32_t ack_every_ ASYMNVM_GUARDED_BY(sq_mu_) = 1;
+  std::vector<uint8_t> scratch_ ASYMNVM_GUARDED_BY(sq_mu_);
   std::atomic<ConnectionState> state_{ConnectionState::kConnected};
-  Status error_;
+  Status error_ ASYMNVM_GUARDED_BY(sq_mu_);
 
   // Target state (worker thread only).
   std::vector<uint8_t> rbuf_;

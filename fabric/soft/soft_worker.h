@@ -7,6 +7,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "common/thread_annotations.h"
 #include "fabric/soft/soft_internal.h"
 
 namespace asymnvm::fabric::soft::internal {
@@ -35,7 +36,7 @@ class Worker {
   void Stop() {
     if (thread_.joinable()) {
       {
-        std::lock_guard<std::mutex> lock(cmd_mu_);
+        MutexLock lock(cmd_mu_);
         stop_ = true;
       }
       Wake();
@@ -53,19 +54,20 @@ class Worker {
 
   void Add(std::shared_ptr<ConnCore> c) {
     c->worker_ = this;
-    std::lock_guard<std::mutex> lock(cmd_mu_);
+    MutexLock lock(cmd_mu_);
     adds_.push_back(std::move(c));
     Wake();
   }
 
   // Synchronously detaches `c`: when this returns the worker no longer touches it.
   void Remove(ConnCore* c) {
-    std::unique_lock<std::mutex> lock(cmd_mu_);
+    MutexLock lock(cmd_mu_);
     if (!thread_.joinable()) return;
     uint64_t ticket = ++remove_requested_;
     removes_.push_back(c);
     Wake();
-    cmd_cv_.wait(lock, [&] { return remove_done_ >= ticket || stop_; });
+    cmd_cv_.wait(lock.native(),
+                 [&]() ASYMNVM_REQUIRES(cmd_mu_) { return remove_done_ >= ticket || stop_; });
   }
 
   void Wake() {
@@ -172,7 +174,7 @@ class Worker {
     std::vector<ConnCore*> removes;
     uint64_t ticket;
     {
-      std::lock_guard<std::mutex> lock(cmd_mu_);
+      MutexLock lock(cmd_mu_);
       if (stop_) {
         cmd_cv_.notify_all();
         return true;
@@ -198,7 +200,7 @@ class Worker {
     }
     Reap();
     if (!removes.empty()) {
-      std::lock_guard<std::mutex> lock(cmd_mu_);
+      MutexLock lock(cmd_mu_);
       remove_done_ = ticket;
       cmd_cv_.notify_all();
     }
@@ -217,12 +219,13 @@ class Worker {
   int epfd_ = -1;
   int wake_fd_ = -1;
   std::thread thread_;
-  std::mutex cmd_mu_;
+  Mutex cmd_mu_;
   std::condition_variable cmd_cv_;
-  bool stop_ = false;
-  std::vector<std::shared_ptr<ConnCore>> adds_;
-  std::vector<ConnCore*> removes_;
-  uint64_t remove_requested_ = 0, remove_done_ = 0;
+  bool stop_ ASYMNVM_GUARDED_BY(cmd_mu_) = false;
+  std::vector<std::shared_ptr<ConnCore>> adds_ ASYMNVM_GUARDED_BY(cmd_mu_);
+  std::vector<ConnCore*> removes_ ASYMNVM_GUARDED_BY(cmd_mu_);
+  uint64_t remove_requested_ ASYMNVM_GUARDED_BY(cmd_mu_) = 0;
+  uint64_t remove_done_ ASYMNVM_GUARDED_BY(cmd_mu_) = 0;
   std::vector<std::shared_ptr<ConnCore>> conns_;  // worker thread only
   // Connections stopped at a FLUSH, in arrival order (worker thread only; never dead after Reap).
   std::vector<ConnCore*> flush_waiting_;

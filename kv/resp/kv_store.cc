@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "common/logging.h"
+#include "common/thread_annotations.h"
 #include "kv/resp/gateway.h"
 
 namespace asymnvm::kv::resp {
@@ -26,7 +27,7 @@ class KvClientSlot {
   explicit KvClientSlot(kv::ClientOptions o) : options_(std::move(o)) {}
   explicit KvClientSlot(std::shared_ptr<kv::Client> c) : client_(std::move(c)) {}
   Result<std::shared_ptr<kv::Client>> Get() {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (client_) return client_;
     auto c = kv::Client::Open(options_);
     if (!c.ok()) {
@@ -38,9 +39,9 @@ class KvClientSlot {
   }
 
  private:
-  std::mutex mu_;
-  kv::ClientOptions options_;
-  std::shared_ptr<kv::Client> client_;
+  Mutex mu_;
+  kv::ClientOptions options_ ASYMNVM_GUARDED_BY(mu_);
+  std::shared_ptr<kv::Client> client_ ASYMNVM_GUARDED_BY(mu_);
 };
 
 namespace {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/logging.h"
+#include "common/thread_annotations.h"
 #include "kv/resp/commands.h"
 
 namespace asymnvm::kv::resp {
@@ -105,19 +106,20 @@ class WorkerPool {
   }
   void Submit(Job* job) {
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       queue_.push_back(job);
     }
     cv_.notify_one();
   }
   void Stop() {
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       stop_ = true;
     }
     cv_.notify_all();
     for (auto& t : threads_) t.join();
     threads_.clear();
+    MutexLock l(mu_);  // uncontended: the threads are gone
     for (Job* j : queue_) delete j;
     queue_.clear();
   }
@@ -128,8 +130,8 @@ class WorkerPool {
     for (;;) {
       Job* job = nullptr;
       {
-        std::unique_lock<std::mutex> l(mu_);
-        cv_.wait(l, [&] { return stop_ || !queue_.empty(); });
+        MutexLock l(mu_);
+        cv_.wait(l.native(), [&]() ASYMNVM_REQUIRES(mu_) { return stop_ || !queue_.empty(); });
         if (stop_) return;
         job = queue_.front();
         queue_.pop_front();
@@ -143,10 +145,10 @@ class WorkerPool {
   std::function<void(Job*)> done_;
   std::vector<std::unique_ptr<Store>> stores_;
   std::vector<std::thread> threads_;
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  std::deque<Job*> queue_;
-  bool stop_ = false;
+  std::deque<Job*> queue_ ASYMNVM_GUARDED_BY(mu_);
+  bool stop_ ASYMNVM_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace
@@ -197,7 +199,7 @@ class Loop {
   // Called by a worker when a batch finished (any thread).
   void Complete(Job* job) {
     {
-      std::lock_guard<std::mutex> l(done_mu_);
+      MutexLock l(done_mu_);
       done_.push_back(job);
     }
     Wake();
@@ -265,7 +267,7 @@ class Loop {
   void Completions() {
     std::vector<Job*> jobs;
     {
-      std::lock_guard<std::mutex> l(done_mu_);
+      MutexLock l(done_mu_);
       jobs.swap(done_);
     }
     for (Job* job : jobs) {
@@ -482,8 +484,8 @@ class Loop {
   std::atomic<bool> stop_{false};
   std::thread thread_;
   std::unordered_map<int, std::shared_ptr<Conn>> conns_;
-  std::mutex done_mu_;
-  std::vector<Job*> done_;
+  Mutex done_mu_;
+  std::vector<Job*> done_ ASYMNVM_GUARDED_BY(done_mu_);
 };
 
 struct Server::Impl {

@@ -324,7 +324,9 @@ class MirrorSuite : public Suite {
       std::vector<uint8_t> buf(kSize);
       for (const auto& [i, fill] : acked) {
         ASYMNVM_RETURN_IF_ERROR(s->Read(base + i * kSize, buf));
-        if (std::any_of(buf.begin(), buf.end(), [&](uint8_t b) { return b != fill; })) lost++;
+        if (std::any_of(buf.begin(), buf.end(), [fill = fill](uint8_t b) { return b != fill; })) {
+          lost++;
+        }
       }
       rec["failover_ms"] = static_cast<double>(failover_ns) / 1e6;
       rec["promoted_ms"] = static_cast<double>(promoted_ns.load()) / 1e6;

@@ -11,7 +11,8 @@
 //
 //   ForwardingPersister  wraps the pool's persister (and, in redo mode, the deferred one): Flush
 //                        forwards the range, Drain waits for the mirrors (sync mode).
-//   Replicator           the mirror links: attach (connect, hello, full copy, FLUSH, in-sync
+//   Replicator           the mirror links: attach (connect, hello, copy of what differs, FLUSH,
+//   in-sync
 //                        callback, "synced" notice), forward, sync, drop (in-sync callback
 //                        BEFORE anything else is acknowledged), re-attach in the background.
 //
@@ -56,7 +57,7 @@ struct ReplicationOptions {
   bool async = false;                // --mirror-mode async: Drain does not wait for mirrors
   // A FLUSH not acknowledged within this time drops the mirror (as does a broken connection).
   std::chrono::milliseconds timeout{3000};
-  // A dropped or unreachable mirror is tried again this often (full copy while serving).
+  // A dropped or unreachable mirror is tried again this often (caught up while serving).
   std::chrono::milliseconds retry{500};
   std::string name;  // this primary's name (hello; the group state)
   uint64_t term = 0;

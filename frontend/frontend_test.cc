@@ -541,6 +541,11 @@ TEST_F(FrontendTest, ASecondRegistrationOfTheIdFencesTheFirstSession) {
   EXPECT_EQ(f.code(), StatusCode::kFailedPrecondition) << f.ToString();
   EXPECT_NE(f.ToString().find("fenced"), std::string::npos) << f.ToString();
   EXPECT_FALSE(a->Fence().ok());  // sticky
+  // The back-end refuses the stale transaction when its worker reaches it, which may be after
+  // the session saw the new incarnation in the record.
+  for (int i = 0; i < 1000 && be_->stats().txns_fenced == 0; i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   EXPECT_GE(be_->stats().txns_fenced, 1u);
 
   // The newcomer sees the last acknowledged value, writes, and fences normally.

@@ -165,6 +165,11 @@ struct Session::Impl {
 
   // Sequence state.
   uint64_t next_txn = 1, last_sent = 0, known_lpn = 0;
+  // Transactions posted and not yet known landed (pipelined: a transaction's landing — its sync
+  // on a disk-backed pool — overlaps the next operation's op log; nothing is acknowledged on a
+  // transaction, only on op logs). Reaped before the next one past kTxnsInFlight and by Fence.
+  static constexpr size_t kTxnsInFlight = 2;
+  std::deque<std::pair<uint64_t, oq::Client::Ticket>> txns_in_flight;
   // op_seq and OPN: the OPN sent with a transaction never passes an open op (whichever
   // structure's: several may keep ops open across calls — stack/queue annulment, multi-version
   // publishing), nor an earlier session's op log still to be replayed (frontend/op_sequence.h).
@@ -287,6 +292,9 @@ struct Session::Impl {
   Status CollectLogAcks(bool wait, size_t keep);
 
   Status SendTxn(backend::TxnBuilder* b, uint64_t seq_addr, uint64_t opn);
+  // Awaits posted transactions until at most `keep` are in flight; an error makes the session
+  // broken (the transaction's outcome is unknown).
+  Status ReapTxns(size_t keep);
 
   Status FlushBatch();
 

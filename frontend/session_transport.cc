@@ -263,12 +263,14 @@ Status Session::Impl::SendTxn(backend::TxnBuilder* b, uint64_t seq_addr, uint64_
   opn = opseq.OpnToSend(opn);
   std::vector<uint8_t> bytes =
       b->Finish(o.frontend_id | uint64_t{incarnation} << 32, seq, opn, seq_addr);
-  Status s = oq->Submit(0, backend::kTxn, bytes);
-  if (!s.ok()) {
+  ASYMNVM_RETURN_IF_ERROR(ReapTxns(kTxnsInFlight - 1));
+  auto posted = oq->SubmitAsync(0, backend::kTxn, bytes);
+  if (!posted.ok()) {
     // The transaction may or may not have landed: later txn_seqs cannot be chosen safely.
-    broken = s.WithContext("transaction " + std::to_string(seq) + " outcome unknown");
+    broken = posted.status().WithContext("transaction " + std::to_string(seq) + " outcome unknown");
     return broken;
   }
+  txns_in_flight.emplace_back(seq, *posted);
   next_txn++;
   last_sent = seq;
   opseq.Sent(opn);
@@ -277,6 +279,20 @@ Status Session::Impl::SendTxn(backend::TxnBuilder* b, uint64_t seq_addr, uint64_
   while (!unsent.empty() && unsent.front()->second.order <= batch_last_order) {
     unsent.front()->second.txn = seq;
     unsent.pop_front();
+  }
+  return Status::Ok();
+}
+
+Status Session::Impl::ReapTxns(size_t keep) {
+  while (txns_in_flight.size() > keep) {
+    const auto [seq, ticket] = txns_in_flight.front();
+    txns_in_flight.pop_front();
+    Status s = oq->AwaitSubmit(ticket);
+    if (!s.ok()) {
+      txns_in_flight.clear();  // dropped with the connection (a broken session reconnects anew)
+      broken = s.WithContext("transaction " + std::to_string(seq) + " outcome unknown");
+      return broken;
+    }
   }
   return Status::Ok();
 }
@@ -306,6 +322,7 @@ Status Session::Impl::ReadRecord(uint64_t* lpn, uint64_t* opn, uint64_t* rejecte
 Status Session::Impl::Fence() {
   ASYMNVM_RETURN_IF_ERROR(CollectLogAcks(true, 0));
   ASYMNVM_RETURN_IF_ERROR(FlushBatch());
+  ASYMNVM_RETURN_IF_ERROR(ReapTxns(0));
   c.fences++;
   const auto deadline = Clock::now() + o.timeout;
   Backoff backoff;

@@ -448,6 +448,29 @@ Status Client::Submit(uint32_t worker, uint16_t type, std::span<const uint8_t> p
       static_cast<uint32_t>(kRequestHeaderSize + payload.size()), nullptr);
 }
 
+Result<Client::Ticket> Client::SubmitAsync(uint32_t worker, uint16_t type,
+                                           std::span<const uint8_t> payload) {
+  Impl& m = *impl_;
+  const uint64_t id = m.o.client_id;
+  Ticket t;
+  t.worker = worker;
+  t.deadline = Clock::now() + m.o.timeout;
+  ASYMNVM_RETURN_IF_ERROR(m.Begin(
+      worker, true, false,
+      [&](uint8_t* dst, uint64_t seq) {
+        std::vector<uint8_t> b;
+        EncodeRequest({0, 0, type, true, id, seq, worker}, payload, &b);
+        std::memcpy(dst, b.data(), b.size());
+        return static_cast<uint32_t>(b.size());
+      },
+      static_cast<uint32_t>(kRequestHeaderSize + payload.size()), t.deadline, true, &t.slot));
+  return t;
+}
+
+Status Client::AwaitSubmit(const Ticket& ticket) {
+  return impl_->Await(ticket.worker, ticket.slot, false, ticket.deadline, nullptr);
+}
+
 std::vector<Status> Client::SubmitMany(std::span<const Outgoing> requests) {
   Impl& m = *impl_;
   const uint64_t id = m.o.client_id;

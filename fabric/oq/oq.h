@@ -215,6 +215,18 @@ class Client {
     std::span<const uint8_t> payload;
   };
   std::vector<Status> SubmitMany(std::span<const Outgoing> requests);
+  // A pipelined Submit: the request is posted now (same order, same doorbell rules) and
+  // AwaitSubmit later returns what Submit would have (its deadline runs from the post). Each
+  // outstanding one holds a slot of the worker's window until awaited; every ticket must be
+  // awaited before the next Submit that would need its slot (a caller keeps fewer than `window`
+  // outstanding per worker) and before the Client is destroyed, or dropped with the Client.
+  struct Ticket {
+    uint32_t worker = 0;
+    uint32_t slot = 0;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  Result<Ticket> SubmitAsync(uint32_t worker, uint16_t type, std::span<const uint8_t> payload);
+  Status AwaitSubmit(const Ticket& ticket);
   // A non-nilext request: returns the handler's response. Errors as Submit.
   Status Call(uint32_t worker, uint16_t type, std::span<const uint8_t> payload,
               std::vector<uint8_t>* response);

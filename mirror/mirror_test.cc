@@ -121,6 +121,16 @@ class MirrorTest : public ::testing::Test {
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
   }
+  // A round of a seeded test starts from nothing: processes stopped, pools and oracle gone.
+  void NewRound() {
+    session_.reset();
+    primary_.reset();
+    mirror_.reset();
+    oracle_.clear();
+    for (const auto& f : std::filesystem::directory_iterator(dir_)) {
+      std::filesystem::remove_all(f.path());
+    }
+  }
   void StartMirror(const std::vector<std::string>& extra = {}) {
     std::vector<std::string> args = {"--listen", mirror_addr_, "--promotion-timeout-ms", "300"};
     args.insert(args.end(), extra.begin(), extra.end());
@@ -532,13 +542,7 @@ TEST_F(MirrorTest, PrimaryAndWriterKilledTogetherLoseNothing) {
     const uint64_t seed = seed0 + static_cast<uint64_t>(r);
     SCOPED_TRACE("round " + std::to_string(r) + " seed " + std::to_string(seed));
     std::mt19937_64 rng(seed);
-    session_.reset();
-    primary_.reset();
-    mirror_.reset();
-    oracle_.clear();
-    for (const auto& f : std::filesystem::directory_iterator(dir_)) {
-      std::filesystem::remove_all(f.path());
-    }
+    NewRound();
     StartMirror();
     StartPrimary();
     OpenSession();  // creates the root and the word array the writer writes
@@ -668,13 +672,7 @@ TEST_F(MirrorTest, PrimaryDiesAtForwardingCrashPointsNothingAcknowledgedLost) {
       const uint64_t nth = 400 + rng() % 1600;
       SCOPED_TRACE(std::string(point) + ":" + std::to_string(nth) + " round " + std::to_string(r) +
                    " seed " + std::to_string(seed));
-      session_.reset();
-      primary_.reset();
-      mirror_.reset();
-      oracle_.clear();
-      for (const auto& f : std::filesystem::directory_iterator(dir_)) {
-        std::filesystem::remove_all(f.path());
-      }
+      NewRound();
       StartMirror();
       const std::string armed = std::string(point) + ":" + std::to_string(nth);
       ::setenv("ASYMNVM_CRASH_AT", armed.c_str(), 1);
@@ -803,13 +801,7 @@ TEST_F(MirrorTest, SeededPromotionRounds) {
     const uint64_t seed = seed0 + static_cast<uint64_t>(r);
     SCOPED_TRACE("round " + std::to_string(r) + " seed " + std::to_string(seed));
     std::mt19937_64 rng(seed);
-    session_.reset();
-    primary_.reset();
-    mirror_.reset();
-    oracle_.clear();
-    for (const auto& f : std::filesystem::directory_iterator(dir_)) {
-      std::filesystem::remove_all(f.path());
-    }
+    NewRound();
     StartMirror();
     StartPrimary();
     OpenSession();

@@ -436,16 +436,8 @@ const ServerInfo& Client::server() const { return impl_->info; }
 uint64_t Client::client_id() const { return impl_->o.client_id; }
 
 Status Client::Submit(uint32_t worker, uint16_t type, std::span<const uint8_t> payload) {
-  uint64_t id = impl_->o.client_id;
-  return impl_->Do(
-      worker, true, false,
-      [&](uint8_t* dst, uint64_t seq) {
-        std::vector<uint8_t> b;
-        EncodeRequest({0, 0, type, true, id, seq, worker}, payload, &b);
-        std::memcpy(dst, b.data(), b.size());
-        return static_cast<uint32_t>(b.size());
-      },
-      static_cast<uint32_t>(kRequestHeaderSize + payload.size()), nullptr);
+  ASYMNVM_ASSIGN_OR_RETURN(const Ticket t, SubmitAsync(worker, type, payload));
+  return AwaitSubmit(t);
 }
 
 Result<Client::Ticket> Client::SubmitAsync(uint32_t worker, uint16_t type,

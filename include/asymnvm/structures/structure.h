@@ -129,9 +129,11 @@ class Map : public Handle {
   // nothing written; kFailedPrecondition for a reader. B+tree, BST, skip list, MV-BST and
   // MV-B+tree apply the sorted vector as few operations (op type 3, doc/structures.md "Vector
   // operations"): one op log and one tx_write per run of the vector whose op log and memory logs
-  // fit the bounds there; each run is atomic across a crash. The hash table (this default)
-  // applies the pairs as one Put each, so a crash can leave any prefix of them. On a later error
-  // the runs applied before it stay applied.
+  // fit the bounds there; each run is atomic across a crash. The hash table applies the whole
+  // batch as one op log and one transaction (sent in parts when its writes exceed one
+  // transaction, replayed whole after a crash): all or nothing. This default (kinds without a
+  // vector path) applies the pairs as one Put each, so a crash can leave any prefix of them. On a
+  // later error the runs applied before it stay applied.
   virtual Status PutBatch(std::span<const KeyValue> kvs);
 };
 

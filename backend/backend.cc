@@ -268,13 +268,8 @@ struct Backend::Impl : public OpLogSource {
       auto it = op_logs.find({fe, op_seq});
       if (it != op_logs.end()) return std::span<const uint8_t>(it->second);
     }
-    MutexLock l(op_logs_mu);
-    auto it = op_logs.find({fe, op_seq});
-    if (it == op_logs.end()) {
-      return Status::NotFound("op log " + OpSeqString(op_seq) + " of front-end " +
-                              std::to_string(fe) + " is not in the b-log");
-    }
-    return std::span<const uint8_t>(it->second);
+    return Status::NotFound("op log " + OpSeqString(op_seq) + " of front-end " +
+                            std::to_string(fe) + " is not in the b-log");
   }
 
   void IndexOpLog(std::span<const uint8_t> entry_payload) ASYMNVM_REQUIRES(op_logs_mu) {

@@ -423,18 +423,17 @@ struct Replicator::Impl {
       // mirror's digests were taken before forwarding resumed (nothing writes its pool between
       // the hello and now), ours are taken after: a granule equal then holds, on the mirror, our
       // bytes as of our digest plus every change forwarded since (doc/mirror.md).
-      auto& digests = mirror_digests;
-      if (digests.ok()) {
+      if (mirror_digests.ok()) {
         incremental = true;
         how = "catch-up by digests";
         const uint64_t granules = (pool->size() + kGranule - 1) / kGranule;
         for (uint64_t g = 0; g < granules; g++) {
           const uint64_t off = g * kGranule, len = std::min(kGranule, pool->size() - off);
-          if (Hash64(pool->base() + off, len) != (*digests)[g]) todo.Add(off, len);
+          if (Hash64(pool->base() + off, len) != (*mirror_digests)[g]) todo.Add(off, len);
         }
       } else {
-        LOG_INFO("mirror", "mirror " << l.address << ": no digests (" << digests.status().ToString()
-                                     << "): full copy");
+        LOG_INFO("mirror", "mirror " << l.address << ": no digests ("
+                                     << mirror_digests.status().ToString() << "): full copy");
         todo.Add(0, pool->size());
       }
     }

@@ -216,23 +216,29 @@ Status Session::Write(uint64_t addr, std::span<const uint8_t> data, const Struct
   });
 }
 
+Status Session::Impl::BufferWrite(uint64_t addr, std::span<const uint8_t> data, uint64_t op_seq,
+                                  uint32_t op_offset) {
+  ASYMNVM_RETURN_IF_ERROR(CheckData(addr, data.size()));
+  const size_t fp = op_seq != 0 ? internal::kPointerEntryFootprint : EntryFootprint(data.size());
+  if (cur_bytes + fp + backend::kTxnHeaderSize + backend::kTxnCommitSize > max_txn) {
+    return Status::ResourceExhausted(
+        "the operation's memory logs exceed the largest transaction (" + std::to_string(max_txn) +
+        " bytes)");
+  }
+  cur.push_back({addr, std::vector<uint8_t>(data.begin(), data.end()), op_seq, op_offset});
+  cur_bytes += fp;
+  c.mem_logs++;
+  if (op_seq != 0) c.pointer_mem_logs++;
+  AddOverlay(addr, data, 0);
+  if (cache) cache->Update(addr, data);
+  return Status::Ok();
+}
+
 Status Session::MemLog(uint64_t addr, std::span<const uint8_t> data) {
   return Guarded(false, [&]() -> Status {
     Impl& m = *impl_;
     if (m.o.level == Level::kNaive && !m.group_writes) return Write(addr, data);
-    ASYMNVM_RETURN_IF_ERROR(m.CheckData(addr, data.size()));
-    const size_t fp = EntryFootprint(data.size());
-    if (m.cur_bytes + fp + backend::kTxnHeaderSize + backend::kTxnCommitSize > m.max_txn) {
-      return Status::ResourceExhausted(
-          "the operation's memory logs exceed the largest transaction (" +
-          std::to_string(m.max_txn) + " bytes)");
-    }
-    m.cur.push_back({addr, std::vector<uint8_t>(data.begin(), data.end())});
-    m.cur_bytes += fp;
-    m.c.mem_logs++;
-    m.AddOverlay(addr, data, 0);
-    if (m.cache) m.cache->Update(addr, data);
-    return Status::Ok();
+    return m.BufferWrite(addr, data, 0, 0);
   });
 }
 
@@ -251,22 +257,7 @@ Status Session::MemLogFromOp(uint64_t addr, std::span<const uint8_t> data, uint6
       EntryFootprint(data.size()) <= internal::kPointerEntryFootprint) {
     return MemLog(addr, data);
   }
-  return Guarded(false, [&]() -> Status {
-    ASYMNVM_RETURN_IF_ERROR(m.CheckData(addr, data.size()));
-    const size_t fp = internal::kPointerEntryFootprint;
-    if (m.cur_bytes + fp + backend::kTxnHeaderSize + backend::kTxnCommitSize > m.max_txn) {
-      return Status::ResourceExhausted(
-          "the operation's memory logs exceed the largest transaction (" +
-          std::to_string(m.max_txn) + " bytes)");
-    }
-    m.cur.push_back({addr, std::vector<uint8_t>(data.begin(), data.end()), op_seq, op_offset});
-    m.cur_bytes += fp;
-    m.c.mem_logs++;
-    m.c.pointer_mem_logs++;
-    m.AddOverlay(addr, data, 0);
-    if (m.cache) m.cache->Update(addr, data);
-    return Status::Ok();
-  });
+  return Guarded(false, [&]() -> Status { return m.BufferWrite(addr, data, op_seq, op_offset); });
 }
 
 Result<uint64_t> Session::OpLog(const Structure& s, uint16_t op_type,

@@ -291,6 +291,10 @@ struct Session::Impl {
   // within o.timeout breaks the session: the op logs not acknowledged may never have landed.
   Status CollectLogAcks(bool wait, size_t keep);
 
+  // Buffers a memory log of the current operation (op_seq != 0: sent as a pointer into that op
+  // log at op_offset). kResourceExhausted past the largest transaction.
+  Status BufferWrite(uint64_t addr, std::span<const uint8_t> data, uint64_t op_seq,
+                     uint32_t op_offset);
   Status SendTxn(backend::TxnBuilder* b, uint64_t seq_addr, uint64_t opn);
   // Awaits posted transactions until at most `keep` are in flight; an error makes the session
   // broken (the transaction's outcome is unknown).

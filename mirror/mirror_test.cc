@@ -147,7 +147,9 @@ class MirrorTest : public ::testing::Test {
     ASSERT_TRUE(b.ok()) << b.status().ToString();
     primary_ = std::move(b).value();
   }
-  void OpenSession() {
+  // A session on the primary with the word array's root; new_array: a fresh array at base_ (else
+  // the one base_ already names, e.g. after a restart).
+  void OpenSession(bool new_array = true) {
     SessionOptions o;
     o.backends = {primary_->address()};
     o.coordinator = coord_;
@@ -170,6 +172,7 @@ class MirrorTest : public ::testing::Test {
     auto st = session_->CreateRoot("mirrored", kType);
     ASSERT_TRUE(st.ok()) << st.status().ToString();
     structure_ = *st;
+    if (!new_array) return;
     auto base = session_->Malloc(kWords * 8);
     ASSERT_TRUE(base.ok()) << base.status().ToString();
     base_ = *base;
@@ -225,6 +228,15 @@ class MirrorTest : public ::testing::Test {
     *text = out.str() + err.str();
     return rc;
   }
+  // Quiesced stop of the session, the primary and the mirror; `asymnvm-ctl diff` finds the two
+  // pools identical.
+  void StopBothExpectIdenticalPools() {
+    session_.reset();
+    ASSERT_TRUE(primary_->Stop().ok());
+    ASSERT_TRUE(mirror_->Stop().ok());
+    std::string text;
+    EXPECT_EQ(Diff(&text), tools::kCtlOk) << text;
+  }
 
   std::string dir_, primary_pool_, mirror_pool_, mirror_addr_, coord_;
   std::unique_ptr<driver::BackendProcess> primary_, mirror_;
@@ -246,11 +258,7 @@ TEST_F(MirrorTest, QuiescedRunLeavesIdenticalPools) {
   OpenSession();
   Puts(400, 1);
   ASSERT_TRUE(session_->Fence().ok());
-  session_.reset();
-  ASSERT_TRUE(primary_->Stop().ok());
-  ASSERT_TRUE(mirror_->Stop().ok());
-  std::string text;
-  EXPECT_EQ(Diff(&text), tools::kCtlOk) << text;
+  StopBothExpectIdenticalPools();
 }
 
 TEST_F(MirrorTest, PrimaryKilledAndPoolDeletedMirrorPromotedNothingLostOldPrimaryFenced) {
@@ -342,11 +350,7 @@ TEST_F(MirrorTest, MirrorKilledPrimaryGoesOnMirrorCatchesUp) {
   Puts(100, 9);
   ASSERT_TRUE(session_->Fence().ok());
   VerifyOracle(*session_);
-  session_.reset();
-  ASSERT_TRUE(primary_->Stop().ok());
-  ASSERT_TRUE(mirror_->Stop().ok());
-  std::string text;
-  EXPECT_EQ(Diff(&text), tools::kCtlOk) << text;
+  StopBothExpectIdenticalPools();
 }
 
 // Rejoin (doc/mirror.md §Rejoin): the promoted mirror forwards to the old primary's rejoin
@@ -452,25 +456,12 @@ TEST_F(MirrorTest, RestartedPrimaryCatchesUpTheMirrorByDigests) {
     EXPECT_EQ(j["mirrors"][0].value("incremental_copies", uint64_t{0}), 1u) << j.dump();
     EXPECT_LT(j["mirrors"][0].value("last_copy_bytes", uint64_t{0}), uint64_t{16} << 20)
         << j.dump();
-    SessionOptions o;
-    o.backends = {primary_->address()};
-    o.coordinator = coord_;
-    o.level = frontend::Level::kRcb;
-    auto s = Session::Open(o);
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-    session_ = std::move(s).value();
-    auto st = session_->CreateRoot("mirrored", kType);
-    ASSERT_TRUE(st.ok()) << st.status().ToString();
-    structure_ = *st;
+    OpenSession(/*new_array=*/false);
     VerifyOracle(*session_);
     Puts(200, kill ? 32 : 31);
     ASSERT_TRUE(session_->Fence().ok());
   }
-  session_.reset();
-  ASSERT_TRUE(primary_->Stop().ok());
-  ASSERT_TRUE(mirror_->Stop().ok());
-  std::string text;
-  EXPECT_EQ(Diff(&text), tools::kCtlOk) << text;
+  StopBothExpectIdenticalPools();
 }
 
 // A mirror SIGKILLed while its full copy runs: the primary never counted it (not in sync), goes
@@ -524,11 +515,7 @@ TEST_F(MirrorTest, MirrorKilledDuringCatchUpConvergesAfterRestart) {
   Puts(50, 13);
   ASSERT_TRUE(session_->Fence().ok());
   VerifyOracle(*session_);
-  session_.reset();
-  ASSERT_TRUE(primary_->Stop().ok());
-  ASSERT_TRUE(mirror_->Stop().ok());
-  std::string text;
-  EXPECT_EQ(Diff(&text), tools::kCtlOk) << text;
+  StopBothExpectIdenticalPools();
 }
 
 // §7.2 combination "primary and one front-end killed together" (doc/mirror.md §Tests): a writer

@@ -428,7 +428,9 @@ TEST_F(MirrorTest, FencedOldPrimaryRejoinsAsMirrorWhileTheNewPrimaryServes) {
 // §7.2 case 5 across a restart of the primary: the new primary process has none of the old
 // stream's state, so the mirror's pool (in sync with the old stream) is caught up by digests —
 // only the granules that differ cross the wire — while a writer runs; a SIGKILLed primary's pool
-// (writes acknowledged and not) converges the same way. The pools end identical.
+// (writes acknowledged and not) converges the same way, also after three more SIGKILLs during
+// the restarts (start-up, recovery, catch-up). Every acknowledged write is read back after each
+// restart and the pools end identical.
 TEST_F(MirrorTest, RestartedPrimaryCatchesUpTheMirrorByDigests) {
   // No promotion while the SIGKILLed primary restarts (however slowly, e.g. under ASan): this
   // test is about the restarted primary catching the mirror up, not about failover.
@@ -443,6 +445,22 @@ TEST_F(MirrorTest, RestartedPrimaryCatchesUpTheMirrorByDigests) {
     session_.reset();
     if (kill) {
       primary_->Kill();  // the mirror keeps its pool and its sidecar (in sync, the old stream)
+      // And again while the next one starts: recovery, hello, digests, the copy — wherever the
+      // delay falls. The mirror stays "syncing" (never promotable) until a catch-up completes.
+      for (const int delay_ms : {5, 20, 60}) {
+        const pid_t early = ::fork();
+        ASSERT_GE(early, 0);
+        if (early == 0) {
+          ::execl(ASYMNVM_BACKEND_BIN, ASYMNVM_BACKEND_BIN, "--pool", primary_pool_.c_str(),
+                  "--size", "64M", "--log-level", "off", "--mirror", mirror_addr_.c_str(),
+                  "--mirror-timeout-ms", "2000", static_cast<char*>(nullptr));
+          _exit(127);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+        ::kill(early, SIGKILL);
+        int status = 0;
+        ::waitpid(early, &status, 0);
+      }
     } else {
       ASSERT_TRUE(primary_->Stop().ok());
     }

@@ -769,7 +769,24 @@ struct Backend::Impl : public OpLogSource {
         // than one this back-end has seen for the id is a holder whose lease lapsed and whose id
         // was claimed again since: fenced.
         const uint64_t epoch = r.remaining() >= 8 ? r.U64() : 0;
+        // The group term the front-end learned from the coordinator (0: none). A higher one than
+        // this replica serves means a mirror may have been promoted since (doc/mirror.md §Terms).
+        const uint64_t term = r.remaining() >= 8 ? r.U64() : 0;
         ASYMNVM_RETURN_IF_ERROR(r.status());
+        if (term > o.replication.term) {
+          Status t = o.check_term ? o.check_term(term)
+                                  : Status::FailedPrecondition(
+                                        "register: the front-end is at group term " +
+                                        std::to_string(term) + ", this replica serves term " +
+                                        std::to_string(o.replication.term) + " (stale replica)");
+          if (!t.ok()) {
+            MutexLock lock(mu);
+            counters.registers_fenced++;
+            LOG_WARN("backend", "refused a registration of front-end "
+                                    << fe << " at group term " << term << ": " << t.ToString());
+            return t;
+          }
+        }
         if (epoch != 0) {
           MutexLock lock(mu);
           uint64_t& highest = epochs[fe];
@@ -1328,7 +1345,7 @@ struct Backend::Impl : public OpLogSource {
 
   Status StartReplication() {
     const ReplicationOptions& ro = o.replication;
-    if (ro.mirrors.empty()) return Status::Ok();
+    if (ro.mirrors.empty() && !ro.joinable) return Status::Ok();
     ASYMNVM_ASSIGN_OR_RETURN(repl, Replicator::Start(ro, o.fabric, pool.get()));
     fwd->set_replicator(repl.get());
     fwd_deferred->set_replicator(repl.get());
@@ -1369,6 +1386,13 @@ const Layout& Backend::layout() const { return impl_->layout; }
 BackendStats Backend::stats() const { return impl_->Stats(); }
 std::string Backend::StatusJson() const { return impl_->StatusJson(); }
 void Backend::Stop() { impl_->Stop(); }
+Status Backend::AddMirror(const std::string& address) {
+  if (!impl_->repl) {
+    return Status::FailedPrecondition("mirror " + address +
+                                      ": this back-end was started without replication");
+  }
+  return impl_->repl->AddMirror(address);
+}
 
 Status Backend::TEST_CrashAndClose(uint64_t seed, double keep, uint64_t* dropped_lines) {
   if (!impl_->pool || !impl_->pool->crash_sim()) {

@@ -64,6 +64,11 @@ struct BackendOptions {
   // waits up to mirror_wait for their first full copy before serving.
   ReplicationOptions replication;
   std::chrono::milliseconds mirror_wait{30000};
+  // Terms (doc/mirror.md §Terms): a registration may carry the group term its front-end learned
+  // from the coordinator. One above replication.term is passed here (the daemon's group role
+  // re-reads the group state: OK when this replica still serves that term, else it fences the
+  // process); without it such a registration is refused.
+  std::function<Status(uint64_t client_term)> check_term;
   // Tests: open the pool with pm crash simulation (PoolOptions::crash_sim); see
   // TEST_CrashAndClose.
   bool crash_sim = false;
@@ -117,6 +122,11 @@ class Backend {
   const Layout& layout() const;
   BackendStats stats() const;
   std::string StatusJson() const;  // what `asymnvm-ctl status` prints
+  // Forwards to one more mirror from now on (a mirror that announced itself in the group while
+  // this back-end serves; doc/mirror.md §Joining). kFailedPrecondition when the back-end was
+  // started without replication (neither replication.mirrors nor replication.joinable), else
+  // Replicator::AddMirror's errors.
+  Status AddMirror(const std::string& address);
   // Stops serving, joins threads, closes the pool. Acknowledged work is already durable.
   void Stop();
   // Tests (crash_sim pools only): stops serving without the final checkpoint, then models a power

@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -46,6 +47,7 @@
 #include "backend/backend.h"
 #include "common/logging.h"
 #include "mirror/group.h"
+#include "mirror/primary_role.h"
 
 using namespace asymnvm;
 
@@ -114,35 +116,6 @@ std::string MirrorBinary() {
     if (::access(p.c_str(), X_OK) == 0) return p.lexically_normal().string();
   }
   return "asymnvm-mirror";
-}
-
-// Registers /asymnvm/groups/<uuid>/primary (ephemeral). A node left by an earlier incarnation
-// (ZooKeeper: its session has not expired yet) is waited out for up to `wait`.
-Result<std::unique_ptr<coord::Coordinator>> RegisterPrimary(const std::string& uri,
-                                                            const std::string& pool_path,
-                                                            const std::string& data,
-                                                            std::chrono::milliseconds wait,
-                                                            std::string* node_path) {
-  ASYMNVM_ASSIGN_OR_RETURN(auto uuid, ReadPoolUuid(pool_path));
-  ASYMNVM_ASSIGN_OR_RETURN(auto c, coord::Coordinator::Open(uri));
-  const std::string group = "/asymnvm/groups/" + pm::UuidToString(uuid);
-  ASYMNVM_RETURN_IF_ERROR(c->EnsurePath(group));
-  *node_path = group + "/primary";
-  const auto deadline = coord::Clock::now() + wait;
-  for (;;) {
-    auto created = c->Create(*node_path, data, coord::kEphemeral);
-    if (created.ok()) return c;
-    if (created.status().code() != StatusCode::kAlreadyExists) return created.status();
-    auto old = c->Get(*node_path);
-    if (!old.ok() && old.status().code() == StatusCode::kNotFound) continue;
-    ASYMNVM_RETURN_IF_ERROR(old.status());
-    if (coord::Clock::now() >= deadline) {
-      return Status::AlreadyExists(*node_path + " is held by a live process (" + old->data +
-                                   "); another back-end serves this pool");
-    }
-    auto changed = c->WaitForChange(*node_path, old->version, deadline);
-    if (!changed.ok() && changed.status().code() != StatusCode::kTimedOut) return changed.status();
-  }
 }
 
 }  // namespace
@@ -218,6 +191,11 @@ int main(int argc, char** argv) {
   app.add_flag("--rejoin", rejoin,
                "when fenced (a mirror was promoted), become a mirror of the new primary on this "
                "pool instead of exiting 5 (exec asymnvm-mirror; full copy while it serves)");
+  uint32_t rejoin_wait_ms = 60000;
+  app.add_option("--rejoin-wait-ms", rejoin_wait_ms,
+                 "--rejoin with a lost pool: wait this long for a mirror's promotion")
+      ->check(CLI::Range(0u, 3600000u))
+      ->capture_default_str();
   app.add_option("--rejoin-listen", rejoin_listen,
                  "the mirror's control address with --rejoin (default: the new primary's mirror "
                  "address unix://<pool>.sock, or its only one)");
@@ -273,76 +251,139 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_set, nullptr);
 
   if (name.empty()) name = mirror::DefaultReplicaName(o.pool_path);
-  std::string group_uri = coord_uri;
-  if (group_uri.empty()) {
-    group_uri = "dir:" + (std::filesystem::absolute(o.pool_path).parent_path() / "coord").string();
+  if (coord_uri.empty()) {
+    coord_uri = "dir:" + (std::filesystem::absolute(o.pool_path).parent_path() / "coord").string();
   }
+  // The command that makes this pool a mirror of the group's primary (doc/mirror.md §Rejoin):
+  // --join lets the primary attach it while serving, whether or not it lists the address.
+  auto rejoin_command = [&](const std::array<uint8_t, 16>& uuid, const std::string& addr) {
+    std::vector<std::string> margs = {MirrorBinary(),
+                                      "--pool",
+                                      o.pool_path,
+                                      "--listen",
+                                      addr,
+                                      "--join",
+                                      pm::UuidToString(uuid),
+                                      "--name",
+                                      name,
+                                      "--coord",
+                                      coord_uri,
+                                      "--pm-mode",
+                                      pm_mode,
+                                      "--log-level",
+                                      log_level};
+    if (!o.fabric.secret_file.empty()) {
+      margs.push_back("--secret-file");
+      margs.push_back(o.fabric.secret_file);
+    }
+    return margs;
+  };
+  auto exec_rejoin = [&](const std::vector<std::string>& margs) {
+    std::vector<std::string> args = margs;
+    std::vector<char*> argv2;
+    for (auto& a : args) argv2.push_back(a.data());
+    argv2.push_back(nullptr);
+    pthread_sigmask(SIG_UNBLOCK, &stop_set, nullptr);
+    ::execv(args[0].c_str(), argv2.data());
+    std::cerr << "asymnvm-backend: exec " << args[0] << ": " << std::strerror(errno) << "\n";
+    return 1;
+  };
+  auto joined = [](const std::vector<std::string>& v) {
+    std::string cmd;
+    for (const auto& a : v) cmd += (cmd.empty() ? "" : " ") + a;
+    return cmd;
+  };
+  const std::string default_rejoin_address =
+      "unix://" + std::filesystem::absolute(o.pool_path).lexically_normal().string() + ".sock";
+
   // Fencing (doc/mirror.md §Promotion): a group whose state names another replica was taken over
   // by a promoted mirror; this pool is stale and must not serve.
   std::shared_ptr<coord::Coordinator> group_coord;
   uint64_t term = 0;
-  if (group_uri != "none") {
-    auto c = coord::Coordinator::Open(group_uri);
+  if (coord_uri != "none") {
+    auto c = coord::Coordinator::Open(coord_uri);
     if (!c.ok()) {
-      std::cerr << "asymnvm-backend: coordinator " << group_uri << ": " << c.status().ToString()
+      std::cerr << "asymnvm-backend: coordinator " << coord_uri << ": " << c.status().ToString()
                 << "\n";
       return 1;
     }
     group_coord = std::move(c).value();
     if (rejoin && ::access(o.pool_path.c_str(), F_OK) != 0) {
-      // A lost pool names no group: serving a fresh one here would be a new, empty back-end.
-      std::cerr << "asymnvm-backend: --rejoin: " << o.pool_path
-                << " does not exist, so nothing names its group; to make this path a mirror of "
-                   "the group's primary run: asymnvm-mirror --pool "
-                << o.pool_path << " --listen ADDR --coord " << group_uri
-                << " (ADDR: an address the primary forwards to, its --mirror)\n";
-      return 1;
+      // A lost pool: its group is recorded under the replica's name (written when it served or
+      // was in sync). Wait for a mirror's promotion, then become a mirror of the new primary.
+      auto uuid = mirror::LookupReplica(*group_coord, name);
+      if (!uuid.ok()) {
+        std::cerr << "asymnvm-backend: --rejoin: " << o.pool_path
+                  << " does not exist and the coordinator names no group for replica " << name
+                  << " (" << uuid.status().ToString()
+                  << "); serving a fresh pool here would be a new, empty back-end. To make this "
+                     "path a mirror of a group's primary run: asymnvm-mirror --pool "
+                  << o.pool_path << " --listen ADDR --join GROUP-UUID --coord " << coord_uri
+                  << "\n";
+        return 1;
+      }
+      const auto deadline =
+          std::chrono::steady_clock::now() + std::chrono::milliseconds(rejoin_wait_ms);
+      for (;;) {
+        Status f = mirror::CheckPrimary(*group_coord, *uuid, name, &term);
+        if (f.code() == StatusCode::kFailedPrecondition) {
+          const std::string addr = rejoin_listen.empty() ? default_rejoin_address : rejoin_listen;
+          auto margs = rejoin_command(*uuid, addr);
+          std::cerr << "asymnvm-backend: " << o.pool_path << " is lost; " << f.message()
+                    << "; rejoining as a mirror of the new primary: " << joined(margs) << std::endl;
+          group_coord.reset();
+          return exec_rejoin(margs);
+        }
+        if (!f.ok() && f.code() != StatusCode::kNotFound) {
+          std::cerr << "asymnvm-backend: coordinator " << coord_uri << ": " << f.ToString() << "\n";
+          return 1;
+        }
+        if (std::chrono::steady_clock::now() >= deadline) {
+          std::cerr << "asymnvm-backend: --rejoin: " << o.pool_path << " is lost and group "
+                    << pm::UuidToString(*uuid)
+                    << " still names this replica as its primary after --rejoin-wait-ms "
+                    << rejoin_wait_ms
+                    << ": no mirror was promoted (none in sync?); the acknowledged data of this "
+                       "group is only where a mirror holds it\n";
+          return 1;
+        }
+        LOG_WARN("backend", "--rejoin: " << o.pool_path
+                                         << " is lost and the group still names this replica; "
+                                            "waiting for a mirror's promotion");
+        auto node = group_coord->Get(mirror::GroupPath(*uuid) + "/state");
+        (void)group_coord->WaitForChange(
+            mirror::GroupPath(*uuid) + "/state",
+            node.ok() ? node->version : coord::Coordinator::kNoNode,
+            std::min(deadline, coord::Clock::now() + std::chrono::milliseconds(500)));
+      }
     }
     if (::access(o.pool_path.c_str(), F_OK) == 0) {
       auto uuid = ReadPoolUuid(o.pool_path);
       if (uuid.ok()) {
         Status f = mirror::CheckPrimary(*group_coord, *uuid, name, &term);
         if (f.code() == StatusCode::kFailedPrecondition) {
-          const std::string addr = RejoinAddress(*group_coord, *uuid, o.pool_path, rejoin_listen);
-          std::vector<std::string> margs = {
-              MirrorBinary(), "--pool",  o.pool_path, "--listen", addr.empty() ? "ADDR" : addr,
-              "--coord",      group_uri, "--pm-mode", pm_mode,    "--log-level",
-              log_level};
-          if (!o.fabric.secret_file.empty()) {
-            margs.push_back("--secret-file");
-            margs.push_back(o.fabric.secret_file);
-          }
-          std::string cmd;
-          for (const auto& a : margs) cmd += (cmd.empty() ? "" : " ") + a;
-          if (rejoin && !addr.empty()) {
+          std::string addr = RejoinAddress(*group_coord, *uuid, o.pool_path, rejoin_listen);
+          if (addr.empty()) addr = default_rejoin_address;
+          auto margs = rejoin_command(*uuid, addr);
+          if (rejoin) {
             std::cerr << "asymnvm-backend: " << o.pool_path << ": " << f.message()
-                      << "; rejoining as a mirror of the new primary: " << cmd << std::endl;
-            std::vector<char*> argv2;
-            for (auto& a : margs) argv2.push_back(a.data());
-            argv2.push_back(nullptr);
-            pthread_sigmask(SIG_UNBLOCK, &stop_set, nullptr);
+                      << "; rejoining as a mirror of the new primary: " << joined(margs)
+                      << std::endl;
             group_coord.reset();
-            ::execv(margs[0].c_str(), argv2.data());
-            std::cerr << "asymnvm-backend: exec " << margs[0] << ": " << std::strerror(errno)
-                      << "\n";
-            return 1;
+            return exec_rejoin(margs);
           }
           std::cerr << "asymnvm-backend: " << o.pool_path << ": " << f.message() << " (exit "
                     << mirror::kExitFenced << "). To rejoin as a mirror of the new primary (a "
-                    << "full copy while it serves), run: " << cmd
-                    << (addr.empty() ? "  (ADDR: an address the new primary forwards to, its "
-                                       "--mirror; or start this daemon again with --rejoin "
-                                       "--rejoin-listen ADDR)"
-                                     : "  (or start this daemon again with --rejoin)")
-                    << "\n";
+                    << "copy of what differs while it serves), run: " << joined(margs)
+                    << "  (or start this daemon again with --rejoin)\n";
           return mirror::kExitFenced;
         }
         if (!f.ok()) {
-          std::cerr << "asymnvm-backend: coordinator " << group_uri << ": " << f.ToString() << "\n";
+          std::cerr << "asymnvm-backend: coordinator " << coord_uri << ": " << f.ToString() << "\n";
           return 1;
         }
         if (term != 0 && !mirrors.empty()) {
-          // A restart: the mirrors get a full copy again; none counts until then.
+          // A restart: the mirrors are caught up again; none counts until then.
           Status r = mirror::SetInSync(*group_coord, *uuid, name, {}, &term);
           if (!r.ok()) {
             std::cerr << "asymnvm-backend: " << r.ToString() << "\n";
@@ -353,12 +394,13 @@ int main(int argc, char** argv) {
     }
   }
   o.replication.mirrors = mirrors;
+  o.replication.joinable = group_coord != nullptr;  // mirrors may announce themselves
   o.replication.async = mirror_mode == "async";
   o.replication.timeout = std::chrono::milliseconds(mirror_timeout_ms);
   o.replication.name = name;
   o.replication.term = term;
   o.mirror_wait = std::chrono::milliseconds(mirror_wait_ms);
-  if (!mirrors.empty() && group_coord) {
+  if (group_coord) {
     o.replication.on_insync = [group_coord, name](const std::array<uint8_t, 16>& uuid,
                                                   const std::vector<std::string>& insync) {
       uint64_t t = 0;
@@ -371,10 +413,22 @@ int main(int argc, char** argv) {
       return s;
     };
   }
-  o.replication.fenced = [](const Status& s) {
+  auto fenced = [](const Status& s) {
     std::cerr << "asymnvm-backend: " << s.message() << "; exiting without acknowledging more (exit "
               << mirror::kExitFenced << ")" << std::endl;
     std::_Exit(mirror::kExitFenced);
+  };
+  o.replication.fenced = fenced;
+  // The group role exists once the pool (and so its uuid) does, i.e. after Start; a registration
+  // carrying a term before that is refused (nobody can have learned one from this process yet).
+  std::atomic<mirror::PrimaryRole*> role_ptr{nullptr};
+  o.check_term = [&role_ptr](uint64_t t) {
+    mirror::PrimaryRole* r = role_ptr.load();
+    if (r == nullptr) {
+      return Status::FailedPrecondition("register: group term " + std::to_string(t) +
+                                        " given before this back-end registered in its group");
+    }
+    return r->CheckClientTerm(t);
   };
   auto be = backend::Backend::Start(o);
   if (!be.ok()) {
@@ -382,46 +436,46 @@ int main(int argc, char** argv) {
     return 1;
   }
   LOG_INFO("backend", "serving " << o.pool_path << ": " << (*be)->layout().Describe());
-  std::unique_ptr<coord::Coordinator> coordinator;
-  std::string node_path;
-  if (coord_uri != "none") {
-    if (coord_uri.empty()) {
-      std::filesystem::path dir = std::filesystem::absolute(o.pool_path).parent_path();
-      coord_uri = "dir:" + (dir / "coord").string();
+  std::unique_ptr<mirror::PrimaryRole> role;
+  if (group_coord) {
+    auto uuid = ReadPoolUuid(o.pool_path);
+    if (!uuid.ok()) {
+      std::cerr << "asymnvm-backend: " << uuid.status().ToString() << "\n";
+      (*be)->Stop();
+      return 1;
     }
+    role = std::make_unique<mirror::PrimaryRole>(group_coord, *uuid, name, term, "asymnvm-backend");
     const std::string data = "address " + (*be)->address() + "\nlog " + (*be)->log_address() +
                              "\npid " + std::to_string(::getpid()) + "\nstarted_unix_ms " +
                              std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
                                                 std::chrono::system_clock::now().time_since_epoch())
                                                 .count()) +
                              "\n";
-    auto reg = RegisterPrimary(coord_uri, o.pool_path, data, std::chrono::seconds(30), &node_path);
+    Status reg = role->Register(data, std::chrono::seconds(30));
     if (!reg.ok()) {
-      std::cerr << "asymnvm-backend: coordinator " << coord_uri << ": " << reg.status().ToString()
-                << "\n";
+      std::cerr << "asymnvm-backend: coordinator " << coord_uri << ": " << reg.ToString()
+                << "; another back-end serves this pool\n";
+      role.reset();
       (*be)->Stop();
       return 1;
     }
-    coordinator = std::move(reg).value();
-    LOG_INFO("backend", "registered " << node_path << " at " << coord_uri);
+    role_ptr.store(role.get());
+    backend::Backend* bp = be->get();
+    role->Start(fenced, [bp](const std::string& a) { return bp->AddMirror(a); });
+    LOG_INFO("backend", "registered " << mirror::GroupPath(*uuid) << "/primary at " << coord_uri
+                                      << " (term " << role->term() << ")");
   }
   std::cout << "listening " << (*be)->address() << "\nlog " << (*be)->log_address() << std::endl;
   int sig = 0;
   sigwait(&stop_set, &sig);
-  if (!mirrors.empty() && group_coord) {
+  if (role) {
     // An operator's stop is not a failure: empty the in-sync set first so no mirror takes over
-    // (they are re-copied when this primary starts again).
-    auto uuid = ReadPoolUuid(o.pool_path);
-    uint64_t t = 0;
-    Status s = uuid.ok() ? mirror::SetInSync(*group_coord, *uuid, name, {}, &t) : uuid.status();
-    if (!s.ok()) LOG_WARN("backend", "clearing the in-sync set: " << s.ToString());
-  }
-  if (coordinator) {
-    Status d = coordinator->Delete(node_path);
-    if (!d.ok()) LOG_WARN("backend", "unregister " << node_path << ": " << d.ToString());
-    coordinator->Close();
+    // (they are caught up when this primary starts again); then unregister.
+    role->Stop(/*clear_insync=*/true);
   }
   (*be)->Stop();
+  role_ptr.store(nullptr);
+  role.reset();
   auto st = (*be)->stats();
   std::cerr << "asymnvm-backend: stopped (signal " << sig << "): " << st.txns_applied
             << " txns applied, " << st.txns_rejected << " rejected, " << st.requests

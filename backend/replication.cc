@@ -118,7 +118,42 @@ struct Replicator::Impl {
         missed ASYMNVM_GUARDED_BY(mu);
     bool resumable ASYMNVM_GUARDED_BY(mu) = false;
   };
-  std::vector<std::unique_ptr<Link>> links;
+  // Links are only ever appended (AddMirror, at start or while serving) and never removed: a
+  // fixed array published by an atomic count, so the data path (Forward, Sync) iterates without
+  // a lock. A dropped mirror's link stays, down, and is re-attached by the manager.
+  std::array<std::unique_ptr<Link>, kMaxMirrors> link_slots;
+  std::atomic<size_t> nlinks{0};
+  Mutex add_mu;  // serializes AddLink
+  size_t LinkCount() const { return nlinks.load(std::memory_order_acquire); }
+  Link& LinkAt(size_t i) const { return *link_slots[i]; }
+
+  Status AddLink(const std::string& address) {
+    MutexLock g(add_mu);
+    const size_t n = LinkCount();
+    for (size_t i = 0; i < n; i++) {
+      if (LinkAt(i).address == address) {
+        return Status::AlreadyExists("mirror " + address + " is already attached");
+      }
+    }
+    if (n == kMaxMirrors) {
+      return Status::ResourceExhausted("mirror " + address + ": a primary forwards to at most " +
+                                       std::to_string(kMaxMirrors) + " mirrors");
+    }
+    auto l = std::make_unique<Link>();
+    {
+      MutexLock lk(l->mu);  // not yet visible to any other thread
+      l->unflushed.Resize(pool->size());
+      l->inflight.Resize(pool->size());
+      l->missed.Resize(pool->size());
+      l->address = address;
+      l->st.address = address;
+      l->st.state = "down";
+    }
+    link_slots[n] = std::move(l);
+    nlinks.store(n + 1, std::memory_order_release);
+    mgr_cv.notify_all();
+    return Status::Ok();
+  }
 
   Mutex isr_mu;  // serializes in-sync set updates
   Mutex mgr_mu;
@@ -312,11 +347,10 @@ struct Replicator::Impl {
   void UpdateIsr() {
     MutexLock g(isr_mu);
     std::vector<std::string> names;
-    for (auto& lp : links) {
-      MutexLock lk(lp->mu);
-      if (lp->state == LinkState::kInSync && !lp->failed && !lp->dropping) {
-        names.push_back(lp->st.name);
-      }
+    for (size_t i = 0, n = LinkCount(); i < n; i++) {
+      Link& l = LinkAt(i);
+      MutexLock lk(l.mu);
+      if (l.state == LinkState::kInSync && !l.failed && !l.dropping) names.push_back(l.st.name);
     }
     if (!o.on_insync) return;
     Status s = o.on_insync(pool->superblock().uuid, names);
@@ -526,10 +560,10 @@ struct Replicator::Impl {
   }
 
   void ManagerLoop() {
-    std::vector<std::string> last_err(links.size());
+    std::array<std::string, kMaxMirrors> last_err;
     while (!stop.load()) {
-      for (size_t i = 0; i < links.size() && !stop.load(); i++) {
-        Link& l = *links[i];
+      for (size_t i = 0; i < LinkCount() && !stop.load(); i++) {
+        Link& l = LinkAt(i);
         LinkState state;
         bool failed;
         {
@@ -583,12 +617,13 @@ struct Replicator::Impl {
       bool more = true;
       while (more && !stop.load()) {
         more = false;
-        for (auto& lp : links) {
-          MutexLock lk(lp->mu);
-          if (lp->state != LinkState::kInSync || lp->failed) continue;
-          if (lp->acked < lp->posted) {
-            FlushLocked(*lp, lk, lp->posted);
-            more = more || lp->acked < lp->posted;
+        for (size_t i = 0, n = LinkCount(); i < n; i++) {
+          Link& l = LinkAt(i);
+          MutexLock lk(l.mu);
+          if (l.state != LinkState::kInSync || l.failed) continue;
+          if (l.acked < l.posted) {
+            FlushLocked(l, lk, l.posted);
+            more = more || l.acked < l.posted;
           }
         }
       }
@@ -604,9 +639,10 @@ struct Replicator::Impl {
       std::chrono::steady_clock::time_point oldest;
       Status st;
     };
-    std::vector<Mine> mine(links.size());
-    for (size_t i = 0; i < links.size(); i++) {
-      Link& l = *links[i];
+    const size_t n = LinkCount();  // a link added later is not in sync yet
+    std::array<Mine, kMaxMirrors> mine;
+    for (size_t i = 0; i < n; i++) {
+      Link& l = LinkAt(i);
       MutexLock lk(l.mu);
       if (l.state != LinkState::kInSync) continue;
       mine[i].target = l.posted;
@@ -615,8 +651,8 @@ struct Replicator::Impl {
             StartFlushLocked(l, &mine[i].upto, &mine[i].bytes, &mine[i].oldest, &mine[i].st);
       }
     }
-    for (size_t i = 0; i < links.size(); i++) {
-      Link& l = *links[i];
+    for (size_t i = 0; i < n; i++) {
+      Link& l = LinkAt(i);
       bool drop = false;
       if (mine[i].posted) {
         Status s = AwaitFlush(l, mine[i].upto, mine[i].st);
@@ -634,9 +670,10 @@ struct Replicator::Impl {
   }
 
   void Forward(uint64_t off, uint64_t len) {
-    for (auto& lp : links) {
-      MutexLock lk(lp->mu);
-      PostLocked(*lp, lk, off, len);
+    for (size_t i = 0, n = LinkCount(); i < n; i++) {
+      Link& l = LinkAt(i);
+      MutexLock lk(l.mu);
+      PostLocked(l, lk, off, len);
     }
     if (o.async) async_cv.notify_one();
   }
@@ -685,15 +722,9 @@ Result<std::unique_ptr<Replicator>> Replicator::Start(const ReplicationOptions& 
   std::random_device rd;
   while (impl->stream_id == 0) impl->stream_id = (uint64_t{rd()} << 32) | rd();
   for (const auto& a : options.mirrors) {
-    auto l = std::make_unique<Impl::Link>();
-    MutexLock lk(l->mu);  // uncontended: the threads start below
-    l->unflushed.Resize(pool->size());
-    l->inflight.Resize(pool->size());
-    l->missed.Resize(pool->size());
-    l->address = a;
-    l->st.address = a;
-    l->st.state = "down";
-    impl->links.push_back(std::move(l));
+    Status s = impl->AddLink(a);
+    if (s.code() == StatusCode::kAlreadyExists) continue;  // named twice
+    ASYMNVM_RETURN_IF_ERROR(s);
   }
   Impl* p = impl.get();
   impl->manager = std::thread([p] { p->ManagerLoop(); });
@@ -708,17 +739,24 @@ size_t Replicator::WaitInSync(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     size_t n = 0;
-    for (auto& l : impl_->links) {
-      MutexLock lk(l->mu);
-      if (l->state == LinkState::kInSync && !l->failed) n++;
+    const size_t total = impl_->LinkCount();
+    for (size_t i = 0; i < total; i++) {
+      Impl::Link& l = impl_->LinkAt(i);
+      MutexLock lk(l.mu);
+      if (l.state == LinkState::kInSync && !l.failed) n++;
     }
-    if (n == impl_->links.size() || std::chrono::steady_clock::now() >= deadline) return n;
+    if (n == total || std::chrono::steady_clock::now() >= deadline) return n;
     MutexLock lk(impl_->mgr_mu);
     impl_->mgr_cv.wait_for(lk.native(), std::chrono::milliseconds(50));
   }
 }
 
 void Replicator::Forward(uint64_t offset, uint64_t length) { impl_->Forward(offset, length); }
+
+Status Replicator::AddMirror(const std::string& address) {
+  if (impl_->stop.load()) return Status::FailedPrecondition("mirror " + address + ": stopping");
+  return impl_->AddLink(address);
+}
 
 void Replicator::Sync() {
   if (impl_->o.async) return;
@@ -729,11 +767,12 @@ bool Replicator::async() const { return impl_->o.async; }
 
 std::vector<MirrorLinkStats> Replicator::stats() const {
   std::vector<MirrorLinkStats> out;
-  for (auto& l : impl_->links) {
-    MutexLock lk(l->mu);
-    MirrorLinkStats s = l->st;
-    s.state = StateName(l->state);
-    if (l->failed && l->state != LinkState::kDown) s.state = "failed";
+  for (size_t i = 0, n = impl_->LinkCount(); i < n; i++) {
+    Impl::Link& l = impl_->LinkAt(i);
+    MutexLock lk(l.mu);
+    MirrorLinkStats s = l.st;
+    s.state = StateName(l.state);
+    if (l.failed && l.state != LinkState::kDown) s.state = "failed";
     out.push_back(s);
   }
   return out;
@@ -745,13 +784,14 @@ void Replicator::Stop() {
   impl_->async_cv.notify_all();
   if (impl_->manager.joinable()) impl_->manager.join();
   if (impl_->async_flusher.joinable()) impl_->async_flusher.join();
-  for (auto& l : impl_->links) {
+  for (size_t i = 0, n = impl_->LinkCount(); i < n; i++) {
+    Impl::Link& l = impl_->LinkAt(i);
     {
-      MutexLock lk(l->mu);
-      if (l->state != LinkState::kDown) impl_->FlushLocked(*l, lk, l->posted);
-      l->state = LinkState::kDown;
+      MutexLock lk(l.mu);
+      if (l.state != LinkState::kDown) impl_->FlushLocked(l, lk, l.posted);
+      l.state = LinkState::kDown;
     }
-    impl_->CloseLink(*l);
+    impl_->CloseLink(l);
   }
   impl_->pool_mr.reset();
   impl_->pd.reset();

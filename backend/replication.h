@@ -32,6 +32,7 @@
 //   kStatus (40)  as for a back-end: JSON (role "mirror").
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -51,10 +52,14 @@ inline constexpr uint16_t kMirrorSynced = 51;
 inline constexpr uint16_t kMirrorDigests = 52;
 inline constexpr uint64_t kMirrorGranule = 64u << 10;
 inline constexpr uint32_t kMaxDigestsPerCall = 4096;
+inline constexpr size_t kMaxMirrors = 16;  // links of one primary (configured + added)
 
 struct ReplicationOptions {
   std::vector<std::string> mirrors;  // OQ addresses of asymnvm-mirror daemons
-  bool async = false;                // --mirror-mode async: Drain does not wait for mirrors
+  // Start the Replicator even with no mirror configured, so mirrors can be added while serving
+  // (Backend::AddMirror). Costs nothing on the data path while no mirror is attached.
+  bool joinable = false;
+  bool async = false;  // --mirror-mode async: Drain does not wait for mirrors
   // A FLUSH not acknowledged within this time drops the mirror (as does a broken connection).
   std::chrono::milliseconds timeout{3000};
   // A dropped or unreachable mirror is tried again this often (caught up while serving).
@@ -118,6 +123,11 @@ class Replicator {
 
   // Waits until every configured mirror is in sync or `timeout` passes; returns how many are.
   size_t WaitInSync(std::chrono::milliseconds timeout);
+  // Adds a mirror while serving (a mirror that announced itself in the group, doc/mirror.md
+  // §Joining): the manager attaches it (hello, copy of what differs, in-sync callback) like a
+  // configured one. kAlreadyExists for an address already linked, kResourceExhausted past
+  // kMaxMirrors, kFailedPrecondition once stopping.
+  Status AddMirror(const std::string& address);
   // Posts the range [offset, offset + length) of the pool to every attached mirror (no wait).
   void Forward(uint64_t offset, uint64_t length);
   // Sync mode: returns when every in-sync mirror acknowledged everything forwarded before the

@@ -20,7 +20,7 @@
 namespace asymnvm::backend {
 
 enum RequestType : uint16_t {
-  kRegister = 10,       // fe_id u64 [| epoch u64] → RegisterReply (doc/backend.md §Fencing)
+  kRegister = 10,       // fe_id u64 [| epoch u64 [| group term u64]] → RegisterReply (§Fencing)
   kNamingCreate = 11,   // type u32 | name_len u32 | params u64×4 | name → NamingReply
   kNamingLookup = 12,   // name → NamingReply
   kNamingRemove = 13,   // name → (empty)

@@ -29,16 +29,28 @@ Result<Level> ParseLevel(const std::string& name) {
 Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 namespace {
-std::string RegisteredAddress(const std::string& data) {
+// The value of the "key value" line of a registration ("" when absent).
+std::string RegisteredField(const std::string& data, std::string_view key) {
   size_t pos = 0;
   while (pos < data.size()) {
     size_t end = data.find('\n', pos);
     if (end == std::string::npos) end = data.size();
     std::string_view line(data.data() + pos, end - pos);
-    if (line.starts_with("address ")) return std::string(line.substr(8));
+    if (line.size() > key.size() && line.starts_with(key) && line[key.size()] == ' ') {
+      return std::string(line.substr(key.size() + 1));
+    }
     pos = end + 1;
   }
   return "";
+}
+
+// The group term a registration carries (0: none or malformed; the back-end then checks nothing).
+uint64_t RegisteredTerm(const std::string& data) {
+  const std::string t = RegisteredField(data, "term");
+  if (t.empty() || t.size() > 19 || t.find_first_not_of("0123456789") != std::string::npos) {
+    return 0;
+  }
+  return std::stoull(t);
 }
 }  // namespace
 
@@ -71,7 +83,7 @@ Status Session::Reconnect(const Status& cause) {
     auto node = c.Get(path);
     if (node.ok()) {
       known = node->version;
-      const std::string address = RegisteredAddress(node->data);
+      const std::string address = RegisteredField(node->data, "address");
       if (address.empty()) {
         last = Status::ProtocolError(path + " holds no address");
       } else {
@@ -81,7 +93,7 @@ Status Session::Reconnect(const Status& cause) {
             std::chrono::duration_cast<std::chrono::milliseconds>(deadline - coord::Clock::now());
         so.timeout = std::max(std::chrono::milliseconds(1), std::min(so.timeout, left));
         if (Status lease = old.identity->CheckLease(); !lease.ok()) return lease;
-        auto fresh = Connect(so, old.identity->epoch());
+        auto fresh = Connect(so, old.identity->epoch(), RegisteredTerm(node->data));
         if (fresh.ok() && (*fresh)->pool_uuid != old.pool_uuid) {
           fresh = Status::FailedPrecondition(address + " serves pool " +
                                              pm::UuidToString((*fresh)->pool_uuid) + ", not " +
@@ -98,6 +110,8 @@ Status Session::Reconnect(const Status& cause) {
           // an element after a promotion; doc/mirror.md).
           n.o.timeout = old.o.timeout;
           n.identity = std::move(old.identity);
+          // Watch the registration we connected through: a change from now on is a move.
+          n.group_watch = GroupWatch::Start(c, path, node->data);
           n.structures = std::move(old.structures);
           n.replay = std::move(old.replay);
           n.adopter = std::move(old.adopter);
@@ -186,6 +200,10 @@ Result<std::unique_ptr<Session>> Session::Open(const SessionOptions& given) {
     ASYMNVM_ASSIGN_OR_RETURN(identity, ClaimSessionIdentity(&options));
   }
   ASYMNVM_ASSIGN_OR_RETURN(auto impl, Connect(options, identity ? identity->epoch() : 0));
+  if (identity) {
+    impl->group_watch =
+        GroupWatch::Start(identity->coordinator(), BackendGroupPrimaryPath(impl->pool_uuid));
+  }
   impl->identity = std::move(identity);
   return std::unique_ptr<Session>(new Session(std::move(impl)));
 }
@@ -193,7 +211,7 @@ Result<std::unique_ptr<Session>> Session::Open(const SessionOptions& given) {
 // Connects to options.backends[0] and registers options.frontend_id (already claimed): the part of
 // Open a reconnection repeats (Session::Reconnect).
 Result<std::unique_ptr<Session::Impl>> Session::Connect(const SessionOptions& options,
-                                                        uint64_t epoch) {
+                                                        uint64_t epoch, uint64_t term) {
   auto impl = std::make_unique<Impl>();
   Impl& m = *impl;
   m.o = options;
@@ -216,7 +234,8 @@ Result<std::unique_ptr<Session::Impl>> Session::Connect(const SessionOptions& op
   // Register.
   backend::PayloadWriter w;
   w.U64(options.frontend_id);
-  if (epoch != 0) w.U64(epoch);
+  if (epoch != 0 || term != 0) w.U64(epoch);
+  if (term != 0) w.U64(term);
   auto reply = m.Call(backend::kRegister, w.bytes());
   if (!reply.ok()) return reply.status().WithContext(ctx + ": register");
   ASYMNVM_ASSIGN_OR_RETURN(backend::RegisterReply reg, backend::DecodeRegisterReply(*reply));

@@ -26,6 +26,7 @@
 #include "common/logging.h"
 #include "fabric/oq/oq.h"
 #include "fabric/rowan/sender.h"
+#include "frontend/group_watch.h"
 #include "frontend/identity.h"
 #include "frontend/op_sequence.h"
 #include "frontend/page_cache.h"
@@ -133,6 +134,8 @@ using internal::ValidPageSize;
 
 struct Session::Impl {
   std::shared_ptr<FrontendIdentity> identity;  // first: the lease outlives everything else
+  // Reader-side fencing (group_watch.h): set when connected through the group's registration.
+  std::unique_ptr<GroupWatch> group_watch;
   SessionOptions o;
   std::unique_ptr<fabric::Fabric> fabric;
   std::unique_ptr<fabric::ProtectionDomain> pd;
@@ -339,6 +342,15 @@ auto Session::Guarded(bool retry, F&& f) -> decltype(f()) {
       return fenced;
     }
   }
+  if (!impl_->lost && impl_->group_watch && impl_->group_watch->moves() != 0) {
+    // The group's primary moved since we connected (group_watch.h): the connection may lead to a
+    // replica that no longer serves. Reconnect through the registration first.
+    impl_->lost = true;
+    impl_->lost_cause = Status::ConnectionError(impl_->group_watch->path() +
+                                                " changed since this session connected (a "
+                                                "failover)");
+    impl_->broken = impl_->lost_cause;  // nothing more is sent on the old connection
+  }
   if (impl_->lost) {
     Status s = Reconnect(impl_->lost_cause);
     if (!s.ok()) return s;
@@ -348,6 +360,11 @@ auto Session::Guarded(bool retry, F&& f) -> decltype(f()) {
     Depth depth(guard_depth_);
     return f();
   }();
+  if (r.ok() && impl_->group_watch && impl_->group_watch->moves() != 0) {
+    // Not trusted: the call may have been served by a primary that was replaced meanwhile.
+    r = Status::ConnectionError(impl_->group_watch->path() +
+                                " changed during the call (a failover); its result is not used");
+  }
   if (r.ok() || !IsConnectionLoss(StatusOf(r)) || !can_reconnect) return r;
   Impl& m = *impl_;
   const Status cause = StatusOf(r);

@@ -39,10 +39,17 @@
 #include "common/thread_annotations.h"
 #include "mirror/group.h"
 #include "mirror/mirror_server.h"
+#include "mirror/primary_role.h"
 
 using namespace asymnvm;
 
 namespace {
+
+void Fenced(const Status& s) {
+  std::cerr << "asymnvm-mirror: " << s.message() << "; exiting without acknowledging more (exit "
+            << mirror::kExitFenced << ")" << std::endl;
+  std::_Exit(mirror::kExitFenced);
+}
 
 struct Daemon {
   mirror::MirrorOptions mo;
@@ -51,9 +58,32 @@ struct Daemon {
   std::chrono::milliseconds promotion_timeout{3000};
   bool promote = true;
 
-  std::unique_ptr<coord::Coordinator> coordinator;
+  std::shared_ptr<coord::Coordinator> coordinator;
   std::unique_ptr<mirror::MirrorServer> server;
   std::unique_ptr<backend::Backend> backend;  // after a promotion
+  std::unique_ptr<mirror::PrimaryRole> role;  // after a promotion
+  std::atomic<mirror::PrimaryRole*> role_ptr{nullptr};
+  std::string join;          // --join: the group this mirror announces itself to
+  std::string joining_node;  // its ephemeral /…/joining/<name> while not promoted
+
+  // --join UUID: announce this mirror to the group's primary, which attaches it while serving
+  // (doc/mirror.md §Joining). Kept while this process is a mirror (a restarted primary attaches
+  // it again).
+  Status Announce() {
+    auto u = pm::UuidFromString(join);
+    if (!u.ok()) return u.status();
+    const std::string dir = mirror::JoiningPath(*u);
+    ASYMNVM_RETURN_IF_ERROR(coordinator->EnsurePath(dir));
+    const std::string path = dir + "/" + mirror::NodeComponent(mo.name);
+    (void)coordinator->Delete(path);  // a node of an earlier incarnation (ZooKeeper) goes first
+    auto c = coordinator->Create(path,
+                                 "name " + mo.name + "\naddress " + server->address() + "\npid " +
+                                     std::to_string(::getpid()) + "\n",
+                                 coord::kEphemeral);
+    if (!c.ok()) return c.status();
+    joining_node = path;
+    return Status::Ok();
+  }
   Mutex mu;
   std::condition_variable cv;
   bool synced ASYMNVM_GUARDED_BY(mu) = false;
@@ -105,27 +135,33 @@ struct Daemon {
     LOG_WARN("mirror",
              "promotion: won term " << *term << "; starting a back-end on " << mo.pool_path);
     server->Stop();  // closes the pool: the back-end opens it as after a crash of the primary
+    if (!joining_node.empty()) {
+      (void)coordinator->Delete(joining_node);
+      joining_node.clear();
+    }
     bo.pool_path = mo.pool_path;
     bo.replication.name = mo.name;
     bo.replication.term = *term;
+    bo.replication.joinable = true;                 // mirrors announce themselves (--join)
     bo.mirror_wait = std::chrono::milliseconds(0);  // serve at once; mirrors join while serving
-    if (!bo.replication.mirrors.empty()) {
-      bo.replication.on_insync = [this](const std::array<uint8_t, 16>& u,
-                                        const std::vector<std::string>& insync) {
-        uint64_t t = 0;
-        Status s = mirror::SetInSync(*coordinator, u, mo.name, insync, &t);
-        if (s.ok())
-          LOG_INFO("mirror", "promoted primary: in-sync set of term "
-                                 << t << " has " << insync.size() << " mirror(s)");
-        return s;
-      };
-      bo.replication.fenced = [](const Status& s) {
-        std::cerr << "asymnvm-mirror: " << s.message()
-                  << "; exiting without acknowledging more (exit " << mirror::kExitFenced << ")"
-                  << std::endl;
-        std::_Exit(mirror::kExitFenced);
-      };
-    }
+    bo.replication.on_insync = [this](const std::array<uint8_t, 16>& u,
+                                      const std::vector<std::string>& insync) {
+      uint64_t t = 0;
+      Status s = mirror::SetInSync(*coordinator, u, mo.name, insync, &t);
+      if (s.ok())
+        LOG_INFO("mirror", "promoted primary: in-sync set of term " << t << " has " << insync.size()
+                                                                    << " mirror(s)");
+      return s;
+    };
+    bo.replication.fenced = Fenced;
+    bo.check_term = [this](uint64_t t) {
+      mirror::PrimaryRole* r = role_ptr.load();
+      if (r == nullptr) {
+        return Status::FailedPrecondition("register: group term " + std::to_string(t) +
+                                          " given before this replica registered as primary");
+      }
+      return r->CheckClientTerm(t);
+    };
     auto be = backend::Backend::Start(bo);
     if (!be.ok()) {
       LOG_ERROR("mirror",
@@ -136,8 +172,7 @@ struct Daemon {
     }
     backend = std::move(be).value();
     std::string data = "address " + backend->address() + "\nlog " + backend->log_address() +
-                       "\npid " + std::to_string(::getpid()) + "\nterm " + std::to_string(*term) +
-                       "\nstarted_unix_ms " +
+                       "\npid " + std::to_string(::getpid()) + "\nstarted_unix_ms " +
                        std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
                                           std::chrono::system_clock::now().time_since_epoch())
                                           .count()) +
@@ -153,13 +188,18 @@ struct Daemon {
       (void)coordinator->Delete(mirror_node);
       mirror_node.clear();
     }
-    Status r = mirror::RegisterPrimaryNode(*coordinator, uuid, data, std::chrono::seconds(30));
+    role =
+        std::make_unique<mirror::PrimaryRole>(coordinator, uuid, mo.name, *term, "asymnvm-mirror");
+    Status r = role->Register(data, std::chrono::seconds(30));
     if (!r.ok()) {
       LOG_ERROR("mirror", "promotion: registering the primary: " << r.ToString());
       failed_exit = 1;
       ::kill(::getpid(), SIGTERM);
       return true;
     }
+    role_ptr.store(role.get());
+    backend::Backend* bp = backend.get();
+    role->Start(Fenced, [bp](const std::string& a) { return bp->AddMirror(a); });
     promoted = true;
     std::cerr << "asymnvm-mirror: promoted: term " << *term << ", listening " << backend->address()
               << ", log " << backend->log_address() << std::endl;
@@ -249,6 +289,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"sync", "async"}))
       ->capture_default_str();
   app.add_flag("--no-promote", no_promote, "never promote this mirror");
+  app.add_option("--join", d.join,
+                 "announce this mirror to the primary of group UUID, which attaches it while "
+                 "serving (no --mirror needed on the primary; needs a coordinator)");
   app.add_option("--serve-listen", d.bo.listen_address, "requests address once promoted")
       ->capture_default_str();
   app.add_option("--serve-log-listen", d.bo.log_listen_address, "op-log address once promoted")
@@ -333,6 +376,15 @@ int main(int argc, char** argv) {
     auto st = d.server->state();
     if (st.state == "in-sync" && st.has_uuid) d.OnSynced(st.uuid, st.term);
   }
+  if (!d.join.empty()) {
+    Status a = d.coordinator ? d.Announce()
+                             : Status::InvalidArgument("--join needs a coordinator (--coord)");
+    if (!a.ok()) {
+      std::cerr << "asymnvm-mirror: --join " << d.join << ": " << a.ToString() << "\n";
+      d.server->Stop();
+      return a.code() == StatusCode::kInvalidArgument ? 2 : 1;
+    }
+  }
   std::thread watcher([dp] { dp->Watch(); });
   std::cout << "listening " << d.server->address() << "\ndata " << d.server->data_address()
             << std::endl;
@@ -342,18 +394,13 @@ int main(int argc, char** argv) {
   d.cv.notify_all();
   watcher.join();
   if (d.backend) {
-    if (d.coordinator && !d.bo.replication.mirrors.empty()) {
-      // As asymnvm-backend on SIGTERM: an operator's stop must not promote one of our mirrors.
-      uint64_t t = 0;
-      Status s = mirror::SetInSync(*d.coordinator, d.uuid, d.mo.name, {}, &t);
-      if (!s.ok()) LOG_WARN("mirror", "clearing the in-sync set: " << s.ToString());
-    }
-    if (d.coordinator) {
-      Status s = d.coordinator->Delete(mirror::GroupPath(d.uuid) + "/primary");
-      if (!s.ok()) LOG_WARN("mirror", "unregister primary: " << s.ToString());
-    }
+    // As asymnvm-backend on SIGTERM: an operator's stop must not promote one of our mirrors.
+    if (d.role) d.role->Stop(/*clear_insync=*/true);
     d.backend->Stop();
+    d.role_ptr.store(nullptr);
+    d.role.reset();
   }
+  if (d.coordinator && !d.joining_node.empty()) (void)d.coordinator->Delete(d.joining_node);
   d.server->Stop();
   if (d.coordinator) d.coordinator->Close();
   std::cerr << "asymnvm-mirror: stopped (signal " << sig << ")"

@@ -53,6 +53,33 @@ std::string UuidToString(const std::array<uint8_t, 16>& uuid) {
   return s;
 }
 
+Result<std::array<uint8_t, 16>> UuidFromString(std::string_view text) {
+  auto bad = [&] { return Status::InvalidArgument("not a uuid: '" + std::string(text) + "'"); };
+  if (text.size() != 36) return bad();
+  std::array<uint8_t, 16> out{};
+  size_t j = 0;
+  for (size_t i = 0; i < text.size(); i++) {
+    if (i == 8 || i == 13 || i == 18 || i == 23) {
+      if (text[i] != '-') return bad();
+      continue;
+    }
+    const char c = text[i];
+    int v;
+    if (c >= '0' && c <= '9') {
+      v = c - '0';
+    } else if (c >= 'a' && c <= 'f') {
+      v = c - 'a' + 10;
+    } else if (c >= 'A' && c <= 'F') {
+      v = c - 'A' + 10;
+    } else {
+      return bad();
+    }
+    out[j / 2] = static_cast<uint8_t>(j % 2 == 0 ? v << 4 : out[j / 2] | v);
+    j++;
+  }
+  return out;
+}
+
 Result<uint64_t> ParseSize(const std::string& text) {
   auto bad = [&](const char* why) {
     return Status::InvalidArgument("invalid size '" + text + "': " + why);

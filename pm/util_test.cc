@@ -59,5 +59,21 @@ TEST(UuidToString, Bytes_FormatAsCanonicalText) {
   EXPECT_EQ(UuidToString({}), "00000000-0000-0000-0000-000000000000");
 }
 
+TEST(UuidFromString, RoundTripsAndRefusesMalformedText) {
+  std::array<uint8_t, 16> uuid{};
+  for (size_t i = 0; i < uuid.size(); ++i) uuid[i] = static_cast<uint8_t>(i * 37 + 5);
+  auto back = UuidFromString(UuidToString(uuid));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, uuid);
+  auto upper = UuidFromString("00112233-4455-6677-8899-AABBCCDDEEFF");
+  ASSERT_TRUE(upper.ok());
+  EXPECT_EQ(UuidToString(*upper), "00112233-4455-6677-8899-aabbccddeeff");
+  for (const char* bad :
+       {"", "00112233-4455-6677-8899-aabbccddeef", "00112233x4455-6677-8899-aabbccddeeff",
+        "00112233-4455-6677-8899-aabbccddeefg", "00112233-4455-6677-8899-aabbccddeeff0"}) {
+    EXPECT_EQ(UuidFromString(bad).status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace asymnvm::pm

@@ -339,7 +339,10 @@ class Session {
   struct Impl;
   explicit Session(std::unique_ptr<Impl> impl);
   // `epoch`: the coordinator epoch of the claimed id, sent with the registration (0: none).
-  static Result<std::unique_ptr<Impl>> Connect(const SessionOptions& options, uint64_t epoch);
+  // `term`: the group term learned from the back-end's registration (0: none; doc/mirror.md
+  // §Terms).
+  static Result<std::unique_ptr<Impl>> Connect(const SessionOptions& options, uint64_t epoch,
+                                               uint64_t term = 0);
   // Runs one public call: reconnects first when an earlier call found the connection broken, and
   // after a connection error reconnects and (when `retry` and no operation is in progress) runs
   // the call again.

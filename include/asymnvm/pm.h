@@ -34,6 +34,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "asymnvm/status.h"
@@ -110,6 +111,8 @@ struct PoolOptions {
 };
 
 std::string UuidToString(const std::array<uint8_t, 16>& uuid);
+// The inverse (8-4-4-4-12 lowercase or uppercase hex). kInvalidArgument otherwise.
+Result<std::array<uint8_t, 16>> UuidFromString(std::string_view text);
 
 class Pool {
  public:

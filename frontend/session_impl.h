@@ -350,6 +350,13 @@ auto Session::Guarded(bool retry, F&& f) -> decltype(f()) {
                                                 " changed since this session connected (a "
                                                 "failover)");
     impl_->broken = impl_->lost_cause;  // nothing more is sent on the old connection
+    if (!impl_->cur.empty() || !impl_->opseq.empty()) {
+      // An operation is in progress on the old connection: its caller must learn that (as when
+      // the connection breaks under it); the next call reconnects.
+      return impl_->lost_cause.WithContext(
+          "the group's primary moved during an operation; its outcome is unknown and this "
+          "Session reconnects at its next call");
+    }
   }
   if (impl_->lost) {
     Status s = Reconnect(impl_->lost_cause);

@@ -2,6 +2,7 @@
 // §Terms, §Joining, §Rejoin): the PrimaryRole and a Session's GroupWatch over an embedded
 // coordinator, then real processes.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <atomic>
@@ -11,6 +12,7 @@
 
 #include "asymnvm/coord.h"
 #include "asymnvm/pm.h"
+#include "coord/testing/zk_server.h"
 #include "frontend/group_watch.h"
 #include "mirror/group.h"
 #include "mirror/mirror_fixture.h"
@@ -22,6 +24,8 @@ namespace {
 using namespace std::chrono_literals;
 using fixture::kWords;
 using fixture::MirrorTest;
+using frontend::Session;
+using frontend::SessionOptions;
 
 class CoordDir : public ::testing::Test {
  protected:
@@ -252,6 +256,73 @@ TEST_F(MirrorTest, ALostPoolRejoinsByItsNameAndIsAttachedWithoutConfiguration) {
   ASSERT_TRUE((*rejoined)->Stop().ok());
   std::string text;
   EXPECT_EQ(Diff(&text), tools::kCtlOk) << text;
+}
+
+// §Terms with leases that lapse (ZooKeeper): the primary is SIGSTOPped until its session expires,
+// the mirror is promoted and the writer goes on there; a reader that had connected to the old
+// primary reads the new value (never the stale one); when the old primary wakes it exits 5
+// ("fenced") instead of serving.
+TEST_F(MirrorTest, SigstoppedPrimaryOnZooKeeperIsPromotedPastAndFencedWhenItWakes) {
+  const std::string why = coord::testing::ZooKeeperUnavailableReason();
+  if (!why.empty()) GTEST_SKIP() << "ZooKeeper tests need " << why << " (scripts/setup.sh)";
+  auto zk = coord::testing::ZkEnsemble::Start(1, coord::testing::After(60s));
+  ASSERT_TRUE(zk.ok()) << zk.status().ToString();
+  coord_ = "zk:" + (*zk)->connect_string();
+  StartMirror({"--coord", coord_});
+  StartPrimary({"--coord", coord_});
+  OpenSession();
+  Puts(100, 60);
+  ASSERT_TRUE(Put(7, 1111).ok());
+  ASSERT_TRUE(session_->Fence().ok());
+  ASSERT_TRUE(WaitInSync(1));
+  // A second front-end, connected to the old primary, reads word 7.
+  SessionOptions ro;
+  ro.backends = {primary_->address()};
+  ro.coordinator = coord_;
+  ro.level = frontend::Level::kRcb;
+  ro.reconnect_deadline = 60s;
+  auto reader = Session::Open(ro);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  auto w = (*reader)->ReadWord(base_ + 8 * 7);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  EXPECT_EQ(*w, 1111u);
+
+  ASSERT_EQ(::kill(primary_->pid(), SIGSTOP), 0);
+  struct Resume {
+    pid_t pid;
+    ~Resume() { ::kill(pid, SIGCONT); }
+  } resume{primary_->pid()};
+  auto c = coord::Coordinator::Open(coord_);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const std::string state = GroupPath(session_->pool_uuid()) + "/state";
+  const auto deadline = std::chrono::steady_clock::now() + 120s;
+  uint64_t term = 0;
+  while (term < 2 && std::chrono::steady_clock::now() < deadline) {
+    auto node = (*c)->Get(state);
+    if (node.ok()) {
+      auto gs = DecodeGroupState(node->data);
+      if (gs.ok()) term = gs->term;
+    }
+    if (term < 2) std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_EQ(term, 2u) << "the mirror was not promoted past the stopped primary";
+  // The writer goes on at the promoted mirror.
+  ASSERT_TRUE(Put(7, 2222).ok());
+  ASSERT_TRUE(session_->Fence().ok());
+  // The old primary wakes: fenced, it exits 5 without serving.
+  ASSERT_EQ(::kill(primary_->pid(), SIGCONT), 0);
+  std::string how;
+  while (!primary_->Exited(&how) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_TRUE(primary_->Exited(&how)) << "the woken old primary went on serving";
+  EXPECT_EQ(how, "exited with status 5");
+  // The reader never sees the stale value: it reconnects to the promoted primary.
+  auto w2 = (*reader)->ReadWord(base_ + 8 * 7);
+  ASSERT_TRUE(w2.ok()) << w2.status().ToString();
+  EXPECT_EQ(*w2, 2222u);
+  VerifyOracle(*session_);
+  reader->reset();
 }
 
 }  // namespace

@@ -199,6 +199,10 @@ int main(int argc, char** argv) {
   app.add_option("--rejoin-listen", rejoin_listen,
                  "the mirror's control address with --rejoin (default: the new primary's mirror "
                  "address unix://<pool>.sock, or its only one)");
+  bool test_skip_mirror_flush = false;
+  app.add_flag("--TEST-skip-mirror-flush", test_skip_mirror_flush,
+               "tests only: barriers do not wait for the mirrors' FLUSH (loses data)")
+      ->group("");  // hidden
   app.add_option("--log-level", log_level, "debug|info|warn|error|off")
       ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
@@ -396,6 +400,7 @@ int main(int argc, char** argv) {
   o.replication.mirrors = mirrors;
   o.replication.joinable = group_coord != nullptr;  // mirrors may announce themselves
   o.replication.async = mirror_mode == "async";
+  o.replication.TEST_skip_mirror_flush = test_skip_mirror_flush;
   o.replication.timeout = std::chrono::milliseconds(mirror_timeout_ms);
   o.replication.name = name;
   o.replication.term = term;

@@ -759,7 +759,7 @@ Status Replicator::AddMirror(const std::string& address) {
 }
 
 void Replicator::Sync() {
-  if (impl_->o.async) return;
+  if (impl_->o.async || impl_->o.TEST_skip_mirror_flush) return;
   impl_->Sync();
 }
 

@@ -73,6 +73,10 @@ struct ReplicationOptions {
   std::function<Status(const std::array<uint8_t, 16>& uuid, const std::vector<std::string>& insync)>
       on_insync;
   std::function<void(const Status&)> fenced;  // default: log and _exit(5)
+  // Tests only (asymnvm-backend --TEST-skip-mirror-flush): barriers do not wait for the mirrors'
+  // FLUSH — the negative control of the mirror power-loss test (acknowledged writes then live
+  // only in the mirror's volatile copy).
+  bool TEST_skip_mirror_flush = false;
 };
 
 struct MirrorLinkStats {

@@ -289,6 +289,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"sync", "async"}))
       ->capture_default_str();
   app.add_flag("--no-promote", no_promote, "never promote this mirror");
+  app.add_flag("--TEST-crash-sim", d.mo.crash_sim,
+               "tests only: pm crash simulation on the pool; SIGUSR1 = power loss of this "
+               "machine (every line not persisted by an acknowledged FLUSH is lost), exit 9")
+      ->group("");  // hidden
   app.add_option("--join", d.join,
                  "announce this mirror to the primary of group UUID, which attaches it while "
                  "serving (no --mirror needed on the primary; needs a coordinator)");
@@ -347,6 +351,7 @@ int main(int argc, char** argv) {
   sigemptyset(&stop_set);
   sigaddset(&stop_set, SIGTERM);
   sigaddset(&stop_set, SIGINT);
+  if (d.mo.crash_sim) sigaddset(&stop_set, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &stop_set, nullptr);
 
   if (d.coord_uri != "none") {
@@ -390,6 +395,15 @@ int main(int argc, char** argv) {
             << std::endl;
   int sig = 0;
   sigwait(&stop_set, &sig);
+  if (sig == SIGUSR1) {
+    // --TEST-crash-sim: the machine loses power. Whatever the watcher does meanwhile, nothing is
+    // acknowledged after this point and the process ends without any clean-up.
+    uint64_t dropped = 0;
+    Status s = d.server->TEST_PowerLoss(static_cast<uint64_t>(::getpid()), 0.0, &dropped);
+    std::cerr << "asymnvm-mirror: simulated power loss: " << dropped << " unpersisted lines lost"
+              << (s.ok() ? "" : " (" + s.ToString() + ")") << std::endl;
+    std::_Exit(9);
+  }
   d.stop = true;
   d.cv.notify_all();
   watcher.join();

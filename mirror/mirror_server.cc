@@ -121,6 +121,7 @@ struct MirrorServer::Impl {
   Status OpenPool(uint64_t size_if_new) ASYMNVM_REQUIRES(mu) {
     pm::PoolOptions po;
     po.mode = o.persist_mode;
+    po.crash_sim = o.crash_sim;
     po.layout = "";  // a copy carries the primary's superblock (layout asymnvm-backend)
     if (::access(o.pool_path.c_str(), F_OK) == 0) {
       ASYMNVM_ASSIGN_OR_RETURN(pool, pm::Pool::Open(o.pool_path, po));
@@ -313,6 +314,26 @@ struct MirrorServer::Impl {
     pd.reset();
     fabric.reset();
   }
+
+  Status PowerLoss(uint64_t seed, double keep, uint64_t* dropped) {
+    if (!o.crash_sim) return Status::FailedPrecondition("mirror: not started with crash_sim");
+    if (stop.exchange(true)) return Status::FailedPrecondition("mirror: already stopped");
+    // Nothing lands or is acknowledged any more: the control server, the stream connections and
+    // the region go first (the NIC no longer writes into the pool); then the power fails.
+    if (server) server->Stop();
+    if (acceptor.joinable()) acceptor.join();
+    MutexLock lock(mu);
+    conns.clear();
+    listener.reset();
+    server.reset();
+    mr.reset();
+    cq.reset();
+    Status s = pool ? pool->SimulateCrash(seed, keep, dropped, nullptr) : Status::Ok();
+    pool.reset();  // the copy was reloaded from media: closing writes back the same bytes
+    pd.reset();
+    fabric.reset();
+    return s;
+  }
 };
 
 Result<std::unique_ptr<MirrorServer>> MirrorServer::Start(const MirrorOptions& options) {
@@ -380,5 +401,8 @@ MirrorState MirrorServer::state() const {
 }
 std::string MirrorServer::StatusJson() const { return impl_->StatusJson(); }
 void MirrorServer::Stop() { impl_->Stop(); }
+Status MirrorServer::TEST_PowerLoss(uint64_t seed, double keep, uint64_t* dropped_lines) {
+  return impl_->PowerLoss(seed, keep, dropped_lines);
+}
 
 }  // namespace asymnvm::mirror

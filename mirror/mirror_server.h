@@ -31,6 +31,9 @@ struct MirrorOptions {
   std::string name;  // replica name (group state)
   // Runs (on the request thread) once the primary reports the copy complete (state in-sync).
   std::function<void(const std::array<uint8_t, 16>& uuid, uint64_t term)> on_synced;
+  // Tests: open the pool with pm crash simulation (PoolOptions::crash_sim), so TEST_PowerLoss can
+  // model the loss of the mirror's machine (asymnvm-mirror --TEST-crash-sim, SIGUSR1).
+  bool crash_sim = false;
 };
 
 struct MirrorState {
@@ -62,6 +65,10 @@ class MirrorServer {
   std::string StatusJson() const;
   // Stops serving and closes the pool (its file then holds every byte the mirror acknowledged).
   void Stop();
+  // Tests (crash_sim only): stops serving, then models a power loss of the mirror's machine
+  // (pm::Pool::SimulateCrash: each line not persisted by an acknowledged FLUSH kept with
+  // probability `keep`) and closes the pool. kFailedPrecondition without crash_sim.
+  Status TEST_PowerLoss(uint64_t seed, double keep, uint64_t* dropped_lines = nullptr);
 
  private:
   struct Impl;

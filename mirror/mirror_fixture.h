@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -113,16 +114,7 @@ class MirrorTest : public ::testing::Test {
     auto s = Session::Open(o);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     session_ = std::move(s).value();
-    session_->RegisterReplay(
-        kType, [](Session& s2, const frontend::Structure& st, const frontend::RecoveredOp& op) {
-          if (op.op_type != kPutOp || op.payload.size() != 16) return Status::Corruption("bad op");
-          uint64_t addr, value;
-          std::memcpy(&addr, op.payload.data(), 8);
-          std::memcpy(&value, op.payload.data() + 8, 8);
-          (void)s2.OpLog(st, kPutOp, op.payload);
-          ASYMNVM_RETURN_IF_ERROR(s2.MemLog(addr, {reinterpret_cast<const uint8_t*>(&value), 8}));
-          return s2.TxWrite(st);
-        });
+    session_->RegisterReplay(kType, ReplayPut);
     auto st = session_->CreateRoot("mirrored", kType);
     ASSERT_TRUE(st.ok()) << st.status().ToString();
     structure_ = *st;
@@ -175,6 +167,23 @@ class MirrorTest : public ::testing::Test {
       std::this_thread::sleep_for(50ms);
     }
     return false;
+  }
+  // WaitInSync while a writer thread keeps putting (seeded, at most `max_puts`): a mirror
+  // attached while the primary serves.
+  bool WaitInSyncWhileWriting(uint64_t n, const std::string& address, uint64_t seed, int max_puts) {
+    std::atomic<bool> stop{false};
+    std::atomic<int> written{0};
+    std::thread writer([&] {
+      std::mt19937_64 rng(seed);
+      while (!stop.load() && written.load() < max_puts) {
+        if (!Put(rng() % kWords, rng()).ok()) return;
+        written++;
+      }
+    });
+    const bool insync = WaitInSync(n, address);
+    stop = true;
+    writer.join();
+    return insync;
   }
   int Diff(std::string* text) {
     std::ostringstream out, err;

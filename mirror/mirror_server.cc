@@ -299,27 +299,26 @@ struct MirrorServer::Impl {
     }
   }
 
-  void Stop() {
-    if (stop.exchange(true)) return;
-    if (server) server->Stop();
-    if (acceptor.joinable()) acceptor.join();
-    MutexLock lock(mu);
-    conns.clear();
-    listener.reset();
-    server.reset();
-    mr.reset();
-    cq.reset();
-    if (pool) pool->persister()->Persist(pool->base(), pool->size());
-    pool.reset();
-    pd.reset();
-    fabric.reset();
-  }
+  void Stop() { (void)Close(nullptr); }
+
+  // Tests (crash_sim): a power loss instead of a clean close.
+  struct PowerFailure {
+    uint64_t seed;
+    double keep;
+    uint64_t* dropped;
+  };
 
   Status PowerLoss(uint64_t seed, double keep, uint64_t* dropped) {
     if (!o.crash_sim) return Status::FailedPrecondition("mirror: not started with crash_sim");
+    PowerFailure f{seed, keep, dropped};
+    return Close(&f);
+  }
+
+  // Nothing lands or is acknowledged any more: the control server, the stream connections and
+  // the region go first (the NIC no longer writes into the pool); then the pool is closed —
+  // persisted whole, or, with `power`, as a power failure leaves it.
+  Status Close(const PowerFailure* power) {
     if (stop.exchange(true)) return Status::FailedPrecondition("mirror: already stopped");
-    // Nothing lands or is acknowledged any more: the control server, the stream connections and
-    // the region go first (the NIC no longer writes into the pool); then the power fails.
     if (server) server->Stop();
     if (acceptor.joinable()) acceptor.join();
     MutexLock lock(mu);
@@ -328,8 +327,12 @@ struct MirrorServer::Impl {
     server.reset();
     mr.reset();
     cq.reset();
-    Status s = pool ? pool->SimulateCrash(seed, keep, dropped, nullptr) : Status::Ok();
-    pool.reset();  // the copy was reloaded from media: closing writes back the same bytes
+    Status s;
+    if (pool && power == nullptr) pool->persister()->Persist(pool->base(), pool->size());
+    // After SimulateCrash the copy is reloaded from media: closing writes back the same bytes.
+    if (pool && power != nullptr)
+      s = pool->SimulateCrash(power->seed, power->keep, power->dropped, nullptr);
+    pool.reset();
     pd.reset();
     fabric.reset();
     return s;

@@ -217,19 +217,7 @@ TEST_F(MirrorTest, FencedOldPrimaryRejoinsAsMirrorWhileTheNewPrimaryServes) {
   auto old = driver::BackendProcess::Start(ASYMNVM_BACKEND_BIN, primary_pool_, "64M", {"--rejoin"});
   ASSERT_TRUE(old.ok()) << old.status().ToString();
   EXPECT_EQ((*old)->address(), rejoin_addr);
-  std::atomic<bool> stop{false};
-  std::atomic<int> written{0};
-  std::thread writer([&] {
-    std::mt19937_64 rng(22);
-    while (!stop.load() && written.load() < 2000) {
-      if (!Put(rng() % kWords, rng()).ok()) return;
-      written++;
-    }
-  });
-  const bool insync = WaitInSync(1, promoted);
-  stop = true;
-  writer.join();
-  ASSERT_TRUE(insync);
+  ASSERT_TRUE(WaitInSyncWhileWriting(1, promoted, 22, 2000));
   Puts(50, 23);
   ASSERT_TRUE(session_->Fence().ok());
   VerifyOracle(*session_);

@@ -223,19 +223,7 @@ TEST_F(MirrorTest, ALostPoolRejoinsByItsNameAndIsAttachedWithoutConfiguration) {
   VerifyOracle(*session_);  // reconnects to the promoted mirror
   const std::string promoted = session_->backend_address();
   ASSERT_NE(promoted, primary_->address());
-  std::atomic<bool> stop{false};
-  std::atomic<int> written{0};
-  std::thread writer([&] {
-    std::mt19937_64 rng(52);
-    while (!stop.load() && written.load() < 3000) {
-      if (!Put(rng() % kWords, rng()).ok()) return;
-      written++;
-    }
-  });
-  const bool insync = WaitInSync(1, promoted);
-  stop = true;
-  writer.join();
-  ASSERT_TRUE(insync);
+  ASSERT_TRUE(WaitInSyncWhileWriting(1, promoted, 52, 3000));
   Puts(50, 53);
   ASSERT_TRUE(session_->Fence().ok());
   VerifyOracle(*session_);

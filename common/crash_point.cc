@@ -8,15 +8,18 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "common/thread_annotations.h"
+
 namespace asymnvm {
 namespace {
 
 struct State {
-  std::mutex mu;
-  std::string name;
-  uint64_t remaining = 0;
+  Mutex mu;
+  std::string name ASYMNVM_GUARDED_BY(mu);
+  uint64_t remaining ASYMNVM_GUARDED_BY(mu) = 0;
   std::atomic<bool> armed{false};
   State() {
+    MutexLock lock(mu);  // uncontended (a function-local static)
     const char* env = std::getenv("ASYMNVM_CRASH_AT");
     if (env == nullptr || *env == '\0') return;
     std::string spec(env);
@@ -42,7 +45,7 @@ State& GetState() {
 
 void ArmCrashPoint(const std::string& name, uint64_t nth) {
   State& s = GetState();
-  std::lock_guard<std::mutex> lock(s.mu);
+  MutexLock lock(s.mu);
   s.name = name;
   s.remaining = nth == 0 ? 1 : nth;
   s.armed = true;
@@ -50,7 +53,7 @@ void ArmCrashPoint(const std::string& name, uint64_t nth) {
 
 void DisarmCrashPoints() {
   State& s = GetState();
-  std::lock_guard<std::mutex> lock(s.mu);
+  MutexLock lock(s.mu);
   s.armed = false;
 }
 
@@ -58,7 +61,7 @@ bool CrashPointsArmed() { return GetState().armed.load(std::memory_order_relaxed
 
 void ReachCrashPointSlow(const char* name) {
   State& s = GetState();
-  std::lock_guard<std::mutex> lock(s.mu);
+  MutexLock lock(s.mu);
   if (!s.armed || s.name != name) return;
   if (--s.remaining > 0) return;
   std::fprintf(stderr, "crash point '%s' reached: killing process %d\n", name, getpid());

@@ -577,7 +577,7 @@ HandshakeAcceptor::HandshakeAcceptor(int listen_fd, std::string secret, std::str
 HandshakeAcceptor::~HandshakeAcceptor() = default;
 
 HandshakeAcceptorStats HandshakeAcceptor::stats() const {
-  std::lock_guard<std::mutex> lock(stats_mu_);
+  MutexLock lock(stats_mu_);
   return stats_;
 }
 
@@ -589,7 +589,7 @@ void HandshakeAcceptor::Refusal(const std::string& line) {
     log_window_ = now;
     log_in_window_ = 0;
   }
-  std::lock_guard<std::mutex> lock(stats_mu_);
+  MutexLock lock(stats_mu_);
   stats_.last_refusal = line;
   if (log_in_window_ >= limits_.log_lines_per_second) {
     stats_.log_suppressed++;
@@ -611,7 +611,7 @@ void HandshakeAcceptor::Refusal(const std::string& line) {
 void HandshakeAcceptor::Drop(std::unique_ptr<Pending> p, const std::string& why,
                              bool count_refused) {
   {
-    std::lock_guard<std::mutex> lock(stats_mu_);
+    MutexLock lock(stats_mu_);
     if (count_refused) stats_.refused++;
     if (p->secret_mismatch) stats_.secret_mismatch++;
   }
@@ -634,7 +634,7 @@ void HandshakeAcceptor::AcceptNew(Clock::time_point now) {
           auto p = std::move(pending_.front());
           pending_.pop_front();
           {
-            std::lock_guard<std::mutex> lock(stats_mu_);
+            MutexLock lock(stats_mu_);
             stats_.evicted++;
           }
           Refusal("accept: " + std::string(std::strerror(e)) + ": closed the oldest pending " +
@@ -666,7 +666,7 @@ void HandshakeAcceptor::AcceptNew(Clock::time_point now) {
       auto old = std::move(pending_.front());
       pending_.pop_front();
       {
-        std::lock_guard<std::mutex> lock(stats_mu_);
+        MutexLock lock(stats_mu_);
         stats_.evicted++;
       }
       auto age = std::chrono::duration_cast<std::chrono::milliseconds>(now - old->accepted_at);
@@ -675,7 +675,7 @@ void HandshakeAcceptor::AcceptNew(Clock::time_point now) {
               " handshakes pending, the oldest makes room");
     }
     pending_.push_back(std::move(p));
-    std::lock_guard<std::mutex> lock(stats_mu_);
+    MutexLock lock(stats_mu_);
     stats_.pending = pending_.size();
     stats_.max_pending_seen = std::max(stats_.max_pending_seen, pending_.size());
   }
@@ -803,8 +803,9 @@ Result<HandshakeAcceptor::Peer> HandshakeAcceptor::Accept(std::span<const uint8_
   if (my_blob.size() > kMaxBlob) return Status::InvalidArgument("handshake: blob too large");
   auto until = Clock::now() + timeout;
   {
-    std::unique_lock<std::mutex> gate(gate_mu_);
-    if (!gate_cv_.wait_until(gate, until, [&] { return !busy_; })) {
+    MutexLock gate(gate_mu_);
+    if (!gate_cv_.wait_until(gate.native(), until,
+                             [&]() ASYMNVM_REQUIRES(gate_mu_) { return !busy_; })) {
       return Status::TimedOut("accept " + name_ + ": no peer in time (another Accept is running)");
     }
     busy_ = true;
@@ -813,7 +814,7 @@ Result<HandshakeAcceptor::Peer> HandshakeAcceptor::Accept(std::span<const uint8_
     HandshakeAcceptor* a;
     ~Release() {
       {
-        std::lock_guard<std::mutex> gate(a->gate_mu_);
+        MutexLock gate(a->gate_mu_);
         a->busy_ = false;
       }
       a->gate_cv_.notify_one();
@@ -838,7 +839,7 @@ Result<HandshakeAcceptor::Peer> HandshakeAcceptor::Accept(std::span<const uint8_
       p->fd = -1;
       out.blob = std::move(p->peer_blob);
       out.address = p->address;
-      std::lock_guard<std::mutex> sl(stats_mu_);
+      MutexLock sl(stats_mu_);
       stats_.accepted++;
       return out;
     }
@@ -855,7 +856,7 @@ Result<HandshakeAcceptor::Peer> HandshakeAcceptor::Accept(std::span<const uint8_
         auto p = std::move(*it);
         it = pending_.erase(it);
         {
-          std::lock_guard<std::mutex> sl(stats_mu_);
+          MutexLock sl(stats_mu_);
           stats_.timed_out++;
         }
         std::string why = "handshake deadline of " + std::to_string(limits_.deadline.count()) +
@@ -866,7 +867,7 @@ Result<HandshakeAcceptor::Peer> HandshakeAcceptor::Accept(std::span<const uint8_
       }
     }
     {
-      std::lock_guard<std::mutex> sl(stats_mu_);
+      MutexLock sl(stats_mu_);
       stats_.pending = pending_.size();
     }
     if (now >= until) return Status::TimedOut("accept " + name_ + ": no peer in time");

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "asymnvm/status.h"
+#include "common/thread_annotations.h"
 
 namespace asymnvm::fabric {
 
@@ -119,11 +120,12 @@ class HandshakeAcceptor {
   HandshakeLimits limits_;
   // One Accept() at a time (a flag + condvar rather than std::timed_mutex, whose
   // pthread_mutex_clocklock ThreadSanitizer does not intercept).
-  std::mutex gate_mu_;
+  Mutex gate_mu_;
   std::condition_variable gate_cv_;
-  bool busy_ = false;
-  mutable std::mutex stats_mu_;
-  HandshakeAcceptorStats stats_;
+  bool busy_ ASYMNVM_GUARDED_BY(gate_mu_) = false;
+  mutable Mutex stats_mu_;
+  HandshakeAcceptorStats stats_ ASYMNVM_GUARDED_BY(stats_mu_);
+  // The rest is owned by the one Accept() running (busy_), not by a mutex.
   std::deque<std::unique_ptr<Pending>> pending_;  // oldest first
   std::deque<std::unique_ptr<Pending>> ready_;    // completed, not yet returned
   std::chrono::steady_clock::time_point listen_backoff_until_{};

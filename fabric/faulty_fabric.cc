@@ -47,7 +47,7 @@ class FaultyCompletionQueue : public CompletionQueue {
 
   Result<size_t> Poll(std::span<Completion> out) override {
     if (out.empty()) return size_t{0};
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (ready_.size() < out.size()) {
       std::vector<Completion> tmp(out.size() - ready_.size());
       Result<size_t> r = base_->Poll(tmp);
@@ -63,7 +63,7 @@ class FaultyCompletionQueue : public CompletionQueue {
     std::vector<Completion> tmp(out.size());
     while (true) {
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         if (!ready_.empty()) return TakeLocked(out);
       }
       auto now = std::chrono::steady_clock::now();
@@ -73,7 +73,7 @@ class FaultyCompletionQueue : public CompletionQueue {
       auto slice = std::min(remaining, std::chrono::microseconds(1000));
       Result<size_t> r = base_->Wait(tmp, slice);
       if (!r.ok()) return r.status();
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       for (size_t i = 0; i < *r; i++) ProcessLocked(tmp[i]);
       if (!ready_.empty()) return TakeLocked(out);
       if (std::chrono::steady_clock::now() >= deadline) return size_t{0};
@@ -87,18 +87,18 @@ class FaultyCompletionQueue : public CompletionQueue {
 
   // Registers requests the provider will complete on `conn`, in posting order.
   void Expect(uint64_t conn, uint64_t wr_id, bool hide_success) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     pending_[conn].push_back(Pending{wr_id, hide_success, {}});
   }
   // Undoes the last `n` Expect calls on `conn` (the provider refused the list).
   void Unexpect(uint64_t conn, size_t n) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto& q = pending_[conn];
     for (size_t i = 0; i < n && !q.empty(); i++) q.pop_back();
   }
   // Queues completions that must follow every request already registered on `conn`.
   void Inject(uint64_t conn, std::vector<Completion> completions) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = pending_.find(conn);
     if (it == pending_.end() || it->second.empty()) {
       for (auto& c : completions) ready_.push_back(c);
@@ -115,7 +115,7 @@ class FaultyCompletionQueue : public CompletionQueue {
     std::vector<Completion> after;
   };
 
-  void ProcessLocked(const Completion& c) {
+  void ProcessLocked(const Completion& c) ASYMNVM_REQUIRES(mu_) {
     if (c.opcode == Opcode::kRecv) {
       ready_.push_back(c);
       return;
@@ -133,7 +133,7 @@ class FaultyCompletionQueue : public CompletionQueue {
     if (it->second.empty()) pending_.erase(it);
   }
 
-  size_t TakeLocked(std::span<Completion> out) {
+  size_t TakeLocked(std::span<Completion> out) ASYMNVM_REQUIRES(mu_) {
     size_t n = std::min(out.size(), ready_.size());
     for (size_t i = 0; i < n; i++) {
       out[i] = ready_.front();
@@ -143,9 +143,9 @@ class FaultyCompletionQueue : public CompletionQueue {
   }
 
   std::unique_ptr<CompletionQueue> base_;
-  std::mutex mu_;
-  std::unordered_map<uint64_t, std::deque<Pending>> pending_;
-  std::deque<Completion> ready_;
+  Mutex mu_;
+  std::unordered_map<uint64_t, std::deque<Pending>> pending_ ASYMNVM_GUARDED_BY(mu_);
+  std::deque<Completion> ready_ ASYMNVM_GUARDED_BY(mu_);
 };
 
 class FaultyConnection : public Connection {
@@ -161,9 +161,10 @@ class FaultyConnection : public Connection {
   ~FaultyConnection() override = default;
 
   Status Post(std::span<const WorkRequest> wrs) override {
-    std::lock_guard<std::mutex> lock(post_mu_);
+    MutexLock lock(post_mu_);
     ASYMNVM_CRASH_POINT("fabric.post.before");
     if (failed_.load()) {
+      MutexLock elock(error_mu_);  // a race found by the thread-safety annotations
       return Status::ConnectionError("fault injector: connection in error state: " +
                                      error_.ToString());
     }
@@ -226,7 +227,7 @@ class FaultyConnection : public Connection {
         injected.push_back(c);
       }
       {
-        std::lock_guard<std::mutex> elock(error_mu_);
+        MutexLock elock(error_mu_);
         error_ = Status::ConnectionError(
             std::string("fault injector: injected ") + FaultKindName(fault_kind) + " of " +
             OpcodeName(wrs[fault_at].opcode) + " wr_id " + std::to_string(wrs[fault_at].wr_id));
@@ -252,7 +253,7 @@ class FaultyConnection : public Connection {
   }
   Status error() const override {
     if (failed_.load()) {
-      std::lock_guard<std::mutex> elock(error_mu_);
+      MutexLock elock(error_mu_);
       return error_;
     }
     return base_->error();
@@ -266,11 +267,11 @@ class FaultyConnection : public Connection {
   void Close() override { base_->Close(); }
 
   void Cut() {
-    std::lock_guard<std::mutex> lock(post_mu_);
+    MutexLock lock(post_mu_);
     if (cut_) return;
     cut_ = true;
     if (!failed_.load()) {
-      std::lock_guard<std::mutex> elock(error_mu_);
+      MutexLock elock(error_mu_);
       error_ = Status::ConnectionError("fault injector: connection cut");
     }
     failed_.store(true);
@@ -288,13 +289,13 @@ class FaultyConnection : public Connection {
   std::unique_ptr<Connection> base_;
   FaultyCompletionQueue* const send_cq_;
   const uint64_t ordinal_;
-  std::mutex post_mu_;
-  uint64_t rng_;                // guarded by post_mu_
-  uint64_t request_index_ = 0;  // guarded by post_mu_
-  bool cut_ = false;            // guarded by post_mu_
+  Mutex post_mu_;
+  uint64_t rng_ ASYMNVM_GUARDED_BY(post_mu_);
+  uint64_t request_index_ ASYMNVM_GUARDED_BY(post_mu_) = 0;
+  bool cut_ ASYMNVM_GUARDED_BY(post_mu_) = false;
   std::atomic<bool> failed_{false};
-  mutable std::mutex error_mu_;
-  Status error_;  // guarded by error_mu_
+  mutable Mutex error_mu_;
+  Status error_ ASYMNVM_GUARDED_BY(error_mu_);
 };
 
 class FaultyListener : public Listener {
@@ -379,7 +380,7 @@ Result<std::unique_ptr<Connection>> FaultyFabric::WrapConnection(std::unique_ptr
   auto* send_cq = dynamic_cast<FaultyCompletionQueue*>(options.send_cq);
   uint64_t seed;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     seed = options_.seed;
   }
   auto conn = std::make_unique<FaultyConnection>(this, std::move(base), send_cq,
@@ -398,27 +399,27 @@ Status FaultyFabric::CutConnection(Connection* connection) {
 }
 
 void FaultyFabric::SetFaultOptions(const FaultOptions& options) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   options_ = options;
 }
 
 FaultOptions FaultyFabric::fault_options() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return options_;
 }
 
 FaultCounters FaultyFabric::fault_counters() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return counters_;
 }
 
 std::vector<FaultEvent> FaultyFabric::fault_log() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return log_;
 }
 
 void FaultyFabric::Record(const FaultEvent& event) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   log_.push_back(event);
   switch (event.kind) {
     case FaultKind::kDrop:
@@ -437,12 +438,12 @@ void FaultyFabric::Record(const FaultEvent& event) {
 }
 
 void FaultyFabric::CountSeen(uint64_t n) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   counters_.requests_seen += n;
 }
 
 void FaultyFabric::CountFlushed(uint64_t n) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   counters_.flushed += n;
 }
 

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "asymnvm/fabric.h"
+#include "common/thread_annotations.h"
 
 namespace asymnvm::fabric {
 
@@ -125,10 +126,10 @@ class FaultyFabric : public Fabric {
   void CountFlushed(uint64_t n);
 
   std::unique_ptr<Fabric> base_;
-  mutable std::mutex mu_;
-  FaultOptions options_;
-  FaultCounters counters_;
-  std::vector<FaultEvent> log_;
+  mutable Mutex mu_;
+  FaultOptions options_ ASYMNVM_GUARDED_BY(mu_);
+  FaultCounters counters_ ASYMNVM_GUARDED_BY(mu_);
+  std::vector<FaultEvent> log_ ASYMNVM_GUARDED_BY(mu_);
   std::atomic<uint64_t> next_ordinal_{0};
 };
 

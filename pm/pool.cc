@@ -24,6 +24,7 @@
 
 #include "asymnvm/pm.h"
 #include "common/logging.h"
+#include "common/thread_annotations.h"
 
 namespace asymnvm::pm {
 namespace {
@@ -109,7 +110,7 @@ class MsyncPersister final : public ObservedPersister {
     if (length == 0) return;
     Report(addr, length);
     auto p = reinterpret_cast<uintptr_t>(addr);
-    std::lock_guard<std::mutex> lock(pending_mu_);
+    MutexLock lock(pending_mu_);
     auto& v = pending_[std::this_thread::get_id()];
     if (!v.empty() && v.back().second == p) {
       v.back().second = p + length;  // sequential landings: extend
@@ -120,19 +121,19 @@ class MsyncPersister final : public ObservedPersister {
   void Drain() override {
     std::vector<std::pair<uintptr_t, uintptr_t>> mine;
     {
-      std::lock_guard<std::mutex> lock(pending_mu_);
+      MutexLock lock(pending_mu_);
       auto it = pending_.find(std::this_thread::get_id());
       if (it == pending_.end()) return;
       mine.swap(it->second);
       pending_.erase(it);
     }
     if (mine.empty()) return;
-    std::unique_lock<std::mutex> lock(group_mu_);
+    MutexLock lock(group_mu_);
     queue_.insert(queue_.end(), mine.begin(), mine.end());
     const uint64_t ticket = ++queued_;
     while (synced_ < ticket) {
       if (syncing_) {
-        cv_.wait(lock);
+        cv_.wait(lock.native());
         continue;
       }
       syncing_ = true;
@@ -162,13 +163,15 @@ class MsyncPersister final : public ObservedPersister {
   }
 
   SyncCounter* counter_;
-  std::mutex pending_mu_;
-  std::unordered_map<std::thread::id, std::vector<std::pair<uintptr_t, uintptr_t>>> pending_;
-  std::mutex group_mu_;
+  Mutex pending_mu_;
+  std::unordered_map<std::thread::id, std::vector<std::pair<uintptr_t, uintptr_t>>> pending_
+      ASYMNVM_GUARDED_BY(pending_mu_);
+  Mutex group_mu_;
   std::condition_variable cv_;
-  std::vector<std::pair<uintptr_t, uintptr_t>> queue_;
-  uint64_t queued_ = 0, synced_ = 0;
-  bool syncing_ = false;
+  std::vector<std::pair<uintptr_t, uintptr_t>> queue_ ASYMNVM_GUARDED_BY(group_mu_);
+  uint64_t queued_ ASYMNVM_GUARDED_BY(group_mu_) = 0;
+  uint64_t synced_ ASYMNVM_GUARDED_BY(group_mu_) = 0;
+  bool syncing_ ASYMNVM_GUARDED_BY(group_mu_) = false;
 };
 
 class PoolImpl;
@@ -182,15 +185,16 @@ class CrashSimPersister final : public ObservedPersister {
   void Flush(const void* addr, size_t length) override;
   void Drain() override;
   void DropAllPending() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     pending_.clear();
   }
 
  private:
   PoolImpl* pool_;
-  std::mutex mu_;
+  Mutex mu_;
   // Per thread: flushed line ranges [first, last] not yet drained.
-  std::unordered_map<std::thread::id, std::vector<std::pair<uint64_t, uint64_t>>> pending_;
+  std::unordered_map<std::thread::id, std::vector<std::pair<uint64_t, uint64_t>>> pending_
+      ASYMNVM_GUARDED_BY(mu_);
 };
 
 class PoolImpl final : public Pool {
@@ -316,7 +320,7 @@ void CrashSimPersister::Flush(const void* addr, size_t length) {
   uint64_t off = static_cast<uint64_t>(p - base_);
   uint64_t first = off / kCacheLine;
   uint64_t last = (off + length - 1) / kCacheLine;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto& v = pending_[std::this_thread::get_id()];
   if (!v.empty() && v.back().second + 1 >= first && v.back().first <= last + 1) {
     v.back().first = std::min(v.back().first, first);
@@ -329,7 +333,7 @@ void CrashSimPersister::Flush(const void* addr, size_t length) {
 void CrashSimPersister::Drain() {
   std::vector<std::pair<uint64_t, uint64_t>> mine;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = pending_.find(std::this_thread::get_id());
     if (it == pending_.end()) return;
     mine.swap(it->second);

@@ -165,7 +165,7 @@ void ConnCore::CountPosted(const WorkRequest& wr) {
 Status ConnCore::Post(std::span<const WorkRequest> wrs) {
   if (wrs.empty()) return Status::Ok();
   if (send_cq_->ring()) send_cq_->Drain();
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(mu_);
   if (state_ != ConnectionState::kConnected) {
     return Status::ConnectionError(state_ == ConnectionState::kClosed
                                        ? "verbs: connection closed"
@@ -268,7 +268,7 @@ Status ConnCore::PostRecv(std::span<const RecvRequest> buffers) {
     ASYMNVM_RETURN_IF_ERROR(ValidateRecv(buffers[i], i, 1));
   }
   if (recv_cq_->ring()) recv_cq_->Drain();
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(mu_);
   if (state_ != ConnectionState::kConnected) {
     return Status::ConnectionError("verbs: connection not connected");
   }
@@ -324,7 +324,7 @@ Status SrqCore::PostRecv(std::span<const RecvRequest> buffers) {
     }
     total_slots += slots[i];
   }
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(mu_);
   if (buffers_.size() + buffers.size() > options_.max_wr) {
     return Status::ResourceExhausted("verbs: more than max_wr buffers posted to the SRQ");
   }
@@ -377,7 +377,7 @@ Status SrqCore::PostRecv(std::span<const RecvRequest> buffers) {
 }
 
 uint32_t SrqCore::posted() const {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(mu_);
   return static_cast<uint32_t>(buffers_.size());
 }
 
@@ -385,7 +385,7 @@ bool SrqCore::OnSlotCompleted(uint64_t value, uint64_t* user_wr_id, uint32_t* of
                               bool* buffer_done) {
   const uint64_t seq = value >> kSlotBits;
   const uint32_t slot = static_cast<uint32_t>(value & ((1u << kSlotBits) - 1));
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(mu_);
   auto it = buffers_.find(seq);
   if (it == buffers_.end()) return false;
   Buffer& b = it->second;
@@ -412,7 +412,7 @@ void ConnCore::EnterError(CompletionStatus s, Opcode op) {
 }
 
 bool ConnCore::OnCompletion(const ibv_wc& wc, Completion* out) {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(mu_);
   if (state_ == ConnectionState::kClosed) return false;
   Completion c;
   c.connection_id = id_;
@@ -468,7 +468,7 @@ bool ConnCore::OnCompletion(const ibv_wc& wc, Completion* out) {
 void ConnCore::Close() {
   std::vector<Completion> send_flush, recv_flush;
   {
-    std::lock_guard<std::mutex> lk(mu_);
+    MutexLock lk(mu_);
     if (state_ == ConnectionState::kClosed) return;
     ibv_qp_attr attr{};
     attr.qp_state = IBV_QPS_ERR;
@@ -504,17 +504,17 @@ void ConnCore::Close() {
 }
 
 ConnectionState ConnCore::state() const {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(mu_);
   return state_;
 }
 
 Status ConnCore::error() const {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(mu_);
   return error_;
 }
 
 Counters ConnCore::counters() const {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(mu_);
   return counters_;
 }
 
@@ -554,18 +554,18 @@ Status VerbsCq::DrainLocked(size_t want) {
 }
 
 void VerbsCq::Drain() {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(mu_);
   Status st = DrainLocked(0);
   if (!st.ok()) LOG_WARN("verbs", st.ToString());
 }
 
 void VerbsCq::Push(std::vector<Completion> completions) {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(mu_);
   for (const Completion& c : completions) Append(c);
 }
 
 Result<size_t> VerbsCq::Poll(std::span<Completion> out) {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(mu_);
   if (overrun_) {
     return Status::ResourceExhausted("verbs: completion queue overrun; completions were lost",
                                      false);

@@ -113,19 +113,19 @@ Status ConnectionErrorFor(CompletionStatus s, Opcode op) {
 // ---- DeviceCore ---------------------------------------------------------------------------------
 
 std::shared_ptr<ConnCore> DeviceCore::FindByQpn(uint32_t qpn) {
-  std::lock_guard<std::mutex> lk(mu);
+  MutexLock lk(mu);
   auto it = by_qpn.find(qpn);
   return it == by_qpn.end() ? nullptr : it->second;
 }
 
 void DeviceCore::Register(const std::shared_ptr<ConnCore>& conn) {
-  std::lock_guard<std::mutex> lk(mu);
+  MutexLock lk(mu);
   by_qpn[conn->qpn()] = conn;
   all_conns.push_back(conn);
 }
 
 void DeviceCore::Unregister(uint32_t qpn) {
-  std::lock_guard<std::mutex> lk(mu);
+  MutexLock lk(mu);
   by_qpn.erase(qpn);
 }
 
@@ -300,7 +300,7 @@ class VerbsFabric final : public Fabric {
   }
   Counters counters() const override {
     Counters sum;
-    std::lock_guard<std::mutex> lk(dev_->mu);
+    MutexLock lk(dev_->mu);
     for (const auto& c : dev_->all_conns) sum += c->counters();
     return sum;
   }

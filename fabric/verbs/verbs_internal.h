@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "asymnvm/fabric.h"
+#include "common/thread_annotations.h"
 #include "fabric/verbs/verbs_api.h"
 
 namespace asymnvm::fabric::verbs {
@@ -112,9 +113,10 @@ struct DeviceCore {
   ibv_gid gid{};
   std::atomic<uint64_t> next_conn_id{1};
 
-  std::mutex mu;
-  std::unordered_map<uint32_t, std::shared_ptr<ConnCore>> by_qpn;  // live QPs
-  std::vector<std::shared_ptr<ConnCore>> all_conns;  // live and closed, for counters()
+  Mutex mu;
+  std::unordered_map<uint32_t, std::shared_ptr<ConnCore>> by_qpn ASYMNVM_GUARDED_BY(mu);  // live
+  std::vector<std::shared_ptr<ConnCore>> all_conns
+      ASYMNVM_GUARDED_BY(mu);  // live and closed, for counters()
 
   std::shared_ptr<ConnCore> FindByQpn(uint32_t qpn);
   void Register(const std::shared_ptr<ConnCore>& conn);
@@ -180,16 +182,17 @@ class VerbsCq final : public CompletionQueue {
  private:
   VerbsCq(DeviceCore* dev, ibv_comp_channel* ch, ibv_cq* cq, const CompletionQueueOptions& o)
       : dev_(dev), channel_(ch), cq_(cq), options_(o) {}
-  Status DrainLocked(size_t want);  // want: hardware entries to take (ring: all)
-  void Append(const Completion& c);
+  Status DrainLocked(size_t want)
+      ASYMNVM_REQUIRES(mu_);  // want: hardware entries to take (ring: all)
+  void Append(const Completion& c) ASYMNVM_REQUIRES(mu_);
 
   DeviceCore* dev_;
   ibv_comp_channel* channel_;
   ibv_cq* cq_;
   CompletionQueueOptions options_;
-  std::mutex mu_;
-  std::deque<Completion> pending_;  // guarded by mu_
-  bool overrun_ = false;            // guarded by mu_
+  Mutex mu_;
+  std::deque<Completion> pending_ ASYMNVM_GUARDED_BY(mu_);
+  bool overrun_ ASYMNVM_GUARDED_BY(mu_) = false;
   std::atomic<uint64_t> overwritten_{0};
 };
 
@@ -216,10 +219,10 @@ class SrqCore {
   ibv_srq* srq_;
   SrqOptions options_;
   uint32_t hw_depth_;
-  mutable std::mutex mu_;
-  std::map<uint64_t, Buffer> buffers_;  // by buffer sequence; guarded by mu_
-  uint64_t next_seq_ = 1;
-  uint64_t slots_outstanding_ = 0;
+  mutable Mutex mu_;
+  std::map<uint64_t, Buffer> buffers_ ASYMNVM_GUARDED_BY(mu_);  // by buffer sequence
+  uint64_t next_seq_ ASYMNVM_GUARDED_BY(mu_) = 1;
+  uint64_t slots_outstanding_ ASYMNVM_GUARDED_BY(mu_) = 0;
 };
 
 class VerbsSrq final : public SharedReceiveQueue {
@@ -281,7 +284,7 @@ class ConnCore {
   };
   Status Validate(const WorkRequest& wr, size_t index) const;
   void CountPosted(const WorkRequest& wr);
-  void EnterError(CompletionStatus s, Opcode op);
+  void EnterError(CompletionStatus s, Opcode op) ASYMNVM_REQUIRES(mu_);
 
   DeviceCore* dev_;
   VerbsPd* pd_;
@@ -296,10 +299,10 @@ class ConnCore {
   std::vector<uint8_t> peer_private_data_;
   std::string peer_address_;
 
-  mutable std::mutex mu_;
-  ConnectionState state_ = ConnectionState::kConnected;  // guarded by mu_
-  Status error_;                                         // guarded by mu_
-  std::deque<SendEntry> sends_;                          // outstanding, posting order
+  mutable Mutex mu_;
+  ConnectionState state_ ASYMNVM_GUARDED_BY(mu_) = ConnectionState::kConnected;
+  Status error_ ASYMNVM_GUARDED_BY(mu_);
+  std::deque<SendEntry> sends_;  // outstanding, posting order
   uint64_t next_send_seq_ = 1;
   std::unordered_map<uint64_t, uint64_t> recvs_;  // own RQ: seq → user wr_id
   uint64_t next_recv_seq_ = 1;

@@ -237,7 +237,7 @@ Status ConnCore::Establish(int fd, bool server, const std::string& peer_address,
 Status ConnCore::Abort(Status st) {
   int rc = dev_->api->DestroyQp(qp_);
   if (rc != 0) LOG_WARN("verbs", VerbsError("ibv_destroy_qp", rc).ToString());
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(mu_);
   state_ = ConnectionState::kClosed;
   return st;
 }

@@ -92,7 +92,11 @@ struct BackendStats {
   // transaction of a registered front-end that txn is recorded as rejected (and counted in
   // txns_rejected).
   uint64_t log_corrupt_entries = 0, oq_corrupt_records = 0;
-  uint64_t deferred_frees_pending = 0, deferred_frees_done = 0;
+  // Deferred frees (request 23; persistent: doc/backend.md §Deferred frees): pending now, done,
+  // failed (the block was not allocated any more: never expected), and re-armed from the pool's
+  // table at start.
+  uint64_t deferred_frees_pending = 0, deferred_frees_done = 0, deferred_frees_failed = 0;
+  uint64_t deferred_frees_rearmed = 0;
   uint64_t requests = 0;
   // Durability: redo = the redo-log mode (pool not PM, msync mode) is on; pm_syncs / pm_sync_bytes
   // = msync calls and bytes of the pool (pm::Pool::sync_stats; 0 in flush mode); checkpoints

@@ -216,7 +216,7 @@ struct Backend::Impl : public OpLogSource {
   // immediate frees and the reclaimer's free + clear hold dfree_mu, so a block freed by the
   // reclaimer is not handed out again before its slot is cleared (a restart in between would
   // free it a second time).
-  Mutex dfree_mu ASYMNVM_ACQUIRED_BEFORE(mu);
+  mutable Mutex dfree_mu ASYMNVM_ACQUIRED_BEFORE(mu);
   std::map<uint64_t, uint32_t> dfree_pending ASYMNVM_GUARDED_BY(dfree_mu);
   std::vector<bool> dfree_used ASYMNVM_GUARDED_BY(dfree_mu);
   BackendStats counters ASYMNVM_GUARDED_BY(mu);
@@ -1464,6 +1464,23 @@ const Layout& Backend::layout() const { return impl_->layout; }
 BackendStats Backend::stats() const { return impl_->Stats(); }
 std::string Backend::StatusJson() const { return impl_->StatusJson(); }
 void Backend::Stop() { impl_->Stop(); }
+
+std::vector<NamingEntry> Backend::NamingEntries() const { return impl_->naming->List(); }
+std::vector<alloc::Extent> Backend::Extents() const { return impl_->allocator->Extents(); }
+std::vector<uint64_t> Backend::PendingDeferredFrees() const {
+  MutexLock dl(impl_->dfree_mu);
+  std::vector<uint64_t> out;
+  for (const auto& [addr, slot] : impl_->dfree_pending) out.push_back(addr);
+  return out;
+}
+Status Backend::FreeExtent(uint64_t addr) {
+  MutexLock dl(impl_->dfree_mu);
+  if (impl_->dfree_pending.count(addr) != 0) {
+    return Status::FailedPrecondition("free of " + std::to_string(addr) +
+                                      ": a deferred free of it is pending");
+  }
+  return impl_->allocator->Free(addr);
+}
 
 Status Backend::TEST_CrashAndClose(uint64_t seed, double keep, uint64_t* dropped_lines) {
   if (!impl_->pool || !impl_->pool->crash_sim()) {

@@ -30,11 +30,14 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "alloc/backend_allocator.h"
 #include "asymnvm/fabric.h"
 #include "asymnvm/pm.h"
 #include "asymnvm/status.h"
 #include "backend/layout.h"
+#include "backend/naming.h"
 #include "backend/replication.h"
 
 namespace asymnvm::backend {
@@ -123,6 +126,15 @@ class Backend {
   std::string StatusJson() const;  // what `asymnvm-ctl status` prints
   // Stops serving, joins threads, closes the pool. Acknowledged work is already durable.
   void Stop();
+
+  // For `asymnvm-ctl check` / `gc` (tools/ctl_gc.cc), which run a back-end in process: the live
+  // naming entries (front-end records included), the allocator's live extents, the blocks whose
+  // deferred free is pending (persistent table; doc/backend.md §Deferred frees), and an
+  // immediate, durable free of the extent starting at `addr` (errors as request 22 free).
+  std::vector<NamingEntry> NamingEntries() const;
+  std::vector<alloc::Extent> Extents() const;
+  std::vector<uint64_t> PendingDeferredFrees() const;
+  Status FreeExtent(uint64_t addr);
   // Tests (crash_sim pools only): stops serving without the final checkpoint, then models a power
   // loss with pm::Pool::SimulateCrash(seed, keep) and closes the pool; the file then holds the
   // crashed state. Errors: kFailedPrecondition when the pool is not in crash simulation.

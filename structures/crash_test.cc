@@ -411,8 +411,10 @@ TEST_F(LeakCampaignTest, GcAfterSigkillRoundsLeavesUsedEqualReachable) {
     be_->Stop();
     be_.reset();
     std::ostringstream out, err;
-    ASSERT_EQ(tools::RunCtl({"check", path_, "--json"}, out, err), tools::kCtlLeaks)
-        << "dead writers leave leaked blocks: " << out.str() << err.str();
+    // Exit 5 when the dead writers left whole blocks unreached, 0 when every block they left
+    // still holds a reachable object; never corruption.
+    const int rc = tools::RunCtl({"check", path_, "--json"}, out, err);
+    ASSERT_TRUE(rc == tools::kCtlLeaks || rc == tools::kCtlOk) << rc << out.str() << err.str();
     const auto before = nlohmann::json::parse(out.str())["leaks"];
     const uint64_t leaked = before["leaked_blocks"].get<uint64_t>();
     std::ostringstream gout, gerr;

@@ -392,13 +392,13 @@ INSTANTIATE_TEST_SUITE_P(All, CrashTest, ::testing::ValuesIn(kAllKinds),
 // `asymnvm-ctl gc` frees what the dead writers left (their slabs, unpublished MV nodes, nodes
 // whose frees were orphaned), and `check` then finds used blocks = reachable blocks; after the
 // restart every structure of every round still verifies and holds what its round recovered (the
-// later rounds reuse the freed blocks). ASYMNVM_LEAK_ROUNDS (default 4); the ctest entry
+// later rounds reuse the freed blocks). ASYMNVM_LEAK_ROUNDS (default 10); the ctest entry
 // structures_leak_long (label long) runs 50.
 class LeakCampaignTest : public testing::StructuresTest {};
 
 TEST_F(LeakCampaignTest, GcAfterSigkillRoundsLeavesUsedEqualReachable) {
   const char* env = std::getenv("ASYMNVM_LEAK_ROUNDS");
-  const int rounds = env ? std::max(1, std::atoi(env)) : 4;
+  const int rounds = env ? std::max(1, std::atoi(env)) : 10;
   struct Recovered {
     Kind kind;
     std::string name;

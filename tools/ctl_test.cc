@@ -561,8 +561,8 @@ TEST_F(CtlGcTest, CheckReportsHandMadeLeaksAndGcFreesExactlyThem) {
 
 // gc never frees when it cannot tell what is reachable: a naming entry of a type the walk does
 // not know, or a structure whose Verify fails (a damaged anchor), makes it refuse (exit 6) with
-// the bitmap untouched; check reports the damaged structure as a problem. A running back-end's
-// pool is refused too.
+// the bitmap untouched; check says in a note why it computed no leaks. A running back-end's pool
+// is refused too.
 TEST_F(CtlGcTest, GcRefusesWhenAStructureWalkFails) {
   uint64_t anchor = 0;
   {
@@ -615,8 +615,11 @@ TEST_F(CtlGcTest, GcRefusesWhenAStructureWalkFails) {
   EXPECT_NE(corrupt.err.find("structure 'h'"), std::string::npos) << corrupt.err;
   EXPECT_EQ(BlocksUsed(path_), used);
   CtlRun bad = Ctl({"check", path_});
-  EXPECT_EQ(bad.rc, kCtlCorrupt) << bad.out;
-  EXPECT_NE(bad.out.find("PROBLEM: structures: "), std::string::npos) << bad.out;
+  EXPECT_EQ(bad.rc, kCtlOk) << bad.out;
+  EXPECT_NE(bad.out.find("note: leaks: not computed: the structure walk failed: Corruption: "
+                         "structure 'h'"),
+            std::string::npos)
+      << bad.out;
 }
 
 }  // namespace

@@ -1473,6 +1473,14 @@ std::vector<uint64_t> Backend::PendingDeferredFrees() const {
   for (const auto& [addr, slot] : impl_->dfree_pending) out.push_back(addr);
   return out;
 }
+Status Backend::ForgetFrontend(uint64_t fe) {
+  {
+    MutexLock lock(impl_->mu);
+    if (impl_->frontends.erase(fe) == 0) return Status::NotFound("front-end " + std::to_string(fe));
+    impl_->epochs.erase(fe);
+  }
+  return impl_->naming->Remove("fe:" + std::to_string(fe));
+}
 Status Backend::FreeExtent(uint64_t addr) {
   MutexLock dl(impl_->dfree_mu);
   if (impl_->dfree_pending.count(addr) != 0) {

@@ -135,6 +135,9 @@ class Backend {
   std::vector<alloc::Extent> Extents() const;
   std::vector<uint64_t> PendingDeferredFrees() const;
   Status FreeExtent(uint64_t addr);
+  // Removes the record of front-end `fe` (its session must be closed and have nothing in the
+  // b-log): the walk's own session, so check and gc leave no record behind. kNotFound.
+  Status ForgetFrontend(uint64_t fe);
   // Tests (crash_sim pools only): stops serving without the final checkpoint, then models a power
   // loss with pm::Pool::SimulateCrash(seed, keep) and closes the pool; the file then holds the
   // crashed state. Errors: kFailedPrecondition when the pool is not in crash simulation.

@@ -56,7 +56,7 @@ inline constexpr int kCtlDiffer = 4;   // diff: the pools differ
 inline constexpr int kCtlLeaks = 5;    // check: leaked blocks, no corruption
 inline constexpr int kCtlRefused = 6;  // gc: refused (a structure walk failed, corruption)
 
-// The front-end id of the walk's session (its `fe:` record stays in the pool gc ran on).
+// The front-end id of the walk's session (its `fe:` record is removed when the walk ends).
 inline constexpr uint64_t kWalkFrontendId = 65521;
 
 struct LeakOptions {

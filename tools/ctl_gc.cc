@@ -88,6 +88,12 @@ Result<LeakReport> FindLeaks(const std::string& pool_path, const LeakOptions& op
 
   std::vector<std::string> names;
   for (const auto& e : be->NamingEntries()) {
+    if (e.type == backend::kFrontendRecordType &&
+        e.name == "fe:" + std::to_string(kWalkFrontendId)) {
+      return Status::FailedPrecondition(
+          "front-end id " + std::to_string(kWalkFrontendId) +
+          " is registered in this pool; the structure walk needs that id for itself");
+    }
     if (e.type == backend::kFrontendRecordType) continue;
     names.push_back(e.name);
   }
@@ -101,6 +107,9 @@ Result<LeakReport> FindLeaks(const std::string& pool_path, const LeakOptions& op
     ASYMNVM_ASSIGN_OR_RETURN(auto session, frontend::Session::Open(so));
     walk = structures::WalkStructures(*session, names);
   }
+  // The walk's session (level naive: no op log) leaves no front-end record behind.
+  ASYMNVM_RETURN_IF_ERROR(
+      be->ForgetFrontend(kWalkFrontendId).WithContext("forget the walk's record"));
   if (!walk.ok()) {
     rep.walk_error = walk.status().ToString();
     rep.walk_code = walk.status().code();

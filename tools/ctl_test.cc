@@ -529,6 +529,10 @@ TEST_F(CtlGcTest, CheckReportsHandMadeLeaksAndGcFreesExactlyThem) {
   EXPECT_EQ(j["blocks_used"].get<uint64_t>(), j["blocks_reachable"].get<uint64_t>() + 1);
   CtlRun again = Ctl({"gc", path_});
   EXPECT_NE(again.out.find("freed 0 extent(s), 0 block(s)"), std::string::npos) << again.out;
+  // The walk's own front-end record does not stay behind.
+  nlohmann::json fes = nlohmann::json::parse(Ctl({"inspect", path_, "--json"}).out)["frontends"];
+  ASSERT_EQ(fes.size(), 2u) << fes.dump();  // 11 and 12
+  for (const auto& f : fes) EXPECT_NE(f["id"].get<uint64_t>(), kWalkFrontendId);
 
   // The data is intact, and the freed blocks serve new writes without damaging it.
   StartBackend();

@@ -19,6 +19,7 @@
 
 #include "alloc/backend_allocator.h"
 #include "backend/applier.h"
+#include "backend/deferred_frees.h"
 #include "backend/log_format.h"
 #include "backend/naming.h"
 #include "backend/replication.h"
@@ -211,6 +212,13 @@ struct Backend::Impl : public OpLogSource {
   size_t last_pinned_warned = 0;                       // consumer thread only
   std::deque<std::pair<std::chrono::steady_clock::time_point, uint64_t>> deferred
       ASYMNVM_GUARDED_BY(mu);
+  // The persistent deferred-free table (backend/deferred_frees.h): addr → its slot. Allocations,
+  // immediate frees and the reclaimer's free + clear hold dfree_mu, so a block freed by the
+  // reclaimer is not handed out again before its slot is cleared (a restart in between would
+  // free it a second time).
+  mutable Mutex dfree_mu ASYMNVM_ACQUIRED_BEFORE(mu);
+  std::map<uint64_t, uint32_t> dfree_pending ASYMNVM_GUARDED_BY(dfree_mu);
+  std::vector<bool> dfree_used ASYMNVM_GUARDED_BY(dfree_mu);
   BackendStats counters ASYMNVM_GUARDED_BY(mu);
 
   std::atomic<bool> stop{false};
@@ -409,6 +417,7 @@ struct Backend::Impl : public OpLogSource {
     ao.persister = persister();
     ao.format_if_empty = fresh;
     ASYMNVM_ASSIGN_OR_RETURN(allocator, alloc::BackendAllocator::Open(ao));
+    LoadDeferredFrees();
     if (fresh) {
       // The header goes last: a crash before this line leaves a pool that is formatted again.
       EncodeLayout(layout, header);
@@ -429,6 +438,71 @@ struct Backend::Impl : public OpLogSource {
         std::make_unique<OneSidedPersister>(persister(), [this] { CheckpointIfTxnsSince(); });
     ASYMNVM_RETURN_IF_ERROR(RestoreCheckpoint());
     if (!fresh) CheckLanded();
+    return Status::Ok();
+  }
+
+  // ---- persistent deferred frees (backend/deferred_frees.h) ----
+
+  uint8_t* DeferredFreeSlotAt(uint32_t slot) {
+    return base() + kBackendHeaderOffset + kDeferredFreeTableOffset + slot * kDeferredFreeSlotSize;
+  }
+  void WriteDeferredFreeSlot(uint32_t slot, uint64_t addr) ASYMNVM_REQUIRES(dfree_mu) {
+    uint8_t* p = DeferredFreeSlotAt(slot);
+    EncodeDeferredFree(slot, addr, p);
+    persister()->Persist(p, kDeferredFreeSlotSize);
+    dfree_used[slot] = addr != 0;
+  }
+
+  // At start, before anything is served: every recorded deferred free whose block is still
+  // allocated is re-armed with the full delay (readers of the grace period may have survived the
+  // restart); one whose block is already free (the crash came between the free and the clear)
+  // and every torn slot are cleared.
+  void LoadDeferredFrees() {
+    MutexLock dl(dfree_mu);
+    dfree_used.assign(kDeferredFreeSlots, false);
+    std::vector<uint32_t> bad;
+    const auto slots = DecodeDeferredFrees(DeferredFreeSlotAt(0), &bad);
+    for (uint32_t b : bad) {
+      LOG_WARN("backend", "deferred-free slot " << b << " is torn (never acknowledged): cleared");
+      WriteDeferredFreeSlot(b, 0);
+    }
+    const auto due = std::chrono::steady_clock::now() + o.reclaim_delay;
+    for (const auto& s : slots) {
+      if (!allocator->ExtentBytes(s.addr).ok() || dfree_pending.count(s.addr) != 0) {
+        WriteDeferredFreeSlot(s.slot, 0);  // freed before the crash cleared the slot
+        continue;
+      }
+      dfree_used[s.slot] = true;
+      dfree_pending[s.addr] = s.slot;
+      MutexLock lock(mu);
+      deferred.emplace_back(due, s.addr);
+      counters.deferred_frees_rearmed++;
+    }
+    if (!dfree_pending.empty()) {
+      LOG_INFO("backend", dfree_pending.size() << " deferred free(s) re-armed from the pool");
+    }
+  }
+
+  // Request 23: validated and recorded durably before the reply.
+  Status RecordDeferredFree(uint64_t addr, bool recovering) {
+    MutexLock dl(dfree_mu);
+    if (dfree_pending.count(addr) != 0) {
+      // An OQ re-execution of a request that was recorded before the crash: already pending.
+      if (recovering) return Status::Ok();
+      return Status::FailedPrecondition("deferred free of " + std::to_string(addr) +
+                                        ": already pending");
+    }
+    ASYMNVM_RETURN_IF_ERROR(allocator->ExtentBytes(addr).status());
+    uint32_t slot = 0;
+    while (slot < kDeferredFreeSlots && dfree_used[slot]) slot++;
+    if (slot == kDeferredFreeSlots) {
+      return Status::ResourceExhausted("deferred free: all " + std::to_string(kDeferredFreeSlots) +
+                                       " slots pending (retry after the reclaim delay)");
+    }
+    WriteDeferredFreeSlot(slot, addr);
+    dfree_pending[addr] = slot;
+    MutexLock lock(mu);
+    deferred.emplace_back(std::chrono::steady_clock::now() + o.reclaim_delay, addr);
     return Status::Ok();
   }
 
@@ -909,6 +983,7 @@ struct Backend::Impl : public OpLogSource {
         ASYMNVM_RETURN_IF_ERROR(naming->Remove(std::string(payload.begin(), payload.end())));
         break;
       case kAllocSlab: {
+        MutexLock dl(dfree_mu);
         ASYMNVM_ASSIGN_OR_RETURN(uint64_t a, allocator->AllocSlab());
         w.U64(a);
         break;
@@ -917,6 +992,7 @@ struct Backend::Impl : public OpLogSource {
         PayloadReader r(payload, "alloc large");
         const uint64_t bytes = r.U64();
         ASYMNVM_RETURN_IF_ERROR(r.status());
+        MutexLock dl(dfree_mu);
         ASYMNVM_ASSIGN_OR_RETURN(uint64_t a, allocator->AllocLarge(bytes));
         w.U64(a);
         break;
@@ -925,6 +1001,11 @@ struct Backend::Impl : public OpLogSource {
         PayloadReader r(payload, "free");
         const uint64_t addr = r.U64();
         ASYMNVM_RETURN_IF_ERROR(r.status());
+        MutexLock dl(dfree_mu);
+        if (dfree_pending.count(addr) != 0) {
+          return Status::FailedPrecondition("free of " + std::to_string(addr) +
+                                            ": a deferred free of it is pending");
+        }
         ASYMNVM_RETURN_IF_ERROR(allocator->Free(addr));
         break;
       }
@@ -965,9 +1046,7 @@ struct Backend::Impl : public OpLogSource {
         PayloadReader r(payload, "deferred free");
         const uint64_t addr = r.U64();
         ASYMNVM_RETURN_IF_ERROR(r.status());
-        ASYMNVM_RETURN_IF_ERROR(allocator->ExtentBytes(addr).status());  // validate now
-        MutexLock lock(mu);
-        deferred.emplace_back(std::chrono::steady_clock::now() + o.reclaim_delay, addr);
+        ASYMNVM_RETURN_IF_ERROR(RecordDeferredFree(addr, ctx.recovering));
         break;
       }
       case kTxn:
@@ -1234,10 +1313,22 @@ struct Backend::Impl : public OpLogSource {
       }
     }
     for (uint64_t a : due) {
+      MutexLock dl(dfree_mu);
       Status s = allocator->Free(a);
-      if (!s.ok()) LOG_WARN("backend", "deferred free of " << a << ": " << s.ToString());
+      // Tests: the block is free in the bitmap, its slot still records it.
+      ASYMNVM_CRASH_POINT("backend.deferred_free.after_free");
+      auto it = dfree_pending.find(a);
+      if (it != dfree_pending.end()) {
+        WriteDeferredFreeSlot(it->second, 0);
+        dfree_pending.erase(it);
+      }
       MutexLock lock(mu);
-      counters.deferred_frees_done++;
+      if (s.ok()) {
+        counters.deferred_frees_done++;
+      } else {
+        LOG_WARN("backend", "deferred free of " << a << ": " << s.ToString());
+        counters.deferred_frees_failed++;
+      }
     }
   }
 
@@ -1273,6 +1364,10 @@ struct Backend::Impl : public OpLogSource {
     j["log_corrupt_entries"] = s.log_corrupt_entries;
     j["oq_corrupt_records"] = s.oq_corrupt_records;
     j["requests"] = s.requests;
+    j["deferred_frees_pending"] = s.deferred_frees_pending;
+    j["deferred_frees_done"] = s.deferred_frees_done;
+    j["deferred_frees_failed"] = s.deferred_frees_failed;
+    j["deferred_frees_rearmed"] = s.deferred_frees_rearmed;
     j["cpu_seconds"] = s.cpu_seconds;
     j["durability"] = redo ? "redo-log" : "direct";
     j["pm_syncs"] = s.pm_syncs;
@@ -1392,6 +1487,31 @@ Status Backend::AddMirror(const std::string& address) {
                                       ": this back-end was started without replication");
   }
   return impl_->repl->AddMirror(address);
+}
+
+std::vector<NamingEntry> Backend::NamingEntries() const { return impl_->naming->List(); }
+std::vector<alloc::Extent> Backend::Extents() const { return impl_->allocator->Extents(); }
+std::vector<uint64_t> Backend::PendingDeferredFrees() const {
+  MutexLock dl(impl_->dfree_mu);
+  std::vector<uint64_t> out;
+  for (const auto& [addr, slot] : impl_->dfree_pending) out.push_back(addr);
+  return out;
+}
+Status Backend::ForgetFrontend(uint64_t fe) {
+  {
+    MutexLock lock(impl_->mu);
+    if (impl_->frontends.erase(fe) == 0) return Status::NotFound("front-end " + std::to_string(fe));
+    impl_->epochs.erase(fe);
+  }
+  return impl_->naming->Remove("fe:" + std::to_string(fe));
+}
+Status Backend::FreeExtent(uint64_t addr) {
+  MutexLock dl(impl_->dfree_mu);
+  if (impl_->dfree_pending.count(addr) != 0) {
+    return Status::FailedPrecondition("free of " + std::to_string(addr) +
+                                      ": a deferred free of it is pending");
+  }
+  return impl_->allocator->Free(addr);
 }
 
 Status Backend::TEST_CrashAndClose(uint64_t seed, double keep, uint64_t* dropped_lines) {

@@ -30,11 +30,14 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "alloc/backend_allocator.h"
 #include "asymnvm/fabric.h"
 #include "asymnvm/pm.h"
 #include "asymnvm/status.h"
 #include "backend/layout.h"
+#include "backend/naming.h"
 #include "backend/replication.h"
 
 namespace asymnvm::backend {
@@ -97,7 +100,11 @@ struct BackendStats {
   // transaction of a registered front-end that txn is recorded as rejected (and counted in
   // txns_rejected).
   uint64_t log_corrupt_entries = 0, oq_corrupt_records = 0;
-  uint64_t deferred_frees_pending = 0, deferred_frees_done = 0;
+  // Deferred frees (request 23; persistent: doc/backend.md §Deferred frees): pending now, done,
+  // failed (the block was not allocated any more: never expected), and re-armed from the pool's
+  // table at start.
+  uint64_t deferred_frees_pending = 0, deferred_frees_done = 0, deferred_frees_failed = 0;
+  uint64_t deferred_frees_rearmed = 0;
   uint64_t requests = 0;
   // Durability: redo = the redo-log mode (pool not PM, msync mode) is on; pm_syncs / pm_sync_bytes
   // = msync calls and bytes of the pool (pm::Pool::sync_stats; 0 in flush mode); checkpoints
@@ -129,6 +136,18 @@ class Backend {
   Status AddMirror(const std::string& address);
   // Stops serving, joins threads, closes the pool. Acknowledged work is already durable.
   void Stop();
+
+  // For `asymnvm-ctl check` / `gc` (tools/ctl_gc.cc), which run a back-end in process: the live
+  // naming entries (front-end records included), the allocator's live extents, the blocks whose
+  // deferred free is pending (persistent table; doc/backend.md §Deferred frees), and an
+  // immediate, durable free of the extent starting at `addr` (errors as request 22 free).
+  std::vector<NamingEntry> NamingEntries() const;
+  std::vector<alloc::Extent> Extents() const;
+  std::vector<uint64_t> PendingDeferredFrees() const;
+  Status FreeExtent(uint64_t addr);
+  // Removes the record of front-end `fe` (its session must be closed and have nothing in the
+  // b-log): the walk's own session, so check and gc leave no record behind. kNotFound.
+  Status ForgetFrontend(uint64_t fe);
   // Tests (crash_sim pools only): stops serving without the final checkpoint, then models a power
   // loss with pm::Pool::SimulateCrash(seed, keep) and closes the pool; the file then holds the
   // crashed state. Errors: kFailedPrecondition when the pool is not in crash simulation.

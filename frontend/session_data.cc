@@ -50,7 +50,12 @@ Status Session::RemoveRoot(const std::string& name) {
 
 // ---- reads ----
 
+void Session::SetReadObserver(std::function<void(uint64_t addr, uint64_t len)> observer) {
+  impl_->read_observer = std::move(observer);
+}
+
 Status Session::Read(uint64_t addr, std::span<uint8_t> out, uint32_t page_size) {
+  if (impl_->read_observer) impl_->read_observer(addr, out.size());
   return Guarded(true, [&]() -> Status {
     Impl& m = *impl_;
     ASYMNVM_RETURN_IF_ERROR(m.MaybeTimer());
@@ -84,6 +89,7 @@ Status Session::Read(uint64_t addr, std::span<uint8_t> out, uint32_t page_size) 
 }
 
 Status Session::ReadRemote(uint64_t addr, std::span<uint8_t> out) {
+  if (impl_->read_observer) impl_->read_observer(addr, out.size());
   return Guarded(true, [&]() -> Status {
     Impl& m = *impl_;
     ASYMNVM_RETURN_IF_ERROR(m.MaybeTimer());
@@ -92,6 +98,7 @@ Status Session::ReadRemote(uint64_t addr, std::span<uint8_t> out) {
 }
 
 Result<uint64_t> Session::ReadWord(uint64_t addr) {
+  if (impl_->read_observer) impl_->read_observer(addr, 8);
   return Guarded(true, [&]() -> Result<uint64_t> {
     if (addr % 8 != 0) return Status::InvalidArgument("ReadWord: address not 8-byte aligned");
     uint8_t w[8];

@@ -253,6 +253,8 @@ struct Session::Impl {
   bool adopting = false;  // inside AdoptDeadWriter (no nested take-over)
   // Session::SetReconnectHook: structures drop their DRAM state before a reconnect's replay.
   std::function<Status()> reconnect_hook;
+  // Session::SetReadObserver: every range Read / ReadRemote / ReadWord is asked for.
+  std::function<void(uint64_t addr, uint64_t len)> read_observer;
   Counters c;
 
   // ---- RPC ----

@@ -4,6 +4,9 @@
 //                                                      ask a running back-end (kStatus over the OQ)
 //   asymnvm-ctl inspect POOL [--json]                   dump a pool that no back-end holds
 //   asymnvm-ctl check POOL [--json]                     validate a pool that no back-end holds
+//                                                      (and report leaked blocks)
+//   asymnvm-ctl gc POOL [--json] [--dry-run] [--pm-mode M]
+//                                                      free the leaked blocks of a stopped pool
 //   asymnvm-ctl coord ls|get|set|rm URI PATH ...        read / edit coordinator nodes
 //   asymnvm-ctl diff POOL_A POOL_B [--json]             compare two stopped pools region by region
 //                                                      (a primary and its mirror; exit 4 if they
@@ -20,7 +23,13 @@
 // short (never acknowledged) is only a note (doc/tools.md §check).
 //
 // Exit codes: 0 ok / clean, 1 cannot open or connect (message on stderr), 2 bad arguments,
-// 3 (check) corruption found: one line per problem on stdout, naming the region and pool offset.
+// 3 (check) corruption found: one line per problem on stdout, naming the region and pool offset,
+// 5 (check) no corruption but leaked blocks (LEAK lines), 6 (gc) refused: nothing freed.
+//
+// Leaks (tools/ctl_gc.cc; doc/tools.md §Leaks): check and gc start a back-end in process —
+// check on a sparse copy of the pool (the pool itself is never written), gc on the pool — which
+// recovers it as a restart would, then walk every structure (structures/walk.h) with a session of
+// front-end id kWalkFrontendId and compare the blocks reached with the allocator's extents.
 //
 // Thread safety: every function is reentrant (no shared state).
 #pragma once
@@ -30,8 +39,11 @@
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "alloc/backend_allocator.h"
+#include "asymnvm/pm.h"
 #include "asymnvm/status.h"
 
 namespace asymnvm::tools {
@@ -40,7 +52,45 @@ inline constexpr int kCtlOk = 0;
 inline constexpr int kCtlFailed = 1;
 inline constexpr int kCtlUsage = 2;
 inline constexpr int kCtlCorrupt = 3;
-inline constexpr int kCtlDiffer = 4;  // diff: the pools differ
+inline constexpr int kCtlDiffer = 4;   // diff: the pools differ
+inline constexpr int kCtlLeaks = 5;    // check: leaked blocks, no corruption
+inline constexpr int kCtlRefused = 6;  // gc: refused (a structure walk failed, corruption)
+
+// The front-end id of the walk's session (its `fe:` record is removed when the walk ends).
+inline constexpr uint64_t kWalkFrontendId = 65521;
+
+struct LeakOptions {
+  bool free = false;  // gc: free every leaked extent (only when the walk succeeded)
+  pm::PersistMode persist_mode = pm::PersistMode::kAuto;
+  // The pool's OQ area geometry (from ExaminePool's report["oq"]).
+  uint32_t oq_buffers = 16, oq_buffer_size = 64 * 1024;
+};
+
+struct LeakReport {
+  uint32_t block_size = 0;
+  uint64_t blocks_total = 0, blocks_used = 0, blocks_reachable = 0, blocks_pending_free = 0;
+  uint64_t leaked_blocks = 0;
+  std::vector<alloc::Extent> leaked;    // allocated extents no structure reaches
+  std::vector<alloc::Extent> freed;     // gc: what it freed (= leaked)
+  std::vector<std::string> structures;  // walked
+  // Non-empty: the walk failed (unknown type, a Verify error): nothing is leaked or freed.
+  std::string walk_error;
+  StatusCode walk_code = StatusCode::kOk;
+  // Data-area ranges a structure read that no allocated extent holds (corruption: gc refuses).
+  std::vector<std::pair<uint64_t, uint64_t>> unallocated_reads;
+  double seconds = 0;
+};
+
+// Starts a back-end on `pool_path` in process (kFailedPrecondition when the pool is in use),
+// walks, compares, and with options.free frees the leaked extents (durably, before returning)
+// when the walk succeeded and read nothing unallocated. Other errors: the back-end's, the
+// session's.
+Result<LeakReport> FindLeaks(const std::string& pool_path, const LeakOptions& options);
+// FindLeaks on a sparse copy of the pool in the temp directory (removed afterwards); never frees.
+Result<LeakReport> FindLeaksInCopy(const std::string& pool_path, LeakOptions options);
+nlohmann::ordered_json LeakJson(const LeakReport& r);
+// LEAK lines (at most max_lines extents) and the summary line.
+void PrintLeaks(const LeakReport& r, std::ostream& out, size_t max_lines = 50);
 
 // asymnvm-ctl diff A B (tools/ctl_diff.cc): 0 identical, 4 differ, 1 cannot open / in use.
 int RunDiff(const std::string& a_path, const std::string& b_path, bool json, std::ostream& out,

@@ -210,6 +210,11 @@ class Session {
   // when the sequence word did not change around it; when it did, an error a torn read can cause
   // (kAborted, kCorruption, kNotFound, kInvalidArgument) is retried instead.
   Status ReadConsistent(const Structure& s, const std::function<Status()>& body);
+  // Calls `observer` with the range of every Read, ReadRemote and ReadWord of this session (the
+  // range asked for, before the cache), whether it succeeds or not; empty: none. The block walk
+  // of `asymnvm-ctl check` / `gc` (structures/walk.h) learns from it which blocks a structure's
+  // Verify reads.
+  void SetReadObserver(std::function<void(uint64_t addr, uint64_t len)> observer);
 
   // Remote compare-and-swap of an 8-byte word (root word of a multi-version structure, or any
   // 8-aligned word of the naming or data area), made durable (FLUSH) before returning. Returns the

@@ -35,6 +35,7 @@
 #include "common/thread_annotations.h"
 #include "fabric/rowan/receiver.h"
 #include "fabric/rowan/sender.h"
+#include "kv/replication.h"
 #include "kv/shard_map.h"
 #include "kv/store.h"
 
@@ -52,6 +53,10 @@ struct AgentOptions {
   fabric::ProtectionDomain* pd = nullptr;
   rowan::Receiver* receiver = nullptr;
   std::chrono::milliseconds replicate_timeout{5000};
+  // How PUTs reach the backups (doc/kv.md §Baselines). Not rowan: `remote_logs` is this server's
+  // backup side, and self.base its endpoint. Catch-up streams over Rowan in every mode.
+  ReplicationMode mode = ReplicationMode::kRowan;
+  RemoteLogs* remote_logs = nullptr;
 };
 
 class ClusterAgent {
@@ -67,6 +72,11 @@ class ClusterAgent {
   Status CheckPrimary(uint32_t shard) const;  // call with Lock() held
   bool HasBackups(uint32_t shard) const;      // call with Lock() held
   Status Replicate(uint32_t worker, uint32_t shard, std::span<const uint8_t> entry);
+  // Batch mode: WRITEs what `worker` staged and awaits the FLUSHes; called by the worker before
+  // any reply of its batch of requests leaves (no map lock needed). A backup that fails is removed
+  // from the shards it was staged for; if the map cannot be updated the process aborts (the
+  // replies are already decided).
+  void FlushBatch(uint32_t worker);
 
   uint64_t epoch() const;
   // Blocks until the next map adoption or `timeout` (a worker holding an acknowledged nilext
@@ -86,6 +96,10 @@ class ClusterAgent {
   // Compare-and-set edit of the map on the coordinator; `edit` returns false for "no change".
   Status EditMap(const std::function<bool(ShardMap*)>& edit);
   void DigestLive();
+  Status ReplicateBaseline(uint32_t worker, uint32_t shard, std::span<const uint8_t> entry);
+  RemoteLogSender* BaseSender(uint32_t worker, const std::string& uuid, Status* st);
+  // Removes `gone` from `shards` (this server primary) in the map; OK when done or not needed.
+  Status RemoveBackup(const std::string& gone, const std::set<uint32_t>& shards, const Status& why);
 
   enum class Role : uint8_t { kNone, kPrimary };
   AgentOptions o_;
@@ -100,11 +114,20 @@ class ClusterAgent {
     std::unique_ptr<fabric::CompletionQueue> cq;
     std::map<std::string, std::unique_ptr<rowan::Sender>> senders;
     uint64_t next_token = 1;
+    // Baseline modes: one remote-log sender per backup (share: on the backup's SharedRing).
+    struct Base {
+      std::unique_ptr<RemoteLogSender> sender;
+      std::shared_ptr<SharedRing> ring;
+    };
+    std::map<std::string, Base> base;
+    std::map<std::string, std::set<uint32_t>> staged;  // batch: backup -> shards staged for
   };
   std::vector<WorkerReplication> reps_;
   Mutex catch_mu_;
   std::set<std::pair<uint32_t, std::string>> catching_ ASYMNVM_GUARDED_BY(catch_mu_);
   std::vector<std::thread> catch_threads_ ASYMNVM_GUARDED_BY(catch_mu_);
+  Mutex rings_mu_;
+  std::map<std::string, std::shared_ptr<SharedRing>> rings_ ASYMNVM_GUARDED_BY(rings_mu_);
   Mutex digest_mu_;  // DigestLive vs the digest thread's scanner
   std::atomic<bool> stop_{false};
   Mutex adopt_mu_;

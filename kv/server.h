@@ -21,6 +21,7 @@
 #include "asymnvm/pm.h"
 #include "asymnvm/status.h"
 #include "fabric/oq/oq.h"
+#include "kv/replication.h"
 #include "kv/store.h"
 
 namespace asymnvm::kv {
@@ -46,6 +47,11 @@ struct ServerOptions {
   std::string cluster = "default";
   uint32_t rf = 0;               // replication factor of a new cluster; 0 = min(3, servers)
   uint32_t initial_servers = 1;  // the first shard map waits for this many servers
+  // How a primary replicates to its backups (doc/kv.md §Baselines): rowan (the default) or one
+  // of the paper's baselines. Fixed when the pool is created; every server of a cluster must use
+  // the same. remote_log_listen: the baselines' endpoint (empty: derived from listen_address).
+  ReplicationMode replication = ReplicationMode::kRowan;
+  std::string remote_log_listen;
   // How the Ordered Queue commits nilext requests (fabric/oq/oq.h Policy): kOq on the NIC's
   // acknowledgement (the default), kRawRpc after execution, kDeferred before execution — the
   // JUNE BERRY comparison baselines (doc/kv.md; asymnvm-bench kv --trace).
@@ -94,8 +100,9 @@ class Server {
   static Result<std::unique_ptr<Server>> Start(const ServerOptions& options);
   ~Server();
   std::string address() const;
-  std::string rowan_address() const;  // empty without a b-log
-  std::string rdmp_address() const;   // empty with rdmp off
+  std::string rowan_address() const;       // empty without a b-log
+  std::string rdmp_address() const;        // empty with rdmp off
+  std::string remote_log_address() const;  // empty in rowan mode
   std::string pool_uuid() const;
   const format::ServerHeader& geometry() const;
   ServerStats stats() const;

@@ -229,11 +229,23 @@ Status ClusterAgent::Replicate(uint32_t worker, uint32_t shard, std::span<const 
   }
   // A backup that failed must leave the shard before this write is acknowledged, or it could be
   // promoted without it.
+  repl_writes_++;
+  for (auto& [uuid, s] : rep.senders) Count(rep, s.get(), s->connection().counters());
   for (auto& [gone, st] : failed) {
+    auto it = rep.senders.find(gone);
+    if (it != rep.senders.end()) rep.counted.erase(it->second.get());
     rep.senders.erase(gone);
     ASYMNVM_RETURN_IF_ERROR(RemoveBackup(gone, {shard}, st));
   }
   return Status::Ok();
+}
+
+void ClusterAgent::Count(WorkerReplication& rep, const void* sender, const fabric::Counters& now) {
+  fabric::Counters& seen = rep.counted[sender];
+  const fabric::Counters d = now - seen;
+  repl_round_trips_ += d.round_trips;
+  repl_bytes_ += d.bytes_out + d.bytes_in;
+  seen = now;
 }
 
 Status ClusterAgent::RemoveBackup(const std::string& gone, const std::set<uint32_t>& shards,
@@ -281,7 +293,10 @@ RemoteLogSender* ClusterAgent::BaseSender(uint32_t worker, const std::string& uu
   }
   auto it = rep.base.find(uuid);
   if (it != rep.base.end() && it->second.ring == ring) return it->second.sender.get();
-  rep.base.erase(uuid);
+  if (it != rep.base.end()) {
+    rep.counted.erase(it->second.sender.get());
+    rep.base.erase(it);
+  }
   auto addr = map_.servers.find(uuid);
   if (addr == map_.servers.end() || addr->second.base.empty()) {
     *st = Status::NotFound("backup " + uuid + " offers no remote logs (same --replication?)");
@@ -333,9 +348,13 @@ Status ClusterAgent::ReplicateBaseline(uint32_t worker, uint32_t shard,
     Status st = s->Await(deadline);
     if (!st.ok()) failed.push_back({uuid, st});
   }
+  repl_writes_++;
+  for (auto& [uuid, s] : posted) Count(rep, s, s->counters());
   for (auto& [gone, st] : failed) {
     std::set<uint32_t> shards = rep.staged[gone];  // batch: also what it staged earlier
     shards.insert(shard);
+    auto it = rep.base.find(gone);
+    if (it != rep.base.end()) rep.counted.erase(it->second.sender.get());
     rep.base.erase(gone);
     rep.staged.erase(gone);
     ASYMNVM_RETURN_IF_ERROR(RemoveBackup(gone, shards, st));
@@ -354,7 +373,9 @@ void ClusterAgent::FlushBatch(uint32_t worker) {
     auto it = rep.base.find(uuid);
     if (it == rep.base.end()) continue;
     Status st = it->second.sender->Await(deadline);
+    Count(rep, it->second.sender.get(), it->second.sender->counters());
     if (st.ok()) continue;
+    rep.counted.erase(it->second.sender.get());
     rep.base.erase(it);
     Status e = RemoveBackup(uuid, shards, st);
     if (!e.ok()) {

@@ -84,6 +84,11 @@ class ClusterAgent {
   void WaitForAdoption(std::chrono::milliseconds timeout);
   uint64_t catchups_done() const { return catchups_done_; }
   uint64_t digested() const { return digested_; }
+  // Replication cost as the primary's sender connections count it (doc/fabric.md Counters):
+  // doorbells and wire bytes (both directions) over every backup, and the writes replicated.
+  uint64_t replication_round_trips() const { return repl_round_trips_; }
+  uint64_t replication_bytes() const { return repl_bytes_; }
+  uint64_t replicated_writes() const { return repl_writes_; }
 
  private:
   explicit ClusterAgent(const AgentOptions& o) : o_(o) {}
@@ -121,7 +126,9 @@ class ClusterAgent {
     };
     std::map<std::string, Base> base;
     std::map<std::string, std::set<uint32_t>> staged;  // batch: backup -> shards staged for
+    std::map<const void*, fabric::Counters> counted;   // per sender: counters already summed
   };
+  void Count(WorkerReplication& rep, const void* sender, const fabric::Counters& now);
   std::vector<WorkerReplication> reps_;
   Mutex catch_mu_;
   std::set<std::pair<uint32_t, std::string>> catching_ ASYMNVM_GUARDED_BY(catch_mu_);
@@ -138,6 +145,7 @@ class ClusterAgent {
   uint64_t wake_seq_ ASYMNVM_GUARDED_BY(wake_mu_) = 0;
   std::thread manager_, follower_, digester_;
   std::atomic<uint64_t> catchups_done_{0}, digested_{0};
+  std::atomic<uint64_t> repl_round_trips_{0}, repl_bytes_{0}, repl_writes_{0};
   coord::WatchId w1_ = 0, w2_ = 0;
 };
 

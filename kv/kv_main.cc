@@ -252,7 +252,9 @@ int main(int argc, char** argv) {
   auto st = (*server)->stats();
   std::cerr << "asymnvm-kv: stopped (signal " << sig << "): " << st.requests << " requests, "
             << st.rejected << " rejected, " << st.store.keys << " keys, "
-            << st.store.gc_segments_freed << " segments cleaned, " << st.pm_syncs << " pm syncs";
+            << st.store.gc_segments_freed << " segments cleaned, " << st.pm_syncs << " pm syncs, "
+            << st.replicated_writes << " replicated writes, " << st.replication_round_trips
+            << " replication round trips, " << st.replication_bytes << " replication bytes";
   if (xpline) {
     model.Finish();
     std::cerr << ", dlwa " << model.dlwa() << " (requested " << model.requested_bytes()

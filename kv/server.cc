@@ -739,6 +739,9 @@ ServerStats Server::stats() const {
     s.digested = impl_->agent->digested() +
                  (impl_->remote_logs ? impl_->remote_logs->digested() : uint64_t{0});
     s.catchups = impl_->agent->catchups_done();
+    s.replicated_writes = impl_->agent->replicated_writes();
+    s.replication_round_trips = impl_->agent->replication_round_trips();
+    s.replication_bytes = impl_->agent->replication_bytes();
   }
   if (impl_->bypass) {
     const auto b = impl_->bypass->stats();

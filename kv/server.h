@@ -78,14 +78,17 @@ struct ServerStats {
   uint64_t rejected = 0;        // malformed / out-of-range requests answered with an error
   uint64_t nilext_dropped = 0;  // nilext requests that failed (logged; no reply channel)
   uint64_t pm_syncs = 0;
-  uint64_t map_epoch = 0;       // cluster mode: the shard map this server follows
-  uint64_t digested = 0;        // b-log entries applied as a backup
-  uint64_t catchups = 0;        // joining backups brought in sync by this server
-  uint64_t rdmp_reserved = 0;   // server-bypass slots reserved
-  uint64_t rdmp_published = 0;  // ... published by the client's request
-  uint64_t rdmp_settled = 0;    // ... ended by the server (client gone or too slow)
-  uint64_t rdmp_revoked = 0;    // bypass connections closed for an expired reservation
-  uint64_t rdmp_located = 0;    // GETs answered with a location (the client reads one-sidedly)
+  uint64_t map_epoch = 0;                // cluster mode: the shard map this server follows
+  uint64_t digested = 0;                 // b-log entries applied as a backup
+  uint64_t catchups = 0;                 // joining backups brought in sync by this server
+  uint64_t replicated_writes = 0;        // writes this primary replicated to its backups
+  uint64_t replication_round_trips = 0;  // their doorbells, summed over the backups
+  uint64_t replication_bytes = 0;        // their wire bytes (both directions)
+  uint64_t rdmp_reserved = 0;            // server-bypass slots reserved
+  uint64_t rdmp_published = 0;           // ... published by the client's request
+  uint64_t rdmp_settled = 0;             // ... ended by the server (client gone or too slow)
+  uint64_t rdmp_revoked = 0;             // bypass connections closed for an expired reservation
+  uint64_t rdmp_located = 0;  // GETs answered with a location (the client reads one-sidedly)
 };
 
 // Max request / response payload the server's OQ accepts (key + value + headers).

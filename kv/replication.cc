@@ -691,7 +691,7 @@ Status RemoteLogSender::PostRuns(bool flush) {
     wr.remote_addr = region_.addr;
     wr.rkey = region_.rkey;
     wrs.push_back(wr);
-    rpc_token_ = wr.wr_id;  // the FLUSH to await
+    await_id_ = wr.wr_id;  // the FLUSH to await
     outstanding_ = true;
   }
   if (wrs.empty()) return Status::Ok();
@@ -703,8 +703,8 @@ Status RemoteLogSender::Post(std::span<const uint8_t> entry) {
   switch (o_.mode) {
     case ReplicationMode::kRpc: {
       if (entry.size() > kMaxPayload) return Status::InvalidArgument("kv rpc: entry too big");
-      rpc_token_ = next_id_++;
-      PutLe64(buf_.data(), rpc_token_);
+      await_id_ = next_id_++;
+      PutLe64(buf_.data(), await_id_);
       std::memcpy(buf_.data() + 8, entry.data(), entry.size());
       fabric::WorkRequest wr;
       wr.opcode = fabric::Opcode::kSend;
@@ -719,7 +719,9 @@ Status RemoteLogSender::Post(std::span<const uint8_t> entry) {
     case ReplicationMode::kBatch: {
       if (used_ + kMaxRecord + 64 > buf_.size()) ASYMNVM_RETURN_IF_ERROR(Await(deadline));
       ASYMNVM_RETURN_IF_ERROR(Stage(entry, deadline));
-      return staged_ >= kBatchBytes ? PostRuns(false) : Status::Ok();
+      // An XPLine staged: WRITE it now, with a FLUSH in the same doorbell (Await waits for the
+      // last FLUSH posted; the earlier ones complete before it).
+      return staged_ >= kBatchBytes ? PostRuns(true) : Status::Ok();
     }
     default:
       ASYMNVM_RETURN_IF_ERROR(Stage(entry, deadline));
@@ -728,9 +730,7 @@ Status RemoteLogSender::Post(std::span<const uint8_t> entry) {
 }
 
 Status RemoteLogSender::Await(Clock::time_point deadline) {
-  if (o_.mode == ReplicationMode::kBatch && (!runs_.empty() || used_ > 0) && !outstanding_) {
-    ASYMNVM_RETURN_IF_ERROR(PostRuns(true));
-  }
+  if (o_.mode == ReplicationMode::kBatch && !runs_.empty()) ASYMNVM_RETURN_IF_ERROR(PostRuns(true));
   if (!outstanding_) return Status::Ok();
   fabric::Completion c;
   if (o_.mode == ReplicationMode::kRpc) {
@@ -739,10 +739,10 @@ Status RemoteLogSender::Await(Clock::time_point deadline) {
     const uint32_t code = GetLe32(small_.data() + 8);
     fabric::RecvRequest rr{0, small_.data(), 64, small_mr_.get()};
     ASYMNVM_RETURN_IF_ERROR(conn_->PostRecv({&rr, 1}));
-    if (token != rpc_token_) return Status::ProtocolError("kv rpc: reply to another request");
+    if (token != await_id_) return Status::ProtocolError("kv rpc: reply to another request");
     if (code != 0) return Status::ResourceExhausted("kv rpc: the backup could not log the entry");
   } else {
-    Status st = WaitFor(rpc_token_, fabric::Opcode::kFlush, deadline, &c);
+    Status st = WaitFor(await_id_, fabric::Opcode::kFlush, deadline, &c);
     if (!st.ok()) {
       if (o_.shared) {
         MutexLock l(o_.shared->mu);

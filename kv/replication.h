@@ -6,9 +6,9 @@
 //           with its own remote log) copies it into its log, persists it and replies
 //   rwrite  RWrite-KV (FaRM): one-sided WRITE into a log the backup reserved for this (sender
 //           server, sender worker), then FLUSH; (servers − 1) × workers logs per backup
-//   batch   Batch-KV: rwrite, but a worker stages its entries per backup and WRITEs them when
-//           256 B (one XPLine) are staged or at the end of its batch of requests (before any
-//           reply leaves), then one FLUSH
+//   batch   Batch-KV: rwrite, but a worker stages its entries per backup and WRITEs them (with
+//           a FLUSH, one doorbell) once 256 B (one XPLine) are staged, the rest at the end of
+//           its batch of requests (before any reply leaves)
 //   share   Share-KV: the workers of a sender server share one log per backup, reserving space
 //           in it with a local atomic (a mutex), each then WRITE + FLUSH on its own connection
 //
@@ -174,7 +174,6 @@ class RemoteLogSender {
   // FLUSH first). Errors: connection errors, kTimedOut (no ack, or the ring stayed full).
   Status Post(std::span<const uint8_t> entry);
   Status Await(std::chrono::steady_clock::time_point deadline);
-  bool staged() const { return staged_ > 0 || outstanding_; }
   fabric::Counters counters() const { return conn_->counters(); }
 
  private:
@@ -213,7 +212,7 @@ class RemoteLogSender {
   size_t staged_ = 0;      // bytes staged since the last WRITE
   bool outstanding_ = false;
   uint64_t next_id_ = 1;
-  uint64_t rpc_token_ = 0;
+  uint64_t await_id_ = 0;  // rpc: the request token awaited; else the FLUSH awaited
 };
 
 }  // namespace asymnvm::kv

@@ -64,6 +64,9 @@ class KvSuite : public Suite {
         ->capture_default_str();
     cmd->add_option("--workloads", workloads_, "load,a")->delimiter(',')->capture_default_str();
     cmd->add_option("--threads", threads_, "client threads (closed loop)")->capture_default_str();
+    cmd->add_option("--server-workers", server_workers_,
+                    "worker threads per server (more t-logs, and rwrite/batch logs per backup)")
+        ->capture_default_str();
     cmd->add_option("--clients", clients_, "kv::Client objects the threads share")
         ->capture_default_str();
     cmd->add_option("--keys", keys_, "records")->capture_default_str();
@@ -90,6 +93,9 @@ class KvSuite : public Suite {
     }
     for (const auto& w : workloads_) {
       if (w != "load" && w != "a") return Status::InvalidArgument("kv: --workloads: load,a");
+    }
+    if (server_workers_ < 1 || server_workers_ > 32) {
+      return Status::InvalidArgument("kv: --server-workers 1..32");
     }
     if (threads_ < 1 || threads_ > 64 || clients_ < 1 || clients_ > threads_) {
       return Status::InvalidArgument("kv: --threads 1..64, --clients 1..threads");
@@ -169,30 +175,18 @@ class KvSuite : public Suite {
       FILE* e = fopen(p.err_path.c_str(), "w");
       if (e) dup2(fileno(e), 2);
       setenv("ASYMNVM_LOG_LEVEL", "warn", 1);
-      std::vector<std::string> args{binary_,
-                                    "--pool",
-                                    dir_ + "/kv" + std::to_string(i) + ".pool",
-                                    "--size",
-                                    "96M",
-                                    "--listen",
-                                    "unix://" + dir_ + "/kv" + std::to_string(i),
-                                    "--pm-mode",
-                                    "flush",
-                                    "--coord",
-                                    Coord(),
-                                    "--initial-servers",
-                                    std::to_string(servers),
-                                    "--oq-policy",
-                                    policy,
-                                    "--workers",
-                                    "2",
-                                    "--shards",
-                                    "12",
-                                    "--replication",
-                                    servers == 1 ? std::string("rowan") : variant_,
-                                    "--xpline",
-                                    "--log-level",
-                                    "warn"};
+      std::vector<std::string> args{
+          binary_, "--pool", dir_ + "/kv" + std::to_string(i) + ".pool", "--size",
+          server_workers_ <= 2 ? std::string("96M")
+                               : std::to_string(96 + 16 * server_workers_) + "M",
+          "--blog-size",
+          // Room for one 1.25 MiB ring per (other server, worker) (rwrite).
+          std::to_string(std::max(16, 6 + 3 * server_workers_)) + "M", "--listen",
+          "unix://" + dir_ + "/kv" + std::to_string(i), "--pm-mode", "flush", "--coord", Coord(),
+          "--initial-servers", std::to_string(servers), "--oq-policy", policy, "--workers",
+          std::to_string(server_workers_), "--shards",
+          std::to_string(std::max(12, 2 * server_workers_)), "--replication",
+          servers == 1 ? std::string("rowan") : variant_, "--xpline", "--log-level", "warn"};
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
@@ -698,6 +692,7 @@ class KvSuite : public Suite {
     }
     const uint64_t ops = puts.count() + gets.count();
     Json rec = MakeRecord(variant, {{"workload", failover ? "a-failover" : workload},
+                                    {"server_workers", server_workers_},
                                     {"threads", threads_},
                                     {"clients", clients_},
                                     {"keys", keys_},
@@ -800,6 +795,7 @@ class KvSuite : public Suite {
   std::string variant_ = "rowan";  // the one running (Spawn passes it as --replication)
   std::vector<std::string> workloads_{"load", "a"};
   int threads_ = 4;
+  int server_workers_ = 2;
   int clients_ = 2;
   uint64_t keys_ = 20000;
   bool no_failover_ = false;

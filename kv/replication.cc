@@ -72,6 +72,13 @@ void EncodeRecord(uint8_t* at, uint64_t pos, uint64_t gen, uint32_t type,
   PutLe32(at, Crc32c(at + 4, kRecordHeader - 4 + payload.size()));
 }
 
+// Whether `fp` bytes can go at the tail of a ring of `ring` bytes without overwriting a record not
+// yet applied: they replace positions [tail - ring, tail + fp - ring), and only [head, tail) is
+// live. (A record never straddles the ring's end: a wrap record moves it to the next lap first.)
+bool Fits(uint64_t tail, uint64_t head, uint64_t fp, uint64_t ring) {
+  return tail + fp <= ring || head + ring >= tail + fp;
+}
+
 // A record at `off` of a ring of `ring` bytes: type (0 = none), payload length.
 uint32_t CheckRecord(const uint8_t* ring, size_t ring_bytes, size_t off, uint64_t gen,
                      uint64_t* pos, uint32_t* len) {
@@ -406,24 +413,30 @@ Status RemoteLogs::WriteLocal(RpcThread* t, std::span<const uint8_t> payload) {
   Slot& s = *slots_[t->slot];
   const uint64_t gen = GetLe64(s.table + 8);  // fixed while this process runs (reset at start)
   const size_t fp = RecordFootprint(payload.size());
-  const size_t off = t->tail % ring_bytes_;
-  const bool wrap = off + fp > ring_bytes_;
-  const size_t need = (wrap ? ring_bytes_ - off : 0) + fp;
   const auto deadline = Clock::now() + std::chrono::seconds(5);
-  uint32_t backoff_us = 20;
-  while (t->tail + need - s.shared_head.load(std::memory_order_acquire) > ring_bytes_) {
-    if (Clock::now() > deadline || stop_) {
-      return Status::ResourceExhausted("kv rpc backup: its log stayed full");
+  // Waits until `bytes` can go at the tail without overwriting a record not yet applied.
+  auto wait_room = [&](uint64_t bytes) {
+    uint32_t backoff_us = 20;
+    while (!Fits(t->tail, s.shared_head.load(std::memory_order_acquire), bytes, ring_bytes_)) {
+      if (Clock::now() > deadline || stop_) {
+        return Status::ResourceExhausted("kv rpc backup: its log stayed full");
+      }
+      wake_cv_.notify_all();
+      std::this_thread::sleep_for(std::chrono::microseconds(backoff_us));
+      backoff_us = std::min<uint32_t>(backoff_us * 2, 1000);
     }
-    wake_cv_.notify_all();
-    std::this_thread::sleep_for(std::chrono::microseconds(backoff_us));
-    backoff_us = std::min<uint32_t>(backoff_us * 2, 1000);
-  }
-  if (wrap) {
+    return Status::Ok();
+  };
+  const size_t off = t->tail % ring_bytes_;
+  if (off + fp > ring_bytes_) {
+    // A wrap record ends the lap; the entry starts the next one once the digest has passed the
+    // wrap record (the entry may cover it).
+    ASYMNVM_RETURN_IF_ERROR(wait_room(64));
     EncodeRecord(s.ring + off, t->tail, gen, kRecWrap, {});
     o_.persister->Persist(s.ring + off, kRecordHeader);
     t->tail += ring_bytes_ - off;
   }
+  ASYMNVM_RETURN_IF_ERROR(wait_room(fp));
   uint8_t* at = s.ring + t->tail % ring_bytes_;
   EncodeRecord(at, t->tail, gen, kRecEntry, payload);
   o_.persister->Persist(at, kRecordHeader + payload.size());
@@ -630,18 +643,18 @@ Status RemoteLogSender::StageIn(const RingView& v, std::span<const uint8_t> payl
   uint64_t* tail = v.tail;
   uint64_t* head = v.head;
   const uint64_t ring = v.ring_addr, bytes = v.ring_bytes, gen = v.generation;
-  const size_t off = *tail % bytes;
-  const bool wrap = off + fp > bytes;
-  const size_t need = (wrap ? bytes - off : 0) + fp;
-  uint32_t backoff_us = 20;
-  while (*tail + need - *head > bytes) {
-    ASYMNVM_RETURN_IF_ERROR(ReadHead(v.head_addr, head, deadline));
-    if (*tail + need - *head <= bytes) break;
-    if (Clock::now() > deadline)
-      return Status::TimedOut("kv replication: the backup's log is full");
-    std::this_thread::sleep_for(std::chrono::microseconds(backoff_us));
-    backoff_us = std::min<uint32_t>(backoff_us * 2, 1000);
-  }
+  auto wait_room = [&](uint64_t need) {
+    uint32_t backoff_us = 20;
+    while (!Fits(*tail, *head, need, bytes)) {
+      ASYMNVM_RETURN_IF_ERROR(ReadHead(v.head_addr, head, deadline));
+      if (Fits(*tail, *head, need, bytes)) break;
+      if (Clock::now() > deadline)
+        return Status::TimedOut("kv replication: the backup's log is full");
+      std::this_thread::sleep_for(std::chrono::microseconds(backoff_us));
+      backoff_us = std::min<uint32_t>(backoff_us * 2, 1000);
+    }
+    return Status::Ok();
+  };
   auto add_run = [&](uint64_t remote, size_t local, size_t length) {
     if (!runs_.empty()) {
       Run& last = runs_.back();
@@ -653,12 +666,18 @@ Status RemoteLogSender::StageIn(const RingView& v, std::span<const uint8_t> payl
     }
     runs_.push_back({remote, local, length});
   };
-  if (wrap) {
+  const size_t off = *tail % bytes;
+  if (off + fp > bytes) {
+    // A wrap record ends the lap. The entry may cover it at the next lap, so it goes out (lands)
+    // now, and the entry waits until the digest has passed it.
+    ASYMNVM_RETURN_IF_ERROR(wait_room(64));
     EncodeRecord(buf_.data() + used_, *tail, gen, kRecWrap, {});
     add_run(ring + off, used_, kRecordHeader);
     used_ += 64;
     *tail += bytes - off;
+    ASYMNVM_RETURN_IF_ERROR(PostRuns(false));
   }
+  ASYMNVM_RETURN_IF_ERROR(wait_room(fp));
   EncodeRecord(buf_.data() + used_, *tail, gen, kRecEntry, payload);
   add_run(ring + *tail % bytes, used_, kRecordHeader + payload.size());
   used_ += fp;

@@ -308,6 +308,16 @@ TEST_P(KvReplication, PutGetDelete_BackupRestart_Failovers_NoAcknowledgedWriteLo
     }
   };
   ASSERT_NO_FATAL_FAILURE(write_round(300));
+  // The largest entry each mode must carry whole (a 1 MiB value: one record of a ring, one rpc
+  // message), then small ones behind it.
+  std::string big(kMaxValueSize, 'B');
+  for (int i = 0; i < 4; i++) {
+    big[0] = static_cast<char>('0' + i);
+    Status st = client->Put("big" + std::to_string(i % 2), big);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    oracle["big" + std::to_string(i % 2)] = big;
+  }
+  ASSERT_NO_FATAL_FAILURE(write_round(50));
   ASSERT_NO_FATAL_FAILURE(check("after the writes"));
   // Server 0 is a backup of some shards and the primary of others: its shards fail over to
   // copies the variant wrote; the others lose a backup.

@@ -588,9 +588,9 @@ void ClusterAgent::CatchUp(uint32_t shard, std::string backup, uint64_t epoch) {
 }
 
 void ClusterAgent::DigestLoop() {
-  rowan::Scanner scanner;
   while (!stop_) {
     MutexLock l(digest_mu_);
+    rowan::Scanner& scanner = digest_scanner_;
     auto seg = o_.receiver->NextUsed(std::chrono::milliseconds(100));
     if (!seg.ok()) continue;
     scanner.ScanSegment(seg->bytes, seg->post_seq, [&](const rowan::ScannedEntry& e) {
@@ -617,7 +617,10 @@ void ClusterAgent::DigestLoop() {
 void ClusterAgent::DigestLive() {
   if (o_.remote_logs != nullptr) o_.remote_logs->DigestAll();
   MutexLock l(digest_mu_);
-  rowan::Scanner scanner;
+  // From the digest thread's scanner: it holds the first blocks of an entry whose earlier segment
+  // it already committed (recycled); a fresh scanner would miss that entry although the old
+  // primary had it acknowledged (seen with 1 MiB values: KvReplication/rowan).
+  rowan::Scanner scanner = digest_scanner_;
   for (const auto& v : o_.receiver->LiveSegments()) {
     scanner.ScanSegment(v.bytes, v.post_seq, [&](const rowan::ScannedEntry& e) {
       if (o_.store->ApplyReplica(e.payload).ok()) digested_++;

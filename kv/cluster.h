@@ -34,6 +34,7 @@
 #include "asymnvm/fabric.h"
 #include "common/thread_annotations.h"
 #include "fabric/rowan/receiver.h"
+#include "fabric/rowan/scanner.h"
 #include "fabric/rowan/sender.h"
 #include "kv/replication.h"
 #include "kv/shard_map.h"
@@ -136,6 +137,7 @@ class ClusterAgent {
   Mutex rings_mu_;
   std::map<std::string, std::shared_ptr<SharedRing>> rings_ ASYMNVM_GUARDED_BY(rings_mu_);
   Mutex digest_mu_;  // DigestLive vs the digest thread's scanner
+  rowan::Scanner digest_scanner_ ASYMNVM_GUARDED_BY(digest_mu_);
   std::atomic<bool> stop_{false};
   Mutex adopt_mu_;
   std::condition_variable adopt_cv_;

@@ -1,6 +1,8 @@
 #include "kv/cluster.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <random>
 #include <sstream>
 
 #include "common/logging.h"
@@ -23,6 +25,7 @@ bool ParseServerNode(const std::string& data, ServerAddr* a) {
   while (in >> k >> v) {
     if (k == "oq") a->oq = v;
     if (k == "rowan") a->rowan = v;
+    if (k == "base") a->base = v;
   }
   return !a->oq.empty() && !a->rowan.empty();
 }
@@ -48,7 +51,8 @@ Status ClusterAgent::Init() {
   roles_.assign(o_.store->geometry().shards, Role::kNone);
   reps_.resize(o_.store->geometry().workers);
   const std::string node = base_ + "/servers/" + o_.uuid;
-  const std::string data = "oq " + o_.self.oq + "\nrowan " + o_.self.rowan + "\n";
+  std::string data = "oq " + o_.self.oq + "\nrowan " + o_.self.rowan + "\n";
+  if (!o_.self.base.empty()) data += "base " + o_.self.base + "\n";
   const auto deadline = coord::Clock::now() + std::chrono::seconds(30);
   for (;;) {
     auto created = coord_->Create(node, data, coord::kEphemeral);
@@ -143,6 +147,7 @@ Status ClusterAgent::Replicate(uint32_t worker, uint32_t shard, std::span<const 
   if (shard >= map_.assignment.size()) return Status::Ok();
   const auto& backups = map_.assignment[shard].backups;
   if (backups.empty()) return Status::Ok();
+  if (o_.mode != ReplicationMode::kRowan) return ReplicateBaseline(worker, shard, entry);
   WorkerReplication& rep = reps_[worker];
   if (!rep.cq) {
     auto cq = o_.fabric->CreateCq({.capacity = 8192});
@@ -224,28 +229,162 @@ Status ClusterAgent::Replicate(uint32_t worker, uint32_t shard, std::span<const 
   }
   // A backup that failed must leave the shard before this write is acknowledged, or it could be
   // promoted without it.
+  repl_writes_++;
+  for (auto& [uuid, s] : rep.senders) Count(rep, s.get(), s->connection().counters());
   for (auto& [gone, st] : failed) {
+    auto it = rep.senders.find(gone);
+    if (it != rep.senders.end()) rep.counted.erase(it->second.get());
     rep.senders.erase(gone);
-    LOG_WARN("kv", "replication of shard " << shard << " to " << gone << " failed ("
-                                           << st.ToString() << "); removing it from the shard");
-    const std::string self = o_.uuid;
-    Status e = EditMap([&, g = gone](ShardMap* m) {
-      if (shard >= m->assignment.size() || m->assignment[shard].primary != self) return false;
+    ASYMNVM_RETURN_IF_ERROR(RemoveBackup(gone, {shard}, st));
+  }
+  return Status::Ok();
+}
+
+void ClusterAgent::Count(WorkerReplication& rep, const void* sender, const fabric::Counters& now) {
+  fabric::Counters& seen = rep.counted[sender];
+  const fabric::Counters d = now - seen;
+  repl_round_trips_ += d.round_trips;
+  repl_bytes_ += d.bytes_out + d.bytes_in;
+  seen = now;
+}
+
+Status ClusterAgent::RemoveBackup(const std::string& gone, const std::set<uint32_t>& shards,
+                                  const Status& why) {
+  LOG_WARN("kv", "replication to " << gone << " failed (" << why.ToString()
+                                   << "); removing it from " << shards.size() << " shard(s)");
+  const std::string self = o_.uuid;
+  Status e = EditMap([&](ShardMap* m) {
+    bool changed = false;
+    for (uint32_t shard : shards) {
+      if (shard >= m->assignment.size() || m->assignment[shard].primary != self) continue;
       auto& bs = m->assignment[shard].backups;
       const size_t n = bs.size();
       bs.erase(std::remove_if(bs.begin(), bs.end(),
-                              [&](const ShardAssignment::Backup& x) { return x.uuid == g; }),
+                              [&](const ShardAssignment::Backup& x) { return x.uuid == gone; }),
                bs.end());
-      return bs.size() != n;
-    });
-    if (!e.ok()) {
-      return Status::Unavailable("kv: backup " + gone +
-                                 " failed and the shard map could not be "
-                                 "updated: " +
-                                 e.ToString());
+      changed |= bs.size() != n;
     }
+    return changed;
+  });
+  if (!e.ok()) {
+    return Status::Unavailable("kv: backup " + gone +
+                               " failed and the shard map could not be updated: " + e.ToString());
   }
   return Status::Ok();
+}
+
+RemoteLogSender* ClusterAgent::BaseSender(uint32_t worker, const std::string& uuid, Status* st) {
+  WorkerReplication& rep = reps_[worker];
+  std::shared_ptr<SharedRing> ring;
+  if (o_.mode == ReplicationMode::kShare) {
+    MutexLock l(rings_mu_);
+    auto& r = rings_[uuid];
+    bool broken = r == nullptr;
+    if (r != nullptr) {
+      MutexLock rl(r->mu);
+      broken = r->broken;
+    }
+    if (broken) {
+      r = std::make_shared<SharedRing>();
+      std::random_device rd;
+      r->nonce = (uint64_t{rd()} << 32 | rd()) | 1;
+    }
+    ring = r;
+  }
+  auto it = rep.base.find(uuid);
+  if (it != rep.base.end() && it->second.ring == ring) return it->second.sender.get();
+  if (it != rep.base.end()) {
+    rep.counted.erase(it->second.sender.get());
+    rep.base.erase(it);
+  }
+  auto addr = map_.servers.find(uuid);
+  if (addr == map_.servers.end() || addr->second.base.empty()) {
+    *st = Status::NotFound("backup " + uuid + " offers no remote logs (same --replication?)");
+    return nullptr;
+  }
+  RemoteLogSenderOptions so;
+  so.fabric = o_.fabric;
+  so.pd = o_.pd;
+  so.address = addr->second.base;
+  so.mode = o_.mode;
+  so.self_uuid = o_.uuid;
+  so.thread = worker;
+  so.shared = ring;
+  so.timeout = o_.replicate_timeout;
+  auto s = RemoteLogSender::Connect(so);
+  if (!s.ok()) {
+    *st = s.status();
+    if (ring) {
+      MutexLock rl(ring->mu);
+      ring->broken = true;
+    }
+    return nullptr;
+  }
+  auto& b = rep.base[uuid];
+  b.sender = std::move(s).value();
+  b.ring = ring;
+  return b.sender.get();
+}
+
+Status ClusterAgent::ReplicateBaseline(uint32_t worker, uint32_t shard,
+                                       std::span<const uint8_t> entry) {
+  WorkerReplication& rep = reps_[worker];
+  std::vector<std::pair<std::string, Status>> failed;
+  std::vector<std::pair<std::string, RemoteLogSender*>> posted;
+  for (const auto& b : map_.assignment[shard].backups) {
+    Status st;
+    RemoteLogSender* s = BaseSender(worker, b.uuid, &st);
+    if (s != nullptr) st = s->Post(entry);
+    if (!st.ok()) {
+      failed.push_back({b.uuid, st});
+    } else if (o_.mode == ReplicationMode::kBatch) {
+      rep.staged[b.uuid].insert(shard);
+    } else {
+      posted.push_back({b.uuid, s});
+    }
+  }
+  const auto deadline = std::chrono::steady_clock::now() + o_.replicate_timeout;
+  for (auto& [uuid, s] : posted) {
+    Status st = s->Await(deadline);
+    if (!st.ok()) failed.push_back({uuid, st});
+  }
+  repl_writes_++;
+  for (auto& [uuid, s] : posted) Count(rep, s, s->counters());
+  for (auto& [gone, st] : failed) {
+    std::set<uint32_t> shards = rep.staged[gone];  // batch: also what it staged earlier
+    shards.insert(shard);
+    auto it = rep.base.find(gone);
+    if (it != rep.base.end()) rep.counted.erase(it->second.sender.get());
+    rep.base.erase(gone);
+    rep.staged.erase(gone);
+    ASYMNVM_RETURN_IF_ERROR(RemoveBackup(gone, shards, st));
+  }
+  return Status::Ok();
+}
+
+void ClusterAgent::FlushBatch(uint32_t worker) {
+  if (o_.mode != ReplicationMode::kBatch || worker >= reps_.size()) return;
+  WorkerReplication& rep = reps_[worker];
+  if (rep.staged.empty()) return;
+  const auto deadline = std::chrono::steady_clock::now() + o_.replicate_timeout;
+  std::map<std::string, std::set<uint32_t>> staged;
+  staged.swap(rep.staged);
+  for (auto& [uuid, shards] : staged) {
+    auto it = rep.base.find(uuid);
+    if (it == rep.base.end()) continue;
+    Status st = it->second.sender->Await(deadline);
+    Count(rep, it->second.sender.get(), it->second.sender->counters());
+    if (st.ok()) continue;
+    rep.counted.erase(it->second.sender.get());
+    rep.base.erase(it);
+    Status e = RemoveBackup(uuid, shards, st);
+    if (!e.ok()) {
+      LOG_ERROR("kv", "batch replication: " << e.ToString()
+                                            << "; stopping (replies of unreplicated writes are "
+                                               "decided)");
+      std::abort();
+    }
+  }
 }
 
 void ClusterAgent::ManagerLoop() {
@@ -449,9 +588,9 @@ void ClusterAgent::CatchUp(uint32_t shard, std::string backup, uint64_t epoch) {
 }
 
 void ClusterAgent::DigestLoop() {
-  rowan::Scanner scanner;
   while (!stop_) {
     MutexLock l(digest_mu_);
+    rowan::Scanner& scanner = digest_scanner_;
     auto seg = o_.receiver->NextUsed(std::chrono::milliseconds(100));
     if (!seg.ok()) continue;
     scanner.ScanSegment(seg->bytes, seg->post_seq, [&](const rowan::ScannedEntry& e) {
@@ -476,8 +615,12 @@ void ClusterAgent::DigestLoop() {
 }
 
 void ClusterAgent::DigestLive() {
+  if (o_.remote_logs != nullptr) o_.remote_logs->DigestAll();
   MutexLock l(digest_mu_);
-  rowan::Scanner scanner;
+  // From the digest thread's scanner: it holds the first blocks of an entry whose earlier segment
+  // it already committed (recycled); a fresh scanner would miss that entry although the old
+  // primary had it acknowledged (seen with 1 MiB values: KvReplication/rowan).
+  rowan::Scanner scanner = digest_scanner_;
   for (const auto& v : o_.receiver->LiveSegments()) {
     scanner.ScanSegment(v.bytes, v.post_seq, [&](const rowan::ScannedEntry& e) {
       if (o_.store->ApplyReplica(e.payload).ok()) digested_++;

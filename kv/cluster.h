@@ -34,7 +34,9 @@
 #include "asymnvm/fabric.h"
 #include "common/thread_annotations.h"
 #include "fabric/rowan/receiver.h"
+#include "fabric/rowan/scanner.h"
 #include "fabric/rowan/sender.h"
+#include "kv/replication.h"
 #include "kv/shard_map.h"
 #include "kv/store.h"
 
@@ -52,6 +54,10 @@ struct AgentOptions {
   fabric::ProtectionDomain* pd = nullptr;
   rowan::Receiver* receiver = nullptr;
   std::chrono::milliseconds replicate_timeout{5000};
+  // How PUTs reach the backups (doc/kv.md §Baselines). Not rowan: `remote_logs` is this server's
+  // backup side, and self.base its endpoint. Catch-up streams over Rowan in every mode.
+  ReplicationMode mode = ReplicationMode::kRowan;
+  RemoteLogs* remote_logs = nullptr;
 };
 
 class ClusterAgent {
@@ -67,6 +73,11 @@ class ClusterAgent {
   Status CheckPrimary(uint32_t shard) const;  // call with Lock() held
   bool HasBackups(uint32_t shard) const;      // call with Lock() held
   Status Replicate(uint32_t worker, uint32_t shard, std::span<const uint8_t> entry);
+  // Batch mode: WRITEs what `worker` staged and awaits the FLUSHes; called by the worker before
+  // any reply of its batch of requests leaves (no map lock needed). A backup that fails is removed
+  // from the shards it was staged for; if the map cannot be updated the process aborts (the
+  // replies are already decided).
+  void FlushBatch(uint32_t worker);
 
   uint64_t epoch() const;
   // Blocks until the next map adoption or `timeout` (a worker holding an acknowledged nilext
@@ -74,6 +85,11 @@ class ClusterAgent {
   void WaitForAdoption(std::chrono::milliseconds timeout);
   uint64_t catchups_done() const { return catchups_done_; }
   uint64_t digested() const { return digested_; }
+  // Replication cost as the primary's sender connections count it (doc/fabric.md Counters):
+  // doorbells and wire bytes (both directions) over every backup, and the writes replicated.
+  uint64_t replication_round_trips() const { return repl_round_trips_; }
+  uint64_t replication_bytes() const { return repl_bytes_; }
+  uint64_t replicated_writes() const { return repl_writes_; }
 
  private:
   explicit ClusterAgent(const AgentOptions& o) : o_(o) {}
@@ -86,6 +102,10 @@ class ClusterAgent {
   // Compare-and-set edit of the map on the coordinator; `edit` returns false for "no change".
   Status EditMap(const std::function<bool(ShardMap*)>& edit);
   void DigestLive();
+  Status ReplicateBaseline(uint32_t worker, uint32_t shard, std::span<const uint8_t> entry);
+  RemoteLogSender* BaseSender(uint32_t worker, const std::string& uuid, Status* st);
+  // Removes `gone` from `shards` (this server primary) in the map; OK when done or not needed.
+  Status RemoveBackup(const std::string& gone, const std::set<uint32_t>& shards, const Status& why);
 
   enum class Role : uint8_t { kNone, kPrimary };
   AgentOptions o_;
@@ -100,12 +120,24 @@ class ClusterAgent {
     std::unique_ptr<fabric::CompletionQueue> cq;
     std::map<std::string, std::unique_ptr<rowan::Sender>> senders;
     uint64_t next_token = 1;
+    // Baseline modes: one remote-log sender per backup (share: on the backup's SharedRing).
+    struct Base {
+      std::unique_ptr<RemoteLogSender> sender;
+      std::shared_ptr<SharedRing> ring;
+    };
+    std::map<std::string, Base> base;
+    std::map<std::string, std::set<uint32_t>> staged;  // batch: backup -> shards staged for
+    std::map<const void*, fabric::Counters> counted;   // per sender: counters already summed
   };
+  void Count(WorkerReplication& rep, const void* sender, const fabric::Counters& now);
   std::vector<WorkerReplication> reps_;
   Mutex catch_mu_;
   std::set<std::pair<uint32_t, std::string>> catching_ ASYMNVM_GUARDED_BY(catch_mu_);
   std::vector<std::thread> catch_threads_ ASYMNVM_GUARDED_BY(catch_mu_);
+  Mutex rings_mu_;
+  std::map<std::string, std::shared_ptr<SharedRing>> rings_ ASYMNVM_GUARDED_BY(rings_mu_);
   Mutex digest_mu_;  // DigestLive vs the digest thread's scanner
+  rowan::Scanner digest_scanner_ ASYMNVM_GUARDED_BY(digest_mu_);
   std::atomic<bool> stop_{false};
   Mutex adopt_mu_;
   std::condition_variable adopt_cv_;
@@ -115,6 +147,7 @@ class ClusterAgent {
   uint64_t wake_seq_ ASYMNVM_GUARDED_BY(wake_mu_) = 0;
   std::thread manager_, follower_, digester_;
   std::atomic<uint64_t> catchups_done_{0}, digested_{0};
+  std::atomic<uint64_t> repl_round_trips_{0}, repl_bytes_{0}, repl_writes_{0};
   coord::WatchId w1_ = 0, w2_ = 0;
 };
 

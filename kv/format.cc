@@ -30,6 +30,7 @@ void EncodeServerHeader(const ServerHeader& h, uint8_t* page) {
   for (uint32_t w = 0; w < kMaxWorkers; w++)
     PutLe64(page + kFloorOffset + 8 * w, h.applied_floor[w]);
   PutLe64(page + kBlogOffset, h.blog_bytes);
+  PutLe32(page + kBlogOffset + 8, h.replication);
   PutLe32(page + 8, Crc32c(page + 12, kHeaderPage - 12));
 }
 
@@ -54,6 +55,7 @@ Status DecodeServerHeader(const uint8_t* page, ServerHeader* h) {
   for (uint32_t w = 0; w < kMaxWorkers; w++)
     r.applied_floor[w] = GetLe64(page + kFloorOffset + 8 * w);
   r.blog_bytes = GetLe64(page + kBlogOffset);
+  r.replication = GetLe32(page + kBlogOffset + 8);
   if (r.layout_version != kLayoutVersion) {
     return Status::Corruption("kv header: layout version " + std::to_string(r.layout_version));
   }

@@ -48,6 +48,9 @@ struct ServerHeader {
   uint64_t generation_bound = 0;             // every issued generation is below this
   uint64_t applied_floor[kMaxWorkers] = {};  // per worker: OQ position applied, at least
   uint64_t blog_bytes = 0;                   // Rowan b-log area (replication target)
+  // How backups are written (kv/replication.h ReplicationMode; 0 = rowan). Not rowan: the b-log
+  // area is split into a Rowan b-log (catch-up) and the remote-log area (doc/kv.md §Baselines).
+  uint32_t replication = 0;
 };
 void EncodeServerHeader(const ServerHeader& h, uint8_t* page);  // kHeaderPage bytes
 // kNotFound: blank page (first 8 bytes zero); kCorruption: bad magic/checksum/fields.

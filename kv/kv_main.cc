@@ -4,6 +4,7 @@
 //              [--segment-size SIZE] [--pm-mode auto|msync|flush] [--gc-threshold F]
 //              [--coord URI|none] [--cluster NAME] [--log-listen ADDR] [--blog-size SIZE]
 //              [--rf N] [--initial-servers N] [--rdmp on|off] [--rdmp-listen ADDR]
+//              [--replication rowan|rpc|rwrite|batch|share] [--rlog-listen ADDR]
 //              [--secret-file PATH] [--log-level L] [--config FILE]
 //
 // With a coordinator (default: dir:<pool dir>/coord) the server joins the replicated cluster
@@ -52,6 +53,15 @@ int main(int argc, char** argv) {
          "when a nilext PUT commits: oq (the NIC's acknowledgement, default) | rawrpc (after "
          "execution) | deferred (reply before execution) — the JUNE BERRY baselines")
       ->check(CLI::IsMember({"oq", "rawrpc", "deferred"}));
+  std::string replication = "rowan";
+  app.add_option("--replication", replication,
+                 "how primaries replicate PUTs to backups (new pools; every server of a cluster "
+                 "the same): rowan (default) | rpc | rwrite | batch | share — the Rowan paper's "
+                 "baselines (doc/kv.md)")
+      ->check(CLI::IsMember({"rowan", "rpc", "rwrite", "batch", "share"}))
+      ->capture_default_str();
+  app.add_option("--rlog-listen", o.remote_log_listen,
+                 "remote-log endpoint of the baselines (default: derived from --listen)");
   app.add_option("--shards", o.shards, "shards (new pools)")
       ->check(CLI::Range(1u, 65536u))
       ->capture_default_str();
@@ -133,7 +143,8 @@ int main(int argc, char** argv) {
     std::cerr << "asymnvm-kv: " << m << "\n";
     return 2;
   };
-  o.oq_policy = oq::ParsePolicy(oq_policy).value();  // checked by CLI11
+  o.oq_policy = oq::ParsePolicy(oq_policy).value();               // checked by CLI11
+  o.replication = kv::ParseReplicationMode(replication).value();  // checked by CLI11
   auto size = pm::ParseSize(size_text);
   if (!size.ok()) return usage("--size: " + size.status().message());
   o.pool_size = *size;
@@ -241,7 +252,9 @@ int main(int argc, char** argv) {
   auto st = (*server)->stats();
   std::cerr << "asymnvm-kv: stopped (signal " << sig << "): " << st.requests << " requests, "
             << st.rejected << " rejected, " << st.store.keys << " keys, "
-            << st.store.gc_segments_freed << " segments cleaned, " << st.pm_syncs << " pm syncs";
+            << st.store.gc_segments_freed << " segments cleaned, " << st.pm_syncs << " pm syncs, "
+            << st.replicated_writes << " replicated writes, " << st.replication_round_trips
+            << " replication round trips, " << st.replication_bytes << " replication bytes";
   if (xpline) {
     model.Finish();
     std::cerr << ", dlwa " << model.dlwa() << " (requested " << model.requested_bytes()

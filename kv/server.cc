@@ -86,6 +86,8 @@ struct Server::Impl {
   std::unique_ptr<fabric::ProtectionDomain> pd;
   std::unique_ptr<Store> store;
   std::unique_ptr<rowan::Receiver> receiver;
+  std::unique_ptr<RemoteLogs> remote_logs;
+  ReplicationMode replication = ReplicationMode::kRowan;
   std::unique_ptr<oq::Server> oq;
   std::unique_ptr<ClusterAgent> agent;
   std::unique_ptr<BypassTarget> bypass;
@@ -519,6 +521,7 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
       return Status::InvalidArgument("kv server: pool " + o.pool_path + " too small");
     }
     geo.blog_bytes = (o.blog_size + 4095) / 4096 * 4096;
+    geo.replication = static_cast<uint32_t>(o.replication);
     if (format::kHeaderPage + oq_bytes + geo.blog_bytes >= usize) {
       return Status::InvalidArgument("kv server: pool " + o.pool_path + " too small");
     }
@@ -538,6 +541,23 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   if (format::kHeaderPage + oq_bytes + geo.blog_bytes + size_t{geo.segments} * geo.segment_size >
       usize) {
     return Status::Corruption("kv server: pool " + o.pool_path + " is smaller than its layout");
+  }
+  if (geo.replication != static_cast<uint32_t>(o.replication)) {
+    return Status::InvalidArgument(
+        std::string("kv server: pool ") + o.pool_path + " was created for --replication " +
+        ReplicationModeName(static_cast<ReplicationMode>(geo.replication)) + ", not " +
+        ReplicationModeName(o.replication));
+  }
+  impl->replication = o.replication;
+  // Baselines: the b-log area is a Rowan b-log for catch-up, then the remote-log area.
+  const size_t rowan_bytes = o.replication == ReplicationMode::kRowan
+                                 ? geo.blog_bytes
+                                 : std::min<size_t>(geo.blog_bytes, remotelog::kRowanPart);
+  if (o.replication != ReplicationMode::kRowan &&
+      geo.blog_bytes < rowan_bytes + remotelog::kTableBytes + 2 * remotelog::kRingBytes) {
+    return Status::InvalidArgument("kv server: --replication " +
+                                   std::string(ReplicationModeName(o.replication)) +
+                                   " needs a b-log area of at least 7 MiB (--blog-size)");
   }
   impl->cluster_mode = !o.coordinator.empty();
   if (impl->cluster_mode && geo.blog_bytes == 0) {
@@ -599,13 +619,29 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
     ro.fabric = impl->fabric.get();
     ro.pd = impl->pd.get();
     ro.area = ua + format::kHeaderPage + oq_bytes;
-    ro.area_size = geo.blog_bytes;
+    ro.area_size = rowan_bytes;
     ro.persister = impl->pool->persister();
     ro.listen_address = o.rowan_listen;
     ro.segment_size = 1u << 20;
     auto rec = rowan::Receiver::Open(ro);
     if (!rec.ok()) return rec.status().WithContext("kv server: b-log");
     impl->receiver = std::move(rec).value();
+  }
+  if (o.replication != ReplicationMode::kRowan) {
+    RemoteLogsOptions rl;
+    rl.fabric = impl->fabric.get();
+    rl.pd = impl->pd.get();
+    rl.area = ua + format::kHeaderPage + oq_bytes + rowan_bytes;
+    rl.area_size = geo.blog_bytes - rowan_bytes;
+    rl.persister = impl->pool->persister();
+    rl.listen_address = o.remote_log_listen.empty() ? DerivedAddress(o.listen_address, "rlog")
+                                                    : o.remote_log_listen;
+    rl.mode = o.replication;
+    rl.rpc_threads = geo.workers;
+    rl.apply = [raw](std::span<const uint8_t> e) { return raw->store->ApplyReplica(e); };
+    auto logs = RemoteLogs::Open(rl);
+    if (!logs.ok()) return logs.status().WithContext("kv server: remote logs");
+    impl->remote_logs = std::move(logs).value();
   }
 
   oq::ServerOptions qo;
@@ -626,7 +662,12 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   impl->rte_persister = std::make_unique<RtePersister>(impl->pool->persister(), &impl->store_ptr);
   qo.rte_persister = impl->rte_persister.get();
   qo.before_recycle = [raw](uint32_t worker, uint64_t) { raw->store->SyncDeferred(worker); };
-  qo.before_respond = [raw](uint32_t worker) { raw->store->SyncDeferred(worker); };
+  qo.before_respond = [raw](uint32_t worker) {
+    raw->store->SyncDeferred(worker);
+    if (raw->replication == ReplicationMode::kBatch) {
+      if (ClusterAgent* a = raw->agent_ptr.load()) a->FlushBatch(worker);
+    }
+  };
   auto server = oq::Server::Start(
       qo, [raw](const oq::RequestContext& ctx, std::span<const uint8_t> payload,
                 std::vector<uint8_t>* response) { return raw->Handle(ctx, payload, response); });
@@ -639,7 +680,10 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
     ao.coordinator = o.coordinator;
     ao.cluster = o.cluster;
     ao.uuid = pm::UuidToString(impl->pool->superblock().uuid);
-    ao.self = {impl->oq->address(), impl->receiver->address()};
+    ao.self = {impl->oq->address(), impl->receiver->address(),
+               impl->remote_logs ? impl->remote_logs->address() : std::string()};
+    ao.mode = o.replication;
+    ao.remote_logs = impl->remote_logs.get();
     ao.rf = o.rf;
     ao.initial_servers = o.initial_servers;
     ao.store = impl->store.get();
@@ -677,6 +721,9 @@ std::string Server::rowan_address() const {
 std::string Server::rdmp_address() const {
   return impl_->bypass ? impl_->bypass->address() : std::string();
 }
+std::string Server::remote_log_address() const {
+  return impl_->remote_logs ? impl_->remote_logs->address() : std::string();
+}
 std::string Server::pool_uuid() const { return pm::UuidToString(impl_->pool->superblock().uuid); }
 const format::ServerHeader& Server::geometry() const { return impl_->store->geometry(); }
 
@@ -689,8 +736,12 @@ ServerStats Server::stats() const {
   s.pm_syncs = impl_->pool->sync_stats().syncs;
   if (impl_->agent) {
     s.map_epoch = impl_->agent->epoch();
-    s.digested = impl_->agent->digested();
+    s.digested = impl_->agent->digested() +
+                 (impl_->remote_logs ? impl_->remote_logs->digested() : uint64_t{0});
     s.catchups = impl_->agent->catchups_done();
+    s.replicated_writes = impl_->agent->replicated_writes();
+    s.replication_round_trips = impl_->agent->replication_round_trips();
+    s.replication_bytes = impl_->agent->replication_bytes();
   }
   if (impl_->bypass) {
     const auto b = impl_->bypass->stats();
@@ -710,6 +761,7 @@ void Server::Stop() {
   if (impl_->oq) impl_->oq->Stop();
   if (impl_->bypass) impl_->bypass->Stop();
   if (impl_->receiver) impl_->receiver->Close();
+  if (impl_->remote_logs) impl_->remote_logs->Close();
   {
     MutexLock l(impl_->mu);
     impl_->stopping = true;

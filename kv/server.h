@@ -21,6 +21,7 @@
 #include "asymnvm/pm.h"
 #include "asymnvm/status.h"
 #include "fabric/oq/oq.h"
+#include "kv/replication.h"
 #include "kv/store.h"
 
 namespace asymnvm::kv {
@@ -46,6 +47,11 @@ struct ServerOptions {
   std::string cluster = "default";
   uint32_t rf = 0;               // replication factor of a new cluster; 0 = min(3, servers)
   uint32_t initial_servers = 1;  // the first shard map waits for this many servers
+  // How a primary replicates to its backups (doc/kv.md §Baselines): rowan (the default) or one
+  // of the paper's baselines. Fixed when the pool is created; every server of a cluster must use
+  // the same. remote_log_listen: the baselines' endpoint (empty: derived from listen_address).
+  ReplicationMode replication = ReplicationMode::kRowan;
+  std::string remote_log_listen;
   // How the Ordered Queue commits nilext requests (fabric/oq/oq.h Policy): kOq on the NIC's
   // acknowledgement (the default), kRawRpc after execution, kDeferred before execution — the
   // JUNE BERRY comparison baselines (doc/kv.md; asymnvm-bench kv --trace).
@@ -72,14 +78,17 @@ struct ServerStats {
   uint64_t rejected = 0;        // malformed / out-of-range requests answered with an error
   uint64_t nilext_dropped = 0;  // nilext requests that failed (logged; no reply channel)
   uint64_t pm_syncs = 0;
-  uint64_t map_epoch = 0;       // cluster mode: the shard map this server follows
-  uint64_t digested = 0;        // b-log entries applied as a backup
-  uint64_t catchups = 0;        // joining backups brought in sync by this server
-  uint64_t rdmp_reserved = 0;   // server-bypass slots reserved
-  uint64_t rdmp_published = 0;  // ... published by the client's request
-  uint64_t rdmp_settled = 0;    // ... ended by the server (client gone or too slow)
-  uint64_t rdmp_revoked = 0;    // bypass connections closed for an expired reservation
-  uint64_t rdmp_located = 0;    // GETs answered with a location (the client reads one-sidedly)
+  uint64_t map_epoch = 0;                // cluster mode: the shard map this server follows
+  uint64_t digested = 0;                 // b-log entries applied as a backup
+  uint64_t catchups = 0;                 // joining backups brought in sync by this server
+  uint64_t replicated_writes = 0;        // writes this primary replicated to its backups
+  uint64_t replication_round_trips = 0;  // their doorbells, summed over the backups
+  uint64_t replication_bytes = 0;        // their wire bytes (both directions)
+  uint64_t rdmp_reserved = 0;            // server-bypass slots reserved
+  uint64_t rdmp_published = 0;           // ... published by the client's request
+  uint64_t rdmp_settled = 0;             // ... ended by the server (client gone or too slow)
+  uint64_t rdmp_revoked = 0;             // bypass connections closed for an expired reservation
+  uint64_t rdmp_located = 0;  // GETs answered with a location (the client reads one-sidedly)
 };
 
 // Max request / response payload the server's OQ accepts (key + value + headers).
@@ -94,8 +103,9 @@ class Server {
   static Result<std::unique_ptr<Server>> Start(const ServerOptions& options);
   ~Server();
   std::string address() const;
-  std::string rowan_address() const;  // empty without a b-log
-  std::string rdmp_address() const;   // empty with rdmp off
+  std::string rowan_address() const;       // empty without a b-log
+  std::string rdmp_address() const;        // empty with rdmp off
+  std::string remote_log_address() const;  // empty in rowan mode
   std::string pool_uuid() const;
   const format::ServerHeader& geometry() const;
   ServerStats stats() const;

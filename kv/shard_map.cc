@@ -10,7 +10,8 @@ std::string ShardMap::Encode() const {
   std::ostringstream o;
   o << "epoch " << epoch << "\nshards " << shards << "\nrf " << rf << "\n";
   for (const auto& [uuid, a] : servers)
-    o << "server " << uuid << " " << a.oq << " " << a.rowan << "\n";
+    o << "server " << uuid << " " << a.oq << " " << a.rowan << (a.base.empty() ? "" : " ") << a.base
+      << "\n";
   for (uint32_t i = 0; i < assignment.size(); i++) {
     o << "shard " << i << " " << assignment[i].primary;
     std::string sep = " ";
@@ -48,6 +49,7 @@ Result<ShardMap> ShardMap::Decode(const std::string& text) {
       std::string uuid;
       ServerAddr a;
       if (!(l >> uuid >> a.oq >> a.rowan)) return bad("server");
+      l >> a.base;  // optional
       m.servers[uuid] = a;
     } else if (tag == "shard") {
       uint32_t i;
@@ -102,7 +104,8 @@ bool NextMap(const ShardMap& cur, const std::map<std::string, ServerAddr>& live,
   bool changed = false;
   for (auto& [u, a] : live) {
     auto it = m.servers.find(u);
-    if (it == m.servers.end() || it->second.oq != a.oq || it->second.rowan != a.rowan) {
+    if (it == m.servers.end() || it->second.oq != a.oq || it->second.rowan != a.rowan ||
+        it->second.base != a.base) {
       m.servers[u] = a;
       changed = true;
     }

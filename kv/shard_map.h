@@ -25,6 +25,7 @@ namespace asymnvm::kv {
 struct ServerAddr {
   std::string oq;     // client requests (OQ worker 0)
   std::string rowan;  // b-log (Rowan receiver) for replication
+  std::string base;   // remote-log endpoint of the rpc/rwrite/batch/share baselines ("" none)
 };
 
 struct ShardAssignment {

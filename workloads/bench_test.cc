@@ -69,7 +69,7 @@ TEST(BenchCli, BadArgumentsExitWithCode2) {
        {"", "nosuchsuite", "fabric --no-such-flag", "fabric --duration -1", "fabric --duration abc",
         "fabric --transports carrier-pigeon", "fabric --outstanding 0", "fabric --op FROB",
         "oq --policies fast", "oq --set-percent 150", "oq --clients 0", "oq --transport smoke",
-        "kv --variants rpc", "kv --workloads b", "kv --threads 0"}) {
+        "kv --variants paxos", "kv --workloads b", "kv --threads 0"}) {
     RunResult r = RunCmd(kBench + " " + args);
     EXPECT_EQ(r.exit_code, 2) << "args: '" << args << "'\n" << r.output;
     EXPECT_FALSE(r.output.empty()) << "args: '" << args << "' printed no message";

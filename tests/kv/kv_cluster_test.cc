@@ -3,9 +3,17 @@
 // backup), restarted (rejoin as a backup, caught up by the primary), and all killed at once (cold
 // start). The whole history must be linearizable per key: no acknowledged write lost, no deleted
 // key back.
+//
+// KvReplication: the same cluster under each --replication variant (rowan and the paper's
+// baselines rpc, rwrite, batch, share; doc/kv.md §Baselines): PUT/GET/DELETE, a server SIGKILLed
+// (a backup of some shards, the primary of others: failover) and restarted, a second failover that
+// promotes copies written through the variant's logs; every acknowledged write must be read back.
+// Built with KV_CLUSTER_VARIANTS (kv_cluster_variants_test, label long) this file instead runs the
+// failover/rejoin/cold-start linearizability history under every baseline.
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <map>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -25,7 +33,9 @@ using testutil::TempDir;
 struct Cluster {
   TempDir& d;
   std::vector<Proc> procs{3};
-  explicit Cluster(TempDir& dir) : d(dir) {}
+  std::string replication = "rowan";
+  explicit Cluster(TempDir& dir, std::string repl = "rowan")
+      : d(dir), replication(std::move(repl)) {}
   std::string coord() const { return "dir:" + d.File("coord"); }
   std::vector<std::string> Args(int i) const {
     return {"--pool",
@@ -43,7 +53,9 @@ struct Cluster {
             "--shards",
             "6",
             "--initial-servers",
-            "3"};
+            "3",
+            "--replication",
+            replication};
   }
   void Start(int i) { procs[i] = StartKv(Args(i)); }
   // Starts several at once (the first map waits for all three).
@@ -79,6 +91,7 @@ struct Cluster {
   }
 };
 
+#ifndef KV_CLUSTER_VARIANTS
 // WAIT's answer (doc/resp.md): the smallest number of synced backups over the shards. Three
 // servers, rf 3: 2. One SIGKILLed: once the map is repaired (its shards moved, the dead server's
 // backup slots dropped) every shard has 1 synced backup. Back again: 2 once it is caught up.
@@ -132,9 +145,11 @@ TEST(KvCluster, MinSyncedBackupsFollowsTheShardMap) {
   }
 }
 
-TEST(KvCluster, FailoverRejoinColdStart_HistoryIsLinearizable) {
+#endif  // KV_CLUSTER_VARIANTS
+
+void FailoverRejoinColdStart(const std::string& replication) {
   TempDir d;
-  Cluster cl(d);
+  Cluster cl(d, replication);
   cl.StartAll();
   for (int i = 0; i < 3; i++) ASSERT_FALSE(cl.procs[i].address().empty()) << i;
   ASSERT_TRUE(cl.WaitSynced(2)) << "the first map never named two synced backups per shard";
@@ -241,6 +256,102 @@ TEST(KvCluster, FailoverRejoinColdStart_HistoryIsLinearizable) {
     EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << i;
   }
 }
+
+class KvReplication : public ::testing::TestWithParam<std::string> {};
+
+#ifndef KV_CLUSTER_VARIANTS
+TEST(KvCluster, FailoverRejoinColdStart_HistoryIsLinearizable) { FailoverRejoinColdStart("rowan"); }
+
+TEST_P(KvReplication, PutGetDelete_BackupRestart_Failovers_NoAcknowledgedWriteLost) {
+  TempDir d;
+  Cluster cl(d, GetParam());
+  cl.StartAll();
+  for (int i = 0; i < 3; i++) ASSERT_FALSE(cl.procs[i].address().empty()) << i;
+  ASSERT_TRUE(cl.WaitSynced(2)) << "the first map never named two synced backups per shard";
+  ClientOptions co;
+  co.coordinator = cl.coord();
+  co.retry_deadline = std::chrono::seconds(30);
+  auto opened = Client::Open(co);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  auto client = std::move(opened).value();
+  // The oracle: key -> the value of its last acknowledged write ("" = deleted).
+  std::map<std::string, std::string> oracle;
+  int round = 0;
+  auto write_round = [&](int n) {
+    round++;
+    for (int i = 0; i < n; i++) {
+      const std::string key = "k" + std::to_string(i % 97);
+      // Values of every size class the variants frame differently: small, > 256 B, > 4 KiB.
+      const size_t size = (i % 3 == 0) ? 20 : (i % 3 == 1) ? 700 : 9000;
+      std::string value = "r" + std::to_string(round) + "i" + std::to_string(i) + ":";
+      value.resize(size, static_cast<char>('a' + i % 26));
+      if (i % 11 == 5) {
+        auto del = client->Delete(key);
+        ASSERT_TRUE(del.ok()) << key << ": " << del.status().ToString();
+        oracle[key] = "";
+      } else {
+        Status st = client->Put(key, value);
+        ASSERT_TRUE(st.ok()) << key << ": " << st.ToString();
+        oracle[key] = value;
+      }
+    }
+  };
+  auto check = [&](const char* when) {
+    for (const auto& [key, value] : oracle) {
+      auto r = client->Get(key);
+      ASSERT_TRUE(r.ok()) << when << " " << key << ": " << r.status().ToString();
+      if (value.empty()) {
+        EXPECT_FALSE(r->found) << when << ": deleted " << key << " is back";
+      } else {
+        EXPECT_TRUE(r->found && r->value == value) << when << ": " << key << " lost its value";
+      }
+    }
+  };
+  ASSERT_NO_FATAL_FAILURE(write_round(300));
+  // The largest entry each mode must carry whole (a 1 MiB value: one record of a ring, one rpc
+  // message), then small ones behind it.
+  std::string big(kMaxValueSize, 'B');
+  for (int i = 0; i < 4; i++) {
+    big[0] = static_cast<char>('0' + i);
+    Status st = client->Put("big" + std::to_string(i % 2), big);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    oracle["big" + std::to_string(i % 2)] = big;
+  }
+  ASSERT_NO_FATAL_FAILURE(write_round(50));
+  ASSERT_NO_FATAL_FAILURE(check("after the writes"));
+  // Server 0 is a backup of some shards and the primary of others: its shards fail over to
+  // copies the variant wrote; the others lose a backup.
+  testutil::Kill9(cl.procs[0]);
+  ASSERT_NO_FATAL_FAILURE(check("after the first failover"));
+  ASSERT_NO_FATAL_FAILURE(write_round(200));
+  // It comes back as a joining backup (caught up), then takes new writes through the variant.
+  cl.Start(0);
+  ASSERT_FALSE(cl.procs[0].address().empty());
+  ASSERT_TRUE(cl.WaitSynced(2)) << "the restarted server never became a synced backup";
+  ASSERT_NO_FATAL_FAILURE(write_round(300));
+  // A second failover: server 1's shards move to servers that hold them only through the
+  // variant's logs (and server 0's catch-up).
+  testutil::Kill9(cl.procs[1]);
+  ASSERT_NO_FATAL_FAILURE(check("after the second failover"));
+  ASSERT_NO_FATAL_FAILURE(write_round(100));
+  ASSERT_NO_FATAL_FAILURE(check("at the end"));
+  client.reset();
+  for (int i : {0, 2}) {
+    int st = testutil::Term(cl.procs[i]);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << i;
+  }
+}
+INSTANTIATE_TEST_SUITE_P(Variants, KvReplication,
+                         ::testing::Values("rowan", "rpc", "rwrite", "batch", "share"),
+                         [](const auto& info) { return info.param; });
+#else
+TEST_P(KvReplication, FailoverRejoinColdStart_HistoryIsLinearizable) {
+  FailoverRejoinColdStart(GetParam());
+}
+INSTANTIATE_TEST_SUITE_P(Variants, KvReplication,
+                         ::testing::Values("rpc", "rwrite", "batch", "share"),
+                         [](const auto& info) { return info.param; });
+#endif
 
 }  // namespace
 }  // namespace asymnvm::kv

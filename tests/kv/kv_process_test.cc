@@ -41,7 +41,8 @@ TEST(KvCli, BadArguments_ExitTwo) {
                                         {"--pool", pool, "--workers", "0"},
                                         {"--pool", pool, "--segment-size", "5000"},
                                         {"--pool", pool, "--size", "lots"},
-                                        {"--pool", pool, "--pm-mode", "fast"}}) {
+                                        {"--pool", pool, "--pm-mode", "fast"},
+                                        {"--pool", pool, "--replication", "paxos"}}) {
     pid_t pid = fork();
     if (pid == 0) {
       int devnull = open("/dev/null", O_WRONLY);
@@ -73,6 +74,32 @@ TEST(KvCli, NotAPool_ExitOne) {
   ASSERT_TRUE(WIFEXITED(st));
   EXPECT_EQ(WEXITSTATUS(st), 1);
   EXPECT_EQ(p.first_line, "");
+}
+
+// The replication mode is the pool's (doc/kv.md §Baselines): a pool created for one mode is
+// refused under another, and still opens under its own.
+TEST(KvCli, PoolOfAnotherReplicationMode_ExitOne) {
+  TempDir d;
+  auto args = [&](const std::string& mode) {
+    auto a = ServerArgs(d);
+    a.insert(a.end(), {"--replication", mode});
+    return a;
+  };
+  {
+    Proc p = StartKv(args("share"));
+    ASSERT_FALSE(p.address().empty());
+    int st = testutil::Term(p);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  }
+  Proc other = StartKv(args("rwrite"));
+  int st = testutil::WaitExit(other.pid);
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 1);
+  EXPECT_EQ(other.first_line, "");
+  Proc same = StartKv(args("share"));
+  EXPECT_FALSE(same.address().empty());
+  st = testutil::Term(same);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
 TEST(KvApi, Operations_BadInput_LargeValues_SurviveRestart) {

@@ -10,7 +10,11 @@
 // throughput is back to half its pre-kill mean for 50 ms (full_service_ms), throughput in 10 ms
 // bins (and a gnuplot PNG with --plot), and lost_acknowledged: private keys whose last
 // acknowledged PUT is not what a final GET reads.
-// Only the `rowan` variant exists so far; rpc/rwrite/batch/share are refused with a clear error.
+// Variants (--variants, default all): how a primary replicates a PUT to its backups, the
+// asymnvm-kv --replication switch — rowan, and the Rowan paper's §6.1 baselines rpc, rwrite,
+// batch, share (doc/kv.md §Baselines). Each variant runs every workload on fresh clusters.
+// Per record also: replication round trips and bytes per replicated write (the primaries' sender
+// connections, from the servers' stop lines) and the servers' CPU per operation (/proc).
 // Traces (--trace FILE[,FILE...], the public Twitter cache-trace format, workloads/gen/
 // twitter_trace.h): instead of YCSB, each trace is replayed closed-loop for the run's duration
 // (looping over it) on one asymnvm-kv server (rf 1: a PUT is nilext) once per Ordered-Queue policy
@@ -32,6 +36,7 @@
 
 #include "asymnvm/coord.h"
 #include "asymnvm/kv.h"
+#include "common/proc_stat.h"
 #include "fabric/oq/oq.h"
 #include "kv/shard_map.h"
 #include "workloads/bench/bench.h"
@@ -54,11 +59,14 @@ struct ServerProc {
 class KvSuite : public Suite {
  public:
   void AddOptions(CLI::App* cmd) override {
-    cmd->add_option("--variants", variants_, "replication variants (rowan)")
+    cmd->add_option("--variants", variants_, "replication variants (rowan,rpc,rwrite,batch,share)")
         ->delimiter(',')
         ->capture_default_str();
     cmd->add_option("--workloads", workloads_, "load,a")->delimiter(',')->capture_default_str();
     cmd->add_option("--threads", threads_, "client threads (closed loop)")->capture_default_str();
+    cmd->add_option("--server-workers", server_workers_,
+                    "worker threads per server (more t-logs, and rwrite/batch logs per backup)")
+        ->capture_default_str();
     cmd->add_option("--clients", clients_, "kv::Client objects the threads share")
         ->capture_default_str();
     cmd->add_option("--keys", keys_, "records")->capture_default_str();
@@ -78,13 +86,16 @@ class KvSuite : public Suite {
 
   Status Validate(const CommonOptions& common) override {
     for (const auto& v : variants_) {
-      if (v != "rowan") {
+      if (v != "rowan" && v != "rpc" && v != "rwrite" && v != "batch" && v != "share") {
         return Status::InvalidArgument("kv: variant '" + v +
-                                       "' is not implemented yet (only rowan; doc/kv.md)");
+                                       "' (rowan, rpc, rwrite, batch, share; doc/kv.md)");
       }
     }
     for (const auto& w : workloads_) {
       if (w != "load" && w != "a") return Status::InvalidArgument("kv: --workloads: load,a");
+    }
+    if (server_workers_ < 1 || server_workers_ > 32) {
+      return Status::InvalidArgument("kv: --server-workers 1..32");
     }
     if (threads_ < 1 || threads_ > 64 || clients_ < 1 || clients_ > threads_) {
       return Status::InvalidArgument("kv: --threads 1..64, --clients 1..threads");
@@ -119,6 +130,7 @@ class KvSuite : public Suite {
     report->AddHeader("8 B keys, ZippyDB-like values (avg object 91 B), Zipf 0.99 over " +
                       std::to_string(keys_) + " keys.");
     for (const auto& v : variants_) {
+      variant_ = v;
       for (const auto& w : workloads_) {
         Json rec;
         ASYMNVM_RETURN_IF_ERROR(RunWorkload(v, w, seconds, false, &rec));
@@ -134,10 +146,15 @@ class KvSuite : public Suite {
                          {"put p99", "put_p99_us", 1},
                          {"get p50", "get_p50_us", 1},
                          {"dlwa", "dlwa", 3},
+                         {"repl rt", "replication_round_trips_per_put", 2},
+                         {"repl B", "replication_bytes_per_put", 0},
+                         {"srv cpu µs/op", "server_cpu_us_per_op", 1},
                          {"failover ms", "failover_ms", 1},
                          {"cold ms", "cold_start_ms", 1},
                          {"lost", "lost_acknowledged", 0}});
-    report->AddNote("rpc/rwrite/batch/share variants: not implemented yet (doc/kv.md).");
+    report->AddNote(
+        "variants = asymnvm-kv --replication (doc/kv.md §Baselines); repl rt/B = doorbells and "
+        "wire bytes of the primary's replication per replicated write, summed over its backups.");
     std::filesystem::remove_all(dir_);
     return Status::Ok();
   }
@@ -158,28 +175,18 @@ class KvSuite : public Suite {
       FILE* e = fopen(p.err_path.c_str(), "w");
       if (e) dup2(fileno(e), 2);
       setenv("ASYMNVM_LOG_LEVEL", "warn", 1);
-      std::vector<std::string> args{binary_,
-                                    "--pool",
-                                    dir_ + "/kv" + std::to_string(i) + ".pool",
-                                    "--size",
-                                    "96M",
-                                    "--listen",
-                                    "unix://" + dir_ + "/kv" + std::to_string(i),
-                                    "--pm-mode",
-                                    "flush",
-                                    "--coord",
-                                    Coord(),
-                                    "--initial-servers",
-                                    std::to_string(servers),
-                                    "--oq-policy",
-                                    policy,
-                                    "--workers",
-                                    "2",
-                                    "--shards",
-                                    "12",
-                                    "--xpline",
-                                    "--log-level",
-                                    "warn"};
+      std::vector<std::string> args{
+          binary_, "--pool", dir_ + "/kv" + std::to_string(i) + ".pool", "--size",
+          server_workers_ <= 2 ? std::string("96M")
+                               : std::to_string(96 + 16 * server_workers_) + "M",
+          "--blog-size",
+          // Room for one 1.25 MiB ring per (other server, worker) (rwrite).
+          std::to_string(std::max(16, 6 + 3 * server_workers_)) + "M", "--listen",
+          "unix://" + dir_ + "/kv" + std::to_string(i), "--pm-mode", "flush", "--coord", Coord(),
+          "--initial-servers", std::to_string(servers), "--oq-policy", policy, "--workers",
+          std::to_string(server_workers_), "--shards",
+          std::to_string(std::max(12, 2 * server_workers_)), "--replication",
+          servers == 1 ? std::string("rowan") : variant_, "--xpline", "--log-level", "warn"};
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
@@ -199,6 +206,31 @@ class KvSuite : public Suite {
                               p.err_path + ")");
     }
     return p;
+  }
+
+  // Sums "N replicated writes, R replication round trips, B replication bytes" of a stop line.
+  static void ReadReplication(const std::string& err_path, double* writes, double* rts,
+                              double* bytes) {
+    std::ifstream in(err_path);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::smatch m;
+    if (std::regex_search(text, m,
+                          std::regex("([0-9]+) replicated writes, ([0-9]+) replication round "
+                                     "trips, ([0-9]+) replication bytes"))) {
+      *writes += std::stod(m[1]);
+      *rts += std::stod(m[2]);
+      *bytes += std::stod(m[3]);
+    }
+  }
+
+  double ServersCpuSeconds(const std::vector<ServerProc>& servers) {
+    double sum = 0;
+    for (const auto& p : servers) {
+      if (p.pid <= 0) continue;
+      auto c = ProcessCpuSeconds(p.pid);
+      if (c.ok()) sum += *c;
+    }
+    return sum;
   }
 
   static double ReadDlwa(const std::string& err_path) {
@@ -515,6 +547,7 @@ class KvSuite : public Suite {
     std::atomic<uint64_t> errors{0};
     std::atomic<bool> stop{false};
     std::atomic<uint64_t> next_load{0};
+    const double cpu0 = ServersCpuSeconds(servers);
     const auto start = Clock::now();
     std::vector<std::thread> ts;
     for (int t = 0; t < threads_; t++) {
@@ -612,6 +645,7 @@ class KvSuite : public Suite {
     }
     for (auto& t : ts) t.join();
     const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    const double cpu1 = ServersCpuSeconds(servers);
     LatencySampler puts, gets;
     std::vector<uint64_t> total_bins(bins, 0);
     for (int t = 0; t < threads_; t++) {
@@ -637,9 +671,10 @@ class KvSuite : public Suite {
     }
     clients.clear();
     stop_all(SIGTERM);
-    double dlwa = 0;
+    double dlwa = 0, repl_writes = 0, repl_rts = 0, repl_bytes = 0;
     int n = 0;
     for (int i = failover ? 1 : 0; i < 3; i++) {
+      ReadReplication(servers[i].err_path, &repl_writes, &repl_rts, &repl_bytes);
       double d = ReadDlwa(servers[i].err_path);
       if (d > 0) {
         dlwa += d;
@@ -657,6 +692,7 @@ class KvSuite : public Suite {
     }
     const uint64_t ops = puts.count() + gets.count();
     Json rec = MakeRecord(variant, {{"workload", failover ? "a-failover" : workload},
+                                    {"server_workers", server_workers_},
                                     {"threads", threads_},
                                     {"clients", clients_},
                                     {"keys", keys_},
@@ -670,6 +706,21 @@ class KvSuite : public Suite {
     rec["get_p50_us"] = gets.PercentileUs(50);
     rec["get_p99_us"] = gets.PercentileUs(99);
     rec["dlwa"] = n ? dlwa / n : 0;
+    // The primaries' replication (whole server lifetimes: preload and warm-up included).
+    if (repl_writes > 0) {
+      rec["replication_round_trips_per_put"] = repl_rts / repl_writes;
+      rec["replication_bytes_per_put"] = repl_bytes / repl_writes;
+    } else {
+      rec["replication_round_trips_per_put"] = nullptr;
+      rec["replication_bytes_per_put"] = nullptr;
+    }
+    // Three servers' CPU (their soft NICs included) per client operation; not for the failover
+    // run (a server is killed during it).
+    if (!failover && ops > 0) {
+      rec["server_cpu_us_per_op"] = (cpu1 - cpu0) * 1e6 / static_cast<double>(ops);
+    } else {
+      rec["server_cpu_us_per_op"] = nullptr;
+    }
     // Client side only (doorbells and wire bytes of the clients' connections); the primary's
     // replication to its backups is not included. A failover replaces connections: not counted.
     if (!failover && ops > 0) {
@@ -740,9 +791,11 @@ class KvSuite : public Suite {
   }
 
   CommonOptions common_;
-  std::vector<std::string> variants_{"rowan"};
+  std::vector<std::string> variants_{"rowan", "rpc", "rwrite", "batch", "share"};
+  std::string variant_ = "rowan";  // the one running (Spawn passes it as --replication)
   std::vector<std::string> workloads_{"load", "a"};
   int threads_ = 4;
+  int server_workers_ = 2;
   int clients_ = 2;
   uint64_t keys_ = 20000;
   bool no_failover_ = false;

@@ -588,6 +588,13 @@ void ClusterAgent::CatchUp(uint32_t shard, std::string backup, uint64_t epoch) {
 }
 
 void ClusterAgent::DigestLoop() {
+  // Segments scanned but not committed: while an entry begun in them is incomplete (a multi-block
+  // entry may span segments, and the scanner yields it only where its last block lands), they
+  // stay live, so a restart of this server (which rebuilds from the live segments) still finds
+  // the entry's first blocks. Committing them as soon as they were scanned lost such an entry if
+  // the server died before its last block was digested.
+  std::vector<uint32_t> held;
+  constexpr size_t kMaxHeld = 8;
   while (!stop_) {
     MutexLock l(digest_mu_);
     rowan::Scanner& scanner = digest_scanner_;
@@ -601,16 +608,27 @@ void ClusterAgent::DigestLoop() {
         digested_++;
       }
     });
-    Status c = o_.receiver->Commit(seg->index);
-    if (!c.ok()) LOG_WARN("kv", "digest commit: " << c.ToString());
+    held.push_back(seg->index);
     // The scanner remembers every entry it yielded (duplicate suppression) and the blocks of
     // entries still incomplete. Applying is idempotent, so only the latter must survive: start
-    // afresh whenever no entry is half-seen (a multi-block entry may span two segments).
+    // afresh whenever no entry is half-seen — and only then commit the held segments.
     rowan::Scanner probe = scanner;
     probe.Finish();
-    if (probe.report().incomplete_entries == scanner.report().incomplete_entries) {
-      scanner = rowan::Scanner();
+    const bool whole = probe.report().incomplete_entries == scanner.report().incomplete_entries;
+    while (!held.empty() && (whole || held.size() > kMaxHeld)) {
+      if (!whole) {
+        // An entry begun this many segments ago never completed: its sender died mid-entry (such
+        // an entry was never acknowledged). Do not let it hold the whole area.
+        LOG_WARN("kv", "digest: an entry begun " << held.size()
+                                                 << " segments ago is incomplete; releasing the "
+                                                    "oldest held segment");
+      }
+      Status c = o_.receiver->Commit(held.front());
+      if (!c.ok()) LOG_WARN("kv", "digest commit: " << c.ToString());
+      held.erase(held.begin());
+      if (!whole) break;
     }
+    if (whole) scanner = rowan::Scanner();
   }
 }
 

@@ -45,6 +45,7 @@
 #include "asymnvm/coord.h"
 #include "asymnvm/pm.h"
 #include "backend/backend.h"
+#include "backend/registration.h"
 #include "common/logging.h"
 #include "mirror/group.h"
 #include "mirror/primary_role.h"
@@ -79,23 +80,13 @@ std::string RejoinAddress(coord::Coordinator& c, const std::array<uint8_t, 16>& 
   auto node = c.Get(mirror::GroupPath(uuid) + "/primary");
   if (!node.ok()) return "";
   std::vector<std::string> addrs;
-  size_t pos = 0;
-  const std::string& d = node->data;
-  while (pos < d.size()) {
-    size_t end = d.find('\n', pos);
-    if (end == std::string::npos) end = d.size();
-    const std::string line = d.substr(pos, end - pos);
-    if (line.rfind("mirrors ", 0) == 0) {
-      std::string rest = line.substr(8);
-      size_t q = 0;
-      while (q <= rest.size()) {
-        size_t comma = rest.find(',', q);
-        if (comma == std::string::npos) comma = rest.size();
-        if (comma > q) addrs.push_back(rest.substr(q, comma - q));
-        q = comma + 1;
-      }
-    }
-    pos = end + 1;
+  const std::string rest = backend::RegistrationField(node->data, "mirrors");
+  size_t q = 0;
+  while (q <= rest.size()) {
+    size_t comma = rest.find(',', q);
+    if (comma == std::string::npos) comma = rest.size();
+    if (comma > q) addrs.push_back(rest.substr(q, comma - q));
+    q = comma + 1;
   }
   const std::string mine =
       "unix://" + std::filesystem::absolute(pool).lexically_normal().string() + ".sock";

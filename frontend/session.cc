@@ -1,6 +1,7 @@
 // The front-end Session (include/asymnvm/frontend.h; design in doc/frontend.md): open,
 // registration, reconnection, close and introspection. The rest by concern:
 // frontend/session_impl.h.
+#include "backend/registration.h"
 #include "frontend/session_impl.h"
 
 namespace asymnvm::frontend {
@@ -27,32 +28,6 @@ Result<Level> ParseLevel(const std::string& name) {
 }
 
 Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-
-namespace {
-// The value of the "key value" line of a registration ("" when absent).
-std::string RegisteredField(const std::string& data, std::string_view key) {
-  size_t pos = 0;
-  while (pos < data.size()) {
-    size_t end = data.find('\n', pos);
-    if (end == std::string::npos) end = data.size();
-    std::string_view line(data.data() + pos, end - pos);
-    if (line.size() > key.size() && line.starts_with(key) && line[key.size()] == ' ') {
-      return std::string(line.substr(key.size() + 1));
-    }
-    pos = end + 1;
-  }
-  return "";
-}
-
-// The group term a registration carries (0: none or malformed; the back-end then checks nothing).
-uint64_t RegisteredTerm(const std::string& data) {
-  const std::string t = RegisteredField(data, "term");
-  if (t.empty() || t.size() > 19 || t.find_first_not_of("0123456789") != std::string::npos) {
-    return 0;
-  }
-  return std::stoull(t);
-}
-}  // namespace
 
 std::string BackendGroupPrimaryPath(const std::array<uint8_t, 16>& pool_uuid) {
   return "/asymnvm/groups/" + pm::UuidToString(pool_uuid) + "/primary";
@@ -83,7 +58,7 @@ Status Session::Reconnect(const Status& cause) {
     auto node = c.Get(path);
     if (node.ok()) {
       known = node->version;
-      const std::string address = RegisteredField(node->data, "address");
+      const std::string address = backend::RegistrationField(node->data, "address");
       if (address.empty()) {
         last = Status::ProtocolError(path + " holds no address");
       } else {
@@ -93,7 +68,7 @@ Status Session::Reconnect(const Status& cause) {
             std::chrono::duration_cast<std::chrono::milliseconds>(deadline - coord::Clock::now());
         so.timeout = std::max(std::chrono::milliseconds(1), std::min(so.timeout, left));
         if (Status lease = old.identity->CheckLease(); !lease.ok()) return lease;
-        auto fresh = Connect(so, old.identity->epoch(), RegisteredTerm(node->data));
+        auto fresh = Connect(so, old.identity->epoch(), backend::RegistrationTerm(node->data));
         if (fresh.ok() && (*fresh)->pool_uuid != old.pool_uuid) {
           fresh = Status::FailedPrecondition(address + " serves pool " +
                                              pm::UuidToString((*fresh)->pool_uuid) + ", not " +

@@ -38,6 +38,18 @@ Result<ReplicationMode> ParseReplicationMode(std::string_view name) {
 }
 
 namespace {
+
+// An unsignaled inline SEND of a small control message (the message is copied at the post).
+fabric::WorkRequest InlineSend(void* msg, uint32_t length) {
+  fabric::WorkRequest wr;
+  wr.opcode = fabric::Opcode::kSend;
+  wr.signaled = false;
+  wr.inline_data = true;
+  wr.local_addr = msg;
+  wr.length = length;
+  return wr;
+}
+
 using namespace remotelog;
 using Clock = std::chrono::steady_clock;
 
@@ -332,12 +344,7 @@ void RemoteLogs::AcceptLoop() {
       // The receive buffers are posted: say so (the sender sends nothing before this).
       uint8_t hello[kAssignBytes] = {};
       PutLe64(hello, kTargetMagic);
-      fabric::WorkRequest wr;
-      wr.opcode = fabric::Opcode::kSend;
-      wr.signaled = false;
-      wr.inline_data = true;
-      wr.local_addr = hello;
-      wr.length = kAssignBytes;
+      fabric::WorkRequest wr = InlineSend(hello, kAssignBytes);
       // Filed before anything can arrive: the thread looks its completions up here.
       MutexLock l(rt->mu);
       if (!conn->PostRecv(rr).ok() || !conn->Post({&wr, 1}).ok()) {
@@ -393,12 +400,7 @@ void RemoteLogs::AcceptLoop() {
       PutLe64(msg + 24, mr_->descriptor().addr + (slot->table - o_.area));
       PutLe64(msg + 32, GetLe64(slot->table + 8));
       PutLe64(msg + 40, slot->head);
-      fabric::WorkRequest wr;
-      wr.opcode = fabric::Opcode::kSend;
-      wr.signaled = false;
-      wr.inline_data = true;
-      wr.local_addr = msg;
-      wr.length = kAssignBytes;
+      fabric::WorkRequest wr = InlineSend(msg, kAssignBytes);
       Status st = conn->Post({&wr, 1});
       if (!st.ok()) {
         conn->Close();
@@ -478,12 +480,7 @@ void RemoteLogs::RpcLoop(RpcThread* t) {
       }
       fabric::RecvRequest rr{c.wr_id, peer->buf.data() + c.wr_id * kRpcBuffer,
                              static_cast<uint32_t>(kRpcBuffer), peer->mr.get()};
-      fabric::WorkRequest wr;
-      wr.opcode = fabric::Opcode::kSend;
-      wr.signaled = false;
-      wr.inline_data = true;
-      wr.local_addr = reply;
-      wr.length = sizeof(reply);
+      fabric::WorkRequest wr = InlineSend(reply, static_cast<uint32_t>(sizeof(reply)));
       Status a = peer->conn->PostRecv({&rr, 1});
       Status b = peer->conn->Post({&wr, 1});
       if (!a.ok() || !b.ok()) {

@@ -18,7 +18,9 @@
 #include <sstream>
 #include <thread>
 
+#include "asymnvm/coord.h"
 #include "asymnvm/frontend.h"
+#include "mirror/group.h"
 #include "tools/ctl.h"
 #include "workloads/driver/backend_process.h"
 
@@ -184,6 +186,30 @@ class MirrorTest : public ::testing::Test {
     stop = true;
     writer.join();
     return insync;
+  }
+  // After the old primary's slot rejoined as a mirror of the promoted one: the mirror at
+  // `rejoined` is in sync, the group is at term 2 with that replica its only in-sync mirror, and
+  // once quiesced (the promoted primary stops first, emptying the in-sync set) the pools are
+  // identical.
+  void ExpectRejoinedAndIdentical(driver::BackendProcess& rejoined) {
+    auto ms = StatusOf(rejoined.address());
+    EXPECT_EQ(ms.value("role", ""), "mirror");
+    EXPECT_EQ(ms.value("state", ""), "in-sync");
+    auto c = coord::Coordinator::Open(coord_);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    auto node = (*c)->Get(GroupPath(session_->pool_uuid()) + "/state");
+    ASSERT_TRUE(node.ok()) << node.status().ToString();
+    auto gs = DecodeGroupState(node->data);
+    ASSERT_TRUE(gs.ok()) << gs.status().ToString();
+    EXPECT_EQ(gs->term, 2u);
+    EXPECT_EQ(gs->primary, DefaultReplicaName(mirror_pool_));
+    ASSERT_EQ(gs->insync.size(), 1u) << node->data;
+    EXPECT_EQ(gs->insync[0], DefaultReplicaName(primary_pool_)) << node->data;
+    session_.reset();
+    ASSERT_TRUE(mirror_->Stop().ok());
+    ASSERT_TRUE(rejoined.Stop().ok());
+    std::string text;
+    EXPECT_EQ(Diff(&text), tools::kCtlOk) << text;
   }
   int Diff(std::string* text) {
     std::ostringstream out, err;

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "asymnvm/pm.h"
+#include "backend/registration.h"
 #include "common/logging.h"
 #include "mirror/group.h"
 
@@ -13,33 +14,10 @@ namespace asymnvm::mirror {
 namespace {
 constexpr auto kPoll = std::chrono::milliseconds(250);
 
-std::string Line(const std::string& data, std::string_view key) {
-  std::istringstream in(data);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.size() > key.size() && line.compare(0, key.size(), key) == 0 &&
-        line[key.size()] == ' ') {
-      return line.substr(key.size() + 1);
-    }
-  }
-  return "";
-}
 }  // namespace
 
 std::string JoiningPath(const std::array<uint8_t, 16>& uuid) {
   return GroupPath(uuid) + "/joining";
-}
-
-uint64_t RegisteredTerm(const std::string& data) {
-  const std::string t = Line(data, "term");
-  if (t.empty() || t.size() > 20 || t.find_first_not_of("0123456789") != std::string::npos) {
-    return 0;
-  }
-  try {
-    return std::stoull(t);
-  } catch (...) {
-    return 0;
-  }
 }
 
 Status RecordReplica(coord::Coordinator& c, const std::string& name,
@@ -68,7 +46,7 @@ Status RecordReplica(coord::Coordinator& c, const std::string& name,
 Result<std::array<uint8_t, 16>> LookupReplica(coord::Coordinator& c, const std::string& name) {
   const std::string path = "/asymnvm/replicas/" + NodeComponent(name);
   ASYMNVM_ASSIGN_OR_RETURN(coord::Node node, c.Get(path));
-  auto uuid = pm::UuidFromString(Line(node.data, "group"));
+  auto uuid = pm::UuidFromString(backend::RegistrationField(node.data, "group"));
   if (!uuid.ok()) return Status::Corruption(path + ": " + uuid.status().message());
   return *uuid;
 }
@@ -176,13 +154,14 @@ void PrimaryRole::AttachJoining() {
   for (const auto& k : *kids) {
     auto node = coord_->Get(dir + "/" + k);
     if (!node.ok()) continue;
-    const std::string address = Line(node->data, "address");
+    const std::string address = backend::RegistrationField(node->data, "address");
     if (address.empty() || attached_.count(address)) continue;
     Status s = add_mirror_(address);
     attached_.insert(address);  // one attempt per address: the Replicator retries a link itself
     if (s.ok()) {
       joined_++;
-      LOG_INFO("mirror", who_ << ": mirror " << Line(node->data, "name") << " at " << address
+      LOG_INFO("mirror", who_ << ": mirror " << backend::RegistrationField(node->data, "name")
+                              << " at " << address
                               << " announced itself; attaching it while serving");
     } else if (s.code() != StatusCode::kAlreadyExists) {
       LOG_WARN("mirror", who_ << ": joining mirror at " << address << ": " << s.ToString());
@@ -243,6 +222,7 @@ void PrimaryRole::Loop() {
       return;
     }
     if (add_mirror_) AttachJoining();
+    polls_++;
     // Waits for a change of the state (or the poll interval: joining mirrors, the lease).
     auto deadline = coord::Clock::now() + kPoll;
     if (lease.count() > 0) deadline = std::min(deadline, coord::Clock::now() + lease / 6);

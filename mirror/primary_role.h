@@ -73,6 +73,8 @@ class PrimaryRole {
 
   // How many mirrors were attached because they announced themselves (tests, status).
   uint64_t joined() const { return joined_.load(); }
+  // Passes of the watch loop (tests: wait for further polls instead of sleeping).
+  uint64_t polls() const { return polls_.load(); }
 
  private:
   void Loop();
@@ -84,6 +86,7 @@ class PrimaryRole {
   const std::string name_, who_;
   std::atomic<uint64_t> term_;
   std::atomic<uint64_t> joined_{0};
+  std::atomic<uint64_t> polls_{0};
   std::atomic<bool> fenced_once_{false};
   std::function<void(const Status&)> fenced_;
   std::function<Status(const std::string&)> add_mirror_;
@@ -107,8 +110,5 @@ Result<std::array<uint8_t, 16>> LookupReplica(coord::Coordinator& c, const std::
 // Where a mirror that wants to join a running group announces itself (ephemeral children
 // "name N\naddress A\npid P\n").
 std::string JoiningPath(const std::array<uint8_t, 16>& uuid);
-
-// "term N" from a registration's data (0 when absent or malformed).
-uint64_t RegisteredTerm(const std::string& data);
 
 }  // namespace asymnvm::mirror

@@ -3,7 +3,8 @@
 // line no acknowledged FLUSH persisted is gone). Restarted, the mirror is promoted, and every
 // acknowledged write must be there — which holds only because a barrier waits for the mirrors'
 // FLUSH. The negative control runs the same with the primary's barriers not waiting for it
-// (--TEST-skip-mirror-flush) and must lose acknowledged writes: the test can fail.
+// (--TEST-skip-mirror-flush) and must lose acknowledged writes: the test can fail. The restarted
+// mirror is SIGKILLed once more during its start-up before the restart that is promoted.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -52,6 +53,11 @@ class MirrorPowerLoss : public MirrorTest {
       std::this_thread::sleep_for(10ms);
     }
     EXPECT_EQ(how, "exited with status 9");
+    mirror_.reset();
+    // Down again during its start-up (the pool's recovery after the power loss), then for good.
+    StartMirror();
+    if (HasFatalFailure()) return 0;
+    mirror_->Kill();
     mirror_.reset();
     StartMirror();  // in sync as of its last FLUSH: promoted once the primary stays gone
     if (HasFatalFailure()) return 0;

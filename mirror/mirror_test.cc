@@ -515,7 +515,7 @@ TEST_F(MirrorTest, PrimaryDiesAtForwardingCrashPointsNothingAcknowledgedLost) {
           }
           Status st = (*map)->PutBatch(batch);
           if (st.ok()) {
-            for (const auto& [k, v] : batch) map_oracle[k] = v;
+            for (const auto& [k, v] : batch) map_oracle[k.u64()] = v;
           } else {
             batch_maybe = batch;
           }
@@ -582,9 +582,9 @@ TEST_F(MirrorTest, PrimaryDiesAtForwardingCrashPointsNothingAcknowledgedLost) {
       }
       // All or nothing (a key repeated within the batch counts once as its last value).
       std::map<uint64_t, structures::Value> last;
-      for (const auto& [k, v] : batch_maybe) last[k] = v;
+      for (const auto& [k, v] : batch_maybe) last[k.u64()] = v;
       size_t expected_all = 0;
-      for (const auto& [k, v] : batch_maybe) expected_all += last[k] == v ? 1 : 0;
+      for (const auto& [k, v] : batch_maybe) expected_all += last[k.u64()] == v ? 1 : 0;
       if (in_flight_new != 0) {
         EXPECT_EQ(in_flight_new, expected_all) << "a partial vector put is visible";
       }

@@ -4,8 +4,10 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <ostream>
 
 #include "backend/log_format.h"
+#include "common/checksum.h"
 #include "common/crash_point.h"
 #include "common/logging.h"
 
@@ -46,9 +48,40 @@ bool IsSequence(Kind kind) { return kind == Kind::kStack || kind == Kind::kQueue
 bool IsOrdered(Kind kind) { return !IsSequence(kind) && kind != Kind::kHashTable; }
 bool IsMultiVersion(Kind kind) { return kind == Kind::kMvBst || kind == Kind::kMvBPlusTree; }
 
+std::string Key::ToString() const {
+  if (is_int_) return std::to_string(int_);
+  static const char kHex[] = "0123456789abcdef";
+  std::string out = "\"";
+  const size_t shown = std::min<size_t>(bytes_.size(), 64);
+  for (size_t i = 0; i < shown; i++) {
+    const auto c = static_cast<unsigned char>(bytes_[i]);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  out += '"';
+  if (shown < bytes_.size()) out += "... (" + std::to_string(bytes_.size()) + " bytes)";
+  return out;
+}
+
+std::ostream& operator<<(std::ostream& os, const Key& key) { return os << key.ToString(); }
+
 Status Map::PutBatch(std::span<const KeyValue> kvs) {
   // Validate everything first: a bad entry fails the call before any Put.
   for (const KeyValue& kv : kvs) {
+    const Key& k = kv.first;
+    if (k.is_int() != (key_size() == 0) ||
+        (!k.is_int() && (k.bytes().empty() || k.bytes().size() > key_size()))) {
+      return Status::InvalidArgument(internal::Describe(kind(), structure().name) + ": bad key " +
+                                     k.ToString() + " for key_size " + std::to_string(key_size()));
+    }
     if (kv.second.size() > value_size()) {
       return Status::InvalidArgument(internal::Describe(kind(), structure().name) + ": value of " +
                                      std::to_string(kv.second.size()) +
@@ -92,64 +125,148 @@ Status DecodeSlot(std::span<const uint8_t> slot, uint32_t value_size, Value* out
   return Status::Ok();
 }
 
-std::vector<uint8_t> EncodeKeyValue(uint64_t key, std::span<const uint8_t> value) {
-  std::vector<uint8_t> p(12 + value.size());
-  PutU64(p.data(), key);
-  PutU32(p.data() + 8, static_cast<uint32_t>(value.size()));
-  if (!value.empty()) std::memcpy(p.data() + 12, value.data(), value.size());
+void EncodeKeySlot(const Key& key, uint32_t key_size, uint8_t* slot) {
+  if (key_size == 0) {
+    PutU64(slot, key.u64());
+    return;
+  }
+  const std::string_view b = key.bytes();
+  std::memset(slot, 0, KeySlotBytes(key_size));
+  const uint16_t len = static_cast<uint16_t>(b.size());
+  std::memcpy(slot, &len, 2);
+  std::memcpy(slot + 2, b.data(), b.size());
+}
+
+Status DecodeKeySlot(const uint8_t* slot, uint32_t key_size, Key* key) {
+  if (key_size == 0) {
+    *key = Key(GetU64(slot));
+    return Status::Ok();
+  }
+  uint16_t len;
+  std::memcpy(&len, slot, 2);
+  if (len == 0 || len > key_size) {
+    return Status::Corruption("key slot length " + std::to_string(len) + " outside 1.." +
+                              std::to_string(key_size));
+  }
+  *key = Key(std::string_view(reinterpret_cast<const char*>(slot) + 2, len));
+  return Status::Ok();
+}
+
+uint64_t KeyHash(const Key& key, uint64_t seed) {
+  if (key.is_int()) {
+    const uint64_t k = key.u64();
+    return Hash64(&k, sizeof k, seed);
+  }
+  return Hash64(key.bytes().data(), key.bytes().size(), seed);
+}
+
+namespace {
+
+size_t KeyParamBytes(const Key& key) { return key.is_int() ? 8 : 2 + key.bytes().size(); }
+
+void PutKeyParam(const Key& key, uint8_t* p) {
+  if (key.is_int()) {
+    PutU64(p, key.u64());
+    return;
+  }
+  const uint16_t len = static_cast<uint16_t>(key.bytes().size());
+  std::memcpy(p, &len, 2);
+  std::memcpy(p + 2, key.bytes().data(), len);
+}
+
+// Reads one key of the op-log encoding at params[*at]; advances *at past it.
+Status GetKeyParam(std::span<const uint8_t> params, uint32_t key_size, size_t* at, Key* key) {
+  const size_t left = params.size() - *at;
+  if (key_size == 0) {
+    if (left < 8) return Status::Corruption("op log parameters: key truncated");
+    *key = Key(GetU64(params.data() + *at));
+    *at += 8;
+    return Status::Ok();
+  }
+  if (left < 2) return Status::Corruption("op log parameters: key length truncated");
+  uint16_t len;
+  std::memcpy(&len, params.data() + *at, 2);
+  if (len == 0 || len > key_size || left - 2 < len) {
+    return Status::Corruption("op log parameters: key length " + std::to_string(len) +
+                              " outside 1.." + std::to_string(key_size) + " or truncated");
+  }
+  *key = Key(std::string_view(reinterpret_cast<const char*>(params.data()) + *at + 2, len));
+  *at += 2 + len;
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::vector<uint8_t> EncodeKeyValue(const Key& key, std::span<const uint8_t> value) {
+  const size_t kb = KeyParamBytes(key);
+  std::vector<uint8_t> p(kb + 4 + value.size());
+  PutKeyParam(key, p.data());
+  PutU32(p.data() + kb, static_cast<uint32_t>(value.size()));
+  if (!value.empty()) std::memcpy(p.data() + kb + 4, value.data(), value.size());
   return p;
 }
 
-Status DecodeKeyValue(std::span<const uint8_t> params, uint64_t* key, Value* value) {
-  if (params.size() < 12) return Status::Corruption("op log parameters shorter than key + length");
-  *key = GetU64(params.data());
-  const uint32_t len = GetU32(params.data() + 8);
-  if (params.size() != 12 + static_cast<size_t>(len)) {
+Status DecodeKeyValue(std::span<const uint8_t> params, uint32_t key_size, Key* key, Value* value) {
+  size_t at = 0;
+  ASYMNVM_RETURN_IF_ERROR(GetKeyParam(params, key_size, &at, key));
+  if (params.size() - at < 4) return Status::Corruption("op log parameters: no value length");
+  const uint32_t len = GetU32(params.data() + at);
+  at += 4;
+  if (params.size() - at != len) {
     return Status::Corruption("op log parameters: value length does not match");
   }
-  if (value) value->assign(params.begin() + 12, params.end());
+  if (value) value->assign(params.begin() + static_cast<ptrdiff_t>(at), params.end());
   return Status::Ok();
 }
 
 std::vector<uint8_t> EncodeVector(std::span<const KeyValue> kvs) {
   size_t n = 4;
-  for (const KeyValue& kv : kvs) n += 12 + kv.second.size();
+  for (const KeyValue& kv : kvs) n += KeyParamBytes(kv.first) + 4 + kv.second.size();
   std::vector<uint8_t> p(n);
   PutU32(p.data(), static_cast<uint32_t>(kvs.size()));
   size_t at = 4;
   for (const KeyValue& kv : kvs) {
-    PutU64(p.data() + at, kv.first);
-    PutU32(p.data() + at + 8, static_cast<uint32_t>(kv.second.size()));
-    if (!kv.second.empty()) std::memcpy(p.data() + at + 12, kv.second.data(), kv.second.size());
-    at += 12 + kv.second.size();
+    PutKeyParam(kv.first, p.data() + at);
+    at += KeyParamBytes(kv.first);
+    PutU32(p.data() + at, static_cast<uint32_t>(kv.second.size()));
+    if (!kv.second.empty()) std::memcpy(p.data() + at + 4, kv.second.data(), kv.second.size());
+    at += 4 + kv.second.size();
   }
   return p;
 }
 
-Status DecodeVector(std::span<const uint8_t> params, std::vector<KeyValue>* out) {
+Status DecodeVector(std::span<const uint8_t> params, uint32_t key_size,
+                    std::vector<KeyValue>* out) {
   out->clear();
   if (params.size() < 4) return Status::Corruption("vector op log shorter than its count");
   const uint32_t n = GetU32(params.data());
-  if (n == 0 || n > params.size() / 12) {
+  const size_t min_entry = key_size == 0 ? 12 : 7;
+  if (n == 0 || n > params.size() / min_entry) {
     return Status::Corruption("vector op log: count " + std::to_string(n) + " does not fit " +
                               std::to_string(params.size()) + " bytes");
   }
   size_t at = 4;
   out->reserve(n);
   for (uint32_t i = 0; i < n; i++) {
-    if (params.size() - at < 12)
+    Key key;
+    Status st = GetKeyParam(params, key_size, &at, &key);
+    if (!st.ok()) {
+      return Status::Corruption("vector op log: entry " + std::to_string(i) + ": " + st.message());
+    }
+    if (params.size() - at < 4)
       return Status::Corruption("vector op log: entry " + std::to_string(i) + " truncated");
-    const uint64_t key = GetU64(params.data() + at);
-    const uint32_t len = GetU32(params.data() + at + 8);
-    if (params.size() - at - 12 < len) {
+    const uint32_t len = GetU32(params.data() + at);
+    at += 4;
+    if (params.size() - at < len) {
       return Status::Corruption("vector op log: entry " + std::to_string(i) + " value truncated");
     }
     if (!out->empty() && out->back().first >= key) {
       return Status::Corruption("vector op log: keys not strictly ascending at entry " +
                                 std::to_string(i));
     }
-    out->emplace_back(key, Value(params.begin() + at + 12, params.begin() + at + 12 + len));
-    at += 12 + len;
+    out->emplace_back(std::move(key), Value(params.begin() + static_cast<ptrdiff_t>(at),
+                                            params.begin() + static_cast<ptrdiff_t>(at + len)));
+    at += len;
   }
   if (at != params.size())
     return Status::Corruption("vector op log: trailing bytes after the last entry");
@@ -177,11 +294,18 @@ Result<frontend::Structure> Base::Resolve(frontend::Session& s, Kind kind, const
     return Status::InvalidArgument("value_size must be 1.." + std::to_string(kMaxValueSize) +
                                    " bytes, got " + std::to_string(o->value_size));
   }
+  if (o->key_size > kMaxKeySize || (IsSequence(kind) && o->key_size != 0)) {
+    return Status::InvalidArgument(IsSequence(kind)
+                                       ? std::string("key_size must be 0 for a sequence")
+                                       : "key_size must be 0 (integer keys) or 1.." +
+                                             std::to_string(kMaxKeySize) + " bytes, got " +
+                                             std::to_string(o->key_size));
+  }
   if (o->param == 0) o->param = default_param;
   const bool create = o->access == Access::kWriter && o->create;
   Result<frontend::Structure> r = Status::Internal("unset");
   if (create) {
-    std::array<uint64_t, 4> params{o->value_size, o->param, kLayoutVersion, 0};
+    std::array<uint64_t, 4> params{o->value_size, o->param, kLayoutVersion, o->key_size};
     r = s.CreateRoot(name, static_cast<uint32_t>(kind), params);
     if (!r.ok() && r.status().code() == StatusCode::kAlreadyExists) {
       auto other = s.OpenRoot(name);
@@ -201,12 +325,15 @@ Result<frontend::Structure> Base::Resolve(frontend::Session& s, Kind kind, const
                                       KindName(static_cast<Kind>(r->type)) + ", not a " +
                                       KindName(kind));
   }
-  if (r->params[2] != kLayoutVersion || r->params[0] == 0 || r->params[0] > kMaxValueSize) {
+  if (r->params[2] != kLayoutVersion || r->params[0] == 0 || r->params[0] > kMaxValueSize ||
+      r->params[3] > kMaxKeySize) {
     return Status::Corruption(Describe(kind, name) + ": naming entry has unknown layout version " +
-                              std::to_string(r->params[2]) + " or value size " +
-                              std::to_string(r->params[0]));
+                              std::to_string(r->params[2]) + ", value size " +
+                              std::to_string(r->params[0]) + " or key size " +
+                              std::to_string(r->params[3]));
   }
   o->value_size = static_cast<uint32_t>(r->params[0]);
+  o->key_size = static_cast<uint32_t>(r->params[3]);
   o->param = r->params[1];
   return r;
 }
@@ -325,7 +452,10 @@ Status Base::Update(uint16_t op_type, std::span<const uint8_t> params,
 Status Base::PutVector(std::span<const KeyValue> kvs, const VectorGather& gather,
                        const VectorKeyBound& bound) {
   ASYMNVM_RETURN_IF_ERROR(CheckWritable());
-  for (const KeyValue& kv : kvs) ASYMNVM_RETURN_IF_ERROR(CheckValue(kv.second));
+  for (const KeyValue& kv : kvs) {
+    ASYMNVM_RETURN_IF_ERROR(CheckKey(kv.first));
+    ASYMNVM_RETURN_IF_ERROR(CheckValue(kv.second));
+  }
   const std::vector<KeyValue> sorted = SortedUnique(kvs);
   constexpr size_t kAnchorSlack = 64;  // the anchor words every plan may add
   size_t begin = 0;
@@ -334,11 +464,13 @@ Status Base::PutVector(std::span<const KeyValue> kvs, const VectorGather& gather
     double writes = kAnchorSlack;
     while (end < sorted.size()) {
       const double w = bound ? static_cast<double>(bound(sorted[end])) : vector_pair_bytes_;
-      if (end > begin && (bytes + 12 + sorted[end].second.size() > kVectorPayloadMax ||
-                          writes + w > static_cast<double>(VectorWriteBudget()))) {
+      if (end > begin &&
+          (bytes + KeyValueValueOffset(sorted[end].first) + sorted[end].second.size() >
+               kVectorPayloadMax ||
+           writes + w > static_cast<double>(VectorWriteBudget()))) {
         break;
       }
-      bytes += 12 + sorted[end].second.size();
+      bytes += KeyValueValueOffset(sorted[end].first) + sorted[end].second.size();
       writes += w;
       end++;
     }
@@ -352,7 +484,10 @@ Status Base::PutVector(std::span<const KeyValue> kvs, const VectorGather& gather
 Status Base::PutVectorAtomic(std::span<const KeyValue> kvs, const VectorGather& gather,
                              const std::function<Status(const KeyValue&)>& each) {
   ASYMNVM_RETURN_IF_ERROR(CheckWritable());
-  for (const KeyValue& kv : kvs) ASYMNVM_RETURN_IF_ERROR(CheckValue(kv.second));
+  for (const KeyValue& kv : kvs) {
+    ASYMNVM_RETURN_IF_ERROR(CheckKey(kv.first));
+    ASYMNVM_RETURN_IF_ERROR(CheckValue(kv.second));
+  }
   const std::vector<KeyValue> sorted = SortedUnique(kvs);
   if (sorted.empty()) return Status::Ok();
   if (in_txn_) {
@@ -426,7 +561,7 @@ Status Base::ApplyVectorRun(std::span<const KeyValue> run, bool replay, const Ve
 
 Status Base::ReplayVector(const frontend::RecoveredOp& op, const VectorGather& gather) {
   std::vector<KeyValue> run;
-  Status st = DecodeVector(op.payload, &run);
+  Status st = DecodeVector(op.payload, ksize(), &run);
   if (!st.ok()) return Status::Corruption(Describe(kind_, st_.name) + ": " + st.message());
   for (const KeyValue& kv : run) {
     if (kv.second.size() > vsize())
@@ -453,6 +588,30 @@ Status Base::CheckValue(std::span<const uint8_t> value) const {
                                    std::to_string(opt_.value_size));
   }
   return Status::Ok();
+}
+
+Status Base::CheckKey(const Key& key) const {
+  if (opt_.key_size == 0) {
+    if (key.is_int()) return Status::Ok();
+    return Status::InvalidArgument(Describe(kind_, st_.name) +
+                                   " has integer keys; got the byte key " + key.ToString());
+  }
+  if (key.is_int()) {
+    return Status::InvalidArgument(Describe(kind_, st_.name) + " has byte-string keys (key_size " +
+                                   std::to_string(opt_.key_size) + "); got the integer key " +
+                                   key.ToString());
+  }
+  if (key.bytes().empty() || key.bytes().size() > opt_.key_size) {
+    return Status::InvalidArgument(Describe(kind_, st_.name) + ": key of " +
+                                   std::to_string(key.bytes().size()) + " bytes outside 1.." +
+                                   std::to_string(opt_.key_size));
+  }
+  return Status::Ok();
+}
+
+Status Base::CheckScanFrom(const Key& from) const {
+  if ((opt_.key_size == 0) == from.is_int()) return Status::Ok();
+  return CheckKey(from);  // the mismatch message
 }
 
 Status Base::SyncBase() { return s_.Fence(); }

@@ -26,15 +26,34 @@ void EncodeSlot(std::span<const uint8_t> value, std::span<uint8_t> slot);
 // kCorruption when the stored length exceeds value_size.
 Status DecodeSlot(std::span<const uint8_t> slot, uint32_t value_size, Value* out);
 
-// Op-log parameters of a keyed update: key u64 | len u32 | value bytes.
-std::vector<uint8_t> EncodeKeyValue(uint64_t key, std::span<const uint8_t> value);
+// Key slots in PM (doc/structures.md "Keys"): an integer map stores the u64 (8 B, as before byte
+// keys existed); a byte-key map stores u16 length (1..key_size) | the bytes, zero-padded to a
+// multiple of 8.
+constexpr uint32_t KeySlotBytes(uint32_t key_size) {
+  return key_size == 0 ? 8 : (2 + key_size + 7) / 8 * 8;
+}
+inline constexpr uint32_t kMaxKeySlot = KeySlotBytes(kMaxKeySize);
+// Writes KeySlotBytes(key_size) bytes at `slot` (the key already checked by Base::CheckKey).
+void EncodeKeySlot(const Key& key, uint32_t key_size, uint8_t* slot);
+// kCorruption when a byte key's stored length is 0 or exceeds key_size.
+Status DecodeKeySlot(const uint8_t* slot, uint32_t key_size, Key* key);
+// The key's hash (XXH3 64-bit, seed 0): of the 8 little-endian bytes of an integer key (the hash
+// table's bucket function since its first layout), of the bytes of a byte key.
+uint64_t KeyHash(const Key& key, uint64_t seed = 0);
+
+// Op-log parameters of a keyed update: key | len u32 | value bytes, where the key is a u64 (integer
+// maps) or u16 length | bytes (byte-key maps; no padding).
+std::vector<uint8_t> EncodeKeyValue(const Key& key, std::span<const uint8_t> value);
 // Where EncodeKeyValue puts the value (after the key and its length).
-inline constexpr size_t kKeyValueValueOffset = 12;
-Status DecodeKeyValue(std::span<const uint8_t> params, uint64_t* key, Value* value);
+inline size_t KeyValueValueOffset(const Key& key) {
+  return key.is_int() ? 12 : 2 + key.bytes().size() + 4;
+}
+// key_size: the map's (0 = integer keys). kCorruption when the lengths do not match.
+Status DecodeKeyValue(std::span<const uint8_t> params, uint32_t key_size, Key* key, Value* value);
 
 // Vector operations (Map::PutBatch; doc/structures.md "Vector operations"). Op type 3 of every
-// vectorized kind; its op-log parameters: count u32 | count × (key u64 | len u32 | value bytes),
-// keys strictly ascending.
+// vectorized kind; its op-log parameters: count u32 | count × (key | len u32 | value bytes) in the
+// key encoding of EncodeKeyValue, keys strictly ascending.
 inline constexpr uint16_t kOpPutVector = 3;
 // A vector's op-log parameters stay within this many bytes (longer input is cut into runs).
 inline constexpr size_t kVectorPayloadMax = 64 * 1024;
@@ -45,7 +64,7 @@ inline constexpr size_t kVectorPayloadMax = 64 * 1024;
 inline constexpr size_t kVectorWriteBudget = 32 * 1024;
 std::vector<uint8_t> EncodeVector(std::span<const KeyValue> kvs);
 // kCorruption when the count, a length or the key order does not match.
-Status DecodeVector(std::span<const uint8_t> params, std::vector<KeyValue>* out);
+Status DecodeVector(std::span<const uint8_t> params, uint32_t key_size, std::vector<KeyValue>* out);
 // The pairs sorted by key; of equal keys the last one in the input is kept.
 std::vector<KeyValue> SortedUnique(std::span<const KeyValue> kvs);
 
@@ -134,7 +153,7 @@ class Base {
   Status WriteU64(uint64_t addr, uint64_t v);
 
   // One update: op log (not at naive), body (reads + Write), tx_write. Writers only.
-  // value_from != 0: params[value_from..] is the op's value (kKeyValueValueOffset for
+  // value_from != 0: params[value_from..] is the op's value (KeyValueValueOffset(key) for
   // EncodeKeyValue params); a Write of the body whose bytes contain it sends that range as a
   // pointer into the op log (Session::MemLogFromOp): the value crosses the wire once.
   Status Update(uint16_t op_type, std::span<const uint8_t> params,
@@ -170,7 +189,20 @@ class Base {
   }
   Status CheckWritable() const;  // kFailedPrecondition for reader handles
   Status CheckValue(std::span<const uint8_t> value) const;  // kInvalidArgument when too long
-  Status SyncBase();                                        // Flush + Fence
+  // kInvalidArgument: a key of the other kind than the map's, an empty byte key or one longer
+  // than key_size.
+  Status CheckKey(const Key& key) const;
+  // A Scan's start: like CheckKey, but the empty byte string (scan from the first key) and a
+  // longer string (ordered after every key it is a prefix of) are accepted.
+  Status CheckScanFrom(const Key& from) const;
+  // This map's key slots in PM (KeySlotBytes).
+  uint32_t ksize() const { return opt_.key_size; }
+  uint32_t kslot() const { return KeySlotBytes(opt_.key_size); }
+  void StoreKey(const Key& key, uint8_t* slot) const { EncodeKeySlot(key, opt_.key_size, slot); }
+  Status LoadKey(const uint8_t* slot, Key* key) const {
+    return DecodeKeySlot(slot, opt_.key_size, key);
+  }
+  Status SyncBase();  // Flush + Fence
 
   frontend::Session& session() { return s_; }
   const frontend::Structure& st() const { return st_; }

@@ -405,9 +405,9 @@ void RunConcurrent(StructuresTest* t,
           size_t found = 0;
           for (size_t i = 0; i < got.size(); i++) {
             if (i > 0 && got[i - 1].first >= got[i].first) failure = "scan out of order";
-            if (got[i].first % 10 == 0 && got[i].first < 1000) found++;
+            if (got[i].first.u64() % 10 == 0 && got[i].first < 1000) found++;
           }
-          const uint64_t last = std::min<uint64_t>(got.back().first, 990);
+          const uint64_t last = std::min<uint64_t>(got.back().first.u64(), 990);
           if (found != (last - from) / 10 + 1)
             failure = "scan from " + std::to_string(from) + " missed stable keys";
         }

@@ -84,7 +84,8 @@ struct Model {
         }
       }
     } else if (!op.batch.empty()) {
-      for (const auto& [k, v] : op.batch) map[k] = v;  // in order: the last of equal keys wins
+      for (const auto& [k, v] : op.batch)
+        map[k.u64()] = v;  // in order: the last of equal keys wins
     } else if (op.write) {
       map[op.key] = op.value;
     } else {

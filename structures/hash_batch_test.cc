@@ -68,7 +68,7 @@ TEST_P(HashBatchTest, OneOpLogAndOneTransactionPerBatch) {
   std::vector<KeyValue> batch;
   for (uint64_t k = 5; k < 45; k++) batch.emplace_back(k, TestValue(k, 2, 1 + k % 40));
   batch.emplace_back(7, TestValue(7, 3, 9));  // a later duplicate wins
-  for (const auto& [k, v] : batch) model[k] = v;
+  for (const auto& [k, v] : batch) model[k.u64()] = v;
   const auto before = s->counters();
   ASSERT_TRUE((*m)->PutBatch(batch).ok());
   ASSERT_TRUE(s->Fence().ok());
@@ -165,7 +165,7 @@ void Apply(const Op& op, std::map<uint64_t, Value>* model) {
   if (op.del) {
     model->erase(op.key);
   } else {
-    for (const auto& [k, v] : op.batch) (*model)[k] = v;
+    for (const auto& [k, v] : op.batch) (*model)[k.u64()] = v;
   }
 }
 
@@ -330,7 +330,7 @@ void HashBatchCrashTest::Campaign(int first, int last) {
       for (int64_t i = 0; i <= acked && i < kOps; i++) {
         const Op op = MakeOp(r2, static_cast<int>(i));
         if (op.del) last[op.key] = -i - 1;
-        for (const auto& [k, v] : op.batch) last[k] = i;
+        for (const auto& [k, v] : op.batch) last[k.u64()] = i;
       }
       int shown = 0;
       for (uint64_t k = 0; k < kKeys && shown < 8; k++) {

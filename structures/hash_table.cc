@@ -6,10 +6,11 @@
 //     count u64 @24.
 //   Bucket array (nbuckets × u64, one Malloc at creation, zeroed before the anchor is
 //     published): word b = address of the first node of chain b, 0 = empty chain.
-//   Node (16 + SlotBytes(value_size) B): key u64 @0 | next u64 @8 | value slot @16 (u32 length |
-//     bytes, padded to 8).
-//   Key k lives in chain Hash64(k) & (nbuckets − 1) (XXH3 64-bit of the 8 key bytes, seed 0,
-//   common/checksum.h).
+//   Node (K + 8 + SlotBytes(value_size) B, K = KeySlotBytes(key_size): 8 for integer keys):
+//     key slot @0 (u64, or u16 length | bytes padded to 8) | next u64 @K | value slot @K+8 (u32
+//     length | bytes, padded to 8).
+//   Key k lives in chain KeyHash(k) & (nbuckets − 1) (XXH3 64-bit of the 8 key bytes or of the
+//   byte key, seed 0, common/checksum.h).
 //
 // Updates (one op log + one transaction each): a new key is pushed at the head of its chain (the
 // node written whole, then the bucket word and the count); an update rewrites the value slot; a
@@ -33,7 +34,7 @@
 // kNotSupported (unordered).
 #include <algorithm>
 #include <map>
-#include <unordered_set>
+#include <set>
 
 #include "common/checksum.h"
 #include "structures/base.h"
@@ -46,7 +47,6 @@ constexpr uint64_t kMagic = 0x485341484d564e41ull;  // "ANVMHASH"
 constexpr uint16_t kOpPut = 1, kOpDelete = 2;
 constexpr uint64_t kBuckets = 8, kNBuckets = 16, kCount = 24, kAnchorBytes = 32;
 constexpr uint64_t kDefaultBuckets = 65536, kMaxBuckets = 1ull << 26;
-constexpr uint64_t kNext = 8, kSlot = 16, kHeader = 16;
 constexpr size_t kZeroChunk = 16 * 1024;  // bucket-array zeroing: bytes per transaction
 constexpr uint32_t kBucketPage = 64;
 constexpr uint32_t kWholeNodeRead = 512;  // Get reads the whole node when it is at most this
@@ -61,8 +61,10 @@ class HashTable final : public Map, public Base {
  public:
   HashTable(frontend::Session& s, frontend::Structure st, const Options& o)
       : Base(s, std::move(st), Kind::kHashTable, o) {
+    next_off_ = kslot();
+    slot_off_ = header_bytes_ = kslot() + 8;
     slot_bytes_ = SlotBytes(vsize());
-    node_bytes_ = kSlot + slot_bytes_;
+    node_bytes_ = slot_off_ + slot_bytes_;
     node_page_ = ItemPage(node_bytes_);
   }
 
@@ -119,13 +121,17 @@ class HashTable final : public Map, public Base {
   const frontend::Structure& structure() const override { return st_; }
   uint32_t value_size() const override { return vsize(); }
 
-  Status Put(uint64_t key, std::span<const uint8_t> value) override {
+  uint32_t key_size() const override { return ksize(); }
+
+  Status Put(const Key& key, std::span<const uint8_t> value) override {
     ASYMNVM_RETURN_IF_ERROR(CheckWritable());
+    ASYMNVM_RETURN_IF_ERROR(CheckKey(key));
     ASYMNVM_RETURN_IF_ERROR(CheckValue(value));
     return DoPut(key, value);
   }
 
-  Status Get(uint64_t key, Value* value) override {
+  Status Get(const Key& key, Value* value) override {
+    ASYMNVM_RETURN_IF_ERROR(CheckKey(key));
     return Query([&]() -> Status {
       uint64_t bound = count_;
       if (!writer()) {
@@ -138,8 +144,9 @@ class HashTable final : public Map, public Base {
     });
   }
 
-  Status Delete(uint64_t key) override {
+  Status Delete(const Key& key) override {
     ASYMNVM_RETURN_IF_ERROR(CheckWritable());
+    ASYMNVM_RETURN_IF_ERROR(CheckKey(key));
     return DoDelete(key, /*replay=*/false);
   }
 
@@ -150,7 +157,7 @@ class HashTable final : public Map, public Base {
         [this](const KeyValue& kv) { return DoPut(kv.first, kv.second); });
   }
 
-  Status Scan(uint64_t, size_t, std::vector<KeyValue>*) override {
+  Status Scan(const Key&, size_t, std::vector<KeyValue>*) override {
     return Status::NotSupported(Describe(kind_, st_.name) +
                                 ": a hash table is unordered (no Scan)");
   }
@@ -184,7 +191,7 @@ class HashTable final : public Map, public Base {
         return Status::Corruption(what + ": anchor count " + std::to_string(count) +
                                   " differs from the writer's " + std::to_string(count_));
       }
-      std::unordered_set<uint64_t> keys;
+      std::set<Key> keys;
       std::vector<uint8_t> words;
       std::vector<uint8_t> node(node_bytes_);
       uint64_t n = 0;
@@ -196,7 +203,7 @@ class HashTable final : public Map, public Base {
         for (uint64_t w = 0; w < nw; w++) {
           const uint64_t b = first + w;
           for (uint64_t at = GetU64(words.data() + w * 8); at != 0;
-               at = GetU64(node.data() + kNext)) {
+               at = GetU64(node.data() + next_off_)) {
             const std::string where =
                 what + ": bucket " + std::to_string(b) + ": node " + std::to_string(at);
             if (++n > count) {
@@ -206,15 +213,18 @@ class HashTable final : public Map, public Base {
             if (!ValidAddr(at, node_bytes_))
               return Status::Corruption(where + ": address outside the data area");
             ASYMNVM_RETURN_IF_ERROR(Read(at, node, /*cached=*/false));
-            const uint64_t key = GetU64(node.data());
+            Key key;
+            Status ks = LoadKey(node.data(), &key);
+            if (!ks.ok()) return Status::Corruption(where + ": " + ks.message());
             if (Bucket(key) != b) {
-              return Status::Corruption(where + ": key " + std::to_string(key) +
-                                        " hashes to bucket " + std::to_string(Bucket(key)));
+              return Status::Corruption(where + ": key " + key.ToString() + " hashes to bucket " +
+                                        std::to_string(Bucket(key)));
             }
             if (!keys.insert(key).second) {
-              return Status::Corruption(where + ": duplicate key " + std::to_string(key));
+              return Status::Corruption(where + ": duplicate key " + key.ToString());
             }
-            Status st = DecodeSlot(std::span<const uint8_t>(node).subspan(kSlot), vsize(), nullptr);
+            Status st =
+                DecodeSlot(std::span<const uint8_t>(node).subspan(slot_off_), vsize(), nullptr);
             if (!st.ok()) return Status::Corruption(where + ": " + st.message());
           }
         }
@@ -233,9 +243,9 @@ class HashTable final : public Map, public Base {
         return GatherBatch(run, plan);
       });
     }
-    uint64_t key;
+    Key key;
     Value v;
-    ASYMNVM_RETURN_IF_ERROR(DecodeKeyValue(op.payload, &key, &v));
+    ASYMNVM_RETURN_IF_ERROR(DecodeKeyValue(op.payload, ksize(), &key, &v));
     if (op.op_type == kOpPut) {
       ASYMNVM_RETURN_IF_ERROR(CheckValue(v));
       return DoPut(key, v);
@@ -252,7 +262,7 @@ class HashTable final : public Map, public Base {
     uint64_t bucket = 0, head = 0, node = 0, prev = 0, next = 0;
   };
 
-  uint64_t Bucket(uint64_t key) const { return Hash64(&key, sizeof key) & (nbuckets_ - 1); }
+  uint64_t Bucket(const Key& key) const { return KeyHash(key) & (nbuckets_ - 1); }
   uint64_t BucketAddr(uint64_t b) const { return buckets_ + b * 8; }
 
   bool ValidAddr(uint64_t addr, uint64_t len) const {
@@ -266,9 +276,8 @@ class HashTable final : public Map, public Base {
     return Status::Aborted(what + " (torn read)");
   }
 
-  Status NotFound(uint64_t key) const {
-    return Status::NotFound(Describe(kind_, st_.name) + ": key " + std::to_string(key) +
-                            " not found");
+  Status NotFound(const Key& key) const {
+    return Status::NotFound(Describe(kind_, st_.name) + ": key " + key.ToString() + " not found");
   }
 
   // §8.2: item-granularity cache pages when optimizing.
@@ -279,13 +288,13 @@ class HashTable final : public Map, public Base {
 
   // Walks the key's chain (at most `bound` + 64 nodes). With `value`, decodes the matching
   // node's value.
-  Status Find(uint64_t key, uint64_t bound, Found* f, Value* value) {
+  Status Find(const Key& key, uint64_t bound, Found* f, Value* value) {
     f->bucket = Bucket(key);
     uint8_t w[8];
     ASYMNVM_RETURN_IF_ERROR(ReadItem(BucketAddr(f->bucket), w, kBucketPage));
     f->head = GetU64(w);
     const bool whole = value != nullptr && node_bytes_ <= kWholeNodeRead;
-    std::vector<uint8_t> buf(whole ? node_bytes_ : kHeader);
+    std::vector<uint8_t> buf(whole ? node_bytes_ : header_bytes_);
     uint64_t steps = 0, prev = 0;
     for (uint64_t at = f->head; at != 0;) {
       if (++steps > bound + 64)
@@ -293,26 +302,29 @@ class HashTable final : public Map, public Base {
       if (!ValidAddr(at, node_bytes_))
         return Torn("node address " + std::to_string(at) + " outside the data area");
       ASYMNVM_RETURN_IF_ERROR(ReadItem(at, buf, node_page_));
-      const uint64_t k = GetU64(buf.data());
-      const uint64_t next = GetU64(buf.data() + kNext);
+      Key k;
+      Status ks = LoadKey(buf.data(), &k);
+      if (!ks.ok()) return Torn("node " + std::to_string(at) + ": " + ks.message());
+      const uint64_t next = GetU64(buf.data() + next_off_);
       if (k == key) {
         f->node = at;
         f->prev = prev;
         f->next = next;
         if (value != nullptr) {
           if (whole) {
-            Status st = DecodeSlot(std::span<const uint8_t>(buf).subspan(kSlot), vsize(), value);
+            Status st =
+                DecodeSlot(std::span<const uint8_t>(buf).subspan(slot_off_), vsize(), value);
             if (!st.ok()) return Torn(st.message());
           } else {
             std::vector<uint8_t> slot(slot_bytes_);
-            ASYMNVM_RETURN_IF_ERROR(ReadItem(at + kSlot, slot, node_page_));
+            ASYMNVM_RETURN_IF_ERROR(ReadItem(at + slot_off_, slot, node_page_));
             Status st = DecodeSlot(slot, vsize(), value);
             if (!st.ok()) return Torn(st.message());
           }
         }
         return Status::Ok();
       }
-      if (Bucket(k) != f->bucket) return Torn("key " + std::to_string(k) + " in the wrong chain");
+      if (Bucket(k) != f->bucket) return Torn("key " + k.ToString() + " in the wrong chain");
       prev = at;
       at = next;
     }
@@ -320,7 +332,7 @@ class HashTable final : public Map, public Base {
     return Status::Ok();
   }
 
-  Status DoPut(uint64_t key, std::span<const uint8_t> value) {
+  Status DoPut(const Key& key, std::span<const uint8_t> value) {
     Found f;
     ASYMNVM_RETURN_IF_ERROR(Find(key, count_, &f, nullptr));
     const auto params = EncodeKeyValue(key, value);
@@ -329,14 +341,14 @@ class HashTable final : public Map, public Base {
       std::vector<uint8_t> slot(slot_bytes_);
       EncodeSlot(value, slot);
       return Update(
-          kOpPut, params, [&]() -> Status { return Write(f.node + kSlot, slot); },
-          kKeyValueValueOffset);
+          kOpPut, params, [&]() -> Status { return Write(f.node + slot_off_, slot); },
+          KeyValueValueOffset(key));
     }
     ASYMNVM_ASSIGN_OR_RETURN(uint64_t node, s_.Malloc(node_bytes_));
     std::vector<uint8_t> buf(node_bytes_);
-    PutU64(buf.data(), key);
-    PutU64(buf.data() + kNext, f.head);
-    EncodeSlot(value, std::span<uint8_t>(buf).subspan(kSlot));
+    StoreKey(key, buf.data());
+    PutU64(buf.data() + next_off_, f.head);
+    EncodeSlot(value, std::span<uint8_t>(buf).subspan(slot_off_));
     ASYMNVM_RETURN_IF_ERROR(Update(
         kOpPut, params,
         [&]() -> Status {
@@ -344,7 +356,7 @@ class HashTable final : public Map, public Base {
           ASYMNVM_RETURN_IF_ERROR(WriteU64(BucketAddr(f.bucket), node));
           return WriteU64(anchor_ + kCount, count_ + 1);
         },
-        kKeyValueValueOffset));
+        KeyValueValueOffset(key)));
     count_++;
     return Status::Ok();
   }
@@ -364,16 +376,16 @@ class HashTable final : public Map, public Base {
       if (f.node != 0) {
         std::vector<uint8_t> slot(slot_bytes_);
         EncodeSlot(value, slot);
-        plan->Add(f.node + kSlot, std::move(slot));
+        plan->Add(f.node + slot_off_, std::move(slot));
         continue;
       }
       auto it = heads.emplace(f.bucket, f.head).first;
       ASYMNVM_ASSIGN_OR_RETURN(uint64_t node, s_.Malloc(node_bytes_));
       plan->allocs.push_back(node);
       std::vector<uint8_t> buf(node_bytes_);
-      PutU64(buf.data(), key);
-      PutU64(buf.data() + kNext, it->second);
-      EncodeSlot(value, std::span<uint8_t>(buf).subspan(kSlot));
+      StoreKey(key, buf.data());
+      PutU64(buf.data() + next_off_, it->second);
+      EncodeSlot(value, std::span<uint8_t>(buf).subspan(slot_off_));
       plan->Add(node, std::move(buf));
       it->second = node;
       added++;
@@ -384,19 +396,21 @@ class HashTable final : public Map, public Base {
     return Status::Ok();
   }
 
-  Status DoDelete(uint64_t key, bool replay) {
+  Status DoDelete(const Key& key, bool replay) {
     Found f;
     ASYMNVM_RETURN_IF_ERROR(Find(key, count_, &f, nullptr));
     if (f.node == 0) return replay ? Status::Ok() : NotFound(key);
     ASYMNVM_RETURN_IF_ERROR(Update(kOpDelete, EncodeKeyValue(key, {}), [&]() -> Status {
       ASYMNVM_RETURN_IF_ERROR(
-          WriteU64(f.prev == 0 ? BucketAddr(f.bucket) : f.prev + kNext, f.next));
+          WriteU64(f.prev == 0 ? BucketAddr(f.bucket) : f.prev + next_off_, f.next));
       return WriteU64(anchor_ + kCount, count_ - 1);
     }));
     count_--;
     return s_.Free(f.node);  // its unlink is already in the batch, ahead of any reuse
   }
 
+  uint64_t next_off_ = 8, slot_off_ = 16,
+           header_bytes_ = 16;  // node offsets (by the key slot's size)
   uint64_t anchor_ = 0, buckets_ = 0, nbuckets_ = 0;
   uint32_t slot_bytes_ = 0, node_bytes_ = 0, node_page_ = 0;
   uint64_t count_ = 0;  // the writer's view (it holds the lock); readers read the anchor

@@ -24,10 +24,28 @@ constexpr Kind kMapKinds[] = {Kind::kHashTable, Kind::kSkipList, Kind::kBst,
                               Kind::kBPlusTree, Kind::kMvBst,    Kind::kMvBPlusTree};
 constexpr uint32_t kValueSize = 160;  // values of 0..160 B: above 64 B they travel as pointers
 
-using Model = std::map<uint64_t, Value>;
+using Model = std::map<Key, Value>;
 
-// (kind, level, optimize, shape: Options::param, 0 = the kind's default).
-using MapParam = std::tuple<Kind, Level, bool, uint64_t>;
+// (kind, level, optimize, shape: Options::param, 0 = the kind's default, key_size: 0 = integer
+// keys).
+using MapParam = std::tuple<Kind, Level, bool, uint64_t, uint32_t>;
+
+// The kinds built with byte-string keys.
+constexpr Kind kByteKeyKinds[] = {Kind::kHashTable, Kind::kSkipList};
+
+// The i-th key of a map with `key_size` (i >= 1; injective). Byte keys mix what bytewise order
+// must get right: shared prefixes ("user:" and "user:00"), a key that is a prefix of others,
+// NUL and 0xFF bytes, lengths from 1 byte to key_size, and an order unlike the integers' ("a10" <
+// "a9").
+Key KeyOf(uint64_t i, uint32_t key_size) {
+  if (key_size == 0) return Key(i);
+  static const std::string kPrefixes[] = {"",      "a",       std::string("a\0", 2),
+                                          "user:", "user:00", std::string("\xff\x01", 2)};
+  std::string k = kPrefixes[i % 6] + std::to_string(i);
+  if (i % 7 == 0 && key_size > 64) k.append(key_size - k.size() - (i % 3), static_cast<char>(i));
+  if (i % 11 == 0) k = k.substr(0, 1);  // short keys (a 1-byte key may repeat: a put updates it)
+  return Key(k.substr(0, key_size));
+}
 
 // The small shape each kind is tested with (splits, chains and collapses on every run).
 uint64_t SmallShape(Kind k) {
@@ -46,11 +64,14 @@ class MapConformance : public StructuresTest, public ::testing::WithParamInterfa
  protected:
   Kind kind() const { return std::get<0>(GetParam()); }
   Level level() const { return std::get<1>(GetParam()); }
+  uint32_t key_size() const { return std::get<4>(GetParam()); }
+  Key K(uint64_t i) const { return KeyOf(i, key_size()); }
   std::unique_ptr<Map> Open(frontend::Session& s, Access access = Access::kWriter) {
     Options o;
     o.value_size = kValueSize;
     o.optimize = std::get<2>(GetParam());
     o.param = std::get<3>(GetParam());
+    o.key_size = key_size();
     o.access = access;
     auto m = OpenMap(s, kind(), "conformance", o);
     EXPECT_TRUE(m.ok()) << m.status().ToString();
@@ -78,8 +99,9 @@ class MapConformance : public StructuresTest, public ::testing::WithParamInterfa
   }
   // Every key of the model (and a few that are not) reads back as the model says; an ordered
   // map scans exactly the model, from anywhere.
-  static void ExpectEquals(Map& m, const Model& model, std::mt19937_64& rng) {
-    for (uint64_t k = 1; k <= 520; k++) {
+  void ExpectEquals(Map& m, const Model& model, std::mt19937_64& rng) {
+    for (uint64_t i = 1; i <= 520; i++) {
+      const Key k = K(i);
       Value got;
       Status st = m.Get(k, &got);
       auto it = model.find(k);
@@ -95,7 +117,7 @@ class MapConformance : public StructuresTest, public ::testing::WithParamInterfa
     EXPECT_EQ(*count, model.size());
     if (!IsOrdered(m.kind())) return;
     for (int i = 0; i < 5; i++) {
-      const uint64_t from = rng() % 530;
+      const Key from = i == 0 && key_size() > 0 ? Key(std::string_view()) : K(rng() % 530);
       const size_t limit = 1 + rng() % 64;
       std::vector<KeyValue> out;
       ASSERT_TRUE(m.Scan(from, limit, &out).ok());
@@ -111,9 +133,9 @@ class MapConformance : public StructuresTest, public ::testing::WithParamInterfa
     }
   }
   // `n` random operations on `m`, mirrored on `model`, each result checked.
-  static void RandomOps(Map& m, Model& model, std::mt19937_64& rng, int n) {
+  void RandomOps(Map& m, Model& model, std::mt19937_64& rng, int n) {
     for (int i = 0; i < n; i++) {
-      const uint64_t key = 1 + rng() % 500;
+      const Key key = K(1 + rng() % 500);
       const int op = static_cast<int>(rng() % 100);
       if (op < 45) {
         Value v = RandomValue(rng);
@@ -139,7 +161,7 @@ class MapConformance : public StructuresTest, public ::testing::WithParamInterfa
       } else if (op < 95) {
         std::vector<KeyValue> batch;
         const size_t len = 1 + rng() % 40;
-        for (size_t j = 0; j < len; j++) batch.emplace_back(1 + rng() % 500, RandomValue(rng));
+        for (size_t j = 0; j < len; j++) batch.emplace_back(K(1 + rng() % 500), RandomValue(rng));
         ASSERT_TRUE(m.PutBatch(batch).ok());
         for (auto& [k, v] : batch) model[k] = v;  // the last of equal keys wins
       } else if (IsOrdered(m.kind())) {
@@ -162,7 +184,7 @@ class MapContract : public MapConformance {};
 
 TEST_P(MapModel, RandomOperationsMatchAModelAndSurviveReopenAndRestart) {
   std::mt19937_64 rng(static_cast<uint64_t>(kind()) * 1000 + static_cast<uint64_t>(level()) * 10 +
-                      std::get<3>(GetParam()));
+                      std::get<3>(GetParam()) + key_size());
   Model model;
   {
     auto s = OpenSession(1, level());
@@ -212,22 +234,47 @@ TEST_P(MapContract, ErrorsAreTheContractsNeverACrash) {
   auto [ws, rs, w, r] = OpenWriterAndReader();
   ASSERT_TRUE(w && r);
   Value v;
-  EXPECT_EQ(w->Get(42, &v).code(), StatusCode::kNotFound);
-  EXPECT_EQ(w->Delete(42).code(), StatusCode::kNotFound);
-  EXPECT_EQ(w->Put(42, Value(kValueSize + 1, 1)).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(w->Get(42, &v).code(), StatusCode::kNotFound) << "a refused put wrote something";
+  EXPECT_EQ(w->key_size(), key_size());
+  EXPECT_EQ(r->key_size(), key_size());
+  EXPECT_EQ(w->Get(K(42), &v).code(), StatusCode::kNotFound);
+  EXPECT_EQ(w->Delete(K(42)).code(), StatusCode::kNotFound);
+  EXPECT_EQ(w->Put(K(42), Value(kValueSize + 1, 1)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(w->Get(K(42), &v).code(), StatusCode::kNotFound) << "a refused put wrote something";
   // A batch with one value too long writes nothing at all.
-  std::vector<KeyValue> batch = {{1, Value(4, 1)}, {2, Value(kValueSize + 1, 2)}, {3, Value(4, 3)}};
+  std::vector<KeyValue> batch = {
+      {K(1), Value(4, 1)}, {K(2), Value(kValueSize + 1, 2)}, {K(3), Value(4, 3)}};
   EXPECT_EQ(w->PutBatch(batch).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(w->Get(1, &v).code(), StatusCode::kNotFound);
-  EXPECT_EQ(r->Put(1, Value(4, 1)).code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(r->Delete(1).code(), StatusCode::kFailedPrecondition);
-  std::vector<KeyValue> out;
-  if (IsOrdered(kind())) {
-    EXPECT_TRUE(w->Scan(0, 10, &out).ok());
-    EXPECT_TRUE(out.empty());
+  EXPECT_EQ(w->Get(K(1), &v).code(), StatusCode::kNotFound);
+  EXPECT_EQ(r->Put(K(1), Value(4, 1)).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(r->Delete(K(1)).code(), StatusCode::kFailedPrecondition);
+  // Keys of the other kind, empty and too long byte keys: refused by every call, nothing written.
+  std::vector<Key> bad;
+  if (key_size() == 0) {
+    bad = {Key("k"), Key(std::string_view())};
   } else {
-    EXPECT_EQ(w->Scan(0, 10, &out).code(), StatusCode::kNotSupported);
+    bad = {Key(1), Key(std::string_view()), Key(std::string(key_size() + 1, 'k'))};
+  }
+  for (const Key& b : bad) {
+    EXPECT_EQ(w->Put(b, Value(4, 1)).code(), StatusCode::kInvalidArgument) << b;
+    EXPECT_EQ(w->Get(b, &v).code(), StatusCode::kInvalidArgument) << b;
+    EXPECT_EQ(r->Get(b, &v).code(), StatusCode::kInvalidArgument) << b;
+    EXPECT_EQ(w->Delete(b).code(), StatusCode::kInvalidArgument) << b;
+    std::vector<KeyValue> with_bad = {{K(5), Value(4, 5)}, {b, Value(4, 1)}};
+    EXPECT_EQ(w->PutBatch(with_bad).code(), StatusCode::kInvalidArgument) << b;
+    EXPECT_EQ(w->Get(K(5), &v).code(), StatusCode::kNotFound) << "a refused batch wrote";
+  }
+  auto n = w->Count();
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 0u);
+  std::vector<KeyValue> out;
+  const Key first = key_size() == 0 ? Key(0) : Key(std::string_view());
+  if (IsOrdered(kind())) {
+    EXPECT_TRUE(w->Scan(first, 10, &out).ok());
+    EXPECT_TRUE(out.empty());
+    EXPECT_EQ(w->Scan(key_size() == 0 ? Key("a") : Key(0), 10, &out).code(),
+              StatusCode::kInvalidArgument);
+  } else {
+    EXPECT_EQ(w->Scan(first, 10, &out).code(), StatusCode::kNotSupported);
   }
   // The same name as another kind is refused.
   Options o;
@@ -235,35 +282,53 @@ TEST_P(MapContract, ErrorsAreTheContractsNeverACrash) {
   auto other = OpenSequence(*ws, Kind::kStack, "conformance", o);
   EXPECT_EQ(other.status().code(), StatusCode::kFailedPrecondition);
   // Empty values are values.
-  ASSERT_TRUE(w->Put(7, Value{}).ok());
-  ASSERT_TRUE(w->Get(7, &v).ok());
+  ASSERT_TRUE(w->Put(K(7), Value{}).ok());
+  ASSERT_TRUE(w->Get(K(7), &v).ok());
   EXPECT_TRUE(v.empty());
+  // Reopened with another key_size, the map keeps the one it was created with.
+  Options o2;
+  o2.value_size = kValueSize;
+  o2.key_size = key_size() == 0 ? 16 : 0;
+  o2.access = Access::kReader;
+  auto again = OpenMap(*rs, kind(), "conformance", o2);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ((*again)->key_size(), key_size());
+  ASSERT_TRUE(w->Sync().ok());
+  ASSERT_TRUE((*again)->Get(K(7), &v).ok());
 }
 
 std::string ParamName(const ::testing::TestParamInfo<MapParam>& info) {
-  const auto& [kind, level, optimize, shape] = info.param;
+  const auto& [kind, level, optimize, shape, key_size] = info.param;
   std::string name = std::string(KindName(kind)) + "_" + frontend::LevelName(level);
   if (!optimize) name += "_plain";
   if (shape != SmallShape(kind)) name += "_p" + std::to_string(shape);
+  if (key_size != 0) name += "_bytes" + std::to_string(key_size);
   return name;
 }
 
 std::vector<MapParam> ModelParams() {
   std::vector<MapParam> v;
   for (Kind k : kMapKinds) {
-    for (Level l : testing::kAllLevels) v.emplace_back(k, l, true, SmallShape(k));
-    v.emplace_back(k, Level::kRcb, false, SmallShape(k));
+    for (Level l : testing::kAllLevels) v.emplace_back(k, l, true, SmallShape(k), 0);
+    v.emplace_back(k, Level::kRcb, false, SmallShape(k), 0);
   }
-  v.emplace_back(Kind::kHashTable, Level::kRcb, true, 0);  // the default 65 536 buckets
-  v.emplace_back(Kind::kSkipList, Level::kRc, true, 3);    // towers capped at 3
+  v.emplace_back(Kind::kHashTable, Level::kRcb, true, 0, 0);  // the default 65 536 buckets
+  v.emplace_back(Kind::kSkipList, Level::kRc, true, 3, 0);    // towers capped at 3
+  // Byte-string keys: short (24 B) at naive and rcb, the longest (256 B) at rcb.
+  for (Kind k : kByteKeyKinds) {
+    v.emplace_back(k, Level::kNaive, true, SmallShape(k), 24);
+    v.emplace_back(k, Level::kRcb, true, SmallShape(k), 24);
+    v.emplace_back(k, Level::kRcb, true, SmallShape(k), kMaxKeySize);
+  }
   return v;
 }
 
 std::vector<MapParam> ContractParams() {
   std::vector<MapParam> v;
   for (Kind k : kMapKinds) {
-    for (Level l : {Level::kNaive, Level::kRcb}) v.emplace_back(k, l, true, SmallShape(k));
+    for (Level l : {Level::kNaive, Level::kRcb}) v.emplace_back(k, l, true, SmallShape(k), 0);
   }
+  for (Kind k : kByteKeyKinds) v.emplace_back(k, Level::kRcb, true, SmallShape(k), 24);
   return v;
 }
 

@@ -334,6 +334,10 @@ class MvBPlusTree final : public MvBase {
 
 Result<std::unique_ptr<Map>> OpenMvBPlusTree(frontend::Session& s, const std::string& name,
                                              Options o) {
+  if (o.key_size != 0 && o.access == Access::kWriter) {  // TODO(byte keys): being converted
+    return Status::NotSupported(Describe(Kind::kMvBPlusTree, name) +
+                                ": byte-string keys not built yet");
+  }
   if (o.param != 0 && (o.param < 3 || o.param > 256)) {
     return Status::InvalidArgument("mvbptree fan-out must be 3..256, got " +
                                    std::to_string(o.param));

@@ -278,6 +278,9 @@ class MvBst final : public MvBase {
 }  // namespace
 
 Result<std::unique_ptr<Map>> OpenMvBst(frontend::Session& s, const std::string& name, Options o) {
+  if (o.key_size != 0 && o.access == Access::kWriter) {  // TODO(byte keys): being converted
+    return Status::NotSupported(Describe(Kind::kMvBst, name) + ": byte-string keys not built yet");
+  }
   ASYMNVM_ASSIGN_OR_RETURN(frontend::Structure st, Base::Resolve(s, Kind::kMvBst, name, &o, 0));
   auto h = std::make_unique<MvBst>(s, std::move(st), o);
   ASYMNVM_RETURN_IF_ERROR(h->Init());

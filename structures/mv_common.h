@@ -149,20 +149,29 @@ class MvBase : public Map, public Base {
   const frontend::Structure& structure() const override { return st_; }
   uint32_t value_size() const override { return vsize(); }
 
-  Status Put(uint64_t key, std::span<const uint8_t> value) override {
+  uint32_t key_size() const override { return ksize(); }
+  Status Put(const Key& key_in, std::span<const uint8_t> value) override {
+    ASYMNVM_RETURN_IF_ERROR(CheckKey(key_in));
+    const uint64_t key = key_in.u64();  // TODO(byte keys): integer keys only so far
     ASYMNVM_RETURN_IF_ERROR(CheckWritable());
     ASYMNVM_RETURN_IF_ERROR(CheckValue(value));
     return DoPut(key, value, /*replay=*/false);
   }
-  Status Delete(uint64_t key) override {
+  Status Delete(const Key& key_in) override {
+    ASYMNVM_RETURN_IF_ERROR(CheckKey(key_in));
+    const uint64_t key = key_in.u64();
     ASYMNVM_RETURN_IF_ERROR(CheckWritable());
     return DoDelete(key, /*replay=*/false);
   }
-  Status Get(uint64_t key, Value* value) override {
+  Status Get(const Key& key_in, Value* value) override {
+    ASYMNVM_RETURN_IF_ERROR(CheckKey(key_in));
+    const uint64_t key = key_in.u64();
     return Run([&](uint64_t root, uint64_t count) { return GetIn(root, count, key, value); },
                /*timed=*/true);
   }
-  Status Scan(uint64_t from, size_t limit, std::vector<KeyValue>* out) override {
+  Status Scan(const Key& from_in, size_t limit, std::vector<KeyValue>* out) override {
+    ASYMNVM_RETURN_IF_ERROR(CheckScanFrom(from_in));
+    const uint64_t from = from_in.u64();
     return Run(
         [&](uint64_t root, uint64_t count) {
           out->clear();
@@ -199,14 +208,19 @@ class MvBase : public Map, public Base {
   // one publish is dropped before its op log and applied in parts.
   Status PutBatch(std::span<const KeyValue> kvs) override {
     ASYMNVM_RETURN_IF_ERROR(CheckWritable());
-    for (const KeyValue& kv : kvs) ASYMNVM_RETURN_IF_ERROR(CheckValue(kv.second));
+    for (const KeyValue& kv : kvs) {
+      ASYMNVM_RETURN_IF_ERROR(CheckKey(kv.first));
+      ASYMNVM_RETURN_IF_ERROR(CheckValue(kv.second));
+    }
     const std::vector<KeyValue> sorted = SortedUnique(kvs);
     size_t begin = 0;
     while (begin < sorted.size()) {
       size_t end = begin, bytes = 4;
       while (end < sorted.size() &&
-             (end == begin || bytes + 12 + sorted[end].second.size() <= kVectorPayloadMax)) {
-        bytes += 12 + sorted[end].second.size();
+             (end == begin ||
+              bytes + KeyValueValueOffset(sorted[end].first) + sorted[end].second.size() <=
+                  kVectorPayloadMax)) {
+        bytes += KeyValueValueOffset(sorted[end].first) + sorted[end].second.size();
         end++;
       }
       ASYMNVM_RETURN_IF_ERROR(
@@ -219,7 +233,7 @@ class MvBase : public Map, public Base {
   Status ReplayOp(const frontend::RecoveredOp& op) override {
     if (op.op_type == kOpPutVector) {
       std::vector<KeyValue> run;
-      Status st = DecodeVector(op.payload, &run);
+      Status st = DecodeVector(op.payload, ksize(), &run);
       if (!st.ok()) return Status::Corruption(What() + ": " + st.message());
       for (const KeyValue& kv : run) {
         if (kv.second.size() > vsize())
@@ -227,9 +241,10 @@ class MvBase : public Map, public Base {
       }
       return ApplyVectorRun(run, true);
     }
-    uint64_t key;
+    Key key_in;
     Value v;
-    ASYMNVM_RETURN_IF_ERROR(DecodeKeyValue(op.payload, &key, &v));
+    ASYMNVM_RETURN_IF_ERROR(DecodeKeyValue(op.payload, ksize(), &key_in, &v));
+    const uint64_t key = key_in.u64();
     if (op.op_type == kOpPut) return DoPut(key, v, /*replay=*/true);
     if (op.op_type == kOpDelete) return DoDelete(key, /*replay=*/true);
     return Status::Corruption(Describe(kind_, st_.name) + ": unknown op type " +
@@ -437,7 +452,7 @@ class MvBase : public Map, public Base {
       halves.pop_front();
       if (lo >= hi) continue;
       const size_t mid = lo + (hi - lo) / 2;
-      st = DoPut(run[mid].first, run[mid].second, replay);
+      st = DoPut(run[mid].first.u64(), run[mid].second, replay);
       halves.emplace_back(lo, mid);
       halves.emplace_back(mid + 1, hi);
     }

@@ -22,12 +22,14 @@ size_t MapBytes(uint32_t partitions) { return kMapHeader + 16ull * partitions + 
 
 // The partition map block. Layout (little-endian; doc/structures.md §Partitioning):
 //   0 u64 magic | 8 u32 version | 12 u32 kind | 16 u32 partitions | 20 u32 value_size |
-//   24 u64 param | 32 u64 partition hash seed | 40..63 zero | 64 partitions × 16 B pool uuid |
+//   24 u64 param | 32 u64 partition hash seed | 40 u32 key_size (0: integer keys; maps written
+//   before byte keys have 0 there) | 44..63 zero | 64 partitions × 16 B pool uuid |
 //   crc32c u32 of everything before it.
 struct PartitionMap {
   Kind kind{};
   uint32_t value_size = 0;
   uint64_t param = 0;
+  uint32_t key_size = 0;
   std::vector<std::array<uint8_t, 16>> uuids;
 
   std::vector<uint8_t> Encode() const {
@@ -42,6 +44,7 @@ struct PartitionMap {
     put32(20, value_size);
     put64(24, param);
     put64(32, kPartitionSeed);
+    put32(40, key_size);
     for (uint32_t i = 0; i < n; i++)
       std::memcpy(b.data() + kMapHeader + 16 * i, uuids[i].data(), 16);
     put32(b.size() - 4, Crc32c(b.data(), b.size() - 4));
@@ -80,6 +83,11 @@ Result<PartitionMap> ReadMap(frontend::Session& s, uint64_t addr, const std::str
   m.kind = static_cast<Kind>(Get32(b.data() + 12));
   m.value_size = Get32(b.data() + 20);
   m.param = Get64(b.data() + 24);
+  m.key_size = Get32(b.data() + 40);
+  if (m.key_size > kMaxKeySize) {
+    return Status::Corruption(where + ": partition map at " + std::to_string(addr) +
+                              " has key size " + std::to_string(m.key_size));
+  }
   m.uuids.resize(n);
   for (uint32_t i = 0; i < n; i++)
     std::memcpy(m.uuids[i].data(), b.data() + kMapHeader + 16 * i, 16);
@@ -160,7 +168,7 @@ class PartitionedMap final : public Map, public frontend::Cluster::Member {
       ASYMNVM_ASSIGN_OR_RETURN(Map * p, Part(i));
       ASYMNVM_RETURN_IF_ERROR(p->Verify().WithContext(Where(i)));
       if (!IsOrdered(map_.kind)) continue;  // a hash table cannot be enumerated
-      uint64_t from = 0;
+      Key from = map_.key_size == 0 ? Key(0) : Key(std::string_view());
       bool more = true;
       while (more) {
         std::vector<KeyValue> kvs;
@@ -168,30 +176,31 @@ class PartitionedMap final : public Map, public frontend::Cluster::Member {
         for (const auto& kv : kvs) {
           const uint32_t want = PartitionOf(kv.first, Parts());
           if (want != i) {
-            return Status::Corruption(Where(i) + ": holds key " + std::to_string(kv.first) +
+            return Status::Corruption(Where(i) + ": holds key " + kv.first.ToString() +
                                       ", which belongs to partition " + std::to_string(want));
           }
         }
-        more = kvs.size() == 1024 && kvs.back().first != UINT64_MAX;
-        if (more) from = kvs.back().first + 1;
+        more = kvs.size() == 1024 && kvs.back().first != Key(UINT64_MAX);
+        if (more) from = Successor(kvs.back().first);
       }
     }
     return Status::Ok();
   }
 
   // Map
-  Status Put(uint64_t key, std::span<const uint8_t> value) override {
+  uint32_t key_size() const override { return map_.key_size; }
+  Status Put(const Key& key, std::span<const uint8_t> value) override {
     const uint32_t i = PartitionOf(key, Parts());
     ASYMNVM_ASSIGN_OR_RETURN(Map * p, Part(i));
     return p->Put(key, value).WithContext(Where(i));
   }
-  Status Get(uint64_t key, Value* value) override {
+  Status Get(const Key& key, Value* value) override {
     const uint32_t i = PartitionOf(key, Parts());
     ASYMNVM_ASSIGN_OR_RETURN(Map * p, Part(i));
     Status s = p->Get(key, value);
     return s.code() == StatusCode::kNotFound ? s : s.WithContext(Where(i));
   }
-  Status Delete(uint64_t key) override {
+  Status Delete(const Key& key) override {
     const uint32_t i = PartitionOf(key, Parts());
     ASYMNVM_ASSIGN_OR_RETURN(Map * p, Part(i));
     Status s = p->Delete(key);
@@ -199,7 +208,7 @@ class PartitionedMap final : public Map, public frontend::Cluster::Member {
   }
   // Each partition returns its first `limit` keys >= from; the smallest `limit` of the union are
   // the answer (every partition is ordered, so nothing smaller can be missing).
-  Status Scan(uint64_t from, size_t limit, std::vector<KeyValue>* out) override {
+  Status Scan(const Key& from, size_t limit, std::vector<KeyValue>* out) override {
     out->clear();
     std::vector<KeyValue> all;
     for (uint32_t i = 0; i < parts_.size(); i++) {
@@ -267,9 +276,21 @@ bool SameMap(const PartitionMap& a, const PartitionMap& b) { return a.Encode() =
 
 }  // namespace
 
-uint32_t PartitionOf(uint64_t key, uint32_t partitions) {
+uint32_t PartitionOf(const Key& key, uint32_t partitions) {
   if (partitions <= 1) return 0;
-  return static_cast<uint32_t>(XXH3_64bits_withSeed(&key, sizeof key, kPartitionSeed) % partitions);
+  if (key.is_int()) {
+    const uint64_t k = key.u64();
+    return static_cast<uint32_t>(XXH3_64bits_withSeed(&k, sizeof k, kPartitionSeed) % partitions);
+  }
+  return static_cast<uint32_t>(
+      XXH3_64bits_withSeed(key.bytes().data(), key.bytes().size(), kPartitionSeed) % partitions);
+}
+
+Key Successor(const Key& key) {
+  if (key.is_int()) return Key(key.u64() + 1);
+  std::string next(key.bytes());
+  next.push_back('\0');  // the smallest byte string greater than `key`
+  return Key(next);
 }
 
 Result<std::unique_ptr<Map>> OpenPartitioned(frontend::Cluster& c, Kind kind,
@@ -326,10 +347,15 @@ Result<std::unique_ptr<Map>> OpenPartitioned(frontend::Cluster& c, Kind kind,
     if (options.value_size == 0 || options.value_size > kMaxValueSize) {
       return Status::InvalidArgument("value_size must be 1.." + std::to_string(kMaxValueSize));
     }
+    if (options.key_size > kMaxKeySize) {
+      return Status::InvalidArgument("key_size must be 0 (integer keys) or 1.." +
+                                     std::to_string(kMaxKeySize));
+    }
     PartitionMap m;
     m.kind = kind;
     m.value_size = options.value_size;
     m.param = options.param;
+    m.key_size = options.key_size;
     for (uint32_t i = 0; i < want_parts; i++) m.uuids.push_back(c.pool_uuid(i % c.size()));
     size_t home = 0;
     for (size_t j = 1; j < c.size(); j++) {
@@ -380,6 +406,7 @@ Result<std::unique_ptr<Map>> OpenPartitioned(frontend::Cluster& c, Kind kind,
   Options o = options;
   o.value_size = found->value_size;
   o.param = found->param;
+  o.key_size = found->key_size;
   auto pm = std::make_unique<PartitionedMap>(c, name, *entry, *found, std::move(where), o);
   ASYMNVM_RETURN_IF_ERROR(pm->OpenParts(std::nullopt));
   return std::unique_ptr<Map>(std::move(pm));

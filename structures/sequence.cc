@@ -162,9 +162,9 @@ class LinkedSequence final : public Sequence, public Base {
   Status ReplayOp(const frontend::RecoveredOp& op) override {
     Status st;
     if (op.op_type == kOpPush) {
-      uint64_t key;
+      Key key;
       Value v;
-      ASYMNVM_RETURN_IF_ERROR(DecodeKeyValue(op.payload, &key, &v));
+      ASYMNVM_RETURN_IF_ERROR(DecodeKeyValue(op.payload, 0, &key, &v));
       st = DoPush(v, /*replay=*/true);
     } else if (op.op_type == kOpPop) {
       st = DoPop(nullptr, /*replay=*/true);

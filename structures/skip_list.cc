@@ -4,11 +4,14 @@
 //   Anchor (32 + 8·max_level B, the root word points at it): magic u64 @0 | max_level u64 @8
 //     (Options::param, default 20, 1..64) | count u64 @16 | level u64 @24 (number of non-empty
 //     head lists, 0..max_level) | head next[max_level] u64 @32 (the head node lives in the anchor).
-//   Node (16 + 8·height + SlotBytes(value_size) B): key u64 @0 | height u32 @8 (1..max_level) |
-//     magic u32 @12 | next[height] u64 @16 | value slot @16 + 8·height (u32 length | bytes, padded
-//     to 8). The tower comes before the value so a traversal reads key and links in one read.
-//   Heights: p = 0.5, height = 1 + trailing one bits of splitmix64(key ^ seed), capped at
-//   max_level: deterministic per key, so a replayed insert rebuilds the same tower.
+//   Node (K + 8 + 8·height + SlotBytes(value_size) B, K = KeySlotBytes(key_size): 8 for integer
+//     keys): key slot @0 (u64, or u16 length | bytes padded to 8) | height u32 @K (1..max_level) |
+//     magic u32 @K+4 | next[height] u64 @K+8 | value slot @K+8 + 8·height (u32 length | bytes,
+//     padded to 8). The tower comes before the value so a traversal reads key and links in one
+//     read.
+//   Heights: p = 0.5, height = 1 + trailing one bits of splitmix64(k ^ seed), capped at
+//   max_level, where k is the integer key or KeyHash of a byte key: deterministic per key, so a
+//   replayed insert rebuilds the same tower.
 //
 // Updates (one op log + one transaction each): an insert Mallocs the node, writes it whole (its
 // next pointers set), then links it bottom-up (level 0 first) and writes count + level once; an
@@ -42,7 +45,6 @@ constexpr uint32_t kNodeMagic = 0x4c4b5350;         // "PSKL"
 constexpr uint16_t kOpPut = 1, kOpDelete = 2;
 constexpr uint64_t kMaxLevel = 8, kCount = 16, kLevel = 24, kHead = 32;
 constexpr uint64_t kDefaultMaxLevel = 20, kLevelCap = 64;
-constexpr uint64_t kHeight = 8, kNext = 16;
 constexpr uint32_t kCachedHeight = 2;  // initial T
 constexpr uint64_t kAdaptOps = 512;
 constexpr uint64_t kHeightSeed = 0x9e3779b97f4a7c15ull;
@@ -59,10 +61,12 @@ class SkipList final : public Map, public Base {
   SkipList(frontend::Session& s, frontend::Structure st, const Options& o)
       : Base(s, std::move(st), Kind::kSkipList, o) {
     slot_bytes_ = SlotBytes(vsize());
+    height_off_ = kslot();
+    next_off_ = kslot() + 8;
     max_level_ = static_cast<uint32_t>(opt_.param);
     anchor_bytes_ = kHead + 8ull * max_level_;
     // Node-granular cache pages (a node of height 2, the common tall one, fits one page).
-    if (opt_.optimize) st_.page_size = NodePageSize(16 + 16 + slot_bytes_);
+    if (opt_.optimize) st_.page_size = NodePageSize(next_off_ + 16 + slot_bytes_);
   }
 
   Status Init() {
@@ -106,13 +110,17 @@ class SkipList final : public Map, public Base {
   const frontend::Structure& structure() const override { return st_; }
   uint32_t value_size() const override { return vsize(); }
 
-  Status Put(uint64_t key, std::span<const uint8_t> value) override {
+  uint32_t key_size() const override { return ksize(); }
+
+  Status Put(const Key& key, std::span<const uint8_t> value) override {
     ASYMNVM_RETURN_IF_ERROR(CheckWritable());
+    ASYMNVM_RETURN_IF_ERROR(CheckKey(key));
     ASYMNVM_RETURN_IF_ERROR(CheckValue(value));
     return DoPut(key, value);
   }
 
-  Status Get(uint64_t key, Value* value) override {
+  Status Get(const Key& key, Value* value) override {
+    ASYMNVM_RETURN_IF_ERROR(CheckKey(key));
     return Query([&]() -> Status {
       Path p;
       ASYMNVM_RETURN_IF_ERROR(Search(key, &p));
@@ -121,8 +129,9 @@ class SkipList final : public Map, public Base {
     });
   }
 
-  Status Delete(uint64_t key) override {
+  Status Delete(const Key& key) override {
     ASYMNVM_RETURN_IF_ERROR(CheckWritable());
+    ASYMNVM_RETURN_IF_ERROR(CheckKey(key));
     return DoDelete(key, /*replay=*/false);
   }
 
@@ -133,11 +142,12 @@ class SkipList final : public Map, public Base {
         [this](std::span<const KeyValue> run, VectorPlan* plan) { return GatherWalk(run, plan); },
         [this](const KeyValue& kv) -> size_t {
           const uint32_t h = Height(kv.first);
-          return 16 + kNext + 8ull * h + slot_bytes_ + 24ull * h;
+          return 16 + next_off_ + 8ull * h + slot_bytes_ + 24ull * h;
         });
   }
 
-  Status Scan(uint64_t from, size_t limit, std::vector<KeyValue>* out) override {
+  Status Scan(const Key& from, size_t limit, std::vector<KeyValue>* out) override {
+    ASYMNVM_RETURN_IF_ERROR(CheckScanFrom(from));
     return Query([&]() -> Status {
       out->clear();
       if (limit == 0) return Status::Ok();
@@ -145,16 +155,18 @@ class SkipList final : public Map, public Base {
       ASYMNVM_RETURN_IF_ERROR(Search(from, &p));
       uint64_t at = p.succ[0], steps = 0;
       bool have_prev = false;
-      uint64_t prev_key = 0;
-      uint8_t h[kNext + 8];
+      Key prev_key;
+      uint8_t hb[kMaxKeySlot + 16];
+      const std::span<uint8_t> h(hb, next_off_ + 8);
       while (at != 0 && out->size() < limit) {
         if (++steps > p.count + 64) return Torn("level-0 list longer than the count");
-        if (!ValidAddr(at, kNext + 8))
+        if (!ValidAddr(at, next_off_ + 8))
           return Torn("node address " + std::to_string(at) + " outside the data area");
         ASYMNVM_RETURN_IF_ERROR(Read(at, h, Cached(1)));
-        const uint64_t k = GetU64(h);
-        const uint32_t height = GetU32(h + kHeight);
-        if (GetU32(h + kHeight + 4) != kNodeMagic || height == 0 || height > max_level_) {
+        Key k;
+        const uint32_t height = GetU32(hb + height_off_);
+        if (GetU32(hb + height_off_ + 4) != kNodeMagic || height == 0 || height > max_level_ ||
+            !LoadKey(hb, &k).ok()) {
           return Torn("node " + std::to_string(at) + " has a bad header");
         }
         if (k < from || (have_prev && k <= prev_key)) return Torn("keys out of order");
@@ -162,8 +174,8 @@ class SkipList final : public Map, public Base {
         ASYMNVM_RETURN_IF_ERROR(ReadValue(at, height, &v));
         out->emplace_back(k, std::move(v));
         have_prev = true;
-        prev_key = k;
-        at = GetU64(h + kNext);
+        prev_key = std::move(k);
+        at = GetU64(hb + next_off_);
       }
       return Status::Ok();
     });
@@ -209,39 +221,42 @@ class SkipList final : public Map, public Base {
         return Status::Corruption(what + ": top head list is empty");
       // Level 0: every node, in key order.
       struct NodeInfo {
-        uint64_t key;
+        Key key;
         uint32_t height;
         std::vector<uint64_t> next;
       };
       std::unordered_map<uint64_t, NodeInfo> nodes;
       std::vector<uint64_t> per_level(max_level_, 0);
-      uint64_t n = 0, prev_key = 0;
+      uint64_t n = 0;
+      Key prev_key;
       for (uint64_t at = head(0); at != 0; n++) {
         const std::string where =
             what + ": node " + std::to_string(n) + " at " + std::to_string(at);
         if (n >= count)
           return Status::Corruption(what + ": more nodes than the count " + std::to_string(count) +
                                     " (or a cycle)");
-        if (!ValidAddr(at, kNext + 8))
+        if (!ValidAddr(at, next_off_ + 8))
           return Status::Corruption(where + ": address outside the data area");
-        uint8_t h[kNext];
-        ASYMNVM_RETURN_IF_ERROR(Read(at, h, false));
-        const uint32_t height = GetU32(h + kHeight);
-        if (GetU32(h + kHeight + 4) != kNodeMagic)
+        uint8_t h[kMaxKeySlot + 8];
+        ASYMNVM_RETURN_IF_ERROR(Read(at, std::span<uint8_t>(h, next_off_), false));
+        const uint32_t height = GetU32(h + height_off_);
+        if (GetU32(h + height_off_ + 4) != kNodeMagic)
           return Status::Corruption(where + ": node magic");
         if (height == 0 || height > level) {
           return Status::Corruption(where + ": height " + std::to_string(height) + " outside 1.." +
                                     std::to_string(level));
         }
-        const uint64_t key = GetU64(h);
+        Key key;
+        Status ks = LoadKey(h, &key);
+        if (!ks.ok()) return Status::Corruption(where + ": " + ks.message());
         if (height != Height(key)) {
           return Status::Corruption(where + ": height " + std::to_string(height) +
                                     " is not the key's " + std::to_string(Height(key)));
         }
         if (n > 0 && key <= prev_key)
-          return Status::Corruption(where + ": key " + std::to_string(key) + " out of order");
+          return Status::Corruption(where + ": key " + key.ToString() + " out of order");
         std::vector<uint8_t> rest(8ull * height + slot_bytes_);
-        ASYMNVM_RETURN_IF_ERROR(Read(at + kNext, rest, false));
+        ASYMNVM_RETURN_IF_ERROR(Read(at + next_off_, rest, false));
         Status st =
             DecodeSlot(std::span<const uint8_t>(rest).subspan(8ull * height), vsize(), nullptr);
         if (!st.ok()) return Status::Corruption(where + ": " + st.message());
@@ -269,7 +284,7 @@ class SkipList final : public Map, public Base {
           }
           if (it->second.height <= i || m >= per_level[i]) {
             return Status::Corruption(what + ": list " + std::to_string(i) + " links node " +
-                                      std::to_string(it->second.key) + " of height " +
+                                      it->second.key.ToString() + " of height " +
                                       std::to_string(it->second.height) + " (or too many nodes)");
           }
           const uint64_t next = it->second.next[i];
@@ -277,8 +292,7 @@ class SkipList final : public Map, public Base {
             auto nx = nodes.find(next);
             if (nx == nodes.end() || nx->second.key <= it->second.key) {
               return Status::Corruption(what + ": list " + std::to_string(i) +
-                                        " out of order after key " +
-                                        std::to_string(it->second.key));
+                                        " out of order after key " + it->second.key.ToString());
             }
           }
           at = next;
@@ -299,9 +313,9 @@ class SkipList final : public Map, public Base {
         return GatherWalk(run, plan);
       });
     }
-    uint64_t key;
+    Key key;
     Value v;
-    ASYMNVM_RETURN_IF_ERROR(DecodeKeyValue(op.payload, &key, &v));
+    ASYMNVM_RETURN_IF_ERROR(DecodeKeyValue(op.payload, ksize(), &key, &v));
     if (op.op_type == kOpPut) {
       ASYMNVM_RETURN_IF_ERROR(CheckValue(v));
       return DoPut(key, v);
@@ -321,8 +335,9 @@ class SkipList final : public Map, public Base {
     uint32_t found_height = 0;
   };
 
-  uint32_t Height(uint64_t key) const {
-    const uint32_t h = 1 + static_cast<uint32_t>(std::countr_one(SplitMix64(key ^ kHeightSeed)));
+  uint32_t Height(const Key& key) const {
+    const uint64_t k = key.is_int() ? key.u64() : KeyHash(key);
+    const uint32_t h = 1 + static_cast<uint32_t>(std::countr_one(SplitMix64(k ^ kHeightSeed)));
     return std::min(h, max_level_);
   }
   // §8.4: a node of this height is read through the cache.
@@ -344,7 +359,7 @@ class SkipList final : public Map, public Base {
   }
 
   uint64_t NextAddr(uint64_t node, uint32_t i) const {
-    return node == 0 ? anchor_ + kHead + 8ull * i : node + kNext + 8ull * i;
+    return node == 0 ? anchor_ + kHead + 8ull * i : node + next_off_ + 8ull * i;
   }
 
   bool ValidAddr(uint64_t addr, uint64_t len) const {
@@ -358,14 +373,13 @@ class SkipList final : public Map, public Base {
     return Status::Aborted(what + " (torn read)");
   }
 
-  Status NotFound(uint64_t key) const {
-    return Status::NotFound(Describe(kind_, st_.name) + ": key " + std::to_string(key) +
-                            " not found");
+  Status NotFound(const Key& key) const {
+    return Status::NotFound(Describe(kind_, st_.name) + ": key " + key.ToString() + " not found");
   }
 
   Status ReadValue(uint64_t node, uint32_t height, Value* value) {
     std::vector<uint8_t> slot(slot_bytes_);
-    ASYMNVM_RETURN_IF_ERROR(Read(node + kNext + 8ull * height, slot, Cached(height)));
+    ASYMNVM_RETURN_IF_ERROR(Read(node + next_off_ + 8ull * height, slot, Cached(height)));
     Status st = DecodeSlot(slot, vsize(), value);
     if (!st.ok()) return Torn(st.message());
     return Status::Ok();
@@ -373,7 +387,7 @@ class SkipList final : public Map, public Base {
 
   // Top-down search for `key`. Reads the anchor (count, level, head tower) first; every node is
   // read once (16 + 8·(i+1) bytes when first met at level i).
-  Status Search(uint64_t key, Path* p) {
+  Status Search(const Key& key, Path* p) {
     Adapt();
     std::vector<uint8_t> a(anchor_bytes_ - kCount);
     ASYMNVM_RETURN_IF_ERROR(Read(anchor_ + kCount, a));
@@ -386,13 +400,14 @@ class SkipList final : public Map, public Base {
     // The current node x (0 = head) and its links; the node the previous level stopped at (brk:
     // usually the successor at this level too, so it is not read again).
     struct View {
-      uint64_t addr = 0, key = 0;
+      uint64_t addr = 0;
+      Key key;
       uint32_t height = 0;
       std::array<uint64_t, kLevelCap> next{};
     };
     View x, brk, cur;
     x.next = p->head;
-    uint8_t buf[kNext + 8 * kLevelCap];
+    uint8_t buf[kMaxKeySlot + 8 + 8 * kLevelCap];
     uint64_t steps = 0;
     p->found = false;
     for (int i = static_cast<int>(p->level) - 1; i >= 0; i--) {
@@ -404,20 +419,20 @@ class SkipList final : public Map, public Base {
           cur = brk;
         } else {
           if (++steps > bound) return Torn("search longer than the count");
-          const uint64_t len = kNext + 8ull * (i + 1);
+          const uint64_t len = next_off_ + 8ull * (i + 1);
           if (!ValidAddr(y, len))
             return Torn("node address " + std::to_string(y) + " outside the data area");
           // First met at level i: its height is i + 1, unless at the top level (or torn).
           const bool top = i + 1 == static_cast<int>(p->level);
           ASYMNVM_RETURN_IF_ERROR(Read(y, std::span<uint8_t>(buf, len), top || Cached(i + 1)));
           cur.addr = y;
-          cur.key = GetU64(buf);
-          cur.height = GetU32(buf + kHeight);
-          if (GetU32(buf + kHeight + 4) != kNodeMagic || cur.height <= static_cast<uint32_t>(i) ||
-              cur.height > max_level_) {
+          cur.height = GetU32(buf + height_off_);
+          if (GetU32(buf + height_off_ + 4) != kNodeMagic ||
+              cur.height <= static_cast<uint32_t>(i) || cur.height > max_level_ ||
+              !LoadKey(buf, &cur.key).ok()) {
             return Torn("node " + std::to_string(y) + " has a bad header");
           }
-          for (int j = 0; j <= i; j++) cur.next[j] = GetU64(buf + kNext + 8 * j);
+          for (int j = 0; j <= i; j++) cur.next[j] = GetU64(buf + next_off_ + 8 * j);
         }
         if (x.addr != 0 && cur.key <= x.key) return Torn("keys out of order");
         if (cur.key >= key) {
@@ -436,7 +451,7 @@ class SkipList final : public Map, public Base {
     return Status::Ok();
   }
 
-  Status DoPut(uint64_t key, std::span<const uint8_t> value) {
+  Status DoPut(const Key& key, std::span<const uint8_t> value) {
     Path p;
     ASYMNVM_RETURN_IF_ERROR(Search(key, &p));
     const auto params = EncodeKeyValue(key, value);
@@ -444,21 +459,21 @@ class SkipList final : public Map, public Base {
     EncodeSlot(value, slot);
     if (p.found) {
       // The whole slot: a batch coalesces same-(addr, len) writes at the first one's position.
-      const uint64_t at = p.succ[0] + kNext + 8ull * p.found_height;
+      const uint64_t at = p.succ[0] + next_off_ + 8ull * p.found_height;
       return Update(
-          kOpPut, params, [&]() -> Status { return Write(at, slot); }, kKeyValueValueOffset);
+          kOpPut, params, [&]() -> Status { return Write(at, slot); }, KeyValueValueOffset(key));
     }
     const uint32_t height = Height(key);
-    const uint64_t node_bytes = kNext + 8ull * height + slot_bytes_;
+    const uint64_t node_bytes = next_off_ + 8ull * height + slot_bytes_;
     ASYMNVM_ASSIGN_OR_RETURN(uint64_t node, s_.Malloc(node_bytes));
     std::vector<uint8_t> buf(node_bytes);
-    PutU64(buf.data(), key);
-    PutU32(buf.data() + kHeight, height);
-    PutU32(buf.data() + kHeight + 4, kNodeMagic);
+    StoreKey(key, buf.data());
+    PutU32(buf.data() + height_off_, height);
+    PutU32(buf.data() + height_off_ + 4, kNodeMagic);
     for (uint32_t i = 0; i < height; i++) {
-      PutU64(buf.data() + kNext + 8 * i, i < p.level ? p.succ[i] : 0);
+      PutU64(buf.data() + next_off_ + 8 * i, i < p.level ? p.succ[i] : 0);
     }
-    std::memcpy(buf.data() + kNext + 8ull * height, slot.data(), slot_bytes_);
+    std::memcpy(buf.data() + next_off_ + 8ull * height, slot.data(), slot_bytes_);
     const uint64_t new_level = std::max<uint64_t>(level_, height);
     ASYMNVM_RETURN_IF_ERROR(Update(
         kOpPut, params,
@@ -470,26 +485,25 @@ class SkipList final : public Map, public Base {
           }
           return WriteCountLevel(count_ + 1, new_level);
         },
-        kKeyValueValueOffset));
+        KeyValueValueOffset(key)));
     count_++;
     level_ = new_level;
     return Status::Ok();
   }
 
-  Status DoDelete(uint64_t key, bool replay) {
+  Status DoDelete(const Key& key, bool replay) {
     Path p;
     ASYMNVM_RETURN_IF_ERROR(Search(key, &p));
     if (!p.found) return replay ? Status::Ok() : NotFound(key);
     const uint64_t node = p.succ[0];
     const uint32_t height = p.found_height;
     std::vector<uint8_t> links(8ull * height);
-    ASYMNVM_RETURN_IF_ERROR(Read(node + kNext, links, Cached(height)));
+    ASYMNVM_RETURN_IF_ERROR(Read(node + next_off_, links, Cached(height)));
     std::array<uint64_t, kLevelCap> head = p.head;
     for (uint32_t i = 0; i < height; i++) {
       if (p.succ[i] != node) {
-        return Status::Corruption(Describe(kind_, st_.name) + ": node of key " +
-                                  std::to_string(key) + " is not linked at level " +
-                                  std::to_string(i));
+        return Status::Corruption(Describe(kind_, st_.name) + ": node of key " + key.ToString() +
+                                  " is not linked at level " + std::to_string(i));
       }
       if (p.pred[i] == 0) head[i] = GetU64(links.data() + 8 * i);
     }
@@ -525,7 +539,7 @@ class SkipList final : public Map, public Base {
 
   Status GatherVector(std::span<const KeyValue> run, VectorPlan* plan) {
     struct View {
-      uint64_t key = 0;
+      Key key;
       uint32_t height = 0;
       uint32_t known = 0;  // next[0..known) read (or, for new nodes, all of height)
       std::array<uint64_t, kLevelCap> next{};
@@ -554,21 +568,20 @@ class SkipList final : public Map, public Base {
         return &it->second;
       }
       if (++steps > bound) return Torn("vector walk longer than the count");
-      const uint64_t len = kNext + 8ull * (i + 1);
+      const uint64_t len = next_off_ + 8ull * (i + 1);
       if (!ValidAddr(y, len))
         return Torn("node address " + std::to_string(y) + " outside the data area");
-      uint8_t buf[kNext + 8 * kLevelCap];
+      uint8_t buf[kMaxKeySlot + 8 + 8 * kLevelCap];
       const bool top = i + 1 == static_cast<int>(level);
       ASYMNVM_RETURN_IF_ERROR(Read(y, std::span<uint8_t>(buf, len), top || Cached(i + 1)));
       View v;
-      v.key = GetU64(buf);
-      v.height = GetU32(buf + kHeight);
-      if (GetU32(buf + kHeight + 4) != kNodeMagic || v.height <= static_cast<uint32_t>(i) ||
-          v.height > max_level_) {
+      v.height = GetU32(buf + height_off_);
+      if (GetU32(buf + height_off_ + 4) != kNodeMagic || v.height <= static_cast<uint32_t>(i) ||
+          v.height > max_level_ || !LoadKey(buf, &v.key).ok()) {
         return Torn("node " + std::to_string(y) + " has a bad header");
       }
       v.known = static_cast<uint32_t>(i + 1);
-      for (int j = 0; j <= i; j++) v.next[j] = GetU64(buf + kNext + 8 * j);
+      for (int j = 0; j <= i; j++) v.next[j] = GetU64(buf + next_off_ + 8 * j);
       return &nodes.emplace(y, v).first->second;
     };
     for (const KeyValue& kv : run) {
@@ -594,10 +607,10 @@ class SkipList final : public Map, public Base {
         const View& f = nodes.at(found);
         std::vector<uint8_t> slot(slot_bytes_);
         EncodeSlot(kv.second, slot);
-        plan->Add(found + kNext + 8ull * f.height, std::move(slot));
+        plan->Add(found + next_off_ + 8ull * f.height, std::move(slot));
         continue;
       }
-      const uint64_t node_bytes = kNext + 8ull * h + slot_bytes_;
+      const uint64_t node_bytes = next_off_ + 8ull * h + slot_bytes_;
       ASYMNVM_ASSIGN_OR_RETURN(uint64_t node, s_.Malloc(node_bytes));
       plan->allocs.push_back(node);
       View nv;
@@ -619,12 +632,12 @@ class SkipList final : public Map, public Base {
     }
     for (uint64_t node : fresh_order) {
       const View& v = nodes.at(node);
-      std::vector<uint8_t> buf(kNext + 8ull * v.height + slot_bytes_);
-      PutU64(buf.data(), v.key);
-      PutU32(buf.data() + kHeight, v.height);
-      PutU32(buf.data() + kHeight + 4, kNodeMagic);
-      for (uint32_t i = 0; i < v.height; i++) PutU64(buf.data() + kNext + 8 * i, v.next[i]);
-      EncodeSlot(*v.value, std::span<uint8_t>(buf).subspan(kNext + 8ull * v.height));
+      std::vector<uint8_t> buf(next_off_ + 8ull * v.height + slot_bytes_);
+      StoreKey(v.key, buf.data());
+      PutU32(buf.data() + height_off_, v.height);
+      PutU32(buf.data() + height_off_ + 4, kNodeMagic);
+      for (uint32_t i = 0; i < v.height; i++) PutU64(buf.data() + next_off_ + 8 * i, v.next[i]);
+      EncodeSlot(*v.value, std::span<uint8_t>(buf).subspan(next_off_ + 8ull * v.height));
       plan->Add(node, std::move(buf));
     }
     for (const auto& [word, to] : links) plan->AddU64(NextAddr(word.first, word.second), to);
@@ -650,6 +663,7 @@ class SkipList final : public Map, public Base {
 
   uint64_t anchor_ = 0, anchor_bytes_ = 0;
   uint32_t max_level_ = 0, slot_bytes_ = 0;
+  uint64_t height_off_ = 8, next_off_ = 16;  // node offsets (by the key slot's size)
   // The writer's view of the anchor (it holds the lock); readers read it in each query.
   uint64_t count_ = 0, level_ = 0;
   // §8.4 caching threshold T and its adaptation window.

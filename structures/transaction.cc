@@ -20,7 +20,8 @@ namespace {
 
 constexpr uint8_t kPayloadVersion = 1;
 constexpr uint8_t kPut = 1, kDelete = 2;
-constexpr size_t kOpHeader = 16;
+constexpr size_t kOpHeader = 16;     // with an integer key
+constexpr size_t kOpHeaderMin = 11;  // with a 1-byte key
 
 std::mutex g_mu;
 std::map<const frontend::Session*, Database*>& Registry() {
@@ -43,13 +44,13 @@ Status Txn::CheckTable(size_t table) const {
   return Status::Ok();
 }
 
-Status Txn::Get(size_t table, uint64_t key, Value* value) {
+Status Txn::Get(size_t table, const Key& key, Value* value) {
   ASYMNVM_RETURN_IF_ERROR(CheckTable(table));
   Map& m = (read_only_ && !db_->read_direct_) ? *db_->readers_[table] : *db_->writers_[table];
   return m.Get(key, value);
 }
 
-Status Txn::Put(size_t table, uint64_t key, std::span<const uint8_t> value) {
+Status Txn::Put(size_t table, const Key& key, std::span<const uint8_t> value) {
   ASYMNVM_RETURN_IF_ERROR(CheckTable(table));
   if (read_only_) return Status::FailedPrecondition("Put in a read-only transaction");
   Map& m = *db_->writers_[table];
@@ -66,21 +67,32 @@ Status Txn::Put(size_t table, uint64_t key, std::span<const uint8_t> value) {
     db_->broken_ = st.WithContext("transaction write");
     return db_->broken_;
   }
-  const size_t at = payload_.size();
-  payload_.resize(at + kOpHeader + value.size());
-  uint8_t* p = payload_.data() + at;
-  internal::PutU32(p, m.structure().id);
-  p[4] = kPut;
-  p[5] = 0;
-  const uint16_t len = static_cast<uint16_t>(value.size());
-  std::memcpy(p + 6, &len, 2);
-  internal::PutU64(p + 8, key);
-  if (!value.empty()) std::memcpy(p + 16, value.data(), value.size());
+  AppendOp(m.structure().id, kPut, key, value);
   nops_++;
   return Status::Ok();
 }
 
-Status Txn::Delete(size_t table, uint64_t key) {
+void Txn::AppendOp(uint32_t id, uint8_t kind, const Key& key, std::span<const uint8_t> value) {
+  const size_t key_bytes = key.is_int() ? 8 : 2 + key.bytes().size();
+  const size_t at = payload_.size();
+  payload_.resize(at + 8 + key_bytes + value.size());
+  uint8_t* p = payload_.data() + at;
+  internal::PutU32(p, id);
+  p[4] = kind;
+  p[5] = 0;
+  const uint16_t len = static_cast<uint16_t>(value.size());
+  std::memcpy(p + 6, &len, 2);
+  if (key.is_int()) {
+    internal::PutU64(p + 8, key.u64());
+  } else {
+    const uint16_t klen = static_cast<uint16_t>(key.bytes().size());
+    std::memcpy(p + 8, &klen, 2);
+    std::memcpy(p + 10, key.bytes().data(), klen);
+  }
+  if (!value.empty()) std::memcpy(p + 8 + key_bytes, value.data(), value.size());
+}
+
+Status Txn::Delete(size_t table, const Key& key) {
   ASYMNVM_RETURN_IF_ERROR(CheckTable(table));
   if (read_only_) return Status::FailedPrecondition("Delete in a read-only transaction");
   Map& m = *db_->writers_[table];
@@ -96,14 +108,7 @@ Status Txn::Delete(size_t table, uint64_t key) {
     db_->broken_ = st.WithContext("transaction delete");
     return db_->broken_;
   }
-  const size_t at = payload_.size();
-  payload_.resize(at + kOpHeader);
-  uint8_t* p = payload_.data() + at;
-  internal::PutU32(p, m.structure().id);
-  p[4] = kDelete;
-  p[5] = 0;
-  p[6] = p[7] = 0;
-  internal::PutU64(p + 8, key);
+  AppendOp(m.structure().id, kDelete, key, {});
   nops_++;
   return Status::Ok();
 }
@@ -398,32 +403,49 @@ Status Database::ReplayTxn(const frontend::RecoveredOp& op) {
   struct Op {
     size_t table;
     uint8_t kind;
-    uint64_t key;
+    Key key;
     std::span<const uint8_t> value;
   };
   std::vector<Op> ops;
   size_t at = 4;
   for (uint16_t i = 0; i < n; i++) {
-    if (p.size() - at < kOpHeader)
+    if (p.size() - at < kOpHeaderMin)
       return Status::Corruption("transaction op log: op " + std::to_string(i) + " truncated");
     const uint32_t id = internal::GetU32(p.data() + at);
     const uint8_t kind = p[at + 4];
     uint16_t len;
     std::memcpy(&len, p.data() + at + 6, 2);
-    const uint64_t key = internal::GetU64(p.data() + at + 8);
     auto it = by_id.find(id);
     if (it == by_id.end())
       return Status::Corruption("transaction op log names structure " + std::to_string(id) +
                                 ", not a table of this database");
+    const uint32_t key_size = writers_[it->second]->key_size();
+    Key key;
+    size_t key_bytes = 8;
+    if (key_size == 0) {
+      if (p.size() - at < kOpHeader)
+        return Status::Corruption("transaction op log: op " + std::to_string(i) + " truncated");
+      key = Key(internal::GetU64(p.data() + at + 8));
+    } else {
+      uint16_t klen;
+      std::memcpy(&klen, p.data() + at + 8, 2);
+      if (klen == 0 || klen > key_size || p.size() - at - 10 < klen) {
+        return Status::Corruption("transaction op log: op " + std::to_string(i) +
+                                  " has a bad key length");
+      }
+      key = Key(std::string_view(reinterpret_cast<const char*>(p.data()) + at + 10, klen));
+      key_bytes = 2 + klen;
+    }
+    const size_t head = 8 + key_bytes;
     if ((kind != kPut && kind != kDelete) || (kind == kDelete && len != 0) ||
-        p.size() - at - kOpHeader < len) {
+        p.size() - at < head || p.size() - at - head < len) {
       return Status::Corruption("transaction op log: op " + std::to_string(i) + " malformed");
     }
     if (len > writers_[it->second]->value_size())
       return Status::Corruption("transaction op log: value too long");
     ops.push_back(
-        {it->second, kind, key, std::span<const uint8_t>(p.data() + at + kOpHeader, len)});
-    at += kOpHeader + len;
+        {it->second, kind, std::move(key), std::span<const uint8_t>(p.data() + at + head, len)});
+    at += head + len;
   }
   if (at != p.size()) return Status::Corruption("transaction op log: trailing bytes");
   // The tables' locks are still held by this front-end id (its crashed session never released

@@ -89,7 +89,7 @@ std::vector<KeyValue> RandomVector(std::mt19937_64& rng, size_t n, uint64_t rang
 }
 
 void ApplyToModel(const std::vector<KeyValue>& kvs, std::map<uint64_t, Value>* model) {
-  for (const auto& [k, v] : kvs) (*model)[k] = v;
+  for (const auto& [k, v] : kvs) (*model)[k.u64()] = v;
 }
 
 TEST_P(VectorTest, RandomVectorsMatchModelAtEveryLevelAcrossReopen) {
@@ -275,18 +275,34 @@ TEST_P(VectorTest, VectorEncodingRejectsMalformedPayloads) {
   std::vector<KeyValue> kvs{{1, Value(3, 7)}, {9, Value{}}, {12, Value(40, 2)}};
   auto p = internal::EncodeVector(kvs);
   std::vector<KeyValue> out;
-  ASSERT_TRUE(internal::DecodeVector(p, &out).ok());
+  ASSERT_TRUE(internal::DecodeVector(p, 0, &out).ok());
   EXPECT_EQ(out, kvs);
   auto truncated = p;
   truncated.pop_back();
-  EXPECT_EQ(internal::DecodeVector(truncated, &out).code(), StatusCode::kCorruption);
+  EXPECT_EQ(internal::DecodeVector(truncated, 0, &out).code(), StatusCode::kCorruption);
   auto longer = p;
   longer.push_back(0);
-  EXPECT_EQ(internal::DecodeVector(longer, &out).code(), StatusCode::kCorruption);
+  EXPECT_EQ(internal::DecodeVector(longer, 0, &out).code(), StatusCode::kCorruption);
   auto count = p;
   count[0] = 4;
-  EXPECT_EQ(internal::DecodeVector(count, &out).code(), StatusCode::kCorruption);
-  EXPECT_EQ(internal::DecodeVector(std::vector<uint8_t>{0, 0, 0, 0}, &out).code(),
+  EXPECT_EQ(internal::DecodeVector(count, 0, &out).code(), StatusCode::kCorruption);
+  EXPECT_EQ(internal::DecodeVector(std::vector<uint8_t>{0, 0, 0, 0}, 0, &out).code(),
+            StatusCode::kCorruption);
+  // Byte keys: the same checks, plus lengths the map's key_size does not allow.
+  std::vector<KeyValue> bkvs{
+      {"a", Value(3, 7)}, {std::string("a\0", 2), Value{}}, {"b", Value(1, 2)}};
+  auto bp = internal::EncodeVector(bkvs);
+  ASSERT_TRUE(internal::DecodeVector(bp, 8, &out).ok());
+  EXPECT_EQ(out, bkvs);
+  EXPECT_EQ(internal::DecodeVector(bp, 1, &out).code(), StatusCode::kCorruption);  // "a\0" > 1 B
+  auto btrunc = bp;
+  btrunc.pop_back();
+  EXPECT_EQ(internal::DecodeVector(btrunc, 8, &out).code(), StatusCode::kCorruption);
+  auto zero_len = bp;
+  zero_len[4] = zero_len[5] = 0;  // the first key's length
+  EXPECT_EQ(internal::DecodeVector(zero_len, 8, &out).code(), StatusCode::kCorruption);
+  std::vector<KeyValue> unordered{{"b", Value{}}, {"a", Value{}}};
+  EXPECT_EQ(internal::DecodeVector(internal::EncodeVector(unordered), 8, &out).code(),
             StatusCode::kCorruption);
   // Last duplicate wins.
   auto su = internal::SortedUnique(
@@ -365,9 +381,9 @@ TEST_P(VectorTest, ReaderFindsStableKeysDuringVectorWrites) {
       if (st.code() == StatusCode::kTimedOut) {
         // seqlock liveness under a fast writer on a loaded machine, not a wrong answer
       } else if (!st.ok()) {
-        failure = "get " + std::to_string(k) + ": " + st.ToString();
+        failure = "get " + k.ToString() + ": " + st.ToString();
       } else if (v != want) {
-        failure = "get " + std::to_string(k) + ": wrong value";
+        failure = "get " + k.ToString() + ": wrong value";
       }
       reads++;
       if (!failure.empty()) failed = true;

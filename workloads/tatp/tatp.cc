@@ -296,7 +296,8 @@ class Tatp final : public Workload {
     std::vector<structures::KeyValue> rows;
     for (uint64_t from = 0;;) {
       ASYMNVM_RETURN_IF_ERROR(db.table(kCf).Scan(from, 1024, &rows));
-      for (auto& [k, v] : rows) {
+      for (auto& [key, v] : rows) {
+        const uint64_t k = key.u64();
         const uint64_t s = k >> 16, sf = (k >> 8) & 0xFF, start = k & 0xFF;
         Value x;
         if (s < 1 || s > p_ || sf < 1 || sf > 4 || start % 8 != 0 || start > 16)
@@ -310,7 +311,7 @@ class Tatp final : public Workload {
           return Status::Corruption("call-forwarding end_time out of range");
       }
       if (rows.size() < 1024) break;
-      from = rows.back().first + 1;
+      from = rows.back().first.u64() + 1;
     }
     for (uint64_t s = 1; s <= p_; s++) {
       const std::string nb = SubNbr(s);

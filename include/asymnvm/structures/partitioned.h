@@ -34,9 +34,12 @@ namespace asymnvm::structures {
 inline constexpr uint32_t kPartitionMapType = 0x50;  // naming type of a partition map entry
 inline constexpr uint32_t kMaxPartitions = 256;
 
-// The partition of `key` among `partitions` (XXH3-64 of the 8 key bytes with a seed of its own,
-// so it is independent of the hash table's bucket hash).
-uint32_t PartitionOf(uint64_t key, uint32_t partitions);
+// The partition of `key` among `partitions` (XXH3-64 of the 8 key bytes of an integer key, or of a
+// byte key's bytes, with a seed of its own, so it is independent of the hash table's bucket hash).
+uint32_t PartitionOf(const Key& key, uint32_t partitions);
+// The smallest key greater than `key` (integers: + 1; byte strings: `key` followed by a zero byte),
+// to continue a Scan after the last key it returned.
+Key Successor(const Key& key);
 
 struct PartitionOptions {
   // Partitions at creation (0: one per back-end of the cluster). An existing map keeps its own.

@@ -7,8 +7,11 @@
 //   Sequence — stack (LIFO) and queue (FIFO): Push / Pop.
 //   Map      — hash table, skip list, BST, B+tree, MV-BST, MV-B+tree: Put / Get / Delete / Scan.
 //
-// Keys are 8 bytes; values are byte strings of at most `value_size` bytes, fixed per instance at
-// creation (64 by default, up to kMaxValueSize).
+// Keys are, per instance (Options::key_size, fixed at creation), either 8-byte unsigned integers
+// (key_size 0, the default and the fast path) ordered numerically, or byte strings of 1..key_size
+// bytes (key_size 1..kMaxKeySize) ordered bytewise (memcmp order, a proper prefix first). Values
+// are byte strings of at most `value_size` bytes, fixed per instance at creation (64 by default,
+// up to kMaxValueSize).
 //
 // Concurrency (SWMR, §6): a handle opened with Access::kWriter is the structure's single writer.
 // Lock-based structures (stack, queue, hash, skip list, BST, B+tree) take the writer lock at Open
@@ -23,10 +26,14 @@
 // Thread safety: a handle belongs to one thread, like its Session.
 #pragma once
 
+#include <compare>
+#include <concepts>
 #include <cstdint>
+#include <iosfwd>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -58,6 +65,50 @@ bool IsMultiVersion(Kind kind);
 
 inline constexpr uint32_t kDefaultValueSize = 64;
 inline constexpr uint32_t kMaxValueSize = 16384;
+inline constexpr uint32_t kMaxKeySize = 256;  // longest byte-string key (Options::key_size)
+
+// A map key: an 8-byte unsigned integer (maps created with key_size 0) or a byte string (maps
+// created with key_size 1..kMaxKeySize). Integers convert implicitly (`map->Put(42, v)`), and so
+// do strings (`map->Put("alice", v)`, `map->Put(std::string_view(buf, n), v)`; bytes may be any
+// value, NUL included). Integer keys compare numerically, byte keys bytewise; a map rejects the
+// other kind of key with kInvalidArgument.
+class Key {
+ public:
+  template <std::integral T>
+  constexpr Key(T v) : int_(static_cast<uint64_t>(v)) {}  // NOLINT(google-explicit-constructor)
+  Key(std::string_view bytes) : bytes_(bytes), is_int_(false) {}   // NOLINT
+  Key(const char* bytes) : Key(std::string_view(bytes)) {}         // NOLINT
+  Key(const std::string& bytes) : Key(std::string_view(bytes)) {}  // NOLINT
+  Key() = default;                                                 // the integer 0
+
+  bool is_int() const { return is_int_; }
+  uint64_t u64() const { return int_; }              // 0 for a byte key
+  std::string_view bytes() const { return bytes_; }  // empty for an integer key
+  // For messages: the integer in decimal, or the bytes quoted with non-printable bytes as \xHH
+  // (at most 64 bytes shown).
+  std::string ToString() const;
+
+  // Integers numerically, byte strings bytewise (unsigned, a prefix first); every integer key
+  // orders before every byte key (a map never holds both).
+  friend std::strong_ordering operator<=>(const Key& a, const Key& b) {
+    if (a.is_int_ != b.is_int_)
+      return a.is_int_ ? std::strong_ordering::less : std::strong_ordering::greater;
+    if (a.is_int_) return a.int_ <=> b.int_;
+    const int c = a.bytes_.compare(b.bytes_);  // char_traits<char>: unsigned bytes, like memcmp
+    return c < 0   ? std::strong_ordering::less
+           : c > 0 ? std::strong_ordering::greater
+                   : std::strong_ordering::equal;
+  }
+  friend bool operator==(const Key& a, const Key& b) {
+    return a.is_int_ == b.is_int_ && (a.is_int_ ? a.int_ == b.int_ : a.bytes_ == b.bytes_);
+  }
+
+ private:
+  std::string bytes_;
+  uint64_t int_ = 0;
+  bool is_int_ = true;
+};
+std::ostream& operator<<(std::ostream& os, const Key& key);  // Key::ToString()
 
 enum class Access : uint8_t { kWriter, kReader };
 
@@ -65,6 +116,9 @@ struct Options {
   // Used when the structure is created; an existing structure keeps the values it was created
   // with (read back from the naming entry's params).
   uint32_t value_size = kDefaultValueSize;  // 1..kMaxValueSize
+  // Maps: 0 = 8-byte integer keys; 1..kMaxKeySize = byte-string keys of at most this many bytes
+  // (stored inline in the nodes, so a larger bound makes every node larger). Sequences: 0.
+  uint32_t key_size = 0;
   uint64_t param = 0;  // structure-specific shape (0 = default): B+tree fan-out (32), hash
                        // buckets (65536), skip-list max level (20)
   Access access = Access::kWriter;
@@ -81,7 +135,7 @@ struct Options {
 };
 
 using Value = std::vector<uint8_t>;
-using KeyValue = std::pair<uint64_t, Value>;
+using KeyValue = std::pair<Key, Value>;
 
 // Common to both shapes.
 class Handle {
@@ -115,14 +169,18 @@ class Sequence : public Handle {
 
 class Map : public Handle {
  public:
+  // 0: integer keys; else the longest byte-string key (Options::key_size).
+  virtual uint32_t key_size() const = 0;
+  // Every keyed call: kInvalidArgument for a key of the other kind, an empty byte key, or one
+  // longer than key_size.
   // Insert or update. kInvalidArgument: value longer than value_size. kFailedPrecondition: reader.
-  virtual Status Put(uint64_t key, std::span<const uint8_t> value) = 0;
+  virtual Status Put(const Key& key, std::span<const uint8_t> value) = 0;
   // kNotFound when the key is absent.
-  virtual Status Get(uint64_t key, Value* value) = 0;
+  virtual Status Get(const Key& key, Value* value) = 0;
   // kNotFound when the key is absent.
-  virtual Status Delete(uint64_t key) = 0;
+  virtual Status Delete(const Key& key) = 0;
   // Up to `limit` pairs with key >= from, in key order. kNotSupported for unordered maps.
-  virtual Status Scan(uint64_t from, size_t limit, std::vector<KeyValue>* out) = 0;
+  virtual Status Scan(const Key& from, size_t limit, std::vector<KeyValue>* out) = 0;
   // Insert or update every pair (a vector operation, §8.3 Algorithm 3). The input may be in any
   // order; of pairs with the same key the last one wins. Every value is checked before anything
   // is logged: one value longer than value_size fails the whole call (kInvalidArgument) with

@@ -71,11 +71,11 @@ class Txn {
   Txn(const Txn&) = delete;
   Txn& operator=(const Txn&) = delete;
   // kNotFound when absent.
-  Status Get(size_t table, uint64_t key, Value* value);
+  Status Get(size_t table, const Key& key, Value* value);
   // Insert or update. kInvalidArgument: value longer than the table's value_size.
-  Status Put(size_t table, uint64_t key, std::span<const uint8_t> value);
+  Status Put(size_t table, const Key& key, std::span<const uint8_t> value);
   // kNotFound when absent (nothing written then).
-  Status Delete(size_t table, uint64_t key);
+  Status Delete(size_t table, const Key& key);
   // Writes the op log and hands the memory logs over (see the file comment). A transaction with
   // no write commits without logging anything.
   Status Commit();
@@ -91,6 +91,9 @@ class Txn {
   friend class Database;
   explicit Txn(Database* db) : db_(db) {}
   Status CheckTable(size_t table) const;
+  // Appends one op to the payload: structure id u32 | kind u8 | 0 | value length u16 | key (u64,
+  // or u16 length | bytes for a byte-key table) | value.
+  void AppendOp(uint32_t id, uint8_t kind, const Key& key, std::span<const uint8_t> value);
   Database* db_;
   std::vector<uint8_t> payload_;
   std::vector<size_t> tables_;

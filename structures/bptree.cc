@@ -7,14 +7,26 @@
 //   Anchor (48 B, the root word points at it): magic u64 "AYNVMBPT" @0 | root u64 @8 |
 //     height u64 @16 (0 = empty, 1 = the root is a leaf) | count u64 @24 | fanout u64 @32 |
 //     flags u64 @40 (bit 0: values out of line).
-//   Internal node (24 + 16F B): tag u32 "BPIN" @0 | n u32 @4 | unused u64 @8 | keys[F] u64 @16 |
-//     children[F+1] u64 @16+8F. Child i holds the keys k with keys[i-1] <= k < keys[i].
-//   Leaf (16 + 8F + F·S B): tag u32 "BPLF" @0 | n u32 @4 | next leaf u64 @8 (0 = last) |
-//     keys[F] u64 @16 (ascending) | values @16+8F: F value slots of S = SlotBytes(value_size)
-//     (u32 length | bytes, padded to 8) inline, or, out of line, F value pointers (S = 8) each
-//     to its own Malloc'ed block of SlotBytes(value_size) bytes.
+//   K = KeySlotBytes(key_size): a key slot is the u64 of an integer key (K = 8, key_size 0), or
+//   u16 length | the bytes of a byte-string key zero-padded to a multiple of 8 (K = 8·ceil((2 +
+//   key_size)/8)); keys order numerically / bytewise (Key's operator<=>).
+//   Internal node (16 + KF + 8(F+1) B; 24 + 16F with integer keys): tag u32 "BPIN" @0 | n u32 @4 |
+//     unused u64 @8 | keys[F] slots of K B @16 | children[F+1] u64 @16+KF. Child i holds the keys
+//     k with keys[i-1] <= k < keys[i].
+//   Leaf (16 + KF + F·S B): tag u32 "BPLF" @0 | n u32 @4 | next leaf u64 @8 (0 = last) |
+//     keys[F] slots of K B @16 (ascending) | values @16+KF: F value slots of S =
+//     SlotBytes(value_size) (u32 length | bytes, padded to 8) inline, or, out of line, F value
+//     pointers (S = 8) each to its own Malloc'ed block of SlotBytes(value_size) bytes.
 //   Values are out of line when value_size > 256 or F·SlotBytes(value_size) > 16 KiB, so that a
 //   leaf (and one split's memory logs) stays small.
+//   Keys are always inline (every descent compares them). The fan-out is the user's and is kept
+//   for every key size, but a tree whose key array F·K would exceed 16 KiB is refused at creation
+//   (kInvalidArgument; at key_size 256, K = 264: F <= 62; the default F = 32 makes 8.25 KiB of
+//   keys per node, an internal node of 8.7 KiB read whole on each descent). An insertion whose
+//   memory logs could outgrow one transaction (CheckInsertFits: an upper bound from the number
+//   of full nodes on its path, no extra read) fails with kResourceExhausted before its op log, so
+//   nothing is written; at key_size 256 and F = 32 that takes a split cascading through 5 full
+//   levels (a tree of height 6 or more: millions of keys), with integer keys it does not happen.
 //
 // Put: descend (recording the path); an existing key gets its slot rewritten (4 + length bytes);
 // otherwise the key is inserted into the leaf (the keys/values right of it shift: one memory log
@@ -41,12 +53,14 @@
 // cache (plain replacement policy).
 //
 // Readers (Access::kReader) run every read-only operation under the seqlock; a bad tag, n > F, a
-// zero/unaligned address, a height above 64 or a scan longer than the count is reported as
-// kAborted("torn ...") so the seqlock retries it.
+// key slot whose length is 0 or above key_size, a zero/unaligned address, a height above 64 or a
+// scan longer than the count is reported as kAborted("torn ...") so the seqlock retries it
+// (Verify reports it as kCorruption).
 #include <algorithm>
 #include <functional>
 #include <set>
 
+#include "backend/log_format.h"
 #include "structures/base.h"
 #include "structures/kinds.h"
 #include "structures/level_threshold.h"
@@ -65,6 +79,7 @@ constexpr uint64_t kDefaultFanout = 32, kMinFanout = 4, kMaxFanout = 256;
 constexpr uint64_t kMaxHeight = 64;
 constexpr uint32_t kInlineValueMax = 256;
 constexpr uint64_t kInlineLeafValuesMax = 16 * 1024;
+constexpr uint64_t kNodeKeysMax = 16 * 1024;  // F·K of a node (see the top of the file)
 
 // The §8 level threshold: depth < n → cached read.
 
@@ -73,7 +88,7 @@ struct Node {
   bool leaf = false;
   uint32_t n = 0;
   uint64_t next = 0;               // leaves
-  std::vector<uint64_t> keys;      // n
+  std::vector<Key> keys;           // n
   std::vector<uint64_t> children;  // internal: n + 1
 };
 
@@ -90,8 +105,9 @@ class BPlusTree final : public Map, public Base {
     slot_bytes_ = SlotBytes(vsize());
     ool_ = vsize() > kInlineValueMax || uint64_t{f_} * slot_bytes_ > kInlineLeafValuesMax;
     vstride_ = ool_ ? 8 : slot_bytes_;
-    internal_bytes_ = 24 + 16ull * f_;
-    leaf_bytes_ = kKeys + 8ull * f_ + uint64_t{f_} * vstride_;
+    ks_ = kslot();
+    internal_bytes_ = kKeys + uint64_t{ks_} * f_ + 8ull * (f_ + 1);
+    leaf_bytes_ = kKeys + uint64_t{ks_} * f_ + uint64_t{f_} * vstride_;
     adapt_ = writer() && opt_.optimize &&
              (level() == frontend::Level::kRc || level() == frontend::Level::kRcb);
   }
@@ -132,17 +148,15 @@ class BPlusTree final : public Map, public Base {
   uint32_t value_size() const override { return vsize(); }
 
   uint32_t key_size() const override { return ksize(); }
-  Status Put(const Key& key_in, std::span<const uint8_t> value) override {
-    ASYMNVM_RETURN_IF_ERROR(CheckKey(key_in));
-    const uint64_t key = key_in.u64();  // TODO(byte keys): integer keys only so far
+  Status Put(const Key& key, std::span<const uint8_t> value) override {
+    ASYMNVM_RETURN_IF_ERROR(CheckKey(key));
     ASYMNVM_RETURN_IF_ERROR(CheckWritable());
     ASYMNVM_RETURN_IF_ERROR(CheckValue(value));
     return DoPut(key, value);
   }
 
-  Status Delete(const Key& key_in) override {
-    ASYMNVM_RETURN_IF_ERROR(CheckKey(key_in));
-    const uint64_t key = key_in.u64();
+  Status Delete(const Key& key) override {
+    ASYMNVM_RETURN_IF_ERROR(CheckKey(key));
     ASYMNVM_RETURN_IF_ERROR(CheckWritable());
     return DoDelete(key, /*replay=*/false);
   }
@@ -153,9 +167,8 @@ class BPlusTree final : public Map, public Base {
     });
   }
 
-  Status Get(const Key& key_in, Value* value) override {
-    ASYMNVM_RETURN_IF_ERROR(CheckKey(key_in));
-    const uint64_t key = key_in.u64();
+  Status Get(const Key& key, Value* value) override {
+    ASYMNVM_RETURN_IF_ERROR(CheckKey(key));
     return Query([&]() -> Status {
       Node leaf;
       ASYMNVM_RETURN_IF_ERROR(DescendRead(key, &leaf));
@@ -166,9 +179,8 @@ class BPlusTree final : public Map, public Base {
     });
   }
 
-  Status Scan(const Key& from_in, size_t limit, std::vector<KeyValue>* out) override {
-    ASYMNVM_RETURN_IF_ERROR(CheckScanFrom(from_in));
-    const uint64_t from = from_in.u64();
+  Status Scan(const Key& from, size_t limit, std::vector<KeyValue>* out) override {
+    ASYMNVM_RETURN_IF_ERROR(CheckScanFrom(from));
     if (out) out->clear();
     return Query([&]() -> Status {
       if (out) out->clear();
@@ -230,8 +242,7 @@ class BPlusTree final : public Map, public Base {
       }
       std::vector<uint64_t> leaves;
       uint64_t keys = 0;
-      ASYMNVM_RETURN_IF_ERROR(
-          VerifyNode(root, 0, height, false, 0, false, 0, &leaves, &keys, count));
+      ASYMNVM_RETURN_IF_ERROR(VerifyNode(root, 0, height, nullptr, nullptr, &leaves, &keys, count));
       verified_leaves_ = leaves.size();
       if (keys != count) {
         return Status::Corruption(what + ": " + std::to_string(keys) + " keys, count says " +
@@ -256,10 +267,9 @@ class BPlusTree final : public Map, public Base {
         return GatherWalk(run, plan);
       });
     }
-    Key key_in;
+    Key key;
     Value v;
-    ASYMNVM_RETURN_IF_ERROR(DecodeKeyValue(op.payload, ksize(), &key_in, &v));
-    const uint64_t key = key_in.u64();
+    ASYMNVM_RETURN_IF_ERROR(DecodeKeyValue(op.payload, ksize(), &key, &v));
     if (op.op_type == kOpPut) {
       if (v.size() > vsize())
         return Status::Corruption(Describe(kind_, st_.name) + ": replayed value too long");
@@ -274,20 +284,20 @@ class BPlusTree final : public Map, public Base {
   Status Torn(const std::string& why) const {
     return Status::Aborted(Describe(kind_, st_.name) + ": torn read: " + why);
   }
-  Status NotFound(uint64_t key) const {
-    return Status::NotFound(Describe(kind_, st_.name) + ": key " + std::to_string(key) +
-                            " not found");
+  Status NotFound(const Key& key) const {
+    return Status::NotFound(Describe(kind_, st_.name) + ": key " + key.ToString() + " not found");
   }
   bool Plausible(uint64_t addr, uint64_t bytes) const {
     return addr != 0 && addr % 8 == 0 && addr >= s_.data_begin() && addr + bytes <= s_.data_end();
   }
-  uint64_t ValOff(uint32_t i) const { return kKeys + 8ull * f_ + uint64_t{i} * vstride_; }
-  uint64_t ChildOff(uint32_t i) const { return kKeys + 8ull * f_ + 8ull * i; }
+  uint64_t KeyOff(uint32_t i) const { return kKeys + uint64_t{ks_} * i; }
+  uint64_t ValOff(uint32_t i) const { return KeyOff(f_) + uint64_t{i} * vstride_; }
+  uint64_t ChildOff(uint32_t i) const { return KeyOff(f_) + 8ull * i; }
   static uint64_t Word0(uint32_t tag, uint32_t n) { return uint64_t{tag} | (uint64_t{n} << 32); }
 
   // Reads a node: internal nodes whole, leaves their header and keys (values on demand).
   Status ReadNode(uint64_t addr, int depth, bool leaf, Node* node) {
-    const uint64_t bytes = leaf ? kKeys + 8ull * f_ : internal_bytes_;
+    const uint64_t bytes = leaf ? KeyOff(f_) : internal_bytes_;
     if (!Plausible(addr, leaf ? leaf_bytes_ : internal_bytes_))
       return Torn("node address " + std::to_string(addr));
     buf_.resize(bytes);
@@ -303,7 +313,9 @@ class BPlusTree final : public Map, public Base {
     node->n = n;
     node->next = leaf ? GetU64(b + kNext) : 0;
     node->keys.resize(n);
-    for (uint32_t i = 0; i < n; i++) node->keys[i] = GetU64(b + kKeys + 8ull * i);
+    for (uint32_t i = 0; i < n; i++) {
+      if (!LoadKey(b + KeyOff(i), &node->keys[i]).ok()) return Torn("bad key slot");
+    }
     node->children.clear();
     if (!leaf) {
       node->children.resize(n + 1);
@@ -316,7 +328,7 @@ class BPlusTree final : public Map, public Base {
     return Status::Ok();
   }
 
-  static uint32_t ChildIndex(const Node& node, uint64_t key) {
+  static uint32_t ChildIndex(const Node& node, const Key& key) {
     return static_cast<uint32_t>(std::upper_bound(node.keys.begin(), node.keys.end(), key) -
                                  node.keys.begin());
   }
@@ -341,7 +353,7 @@ class BPlusTree final : public Map, public Base {
 
   // The leaf that holds (or would hold) `key`; leaf->addr == 0 when the tree is empty. The path
   // of internal nodes when `path` is given.
-  Status DescendRead(uint64_t key, Node* leaf, uint64_t* count_out = nullptr,
+  Status DescendRead(const Key& key, Node* leaf, uint64_t* count_out = nullptr,
                      std::vector<PathStep>* path = nullptr) {
     uint64_t root = 0, height = 0, count = 0;
     ASYMNVM_RETURN_IF_ERROR(LoadRoot(&root, &height, &count));
@@ -397,19 +409,34 @@ class BPlusTree final : public Map, public Base {
     return b;
   }
 
-  static std::vector<uint8_t> KeyBytes(const uint64_t* keys, size_t n) {
+  // n key slots (ks_ bytes each), as they are stored from keys[0] on.
+  std::vector<uint8_t> KeyBytes(const Key* keys, size_t n) const {
+    std::vector<uint8_t> b(uint64_t{ks_} * n);
+    for (size_t i = 0; i < n; i++) StoreKey(keys[i], b.data() + uint64_t{ks_} * i);
+    return b;
+  }
+  static std::vector<uint8_t> WordBytes(const uint64_t* words, size_t n) {
     std::vector<uint8_t> b(8 * n);
-    for (size_t i = 0; i < n; i++) PutU64(b.data() + 8 * i, keys[i]);
+    for (size_t i = 0; i < n; i++) PutU64(b.data() + 8 * i, words[i]);
     return b;
   }
 
-  Status WriteKeys(uint64_t node, uint32_t from, const std::vector<uint64_t>& keys, uint32_t to) {
+  Status WriteKeys(uint64_t node, uint32_t from, const std::vector<Key>& keys, uint32_t to) {
     if (to <= from) return Status::Ok();
-    return Write(node + kKeys + 8ull * from, KeyBytes(keys.data() + from, to - from));
+    return Write(node + KeyOff(from), KeyBytes(keys.data() + from, to - from));
   }
   Status WriteChildren(uint64_t node, uint32_t from, const std::vector<uint64_t>& ch, uint32_t to) {
     if (to <= from) return Status::Ok();
-    return Write(node + ChildOff(from), KeyBytes(ch.data() + from, to - from));
+    return Write(node + ChildOff(from), WordBytes(ch.data() + from, to - from));
+  }
+  // A node's first kKeys + n·K bytes: its header (word 0, next word) and keys[0..n).
+  std::vector<uint8_t> HeaderAndKeys(uint64_t word0, uint64_t next, const Key* keys,
+                                     size_t n) const {
+    std::vector<uint8_t> b(kKeys + uint64_t{ks_} * n, 0);
+    PutU64(b.data(), word0);
+    PutU64(b.data() + kNext, next);
+    for (size_t i = 0; i < n; i++) StoreKey(keys[i], b.data() + KeyOff(static_cast<uint32_t>(i)));
+    return b;
   }
 
   // Anchor words of this op: count alone, or root | height | count when the shape changed.
@@ -422,7 +449,31 @@ class BPlusTree final : public Map, public Base {
     return Write(anchor_ + kRoot, a);
   }
 
-  Status DoPut(uint64_t key, std::span<const uint8_t> value) {
+  // An upper bound of an insertion's memory-log footprint with `splits` node splits (the leaf's
+  // first; the node that takes the last separator, or the new root, counted as one more split):
+  // each write with its entry header, bytes padded to 8. More than one transaction holds (long
+  // byte keys, a deep cascade, a back-end with small OQ buffers) fails with kResourceExhausted
+  // before the op log, so nothing is written. Arithmetic only: no read, no round trip.
+  Status CheckInsertFits(size_t splits) const {
+    constexpr uint64_t h = backend::kTxnEntryHeaderSize;
+    const uint64_t kv = uint64_t{ks_} + vstride_;
+    uint64_t bytes = 2 * h + 24 + (ool_ ? slot_bytes_ : 0) + 3 * h;  // anchor, value block, slack
+    if (splits == 0) {
+      bytes += 3 * h + 8 + uint64_t{f_} * kv;  // header, the keys and values right of the entry
+    } else {
+      const uint64_t internal = 5 * h + 24 + uint64_t{f_ + 1} * ks_ + uint64_t{f_ + 2} * 8;
+      bytes += 6 * h + 32 + kKeys + uint64_t{f_ + 1} * kv + splits * internal;
+    }
+    const uint64_t limit =
+        s_.max_transaction_bytes() - backend::kTxnHeaderSize - backend::kTxnCommitSize;
+    if (bytes <= limit) return Status::Ok();
+    return Status::ResourceExhausted(
+        Describe(kind_, st_.name) + ": an insertion splitting " + std::to_string(splits) +
+        " nodes may write " + std::to_string(bytes) + " bytes of memory logs, more than one " +
+        "transaction holds (" + std::to_string(limit) + ")");
+  }
+
+  Status DoPut(const Key& key, std::span<const uint8_t> value) {
     std::vector<PathStep> path;
     Node leaf;
     ASYMNVM_RETURN_IF_ERROR(DescendRead(key, &leaf, nullptr, &path));
@@ -453,6 +504,7 @@ class BPlusTree final : public Map, public Base {
       }
       new_root = j == 0;
     }
+    ASYMNVM_RETURN_IF_ERROR(CheckInsertFits(splits));
     std::vector<uint64_t> fresh;  // [0, splits): new right nodes bottom-up; then the new root
     auto release = [&]() {
       for (uint64_t a : fresh) (void)s_.Free(a);
@@ -494,10 +546,7 @@ class BPlusTree final : public Map, public Base {
           if (ool_) ASYMNVM_RETURN_IF_ERROR(Write(vblock, prefix));
           if (leaf.addr == 0) {  // empty tree: a root leaf
             const uint64_t a = fresh[0];
-            std::vector<uint8_t> b(kKeys + 8, 0);
-            PutU64(b.data(), Word0(kLeafTag, 1));
-            PutU64(b.data() + kKeys, key);
-            ASYMNVM_RETURN_IF_ERROR(Write(a, b));
+            ASYMNVM_RETURN_IF_ERROR(Write(a, HeaderAndKeys(Word0(kLeafTag, 1), 0, &key, 1)));
             ASYMNVM_RETURN_IF_ERROR(Write(a + ValOff(0), ool_ ? std::span<const uint8_t>(entry)
                                                               : std::span<const uint8_t>(prefix)));
             root = a;
@@ -505,7 +554,7 @@ class BPlusTree final : public Map, public Base {
             return WriteAnchor(root, height, count_ + 1);
           }
           if (leaf.n < f_) {
-            std::vector<uint64_t> keys = leaf.keys;
+            std::vector<Key> keys = leaf.keys;
             keys.insert(keys.begin() + i, key);
             ASYMNVM_RETURN_IF_ERROR(WriteU64(leaf.addr, Word0(kLeafTag, leaf.n + 1)));
             ASYMNVM_RETURN_IF_ERROR(WriteKeys(leaf.addr, i, keys, leaf.n + 1));
@@ -520,17 +569,14 @@ class BPlusTree final : public Map, public Base {
             return WriteAnchor(root, height, count_ + 1);
           }
           // Leaf split: F + 1 entries, the left keeps l of them.
-          std::vector<uint64_t> keys = leaf.keys;
+          std::vector<Key> keys = leaf.keys;
           keys.insert(keys.begin() + i, key);
           vals.insert(vals.begin() + uint64_t{i} * vstride_, entry.begin(), entry.end());
           const uint32_t total = f_ + 1, l = total / 2, r = total - l;
           const uint64_t right = fresh[0];
           {
-            std::vector<uint8_t> b(kKeys + 8ull * r);
-            PutU64(b.data(), Word0(kLeafTag, r));
-            PutU64(b.data() + kNext, leaf.next);
-            for (uint32_t k = 0; k < r; k++) PutU64(b.data() + kKeys + 8ull * k, keys[l + k]);
-            ASYMNVM_RETURN_IF_ERROR(Write(right, b));
+            ASYMNVM_RETURN_IF_ERROR(
+                Write(right, HeaderAndKeys(Word0(kLeafTag, r), leaf.next, keys.data() + l, r)));
             ASYMNVM_RETURN_IF_ERROR(Write(
                 right + ValOff(0), std::span<const uint8_t>(vals).subspan(uint64_t{l} * vstride_)));
             uint8_t h[16];
@@ -544,12 +590,14 @@ class BPlusTree final : public Map, public Base {
                                              uint64_t{i} * vstride_, uint64_t{l - i} * vstride_)));
             }
           }
-          uint64_t sep = keys[l], child = right;
+          Key sep = keys[l];
+          uint64_t child = right;
           size_t next_fresh = 1;
           for (size_t j = path.size(); j-- > 0;) {
             const Node& p = path[j].node;
             const uint32_t c = path[j].idx;
-            std::vector<uint64_t> pk = p.keys, pc = p.children;
+            std::vector<Key> pk = p.keys;
+            std::vector<uint64_t> pc = p.children;
             pk.insert(pk.begin() + c, sep);
             pc.insert(pc.begin() + c + 1, child);
             if (p.n < f_) {
@@ -561,10 +609,8 @@ class BPlusTree final : public Map, public Base {
             // Internal split: F + 1 keys; the left keeps m, keys[m] moves up, the right gets F - m.
             const uint32_t m = (f_ + 1) / 2, rn = f_ - m;
             const uint64_t rnode = fresh[next_fresh++];
-            std::vector<uint8_t> b(kKeys + 8ull * rn, 0);
-            PutU64(b.data(), Word0(kInternalTag, rn));
-            for (uint32_t k = 0; k < rn; k++) PutU64(b.data() + kKeys + 8ull * k, pk[m + 1 + k]);
-            ASYMNVM_RETURN_IF_ERROR(Write(rnode, b));
+            ASYMNVM_RETURN_IF_ERROR(
+                Write(rnode, HeaderAndKeys(Word0(kInternalTag, rn), 0, pk.data() + m + 1, rn)));
             std::vector<uint64_t> rc(pc.begin() + m + 1, pc.end());
             ASYMNVM_RETURN_IF_ERROR(WriteChildren(rnode, 0, rc, rn + 1));
             ASYMNVM_RETURN_IF_ERROR(WriteU64(p.addr, Word0(kInternalTag, m)));
@@ -575,10 +621,7 @@ class BPlusTree final : public Map, public Base {
           }
           // The root split: a new root with one key.
           const uint64_t nr = fresh[next_fresh];
-          std::vector<uint8_t> b(kKeys + 8, 0);
-          PutU64(b.data(), Word0(kInternalTag, 1));
-          PutU64(b.data() + kKeys, sep);
-          ASYMNVM_RETURN_IF_ERROR(Write(nr, b));
+          ASYMNVM_RETURN_IF_ERROR(Write(nr, HeaderAndKeys(Word0(kInternalTag, 1), 0, &sep, 1)));
           ASYMNVM_RETURN_IF_ERROR(WriteChildren(nr, 0, std::vector<uint64_t>{root_, child}, 2));
           root = nr;
           height = height_ + 1;
@@ -620,43 +663,38 @@ class BPlusTree final : public Map, public Base {
   }
 
   // A whole new leaf: header (next), keys and value entries (vals: n entries of vstride_).
-  void PlanLeaf(uint64_t addr, uint64_t next, std::span<const uint64_t> keys,
+  void PlanLeaf(uint64_t addr, uint64_t next, std::span<const Key> keys,
                 std::span<const uint8_t> vals, VectorPlan* plan) {
-    std::vector<uint8_t> b(kKeys + 8 * keys.size());
-    PutU64(b.data(), Word0(kLeafTag, static_cast<uint32_t>(keys.size())));
-    PutU64(b.data() + kNext, next);
-    for (size_t k = 0; k < keys.size(); k++) PutU64(b.data() + kKeys + 8 * k, keys[k]);
-    plan->Add(addr, std::move(b));
+    plan->Add(addr, HeaderAndKeys(Word0(kLeafTag, static_cast<uint32_t>(keys.size())), next,
+                                  keys.data(), keys.size()));
     plan->Add(addr + ValOff(0), std::vector<uint8_t>(vals.begin(), vals.end()));
   }
 
   // A whole new internal node with keys.size() keys and keys.size() + 1 children.
-  void PlanInternal(uint64_t addr, std::span<const uint64_t> keys,
-                    std::span<const uint64_t> children, VectorPlan* plan) {
-    std::vector<uint8_t> b(kKeys + 8 * keys.size(), 0);
-    PutU64(b.data(), Word0(kInternalTag, static_cast<uint32_t>(keys.size())));
-    for (size_t k = 0; k < keys.size(); k++) PutU64(b.data() + kKeys + 8 * k, keys[k]);
-    plan->Add(addr, std::move(b));
-    plan->Add(addr + ChildOff(0), KeyBytes(children.data(), children.size()));
+  void PlanInternal(uint64_t addr, std::span<const Key> keys, std::span<const uint64_t> children,
+                    VectorPlan* plan) {
+    plan->Add(addr, HeaderAndKeys(Word0(kInternalTag, static_cast<uint32_t>(keys.size())), 0,
+                                  keys.data(), keys.size()));
+    plan->Add(addr + ChildOff(0), WordBytes(children.data(), children.size()));
   }
 
   // Cuts an over-full internal level (keys.size() + 1 children) into nodes; `first` (0 = none)
   // is the node keeping the first group in place, written from entry `from` on. Appends the new
   // nodes as (separator, address) to *up.
-  Status PlanInternalGroups(uint64_t first, uint32_t from, const std::vector<uint64_t>& keys,
+  Status PlanInternalGroups(uint64_t first, uint32_t from, const std::vector<Key>& keys,
                             const std::vector<uint64_t>& children, VectorPlan* plan,
-                            std::vector<std::pair<uint64_t, uint64_t>>* up, uint64_t* first_out) {
+                            std::vector<std::pair<Key, uint64_t>>* up, uint64_t* first_out) {
     const std::vector<uint64_t> g = Spread(children.size(), uint64_t{f_} + 1);
     uint64_t c = 0;
     for (size_t j = 0; j < g.size(); j++) {
       const uint64_t nk = g[j] - 1;
-      std::span<const uint64_t> ks(keys.data() + c, nk), cs(children.data() + c, g[j]);
+      std::span<const Key> ks(keys.data() + c, nk);
+      std::span<const uint64_t> cs(children.data() + c, g[j]);
       if (j == 0 && first != 0) {
         PlanU64Header(first, Word0(kInternalTag, static_cast<uint32_t>(nk)), plan);
-        if (from < nk)
-          plan->Add(first + kKeys + 8ull * from, KeyBytes(ks.data() + from, nk - from));
+        if (from < nk) plan->Add(first + KeyOff(from), KeyBytes(ks.data() + from, nk - from));
         if (from + 1 < g[j])
-          plan->Add(first + ChildOff(from + 1), KeyBytes(cs.data() + from + 1, g[j] - from - 1));
+          plan->Add(first + ChildOff(from + 1), WordBytes(cs.data() + from + 1, g[j] - from - 1));
         if (first_out) *first_out = first;
       } else {
         ASYMNVM_ASSIGN_OR_RETURN(uint64_t a, PlanAlloc(internal_bytes_, plan));
@@ -680,13 +718,14 @@ class BPlusTree final : public Map, public Base {
   // Gathers `run` into the subtree at `addr` (depth d; a leaf at leaf_depth_). *added counts
   // new keys; *up receives the new right siblings (separator, node) for the parent.
   Status GatherSubtree(uint64_t addr, int d, std::span<const KeyValue> run, VectorPlan* plan,
-                       uint64_t* added, std::vector<std::pair<uint64_t, uint64_t>>* up) {
+                       uint64_t* added, std::vector<std::pair<Key, uint64_t>>* up) {
     const bool is_leaf = d == leaf_depth_;
     Node node;
     ASYMNVM_RETURN_IF_ERROR(ReadNode(addr, d, is_leaf, &node));
     if (is_leaf) return GatherLeaf(node, run, plan, added, up);
     // Split the run by the node's keys; every child with a part is visited once.
-    std::vector<uint64_t> keys, children;
+    std::vector<Key> keys;
+    std::vector<uint64_t> children;
     uint32_t changed = UINT32_MAX;
     size_t r = 0;
     for (uint32_t c = 0; c <= node.n; c++) {
@@ -694,12 +733,12 @@ class BPlusTree final : public Map, public Base {
       while (e < run.size() && (c == node.n || run[e].first < node.keys[c])) e++;
       children.push_back(node.children[c]);
       if (e > r) {
-        std::vector<std::pair<uint64_t, uint64_t>> sub;
+        std::vector<std::pair<Key, uint64_t>> sub;
         ASYMNVM_RETURN_IF_ERROR(
             GatherSubtree(node.children[c], d + 1, run.subspan(r, e - r), plan, added, &sub));
         if (!sub.empty() && changed == UINT32_MAX) changed = static_cast<uint32_t>(keys.size());
-        for (const auto& [sep, child] : sub) {
-          keys.push_back(sep);
+        for (auto& [sep, child] : sub) {
+          keys.push_back(std::move(sep));
           children.push_back(child);
         }
       }
@@ -710,18 +749,18 @@ class BPlusTree final : public Map, public Base {
     if (keys.size() <= f_) {
       const uint32_t nk = static_cast<uint32_t>(keys.size());
       PlanU64Header(addr, Word0(kInternalTag, nk), plan);
-      plan->Add(addr + kKeys + 8ull * changed, KeyBytes(keys.data() + changed, nk - changed));
+      plan->Add(addr + KeyOff(changed), KeyBytes(keys.data() + changed, nk - changed));
       plan->Add(addr + ChildOff(changed + 1),
-                KeyBytes(children.data() + changed + 1, nk - changed));
+                WordBytes(children.data() + changed + 1, nk - changed));
       return Status::Ok();
     }
     return PlanInternalGroups(addr, changed, keys, children, plan, up, nullptr);
   }
 
   Status GatherLeaf(const Node& leaf, std::span<const KeyValue> run, VectorPlan* plan,
-                    uint64_t* added, std::vector<std::pair<uint64_t, uint64_t>>* up) {
+                    uint64_t* added, std::vector<std::pair<Key, uint64_t>>* up) {
     struct Ent {
-      uint64_t key;
+      const Key* key;
       int64_t old;         // index in the leaf, -1 for a new key
       const Value* value;  // new value, or null (unchanged)
     };
@@ -730,13 +769,13 @@ class BPlusTree final : public Map, public Base {
     size_t i = 0, j = 0;
     while (i < leaf.n || j < run.size()) {
       if (j == run.size() || (i < leaf.n && leaf.keys[i] < run[j].first)) {
-        m.push_back({leaf.keys[i], static_cast<int64_t>(i), nullptr});
+        m.push_back({&leaf.keys[i], static_cast<int64_t>(i), nullptr});
         i++;
       } else if (i == leaf.n || run[j].first < leaf.keys[i]) {
-        m.push_back({run[j].first.u64(), -1, &run[j].second});
+        m.push_back({&run[j].first, -1, &run[j].second});
         j++;
       } else {
-        m.push_back({leaf.keys[i], static_cast<int64_t>(i), &run[j].second});
+        m.push_back({&leaf.keys[i], static_cast<int64_t>(i), &run[j].second});
         i++;
         j++;
       }
@@ -755,9 +794,9 @@ class BPlusTree final : public Map, public Base {
     ASYMNVM_RETURN_IF_ERROR(
         ReadValues(leaf, static_cast<uint32_t>(std::min<uint64_t>(q, leaf.n)), leaf.n, &raw));
     std::vector<uint8_t> vals((total - q) * vstride_, 0);
-    std::vector<uint64_t> keys(total);
+    std::vector<Key> keys(total);
     for (uint64_t k = 0; k < total; k++) {
-      keys[k] = m[k].key;
+      keys[k] = *m[k].key;
       const Ent& e = m[k];
       if (k < q) {  // in place; an update rewrites its slot
         if (e.value == nullptr) continue;
@@ -800,7 +839,7 @@ class BPlusTree final : public Map, public Base {
     uint64_t at = g[0];
     for (size_t k = 1; k < g.size(); k++) {
       const uint64_t next = k + 1 < g.size() ? addrs[k + 1] : leaf.next;
-      PlanLeaf(addrs[k], next, std::span<const uint64_t>(keys).subspan(at, g[k]),
+      PlanLeaf(addrs[k], next, std::span<const Key>(keys).subspan(at, g[k]),
                std::span<const uint8_t>(vals).subspan((at - q) * vstride_, g[k] * vstride_), plan);
       up->emplace_back(keys[at], addrs[k]);
       at += g[k];
@@ -811,7 +850,7 @@ class BPlusTree final : public Map, public Base {
     if (g.size() > 1) PutU64(h.data() + 8, addrs[1]);
     plan->Add(leaf.addr, std::move(h));
     if (q < g[0]) {
-      plan->Add(leaf.addr + kKeys + 8 * q, KeyBytes(keys.data() + q, g[0] - q));
+      plan->Add(leaf.addr + KeyOff(static_cast<uint32_t>(q)), KeyBytes(keys.data() + q, g[0] - q));
       plan->Add(leaf.addr + ValOff(static_cast<uint32_t>(q)),
                 std::vector<uint8_t>(vals.begin(), vals.begin() + (g[0] - q) * vstride_));
     }
@@ -825,7 +864,7 @@ class BPlusTree final : public Map, public Base {
 
   Status GatherVector(std::span<const KeyValue> run, VectorPlan* plan) {
     uint64_t added = 0, root = root_, height = height_;
-    std::vector<std::pair<uint64_t, uint64_t>> up;
+    std::vector<std::pair<Key, uint64_t>> up;
     if (root_ == 0) {
       // An empty tree: the run becomes ceil(n/F) chained leaves under new levels.
       const std::vector<uint64_t> g = Spread(run.size(), f_);
@@ -835,11 +874,11 @@ class BPlusTree final : public Map, public Base {
       }
       uint64_t at = 0;
       for (size_t k = 0; k < g.size(); k++) {
-        std::vector<uint64_t> keys(g[k]);
+        std::vector<Key> keys(g[k]);
         std::vector<uint8_t> vals(g[k] * vstride_, 0);
         for (uint64_t e = 0; e < g[k]; e++) {
           const KeyValue& kv = run[at + e];
-          keys[e] = kv.first.u64();
+          keys[e] = kv.first;
           if (ool_) {
             ASYMNVM_ASSIGN_OR_RETURN(uint64_t vb, PlanAlloc(slot_bytes_, plan));
             plan->Add(vb, SlotPrefix(kv.second));
@@ -861,9 +900,10 @@ class BPlusTree final : public Map, public Base {
     }
     // New levels while the top is more than one node.
     while (!up.empty()) {
-      std::vector<uint64_t> keys, children{root};
-      for (const auto& [sep, child] : up) {
-        keys.push_back(sep);
+      std::vector<Key> keys;
+      std::vector<uint64_t> children{root};
+      for (auto& [sep, child] : up) {
+        keys.push_back(std::move(sep));
         children.push_back(child);
       }
       up.clear();
@@ -889,7 +929,7 @@ class BPlusTree final : public Map, public Base {
     return Status::Ok();
   }
 
-  Status DoDelete(uint64_t key, bool replay) {
+  Status DoDelete(const Key& key, bool replay) {
     std::vector<PathStep> path;
     Node leaf;
     ASYMNVM_RETURN_IF_ERROR(DescendRead(key, &leaf, nullptr, &path));
@@ -924,7 +964,7 @@ class BPlusTree final : public Map, public Base {
           height = 0;
           return WriteAnchor(root, height, count_ - 1);
         }
-        std::vector<uint64_t> keys = leaf.keys;
+        std::vector<Key> keys = leaf.keys;
         keys.erase(keys.begin() + i);
         ASYMNVM_RETURN_IF_ERROR(WriteU64(leaf.addr, Word0(kLeafTag, leaf.n - 1)));
         ASYMNVM_RETURN_IF_ERROR(WriteKeys(leaf.addr, i, keys, leaf.n - 1));
@@ -978,7 +1018,8 @@ class BPlusTree final : public Map, public Base {
         if (stop > 0 && collapse.empty()) {
           const Node& p = path[stop - 1].node;
           const uint32_t c = path[stop - 1].idx, kc = c > 0 ? c - 1 : 0;
-          std::vector<uint64_t> pk = p.keys, pc = p.children;
+          std::vector<Key> pk = p.keys;
+          std::vector<uint64_t> pc = p.children;
           pk.erase(pk.begin() + kc);
           pc.erase(pc.begin() + c);
           ASYMNVM_RETURN_IF_ERROR(WriteU64(p.addr, Word0(kInternalTag, p.n - 1)));
@@ -1018,12 +1059,12 @@ class BPlusTree final : public Map, public Base {
     std::vector<uint8_t> lv, sv;
     ASYMNVM_RETURN_IF_ERROR(ReadValues(leaf, 0, leaf.n, &lv));
     ASYMNVM_RETURN_IF_ERROR(ReadValues(sib, 0, sib.n, &sv));
-    std::vector<uint64_t> lk = leaf.keys;
+    std::vector<Key> lk = leaf.keys;
     lk.erase(lk.begin() + i);
     lv.erase(lv.begin() + uint64_t{i} * vstride_, lv.begin() + uint64_t{i + 1} * vstride_);
     const Node& a = right ? leaf : sib;  // left node
     const Node& b = right ? sib : leaf;  // right node
-    std::vector<uint64_t> keys = right ? lk : sib.keys;
+    std::vector<Key> keys = right ? lk : sib.keys;
     keys.insert(keys.end(), right ? sib.keys.begin() : lk.begin(),
                 right ? sib.keys.end() : lk.end());
     std::vector<uint8_t> vals = right ? lv : sv;
@@ -1041,7 +1082,7 @@ class BPlusTree final : public Map, public Base {
       PutU64(h + 8, next);
       ASYMNVM_RETURN_IF_ERROR(Write(at, h));
       if (n == 0) return Status::Ok();
-      ASYMNVM_RETURN_IF_ERROR(Write(at + kKeys, KeyBytes(keys.data() + from, n)));
+      ASYMNVM_RETURN_IF_ERROR(Write(at + KeyOff(0), KeyBytes(keys.data() + from, n)));
       return Write(at + ValOff(0), std::span<const uint8_t>(vals).subspan(uint64_t{from} * vstride_,
                                                                           uint64_t{n} * vstride_));
     };
@@ -1052,7 +1093,8 @@ class BPlusTree final : public Map, public Base {
           *root = a.addr;
           *height = height_ - 1;
         } else {
-          std::vector<uint64_t> pk = p.keys, pc = p.children;
+          std::vector<Key> pk = p.keys;
+          std::vector<uint64_t> pc = p.children;
           pk.erase(pk.begin() + sep);
           pc.erase(pc.begin() + sep + 1);
           ASYMNVM_RETURN_IF_ERROR(WriteU64(p.addr, Word0(kInternalTag, p.n - 1)));
@@ -1062,17 +1104,16 @@ class BPlusTree final : public Map, public Base {
       } else {
         ASYMNVM_RETURN_IF_ERROR(write_leaf(a.addr, 0, na, a.next));
         ASYMNVM_RETURN_IF_ERROR(write_leaf(b.addr, na, total - na, b.next));
-        ASYMNVM_RETURN_IF_ERROR(WriteU64(p.addr + kKeys + 8ull * sep, keys[na]));
+        ASYMNVM_RETURN_IF_ERROR(Write(p.addr + KeyOff(sep), KeyBytes(&keys[na], 1)));
       }
       return WriteAnchor(*root, *height, count_ - 1);
     });
   }
 
   // Checks the subtree at `addr` (depth d of a tree of `height`): tag, n, key order and bounds
-  // [lo, hi); appends its leaves in order and adds its keys.
-  Status VerifyNode(uint64_t addr, uint64_t d, uint64_t height, bool has_lo, uint64_t lo,
-                    bool has_hi, uint64_t hi, std::vector<uint64_t>* leaves, uint64_t* keys,
-                    uint64_t count) {
+  // [lo, hi) (null: unbounded); appends its leaves in order and adds its keys.
+  Status VerifyNode(uint64_t addr, uint64_t d, uint64_t height, const Key* lo, const Key* hi,
+                    std::vector<uint64_t>* leaves, uint64_t* keys, uint64_t count) {
     const std::string what = Describe(kind_, st_.name) + ": node at depth " + std::to_string(d);
     const bool leaf = d + 1 == height;
     Node n;
@@ -1083,8 +1124,8 @@ class BPlusTree final : public Map, public Base {
     for (uint32_t k = 0; k < n.n; k++) {
       if (k > 0 && n.keys[k - 1] >= n.keys[k])
         return Status::Corruption(what + ": keys out of order");
-      if ((has_lo && n.keys[k] < lo) || (has_hi && n.keys[k] >= hi)) {
-        return Status::Corruption(what + ": key " + std::to_string(n.keys[k]) +
+      if ((lo != nullptr && n.keys[k] < *lo) || (hi != nullptr && n.keys[k] >= *hi)) {
+        return Status::Corruption(what + ": key " + n.keys[k].ToString() +
                                   " outside its parent's range");
       }
     }
@@ -1098,16 +1139,14 @@ class BPlusTree final : public Map, public Base {
         Status ss = ReadSlot(n, k, &slot);
         if (ss.ok()) ss = DecodeSlot(slot, vsize(), nullptr);
         if (!ss.ok())
-          return Status::Corruption(what + ": key " + std::to_string(n.keys[k]) + ": " +
-                                    ss.message());
+          return Status::Corruption(what + ": key " + n.keys[k].ToString() + ": " + ss.message());
       }
       return Status::Ok();
     }
     for (uint32_t c = 0; c <= n.n; c++) {
-      const bool clo = c > 0 || has_lo, chi = c < n.n || has_hi;
-      const uint64_t l = c > 0 ? n.keys[c - 1] : lo, h = c < n.n ? n.keys[c] : hi;
-      ASYMNVM_RETURN_IF_ERROR(
-          VerifyNode(n.children[c], d + 1, height, clo, l, chi, h, leaves, keys, count));
+      const Key* l = c > 0 ? &n.keys[c - 1] : lo;
+      const Key* h = c < n.n ? &n.keys[c] : hi;
+      ASYMNVM_RETURN_IF_ERROR(VerifyNode(n.children[c], d + 1, height, l, h, leaves, keys, count));
     }
     return Status::Ok();
   }
@@ -1119,6 +1158,7 @@ class BPlusTree final : public Map, public Base {
   uint64_t verified_leaves_ = 0;  // leaves the last Verify walked
   uint64_t anchor_ = 0;
   uint32_t f_ = 0, slot_bytes_ = 0, vstride_ = 0;
+  uint32_t ks_ = 8;  // key slot bytes (kslot())
   bool ool_ = false;
   uint64_t internal_bytes_ = 0, leaf_bytes_ = 0;
   bool adapt_ = false;
@@ -1140,20 +1180,29 @@ Result<uint64_t> BPlusTreeLeafCount(Map* m) {
 
 Result<std::unique_ptr<Map>> OpenBPlusTree(frontend::Session& s, const std::string& name,
                                            Options o) {
-  if (o.key_size != 0 && o.access == Access::kWriter) {  // TODO(byte keys): being converted
-    return Status::NotSupported(Describe(Kind::kBPlusTree, name) +
-                                ": byte-string keys not built yet");
-  }
   if (o.param != 0 && (o.param < kMinFanout || o.param > kMaxFanout)) {
     return Status::InvalidArgument("bptree fan-out (Options::param) must be " +
                                    std::to_string(kMinFanout) + ".." + std::to_string(kMaxFanout) +
                                    ", got " + std::to_string(o.param));
   }
+  // A node's keys stay within kNodeKeysMax (only long byte keys come near it): the user's fan-out
+  // is kept when it fits, refused otherwise.
+  auto fits = [](uint64_t f, uint32_t key_size) {
+    return f * KeySlotBytes(key_size) <= kNodeKeysMax;
+  };
+  if (o.param != 0 && o.key_size <= kMaxKeySize && !fits(o.param, o.key_size)) {
+    return Status::InvalidArgument("bptree fan-out " + std::to_string(o.param) + " with key_size " +
+                                   std::to_string(o.key_size) + " makes nodes of more than " +
+                                   std::to_string(kNodeKeysMax / 1024) + " KiB of keys; at most " +
+                                   std::to_string(kNodeKeysMax / KeySlotBytes(o.key_size)) +
+                                   " for this key_size");
+  }
   ASYMNVM_ASSIGN_OR_RETURN(frontend::Structure st,
                            Base::Resolve(s, Kind::kBPlusTree, name, &o, kDefaultFanout));
-  if (o.param < kMinFanout || o.param > kMaxFanout) {
+  if (o.param < kMinFanout || o.param > kMaxFanout || !fits(o.param, o.key_size)) {
     return Status::Corruption(Describe(Kind::kBPlusTree, name) + ": stored fan-out " +
-                              std::to_string(o.param));
+                              std::to_string(o.param) + " with key_size " +
+                              std::to_string(o.key_size));
   }
   auto h = std::make_unique<BPlusTree>(s, std::move(st), o);
   ASYMNVM_RETURN_IF_ERROR(h->Init());

@@ -456,5 +456,300 @@ TEST_F(BPlusTreeTest, ReaderNeverMissesStableKeysUnderConcurrentUpdatesAtR) {
       this, [&](uint64_t fe) { return OpenSession(fe, Level::kR); }, "conc_r");
 }
 
+// ---- byte-string keys (the conformance suite runs the random model; these are B+tree shapes) ----
+
+// The i-th byte key of at most `max` bytes (max >= 16; injective): long shared prefixes, so
+// neighbours and separators differ only in their last bytes, NUL and 0xFF runs, and short keys.
+Key ByteKey(uint64_t i, uint32_t max) {
+  std::string prefix;
+  switch (i % 4) {
+    case 0:
+      prefix.assign(max - 12, 'p');
+      break;
+    case 1:
+      prefix.assign(max / 2, '\0');
+      break;
+    case 2:
+      prefix.assign(max - 12, '\xff');
+      break;
+    default:
+      break;  // 1..7 bytes
+  }
+  return Key(prefix + std::to_string(i));
+}
+
+void ExpectMatchesByteModel(Map& m, const std::map<Key, Value>& model) {
+  for (const auto& [k, v] : model) {
+    Value got;
+    Status st = m.Get(k, &got);
+    ASSERT_TRUE(st.ok()) << k << ": " << st.ToString();
+    EXPECT_EQ(got, v) << k;
+  }
+  Value none;
+  EXPECT_EQ(m.Get(Key(std::string(3, '\x01')), &none).code(), StatusCode::kNotFound);
+  std::vector<KeyValue> all;
+  ASSERT_TRUE(m.Scan(Key(std::string()), model.size() + 10, &all).ok());
+  EXPECT_EQ(all, std::vector<KeyValue>(model.begin(), model.end()));
+  if (!model.empty()) {
+    // From the middle key, and from a string between keys (it plus a NUL byte).
+    auto mid = std::next(model.begin(), static_cast<ptrdiff_t>(model.size() / 2));
+    std::vector<KeyValue> tail;
+    ASSERT_TRUE(m.Scan(mid->first, 5, &tail).ok());
+    EXPECT_EQ(tail,
+              std::vector<KeyValue>(
+                  mid, std::next(mid, std::min<ptrdiff_t>(5, std::distance(mid, model.end())))));
+    const Key after(std::string(mid->first.bytes()) + std::string(1, '\0'));
+    ASSERT_TRUE(m.Scan(after, 1, &tail).ok());
+    auto want = model.upper_bound(mid->first);
+    EXPECT_EQ(tail.size(), want == model.end() ? 0u : 1u);
+    if (!tail.empty()) {
+      EXPECT_EQ(tail[0].first, want->first);
+    }
+  }
+  EXPECT_EQ(CountOf(m), model.size());
+  Status vs = m.Verify();
+  EXPECT_TRUE(vs.ok()) << vs.ToString();
+}
+
+// Keys of 256 bytes at fan-out 4 and 8: every few inserts split a leaf and internal nodes
+// (separators are long keys differing in their last bytes); deletes then empty and remove leaves
+// (F = 4: a quarter of a leaf is one key) or borrow and merge (F = 8), and the thinned tree is
+// read back by a reader of another session and takes inserts again.
+TEST_F(BPlusTreeTest, ByteKeysSplitAndMergeAtSmallFanOuts) {
+  auto s = OpenSession(40, Level::kRcb);
+  auto s2 = OpenSession(41, Level::kRc);
+  for (uint64_t f : {4, 8}) {
+    SCOPED_TRACE("fan-out " + std::to_string(f));
+    const std::string name = "bytes" + std::to_string(f);
+    Options o;
+    o.key_size = kMaxKeySize;
+    o.value_size = 24;
+    o.param = f;
+    auto m = OpenT(*s, name, o);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    Map& t = **m;
+    EXPECT_EQ(t.key_size(), kMaxKeySize);
+    std::map<Key, Value> model;
+    std::vector<uint64_t> ids(400);
+    for (uint64_t i = 0; i < ids.size(); i++) ids[i] = i;
+    std::mt19937_64 rng(40 + f);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    for (uint64_t i : ids) {
+      model[ByteKey(i, kMaxKeySize)] = TestValue(i, 0, 1 + i % 24);
+      ASSERT_TRUE(t.Put(ByteKey(i, kMaxKeySize), model[ByteKey(i, kMaxKeySize)]).ok()) << i;
+    }
+    ExpectMatchesByteModel(t, model);
+    auto full = internal::BPlusTreeLeafCount(&t);
+    ASSERT_TRUE(full.ok()) << full.status().ToString();
+    EXPECT_GE(*full, model.size() / f);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    for (size_t i = 0; i < 360; i++) {
+      ASSERT_TRUE(t.Delete(ByteKey(ids[i], kMaxKeySize)).ok()) << ids[i];
+      model.erase(ByteKey(ids[i], kMaxKeySize));
+      if (i % 60 == 59) {
+        ASSERT_TRUE(t.Verify().ok()) << t.Verify().ToString();
+      }
+    }
+    ExpectMatchesByteModel(t, model);
+    auto thin = internal::BPlusTreeLeafCount(&t);
+    ASSERT_TRUE(thin.ok());
+    // 40 keys left; with merging (F = 8) at least 2 per leaf.
+    EXPECT_LE(*thin, f == 8 ? model.size() / 2 : model.size())
+        << *thin << " leaves (from " << *full << ")";
+    EXPECT_EQ(t.Delete(ByteKey(ids[0], kMaxKeySize)).code(), StatusCode::kNotFound);
+    for (uint64_t i = 1000; i < 1100; i++) {
+      model[ByteKey(i, kMaxKeySize)] = TestValue(i, 1, 8);
+      ASSERT_TRUE(t.Put(ByteKey(i, kMaxKeySize), model[ByteKey(i, kMaxKeySize)]).ok()) << i;
+    }
+    ExpectMatchesByteModel(t, model);
+    ASSERT_TRUE(t.Sync().ok());
+    Options ro;
+    ro.access = Access::kReader;
+    auto r = OpenT(*s2, name, ro);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ((*r)->key_size(), kMaxKeySize);
+    ExpectMatchesByteModel(**r, model);
+  }
+}
+
+// 256-byte keys at the default fan-out (32: 8.4 KiB of keys per node) and at fan-out 4, through
+// PutBatch (vector runs cut to the write budget, leaves cut into new leaves, new levels) mixed
+// with Puts and Deletes; then the back-end restarts and the tree is reopened.
+TEST_F(BPlusTreeTest, ByteKeysPutBatchAtDefaultFanOutAndFanOut4) {
+  for (uint64_t f : {0, 4}) {
+    SCOPED_TRACE("fan-out " + std::to_string(f));
+    const std::string name = "batch" + std::to_string(f);
+    std::map<Key, Value> model;
+    {
+      auto s = OpenSession(42, Level::kRcb);
+      Options o;
+      o.key_size = kMaxKeySize;
+      o.param = f;
+      auto m = internal::OpenBPlusTree(*s, name, o);
+      ASSERT_TRUE(m.ok()) << m.status().ToString();
+      EXPECT_EQ((*m)->structure().params[1], f == 0 ? 32u : f);
+      std::mt19937_64 rng(f + 42);
+      for (int round = 0; round < 4; round++) {
+        std::vector<KeyValue> kvs;
+        for (int i = 0; i < 500; i++) {
+          const uint64_t id = rng() % 3000;
+          kvs.emplace_back(ByteKey(id, kMaxKeySize), TestValue(id, round, 1 + rng() % 64));
+        }
+        Status st = (*m)->PutBatch(kvs);
+        ASSERT_TRUE(st.ok()) << st.ToString();
+        for (const auto& kv : kvs) model[kv.first] = kv.second;
+        for (int i = 0; i < 50; i++) {
+          const uint64_t id = rng() % 3000;
+          const Key k = ByteKey(id, kMaxKeySize);
+          if (i % 2 == 0) {
+            Status ds = (*m)->Delete(k);
+            ASSERT_EQ(ds.ok(), model.erase(k) == 1) << ds.ToString();
+          } else {
+            model[k] = TestValue(id, 9, 16);
+            ASSERT_TRUE((*m)->Put(k, model[k]).ok());
+          }
+        }
+        ASSERT_TRUE((*m)->Verify().ok()) << (*m)->Verify().ToString();
+      }
+      ExpectMatchesByteModel(**m, model);
+    }
+    RestartBackend();
+    auto s = OpenSession(42, Level::kRc);
+    Options o;
+    o.key_size = kMaxKeySize;
+    auto m = internal::OpenBPlusTree(*s, name, o);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    ExpectMatchesByteModel(**m, model);
+  }
+}
+
+// The fan-out is the user's, within 16 KiB of keys per node: at key_size 256 (264-byte slots) at
+// most 62; integer keys keep the whole range.
+TEST_F(BPlusTreeTest, ByteKeyFanOutLimit) {
+  auto s = OpenSession(43, Level::kRc);
+  Options o;
+  o.key_size = kMaxKeySize;
+  o.param = 63;
+  Status big = internal::OpenBPlusTree(*s, "f63", o).status();
+  EXPECT_EQ(big.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(big.message().find("at most 62"), std::string::npos) << big.ToString();
+  o.param = 62;
+  auto ok = internal::OpenBPlusTree(*s, "f62", o);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  for (uint64_t i = 0; i < 200; i++)
+    ASSERT_TRUE((*ok)->Put(ByteKey(i, 256), TestValue(i, 0, 8)).ok());
+  EXPECT_TRUE((*ok)->Verify().ok());
+  o.key_size = 0;
+  o.param = 256;
+  EXPECT_TRUE(internal::OpenBPlusTree(*s, "i256", o).ok());
+  // Keys of the wrong kind or length are refused before any op log.
+  const uint64_t logs = s->counters().op_logs;
+  EXPECT_EQ((*ok)->Put(7, {}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*ok)->Put(Key(std::string(257, 'x')), {}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*ok)->Put(Key(std::string()), {}).code(), StatusCode::kInvalidArgument);
+  const std::vector<KeyValue> bad{{Key("a"), {}}, {Key(std::string()), {}}};
+  EXPECT_EQ((*ok)->PutBatch(bad).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->counters().op_logs, logs);
+}
+
+TEST_F(BPlusTreeTest, ReplayReexecutesByteKeyPutsDeletesAndVectors) {
+  Options o;
+  o.key_size = 40;
+  std::map<Key, Value> model;
+  {
+    auto s = OpenSession(44, Level::kRcb);
+    auto m = OpenT(*s, "rb", o);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    for (uint64_t i = 0; i < 20; i++) {
+      model[ByteKey(i, 40)] = TestValue(i, 0, 8);
+      ASSERT_TRUE((*m)->Put(ByteKey(i, 40), model[ByteKey(i, 40)]).ok());
+    }
+  }
+  auto s = OpenSession(44, Level::kRcb);
+  RegisterReplays(*s);
+  auto m = OpenT(*s, "rb", o);
+  ASSERT_TRUE(m.ok());
+  const uint64_t opn = s->recovered_opn();
+  const uint32_t id = (*m)->structure().id;
+  FakeFetcher f;
+  auto op = [&](uint64_t seq, uint16_t type, std::vector<uint8_t> payload) {
+    frontend::RecoveredOp r;
+    r.op_seq = opn + seq;
+    r.structure_id = id;
+    r.op_type = type;
+    r.payload = std::move(payload);
+    return r;
+  };
+  std::vector<KeyValue> vec;
+  for (uint64_t i = 100; i < 130; i++) vec.emplace_back(ByteKey(i, 40), TestValue(i, 2, 12));
+  vec.emplace_back(ByteKey(3, 40), TestValue(3, 3, 5));  // an update inside the vector
+  vec = internal::SortedUnique(vec);
+  f.ops = {op(1, 1, internal::EncodeKeyValue(ByteKey(50, 40), TestValue(50, 1, 30))),
+           op(2, 2, internal::EncodeKeyValue(ByteKey(4, 40), {})),
+           op(3, 2, internal::EncodeKeyValue(Key("absent"), {})),  // nothing to redo
+           op(4, internal::kOpPutVector, internal::EncodeVector(vec)),
+           op(5, 2, internal::EncodeKeyValue(ByteKey(5, 40), {}))};
+  ASSERT_TRUE(s->Replay(&f).ok());
+  model[ByteKey(50, 40)] = TestValue(50, 1, 30);
+  model.erase(ByteKey(4, 40));
+  for (const auto& kv : vec) model[kv.first] = kv.second;
+  model.erase(ByteKey(5, 40));
+  ExpectMatchesByteModel(**m, model);
+  // An integer key in a byte-key op log is corruption, not a silent mismatch.
+  f.ops = {op(6, 1, internal::EncodeKeyValue(Key(7), TestValue(7, 0, 4)))};
+  EXPECT_FALSE(s->Replay(&f).ok());
+}
+
+// The integer-key layout is the one before byte keys existed, byte for byte: F = 4, 8-byte keys
+// at +16, values at +16 + 8F; a byte-key leaf puts its slots (u16 length | bytes, padded to 8)
+// there instead and its values after F of them. And the shape is unchanged: 100 ascending keys
+// at F = 4 make 49 leaves (a full leaf splits into 2 + 3 and ascending inserts go right).
+TEST_F(BPlusTreeTest, NodeLayoutOfIntegerAndByteKeys) {
+  auto s = OpenSession(45, Level::kRc);
+  Options o;
+  o.value_size = 8;
+  for (uint32_t ks : {0u, 10u}) {
+    SCOPED_TRACE("key_size " + std::to_string(ks));
+    o.key_size = ks;
+    auto m = OpenT(*s, "layout" + std::to_string(ks), o);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    const Key k1 = ks == 0 ? Key(7) : Key("seven"), k2 = ks == 0 ? Key(9) : Key("x");
+    ASSERT_TRUE((*m)->Put(k2, Value{1, 2, 3}).ok());
+    ASSERT_TRUE((*m)->Put(k1, Value{4}).ok());
+    ASSERT_TRUE((*m)->Sync().ok());
+    uint8_t anchor[48];
+    ASSERT_TRUE(s->Read(s->ReadWord((*m)->structure().root_addr).value(), anchor).ok());
+    const uint64_t root = internal::GetU64(anchor + 8);
+    EXPECT_EQ(internal::GetU64(anchor + 16), 1u);  // height: a root leaf
+    const uint32_t kslot = internal::KeySlotBytes(ks), f = 4, slot = internal::SlotBytes(8);
+    std::vector<uint8_t> leaf(16 + kslot * f + slot * f);
+    ASSERT_TRUE(s->Read(root, leaf).ok());
+    EXPECT_EQ(internal::GetU32(leaf.data()), 0x464c5042u);  // "BPLF"
+    EXPECT_EQ(internal::GetU32(leaf.data() + 4), 2u);
+    EXPECT_EQ(internal::GetU64(leaf.data() + 8), 0u);
+    if (ks == 0) {
+      EXPECT_EQ(kslot, 8u);
+      EXPECT_EQ(internal::GetU64(leaf.data() + 16), 7u);
+      EXPECT_EQ(internal::GetU64(leaf.data() + 24), 9u);
+    } else {
+      EXPECT_EQ(kslot, 16u);
+      const std::vector<uint8_t> want{5, 0, 's', 'e', 'v', 'e', 'n', 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                      1, 0, 'x', 0,   0,   0,   0,   0, 0, 0, 0, 0, 0, 0, 0, 0};
+      EXPECT_EQ(std::vector<uint8_t>(leaf.begin() + 16, leaf.begin() + 48), want);
+    }
+    const uint8_t* v0 = leaf.data() + 16 + kslot * f;
+    EXPECT_EQ(internal::GetU32(v0), 1u);
+    EXPECT_EQ(v0[4], 4);
+    EXPECT_EQ(internal::GetU32(v0 + slot), 3u);
+  }
+  o.key_size = 0;
+  auto m = OpenT(*s, "shape", o);
+  ASSERT_TRUE(m.ok());
+  for (uint64_t k = 0; k < 100; k++) ASSERT_TRUE((*m)->Put(k, TestValue(k, 0, 8)).ok());
+  auto leaves = internal::BPlusTreeLeafCount(m->get());
+  ASSERT_TRUE(leaves.ok());
+  EXPECT_EQ(*leaves, 49u);
+}
+
 }  // namespace
 }  // namespace asymnvm::structures

@@ -2,13 +2,28 @@
 //
 // Copy-on-write B+tree over the multi-version machinery of mv_common.h (anchor, tagged pointers,
 // object header, value blocks, working version, publish, grace-period reclamation, validated
-// lock-free readers: see there). Fan-out F = Options::param (default 32, 3..256).
+// lock-free readers: see there). Fan-out F = Options::param (3..256; default 32 for integer
+// keys, see below for byte keys).
 //
-// PM layout of a node (24 + 16F bytes): +0 magic u32 "MVBT" | +4 checksum u32 | +8 version u64 |
-// +16 leaf u32 (1 leaf, 0 internal) | +20 n u32 (1..F; 0 only for an empty root leaf, which is
-// never stored: an empty tree has root 0) | +24 keys[F] u64 | +24+8F ptrs[F] u64.
+// PM layout of a node (24 + (K+8)F bytes, K = KeySlotBytes(key_size): 24 + 16F with integer
+// keys): +0 magic u32 "MVBT" | +4 checksum u32 | +8 version u64 | +16 leaf u32 (1 leaf, 0
+// internal) | +20 n u32 (1..F; 0 only for an empty root leaf, which is never stored: an empty
+// tree has root 0) | +24 keys[F] key slots of K B (the u64 of an integer key; u16 length | bytes
+// zero-padded to 8 of a byte key) | +24+KF ptrs[F] u64.
 // Leaf: n sorted keys, ptrs = value blocks. Internal: n children; keys[i] (i ≥ 1) is the lower
-// bound of child i's keys, keys[0] is unused; every key of child i is < keys[i+1].
+// bound of child i's keys, keys[0] is not compared (it holds a key once first in child 0); every
+// key of child i is < keys[i+1]. Keys order numerically / bytewise (Key's operator<=>).
+//
+// Node size: one update copies into the working version the path nodes that are not private yet,
+// plus one new node per split (the full nodes from the leaf up) and a new root when the root
+// splits, and its private objects must fit one publish (48 KiB, or less with small OQ buffers):
+// that count (Estimate, no extra read) is checked before the op log, kResourceExhausted when one
+// update alone cannot fit. Nodes are therefore capped at 4120 B (the integer-key node at F = 256):
+// a byte-key tree whose 24 + F·(K+8) exceeds it is refused at creation (kInvalidArgument; at
+// key_size 256, F <= 15). The default fan-out of a byte-key tree is 32 or less so that a node
+// stays within 2 KiB (F = 7 at key_size 256, F = 32 up to key_size 46): an update of a tree of
+// height h copies at most 2h + 1 such nodes, which fit a publish up to h = 12 even when every
+// node on the path splits.
 //
 // Updates copy the root-to-leaf path into the working version (nodes already private are modified
 // in place). Insert splits an overflowing node in halves (the separator is the right half's first
@@ -27,12 +42,24 @@ namespace {
 using namespace mv;  // NOLINT
 
 constexpr uint32_t kNodeMagic = 0x5442564du;  // "MVBT"
-constexpr uint64_t kDefaultFanout = 32;
+constexpr uint64_t kDefaultFanout = 32, kMinFanout = 3, kMaxFanout = 256;
+constexpr uint64_t kMaxNodeBytes = 24 + 16 * kMaxFanout;  // the largest integer-key node
+constexpr uint64_t kDefaultNodeBytes = 2048;              // byte keys: default fan-out target
 constexpr int kMaxHeight = 64;
+
+uint64_t NodeBytes(uint64_t fanout, uint32_t key_size) {
+  return 24 + fanout * (KeySlotBytes(key_size) + 8);
+}
+uint64_t DefaultFanout(uint32_t key_size) {
+  if (key_size == 0) return kDefaultFanout;
+  return std::clamp<uint64_t>((kDefaultNodeBytes - 24) / (KeySlotBytes(key_size) + 8), kMinFanout,
+                              kDefaultFanout);
+}
 
 struct Node {
   bool leaf = true;
-  std::vector<uint64_t> keys, ptrs;
+  std::vector<Key> keys;
+  std::vector<uint64_t> ptrs;
   size_t n() const { return keys.size(); }
 };
 
@@ -40,8 +67,9 @@ class MvBPlusTree final : public MvBase {
  public:
   MvBPlusTree(frontend::Session& s, frontend::Structure st, const Options& o)
       : MvBase(s, std::move(st), Kind::kMvBPlusTree, o, kNodeMagic,
-               static_cast<uint32_t>(24 + 16 * o.param)),
-        fan_(static_cast<uint32_t>(o.param)) {}
+               static_cast<uint32_t>(NodeBytes(o.param, o.key_size))),
+        fan_(static_cast<uint32_t>(o.param)),
+        ks_(KeySlotBytes(o.key_size)) {}
 
  private:
   struct Step {
@@ -64,8 +92,13 @@ class MvBPlusTree final : public MvBase {
     out->keys.resize(n);
     out->ptrs.resize(n);
     for (uint32_t i = 0; i < n; i++) {
-      out->keys[i] = GetU64(b.data() + 24 + 8 * i);
-      out->ptrs[i] = GetU64(b.data() + 24 + 8 * fan_ + 8 * i);
+      Status st = LoadKey(b.data() + KeyOff(i), &out->keys[i]);
+      if (!st.ok()) {
+        return writer() ? Status::Corruption(What() + ": node key " + std::to_string(i) + ": " +
+                                             st.message())
+                        : Restart("malformed key slot");
+      }
+      out->ptrs[i] = GetU64(b.data() + PtrOff(i));
     }
     return Status::Ok();
   }
@@ -75,11 +108,13 @@ class MvBPlusTree final : public MvBase {
     PutU32(b.data() + 16, nd.leaf ? 1 : 0);
     PutU32(b.data() + 20, static_cast<uint32_t>(nd.n()));
     for (size_t i = 0; i < nd.n(); i++) {
-      PutU64(b.data() + 24 + 8 * i, nd.keys[i]);
-      PutU64(b.data() + 24 + 8 * fan_ + 8 * i, nd.ptrs[i]);
+      StoreKey(nd.keys[i], b.data() + KeyOff(i));
+      PutU64(b.data() + PtrOff(i), nd.ptrs[i]);
     }
     return b;
   }
+  uint64_t KeyOff(size_t i) const { return 24 + uint64_t{ks_} * i; }
+  uint64_t PtrOff(size_t i) const { return KeyOff(fan_) + 8 * i; }
   // Rewrites private node `ptr` (keeps its version).
   void Store(uint64_t ptr, const Node& nd) {
     std::vector<uint8_t> b = Encode(nd);
@@ -92,14 +127,14 @@ class MvBPlusTree final : public MvBase {
     return Decode(*bytes, nd);
   }
 
-  static size_t ChildIndex(const Node& nd, uint64_t key) {
+  static size_t ChildIndex(const Node& nd, const Key& key) {
     // The last child whose lower bound is <= key (keys[0] is unused).
     auto it = std::upper_bound(nd.keys.begin() + 1, nd.keys.end(), key);
     return static_cast<size_t>(it - nd.keys.begin()) - 1;
   }
 
   // Root-to-leaf path for `key`; the leaf's idx is the lower_bound position.
-  Status Descend(uint64_t key, std::vector<Step>* path, bool* found) {
+  Status Descend(const Key& key, std::vector<Step>* path, bool* found) {
     path->clear();
     *found = false;
     for (uint64_t cur = root_; cur != 0;) {
@@ -135,12 +170,26 @@ class MvBPlusTree final : public MvBase {
     return Status::Ok();
   }
 
-  Status DoPut(uint64_t key, std::span<const uint8_t> value, bool replay) override {
+  // The private bytes an update may add (as NewObject counts them): a copy of every path node not
+  // yet private, and for an insertion one new node per split — the full nodes from the leaf up —
+  // plus a new root when the root splits.
+  size_t Estimate(const std::vector<Step>& path, bool insert) const {
+    size_t nodes = 0;
+    for (const Step& s : path) nodes += IsPrivate(s.ptr) ? 0 : 1;
+    if (insert) {
+      size_t i = path.size();
+      while (i > 0 && path[i - 1].node.n() == fan_) i--;
+      nodes += path.size() - i + (i == 0 && !path.empty() ? 1 : 0);
+      if (path.empty()) nodes = 1;  // the root leaf
+    }
+    return nodes * (node_bytes_ + 32);
+  }
+
+  Status DoPut(const Key& key, std::span<const uint8_t> value, bool replay) override {
     std::vector<Step> path;
     bool found;
     ASYMNVM_RETURN_IF_ERROR(Descend(key, &path, &found));
-    ASYMNVM_RETURN_IF_ERROR(
-        Begin(kOpPut, key, value, (2 * path.size() + 2) * (node_bytes_ + 32) + val_bytes_ + 32));
+    ASYMNVM_RETURN_IF_ERROR(Begin(kOpPut, key, value, Estimate(path, !found) + val_bytes_ + 32));
     ASYMNVM_ASSIGN_OR_RETURN(uint64_t vb, NewValue(value));
     if (path.empty()) {
       Node leaf;
@@ -172,7 +221,7 @@ class MvBPlusTree final : public MvBase {
       nd.keys.resize(mid);
       nd.ptrs.resize(mid);
       ASYMNVM_ASSIGN_OR_RETURN(uint64_t rp, NewObject(Encode(right)));
-      const uint64_t sep = right.keys[0];
+      const Key sep = right.keys[0];
       if (i == 0) {
         Node nr;
         nr.leaf = false;
@@ -190,15 +239,15 @@ class MvBPlusTree final : public MvBase {
     return End(replay);
   }
 
-  Status DoDelete(uint64_t key, bool replay) override {
+  Status DoDelete(const Key& key, bool replay) override {
     std::vector<Step> path;
     bool found;
     ASYMNVM_RETURN_IF_ERROR(Descend(key, &path, &found));
     if (!found) {
       if (replay) return Status::Ok();  // validated before its op log: cannot happen
-      return Status::NotFound(What() + ": key " + std::to_string(key) + " not found");
+      return Status::NotFound(What() + ": key " + key.ToString() + " not found");
     }
-    ASYMNVM_RETURN_IF_ERROR(Begin(kOpDelete, key, {}, (path.size() + 1) * (node_bytes_ + 32)));
+    ASYMNVM_RETURN_IF_ERROR(Begin(kOpDelete, key, {}, Estimate(path, false)));
     ASYMNVM_RETURN_IF_ERROR(OwnPath(path));
     Step& lf = path.back();
     ASYMNVM_RETURN_IF_ERROR(Retire(lf.node.ptrs[lf.idx]));
@@ -233,7 +282,7 @@ class MvBPlusTree final : public MvBase {
     return End(replay);
   }
 
-  Status GetIn(uint64_t root, uint64_t count, uint64_t key, Value* value) override {
+  Status GetIn(uint64_t root, uint64_t count, const Key& key, Value* value) override {
     std::vector<uint8_t> b;
     Node nd;
     uint64_t cur = root;
@@ -248,10 +297,10 @@ class MvBPlusTree final : public MvBase {
       }
       cur = nd.ptrs[ChildIndex(nd, key)];
     }
-    return Status::NotFound(What() + ": key " + std::to_string(key) + " not found");
+    return Status::NotFound(What() + ": key " + key.ToString() + " not found");
   }
 
-  Status ScanNode(uint64_t ptr, int depth, uint64_t from, size_t limit,
+  Status ScanNode(uint64_t ptr, int depth, const Key& from, size_t limit,
                   std::vector<KeyValue>* out) {
     if (depth >= kMaxHeight)
       return writer() ? Status::Corruption(What() + ": tree too high") : Restart("too high");
@@ -273,7 +322,7 @@ class MvBPlusTree final : public MvBase {
     return Status::Ok();
   }
 
-  Status ScanIn(uint64_t root, uint64_t, uint64_t from, size_t limit,
+  Status ScanIn(uint64_t root, uint64_t, const Key& from, size_t limit,
                 std::vector<KeyValue>* out) override {
     if (root == 0 || limit == 0) return Status::Ok();
     return ScanNode(root, 0, from, limit, out);
@@ -283,18 +332,19 @@ class MvBPlusTree final : public MvBase {
     uint64_t keys = 0;
     int leaf_depth = -1;
   };
-  Status VerifyNode(uint64_t ptr, int depth, bool has_lo, uint64_t lo, bool has_hi, uint64_t hi,
-                    VerifyState* vs) {
+  // Keys within [lo, hi) (null: unbounded).
+  Status VerifyNode(uint64_t ptr, int depth, const Key* lo, const Key* hi, VerifyState* vs) {
     if (depth >= kMaxHeight) return Status::Corruption(What() + ": tree too high");
     std::vector<uint8_t> b;
     Node nd;
     ASYMNVM_RETURN_IF_ERROR(Load(ptr, &b, &nd));
     const size_t first = nd.leaf ? 0 : 1;
     for (size_t i = first; i < nd.n(); i++) {
-      const uint64_t k = nd.keys[i];
-      if ((has_lo && k < lo) || (has_hi && k >= hi) || (i > first && k <= nd.keys[i - 1])) {
-        return Status::Corruption(What() + ": key " + std::to_string(k) +
-                                  " out of order at depth " + std::to_string(depth));
+      const Key& k = nd.keys[i];
+      if ((lo != nullptr && k < *lo) || (hi != nullptr && k >= *hi) ||
+          (i > first && k <= nd.keys[i - 1])) {
+        return Status::Corruption(What() + ": key " + k.ToString() + " out of order at depth " +
+                                  std::to_string(depth));
       }
     }
     if (nd.leaf) {
@@ -308,18 +358,16 @@ class MvBPlusTree final : public MvBase {
       return Status::Ok();
     }
     for (size_t i = 0; i < nd.n(); i++) {
-      const bool clo = i > 0 || has_lo;
-      const uint64_t clo_v = i > 0 ? nd.keys[i] : lo;
-      const bool chi = i + 1 < nd.n() || has_hi;
-      const uint64_t chi_v = i + 1 < nd.n() ? nd.keys[i + 1] : hi;
-      ASYMNVM_RETURN_IF_ERROR(VerifyNode(nd.ptrs[i], depth + 1, clo, clo_v, chi, chi_v, vs));
+      const Key* clo = i > 0 ? &nd.keys[i] : lo;
+      const Key* chi = i + 1 < nd.n() ? &nd.keys[i + 1] : hi;
+      ASYMNVM_RETURN_IF_ERROR(VerifyNode(nd.ptrs[i], depth + 1, clo, chi, vs));
     }
     return Status::Ok();
   }
 
   Status VerifyIn(uint64_t root, uint64_t count) override {
     VerifyState vs;
-    if (root != 0) ASYMNVM_RETURN_IF_ERROR(VerifyNode(root, 0, false, 0, false, 0, &vs));
+    if (root != 0) ASYMNVM_RETURN_IF_ERROR(VerifyNode(root, 0, nullptr, nullptr, &vs));
     if (vs.keys != count) {
       return Status::Corruption(What() + ": " + std::to_string(vs.keys) + " keys, count says " +
                                 std::to_string(count));
@@ -328,25 +376,35 @@ class MvBPlusTree final : public MvBase {
   }
 
   const uint32_t fan_;
+  const uint32_t ks_;  // key slot bytes
 };
 
 }  // namespace
 
 Result<std::unique_ptr<Map>> OpenMvBPlusTree(frontend::Session& s, const std::string& name,
                                              Options o) {
-  if (o.key_size != 0 && o.access == Access::kWriter) {  // TODO(byte keys): being converted
-    return Status::NotSupported(Describe(Kind::kMvBPlusTree, name) +
-                                ": byte-string keys not built yet");
-  }
-  if (o.param != 0 && (o.param < 3 || o.param > 256)) {
+  if (o.param != 0 && (o.param < kMinFanout || o.param > kMaxFanout)) {
     return Status::InvalidArgument("mvbptree fan-out must be 3..256, got " +
                                    std::to_string(o.param));
   }
+  // Nodes within kMaxNodeBytes (only long byte keys come near it; see the top of the file).
+  if (o.param != 0 && o.key_size <= kMaxKeySize && NodeBytes(o.param, o.key_size) > kMaxNodeBytes) {
+    return Status::InvalidArgument(
+        "mvbptree fan-out " + std::to_string(o.param) + " with key_size " +
+        std::to_string(o.key_size) + " makes nodes of " +
+        std::to_string(NodeBytes(o.param, o.key_size)) + " bytes, more than " +
+        std::to_string(kMaxNodeBytes) + "; at most " +
+        std::to_string((kMaxNodeBytes - 24) / (KeySlotBytes(o.key_size) + 8)) +
+        " for this key_size");
+  }
+  const uint64_t default_fanout = DefaultFanout(o.key_size <= kMaxKeySize ? o.key_size : 0);
   ASYMNVM_ASSIGN_OR_RETURN(frontend::Structure st,
-                           Base::Resolve(s, Kind::kMvBPlusTree, name, &o, kDefaultFanout));
-  if (o.param < 3 || o.param > 256) {
+                           Base::Resolve(s, Kind::kMvBPlusTree, name, &o, default_fanout));
+  if (o.param < kMinFanout || o.param > kMaxFanout ||
+      NodeBytes(o.param, o.key_size) > kMaxNodeBytes) {
     return Status::Corruption(Describe(Kind::kMvBPlusTree, name) + ": stored fan-out " +
-                              std::to_string(o.param));
+                              std::to_string(o.param) + " with key_size " +
+                              std::to_string(o.key_size));
   }
   auto h = std::make_unique<MvBPlusTree>(s, std::move(st), o);
   ASYMNVM_RETURN_IF_ERROR(h->Init());

@@ -124,7 +124,8 @@ class MvBst final : public MvBase {
     return nodes * (kNodeBytes + 32) + (value ? val_bytes_ + 32 : 0);
   }
 
-  Status DoPut(uint64_t key, std::span<const uint8_t> value, bool replay) override {
+  Status DoPut(const Key& key_in, std::span<const uint8_t> value, bool replay) override {
+    const uint64_t key = key_in.u64();  // TODO(byte keys): shim until bkbst converts mv_bst.cc
     std::vector<Step> path;
     bool found;
     ASYMNVM_RETURN_IF_ERROR(Descend(key, &path, &found));
@@ -158,7 +159,8 @@ class MvBst final : public MvBase {
     return End(replay);
   }
 
-  Status DoDelete(uint64_t key, bool replay) override {
+  Status DoDelete(const Key& key_in, bool replay) override {
+    const uint64_t key = key_in.u64();  // TODO(byte keys): shim until bkbst converts mv_bst.cc
     std::vector<Step> path;
     bool found;
     ASYMNVM_RETURN_IF_ERROR(Descend(key, &path, &found));
@@ -197,7 +199,8 @@ class MvBst final : public MvBase {
     return End(replay);
   }
 
-  Status GetIn(uint64_t root, uint64_t count, uint64_t key, Value* value) override {
+  Status GetIn(uint64_t root, uint64_t count, const Key& key_in, Value* value) override {
+    const uint64_t key = key_in.u64();  // TODO(byte keys): shim until bkbst converts mv_bst.cc
     std::vector<uint8_t> n;
     uint64_t steps = 0;
     for (uint64_t cur = root; cur != 0;) {
@@ -211,8 +214,9 @@ class MvBst final : public MvBase {
     return Status::NotFound(What() + ": key " + std::to_string(key) + " not found");
   }
 
-  Status ScanIn(uint64_t root, uint64_t count, uint64_t from, size_t limit,
+  Status ScanIn(uint64_t root, uint64_t count, const Key& from_in, size_t limit,
                 std::vector<KeyValue>* out) override {
+    const uint64_t from = from_in.u64();  // TODO(byte keys): shim until bkbst converts mv_bst.cc
     if (limit == 0) return Status::Ok();
     std::vector<std::vector<uint8_t>> stack;
     uint64_t steps = 0;

@@ -22,11 +22,13 @@
 //   Keys are always inline (every descent compares them). The fan-out is the user's and is kept
 //   for every key size, but a tree whose key array F·K would exceed 16 KiB is refused at creation
 //   (kInvalidArgument; at key_size 256, K = 264: F <= 62; the default F = 32 makes 8.25 KiB of
-//   keys per node, an internal node of 8.7 KiB read whole on each descent). An insertion whose
-//   memory logs could outgrow one transaction (CheckInsertFits: an upper bound from the number
-//   of full nodes on its path, no extra read) fails with kResourceExhausted before its op log, so
-//   nothing is written; at key_size 256 and F = 32 that takes a split cascading through 5 full
-//   levels (a tree of height 6 or more: millions of keys), with integer keys it does not happen.
+//   keys per node, an internal node of 8.7 KiB read whole on each descent). An update whose
+//   memory logs could outgrow one transaction (FitsOneTransaction: an upper bound from what its
+//   descent read, e.g. the number of full nodes on an insertion's path; no extra read) fails with
+//   kResourceExhausted before its op log, so nothing is written; at key_size 256 and F = 32 on
+//   the default 64 KiB OQ buffers that takes an insertion whose leaf and 5 internal nodes on its
+//   path are all full (a tree of height 6 or more: millions of keys); with integer keys it does
+//   not happen.
 //
 // Put: descend (recording the path); an existing key gets its slot rewritten (4 + length bytes);
 // otherwise the key is inserted into the leaf (the keys/values right of it shift: one memory log
@@ -449,28 +451,40 @@ class BPlusTree final : public Map, public Base {
     return Write(anchor_ + kRoot, a);
   }
 
-  // An upper bound of an insertion's memory-log footprint with `splits` node splits (the leaf's
-  // first; the node that takes the last separator, or the new root, counted as one more split):
-  // each write with its entry header, bytes padded to 8. More than one transaction holds (long
-  // byte keys, a deep cascade, a back-end with small OQ buffers) fails with kResourceExhausted
-  // before the op log, so nothing is written. Arithmetic only: no read, no round trip.
-  Status CheckInsertFits(size_t splits) const {
-    constexpr uint64_t h = backend::kTxnEntryHeaderSize;
-    const uint64_t kv = uint64_t{ks_} + vstride_;
-    uint64_t bytes = 2 * h + 24 + (ool_ ? slot_bytes_ : 0) + 3 * h;  // anchor, value block, slack
-    if (splits == 0) {
-      bytes += 3 * h + 8 + uint64_t{f_} * kv;  // header, the keys and values right of the entry
-    } else {
-      const uint64_t internal = 5 * h + 24 + uint64_t{f_ + 1} * ks_ + uint64_t{f_ + 2} * 8;
-      bytes += 6 * h + 32 + kKeys + uint64_t{f_ + 1} * kv + splits * internal;
-    }
+  // ---- one update, one transaction ----
+  // An update's memory logs must fit one transaction: Update fails after the op log otherwise.
+  // Long byte keys (a node of 8 KiB at key_size 256 and F = 32), a deep split cascade or a
+  // back-end with small OQ buffers can exceed it, so every update checks an upper bound of its
+  // footprint (each write with its entry header, bytes padded to 8; arithmetic on what its
+  // descent read, no extra round trip) and fails with kResourceExhausted before its op log:
+  // nothing is written. With integer keys the bounds stay far below a transaction.
+  static constexpr uint64_t kEntry = backend::kTxnEntryHeaderSize;
+  Status FitsOneTransaction(uint64_t bytes, const char* what) const {
+    bytes += 2 * kEntry + 24 + 3 * kEntry;  // the anchor words, slack
     const uint64_t limit =
         s_.max_transaction_bytes() - backend::kTxnHeaderSize - backend::kTxnCommitSize;
     if (bytes <= limit) return Status::Ok();
-    return Status::ResourceExhausted(
-        Describe(kind_, st_.name) + ": an insertion splitting " + std::to_string(splits) +
-        " nodes may write " + std::to_string(bytes) + " bytes of memory logs, more than one " +
-        "transaction holds (" + std::to_string(limit) + ")");
+    return Status::ResourceExhausted(Describe(kind_, st_.name) + ": " + what + " may write " +
+                                     std::to_string(bytes) + " bytes of memory logs, more than " +
+                                     "one transaction holds (" + std::to_string(limit) + ")");
+  }
+  // A rewrite of `n` entries of a leaf (header, keys, values).
+  uint64_t LeafWriteBound(uint64_t n) const {
+    return 3 * kEntry + 16 + n * (uint64_t{ks_} + vstride_);
+  }
+  // A rewrite of an internal node with n keys (header, keys, children).
+  uint64_t InternalWriteBound(uint64_t n) const { return 3 * kEntry + 8 + n * ks_ + (n + 1) * 8; }
+  // An insertion with `splits` node splits (the leaf's first; the node that takes the last
+  // separator, or the new root, counted as one more).
+  Status CheckInsertFits(size_t splits) const {
+    uint64_t bytes = ool_ ? kEntry + slot_bytes_ : 0;  // the value block
+    if (splits == 0) {
+      bytes += LeafWriteBound(f_);
+    } else {  // both halves of the leaf, of each split internal node
+      bytes += LeafWriteBound(f_ + 1) + LeafWriteBound(0) +
+               splits * (2 * kEntry + 16 + InternalWriteBound(f_ + 1));
+    }
+    return FitsOneTransaction(bytes, "an insertion");
   }
 
   Status DoPut(const Key& key, std::span<const uint8_t> value) {
@@ -926,6 +940,10 @@ class BPlusTree final : public Map, public Base {
       height_ = height;
       count_ += added;
     };
+    // A run of several pairs whose writes exceed the budget is cut by PutVector; a single pair's
+    // writes would go out in parts of one op log, and a replay after a crash between parts
+    // would gather again over a half-split node: refused instead, like Put's.
+    if (run.size() == 1) return FitsOneTransaction(plan->bytes, "a one-pair vector");
     return Status::Ok();
   }
 
@@ -955,6 +973,7 @@ class BPlusTree final : public Map, public Base {
     if (leaf.n > 1 && ps != nullptr && leaf.n - 1 < min_fill && ps->node.n > 0) {
       ASYMNVM_RETURN_IF_ERROR(DeleteAndRebalance(leaf, i, path, params, &frees, &root, &height));
     } else if (leaf.n > 1 || path.empty()) {
+      ASYMNVM_RETURN_IF_ERROR(FitsOneTransaction(LeafWriteBound(leaf.n), "a deletion"));
       std::vector<uint8_t> vals;
       ASYMNVM_RETURN_IF_ERROR(ReadValues(leaf, i + 1, leaf.n, &vals));
       if (leaf.n == 1) frees.push_back(leaf.addr);
@@ -992,6 +1011,9 @@ class BPlusTree final : public Map, public Base {
         stop--;
         frees.push_back(path[stop].node.addr);
       }
+      // The predecessor's next word and the parent that loses a child.
+      ASYMNVM_RETURN_IF_ERROR(FitsOneTransaction(
+          kEntry + 8 + (stop > 0 ? InternalWriteBound(path[stop - 1].node.n) : 0), "a deletion"));
       // A root left with a single child collapses (repeatedly, reading the next levels).
       std::vector<uint64_t> collapse;  // roots to free
       uint64_t new_root = root_, new_height = height_;
@@ -1073,6 +1095,9 @@ class BPlusTree final : public Map, public Base {
     const bool merge = total <= std::max<uint32_t>(1, f_ * 3 / 4);
     const uint32_t na = merge ? total : total / 2;
     const bool collapse = merge && path.size() == 1 && p.n == 1;  // the root keeps one child
+    // Both leaves and the parent (its keys and children, or a separator).
+    ASYMNVM_RETURN_IF_ERROR(FitsOneTransaction(
+        LeafWriteBound(total) + LeafWriteBound(0) + InternalWriteBound(p.n), "a deletion"));
     if (merge) frees->push_back(b.addr);
     if (collapse) frees->push_back(p.addr);
     // Writes node `at`'s header (tag, n, next), keys and value entries [from, from + n).

@@ -3,12 +3,14 @@
 // updates.
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <random>
 #include <set>
 #include <thread>
 
+#include "backend/backend.h"
 #include "structures/base.h"
 #include "structures/kinds.h"
 #include "structures/testing.h"
@@ -749,6 +751,50 @@ TEST_F(BPlusTreeTest, NodeLayoutOfIntegerAndByteKeys) {
   auto leaves = internal::BPlusTreeLeafCount(m->get());
   ASSERT_TRUE(leaves.ok());
   EXPECT_EQ(*leaves, 49u);
+}
+
+// A back-end with 16 KiB OQ buffers holds transactions of under 16 KiB, and 256-byte keys at the
+// default fan-out make a leaf of 8.75 KiB: an insertion that splits it may need more than one
+// transaction holds and is refused before its op log (nothing written, the tree unchanged and
+// usable); what fits — inserts into a leaf with room, deletes, a one-pair PutBatch, which writes
+// only the bytes that change — goes through.
+TEST_F(BPlusTreeTest, ByteKeyUpdatesBeyondOneTransactionAreRefusedBeforeTheirOpLog) {
+  be_->Stop();
+  be_.reset();
+  std::remove(path_.c_str());
+  auto bo = testing::TestBackendOptions(path_);
+  bo.oq_buffer_size = 16 * 1024;
+  auto be = backend::Backend::Start(bo);
+  ASSERT_TRUE(be.ok()) << be.status().ToString();
+  be_ = std::move(*be);
+  auto s = OpenSession(46, Level::kRcb);
+  ASSERT_TRUE(s);
+  ASSERT_LT(s->max_transaction_bytes(), 16u * 1024);
+  Options o;
+  o.key_size = kMaxKeySize;
+  o.value_size = 8;
+  auto m = internal::OpenBPlusTree(*s, "small-txn", o);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  std::map<Key, Value> model;
+  for (uint64_t i = 0; i < 32; i++) {  // one full root leaf
+    model[ByteKey(i, kMaxKeySize)] = TestValue(i, 0, 8);
+    Status st = (*m)->Put(ByteKey(i, kMaxKeySize), model[ByteKey(i, kMaxKeySize)]);
+    ASSERT_TRUE(st.ok()) << i << ": " << st.ToString();
+  }
+  const uint64_t logs = s->counters().op_logs;
+  Status split = (*m)->Put(ByteKey(32, kMaxKeySize), TestValue(32, 0, 8));
+  EXPECT_EQ(split.code(), StatusCode::kResourceExhausted) << split.ToString();
+  EXPECT_EQ(s->counters().op_logs, logs);
+  ExpectMatchesByteModel(**m, model);
+  ASSERT_TRUE((*m)->Delete(ByteKey(5, kMaxKeySize)).ok());
+  model.erase(ByteKey(5, kMaxKeySize));
+  ASSERT_TRUE((*m)->Put(ByteKey(5, kMaxKeySize), TestValue(5, 1, 3)).ok());
+  model[ByteKey(5, kMaxKeySize)] = TestValue(5, 1, 3);
+  const std::vector<KeyValue> one{{ByteKey(32, kMaxKeySize), TestValue(32, 0, 8)}};
+  Status st = (*m)->PutBatch(one);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  model[one[0].first] = one[0].second;
+  ExpectMatchesByteModel(**m, model);
 }
 
 }  // namespace

@@ -359,8 +359,7 @@ TEST_P(ByteKeyCrashTest, AcknowledgedOperationsSurviveSigkillAndReplay) {
     CrashRound(
         kind, false, round, 500 + static_cast<uint64_t>(round), seed, kill_after, be_->address(),
         path_, nullptr,
-        [&](const std::string&, uint64_t fe) { return OpenSession(fe, Level::kRcb); }, nullptr,
-        32);
+        [&](const std::string&, uint64_t fe) { return OpenSession(fe, Level::kRcb); }, nullptr, 32);
     if (HasFatalFailure() || HasFailure()) return;
   }
 }

@@ -218,8 +218,7 @@ TEST_F(PartitionedTest, ByteKeysAcrossPartitionsAndRestart) {
         model.erase(key(i));
       }
       EXPECT_EQ((*m)->Put(5, Value(1, 1)).code(), StatusCode::kInvalidArgument);
-      EXPECT_EQ((*m)->Put(std::string(13, 'k'), Value(1, 1)).code(),
-                StatusCode::kInvalidArgument);
+      EXPECT_EQ((*m)->Put(std::string(13, 'k'), Value(1, 1)).code(), StatusCode::kInvalidArgument);
       ASSERT_TRUE((*m)->Sync().ok());
     }
     for (int i = 0; i < 2; i++) {

@@ -45,9 +45,7 @@ std::vector<uint8_t> Enc(int64_t v) {
   return b;
 }
 // Account `a`'s key in `table`.
-Key Acct(size_t table, uint64_t a) {
-  return table == 0 ? Key("sav:" + std::to_string(a)) : Key(a);
-}
+Key Acct(size_t table, uint64_t a) { return table == 0 ? Key("sav:" + std::to_string(a)) : Key(a); }
 
 Result<int64_t> GetBal(Txn& t, size_t table, uint64_t key) {
   Value v;

@@ -1,6 +1,7 @@
 #include "kv/cluster.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <sstream>
@@ -118,8 +119,25 @@ void ClusterAgent::WaitForAdoption(std::chrono::milliseconds timeout) {
                      [&]() ASYMNVM_REQUIRES(adopt_mu_) { return adopt_seq_ != seen || stop_; });
 }
 
+Status ClusterAgent::CheckLease() const {
+  if (coord_->state() == coord::SessionState::kExpired) {
+    return Status::Unavailable(
+        "kv: fenced: this server's coordinator session expired (its shards have moved)");
+  }
+  const auto lease = coord_->lease_timeout();
+  if (lease.count() <= 0) return Status::Ok();
+  const auto age = std::chrono::steady_clock::now().time_since_epoch() -
+                   std::chrono::nanoseconds(confirmed_ns_.load());
+  if (age * 3 < lease * 2) return Status::Ok();
+  return Status::Unavailable(
+      "kv: fenced: the coordinator last confirmed this server's shard map " +
+      std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(age).count()) +
+      " ms ago (2/3 of its " + std::to_string(lease.count()) +
+      " ms session timeout passed): its shards may have moved");
+}
+
 Status ClusterAgent::CheckPrimary(uint32_t shard) const {
-  if (shard < roles_.size() && roles_[shard] == Role::kPrimary) return Status::Ok();
+  if (shard < roles_.size() && roles_[shard] == Role::kPrimary) return CheckLease();
   return Status::Unavailable("kv: not primary for shard " + std::to_string(shard) + " (map epoch " +
                              std::to_string(map_.epoch) + ")");
 }
@@ -438,8 +456,11 @@ void ClusterAgent::ManagerLoop() {
         }
       }
     }
+    auto period = std::chrono::milliseconds(200);
+    const auto lease = coord_->lease_timeout();
+    if (lease.count() > 0) period = std::min(period, lease / 6);  // renew well inside 2/3
     MutexLock l(wake_mu_);
-    wake_cv_.wait_for(l.native(), std::chrono::milliseconds(200),
+    wake_cv_.wait_for(l.native(), period,
                       [&]() ASYMNVM_REQUIRES(wake_mu_) { return wake_seq_ != seen || stop_; });
     seen = wake_seq_;
   }
@@ -449,6 +470,7 @@ void ClusterAgent::FollowLoop() {
   int64_t adopted = -1;
   uint64_t seen = 0;
   while (!stop_) {
+    const auto sent = std::chrono::steady_clock::now();
     auto node = coord_->Get(map_path_);
     if (node.ok() && node->version != adopted) {
       auto m = ShardMap::Decode(node->data);
@@ -458,6 +480,18 @@ void ClusterAgent::FollowLoop() {
       } else {
         LOG_ERROR("kv", "shard map: " << m.status().ToString());
       }
+    }
+    // The lease runs from when this read was sent, and only once its map is adopted: a request
+    // that passes CheckLease afterwards is served under a map at least that recent.
+    if (node.ok()) confirmed_ns_ = sent.time_since_epoch().count();
+    if (coord_->state() == coord::SessionState::kExpired) {
+      // Its ephemeral node is gone and the manager moves its shards; a new session would make it
+      // a new member, which the restart does properly (it rejoins as a backup).
+      LOG_ERROR("kv",
+                "fenced: the coordinator session expired; exiting (status 5) so that a "
+                "restart rejoins this server as a backup");
+      std::fflush(nullptr);
+      std::_Exit(5);
     }
     // (Re)start catch-ups of joining backups of our shards.
     {
@@ -474,8 +508,11 @@ void ClusterAgent::FollowLoop() {
         }
       }
     }
+    auto period = std::chrono::milliseconds(200);
+    const auto lease = coord_->lease_timeout();
+    if (lease.count() > 0) period = std::min(period, lease / 6);  // renew well inside 2/3
     MutexLock l(wake_mu_);
-    wake_cv_.wait_for(l.native(), std::chrono::milliseconds(200),
+    wake_cv_.wait_for(l.native(), period,
                       [&]() ASYMNVM_REQUIRES(wake_mu_) { return wake_seq_ != seen || stop_; });
     seen = wake_seq_;
   }

@@ -632,7 +632,21 @@ void ClusterAgent::DigestLoop() {
   // the server died before its last block was digested.
   std::vector<uint32_t> held;
   constexpr size_t kMaxHeld = 8;
+  // An entry that could not be applied (the store full even after the cleaner ran, or bytes that
+  // do not validate): this server no longer holds everything its primaries acknowledged, so it
+  // must not be promoted. It marks itself unsynced in the map (its primaries catch it up again)
+  // before any segment is committed; until the mark is on the coordinator, every segment stays
+  // live, so a restart finds the entry again.
+  Status unapplied;
   while (!stop_) {
+    if (!unapplied.ok()) {
+      Status u = MarkSelfUnsynced(unapplied);
+      if (u.ok()) {
+        unapplied = Status::Ok();
+      } else {
+        LOG_WARN("kv", "digest: marking this backup unsynced: " << u.ToString());
+      }
+    }
     MutexLock l(digest_mu_);
     rowan::Scanner& scanner = digest_scanner_;
     auto seg = o_.receiver->NextUsed(std::chrono::milliseconds(100));
@@ -640,12 +654,15 @@ void ClusterAgent::DigestLoop() {
     scanner.ScanSegment(seg->bytes, seg->post_seq, [&](const rowan::ScannedEntry& e) {
       Status st = o_.store->ApplyReplica(e.payload);
       if (!st.ok()) {
-        LOG_WARN("kv", "digest: " << st.ToString());
+        LOG_ERROR("kv", "digest: an entry could not be applied: " << st.ToString());
+        digest_failures_++;
+        if (unapplied.ok()) unapplied = st;
       } else {
         digested_++;
       }
     });
     held.push_back(seg->index);
+    if (!unapplied.ok()) continue;  // marked first (the top of the loop), committed after
     // The scanner remembers every entry it yielded (duplicate suppression) and the blocks of
     // entries still incomplete. Applying is idempotent, so only the latter must survive: start
     // afresh whenever no entry is half-seen — and only then commit the held segments.
@@ -669,6 +686,23 @@ void ClusterAgent::DigestLoop() {
   }
 }
 
+Status ClusterAgent::MarkSelfUnsynced(const Status& why) {
+  return EditMap([&](ShardMap* m) {
+    bool changed = false;
+    for (uint32_t s = 0; s < m->assignment.size(); s++) {
+      for (auto& b : m->assignment[s].backups) {
+        if (b.uuid == o_.uuid && b.synced) {
+          b.synced = false;
+          changed = true;
+          LOG_WARN("kv", "backup of shard " << s << " marked unsynced (" << why.ToString()
+                                            << "); its primary catches it up again");
+        }
+      }
+    }
+    return changed;
+  });
+}
+
 void ClusterAgent::DigestLive() {
   if (o_.remote_logs != nullptr) o_.remote_logs->DigestAll();
   MutexLock l(digest_mu_);
@@ -678,7 +712,13 @@ void ClusterAgent::DigestLive() {
   rowan::Scanner scanner = digest_scanner_;
   for (const auto& v : o_.receiver->LiveSegments()) {
     scanner.ScanSegment(v.bytes, v.post_seq, [&](const rowan::ScannedEntry& e) {
-      if (o_.store->ApplyReplica(e.payload).ok()) digested_++;
+      Status st = o_.store->ApplyReplica(e.payload);
+      if (st.ok()) {
+        digested_++;
+      } else {
+        digest_failures_++;
+        LOG_ERROR("kv", "promotion digest: an entry could not be applied: " << st.ToString());
+      }
     });
   }
 }

@@ -93,6 +93,8 @@ class ClusterAgent {
   void WaitForAdoption(std::chrono::milliseconds timeout);
   uint64_t catchups_done() const { return catchups_done_; }
   uint64_t digested() const { return digested_; }
+  // Replicated entries this backup could not apply (each marks it unsynced: DigestLoop).
+  uint64_t digest_failures() const { return digest_failures_; }
   // Replication cost as the primary's sender connections count it (doc/fabric.md Counters):
   // doorbells and wire bytes (both directions) over every backup, and the writes replicated.
   uint64_t replication_round_trips() const { return repl_round_trips_; }
@@ -110,6 +112,8 @@ class ClusterAgent {
   // Compare-and-set edit of the map on the coordinator; `edit` returns false for "no change".
   Status EditMap(const std::function<bool(ShardMap*)>& edit);
   void DigestLive();
+  // Sets this server's backup slots unsynced in the map (an entry it could not apply).
+  Status MarkSelfUnsynced(const Status& why);
   Status ReplicateBaseline(uint32_t worker, uint32_t shard, std::span<const uint8_t> entry);
   RemoteLogSender* BaseSender(uint32_t worker, const std::string& uuid, Status* st);
   // Removes `gone` from `shards` (this server primary) in the map; OK when done or not needed.
@@ -154,7 +158,7 @@ class ClusterAgent {
   std::condition_variable wake_cv_;
   uint64_t wake_seq_ ASYMNVM_GUARDED_BY(wake_mu_) = 0;
   std::thread manager_, follower_, digester_;
-  std::atomic<uint64_t> catchups_done_{0}, digested_{0};
+  std::atomic<uint64_t> catchups_done_{0}, digested_{0}, digest_failures_{0};
   // When the last map read that reached the coordinator was sent, after its map was adopted
   // (steady clock, ns): a request served under the lease saw every map up to then.
   std::atomic<int64_t> confirmed_ns_{0};

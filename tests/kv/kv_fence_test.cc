@@ -1,13 +1,18 @@
-// Fencing of a KV server cut off from ZooKeeper (doc/kv.md §Fencing): a primary SIGSTOPped past
-// its session timeout loses its shard to its backup; when it wakes, requests that reached it while
-// it was stopped must not be served from its stale role — a GET must not return the value the new
-// primary has overwritten, and a PUT must not be acknowledged unless the new primary holds it. The
-// woken server then exits with status 5 (its session expired) instead of serving.
+// Servers that must not serve or be promoted (doc/kv.md §Fencing, §Replication):
+//  * KvFence: a primary SIGSTOPped past its ZooKeeper session timeout loses its shard to its
+//    backup; when it wakes, requests that reached it while it was stopped must not be served from
+//    its stale role — a GET must not return the value the new primary has overwritten, and a PUT
+//    must not be acknowledged unless the new primary holds it. The woken server then exits with
+//    status 5 (its session expired) instead of serving.
+//  * KvDigest: a backup that cannot apply what its primary replicated (its pool is full) marks
+//    itself unsynced, so when the primary is SIGKILLed it is not promoted (the shard waits for its
+//    primary) and no acknowledged PUT is lost.
 #include <signal.h>
 #include <sys/wait.h>
 
 #include <chrono>
 #include <future>
+#include <map>
 #include <thread>
 
 #include "asymnvm/coord.h"
@@ -179,6 +184,119 @@ TEST(KvFence, SigstoppedPrimaryOnZooKeeperServesNothingStaleWhenItWakes) {
   auto after = (*c)->Get("k");
   ASSERT_TRUE(after.ok()) << after.status().ToString();
   EXPECT_EQ(after->value, now->value);
+}
+
+TEST(KvDigest, ABackupThatCannotApplyIsMarkedUnsyncedAndNeverPromoted) {
+  TempDir d;
+  const std::string coord = "dir:" + d.File("coord");
+  auto args = [&](int i, const std::string& size) -> std::vector<std::string> {
+    return {"--pool",
+            d.File("kv" + std::to_string(i) + ".pool"),
+            "--size",
+            size,
+            "--segment-size",
+            "2060K",
+            "--listen",
+            "unix://" + d.File("kv" + std::to_string(i) + ".sock"),
+            "--pm-mode",
+            "flush",
+            "--resp-port",
+            "-1",
+            "--coord",
+            coord,
+            "--workers",
+            "1",
+            "--shards",
+            "1",
+            "--rf",
+            "2",
+            "--initial-servers",
+            "2"};
+  };
+  auto zc = coord::Coordinator::Open(coord);
+  ASSERT_TRUE(zc.ok()) << zc.status().ToString();
+  // Server 0 (room for ~250 MiB) must be the primary and server 1 (room for ~24 MiB) its backup.
+  // The first map picks the primary by uuid; when it picks server 1, server 1 is SIGKILLed (server
+  // 0 takes over) and restarted (it rejoins as the backup).
+  std::vector<Proc> procs(2);
+  {
+    std::thread t([&] { procs[1] = StartKv(args(1, "48M")); });
+    procs[0] = StartKv(args(0, "256M"));
+    t.join();
+  }
+  Proc& big = procs[0];
+  Proc& small = procs[1];
+  ASSERT_GT(big.pid, 0);
+  ASSERT_GT(small.pid, 0);
+  auto backup_synced = [&]() -> int {  // 1 synced, 0 joining, -1 no backup
+    auto m = ReadMap(**zc);
+    if (!m.ok() || m->assignment.size() != 1 || m->assignment[0].backups.size() != 1) return -1;
+    return m->assignment[0].backups[0].synced ? 1 : 0;
+  };
+  auto primary_is = [&](const Proc& p) {
+    auto m = ReadMap(**zc);
+    return m.ok() && m->assignment.size() == 1 &&
+           m->servers[m->assignment[0].primary].oq == Address(p);
+  };
+  ASSERT_TRUE(testutil::WaitFor([&] { return backup_synced() == 1; }, 60s));
+  if (primary_is(small)) {
+    testutil::Kill9(small);
+    ASSERT_TRUE(testutil::WaitFor([&] { return primary_is(big); }, 60s));
+    small = StartKv(args(1, "48M"));
+    ASSERT_GT(small.pid, 0);
+    ASSERT_TRUE(testutil::WaitFor([&] { return backup_synced() == 1; }, 60s));
+  }
+  ASSERT_TRUE(primary_is(big));
+  std::string primary_uuid;
+  {
+    auto m = ReadMap(**zc);
+    ASSERT_TRUE(m.ok());
+    primary_uuid = m->assignment[0].primary;
+  }
+  ClientOptions co;
+  co.coordinator = coord;
+  co.retry_deadline = 30s;
+  co.timeout = 30s;
+  auto c = Client::Open(co);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  // Distinct keys of 64 KiB until the backup has marked itself unsynced (its store full), then
+  // a little more. Every acknowledged PUT is in the oracle.
+  std::map<std::string, std::string> acked;
+  bool marked = false;
+  for (int i = 0; i < 1200 && !marked; i++) {
+    const std::string key = "key" + std::to_string(i);
+    const std::string value(64 * 1024, static_cast<char>('a' + i % 26));
+    Status st = (*c)->Put(key, value);
+    ASSERT_TRUE(st.ok()) << key << ": " << st.ToString();
+    acked[key] = value;
+    if (i % 20 == 19) marked = backup_synced() == 0;
+  }
+  ASSERT_TRUE(marked) << "the backup never marked itself unsynced (its pool should be full)";
+  for (int i = 0; i < 20; i++) {
+    const std::string key = "late" + std::to_string(i);
+    ASSERT_TRUE((*c)->Put(key, "v").ok());
+    acked[key] = "v";
+  }
+  EXPECT_NE(backup_synced(), 1);
+  // The primary dies: the unsynced backup must not take the shard.
+  testutil::Kill9(big);
+  std::this_thread::sleep_for(1s);
+  {
+    auto m = ReadMap(**zc);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    EXPECT_EQ(m->assignment[0].primary, primary_uuid) << "the backup missing entries was promoted";
+  }
+  // Back: every acknowledged PUT is there.
+  big = StartKv(args(0, "256M"));
+  ASSERT_GT(big.pid, 0);
+  auto c2 = Client::Open(co);
+  ASSERT_TRUE(c2.ok()) << c2.status().ToString();
+  for (const auto& [k, v] : acked) {
+    auto g = (*c2)->Get(k);
+    ASSERT_TRUE(g.ok()) << k << ": " << g.status().ToString();
+    ASSERT_TRUE(g->found) << k << " acknowledged and lost";
+    ASSERT_EQ(g->value, v) << k;
+  }
 }
 
 }  // namespace

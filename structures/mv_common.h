@@ -10,6 +10,8 @@
 // 16-byte header: +0 magic u32 | +4 checksum u32 (of the whole object, this field excluded) |
 // +8 version u64 (the publish that made it visible). A value block is the header + a value slot
 // (u32 length | bytes, padded to 8): 16 + SlotBytes(value_size) bytes.
+// Nodes are the kinds' own (mv_bst.cc, mv_bptree.cc); their keys are key slots of
+// KeySlotBytes(key_size) bytes (the u64 of an integer key, or u16 length | bytes of a byte key).
 //
 // Writer (single, holds the writer lock from open): updates path-copy. Objects created since the
 // last publish form the private working version: they live in DRAM, are modified in place, and

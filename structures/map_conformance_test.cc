@@ -31,7 +31,7 @@ using Model = std::map<Key, Value>;
 using MapParam = std::tuple<Kind, Level, bool, uint64_t, uint32_t>;
 
 // The kinds built with byte-string keys.
-constexpr Kind kByteKeyKinds[] = {Kind::kHashTable, Kind::kSkipList};
+constexpr Kind kByteKeyKinds[] = {Kind::kHashTable, Kind::kSkipList, Kind::kBst, Kind::kMvBst};
 
 // The i-th key of a map with `key_size` (i >= 1; injective). Byte keys mix what bytewise order
 // must get right: shared prefixes ("user:" and "user:00"), a key that is a prefix of others,

@@ -135,7 +135,8 @@ class MvBPlusTree final : public MvBase {
     return Status::Ok();
   }
 
-  Status DoPut(uint64_t key, std::span<const uint8_t> value, bool replay) override {
+  Status DoPut(const Key& key_in, std::span<const uint8_t> value, bool replay) override {
+    const uint64_t key = key_in.u64();  // TODO(byte keys): integer keys only so far
     std::vector<Step> path;
     bool found;
     ASYMNVM_RETURN_IF_ERROR(Descend(key, &path, &found));
@@ -190,7 +191,8 @@ class MvBPlusTree final : public MvBase {
     return End(replay);
   }
 
-  Status DoDelete(uint64_t key, bool replay) override {
+  Status DoDelete(const Key& key_in, bool replay) override {
+    const uint64_t key = key_in.u64();
     std::vector<Step> path;
     bool found;
     ASYMNVM_RETURN_IF_ERROR(Descend(key, &path, &found));
@@ -233,7 +235,8 @@ class MvBPlusTree final : public MvBase {
     return End(replay);
   }
 
-  Status GetIn(uint64_t root, uint64_t count, uint64_t key, Value* value) override {
+  Status GetIn(uint64_t root, uint64_t count, const Key& key_in, Value* value) override {
+    const uint64_t key = key_in.u64();
     std::vector<uint8_t> b;
     Node nd;
     uint64_t cur = root;
@@ -273,8 +276,9 @@ class MvBPlusTree final : public MvBase {
     return Status::Ok();
   }
 
-  Status ScanIn(uint64_t root, uint64_t, uint64_t from, size_t limit,
+  Status ScanIn(uint64_t root, uint64_t, const Key& from_in, size_t limit,
                 std::vector<KeyValue>* out) override {
+    const uint64_t from = from_in.u64();
     if (root == 0 || limit == 0) return Status::Ok();
     return ScanNode(root, 0, from, limit, out);
   }

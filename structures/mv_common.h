@@ -10,6 +10,8 @@
 // 16-byte header: +0 magic u32 | +4 checksum u32 (of the whole object, this field excluded) |
 // +8 version u64 (the publish that made it visible). A value block is the header + a value slot
 // (u32 length | bytes, padded to 8): 16 + SlotBytes(value_size) bytes.
+// Nodes are the kinds' own (mv_bst.cc, mv_bptree.cc); their keys are key slots of
+// KeySlotBytes(key_size) bytes (the u64 of an integer key, or u16 length | bytes of a byte key).
 //
 // Writer (single, holds the writer lock from open): updates path-copy. Objects created since the
 // last publish form the private working version: they live in DRAM, are modified in place, and
@@ -150,28 +152,25 @@ class MvBase : public Map, public Base {
   uint32_t value_size() const override { return vsize(); }
 
   uint32_t key_size() const override { return ksize(); }
-  Status Put(const Key& key_in, std::span<const uint8_t> value) override {
-    ASYMNVM_RETURN_IF_ERROR(CheckKey(key_in));
-    const uint64_t key = key_in.u64();  // TODO(byte keys): integer keys only so far
+  Status Put(const Key& key, std::span<const uint8_t> value) override {
+    ASYMNVM_RETURN_IF_ERROR(CheckKey(key));
     ASYMNVM_RETURN_IF_ERROR(CheckWritable());
     ASYMNVM_RETURN_IF_ERROR(CheckValue(value));
     return DoPut(key, value, /*replay=*/false);
   }
-  Status Delete(const Key& key_in) override {
-    ASYMNVM_RETURN_IF_ERROR(CheckKey(key_in));
-    const uint64_t key = key_in.u64();
+  Status Delete(const Key& key) override {
+    ASYMNVM_RETURN_IF_ERROR(CheckKey(key));
     ASYMNVM_RETURN_IF_ERROR(CheckWritable());
     return DoDelete(key, /*replay=*/false);
   }
-  Status Get(const Key& key_in, Value* value) override {
-    ASYMNVM_RETURN_IF_ERROR(CheckKey(key_in));
-    const uint64_t key = key_in.u64();
+  Status Get(const Key& key, Value* value) override {
+    ASYMNVM_RETURN_IF_ERROR(CheckKey(key));
     return Run([&](uint64_t root, uint64_t count) { return GetIn(root, count, key, value); },
                /*timed=*/true);
   }
-  Status Scan(const Key& from_in, size_t limit, std::vector<KeyValue>* out) override {
-    ASYMNVM_RETURN_IF_ERROR(CheckScanFrom(from_in));
-    const uint64_t from = from_in.u64();
+  // `from` may be the empty byte string or longer than key_size (CheckScanFrom).
+  Status Scan(const Key& from, size_t limit, std::vector<KeyValue>* out) override {
+    ASYMNVM_RETURN_IF_ERROR(CheckScanFrom(from));
     return Run(
         [&](uint64_t root, uint64_t count) {
           out->clear();
@@ -241,10 +240,9 @@ class MvBase : public Map, public Base {
       }
       return ApplyVectorRun(run, true);
     }
-    Key key_in;
+    Key key;
     Value v;
-    ASYMNVM_RETURN_IF_ERROR(DecodeKeyValue(op.payload, ksize(), &key_in, &v));
-    const uint64_t key = key_in.u64();
+    ASYMNVM_RETURN_IF_ERROR(DecodeKeyValue(op.payload, ksize(), &key, &v));
     if (op.op_type == kOpPut) return DoPut(key, v, /*replay=*/true);
     if (op.op_type == kOpDelete) return DoDelete(key, /*replay=*/true);
     return Status::Corruption(Describe(kind_, st_.name) + ": unknown op type " +
@@ -265,10 +263,11 @@ class MvBase : public Map, public Base {
   }
 
  protected:
-  virtual Status DoPut(uint64_t key, std::span<const uint8_t> value, bool replay) = 0;
-  virtual Status DoDelete(uint64_t key, bool replay) = 0;
-  virtual Status GetIn(uint64_t root, uint64_t count, uint64_t key, Value* value) = 0;
-  virtual Status ScanIn(uint64_t root, uint64_t count, uint64_t from, size_t limit,
+  // Keys are the map's kind (CheckKey): integers, or byte strings ordered bytewise.
+  virtual Status DoPut(const Key& key, std::span<const uint8_t> value, bool replay) = 0;
+  virtual Status DoDelete(const Key& key, bool replay) = 0;
+  virtual Status GetIn(uint64_t root, uint64_t count, const Key& key, Value* value) = 0;
+  virtual Status ScanIn(uint64_t root, uint64_t count, const Key& from, size_t limit,
                         std::vector<KeyValue>* out) = 0;
   virtual Status VerifyIn(uint64_t root, uint64_t count) = 0;
 
@@ -405,7 +404,7 @@ class MvBase : public Map, public Base {
     const size_t max = s_.max_transaction_bytes();
     return std::min(kPublishBytes, max > 512 ? max - 512 : max / 2);
   }
-  Status Begin(uint16_t op, uint64_t key, std::span<const uint8_t> value, size_t estimate) {
+  Status Begin(uint16_t op, const Key& key, std::span<const uint8_t> value, size_t estimate) {
     if (estimate > PublishBudget()) {
       return Status::ResourceExhausted(
           What() + ": one update would copy " + std::to_string(estimate) +
@@ -452,7 +451,7 @@ class MvBase : public Map, public Base {
       halves.pop_front();
       if (lo >= hi) continue;
       const size_t mid = lo + (hi - lo) / 2;
-      st = DoPut(run[mid].first.u64(), run[mid].second, replay);
+      st = DoPut(run[mid].first, run[mid].second, replay);
       halves.emplace_back(lo, mid);
       halves.emplace_back(mid + 1, hi);
     }

@@ -426,7 +426,7 @@ TEST_P(CrashTest, FrontendAndBackendKilledTogether) {
 
 INSTANTIATE_TEST_SUITE_P(All, CrashTest, ::testing::ValuesIn(kAllKinds),
                          [](const auto& info) { return std::string(KindName(info.param)); });
-constexpr Kind kByteKeyKinds[] = {Kind::kHashTable, Kind::kSkipList};
+constexpr Kind kByteKeyKinds[] = {Kind::kHashTable, Kind::kSkipList, Kind::kBst, Kind::kMvBst};
 INSTANTIATE_TEST_SUITE_P(Maps, ByteKeyCrashTest, ::testing::ValuesIn(kByteKeyKinds),
                          [](const auto& info) { return std::string(KindName(info.param)); });
 

@@ -189,7 +189,7 @@ TEST_F(PartitionedTest, EveryMapKindAgainstAModelAcrossReopenAndReaders) {
 // the partitions, Verify's scan continues with Successor, and the key size survives a restart of
 // both back-ends (it is in the partition map).
 TEST_F(PartitionedTest, ByteKeysAcrossPartitionsAndRestart) {
-  const Kind kByteKeyKinds[] = {Kind::kHashTable, Kind::kSkipList};
+  const Kind kByteKeyKinds[] = {Kind::kHashTable, Kind::kSkipList, Kind::kBst, Kind::kMvBst};
   for (Kind kind : kByteKeyKinds) {
     SCOPED_TRACE(KindName(kind));
     const std::string name = std::string("pb-") + KindName(kind);

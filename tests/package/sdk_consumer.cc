@@ -144,7 +144,8 @@ int main(int argc, char** argv) {
   rmdir(dir);
   if (rc == 0) {
     std::printf(
-        "SDK consumer: 500 B+tree keys, a queue and 200 keys of a hash partitioned over two "
+        "SDK consumer: 500 B+tree keys, a queue and 200 byte-string keys of a hash partitioned "
+        "over two "
         "back-ends written, reopened and read back ok\n");
   }
   return rc;

@@ -44,9 +44,12 @@ Status CheckValue(std::string_view value) {
   return Status::Ok();
 }
 
+// Refused before anything was applied: the server is not (or, fenced, may no longer be) the
+// shard's primary. The map is re-read and the request resent.
 bool NotPrimary(const Status& s) {
   return s.code() == StatusCode::kUnavailable &&
-         s.message().find("kv: not primary") != std::string::npos;
+         (s.message().find("kv: not primary") != std::string::npos ||
+          s.message().find("kv: fenced") != std::string::npos);
 }
 
 bool ConnectionLost(const Status& s) {
@@ -131,6 +134,7 @@ class ClientImpl : public Client {
                                              std::to_string(shards) + " at " + addr + ")");
             }
             shards_ = shards;
+            if (r->flag == 1) cluster_member_ = true;
             break;
           }
           Broken(conn, *oq);
@@ -485,9 +489,13 @@ class ClientImpl : public Client {
     return it == map_.servers.end() ? "" : it->second.oq;
   }
 
+  // Whether a PUT to `shard` must take the software-response path (committed when durable on the
+  // backups) rather than be nilext. Without a coordinator the client has no map: a server that
+  // reported itself a cluster member may have backups for any shard.
   bool Replicated(uint32_t shard) {
+    if (!coord_) return cluster_member_;
     ReaderMutexLock l(route_mu_);
-    return coord_ && shard < map_.assignment.size() && !map_.assignment[shard].backups.empty();
+    return shard < map_.assignment.size() && !map_.assignment[shard].backups.empty();
   }
 
   Conn& GetConn(const std::string& address) {
@@ -845,6 +853,7 @@ class ClientImpl : public Client {
   SharedMutex route_mu_;
   ShardMap map_ ASYMNVM_GUARDED_BY(route_mu_);
   uint32_t shards_ = 0;
+  bool cluster_member_ = false;  // servers mode: a server reported it is in a cluster (kInfo)
   std::atomic<uint64_t> next_upload_{1};
   struct {
     std::atomic<uint64_t> bypass_puts{0}, bypass_gets{0}, fallbacks{0}, bypass_bytes{0},

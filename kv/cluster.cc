@@ -1,6 +1,7 @@
 #include "kv/cluster.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <sstream>
@@ -118,8 +119,25 @@ void ClusterAgent::WaitForAdoption(std::chrono::milliseconds timeout) {
                      [&]() ASYMNVM_REQUIRES(adopt_mu_) { return adopt_seq_ != seen || stop_; });
 }
 
+Status ClusterAgent::CheckLease() const {
+  if (coord_->state() == coord::SessionState::kExpired) {
+    return Status::Unavailable(
+        "kv: fenced: this server's coordinator session expired (its shards have moved)");
+  }
+  const auto lease = coord_->lease_timeout();
+  if (lease.count() <= 0) return Status::Ok();
+  const auto age = std::chrono::steady_clock::now().time_since_epoch() -
+                   std::chrono::nanoseconds(confirmed_ns_.load());
+  if (age * 3 < lease * 2) return Status::Ok();
+  return Status::Unavailable(
+      "kv: fenced: the coordinator last confirmed this server's shard map " +
+      std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(age).count()) +
+      " ms ago (2/3 of its " + std::to_string(lease.count()) +
+      " ms session timeout passed): its shards may have moved");
+}
+
 Status ClusterAgent::CheckPrimary(uint32_t shard) const {
-  if (shard < roles_.size() && roles_[shard] == Role::kPrimary) return Status::Ok();
+  if (shard < roles_.size() && roles_[shard] == Role::kPrimary) return CheckLease();
   return Status::Unavailable("kv: not primary for shard " + std::to_string(shard) + " (map epoch " +
                              std::to_string(map_.epoch) + ")");
 }
@@ -438,8 +456,11 @@ void ClusterAgent::ManagerLoop() {
         }
       }
     }
+    auto period = std::chrono::milliseconds(200);
+    const auto lease = coord_->lease_timeout();
+    if (lease.count() > 0) period = std::min(period, lease / 6);  // renew well inside 2/3
     MutexLock l(wake_mu_);
-    wake_cv_.wait_for(l.native(), std::chrono::milliseconds(200),
+    wake_cv_.wait_for(l.native(), period,
                       [&]() ASYMNVM_REQUIRES(wake_mu_) { return wake_seq_ != seen || stop_; });
     seen = wake_seq_;
   }
@@ -449,6 +470,7 @@ void ClusterAgent::FollowLoop() {
   int64_t adopted = -1;
   uint64_t seen = 0;
   while (!stop_) {
+    const auto sent = std::chrono::steady_clock::now();
     auto node = coord_->Get(map_path_);
     if (node.ok() && node->version != adopted) {
       auto m = ShardMap::Decode(node->data);
@@ -458,6 +480,18 @@ void ClusterAgent::FollowLoop() {
       } else {
         LOG_ERROR("kv", "shard map: " << m.status().ToString());
       }
+    }
+    // The lease runs from when this read was sent, and only once its map is adopted: a request
+    // that passes CheckLease afterwards is served under a map at least that recent.
+    if (node.ok()) confirmed_ns_ = sent.time_since_epoch().count();
+    if (coord_->state() == coord::SessionState::kExpired) {
+      // Its ephemeral node is gone and the manager moves its shards; a new session would make it
+      // a new member, which the restart does properly (it rejoins as a backup).
+      LOG_ERROR("kv",
+                "fenced: the coordinator session expired; exiting (status 5) so that a "
+                "restart rejoins this server as a backup");
+      std::fflush(nullptr);
+      std::_Exit(5);
     }
     // (Re)start catch-ups of joining backups of our shards.
     {
@@ -474,8 +508,11 @@ void ClusterAgent::FollowLoop() {
         }
       }
     }
+    auto period = std::chrono::milliseconds(200);
+    const auto lease = coord_->lease_timeout();
+    if (lease.count() > 0) period = std::min(period, lease / 6);  // renew well inside 2/3
     MutexLock l(wake_mu_);
-    wake_cv_.wait_for(l.native(), std::chrono::milliseconds(200),
+    wake_cv_.wait_for(l.native(), period,
                       [&]() ASYMNVM_REQUIRES(wake_mu_) { return wake_seq_ != seen || stop_; });
     seen = wake_seq_;
   }
@@ -595,7 +632,21 @@ void ClusterAgent::DigestLoop() {
   // the server died before its last block was digested.
   std::vector<uint32_t> held;
   constexpr size_t kMaxHeld = 8;
+  // An entry that could not be applied (the store full even after the cleaner ran, or bytes that
+  // do not validate): this server no longer holds everything its primaries acknowledged, so it
+  // must not be promoted. It marks itself unsynced in the map (its primaries catch it up again)
+  // before any segment is committed; until the mark is on the coordinator, every segment stays
+  // live, so a restart finds the entry again.
+  Status unapplied;
   while (!stop_) {
+    if (!unapplied.ok()) {
+      Status u = MarkSelfUnsynced(unapplied);
+      if (u.ok()) {
+        unapplied = Status::Ok();
+      } else {
+        LOG_WARN("kv", "digest: marking this backup unsynced: " << u.ToString());
+      }
+    }
     MutexLock l(digest_mu_);
     rowan::Scanner& scanner = digest_scanner_;
     auto seg = o_.receiver->NextUsed(std::chrono::milliseconds(100));
@@ -603,12 +654,15 @@ void ClusterAgent::DigestLoop() {
     scanner.ScanSegment(seg->bytes, seg->post_seq, [&](const rowan::ScannedEntry& e) {
       Status st = o_.store->ApplyReplica(e.payload);
       if (!st.ok()) {
-        LOG_WARN("kv", "digest: " << st.ToString());
+        LOG_ERROR("kv", "digest: an entry could not be applied: " << st.ToString());
+        digest_failures_++;
+        if (unapplied.ok()) unapplied = st;
       } else {
         digested_++;
       }
     });
     held.push_back(seg->index);
+    if (!unapplied.ok()) continue;  // marked first (the top of the loop), committed after
     // The scanner remembers every entry it yielded (duplicate suppression) and the blocks of
     // entries still incomplete. Applying is idempotent, so only the latter must survive: start
     // afresh whenever no entry is half-seen — and only then commit the held segments.
@@ -632,6 +686,23 @@ void ClusterAgent::DigestLoop() {
   }
 }
 
+Status ClusterAgent::MarkSelfUnsynced(const Status& why) {
+  return EditMap([&](ShardMap* m) {
+    bool changed = false;
+    for (uint32_t s = 0; s < m->assignment.size(); s++) {
+      for (auto& b : m->assignment[s].backups) {
+        if (b.uuid == o_.uuid && b.synced) {
+          b.synced = false;
+          changed = true;
+          LOG_WARN("kv", "backup of shard " << s << " marked unsynced (" << why.ToString()
+                                            << "); its primary catches it up again");
+        }
+      }
+    }
+    return changed;
+  });
+}
+
 void ClusterAgent::DigestLive() {
   if (o_.remote_logs != nullptr) o_.remote_logs->DigestAll();
   MutexLock l(digest_mu_);
@@ -641,7 +712,13 @@ void ClusterAgent::DigestLive() {
   rowan::Scanner scanner = digest_scanner_;
   for (const auto& v : o_.receiver->LiveSegments()) {
     scanner.ScanSegment(v.bytes, v.post_seq, [&](const rowan::ScannedEntry& e) {
-      if (o_.store->ApplyReplica(e.payload).ok()) digested_++;
+      Status st = o_.store->ApplyReplica(e.payload);
+      if (st.ok()) {
+        digested_++;
+      } else {
+        digest_failures_++;
+        LOG_ERROR("kv", "promotion digest: an entry could not be applied: " << st.ToString());
+      }
     });
   }
 }

@@ -15,6 +15,10 @@
 //    that fails is removed from the shard in the map before the write is acknowledged.
 //  * Digest: a thread takes used b-log segments from the Rowan Receiver, applies their entries to
 //    the Store (ApplyReplica) and commits the segments.
+//  * Fencing (doc/kv.md §Fencing): with a coordinator that has sessions with a timeout
+//    (ZooKeeper), a server whose map reads have not reached the coordinator for 2/3 of the
+//    session timeout serves nothing (its shards may already have moved: its ephemeral node may be
+//    gone); one whose session expired exits with status 5 (restarted, it rejoins as a backup).
 //
 // Thread safety: Replicate and the ShardGuard from worker threads; everything else internal.
 #pragma once
@@ -70,8 +74,12 @@ class ClusterAgent {
   // server serves `shard` as primary; *replicated = the shard has backups (a nilext PUT to it
   // should not have been nilext; it is still replicated before being applied).
   std::shared_lock<std::shared_mutex> Lock() const { return std::shared_lock(mu_); }
+  // kUnavailable "kv: not primary ..." or "kv: fenced: ..." (the lease lapsed: the map this server
+  // holds may be stale; the client re-reads the map and retries elsewhere).
   Status CheckPrimary(uint32_t shard) const;  // call with Lock() held
-  bool HasBackups(uint32_t shard) const;      // call with Lock() held
+  // OK unless fenced (see the file comment).
+  Status CheckLease() const;
+  bool HasBackups(uint32_t shard) const;  // call with Lock() held
   Status Replicate(uint32_t worker, uint32_t shard, std::span<const uint8_t> entry);
   // Batch mode: WRITEs what `worker` staged and awaits the FLUSHes; called by the worker before
   // any reply of its batch of requests leaves (no map lock needed). A backup that fails is removed
@@ -85,6 +93,8 @@ class ClusterAgent {
   void WaitForAdoption(std::chrono::milliseconds timeout);
   uint64_t catchups_done() const { return catchups_done_; }
   uint64_t digested() const { return digested_; }
+  // Replicated entries this backup could not apply (each marks it unsynced: DigestLoop).
+  uint64_t digest_failures() const { return digest_failures_; }
   // Replication cost as the primary's sender connections count it (doc/fabric.md Counters):
   // doorbells and wire bytes (both directions) over every backup, and the writes replicated.
   uint64_t replication_round_trips() const { return repl_round_trips_; }
@@ -102,6 +112,8 @@ class ClusterAgent {
   // Compare-and-set edit of the map on the coordinator; `edit` returns false for "no change".
   Status EditMap(const std::function<bool(ShardMap*)>& edit);
   void DigestLive();
+  // Sets this server's backup slots unsynced in the map (an entry it could not apply).
+  Status MarkSelfUnsynced(const Status& why);
   Status ReplicateBaseline(uint32_t worker, uint32_t shard, std::span<const uint8_t> entry);
   RemoteLogSender* BaseSender(uint32_t worker, const std::string& uuid, Status* st);
   // Removes `gone` from `shards` (this server primary) in the map; OK when done or not needed.
@@ -146,7 +158,10 @@ class ClusterAgent {
   std::condition_variable wake_cv_;
   uint64_t wake_seq_ ASYMNVM_GUARDED_BY(wake_mu_) = 0;
   std::thread manager_, follower_, digester_;
-  std::atomic<uint64_t> catchups_done_{0}, digested_{0};
+  std::atomic<uint64_t> catchups_done_{0}, digested_{0}, digest_failures_{0};
+  // When the last map read that reached the coordinator was sent, after its map was adopted
+  // (steady clock, ns): a request served under the lease saw every map up to then.
+  std::atomic<int64_t> confirmed_ns_{0};
   std::atomic<uint64_t> repl_round_trips_{0}, repl_bytes_{0}, repl_writes_{0};
   coord::WatchId w1_ = 0, w2_ = 0;
 };

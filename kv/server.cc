@@ -323,6 +323,9 @@ Status Server::Impl::Execute(const oq::RequestContext& ctx, const wire::Request&
     case wire::kInfo: {
       resp.arg = g.shards;
       resp.count = g.workers;
+      // 1: a cluster member (its shards may have backups and may move): a client that reaches it
+      // by address must not send nilext PUTs, which only an unreplicated primary may take.
+      resp.flag = cluster_mode ? 1 : 0;
       body = pm::UuidToString(pool->superblock().uuid);
       if (bypass) {  // + the bypass region and endpoint (doc/kv.md §Wire)
         uint8_t d[fabric::RegionDescriptor::kEncodedSize];

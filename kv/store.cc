@@ -617,7 +617,9 @@ Status Store::ApplyReplica(std::span<const uint8_t> entry) {
   size_t total = 0;
   for (const auto& [m, off] : members) total += format::EntryFootprint(m.key_len, m.value_len);
   MutexLock rl(replica_mu_);
-  ASYMNVM_ASSIGN_OR_RETURN(Loc first, Place(replica_part(), 0, total));
+  // A full store waits for the cleaner like a worker's write (the digest thread is not on any
+  // request's path); still full after that, the caller learns kResourceExhausted.
+  ASYMNVM_ASSIGN_OR_RETURN(Loc first, PlaceWaiting(replica_part(), 0, total));
   uint8_t* at = SegmentBase(first.seg) + first.off;
   std::vector<Loc> locs;
   size_t off = 0, end = 0;

@@ -5,15 +5,18 @@
 // PM layout (little-endian):
 //   Anchor (24 B, the root word points at it): magic u64 "AYNVMBST" @0 | root u64 @8 |
 //     count u64 @16.
-//   Node (24 + SlotBytes(value_size) B): key u64 @0 | left u64 @8 | right u64 @16 |
-//     value slot @24 (u32 length | bytes, padded to 8; only the 4 + length bytes are written).
+//   Node (K + 16 + SlotBytes(value_size) B, K = KeySlotBytes(key_size): 8 for integer keys):
+//     key slot @0 (u64, or u16 length | bytes zero-padded to 8) | left u64 @K | right u64 @K+8 |
+//     value slot @K+16 (u32 length | bytes, padded to 8; only the 4 + length bytes are written).
+//     An integer-key node is the layout from before byte keys (K = 8: 24-byte head). Byte keys
+//     are ordered bytewise (Key's operator<=>); a node's head (key slot + links) is one read.
 //
 // Put: descend; an existing key gets its slot rewritten (4 + length bytes, one memory log); a new
 // key gets a new node (one memory log) linked into its parent's left/right word, plus the anchor's
 // count (and root when the tree was empty). Delete: a node with at most one child is replaced by
-// that child in its parent; a node with two children takes its in-order successor's key and value
-// (successor copy) and the successor is unlinked instead. The unlinked node is freed after the
-// operation's tx_write.
+// that child in its parent; a node with two children takes its in-order successor's key slot
+// (whole) and value (successor copy) and the successor is unlinked instead. The unlinked node is
+// freed after the operation's tx_write.
 //
 // §8 tree optimization (Options::optimize, writer at rc/rcb): nodes at depth < N (root = depth 0)
 // are read through the page cache, deeper ones with one-sided READs that bypass it. Every 1024
@@ -22,8 +25,8 @@
 // N starts at 16. With optimize off every read goes through the cache (plain LRU-like policy).
 //
 // Readers (Access::kReader) run every read-only operation under the seqlock; a traversal longer
-// than count + 64 nodes, a zero/unaligned address or a bad slot length is reported as
-// kAborted("torn ...") so the seqlock retries it.
+// than count + 64 nodes, a zero/unaligned address, a bad key length or a bad slot length is
+// reported as kAborted("torn ...") so the seqlock retries it (the writer: kCorruption).
 #include <algorithm>
 #include <functional>
 #include <set>
@@ -38,12 +41,10 @@ namespace {
 constexpr uint64_t kMagic = 0x5453424d564e5941ull;  // "AYNVMBST"
 constexpr uint16_t kOpPut = 1, kOpDelete = 2;
 constexpr uint64_t kRoot = 8, kCount = 16, kAnchorBytes = 24;
-constexpr uint64_t kLeft = 8, kRight = 16, kSlot = 24;
-
-// The §8 level threshold: depth < n → cached read.
 
 struct NodeHead {
-  uint64_t key = 0, left = 0, right = 0;
+  Key key;
+  uint64_t left = 0, right = 0;
 };
 
 class Bst final : public Map, public Base {
@@ -51,7 +52,10 @@ class Bst final : public Map, public Base {
   Bst(frontend::Session& s, frontend::Structure st, const Options& o)
       : Base(s, std::move(st), Kind::kBst, o), levels_(16, 64) {
     slot_bytes_ = SlotBytes(vsize());
-    node_bytes_ = kSlot + slot_bytes_;
+    left_ = kslot();
+    right_ = kslot() + 8;
+    slot_ = kslot() + 16;
+    node_bytes_ = slot_ + slot_bytes_;
     if (opt_.optimize) st_.page_size = NodePageSize(node_bytes_);  // node-granular cache pages
     adapt_ = writer() && opt_.optimize &&
              (level() == frontend::Level::kRc || level() == frontend::Level::kRcb);
@@ -80,33 +84,30 @@ class Bst final : public Map, public Base {
   uint32_t value_size() const override { return vsize(); }
 
   uint32_t key_size() const override { return ksize(); }
-  Status Put(const Key& key_in, std::span<const uint8_t> value) override {
-    ASYMNVM_RETURN_IF_ERROR(CheckKey(key_in));
-    const uint64_t key = key_in.u64();  // TODO(byte keys): integer keys only so far
+  Status Put(const Key& key, std::span<const uint8_t> value) override {
+    ASYMNVM_RETURN_IF_ERROR(CheckKey(key));
     ASYMNVM_RETURN_IF_ERROR(CheckWritable());
     ASYMNVM_RETURN_IF_ERROR(CheckValue(value));
     return DoPut(key, value);
   }
 
-  Status Delete(const Key& key_in) override {
-    ASYMNVM_RETURN_IF_ERROR(CheckKey(key_in));
-    const uint64_t key = key_in.u64();
+  Status Delete(const Key& key) override {
+    ASYMNVM_RETURN_IF_ERROR(CheckKey(key));
     ASYMNVM_RETURN_IF_ERROR(CheckWritable());
     return DoDelete(key, /*replay=*/false);
   }
 
   Status PutBatch(std::span<const KeyValue> kvs) override {
     // Per pair at most a new node written whole and one link word (an update: its slot).
-    const size_t bound = 16 + kSlot + slot_bytes_ + 24;
+    const size_t bound = 16 + slot_ + slot_bytes_ + 24;
     return PutVector(
         kvs,
         [this](std::span<const KeyValue> run, VectorPlan* plan) { return GatherWalk(run, plan); },
         [bound](const KeyValue&) { return bound; });
   }
 
-  Status Get(const Key& key_in, Value* value) override {
-    ASYMNVM_RETURN_IF_ERROR(CheckKey(key_in));
-    const uint64_t key = key_in.u64();
+  Status Get(const Key& key, Value* value) override {
+    ASYMNVM_RETURN_IF_ERROR(CheckKey(key));
     return Query([&]() -> Status {
       uint64_t root = 0, count = 0;
       ASYMNVM_RETURN_IF_ERROR(LoadRoot(&root, &count));
@@ -120,14 +121,12 @@ class Bst final : public Map, public Base {
           return ReadValue(at, static_cast<int>(std::min<uint64_t>(depth, 1 << 20)), value);
         at = key < h.key ? h.left : h.right;
       }
-      return Status::NotFound(Describe(kind_, st_.name) + ": key " + std::to_string(key) +
-                              " not found");
+      return NotFound(key);
     });
   }
 
-  Status Scan(const Key& from_in, size_t limit, std::vector<KeyValue>* out) override {
-    ASYMNVM_RETURN_IF_ERROR(CheckScanFrom(from_in));
-    const uint64_t from = from_in.u64();
+  Status Scan(const Key& from, size_t limit, std::vector<KeyValue>* out) override {
+    ASYMNVM_RETURN_IF_ERROR(CheckScanFrom(from));
     if (out) out->clear();
     return Query([&]() -> Status {
       if (out) out->clear();
@@ -199,7 +198,7 @@ class Bst final : public Map, public Base {
       std::vector<uint64_t> stack;
       uint64_t n = 0, at = root;
       bool have_prev = false;
-      uint64_t prev = 0;
+      Key prev;
       while (at != 0 || !stack.empty()) {
         while (at != 0) {
           if (stack.size() > count + 1)
@@ -218,15 +217,15 @@ class Bst final : public Map, public Base {
         NodeHead h;
         ASYMNVM_RETURN_IF_ERROR(ReadHead(node, 0, &h));
         if (have_prev && h.key <= prev) {
-          return Status::Corruption(what + ": keys out of order (" + std::to_string(prev) +
-                                    " then " + std::to_string(h.key) + ")");
+          return Status::Corruption(what + ": keys out of order (" + prev.ToString() + " then " +
+                                    h.key.ToString() + ")");
         }
         std::vector<uint8_t> slot(slot_bytes_);
-        ASYMNVM_RETURN_IF_ERROR(Read(node + kSlot, slot));
+        ASYMNVM_RETURN_IF_ERROR(Read(node + slot_, slot));
         Status st = DecodeSlot(slot, vsize(), nullptr);
         if (!st.ok())
-          return Status::Corruption(what + ": key " + std::to_string(h.key) + ": " + st.message());
-        prev = h.key;
+          return Status::Corruption(what + ": key " + h.key.ToString() + ": " + st.message());
+        prev = std::move(h.key);
         have_prev = true;
         at = h.right;
       }
@@ -244,10 +243,9 @@ class Bst final : public Map, public Base {
         return GatherWalk(run, plan);
       });
     }
-    Key key_in;
+    Key key;
     Value v;
-    ASYMNVM_RETURN_IF_ERROR(DecodeKeyValue(op.payload, ksize(), &key_in, &v));
-    const uint64_t key = key_in.u64();
+    ASYMNVM_RETURN_IF_ERROR(DecodeKeyValue(op.payload, ksize(), &key, &v));
     if (op.op_type == kOpPut) {
       if (v.size() > vsize())
         return Status::Corruption(Describe(kind_, st_.name) + ": replayed value too long");
@@ -263,6 +261,9 @@ class Bst final : public Map, public Base {
  private:
   Status Torn(const std::string& why) const {
     return Status::Aborted(Describe(kind_, st_.name) + ": torn read: " + why);
+  }
+  Status NotFound(const Key& key) const {
+    return Status::NotFound(Describe(kind_, st_.name) + ": key " + key.ToString() + " not found");
   }
   bool Plausible(uint64_t addr) const {
     return addr % 8 == 0 && addr >= s_.data_begin() && addr + node_bytes_ <= s_.data_end();
@@ -285,19 +286,30 @@ class Bst final : public Map, public Base {
 
   Status ReadHead(uint64_t addr, int depth, NodeHead* h) {
     if (!Plausible(addr)) return Torn("node address " + std::to_string(addr));
-    uint8_t b[kSlot];
-    ASYMNVM_RETURN_IF_ERROR(Read(addr, b, levels_.Cached(adapt_, depth)));
+    uint8_t b[kMaxKeySlot + 16];
+    ASYMNVM_RETURN_IF_ERROR(
+        Read(addr, std::span<uint8_t>(b, slot_), levels_.Cached(adapt_, depth)));
     if (adapt_) levels_.Tick(s_);
-    h->key = GetU64(b);
-    h->left = GetU64(b + kLeft);
-    h->right = GetU64(b + kRight);
+    h->left = GetU64(b + left_);
+    h->right = GetU64(b + right_);
     if ((h->left | h->right) % 8 != 0) return Torn("misaligned child");
+    if (ksize() == 0) {  // the integer fast path: no length to validate
+      h->key = Key(GetU64(b));
+      return Status::Ok();
+    }
+    Status st = LoadKey(b, &h->key);
+    if (!st.ok()) {
+      // A reader may have read a node being rewritten (the seqlock retries); the writer's own
+      // view is never torn.
+      const std::string why = "node " + std::to_string(addr) + ": " + st.message();
+      return writer() ? Status::Corruption(Describe(kind_, st_.name) + ": " + why) : Torn(why);
+    }
     return Status::Ok();
   }
 
   Status ReadValue(uint64_t addr, int depth, Value* value) {
     std::vector<uint8_t> slot(slot_bytes_);
-    ASYMNVM_RETURN_IF_ERROR(Read(addr + kSlot, slot, levels_.Cached(adapt_, depth)));
+    ASYMNVM_RETURN_IF_ERROR(Read(addr + slot_, slot, levels_.Cached(adapt_, depth)));
     Status st = DecodeSlot(slot, vsize(), value);
     if (!st.ok()) return Torn(st.message());
     return Status::Ok();
@@ -312,7 +324,8 @@ class Bst final : public Map, public Base {
 
   // Writer: finds `key`; *found = its node or 0, *parent / *link = the word that points (or
   // would point) at it (the anchor's root word when the tree is empty or it is the root).
-  Status Locate(uint64_t key, uint64_t* found, uint64_t* parent, uint64_t* link, int* found_depth) {
+  Status Locate(const Key& key, uint64_t* found, uint64_t* parent, uint64_t* link,
+                int* found_depth) {
     *found = 0;
     *parent = 0;
     *link = anchor_ + kRoot;
@@ -329,7 +342,7 @@ class Bst final : public Map, public Base {
         return Status::Ok();
       }
       *parent = at;
-      *link = at + (key < h.key ? kLeft : kRight);
+      *link = at + (key < h.key ? left_ : right_);
       at = key < h.key ? h.left : h.right;
       depth++;
     }
@@ -337,7 +350,7 @@ class Bst final : public Map, public Base {
     return Status::Ok();
   }
 
-  Status DoPut(uint64_t key, std::span<const uint8_t> value) {
+  Status DoPut(const Key& key, std::span<const uint8_t> value) {
     uint64_t found = 0, parent = 0, link = 0;
     int depth = 0;
     ASYMNVM_RETURN_IF_ERROR(Locate(key, &found, &parent, &link, &depth));
@@ -345,13 +358,13 @@ class Bst final : public Map, public Base {
     const std::vector<uint8_t> prefix = SlotPrefix(value);
     if (found != 0) {
       return Update(
-          kOpPut, params, [&]() -> Status { return Write(found + kSlot, prefix); },
+          kOpPut, params, [&]() -> Status { return Write(found + slot_, prefix); },
           KeyValueValueOffset(key));
     }
     ASYMNVM_ASSIGN_OR_RETURN(uint64_t node, s_.Malloc(node_bytes_));
-    std::vector<uint8_t> b(kSlot + prefix.size(), 0);
-    PutU64(b.data(), key);
-    std::memcpy(b.data() + kSlot, prefix.data(), prefix.size());
+    std::vector<uint8_t> b(slot_ + prefix.size(), 0);
+    StoreKey(key, b.data());
+    std::memcpy(b.data() + slot_, prefix.data(), prefix.size());
     Status st = Update(
         kOpPut, params,
         [&]() -> Status {
@@ -390,11 +403,11 @@ class Bst final : public Map, public Base {
     ASYMNVM_ASSIGN_OR_RETURN(uint64_t left, PlanSubtree(run.first(mid), plan));
     ASYMNVM_ASSIGN_OR_RETURN(uint64_t right, PlanSubtree(run.subspan(mid + 1), plan));
     const std::vector<uint8_t> prefix = SlotPrefix(run[mid].second);
-    std::vector<uint8_t> b(kSlot + prefix.size(), 0);
-    PutU64(b.data(), run[mid].first.u64());
-    PutU64(b.data() + kLeft, left);
-    PutU64(b.data() + kRight, right);
-    std::memcpy(b.data() + kSlot, prefix.data(), prefix.size());
+    std::vector<uint8_t> b(slot_ + prefix.size(), 0);
+    StoreKey(run[mid].first, b.data());
+    PutU64(b.data() + left_, left);
+    PutU64(b.data() + right_, right);
+    std::memcpy(b.data() + slot_, prefix.data(), prefix.size());
     plan->Add(node, std::move(b));
     return node;
   }
@@ -425,11 +438,11 @@ class Bst final : public Map, public Base {
         ASYMNVM_RETURN_IF_ERROR(ReadHead(part.node, part.depth, &h));
         const auto lo =
             std::lower_bound(part.run.begin(), part.run.end(), h.key,
-                             [](const KeyValue& kv, uint64_t k) { return kv.first < k; });
+                             [](const KeyValue& kv, const Key& k) { return kv.first < k; });
         const size_t mid = static_cast<size_t>(lo - part.run.begin());
         size_t right_begin = mid;
         if (lo != part.run.end() && lo->first == h.key) {
-          plan->Add(part.node + kSlot, SlotPrefix(lo->second));
+          plan->Add(part.node + slot_, SlotPrefix(lo->second));
           right_begin = mid + 1;
         }
         const std::span<const KeyValue> sides[2] = {part.run.first(mid),
@@ -449,11 +462,11 @@ class Bst final : public Map, public Base {
           std::vector<uint8_t> b(16);
           PutU64(b.data(), hung[0]);
           PutU64(b.data() + 8, hung[1]);
-          plan->Add(part.node + kLeft, std::move(b));
+          plan->Add(part.node + left_, std::move(b));
         } else if (hung[0] != 0) {
-          plan->AddU64(part.node + kLeft, hung[0]);
+          plan->AddU64(part.node + left_, hung[0]);
         } else if (hung[1] != 0) {
-          plan->AddU64(part.node + kRight, hung[1]);
+          plan->AddU64(part.node + right_, hung[1]);
         }
       }
     }
@@ -472,14 +485,13 @@ class Bst final : public Map, public Base {
     return Status::Ok();
   }
 
-  Status DoDelete(uint64_t key, bool replay) {
+  Status DoDelete(const Key& key, bool replay) {
     uint64_t z = 0, parent = 0, link = 0;
     int depth = 0;
     ASYMNVM_RETURN_IF_ERROR(Locate(key, &z, &parent, &link, &depth));
     if (z == 0) {
       if (replay) return Status::Ok();  // the original failed validation: nothing to redo
-      return Status::NotFound(Describe(kind_, st_.name) + ": key " + std::to_string(key) +
-                              " not found");
+      return NotFound(key);
     }
     NodeHead zh;
     ASYMNVM_RETURN_IF_ERROR(ReadHead(z, depth, &zh));
@@ -500,7 +512,7 @@ class Bst final : public Map, public Base {
         ASYMNVM_RETURN_IF_ERROR(ReadHead(s, ++d, &sh));
       }
       s_slot.resize(slot_bytes_);
-      ASYMNVM_RETURN_IF_ERROR(Read(s + kSlot, s_slot, levels_.Cached(adapt_, d)));
+      ASYMNVM_RETURN_IF_ERROR(Read(s + slot_, s_slot, levels_.Cached(adapt_, d)));
       const uint32_t len = GetU32(s_slot.data());
       if (len > vsize()) return Status::Corruption(Describe(kind_, st_.name) + ": bad value slot");
       s_slot.resize((4 + len + 7) / 8 * 8);
@@ -508,11 +520,14 @@ class Bst final : public Map, public Base {
     }
     const uint64_t new_child = zh.left != 0 ? zh.left : zh.right;
     const auto params = EncodeKeyValue(key, {});
+    // The successor's key slot, whole (8 bytes for an integer key, as before byte keys).
+    std::vector<uint8_t> s_key(kslot());
+    if (s != 0) StoreKey(sh.key, s_key.data());
     ASYMNVM_RETURN_IF_ERROR(Update(kOpDelete, params, [&]() -> Status {
       if (s != 0) {
-        ASYMNVM_RETURN_IF_ERROR(WriteU64(z, sh.key));
-        ASYMNVM_RETURN_IF_ERROR(Write(z + kSlot, s_slot));
-        ASYMNVM_RETURN_IF_ERROR(WriteU64(sp == z ? z + kRight : sp + kLeft, sh.right));
+        ASYMNVM_RETURN_IF_ERROR(Write(z, s_key));
+        ASYMNVM_RETURN_IF_ERROR(Write(z + slot_, s_slot));
+        ASYMNVM_RETURN_IF_ERROR(WriteU64(sp == z ? z + right_ : sp + left_, sh.right));
         return WriteU64(anchor_ + kCount, count_ - 1);
       }
       if (parent == 0) {
@@ -531,6 +546,7 @@ class Bst final : public Map, public Base {
 
   uint64_t anchor_ = 0;
   uint32_t slot_bytes_ = 0, node_bytes_ = 0;
+  uint32_t left_ = 0, right_ = 0, slot_ = 0;  // node offsets (after the key slot)
   bool adapt_ = false;
   LevelThreshold levels_;
   // The writer's view of the anchor (it holds the lock).
@@ -540,9 +556,6 @@ class Bst final : public Map, public Base {
 }  // namespace
 
 Result<std::unique_ptr<Map>> OpenBst(frontend::Session& s, const std::string& name, Options o) {
-  if (o.key_size != 0 && o.access == Access::kWriter) {  // TODO(byte keys): being converted
-    return Status::NotSupported(Describe(Kind::kBst, name) + ": byte-string keys not built yet");
-  }
   ASYMNVM_ASSIGN_OR_RETURN(frontend::Structure st, Base::Resolve(s, Kind::kBst, name, &o, 0));
   auto h = std::make_unique<Bst>(s, std::move(st), o);
   ASYMNVM_RETURN_IF_ERROR(h->Init());

@@ -1,7 +1,10 @@
 // BST: model-checked random operations at every level (with session reopen and back-end restart),
-// shapes and edge cases, replay, the §8 level threshold, and a reader under concurrent updates.
+// shapes and edge cases, replay, the §8 level threshold, and a reader under concurrent updates;
+// byte-string keys: the node layout (and the integer one unchanged), successor copies between keys
+// of different lengths, vectors, replay and a reader racing the writer.
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <random>
@@ -55,6 +58,30 @@ void ExpectMatchesModel(Map& m, const std::map<uint64_t, Value>& model, uint64_t
   EXPECT_EQ(*n, model.size());
   Status vs = m.Verify();
   EXPECT_TRUE(vs.ok()) << vs.ToString();
+}
+
+// A byte key that sorts like i: a fixed-width decimal under a shared prefix, then 0..6 bytes of
+// 0xFF (lengths vary; a longer key sorts after the shorter ones of the same i only).
+Key ByteKey(uint64_t i) {
+  char d[24];
+  std::snprintf(d, sizeof d, "%08llu", static_cast<unsigned long long>(i));
+  return Key(std::string("k/") + d + std::string(i % 7, '\xff'));
+}
+uint64_t IntOf(const Key& k) {
+  return k.is_int() ? k.u64() : std::stoull(std::string(k.bytes().substr(2, 8)));
+}
+
+// The anchor (the structure's root word points at it) and `n` bytes at `addr`, read remotely.
+uint64_t AnchorOf(frontend::Session& s, Map& m) {
+  uint8_t w[8];
+  EXPECT_TRUE(s.ReadRemote(m.structure().root_addr, w).ok());
+  return internal::GetU64(w);
+}
+std::vector<uint8_t> Raw(frontend::Session& s, uint64_t addr, size_t n) {
+  std::vector<uint8_t> b(n);
+  Status st = s.ReadRemote(addr, b);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return b;
 }
 
 class BstTest : public StructuresTest {};
@@ -220,6 +247,160 @@ TEST_F(BstTest, ReplayReexecutesPutsAndDeletes) {
   ExpectMatchesModel(**m, model, 60);
 }
 
+// An integer-key tree keeps the layout from before byte keys, byte for byte: anchor magic | root |
+// count; node key u64 @0 | left @8 | right @16 | value slot @24 (u32 length | bytes).
+TEST_F(BstTest, IntegerKeyLayoutIsUnchanged) {
+  auto s = OpenSession(15, Level::kRcb);
+  auto m = OpenT(*s, "layout");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  for (uint64_t k : {20, 10, 30}) ASSERT_TRUE((*m)->Put(k, TestValue(k, 0, 5)).ok());
+  ASSERT_TRUE((*m)->Sync().ok());
+  const auto a = Raw(*s, AnchorOf(*s, **m), 24);
+  EXPECT_EQ(internal::GetU64(a.data()), 0x5453424d564e5941ull);  // "AYNVMBST"
+  EXPECT_EQ(internal::GetU64(a.data() + 16), 3u);
+  const auto root = Raw(*s, internal::GetU64(a.data() + 8), 24 + 8);
+  EXPECT_EQ(internal::GetU64(root.data()), 20u);
+  EXPECT_EQ(internal::GetU32(root.data() + 24), 5u);
+  const Value v20 = TestValue(20, 0, 5);
+  EXPECT_EQ(Value(root.begin() + 28, root.begin() + 32), Value(v20.begin(), v20.begin() + 4));
+  const auto left = Raw(*s, internal::GetU64(root.data() + 8), 24);
+  const auto right = Raw(*s, internal::GetU64(root.data() + 16), 24);
+  EXPECT_EQ(internal::GetU64(left.data()), 10u);
+  EXPECT_EQ(internal::GetU64(right.data()), 30u);
+  EXPECT_EQ(internal::GetU64(left.data() + 8) | internal::GetU64(left.data() + 16), 0u);
+}
+
+// Byte keys: node = key slot (u16 length | bytes, zero-padded to 8: 32 B for key_size 24) | left |
+// right | value slot. A successor copy between keys of different lengths rewrites the whole slot
+// (no bytes of the longer key left behind).
+TEST_F(BstTest, ByteKeyLayoutAndSuccessorCopy) {
+  auto s = OpenSession(16, Level::kRc);
+  Options o;
+  o.key_size = 24;
+  o.value_size = 16;
+  auto m = OpenT(*s, "bytes", o);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  Map& t = **m;
+  EXPECT_EQ(t.key_size(), 24u);
+  const std::string k50 = "m-the-middle-key-of-24-b", k25 = "c", k75 = "x",
+                    k60 = std::string("n\0", 2), k55 = "n", k90 = "\xff\xff";
+  ASSERT_EQ(k50.size(), 24u);
+  std::map<Key, Value> model;
+  for (const std::string& k : {k50, k25, k75, k60, k55, k90}) {
+    ASSERT_TRUE(t.Put(k, TestValue(k.size(), 1, 16)).ok()) << Key(k);
+    model[k] = TestValue(k.size(), 1, 16);
+  }
+  ASSERT_TRUE(t.Sync().ok());
+  const uint64_t anchor = AnchorOf(*s, t);
+  const uint64_t root = internal::GetU64(Raw(*s, anchor + 8, 8).data());
+  auto node = Raw(*s, root, 32 + 16 + 8);
+  EXPECT_EQ(node[0] | node[1] << 8, 24);
+  EXPECT_EQ(std::string(node.begin() + 2, node.begin() + 26), k50);
+  EXPECT_EQ(std::vector<uint8_t>(node.begin() + 26, node.begin() + 32), std::vector<uint8_t>(6, 0));
+  const uint64_t right = internal::GetU64(node.data() + 40);
+  EXPECT_NE(internal::GetU64(node.data() + 32), 0u);
+  EXPECT_EQ(internal::GetU32(node.data() + 48), 16u);  // the value slot's length
+  EXPECT_EQ(Raw(*s, right, 3), (std::vector<uint8_t>{1, 0, 'x'}));
+  // The root (24-byte key) takes its successor's 1-byte key "n".
+  ASSERT_TRUE(t.Delete(k50).ok());
+  model.erase(k50);
+  ASSERT_TRUE(t.Sync().ok());
+  node = Raw(*s, root, 32);
+  EXPECT_EQ(node[0] | node[1] << 8, 1);
+  EXPECT_EQ(node[2], 'n');
+  EXPECT_EQ(std::vector<uint8_t>(node.begin() + 3, node.end()), std::vector<uint8_t>(29, 0));
+  ASSERT_TRUE(t.Verify().ok()) << t.Verify().ToString();
+  std::vector<KeyValue> all;
+  ASSERT_TRUE(t.Scan(std::string(), 100, &all).ok());
+  EXPECT_EQ(all, std::vector<KeyValue>(model.begin(), model.end()));
+  // Scan starts between keys, at a prefix of a key and past the longest key.
+  ASSERT_TRUE(t.Scan(std::string("n\0\0", 3), 100, &all).ok());
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].first, Key("x"));
+  ASSERT_TRUE(t.Scan(std::string(300, 'a'), 1, &all).ok());
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].first, Key("c"));
+  for (const std::string& k : {k60, k25, k75, k55, k90}) {
+    ASSERT_TRUE(t.Delete(k).ok()) << Key(k);
+    ASSERT_TRUE(t.Verify().ok()) << t.Verify().ToString();
+  }
+  EXPECT_EQ(CountOf(t), 0u);
+  // Integer keys on a byte-key map, byte keys too long or empty: kInvalidArgument.
+  EXPECT_EQ(t.Put(7, {}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(t.Put(std::string(25, 'a'), {}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(t.Put(std::string(), {}).code(), StatusCode::kInvalidArgument);
+}
+
+// Byte-key vectors (into the empty tree: a balanced subtree; then split across existing nodes),
+// single ops and a replayed vector, checked against a model here and by a reader.
+TEST_F(BstTest, ByteKeyVectorsAndReplay) {
+  Options o;
+  o.key_size = 40;
+  o.value_size = 24;
+  std::map<Key, Value> model;
+  {
+    auto s = OpenSession(17, Level::kRcb);
+    auto m = OpenT(*s, "bv", o);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    std::vector<KeyValue> batch;
+    for (uint64_t i = 0; i < 600; i += 2) batch.emplace_back(ByteKey(i), TestValue(i, 0, 24));
+    ASSERT_TRUE((*m)->PutBatch(batch).ok());
+    for (const auto& kv : batch) model[kv.first] = kv.second;
+    batch.clear();
+    for (uint64_t i = 301; i < 900; i += 3) batch.emplace_back(ByteKey(i), TestValue(i, 1, 11));
+    ASSERT_TRUE((*m)->PutBatch(batch).ok());
+    for (const auto& kv : batch) model[kv.first] = kv.second;
+    for (uint64_t i = 0; i < 100; i += 4) {
+      ASSERT_TRUE((*m)->Delete(ByteKey(i)).ok()) << i;
+      model.erase(ByteKey(i));
+    }
+    ASSERT_TRUE((*m)->Verify().ok()) << (*m)->Verify().ToString();
+  }
+  auto s = OpenSession(17, Level::kRcb);
+  RegisterReplays(*s);
+  auto m = OpenT(*s, "bv", o);
+  ASSERT_TRUE(m.ok());
+  const uint64_t opn = s->recovered_opn();
+  const uint32_t id = (*m)->structure().id;
+  FakeFetcher f;
+  auto op = [&](uint64_t seq, uint16_t type, std::vector<uint8_t> payload) {
+    frontend::RecoveredOp r;
+    r.op_seq = opn + seq;
+    r.structure_id = id;
+    r.op_type = type;
+    r.payload = std::move(payload);
+    return r;
+  };
+  const std::vector<KeyValue> vec = {{ByteKey(1), TestValue(1, 5, 3)},
+                                     {ByteKey(2), TestValue(2, 5, 24)},
+                                     {std::string(40, '\xff'), TestValue(40, 5, 1)}};
+  f.ops = {op(1, 1, internal::EncodeKeyValue(ByteKey(5), TestValue(5, 4, 7))),
+           op(2, 2, internal::EncodeKeyValue(ByteKey(2), {})),
+           op(3, internal::kOpPutVector, internal::EncodeVector(vec)),
+           op(4, 2, internal::EncodeKeyValue(ByteKey(7777), {})) /* missing: nothing to redo */};
+  ASSERT_TRUE(s->Replay(&f).ok());
+  model[ByteKey(5)] = TestValue(5, 4, 7);
+  model.erase(ByteKey(2));
+  for (const auto& kv : vec) model[kv.first] = kv.second;
+  ASSERT_TRUE((*m)->Sync().ok());
+  Options ro = o;
+  ro.access = Access::kReader;
+  auto rs = OpenSession(18, Level::kRc);
+  auto r = OpenT(*rs, "bv", ro);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  for (Map* h : {m->get(), r->get()}) {
+    std::vector<KeyValue> all;
+    ASSERT_TRUE(h->Scan(std::string(), 1 << 20, &all).ok());
+    EXPECT_EQ(all, std::vector<KeyValue>(model.begin(), model.end()));
+    EXPECT_EQ(CountOf(*h), model.size());
+    Value v;
+    ASSERT_TRUE(h->Get(ByteKey(301), &v).ok());
+    EXPECT_EQ(v, TestValue(301, 1, 11));
+    EXPECT_EQ(h->Get(ByteKey(12), &v).code(), StatusCode::kNotFound);
+    ASSERT_TRUE(h->Verify().ok()) << h->Verify().ToString();
+  }
+}
+
 TEST_F(BstTest, LevelThresholdReadsDeepNodesAroundTheCache) {
   auto s = OpenSession(30, Level::kRc);
   {
@@ -246,22 +427,27 @@ TEST_F(BstTest, LevelThresholdReadsDeepNodesAroundTheCache) {
 
 // The reader of stable keys never sees them missing while the writer inserts and deletes keys
 // around them (rotations are not done, but successor copies and unlinks next to them are).
+// key_size != 0: the same with byte keys (ByteKey: ordered like the integers).
 void RunConcurrent(StructuresTest* t,
                    const std::function<std::unique_ptr<frontend::Session>(uint64_t)>& open,
-                   const std::string& name) {
+                   const std::string& name, uint32_t key_size = 0) {
+  Options wo;
+  wo.key_size = key_size;
+  auto key = [key_size](uint64_t i) { return key_size == 0 ? Key(i) : ByteKey(i); };
   auto ws = open(40);
-  auto w = OpenT(*ws, name);
+  auto w = OpenT(*ws, name, wo);
   ASSERT_TRUE(w.ok());
   std::vector<uint64_t> stable;
   for (uint64_t i = 0; i < 100; i++) stable.push_back(i * 10);
   std::mt19937_64 shuffle_rng(5);
   std::vector<uint64_t> order = stable;
   std::shuffle(order.begin(), order.end(), shuffle_rng);
-  for (uint64_t k : order) ASSERT_TRUE((*w)->Put(k, TestValue(k, 0, 16)).ok());
+  for (uint64_t k : order) ASSERT_TRUE((*w)->Put(key(k), TestValue(k, 0, 16)).ok());
   ASSERT_TRUE((*w)->Sync().ok());
   auto rs = open(41);
   Options ro;
   ro.access = Access::kReader;
+  ro.key_size = key_size;
   auto r = OpenT(*rs, name, ro);
   ASSERT_TRUE(r.ok());
 
@@ -275,7 +461,7 @@ void RunConcurrent(StructuresTest* t,
     while (!done.load() && !failed.load()) {
       const uint64_t k = stable[rng() % stable.size()];
       Value v;
-      Status st = (*r)->Get(k, &v);
+      Status st = (*r)->Get(key(k), &v);
       if (st.code() == StatusCode::kTimedOut) {
         timeouts++;  // seqlock liveness under a fast writer on a loaded machine, not a wrong answer
       } else if (!st.ok()) {
@@ -287,20 +473,21 @@ void RunConcurrent(StructuresTest* t,
         // A short scan from a stable key: every stable key up to its last key is in it.
         const uint64_t from = stable[rng() % stable.size()];
         std::vector<KeyValue> got;
-        Status ss = (*r)->Scan(from, 30, &got);
+        Status ss = (*r)->Scan(key(from), 30, &got);
         if (ss.code() == StatusCode::kTimedOut) {
           timeouts++;
         } else if (!ss.ok()) {
           failure = "scan: " + ss.ToString();
-        } else if (got.empty() || got[0].first != from) {
+        } else if (got.empty() || got[0].first != key(from)) {
           failure = "scan from " + std::to_string(from) + " misses it";
         } else {
           size_t found = 0;
           for (size_t i = 0; i < got.size(); i++) {
             if (i > 0 && got[i - 1].first >= got[i].first) failure = "scan out of order";
-            if (got[i].first.u64() % 10 == 0 && got[i].first < 1000) found++;
+            const uint64_t g = IntOf(got[i].first);
+            if (g % 10 == 0 && g < 1000) found++;
           }
-          const uint64_t last = std::min<uint64_t>(got.back().first.u64(), 990);
+          const uint64_t last = std::min<uint64_t>(IntOf(got.back().first), 990);
           if (found != (last - from) / 10 + 1)
             failure = "scan from " + std::to_string(from) + " missed stable keys";
         }
@@ -314,10 +501,10 @@ void RunConcurrent(StructuresTest* t,
     uint64_t k = rng() % 2 ? 1000 + rng() % 1000 : rng() % 1000;
     if (k < 1000 && k % 10 == 0) k++;
     if (present.count(k) && rng() % 3 != 0) {
-      ASSERT_TRUE((*w)->Delete(k).ok());
+      ASSERT_TRUE((*w)->Delete(key(k)).ok());
       present.erase(k);
     } else {
-      ASSERT_TRUE((*w)->Put(k, TestValue(k, i, 16)).ok());
+      ASSERT_TRUE((*w)->Put(key(k), TestValue(k, i, 16)).ok());
       present.insert(k);
     }
     if (i % 64 == 0) {
@@ -347,6 +534,11 @@ TEST_F(BstTest, ReaderNeverMissesStableKeysUnderConcurrentUpdates) {
 TEST_F(BstTest, ReaderNeverMissesStableKeysUnderConcurrentUpdatesAtR) {
   RunConcurrent(
       this, [&](uint64_t fe) { return OpenSession(fe, Level::kR); }, "conc_r");
+}
+
+TEST_F(BstTest, ReaderNeverMissesStableByteKeysUnderConcurrentUpdates) {
+  RunConcurrent(
+      this, [&](uint64_t fe) { return OpenSession(fe, Level::kRcb); }, "conc_bytes", 24);
 }
 
 }  // namespace

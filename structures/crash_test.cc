@@ -51,6 +51,21 @@ struct Op {
 
 bool Vectorized(Kind kind) { return !IsSequence(kind); }
 
+// The map key of key number `i` (the model keeps the numbers): the integer itself, or for maps with
+// byte keys (key_size > 0) a byte string of varied length sharing a prefix with every other one.
+Key CrashKey(uint64_t i, uint32_t key_size) {
+  if (key_size == 0) return Key(i);
+  std::string k = "crash:" + std::to_string(i) + "|";
+  k.append((i * 13) % 24, static_cast<char>(0x80 + i % 64));
+  return Key(k.substr(0, key_size));
+}
+
+std::vector<KeyValue> MapKeys(const std::vector<KeyValue>& batch, uint32_t key_size) {
+  std::vector<KeyValue> out;
+  for (const auto& [k, v] : batch) out.emplace_back(CrashKey(k.u64(), key_size), v);
+  return out;
+}
+
 Op MakeOp(std::mt19937_64& rng, int i, Kind kind) {
   const bool sequence = IsSequence(kind);
   Op op;
@@ -97,7 +112,7 @@ struct Model {
 // ---- the child ----
 
 [[noreturn]] void RunChild(const char* spec) {
-  // spec: address|kind|fe|seed|ackfile
+  // spec: address|kind|fe|seed|ackfile|companion|key_size
   std::string s(spec);
   std::vector<std::string> f;
   for (size_t pos = 0;;) {
@@ -106,8 +121,10 @@ struct Model {
     if (bar == std::string::npos) break;
     pos = bar + 1;
   }
-  if (f.size() != 6) _exit(90);
+  if (f.size() != 7) _exit(90);
   const bool companion = f[5] == "1";
+  Options opts;
+  opts.key_size = static_cast<uint32_t>(std::stoul(f[6]));
   auto kind = ParseKind(f[1]);
   if (!kind.ok()) _exit(91);
   frontend::SessionOptions o;
@@ -118,7 +135,7 @@ struct Model {
   o.batch_timeout = std::chrono::hours(1);
   auto session = frontend::Session::Open(o);
   if (!session.ok()) _exit(92);
-  auto h = Open(**session, *kind, std::string("crash-") + f[1] + "-" + f[2]);
+  auto h = Open(**session, *kind, std::string("crash-") + f[1] + "-" + f[2], opts);
   if (!h.ok()) {
     std::fprintf(stderr, "child open: %s\n", h.status().ToString().c_str());
     _exit(93);
@@ -145,9 +162,10 @@ struct Model {
     } else {
       auto* m = static_cast<Map*>(h->get());
       if (!op.batch.empty()) {
-        st = m->PutBatch(op.batch);
+        st = m->PutBatch(MapKeys(op.batch, opts.key_size));
       } else {
-        st = op.write ? m->Put(op.key, op.value) : m->Delete(op.key);
+        const Key key = CrashKey(op.key, opts.key_size);
+        st = op.write ? m->Put(key, op.value) : m->Delete(key);
       }
     }
     if (!st.ok() && st.code() != StatusCode::kNotFound) {
@@ -184,12 +202,13 @@ void CrashRound(
     const std::string& address, const std::string& scratch,
     const std::function<std::string()>& also_kill,
     const std::function<std::unique_ptr<frontend::Session>(const std::string&, uint64_t)>& open,
-    std::map<uint64_t, Value>* recovered = nullptr) {
+    std::map<uint64_t, Value>* recovered = nullptr, uint32_t key_size = 0) {
   {
     const std::string acks = scratch + ".acks";
     std::remove(acks.c_str());
     const std::string spec = address + "|" + KindName(kind) + "|" + std::to_string(fe) + "|" +
-                             std::to_string(seed) + "|" + acks + "|" + (companion ? "1" : "0");
+                             std::to_string(seed) + "|" + acks + "|" + (companion ? "1" : "0") +
+                             "|" + std::to_string(key_size);
     const pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
@@ -231,7 +250,10 @@ void CrashRound(
     auto s = open(recover_address, fe);
     ASSERT_TRUE(s);
     RegisterReplays(*s);
-    auto h = Open(*s, kind, std::string("crash-") + KindName(kind) + "-" + std::to_string(fe));
+    Options opts;
+    opts.key_size = key_size;
+    auto h =
+        Open(*s, kind, std::string("crash-") + KindName(kind) + "-" + std::to_string(fe), opts);
     ASSERT_TRUE(h.ok()) << h.status().ToString();
     std::unique_ptr<Sequence> comp;
     if (companion) {
@@ -279,7 +301,7 @@ void CrashRound(
       std::map<uint64_t, Value> got;
       for (uint64_t k = 0; k < kKeys; k++) {
         Value v;
-        Status st = m->Get(k, &v);
+        Status st = m->Get(CrashKey(k, key_size), &v);
         if (st.ok()) {
           got[k] = v;
         } else {
@@ -320,6 +342,24 @@ TEST_P(CrashTest, AcknowledgedOperationsSurviveSigkillAndReplay) {
     CrashRound(kind, false, round, 100 + static_cast<uint64_t>(round), seed, kill_after,
                be_->address(), path_, nullptr,
                [&](const std::string&, uint64_t fe) { return OpenSession(fe, Level::kRcb); });
+    if (HasFatalFailure() || HasFailure()) return;
+  }
+}
+
+// The same with byte-string keys (key_size 32): the keys' op logs, vector op logs and node slots
+// survive the kill and replay like integer ones.
+class ByteKeyCrashTest : public CrashTest {};
+
+TEST_P(ByteKeyCrashTest, AcknowledgedOperationsSurviveSigkillAndReplay) {
+  const Kind kind = GetParam();
+  std::mt19937_64 seeds(5000 + static_cast<int>(kind));
+  for (int round = 0; round < Rounds(); round++) {
+    const uint64_t seed = seeds();
+    const int64_t kill_after = 50 + static_cast<int64_t>(seeds() % 1500);
+    CrashRound(
+        kind, false, round, 500 + static_cast<uint64_t>(round), seed, kill_after, be_->address(),
+        path_, nullptr,
+        [&](const std::string&, uint64_t fe) { return OpenSession(fe, Level::kRcb); }, nullptr, 32);
     if (HasFatalFailure() || HasFailure()) return;
   }
 }
@@ -385,6 +425,10 @@ TEST_P(CrashTest, FrontendAndBackendKilledTogether) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, CrashTest, ::testing::ValuesIn(kAllKinds),
+                         [](const auto& info) { return std::string(KindName(info.param)); });
+constexpr Kind kByteKeyKinds[] = {Kind::kHashTable, Kind::kSkipList, Kind::kBst,
+                                  Kind::kBPlusTree, Kind::kMvBst,    Kind::kMvBPlusTree};
+INSTANTIATE_TEST_SUITE_P(Maps, ByteKeyCrashTest, ::testing::ValuesIn(kByteKeyKinds),
                          [](const auto& info) { return std::string(KindName(info.param)); });
 
 // No leaks across crashes (doc/alloc.md §Leaks across crashes): CrashRound's SIGKILLed writer

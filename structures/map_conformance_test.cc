@@ -30,9 +30,9 @@ using Model = std::map<Key, Value>;
 // keys).
 using MapParam = std::tuple<Kind, Level, bool, uint64_t, uint32_t>;
 
-// The kinds built with byte-string keys.
-constexpr Kind kByteKeyKinds[] = {Kind::kHashTable, Kind::kSkipList, Kind::kBPlusTree,
-                                  Kind::kMvBPlusTree};
+// The kinds built with byte-string keys (all the maps).
+constexpr Kind kByteKeyKinds[] = {Kind::kHashTable, Kind::kSkipList,  Kind::kBst,
+                                  Kind::kMvBst,     Kind::kBPlusTree, Kind::kMvBPlusTree};
 
 // The i-th key of a map with `key_size` (i >= 1; injective). Byte keys mix what bytewise order
 // must get right: shared prefixes ("user:" and "user:00"), a key that is a prefix of others,

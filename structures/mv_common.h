@@ -10,6 +10,8 @@
 // 16-byte header: +0 magic u32 | +4 checksum u32 (of the whole object, this field excluded) |
 // +8 version u64 (the publish that made it visible). A value block is the header + a value slot
 // (u32 length | bytes, padded to 8): 16 + SlotBytes(value_size) bytes.
+// Nodes are the kinds' own (mv_bst.cc, mv_bptree.cc); their keys are key slots of
+// KeySlotBytes(key_size) bytes (the u64 of an integer key, or u16 length | bytes of a byte key).
 //
 // Writer (single, holds the writer lock from open): updates path-copy. Objects created since the
 // last publish form the private working version: they live in DRAM, are modified in place, and
@@ -166,6 +168,7 @@ class MvBase : public Map, public Base {
     return Run([&](uint64_t root, uint64_t count) { return GetIn(root, count, key, value); },
                /*timed=*/true);
   }
+  // `from` may be the empty byte string or longer than key_size (CheckScanFrom).
   Status Scan(const Key& from, size_t limit, std::vector<KeyValue>* out) override {
     ASYMNVM_RETURN_IF_ERROR(CheckScanFrom(from));
     return Run(
@@ -260,6 +263,7 @@ class MvBase : public Map, public Base {
   }
 
  protected:
+  // Keys are the map's kind (CheckKey): integers, or byte strings ordered bytewise.
   virtual Status DoPut(const Key& key, std::span<const uint8_t> value, bool replay) = 0;
   virtual Status DoDelete(const Key& key, bool replay) = 0;
   virtual Status GetIn(uint64_t root, uint64_t count, const Key& key, Value* value) = 0;

@@ -54,6 +54,8 @@ Status Txn::Put(size_t table, const Key& key, std::span<const uint8_t> value) {
   ASYMNVM_RETURN_IF_ERROR(CheckTable(table));
   if (read_only_) return Status::FailedPrecondition("Put in a read-only transaction");
   Map& m = *db_->writers_[table];
+  // A bad key or value is refused before anything reaches the session (a clean error).
+  ASYMNVM_RETURN_IF_ERROR(AsBase(&m)->CheckKey(key));
   if (value.size() > m.value_size()) {
     return Status::InvalidArgument("table '" + db_->o_.tables[table].name + "': value of " +
                                    std::to_string(value.size()) + " bytes exceeds value_size " +
@@ -96,6 +98,7 @@ Status Txn::Delete(size_t table, const Key& key) {
   ASYMNVM_RETURN_IF_ERROR(CheckTable(table));
   if (read_only_) return Status::FailedPrecondition("Delete in a read-only transaction");
   Map& m = *db_->writers_[table];
+  ASYMNVM_RETURN_IF_ERROR(AsBase(&m)->CheckKey(key));
   {
     Value v;
     Status g = m.Get(key, &v);
@@ -165,6 +168,7 @@ Result<std::unique_ptr<Database>> Database::Open(frontend::Session& session,
     Options wo;
     wo.value_size = t.value_size;
     wo.param = t.param;
+    wo.key_size = t.key_size;
     wo.optimize = false;  // no DRAM state beyond the anchor words (Refresh re-reads them)
     wo.lock_at_open = false;
     Options ro = wo;

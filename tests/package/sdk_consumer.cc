@@ -76,8 +76,10 @@ int main(int argc, char** argv) {
     auto cluster = frontend::Cluster::Open(so);
     if (!cluster.ok()) return Fail("cluster", cluster.status());
     frontend::Session* s = &(*cluster)->session(0);
+    structures::Options uo;
+    uo.key_size = 16;  // byte-string keys "user:<k>"
     auto users =
-        structures::OpenPartitioned(**cluster, structures::Kind::kHashTable, "consumer-users");
+        structures::OpenPartitioned(**cluster, structures::Kind::kHashTable, "consumer-users", uo);
     if (!users.ok()) return Fail("open partitioned hash", users.status());
     auto tree = structures::OpenMap(*s, structures::Kind::kBPlusTree, "consumer-tree");
     auto queue = structures::OpenSequence(*s, structures::Kind::kQueue, "consumer-queue");
@@ -92,8 +94,8 @@ int main(int argc, char** argv) {
       }
       for (uint64_t k = 0; k < 200; k++) {
         std::string v = "user-" + std::to_string(k);
-        Status st =
-            (*users)->Put(k, std::span(reinterpret_cast<const uint8_t*>(v.data()), v.size()));
+        Status st = (*users)->Put("user:" + std::to_string(k),
+                                  std::span(reinterpret_cast<const uint8_t*>(v.data()), v.size()));
         if (!st.ok()) return Fail("partitioned put", st);
       }
       Status st = (*queue)->Push(std::span(reinterpret_cast<const uint8_t*>("first"), 5));
@@ -104,7 +106,7 @@ int main(int argc, char** argv) {
     }
     for (uint64_t k = 0; k < 200; k++) {
       structures::Value v;
-      Status st = (*users)->Get(k, &v);
+      Status st = (*users)->Get("user:" + std::to_string(k), &v);
       if (!st.ok()) return Fail("partitioned get", st);
       if (std::string(v.begin(), v.end()) != "user-" + std::to_string(k)) {
         std::fprintf(stderr, "round %d: partitioned key %llu has the wrong value\n", round,
@@ -142,7 +144,8 @@ int main(int argc, char** argv) {
   rmdir(dir);
   if (rc == 0) {
     std::printf(
-        "SDK consumer: 500 B+tree keys, a queue and 200 keys of a hash partitioned over two "
+        "SDK consumer: 500 B+tree keys, a queue and 200 byte-string keys of a hash partitioned "
+        "over two "
         "back-ends written, reopened and read back ok\n");
   }
   return rc;

@@ -74,7 +74,9 @@ struct Variant {
   bool symmetric = false;
   bool vector = false;         // rcb-v: rcb with writes sent as Map::PutBatch vectors (Algorithm 3)
   bool inline_values = false;  // rcb-inline: rcb with values inline in the memory logs
+  uint32_t key_size = 0;       // rcb-bytes: rcb with byte-string keys ("user<n>", key_size 24)
   std::string Name() const {
+    if (key_size != 0) return "rcb-bytes";
     if (vector) return "rcb-v";
     if (inline_values) return "rcb-inline";
     if (!symmetric) return frontend::LevelName(level);
@@ -87,11 +89,12 @@ Result<Variant> ParseVariant(const std::string& name) {
   if (name == "symmetric-b") return Variant{Level::kRcb, true};
   if (name == "rcb-v") return Variant{Level::kRcb, false, true};
   if (name == "rcb-inline") return Variant{Level::kRcb, false, false, true};
+  if (name == "rcb-bytes") return Variant{Level::kRcb, false, false, false, 24};
   auto l = frontend::ParseLevel(name);
   if (!l.ok()) {
     return Status::InvalidArgument(
         "unknown level '" + name +
-        "' (naive, r, rc, rcb, rcb-v, rcb-inline, symmetric or symmetric-b)");
+        "' (naive, r, rc, rcb, rcb-v, rcb-inline, rcb-bytes, symmetric or symmetric-b)");
   }
   return Variant{*l, false};
 }
@@ -139,7 +142,9 @@ class StructuresSuite : public Suite {
                     "naive,r,rc,rcb,rcb-v,symmetric,symmetric-b (rcb-v: rcb with "
                     "writes sent as --vector-sized PutBatch vectors, ordered "
                     "maps only; rcb-inline: rcb with values inline in the "
-                    "memory logs instead of pointers into the op log; symmetric: "
+                    "memory logs instead of pointers into the op log; rcb-bytes: "
+                    "rcb with byte-string keys \"user<n>\" of up to 24 bytes (maps "
+                    "only); symmetric: "
                     "local PM + asynchronous op-log shipping, the paper's baseline)")
         ->delimiter(',')
         ->capture_default_str();
@@ -234,6 +239,7 @@ class StructuresSuite : public Suite {
       for (const Variant& v : variants_) {
         // Vectors are the ordered maps' optimization (a hash table's PutBatch is a loop of Puts).
         if (v.vector && !structures::IsOrdered(k)) continue;
+        if (v.key_size != 0 && structures::IsSequence(k)) continue;  // sequences have no keys
         cells.push_back({k, v, batch_, cache_pct_, ""});
       }
     }
@@ -264,6 +270,7 @@ class StructuresSuite : public Suite {
                   {"batch", cell.batch},
                   {"cache_pct", cell.cache_pct},
                   {"value_size", value_size_},
+                  {"key_size", cell.variant.key_size},
                   {"frontends", frontends_},
                   {"readers", readers_},
                   {"preload", preload_},
@@ -444,6 +451,7 @@ class StructuresSuite : public Suite {
       ASYMNVM_ASSIGN_OR_RETURN(fes[i].session, frontend::Session::Open(so));
       structures::Options o;
       o.value_size = value_size_;
+      o.key_size = cell.variant.key_size;
       ASYMNVM_ASSIGN_OR_RETURN(fes[i].handle,
                                structures::Open(*fes[i].session, cell.kind,
                                                 "bench-" + name + "-" + std::to_string(i), o));
@@ -525,13 +533,16 @@ class StructuresSuite : public Suite {
         workloads::Rng rng(seed_ + 31 * static_cast<uint64_t>(i));
         structures::Value v;
         const uint64_t space = std::max<uint64_t>(1, static_cast<uint64_t>(preload_));
+        const uint32_t key_size = cell.variant.key_size;
         while (!writers_done.load()) {
           Status st;
           if (structures::IsSequence(cell.kind)) {
             st = static_cast<structures::Sequence*>(readers[i].handle.get())->Peek(&v);
           } else {
             st = static_cast<structures::Map*>(readers[i].handle.get())
-                     ->Get(workloads::KeyNumToKey(rng.Next() % space, true), &v);
+                     ->Get(
+                         driver::MapKey(workloads::KeyNumToKey(rng.Next() % space, true), key_size),
+                         &v);
           }
           if (!st.ok() && st.code() != StatusCode::kNotFound) {
             readers[i].status = st;

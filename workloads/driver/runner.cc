@@ -13,6 +13,13 @@ std::vector<uint8_t> ValueFor(uint64_t key, uint64_t version, size_t len) {
   return v;
 }
 
+structures::Key MapKey(uint64_t key, uint32_t key_size) {
+  if (key_size == 0) return structures::Key(key);
+  std::string k = "user" + std::to_string(key);
+  if (k.size() > key_size) k.resize(key_size);
+  return structures::Key(k);
+}
+
 Result<RunResult> Run(structures::Handle& h, const RunConfig& c,
                       const std::function<void(uint64_t)>& progress) {
   ASYMNVM_ASSIGN_OR_RETURN(workloads::Mix mix, workloads::ParseMix(c.mix));
@@ -28,6 +35,7 @@ Result<RunResult> Run(structures::Handle& h, const RunConfig& c,
   const bool seq = structures::IsSequence(h.kind());
   auto* q = seq ? static_cast<structures::Sequence*>(&h) : nullptr;
   auto* m = seq ? nullptr : static_cast<structures::Map*>(&h);
+  const uint32_t key_size = m ? m->key_size() : 0;
   const uint32_t vmax = h.value_size();
   std::vector<uint8_t> value;
   structures::Value got;
@@ -60,7 +68,7 @@ Result<RunResult> Run(structures::Handle& h, const RunConfig& c,
       value = ValueFor(key, i + c.seed,
                        std::min<uint64_t>(std::max<uint64_t>(1, sizes.Next(rng)), vmax));
     if (vec > 1 && !read) {
-      pending.emplace_back(key, value);
+      pending.emplace_back(MapKey(key, key_size), value);
       r.writes++;
       r.ops++;
       if (pending.size() >= vec) ASYMNVM_RETURN_IF_ERROR(send_vector());
@@ -76,7 +84,8 @@ Result<RunResult> Run(structures::Handle& h, const RunConfig& c,
     if (seq) {
       st = read ? q->Peek(&got) : q->Push(value);
     } else {
-      st = read ? m->Get(key, &got) : m->Put(key, value);
+      const structures::Key mk = MapKey(key, key_size);
+      st = read ? m->Get(mk, &got) : m->Put(mk, value);
     }
     const auto t1 = bench::Clock::now();
     if (!st.ok()) {

@@ -46,6 +46,10 @@ struct RunResult {
 Result<RunResult> Run(structures::Handle& h, const RunConfig& config,
                       const std::function<void(uint64_t)>& progress = nullptr);
 
+// The map key of key number `key` for a map with `key_size` (Map::key_size): the integer itself,
+// or YCSB's "user<decimal>" (up to 24 bytes) cut to key_size.
+structures::Key MapKey(uint64_t key, uint32_t key_size);
+
 // The value written for (key, version): deterministic bytes, so readers and a later run can
 // verify it.
 std::vector<uint8_t> ValueFor(uint64_t key, uint64_t version, size_t len);

@@ -47,7 +47,8 @@ struct TableSpec {
   std::string name;              // naming-space name (1..63 bytes); also the lock order
   Kind kind = Kind::kHashTable;  // kHashTable or kBPlusTree
   uint32_t value_size = kDefaultValueSize;
-  uint64_t param = 0;  // buckets / fan-out (0: the kind's default)
+  uint64_t param = 0;     // buckets / fan-out (0: the kind's default)
+  uint32_t key_size = 0;  // 0: integer keys; else byte-string keys of 1..key_size bytes
 };
 
 struct DatabaseOptions {

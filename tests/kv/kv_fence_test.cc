@@ -1,0 +1,303 @@
+// Servers that must not serve or be promoted (doc/kv.md §Fencing, §Replication):
+//  * KvFence: a primary SIGSTOPped past its ZooKeeper session timeout loses its shard to its
+//    backup; when it wakes, requests that reached it while it was stopped must not be served from
+//    its stale role — a GET must not return the value the new primary has overwritten, and a PUT
+//    must not be acknowledged unless the new primary holds it. The woken server then exits with
+//    status 5 (its session expired) instead of serving.
+//  * KvDigest: a backup that cannot apply what its primary replicated (its pool is full) marks
+//    itself unsynced, so when the primary is SIGKILLed it is not promoted (the shard waits for its
+//    primary) and no acknowledged PUT is lost.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <future>
+#include <map>
+#include <thread>
+
+#include "asymnvm/coord.h"
+#include "coord/testing/zk_server.h"
+#include "kv/shard_map.h"
+#include "tests/kv/kv_test_util.h"
+
+namespace asymnvm::kv {
+namespace {
+
+using namespace std::chrono_literals;
+using testutil::Proc;
+using testutil::StartKv;
+using testutil::TempDir;
+
+std::vector<std::string> Args(TempDir& d, int i, const std::string& coord) {
+  return {"--pool",
+          d.File("kv" + std::to_string(i) + ".pool"),
+          "--size",
+          "64M",
+          "--listen",
+          "unix://" + d.File("kv" + std::to_string(i) + ".sock"),
+          "--pm-mode",
+          "flush",
+          "--coord",
+          coord,
+          "--workers",
+          "1",
+          "--shards",
+          "1",
+          "--rf",
+          "2",
+          "--initial-servers",
+          "2"};
+}
+
+// The shard map, read at most every 20 ms (WaitFor polls every millisecond).
+Result<ShardMap> ReadMap(coord::Coordinator& c) {
+  std::this_thread::sleep_for(20ms);
+  auto n = c.Get("/asymnvm/kv/default/map");
+  if (!n.ok()) return n.status();
+  return ShardMap::Decode(n->data);
+}
+
+std::string Address(const Proc& p) {  // "listening <address>"
+  return p.first_line.substr(p.first_line.find(' ') + 1);
+}
+
+TEST(KvFence, SigstoppedPrimaryOnZooKeeperServesNothingStaleWhenItWakes) {
+  const std::string why = coord::testing::ZooKeeperUnavailableReason();
+  if (!why.empty()) GTEST_SKIP() << "ZooKeeper tests need " << why << " (scripts/setup.sh)";
+  auto zk = coord::testing::ZkEnsemble::Start(1, coord::testing::After(60s));
+  ASSERT_TRUE(zk.ok()) << zk.status().ToString();
+  const std::string coord = "zk:" + (*zk)->connect_string();
+  auto zc = coord::Coordinator::Open(coord);
+  ASSERT_TRUE(zc.ok()) << zc.status().ToString();
+  TempDir d;
+  std::vector<Proc> procs(2);
+  {
+    std::vector<std::thread> ts;
+    for (int i = 0; i < 2; i++) ts.emplace_back([&, i] { procs[i] = StartKv(Args(d, i, coord)); });
+    for (auto& t : ts) t.join();
+  }
+  ASSERT_GT(procs[0].pid, 0);
+  ASSERT_GT(procs[1].pid, 0);
+  // The shard's primary and its synced backup.
+  std::string primary_uuid;
+  int primary = -1;
+  ASSERT_TRUE(testutil::WaitFor(
+      [&] {
+        auto m = ReadMap(**zc);
+        if (!m.ok() || m->assignment.size() != 1 || m->assignment[0].backups.size() != 1 ||
+            !m->assignment[0].backups[0].synced) {
+          return false;
+        }
+        primary_uuid = m->assignment[0].primary;
+        const std::string oq = m->servers[primary_uuid].oq;
+        for (int i = 0; i < 2; i++) {
+          if (Address(procs[i]) == oq) primary = i;
+        }
+        return primary >= 0;
+      },
+      60s))
+      << "no synced map";
+  ClientOptions co;
+  co.coordinator = coord;
+  co.retry_deadline = 60s;
+  auto c = Client::Open(co);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_TRUE((*c)->Put("k", "v1").ok());
+
+  // Clients bound to the old primary alone (explicit address: no map to learn from), opened while
+  // it still serves; their requests are sent while it is stopped and wait for it.
+  auto direct = [&]() {
+    ClientOptions o;
+    o.servers = {Address(procs[primary])};
+    o.timeout = 60s;
+    o.retry_deadline = 2s;
+    auto r = Client::Open(o);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? std::move(*r) : nullptr;
+  };
+  auto getter = direct(), putter = direct();
+  ASSERT_TRUE(getter && putter);
+
+  ASSERT_EQ(::kill(procs[primary].pid, SIGSTOP), 0);
+  struct Resume {
+    pid_t pid;
+    ~Resume() { ::kill(pid, SIGCONT); }
+  } resume{procs[primary].pid};
+  // The session times out (4 s), the backup becomes primary.
+  ASSERT_TRUE(testutil::WaitFor(
+      [&] {
+        auto m = ReadMap(**zc);
+        return m.ok() && m->assignment.size() == 1 && m->assignment[0].primary != primary_uuid;
+      },
+      120s))
+      << "the backup was not promoted past the stopped primary";
+  // A client that reads the new map (the first one's map still names the stopped server: its
+  // requests there would only time out, outcome unknown).
+  c = Client::Open(co);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  {
+    Status st = (*c)->Put("k", "v2");
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+
+  auto stale_get = std::async(std::launch::async, [&] { return getter->Get("k"); });
+  auto stale_put = std::async(std::launch::async, [&] { return putter->Put("k", "v3"); });
+  std::this_thread::sleep_for(300ms);  // both requests sit in the stopped server's queues
+  ASSERT_EQ(::kill(procs[primary].pid, SIGCONT), 0);
+
+  auto g = stale_get.get();
+  if (g.ok()) {
+    EXPECT_NE(g->value, "v1") << "the woken old primary served its overwritten value";
+  }
+  const Status p = stale_put.get();
+  auto now = (*c)->Get("k");
+  ASSERT_TRUE(now.ok()) << now.status().ToString();
+  if (p.ok()) {
+    EXPECT_EQ(now->value, "v3") << "a PUT acknowledged by the woken old primary is lost";
+  } else {
+    EXPECT_EQ(now->value, "v2");
+  }
+  // The woken server exits 5: its session expired.
+  int status = -1;
+  ASSERT_TRUE(testutil::WaitFor(
+      [&] {
+        int st = 0;
+        if (::waitpid(procs[primary].pid, &st, WNOHANG) != procs[primary].pid) return false;
+        status = st;
+        return true;
+      },
+      60s))
+      << "the woken old primary went on running";
+  procs[primary].pid = -1;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 5) << "wait status " << status;
+  // The new primary still serves; the restarted server rejoins as its backup.
+  procs[primary] = StartKv(Args(d, primary, coord));
+  ASSERT_GT(procs[primary].pid, 0);
+  ASSERT_TRUE(testutil::WaitFor(
+      [&] {
+        auto m = ReadMap(**zc);
+        return m.ok() && m->assignment.size() == 1 && m->assignment[0].backups.size() == 1 &&
+               m->assignment[0].backups[0].synced;
+      },
+      60s))
+      << "the restarted server did not rejoin as a synced backup";
+  auto after = (*c)->Get("k");
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  EXPECT_EQ(after->value, now->value);
+}
+
+TEST(KvDigest, ABackupThatCannotApplyIsMarkedUnsyncedAndNeverPromoted) {
+  TempDir d;
+  const std::string coord = "dir:" + d.File("coord");
+  auto args = [&](int i, const std::string& size) -> std::vector<std::string> {
+    return {"--pool",
+            d.File("kv" + std::to_string(i) + ".pool"),
+            "--size",
+            size,
+            "--segment-size",
+            "2060K",
+            "--listen",
+            "unix://" + d.File("kv" + std::to_string(i) + ".sock"),
+            "--pm-mode",
+            "flush",
+            "--resp-port",
+            "-1",
+            "--coord",
+            coord,
+            "--workers",
+            "1",
+            "--shards",
+            "1",
+            "--rf",
+            "2",
+            "--initial-servers",
+            "2"};
+  };
+  auto zc = coord::Coordinator::Open(coord);
+  ASSERT_TRUE(zc.ok()) << zc.status().ToString();
+  // Server 0 (room for ~250 MiB) must be the primary and server 1 (room for ~24 MiB) its backup.
+  // The first map picks the primary by uuid; when it picks server 1, server 1 is SIGKILLed (server
+  // 0 takes over) and restarted (it rejoins as the backup).
+  std::vector<Proc> procs(2);
+  {
+    std::thread t([&] { procs[1] = StartKv(args(1, "48M")); });
+    procs[0] = StartKv(args(0, "256M"));
+    t.join();
+  }
+  Proc& big = procs[0];
+  Proc& small = procs[1];
+  ASSERT_GT(big.pid, 0);
+  ASSERT_GT(small.pid, 0);
+  auto backup_synced = [&]() -> int {  // 1 synced, 0 joining, -1 no backup
+    auto m = ReadMap(**zc);
+    if (!m.ok() || m->assignment.size() != 1 || m->assignment[0].backups.size() != 1) return -1;
+    return m->assignment[0].backups[0].synced ? 1 : 0;
+  };
+  auto primary_is = [&](const Proc& p) {
+    auto m = ReadMap(**zc);
+    return m.ok() && m->assignment.size() == 1 &&
+           m->servers[m->assignment[0].primary].oq == Address(p);
+  };
+  ASSERT_TRUE(testutil::WaitFor([&] { return backup_synced() == 1; }, 60s));
+  if (primary_is(small)) {
+    testutil::Kill9(small);
+    ASSERT_TRUE(testutil::WaitFor([&] { return primary_is(big); }, 60s));
+    small = StartKv(args(1, "48M"));
+    ASSERT_GT(small.pid, 0);
+    ASSERT_TRUE(testutil::WaitFor([&] { return backup_synced() == 1; }, 60s));
+  }
+  ASSERT_TRUE(primary_is(big));
+  std::string primary_uuid;
+  {
+    auto m = ReadMap(**zc);
+    ASSERT_TRUE(m.ok());
+    primary_uuid = m->assignment[0].primary;
+  }
+  ClientOptions co;
+  co.coordinator = coord;
+  co.retry_deadline = 30s;
+  co.timeout = 30s;
+  auto c = Client::Open(co);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  // Distinct keys of 64 KiB until the backup has marked itself unsynced (its store full), then
+  // a little more. Every acknowledged PUT is in the oracle.
+  std::map<std::string, std::string> acked;
+  bool marked = false;
+  for (int i = 0; i < 1200 && !marked; i++) {
+    const std::string key = "key" + std::to_string(i);
+    const std::string value(64 * 1024, static_cast<char>('a' + i % 26));
+    Status st = (*c)->Put(key, value);
+    ASSERT_TRUE(st.ok()) << key << ": " << st.ToString();
+    acked[key] = value;
+    if (i % 20 == 19) marked = backup_synced() == 0;
+  }
+  ASSERT_TRUE(marked) << "the backup never marked itself unsynced (its pool should be full)";
+  for (int i = 0; i < 20; i++) {
+    const std::string key = "late" + std::to_string(i);
+    ASSERT_TRUE((*c)->Put(key, "v").ok());
+    acked[key] = "v";
+  }
+  EXPECT_NE(backup_synced(), 1);
+  // The primary dies: the unsynced backup must not take the shard.
+  testutil::Kill9(big);
+  std::this_thread::sleep_for(1s);
+  {
+    auto m = ReadMap(**zc);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    EXPECT_EQ(m->assignment[0].primary, primary_uuid) << "the backup missing entries was promoted";
+  }
+  // Back: every acknowledged PUT is there.
+  big = StartKv(args(0, "256M"));
+  ASSERT_GT(big.pid, 0);
+  auto c2 = Client::Open(co);
+  ASSERT_TRUE(c2.ok()) << c2.status().ToString();
+  for (const auto& [k, v] : acked) {
+    auto g = (*c2)->Get(k);
+    ASSERT_TRUE(g.ok()) << k << ": " << g.status().ToString();
+    ASSERT_TRUE(g->found) << k << " acknowledged and lost";
+    ASSERT_EQ(g->value, v) << k;
+  }
+}
+
+}  // namespace
+}  // namespace asymnvm::kv

@@ -96,7 +96,7 @@ Status Store::Recover() {
   for (uint32_t i = 0; i < geo_.shards; i++) shard_version_[i] = 0;
   applied_.reset(new std::atomic<uint64_t>[geo_.workers]);
   deferred_.reset(new uint64_t[geo_.workers]);
-  dirty_.assign(geo_.workers, false);
+  dirty_.assign(geo_.workers, 0);
   floor_at_open_.assign(geo_.applied_floor, geo_.applied_floor + geo_.workers);
   recovered_positions_.clear();
   for (uint32_t w = 0; w < geo_.workers; w++) {
@@ -322,7 +322,7 @@ void Store::Synced(uint32_t worker) {
 
 void Store::AfterWrite(uint32_t worker, uint64_t position) {
   if (o_.group_commit) {
-    dirty_[worker] = true;
+    dirty_[worker] = 1;
     if (position > deferred_[worker]) deferred_[worker] = position;
     return;
   }
@@ -334,7 +334,7 @@ void Store::AfterWrite(uint32_t worker, uint64_t position) {
 void Store::SyncDeferred(uint32_t worker) {
   if (worker >= geo_.workers || !dirty_[worker]) return;
   persister_->Drain();
-  dirty_[worker] = false;
+  dirty_[worker] = 0;
   Synced(worker);
 }
 

@@ -222,6 +222,7 @@ int main(int argc, char** argv) {
     g.server.loop_threads = resp_threads;
     g.server.workers = resp_workers;
     g.kv_clients = resp_kv_clients;
+    g.local = server->get();  // the fast path onto this server's own shards (doc/resp.md)
     auto secret = fabric::ResolveClusterSecret(o.fabric);
     // A configured cluster secret is the AUTH password; the built-in one (loopback only) is not.
     if (secret.ok() && *secret != fabric::kDefaultClusterSecret) g.server.cluster_secret = *secret;

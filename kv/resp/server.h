@@ -34,6 +34,9 @@ struct ServerOptions {
   size_t max_output_bytes = 256 << 20;  // per connection: stop reading its input above this
   // Makes one Store per worker thread (called by Start).
   std::function<Result<std::unique_ptr<Store>>()> store_factory;
+  // Optional: a co-located primary the loops execute commands against directly (store.h
+  // FastPath; doc/resp.md §Fast path). Null: every store command goes to the workers.
+  std::shared_ptr<FastPath> fast_path;
   std::string version = "0.1.0";
 
   static ParserLimits DefaultGatewayLimits() {

@@ -273,7 +273,9 @@ class Loop {
   // Whether the command may run on the fast path: a command on keys (outside MULTI) whose keys
   // all recently were on shards this process is the primary of. The section decides for good.
   bool FastCandidate(const Session& s, const Pending& p) const {
-    if (fast_ == nullptr || p.slow || s.in_multi) return false;
+    if (fast_ == nullptr || p.kind != Pending::kCommand || p.argv.empty() || p.slow || s.in_multi) {
+      return false;
+    }
     const CommandSpec* spec = FindCommand(p.argv[0]);
     if (spec == nullptr || spec->first_key <= 0 || (spec->flags & (kInline | kNoTxn))) return false;
     auto keys = CommandKeys(*spec, p.argv);

@@ -7,7 +7,8 @@
 //  * with three servers (rf 3) such a SET is on the backups: the primary is SIGKILLed and every
 //    acknowledged key is read from the promoted backups;
 //  * one connection's pipelined replies stay in request order when its commands alternate
-//    between local shards (fast path) and remote ones (KV client).
+//    between local shards (fast path) and remote ones (KV client);
+//  * hostile input between fast-path commands gets its error in order, as on the ordinary path.
 // Each test checks the gateway's INFO counters to prove the fast path was taken.
 #include <gtest/gtest.h>
 
@@ -199,6 +200,51 @@ TEST(KvRespFast, AckedFastPathSetsSurviveSigkill) {
   EXPECT_GT(InfoStat(server.port, "asymnvm_fast_path_commands"), 0);
   int st = server.Term();
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+// Hostile input between fast-path commands on one connection: an oversized bulk and an unknown
+// command get their error in sequence and the connection goes on; a malformed frame gets its
+// error after the replies before it, then the connection closes.
+TEST(KvRespFast, HostileInputBetweenFastPathCommands) {
+  TempDir d;
+  Daemon server;
+  server.Start(
+      {"--pool", d.File("kv.pool"), "--size", "64M", "--listen", "unix://" + d.File("kv.sock"),
+       "--pm-mode", "flush", "--coord", "dir:" + d.File("coord"), "--resp-port", "0"},
+      d.File("out.txt"));
+  ASSERT_NE(server.port, 0);
+  {
+    TestClient c(server.port);
+    ASSERT_TRUE(c.connected());
+    const size_t big = 70u << 20;  // over proto-max-bulk-len (64 MiB): skipped, not buffered
+    std::string q = Cmd({"SET", "a", "1"}) + Cmd({"GET", "a"}) + "*3\r\n$3\r\nSET\r\n$1\r\nb\r\n$" +
+                    std::to_string(big) + "\r\n";
+    ASSERT_TRUE(c.Send(q));
+    ASSERT_TRUE(c.Send(std::string(big, 'x') + "\r\n"));
+    ASSERT_TRUE(c.Send(Cmd({"GET", "a"}) + Cmd({"NOSUCHCOMMAND", "a"}) + Cmd({"INCR", "a"}) +
+                       Cmd({"GET", "b"}) + Cmd({"PING"})));
+    auto r = c.Read(8);
+    ASSERT_EQ(r.size(), 8u);
+    EXPECT_EQ(r[0], "+OK\r\n");
+    EXPECT_EQ(r[1], Bulk("1"));
+    EXPECT_EQ(r[2].rfind("-ERR Protocol error: bulk length", 0), 0u) << r[2];
+    EXPECT_EQ(r[3], Bulk("1"));
+    EXPECT_EQ(r[4].rfind("-ERR unknown command", 0), 0u) << r[4];
+    EXPECT_EQ(r[5], ":2\r\n");
+    EXPECT_EQ(r[6], "$-1\r\n");
+    EXPECT_EQ(r[7], "+PONG\r\n");
+  }
+  {
+    TestClient c(server.port);
+    ASSERT_TRUE(c.Send(Cmd({"SET", "c", "3"}) + Cmd({"GET", "c"}) + "*x\r\n" + Cmd({"GET", "c"})));
+    auto r = c.Read(3);
+    ASSERT_EQ(r.size(), 3u);
+    EXPECT_EQ(r[0], "+OK\r\n");
+    EXPECT_EQ(r[1], Bulk("3"));
+    EXPECT_EQ(r[2].rfind("-ERR Protocol error", 0), 0u) << r[2];
+    EXPECT_TRUE(c.WaitClosed());
+  }
+  EXPECT_GT(InfoStat(server.port, "asymnvm_fast_path_commands"), 0);
 }
 
 // Three servers sharing an embedded coordinator, rf 3 (6 shards: each server is the primary of

@@ -61,32 +61,6 @@ namespace {
 // The OQ worker whose request this thread is executing (-1: none yet).
 thread_local int tls_worker = -1;
 
-// Persists the OQ's ReqToExecute word only after the worker's deferred t-log entries are
-// durable: a word persisted past a nilext PUT whose entry is still unsynced would let a crash
-// lose it (recovery starts after it). Flush syncs the t-log first, then records the word.
-class RtePersister final : public pm::Persister {
- public:
-  RtePersister(pm::Persister* base, std::atomic<Store*>* store, Mutex* exec)
-      : base_(base), store_(store), exec_(exec) {}
-  void Flush(const void* addr, size_t length) override {
-    Store* s = store_->load();
-    if (s != nullptr && tls_worker >= 0) {
-      MutexLock l(exec_[tls_worker]);
-      s->SyncDeferred(static_cast<uint32_t>(tls_worker));
-    }
-    base_->Flush(addr, length);
-  }
-  void Drain() override { base_->Drain(); }
-
- private:
-  pm::Persister* base_;
-  std::atomic<Store*>* store_;
-  Mutex* exec_;  // Server::Impl::exec
-};
-}  // namespace
-
-namespace {
-
 // The syncs of ended LocalSections still running: a section releases its locks before it syncs
 // (so that the next section, or an OQ worker, executes meanwhile), so whoever may have read its
 // writes — a later section, an OQ worker's responses — waits for that sync before replying.
@@ -134,6 +108,32 @@ class LocalSyncs {
   std::atomic<bool> pending_{false};
 };
 
+// Persists the OQ's ReqToExecute word only after the worker's deferred t-log entries are
+// durable: a word persisted past a nilext PUT whose entry is still unsynced would let a crash
+// lose it (recovery starts after it). Flush syncs the t-log first, then records the word.
+class RtePersister final : public pm::Persister {
+ public:
+  RtePersister(pm::Persister* base, std::atomic<Store*>* store, Mutex* exec, LocalSyncs* syncs)
+      : base_(base), store_(store), exec_(exec), syncs_(syncs) {}
+  void Flush(const void* addr, size_t length) override {
+    Store* s = store_->load();
+    if (s != nullptr && tls_worker >= 0) {
+      // The worker's own entries may lie behind a LocalSection's in the same log: those must be
+      // durable too before a nilext request is forgotten (a torn entry ends a log's recovery).
+      syncs_->WaitAll();
+      MutexLock l(exec_[tls_worker]);
+      s->SyncDeferred(static_cast<uint32_t>(tls_worker));
+    }
+    base_->Flush(addr, length);
+  }
+  void Drain() override { base_->Drain(); }
+
+ private:
+  pm::Persister* base_;
+  std::atomic<Store*>* store_;
+  Mutex* exec_;  // Server::Impl::exec
+  LocalSyncs* syncs_;
+};
 }  // namespace
 
 struct Server::Impl {
@@ -723,15 +723,18 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   qo.pm_area_size = oq_bytes;
   qo.persister = impl->pool->persister();
   impl->store_ptr = impl->store.get();
-  impl->rte_persister =
-      std::make_unique<RtePersister>(impl->pool->persister(), &impl->store_ptr, impl->exec.get());
+  impl->rte_persister = std::make_unique<RtePersister>(impl->pool->persister(), &impl->store_ptr,
+                                                       impl->exec.get(), impl->local_syncs.get());
   qo.rte_persister = impl->rte_persister.get();
   qo.before_recycle = [raw](uint32_t worker, uint64_t) {
+    raw->local_syncs->WaitAll();  // as RtePersister
     MutexLock l(raw->exec[worker]);
     raw->store->SyncDeferred(worker);
   };
   qo.before_respond = [raw](uint32_t worker) {
-    // A response may show a LocalSection's write whose sync still runs (LocalSyncs).
+    // A response may show a LocalSection's write whose sync still runs (LocalSyncs), and the
+    // worker's entries may lie behind such a write in the same log (a torn entry ends a log's
+    // recovery): either way that sync must be over first.
     raw->local_syncs->WaitAll();
     MutexLock l(raw->exec[worker]);
     raw->store->SyncDeferred(worker);
@@ -810,6 +813,15 @@ class LocalSectionImpl final : public LocalSection {
     // durable, so their shards take the OQ path until that worker syncs.
     others_deferred_.resize(geo_.workers);
     for (uint32_t w = 0; w < geo_.workers; w++) others_deferred_[w] = store_->Deferred(w);
+    // Every write of the section lands in one t-log: one contiguous range, one msync (each
+    // worker's own log would be a sync of its own). Not a log whose worker left unsynced entries
+    // at its end: ours would follow them, and a torn entry ends a log's recovery.
+    for (uint32_t w = 0; w < geo_.workers; w++) {
+      if (!others_deferred_[w]) {
+        store_->SetSharedLog(w);
+        break;
+      }
+    }
   }
   ~LocalSectionImpl() override {
     if (!committed_) {
@@ -871,6 +883,7 @@ class LocalSectionImpl final : public LocalSection {
     // now (under the locks: per-worker state). The local sync comes after the locks are released,
     // so that the OQ workers and the next section run meanwhile; the ticket makes whoever reads
     // these writes in between wait for it before replying.
+    store_->SetSharedLog(UINT32_MAX);
     uint64_t ticket = 0;
     if (uncommitted_) {
       for (uint32_t w = 0; w < geo_.workers; w++) {

@@ -362,13 +362,17 @@ Result<uint64_t> Store::WriteLocked(uint32_t worker, EntryType type, uint32_t sh
   h.shard = shard;
   h.version = shard_version_[shard].fetch_add(1) + 1;
   h.position = position;
-  auto loc = Append(p, worker, h, key, value, /*sync=*/false);
+  // The entry goes to the worker's own t-log, or to the shared one a caller holding every
+  // worker chose (SetSharedLog); the index stays the worker's partition either way.
+  const uint32_t log_worker = shared_log_ < geo_.workers ? shared_log_ : worker;
+  Partition& log = *parts_[log_worker];
+  auto loc = Append(log, log_worker, h, key, value, /*sync=*/false);
   // No free segment: wait for the cleaner (other logs may take a freed segment first; keep
   // waiting) up to 10 s.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (!loc.ok() && loc.status().code() == StatusCode::kResourceExhausted &&
          std::chrono::steady_clock::now() < deadline && WaitForFreeSegment(deadline)) {
-    loc = Append(p, worker, h, key, value, /*sync=*/false);
+    loc = Append(log, log_worker, h, key, value, /*sync=*/false);
   }
   if (!loc.ok()) return loc.status();
   AfterWrite(worker, position);  // durable now, or with the worker's next SyncDeferred

@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
   std::string coord_uri, cluster = "default";
   uint32_t handshake_ms = 5000;
   int resp_port = 6379, resp_threads = 2, resp_workers = 16, resp_kv_clients = 8;
-  std::string resp_bind = "127.0.0.1";
+  std::string resp_bind = "127.0.0.1", resp_fast_path = "on";
   app.add_option("--pool", o.pool_path, "pool file (created when missing)")->required();
   app.add_option("--size", size_text, "pool size when creating it (K/M/G suffixes)")
       ->capture_default_str();
@@ -134,6 +134,11 @@ int main(int argc, char** argv) {
   app.add_option("--resp-threads", resp_threads, "Redis gateway event-loop threads")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
+  app.add_option("--resp-fast-path", resp_fast_path,
+                 "on: the gateway executes commands on this server's own shards itself "
+                 "(doc/resp.md §Fast path); off: every command through the KV client")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -222,7 +227,8 @@ int main(int argc, char** argv) {
     g.server.loop_threads = resp_threads;
     g.server.workers = resp_workers;
     g.kv_clients = resp_kv_clients;
-    g.local = server->get();  // the fast path onto this server's own shards (doc/resp.md)
+    // The fast path onto this server's own shards (doc/resp.md §Fast path).
+    if (resp_fast_path == "on") g.local = server->get();
     auto secret = fabric::ResolveClusterSecret(o.fabric);
     // A configured cluster secret is the AUTH password; the built-in one (loopback only) is not.
     if (secret.ok() && *secret != fabric::kDefaultClusterSecret) g.server.cluster_secret = *secret;

@@ -170,7 +170,7 @@ class ClientImpl : public Client {
     std::vector<uint8_t> payload;
     wire::EncodeRequest({wire::kPut, shard, 0, 0, 0, 0, key, value}, &payload);
     return Run(shard, false, [&](oq::Client& c, uint32_t workers) {
-      if (Replicated(shard)) {
+      if (Replicated(shard) || !o_.nilext_puts) {
         // Replicated shards: a PUT commits when durable on every backup, which only the
         // primary's software response can say (doc/kv.md §Commit points).
         std::vector<uint8_t> resp;
@@ -233,7 +233,7 @@ class ClientImpl : public Client {
       const uint32_t shard = ShardOf(key);
       const std::string address = Route(shard);
       if (value.size() > kMaxInlineValue || value.size() >= o_.bypass_threshold ||
-          Replicated(shard) || address.empty()) {
+          Replicated(shard) || !o_.nilext_puts || address.empty()) {
         flush();
         out[i] = Put(key, value);
       } else {

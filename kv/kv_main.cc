@@ -37,8 +37,8 @@ int main(int argc, char** argv) {
   std::string size_text = "256M", segment_text = "4M", pm_mode = "auto", log_level = "info";
   std::string coord_uri, cluster = "default";
   uint32_t handshake_ms = 5000;
-  int resp_port = 6379, resp_threads = 2, resp_workers = 16, resp_kv_clients = 8;
-  std::string resp_bind = "127.0.0.1";
+  int resp_port = 6379, resp_threads = 1, resp_workers = 16, resp_kv_clients = 8;
+  std::string resp_bind = "127.0.0.1", resp_fast_path = "on";
   app.add_option("--pool", o.pool_path, "pool file (created when missing)")->required();
   app.add_option("--size", size_text, "pool size when creating it (K/M/G suffixes)")
       ->capture_default_str();
@@ -131,8 +131,16 @@ int main(int argc, char** argv) {
                  "KV clients the gateway's workers share round-robin")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
+  // One loop by default: with the fast path a loop pass is one group commit, and one loop
+  // batches every connection into it (as Redis's single thread does); two loops split the
+  // connections into smaller commits (doc/resp.md §Measured).
   app.add_option("--resp-threads", resp_threads, "Redis gateway event-loop threads")
       ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app.add_option("--resp-fast-path", resp_fast_path,
+                 "on: the gateway executes commands on this server's own shards itself "
+                 "(doc/resp.md §Fast path); off: every command through the KV client")
+      ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   try {
     app.parse(argc, argv);
@@ -222,6 +230,8 @@ int main(int argc, char** argv) {
     g.server.loop_threads = resp_threads;
     g.server.workers = resp_workers;
     g.kv_clients = resp_kv_clients;
+    // The fast path onto this server's own shards (doc/resp.md §Fast path).
+    if (resp_fast_path == "on") g.local = server->get();
     auto secret = fabric::ResolveClusterSecret(o.fabric);
     // A configured cluster secret is the AUTH password; the built-in one (loopback only) is not.
     if (secret.ok() && *secret != fabric::kDefaultClusterSecret) g.server.cluster_secret = *secret;

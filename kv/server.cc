@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include <thread>
 
@@ -60,15 +61,69 @@ namespace {
 // The OQ worker whose request this thread is executing (-1: none yet).
 thread_local int tls_worker = -1;
 
+// The syncs of ended LocalSections still running: a section releases its locks before it syncs
+// (so that the next section, or an OQ worker, executes meanwhile), so whoever may have read its
+// writes — a later section, an OQ worker's responses — waits for that sync before replying.
+class LocalSyncs {
+ public:
+  // The newest ticket issued (a reader that starts now waits for every ticket up to it).
+  uint64_t Latest() {
+    MutexLock l(mu_);
+    return next_ - 1;
+  }
+  uint64_t Issue() {
+    MutexLock l(mu_);
+    outstanding_.insert(next_);
+    pending_.store(true, std::memory_order_relaxed);
+    return next_++;
+  }
+  void Done(uint64_t ticket) {
+    {
+      MutexLock l(mu_);
+      outstanding_.erase(ticket);
+      pending_.store(!outstanding_.empty(), std::memory_order_relaxed);
+    }
+    cv_.notify_all();
+  }
+  // Blocks until every ticket <= upto is done.
+  void WaitUpTo(uint64_t upto) {
+    if (!pending_.load(std::memory_order_relaxed)) return;
+    MutexLock l(mu_);
+    cv_.wait(l.native(), [&]() ASYMNVM_REQUIRES(mu_) {
+      return outstanding_.empty() || *outstanding_.begin() > upto;
+    });
+  }
+  void WaitAll() {
+    if (!pending_.load(std::memory_order_relaxed)) return;
+    WaitUpTo(Latest());
+  }
+
+ private:
+  Mutex mu_;
+  std::condition_variable cv_;
+  uint64_t next_ ASYMNVM_GUARDED_BY(mu_) = 1;
+  std::set<uint64_t> outstanding_ ASYMNVM_GUARDED_BY(mu_);
+  // Set by Issue before its section unlocks; read without mu_ by WaitUpTo only as a shortcut:
+  // a waiter's read happens after it took an execution lock that the issuer held while issuing.
+  std::atomic<bool> pending_{false};
+};
+
 // Persists the OQ's ReqToExecute word only after the worker's deferred t-log entries are
 // durable: a word persisted past a nilext PUT whose entry is still unsynced would let a crash
 // lose it (recovery starts after it). Flush syncs the t-log first, then records the word.
 class RtePersister final : public pm::Persister {
  public:
-  RtePersister(pm::Persister* base, std::atomic<Store*>* store) : base_(base), store_(store) {}
+  RtePersister(pm::Persister* base, std::atomic<Store*>* store, Mutex* exec, LocalSyncs* syncs)
+      : base_(base), store_(store), exec_(exec), syncs_(syncs) {}
   void Flush(const void* addr, size_t length) override {
     Store* s = store_->load();
-    if (s != nullptr && tls_worker >= 0) s->SyncDeferred(static_cast<uint32_t>(tls_worker));
+    if (s != nullptr && tls_worker >= 0) {
+      // The worker's own entries may lie behind a LocalSection's in the same log: those must be
+      // durable too before a nilext request is forgotten (a torn entry ends a log's recovery).
+      syncs_->WaitAll();
+      MutexLock l(exec_[tls_worker]);
+      s->SyncDeferred(static_cast<uint32_t>(tls_worker));
+    }
     base_->Flush(addr, length);
   }
   void Drain() override { base_->Drain(); }
@@ -76,6 +131,8 @@ class RtePersister final : public pm::Persister {
  private:
   pm::Persister* base_;
   std::atomic<Store*>* store_;
+  Mutex* exec_;  // Server::Impl::exec
+  LocalSyncs* syncs_;
 };
 }  // namespace
 
@@ -97,6 +154,11 @@ struct Server::Impl {
   std::atomic<ClusterAgent*> agent_ptr{nullptr};
   bool cluster_mode = false;
   std::vector<WorkerState> workers;
+  // Per worker: held while the worker executes a request or syncs its deferred writes, and by a
+  // LocalSection (all of them) — the store's "one thread per worker at a time" rule with a
+  // co-located front end executing too.
+  std::unique_ptr<Mutex[]> exec;
+  std::unique_ptr<LocalSyncs> local_syncs = std::make_unique<LocalSyncs>();
   std::atomic<uint64_t> requests{0}, rejected{0}, nilext_dropped{0};
   std::thread cleaner;
   Mutex mu;
@@ -115,6 +177,7 @@ Status Server::Impl::Handle(const oq::RequestContext& ctx, std::span<const uint8
                             std::vector<uint8_t>* response) {
   requests++;
   tls_worker = static_cast<int>(ctx.worker);
+  MutexLock exec_lock(exec[ctx.worker]);
   Status st;
   auto r = wire::DecodeRequest(ctx.type, payload);
   if (!r.ok()) {
@@ -588,6 +651,7 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   if (!store.ok()) return store.status().WithContext("kv server: pool " + o.pool_path);
   impl->store = std::move(store).value();
   impl->workers.resize(geo.workers);
+  impl->exec = std::make_unique<Mutex[]>(geo.workers);
 
   auto fab = fabric::Fabric::Open(o.fabric);
   if (!fab.ok()) return fab.status();
@@ -662,10 +726,20 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   qo.pm_area_size = oq_bytes;
   qo.persister = impl->pool->persister();
   impl->store_ptr = impl->store.get();
-  impl->rte_persister = std::make_unique<RtePersister>(impl->pool->persister(), &impl->store_ptr);
+  impl->rte_persister = std::make_unique<RtePersister>(impl->pool->persister(), &impl->store_ptr,
+                                                       impl->exec.get(), impl->local_syncs.get());
   qo.rte_persister = impl->rte_persister.get();
-  qo.before_recycle = [raw](uint32_t worker, uint64_t) { raw->store->SyncDeferred(worker); };
+  qo.before_recycle = [raw](uint32_t worker, uint64_t) {
+    raw->local_syncs->WaitAll();  // as RtePersister
+    MutexLock l(raw->exec[worker]);
+    raw->store->SyncDeferred(worker);
+  };
   qo.before_respond = [raw](uint32_t worker) {
+    // A response may show a LocalSection's write whose sync still runs (LocalSyncs), and the
+    // worker's entries may lie behind such a write in the same log (a torn entry ends a log's
+    // recovery): either way that sync must be over first.
+    raw->local_syncs->WaitAll();
+    MutexLock l(raw->exec[worker]);
     raw->store->SyncDeferred(worker);
     if (raw->replication == ReplicationMode::kBatch) {
       if (ClusterAgent* a = raw->agent_ptr.load()) a->FlushBatch(worker);
@@ -715,6 +789,160 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
                             << " B; recovered " << raw->store->stats().recovered_entries
                             << " entries");
   return std::unique_ptr<Server>(new Server(std::move(impl)));
+}
+
+namespace {
+
+// Server::BeginLocal's section: every worker's execution lock (in worker order: two sections
+// never deadlock; an OQ worker takes only its own) and then the map's shared lock (the order an
+// OQ request takes them in).
+class LocalSectionImpl final : public LocalSection {
+ public:
+  LocalSectionImpl(Store* store, Mutex* exec, LocalSyncs* syncs, ClusterAgent* agent,
+                   bool cluster_mode, bool batch_replication) ASYMNVM_NO_THREAD_SAFETY_ANALYSIS
+      : store_(store),
+        exec_(exec),
+        syncs_(syncs),
+        agent_(agent),
+        cluster_mode_(cluster_mode),
+        batch_replication_(batch_replication),
+        geo_(store->geometry()) {
+    for (uint32_t w = 0; w < geo_.workers; w++) exec_[w].lock();
+    if (agent_ != nullptr) map_lock_ = agent_->Lock();
+    // Earlier sections whose syncs may still run: what this one reads may be their writes.
+    wait_for_ = syncs_->Latest();
+    // Writes an OQ worker made and has not synced yet (its batch of requests is between
+    // execution and response): this section must not read or overwrite them before they are
+    // durable, so their shards take the OQ path until that worker syncs.
+    others_deferred_.resize(geo_.workers);
+    for (uint32_t w = 0; w < geo_.workers; w++) others_deferred_[w] = store_->Deferred(w);
+    // Every write of the section lands in one t-log: one contiguous range, one msync (each
+    // worker's own log would be a sync of its own). Not a log whose worker left unsynced entries
+    // at its end: ours would follow them, and a torn entry ends a log's recovery.
+    for (uint32_t w = 0; w < geo_.workers; w++) {
+      if (!others_deferred_[w]) {
+        store_->SetSharedLog(w);
+        break;
+      }
+    }
+  }
+  ~LocalSectionImpl() override {
+    if (!committed_) {
+      Status st = Commit();
+      if (!st.ok()) LOG_ERROR("kv", "local section: " << st.ToString());
+    }
+  }
+
+  bool Serves(uint32_t shard) const override {
+    if (shard >= geo_.shards || others_deferred_[Store::WorkerOf(shard, geo_.workers)]) {
+      return false;
+    }
+    if (!cluster_mode_) return true;
+    return agent_ != nullptr && agent_->CheckPrimary(shard).ok();
+  }
+  uint32_t ShardOf(std::string_view key) const override { return kv::ShardOf(key, geo_.shards); }
+
+  Status Put(std::string_view key, std::string_view value) override {
+    ASYMNVM_ASSIGN_OR_RETURN(uint32_t shard, Check(key, value.size()));
+    uncommitted_ = true;
+    writes_++;
+    auto v = store_->Put(Store::WorkerOf(shard, geo_.workers), shard, key, value, 0, false);
+    return v.status();
+  }
+  Result<GetReply> Get(std::string_view key) override {
+    ASYMNVM_ASSIGN_OR_RETURN(uint32_t shard, Check(key, 0));
+    ReadResult r = store_->Get(Store::WorkerOf(shard, geo_.workers), shard, key, 0, SIZE_MAX);
+    GetReply out;
+    out.found = r.found;
+    out.version = r.version;
+    out.value = std::move(r.bytes);
+    return out;
+  }
+  Result<DeleteReply> Delete(std::string_view key) override {
+    ASYMNVM_ASSIGN_OR_RETURN(uint32_t shard, Check(key, 0));
+    uncommitted_ = true;
+    writes_++;
+    return store_->Delete(Store::WorkerOf(shard, geo_.workers), shard, key, 0);
+  }
+  Result<PutIfReply> PutIf(std::string_view key, std::string_view value,
+                           uint64_t expected_version) override {
+    ASYMNVM_ASSIGN_OR_RETURN(uint32_t shard, Check(key, value.size()));
+    uncommitted_ = true;
+    writes_++;
+    return store_->PutIf(Store::WorkerOf(shard, geo_.workers), shard, key, value, expected_version,
+                         0);
+  }
+  Result<IncrReply> Incr(std::string_view key, int64_t delta) override {
+    ASYMNVM_ASSIGN_OR_RETURN(uint32_t shard, Check(key, 0));
+    uncommitted_ = true;
+    writes_++;
+    return store_->Incr(Store::WorkerOf(shard, geo_.workers), shard, key, delta, 0);
+  }
+
+  Status Commit() override ASYMNVM_NO_THREAD_SAFETY_ANALYSIS {
+    if (committed_) return Status::Ok();
+    committed_ = true;
+    // Replication already happened write by write, except in batch mode, whose staged records go
+    // now (under the locks: per-worker state). The local sync comes after the locks are released,
+    // so that the OQ workers and the next section run meanwhile; the ticket makes whoever reads
+    // these writes in between wait for it before replying.
+    store_->SetSharedLog(UINT32_MAX);
+    uint64_t ticket = 0;
+    if (uncommitted_) {
+      for (uint32_t w = 0; w < geo_.workers; w++) {
+        if (others_deferred_[w]) continue;
+        store_->HandOffDeferred(w);
+        if (batch_replication_ && agent_ != nullptr) agent_->FlushBatch(w);
+      }
+      ticket = syncs_->Issue();
+    }
+    if (map_lock_.owns_lock()) map_lock_.unlock();
+    for (uint32_t w = geo_.workers; w-- > 0;) exec_[w].unlock();
+    if (ticket != 0) {
+      store_->SyncThread();  // this thread's flushed ranges: every write of the section
+      syncs_->Done(ticket);
+    }
+    syncs_->WaitUpTo(wait_for_);
+    return Status::Ok();
+  }
+
+ private:
+  Result<uint32_t> Check(std::string_view key, size_t value_size) const {
+    ASYMNVM_RETURN_IF_ERROR(CheckKey(key));
+    if (value_size > kMaxValueSize) {
+      return Status::InvalidArgument("kv: value of " + std::to_string(value_size) +
+                                     " bytes is over the limit of " +
+                                     std::to_string(kMaxValueSize));
+    }
+    const uint32_t shard = ShardOf(key);
+    if (!Serves(shard)) {
+      return Status::FailedPrecondition("kv local: shard " + std::to_string(shard) +
+                                        " is not served by this section");
+    }
+    return shard;
+  }
+
+  Store* store_;
+  Mutex* exec_;
+  LocalSyncs* syncs_;
+  ClusterAgent* agent_;
+  bool cluster_mode_;
+  bool batch_replication_;
+  const format::ServerHeader& geo_;
+  std::shared_lock<std::shared_mutex> map_lock_;
+  std::vector<bool> others_deferred_;
+  uint64_t wait_for_ = 0;
+  bool uncommitted_ = false;  // wrote something
+  bool committed_ = false;    // Commit ran: the locks are released
+};
+
+}  // namespace
+
+std::unique_ptr<LocalSection> Server::BeginLocal() {
+  return std::make_unique<LocalSectionImpl>(
+      impl_->store.get(), impl_->exec.get(), impl_->local_syncs.get(),
+      impl_->cluster_mode ? impl_->agent_ptr.load() : nullptr, impl_->cluster_mode,
+      impl_->replication == ReplicationMode::kBatch);
 }
 
 std::string Server::address() const { return impl_->oq->address(); }

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "asymnvm/fabric.h"
 #include "asymnvm/pm.h"
@@ -95,6 +96,42 @@ struct ServerStats {
 inline constexpr uint32_t kMaxRequest = 64 * 1024;
 inline constexpr uint32_t kMaxResponse = 64 * 1024;
 
+// In-process execution for a front end in the same process (the RESP gateway of the same
+// asymnvm-kv: doc/resp.md §Fast path). A section holds every OQ worker's execution lock and the
+// shard map (shared), so its calls run on the caller's thread exactly as the shard's worker would
+// run them, between two of the worker's requests; a map change waits for the section to end.
+// Writes are replicated as they execute (the same per-write replication as the OQ path) and
+// synced by Commit, once for all of them (group commit): after Commit returns OK every write of
+// the section is durable in the primary's t-log and on every live backup of its shard — the
+// acknowledgement rule of the response path (doc/kv.md §Commit points). Results read inside a
+// section may only be released after Commit (they may show the section's own unsynced writes).
+//
+// Thread safety: one thread uses a section; sections of different threads exclude each other.
+class LocalSection {
+ public:
+  virtual ~LocalSection() = default;  // the owner must Commit before; else the writes' fate is
+                                      // decided by the next sync of their worker
+  // Whether `shard` may be served here: this server is its primary in the adopted map
+  // (stand-alone: always) and no OQ worker left writes of its partition unsynced (a reader must
+  // not see them before they are durable: the caller then takes the OQ path, whose response
+  // comes after that worker's sync).
+  virtual bool Serves(uint32_t shard) const = 0;
+  virtual uint32_t ShardOf(std::string_view key) const = 0;
+  // As kv::Client's (include/asymnvm/kv.h), on a shard Serves() accepted; same argument errors.
+  virtual Status Put(std::string_view key, std::string_view value) = 0;
+  virtual Result<GetReply> Get(std::string_view key) = 0;
+  virtual Result<DeleteReply> Delete(std::string_view key) = 0;
+  virtual Result<PutIfReply> PutIf(std::string_view key, std::string_view value,
+                                   uint64_t expected_version) = 0;
+  virtual Result<IncrReply> Incr(std::string_view key, int64_t delta) = 0;
+  // Makes every write of the section durable; at most one sync. Error: their outcome is unknown.
+  virtual Status Commit() = 0;
+  uint64_t writes() const { return writes_; }
+
+ protected:
+  uint64_t writes_ = 0;
+};
+
 class Server {
  public:
   // Errors: kInvalidArgument (options), the pool's Open/Create errors (kCorruption,
@@ -110,6 +147,9 @@ class Server {
   const format::ServerHeader& geometry() const;
   ServerStats stats() const;
   void Stop();  // idempotent
+  // Starts a LocalSection (blocks while an OQ worker executes a request). Call only while the
+  // server runs (before Stop).
+  std::unique_ptr<LocalSection> BeginLocal();
 
  private:
   struct Impl;

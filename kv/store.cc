@@ -96,7 +96,7 @@ Status Store::Recover() {
   for (uint32_t i = 0; i < geo_.shards; i++) shard_version_[i] = 0;
   applied_.reset(new std::atomic<uint64_t>[geo_.workers]);
   deferred_.reset(new uint64_t[geo_.workers]);
-  dirty_.assign(geo_.workers, false);
+  dirty_.assign(geo_.workers, 0);
   floor_at_open_.assign(geo_.applied_floor, geo_.applied_floor + geo_.workers);
   recovered_positions_.clear();
   for (uint32_t w = 0; w < geo_.workers; w++) {
@@ -322,7 +322,7 @@ void Store::Synced(uint32_t worker) {
 
 void Store::AfterWrite(uint32_t worker, uint64_t position) {
   if (o_.group_commit) {
-    dirty_[worker] = true;
+    dirty_[worker] = 1;
     if (position > deferred_[worker]) deferred_[worker] = position;
     return;
   }
@@ -334,7 +334,7 @@ void Store::AfterWrite(uint32_t worker, uint64_t position) {
 void Store::SyncDeferred(uint32_t worker) {
   if (worker >= geo_.workers || !dirty_[worker]) return;
   persister_->Drain();
-  dirty_[worker] = false;
+  dirty_[worker] = 0;
   Synced(worker);
 }
 
@@ -362,13 +362,17 @@ Result<uint64_t> Store::WriteLocked(uint32_t worker, EntryType type, uint32_t sh
   h.shard = shard;
   h.version = shard_version_[shard].fetch_add(1) + 1;
   h.position = position;
-  auto loc = Append(p, worker, h, key, value, /*sync=*/false);
+  // The entry goes to the worker's own t-log, or to the shared one a caller holding every
+  // worker chose (SetSharedLog); the index stays the worker's partition either way.
+  const uint32_t log_worker = shared_log_ < geo_.workers ? shared_log_ : worker;
+  Partition& log = *parts_[log_worker];
+  auto loc = Append(log, log_worker, h, key, value, /*sync=*/false);
   // No free segment: wait for the cleaner (other logs may take a freed segment first; keep
   // waiting) up to 10 s.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (!loc.ok() && loc.status().code() == StatusCode::kResourceExhausted &&
          std::chrono::steady_clock::now() < deadline && WaitForFreeSegment(deadline)) {
-    loc = Append(p, worker, h, key, value, /*sync=*/false);
+    loc = Append(log, log_worker, h, key, value, /*sync=*/false);
   }
   if (!loc.ok()) return loc.status();
   AfterWrite(worker, position);  // durable now, or with the worker's next SyncDeferred

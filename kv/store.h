@@ -154,6 +154,23 @@ class Store {
   // Group commit: makes the worker's deferred writes durable (on the worker's thread: the
   // persister's pending ranges are per thread).
   void SyncDeferred(uint32_t worker);
+  // Whether worker's partition holds writes not yet synced (group commit; under the same
+  // one-thread-per-worker rule as the writes).
+  bool Deferred(uint32_t worker) const { return worker < geo_.workers && dirty_[worker] != 0; }
+  // Group commit by a thread that wrote into another worker's partition (a co-located front end,
+  // Server::BeginLocal): forgets the worker's deferred flag without syncing — the calling thread
+  // then syncs its own flushed ranges with SyncThread() before any result of those writes
+  // leaves. Only for writes without an OQ position (position 0).
+  void HandOffDeferred(uint32_t worker) {
+    if (worker < geo_.workers) dirty_[worker] = 0;
+  }
+  void SyncThread() { persister_->Drain(); }
+  // While set (a worker index), the entries of Put/Delete/PutIf/Incr of every worker are appended
+  // to that worker's t-log; each key stays indexed in its own worker's partition (recovery and
+  // the cleaner index an entry by its shard, not by the log holding it). For a caller that holds
+  // every worker at once (Server::BeginLocal): its writes form one log range, which one sync
+  // covers. UINT32_MAX: off (each worker's own t-log). Set and cleared under that exclusion.
+  void SetSharedLog(uint32_t worker) { shared_log_ = worker; }
   // OQ recovery is over: forget the positions Open collected to recognise re-executions.
   void EndRecovery();
   ReadResult Get(uint32_t worker, uint32_t shard, std::string_view key, uint64_t offset,
@@ -299,7 +316,10 @@ class Store {
   std::unique_ptr<std::atomic<uint64_t>[]> shard_version_;
   std::unique_ptr<std::atomic<uint64_t>[]> applied_;  // per worker: largest durable position
   std::unique_ptr<uint64_t[]> deferred_;              // per worker: largest position not yet synced
-  std::vector<bool> dirty_;  // per worker: writes flushed and not yet synced
+  // per worker: writes flushed and not yet synced (bytes, not vector<bool>: the workers' threads
+  // write their own elements concurrently)
+  std::vector<uint8_t> dirty_;
+  uint32_t shared_log_ = UINT32_MAX;  // SetSharedLog
   // Recognising OQ re-executions after a restart: the floors of the header page and every
   // position found in the logs above them (exact: with deferred syncs the logs may hold a later
   // position without an earlier one). Cleared by EndRecovery.

@@ -73,6 +73,26 @@ std::string Key::ToString() const {
 
 std::ostream& operator<<(std::ostream& os, const Key& key) { return os << key.ToString(); }
 
+Status Map::DeleteBatch(std::span<const Key> keys, uint64_t* deleted) {
+  if (deleted) *deleted = 0;
+  for (const Key& k : keys) {  // every key checked before any Delete
+    if (k.is_int() != (key_size() == 0) ||
+        (!k.is_int() && (k.bytes().empty() || k.bytes().size() > key_size()))) {
+      return Status::InvalidArgument(internal::Describe(kind(), structure().name) + ": bad key " +
+                                     k.ToString() + " for key_size " + std::to_string(key_size()));
+    }
+  }
+  for (const Key& k : keys) {
+    Status st = Delete(k);
+    if (st.ok()) {
+      if (deleted) ++*deleted;
+    } else if (st.code() != StatusCode::kNotFound) {
+      return st;
+    }
+  }
+  return Status::Ok();
+}
+
 Status Map::PutBatch(std::span<const KeyValue> kvs) {
   // Validate everything first: a bad entry fails the call before any Put.
   for (const KeyValue& kv : kvs) {
@@ -456,7 +476,23 @@ Status Base::PutVector(std::span<const KeyValue> kvs, const VectorGather& gather
     ASYMNVM_RETURN_IF_ERROR(CheckKey(kv.first));
     ASYMNVM_RETURN_IF_ERROR(CheckValue(kv.second));
   }
-  const std::vector<KeyValue> sorted = SortedUnique(kvs);
+  return CutAndApply(SortedUnique(kvs), gather, bound, kOpPutVector);
+}
+
+Status Base::DeleteVector(std::span<const Key> keys, const VectorGather& gather,
+                          const VectorKeyBound& bound) {
+  ASYMNVM_RETURN_IF_ERROR(CheckWritable());
+  std::vector<KeyValue> kvs;
+  kvs.reserve(keys.size());
+  for (const Key& k : keys) {
+    ASYMNVM_RETURN_IF_ERROR(CheckKey(k));
+    kvs.emplace_back(k, Value{});
+  }
+  return CutAndApply(SortedUnique(kvs), gather, bound, kOpDeleteVector);
+}
+
+Status Base::CutAndApply(std::span<const KeyValue> sorted, const VectorGather& gather,
+                         const VectorKeyBound& bound, uint16_t op_type) {
   constexpr size_t kAnchorSlack = 64;  // the anchor words every plan may add
   size_t begin = 0;
   while (begin < sorted.size()) {
@@ -474,8 +510,8 @@ Status Base::PutVector(std::span<const KeyValue> kvs, const VectorGather& gather
       writes += w;
       end++;
     }
-    ASYMNVM_RETURN_IF_ERROR(ApplyVectorRun(
-        std::span<const KeyValue>(sorted).subspan(begin, end - begin), false, gather));
+    ASYMNVM_RETURN_IF_ERROR(
+        ApplyVectorRun(sorted.subspan(begin, end - begin), false, gather, false, op_type));
     begin = end;
   }
   return Status::Ok();
@@ -498,7 +534,7 @@ Status Base::PutVectorAtomic(std::span<const KeyValue> kvs, const VectorGather& 
 }
 
 Status Base::ApplyVectorRun(std::span<const KeyValue> run, bool replay, const VectorGather& gather,
-                            bool atomic) {
+                            bool atomic, uint16_t op_type) {
   VectorPlan plan;
   auto abandon = [&]() {
     for (uint64_t a : plan.allocs) (void)s_.Free(a);
@@ -518,7 +554,7 @@ Status Base::ApplyVectorRun(std::span<const KeyValue> run, bool replay, const Ve
     size_t at = 0;
     for (size_t k = 0; k < parts; k++) {
       const size_t n = run.size() / parts + (k < run.size() % parts ? 1 : 0);
-      ASYMNVM_RETURN_IF_ERROR(ApplyVectorRun(run.subspan(at, n), false, gather));
+      ASYMNVM_RETURN_IF_ERROR(ApplyVectorRun(run.subspan(at, n), false, gather, false, op_type));
       at += n;
     }
     return Status::Ok();
@@ -532,7 +568,7 @@ Status Base::ApplyVectorRun(std::span<const KeyValue> run, bool replay, const Ve
   // until Update's TxWrite, so a crash in between replays the whole run.
   const size_t part_limit =
       s_.max_transaction_bytes() - backend::kTxnHeaderSize - backend::kTxnCommitSize;
-  st = Update(kOpPutVector, EncodeVector(run), [&]() -> Status {
+  st = Update(op_type, EncodeVector(run), [&]() -> Status {
     size_t part = 0;
     for (size_t i = 0; i < plan.writes.size(); i++) {
       // Crash tests kill here: the op log is durable, half of the memory logs are buffered.
@@ -556,6 +592,7 @@ Status Base::ApplyVectorRun(std::span<const KeyValue> run, bool replay, const Ve
   }
   vector_pair_bytes_ = static_cast<double>(plan.bytes) / static_cast<double>(run.size());
   if (plan.commit) plan.commit();
+  for (uint64_t a : plan.frees) ASYMNVM_RETURN_IF_ERROR(s_.Free(a));
   return Status::Ok();
 }
 
@@ -564,10 +601,10 @@ Status Base::ReplayVector(const frontend::RecoveredOp& op, const VectorGather& g
   Status st = DecodeVector(op.payload, ksize(), &run);
   if (!st.ok()) return Status::Corruption(Describe(kind_, st_.name) + ": " + st.message());
   for (const KeyValue& kv : run) {
-    if (kv.second.size() > vsize())
+    if (kv.second.size() > vsize() || (op.op_type == kOpDeleteVector && !kv.second.empty()))
       return Status::Corruption(Describe(kind_, st_.name) + ": replayed value too long");
   }
-  return ApplyVectorRun(run, true, gather);
+  return ApplyVectorRun(run, true, gather, false, op.op_type);
 }
 
 Status Base::Query(const std::function<Status()>& body) {

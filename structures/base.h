@@ -55,6 +55,9 @@ Status DecodeKeyValue(std::span<const uint8_t> params, uint32_t key_size, Key* k
 // vectorized kind; its op-log parameters: count u32 | count × (key | len u32 | value bytes) in the
 // key encoding of EncodeKeyValue, keys strictly ascending.
 inline constexpr uint16_t kOpPutVector = 3;
+// A vector delete (Map::DeleteBatch of the kinds with a vector path): the same parameters with
+// every value empty; keys absent at replay are skipped.
+inline constexpr uint16_t kOpDeleteVector = 4;
 // A vector's op-log parameters stay within this many bytes (longer input is cut into runs).
 inline constexpr size_t kVectorPayloadMax = 64 * 1024;
 // A vector's memory logs (each counted as 16 B of entry header + its bytes padded to 8) stay
@@ -74,6 +77,8 @@ std::vector<KeyValue> SortedUnique(std::span<const KeyValue> kvs);
 struct VectorPlan {
   std::vector<std::pair<uint64_t, std::vector<uint8_t>>> writes;
   std::vector<uint64_t> allocs;
+  // Blocks unlinked by the plan, freed once it is applied (the unlinks precede any reuse).
+  std::vector<uint64_t> frees;
   size_t bytes = 0;  // memory-log footprint of `writes`
   std::function<void()> commit;
   void Add(uint64_t addr, std::vector<uint8_t> data) {
@@ -165,6 +170,11 @@ class Base {
   // log (type 3) → writes → tx_write → plan.commit.
   Status PutVector(std::span<const KeyValue> kvs, const VectorGather& gather,
                    const VectorKeyBound& bound = {});
+  // A vector delete (Map::DeleteBatch): the keys as a run of pairs with empty values, cut and
+  // applied like PutVector under op type kOpDeleteVector; the gather unlinks the keys it finds
+  // and lists their blocks in plan->frees.
+  Status DeleteVector(std::span<const Key> keys, const VectorGather& gather,
+                      const VectorKeyBound& bound = {});
   // An atomic vector put (the hash table's Map::PutBatch): the whole sorted, de-duplicated batch
   // is ONE run — one op log (type 3) and one memory-log transaction — so it is all-or-nothing
   // across a crash (Session::Replay re-applies it iff its transaction was not applied). A batch
@@ -223,7 +233,9 @@ class Base {
  private:
   // atomic: never cut the run (kResourceExhausted when its writes exceed one transaction).
   Status ApplyVectorRun(std::span<const KeyValue> run, bool replay, const VectorGather& gather,
-                        bool atomic = false);
+                        bool atomic = false, uint16_t op_type = kOpPutVector);
+  Status CutAndApply(std::span<const KeyValue> sorted, const VectorGather& gather,
+                     const VectorKeyBound& bound, uint16_t op_type);
   double vector_pair_bytes_ = 0;  // memory-log bytes per pair of the last applied vector plan
   // The value of the update in progress (Update with value_from) and its op log.
   std::span<const uint8_t> op_value_;

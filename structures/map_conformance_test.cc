@@ -159,6 +159,17 @@ class MapConformance : public StructuresTest, public ::testing::WithParamInterfa
         } else {
           ASSERT_EQ(st.code(), StatusCode::kNotFound) << "delete " << key;
         }
+      } else if (op < 88) {
+        // A vector delete of present and absent keys (duplicates too).
+        std::vector<Key> keys;
+        const size_t len = 1 + rng() % 12;
+        for (size_t j = 0; j < len; j++) keys.push_back(K(1 + rng() % 500));
+        uint64_t deleted = 99;
+        Status st = m.DeleteBatch(keys, &deleted);
+        ASSERT_TRUE(st.ok()) << "delete batch: " << st.ToString();
+        uint64_t want = 0;
+        for (const Key& k : keys) want += model.erase(k);
+        ASSERT_EQ(deleted, want) << "delete batch count";
       } else if (op < 95) {
         std::vector<KeyValue> batch;
         const size_t len = 1 + rng() % 40;
@@ -248,6 +259,8 @@ TEST_P(MapContract, ErrorsAreTheContractsNeverACrash) {
   EXPECT_EQ(w->Get(K(1), &v).code(), StatusCode::kNotFound);
   EXPECT_EQ(r->Put(K(1), Value(4, 1)).code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(r->Delete(K(1)).code(), StatusCode::kFailedPrecondition);
+  const std::vector<Key> one = {K(1)};
+  EXPECT_EQ(r->DeleteBatch(one).code(), StatusCode::kFailedPrecondition);
   // Keys of the other kind, empty and too long byte keys: refused by every call, nothing written.
   std::vector<Key> bad;
   if (key_size() == 0) {
@@ -260,6 +273,8 @@ TEST_P(MapContract, ErrorsAreTheContractsNeverACrash) {
     EXPECT_EQ(w->Get(b, &v).code(), StatusCode::kInvalidArgument) << b;
     EXPECT_EQ(r->Get(b, &v).code(), StatusCode::kInvalidArgument) << b;
     EXPECT_EQ(w->Delete(b).code(), StatusCode::kInvalidArgument) << b;
+    std::vector<Key> del_bad = {K(5), b};
+    EXPECT_EQ(w->DeleteBatch(del_bad).code(), StatusCode::kInvalidArgument) << b;
     std::vector<KeyValue> with_bad = {{K(5), Value(4, 5)}, {b, Value(4, 1)}};
     EXPECT_EQ(w->PutBatch(with_bad).code(), StatusCode::kInvalidArgument) << b;
     EXPECT_EQ(w->Get(K(5), &v).code(), StatusCode::kNotFound) << "a refused batch wrote";

@@ -146,6 +146,19 @@ class SkipList final : public Map, public Base {
         });
   }
 
+  Status DeleteBatch(std::span<const Key> keys, uint64_t* deleted) override {
+    // Per key at most one link word per level of its tower (24 B each in the memory log).
+    deleted_in_batch_ = 0;
+    Status st = DeleteVector(
+        keys,
+        [this](std::span<const KeyValue> run, VectorPlan* plan) {
+          return GatherDeleteWalk(run, plan);
+        },
+        [this](const KeyValue& kv) -> size_t { return 24ull * Height(kv.first) + 8; });
+    if (deleted) *deleted = deleted_in_batch_;
+    return st;
+  }
+
   Status Scan(const Key& from, size_t limit, std::vector<KeyValue>* out) override {
     ASYMNVM_RETURN_IF_ERROR(CheckScanFrom(from));
     return Query([&]() -> Status {
@@ -311,6 +324,11 @@ class SkipList final : public Map, public Base {
     if (op.op_type == kOpPutVector) {
       return ReplayVector(op, [this](std::span<const KeyValue> run, VectorPlan* plan) {
         return GatherWalk(run, plan);
+      });
+    }
+    if (op.op_type == kOpDeleteVector) {
+      return ReplayVector(op, [this](std::span<const KeyValue> run, VectorPlan* plan) {
+        return GatherDeleteWalk(run, plan);
       });
     }
     Key key;
@@ -654,6 +672,115 @@ class SkipList final : public Map, public Base {
     return Status::Ok();
   }
 
+  // A vector delete: one walk over the sorted keys, as GatherVector's. A found node's whole tower
+  // is read (the walk may have met it below its top); at each of its levels its predecessor's link
+  // (in DRAM, so a run of adjacent deletions chains through) skips it. At the end every changed
+  // link word is written once, then count and level (shrunk while the top head list is empty);
+  // the nodes are freed after the transaction. Keys not found are skipped (a replay of a run
+  // applied before the crash finds none of them).
+  Status GatherDeleteWalk(std::span<const KeyValue> run, VectorPlan* plan) {
+    const frontend::Counters before = s_.counters();
+    Status st = GatherDeleteVector(run, plan);
+    const frontend::Counters after = s_.counters();
+    last_hits_ += after.cache_hits - before.cache_hits;
+    last_misses_ += after.cache_misses - before.cache_misses;
+    return st;
+  }
+
+  Status GatherDeleteVector(std::span<const KeyValue> run, VectorPlan* plan) {
+    struct View {
+      Key key;
+      uint32_t height = 0;
+      uint32_t known = 0;  // next[0..known) read
+      std::array<uint64_t, kLevelCap> next{};
+    };
+    std::unordered_map<uint64_t, View> nodes;  // 0 = the head
+    std::vector<uint8_t> a(anchor_bytes_ - kHead);
+    ASYMNVM_RETURN_IF_ERROR(Read(anchor_ + kHead, a));
+    View& head = nodes[0];
+    head.height = head.known = max_level_;
+    for (uint32_t i = 0; i < max_level_; i++) head.next[i] = GetU64(a.data() + 8ull * i);
+    std::map<std::pair<uint64_t, uint32_t>, uint64_t> links;  // changed words -> new target
+    std::array<uint64_t, kLevelCap> pred{};                   // all head
+    uint64_t removed = 0, steps = 0;
+    const uint64_t bound = (count_ + 64) * 4 + run.size();
+    // Reads node y met at level i when not known yet, at least up to level `upto` (exclusive).
+    auto view = [&](uint64_t y, uint32_t upto) -> Result<View*> {
+      auto it = nodes.find(y);
+      if (it != nodes.end() && it->second.known >= upto) return &it->second;
+      if (++steps > bound) return Torn("vector walk longer than the count");
+      const uint64_t len = next_off_ + 8ull * upto;
+      if (!ValidAddr(y, len))
+        return Torn("node address " + std::to_string(y) + " outside the data area");
+      uint8_t buf[kMaxKeySlot + 8 + 8 * kLevelCap];
+      ASYMNVM_RETURN_IF_ERROR(Read(y, std::span<uint8_t>(buf, len), Cached(upto)));
+      View v;
+      v.height = GetU32(buf + height_off_);
+      if (GetU32(buf + height_off_ + 4) != kNodeMagic || v.height < upto || v.height > max_level_ ||
+          !LoadKey(buf, &v.key).ok()) {
+        return Torn("node " + std::to_string(y) + " has a bad header");
+      }
+      v.known = upto;
+      for (uint32_t j = 0; j < upto; j++) v.next[j] = GetU64(buf + next_off_ + 8 * j);
+      if (it != nodes.end()) {  // keep links already rewritten in DRAM
+        for (uint32_t j = 0; j < it->second.known; j++) v.next[j] = it->second.next[j];
+        it->second = v;
+        return &it->second;
+      }
+      return &nodes.emplace(y, v).first->second;
+    };
+    for (const KeyValue& kv : run) {
+      uint64_t found = 0;
+      for (int i = static_cast<int>(level_) - 1; i >= 0; i--) {
+        uint64_t x = pred[i];
+        for (;;) {
+          const uint64_t y = nodes.at(x).next[i];
+          if (y == 0) break;
+          ASYMNVM_ASSIGN_OR_RETURN(View * vy, view(y, static_cast<uint32_t>(i) + 1));
+          if (x != 0 && vy->key <= nodes.at(x).key) return Torn("keys out of order");
+          if (vy->key >= kv.first) {
+            if (i == 0 && vy->key == kv.first) found = y;
+            break;
+          }
+          x = y;
+        }
+        pred[i] = x;
+        // The next key's search starts no earlier at the levels below.
+        for (int j = i - 1; j >= 0; j--) {
+          if (pred[j] == 0 || (x != 0 && nodes.at(x).key > nodes.at(pred[j]).key)) pred[j] = x;
+        }
+      }
+      if (found == 0) continue;
+      ASYMNVM_ASSIGN_OR_RETURN(View * f, view(found, nodes.at(found).height));
+      const uint32_t h = f->height;
+      for (uint32_t i = 0; i < h; i++) {
+        View& p = nodes.at(pred[i]);
+        if (p.next[i] != found) {
+          return Torn("node of key " + kv.first.ToString() + " is not linked at level " +
+                      std::to_string(i));
+        }
+        p.next[i] = f->next[i];
+        links[{pred[i], i}] = f->next[i];
+      }
+      plan->frees.push_back(found);
+      removed++;
+    }
+    if (removed == 0) return Status::Ok();
+    for (const auto& [word, to] : links) plan->AddU64(NextAddr(word.first, word.second), to);
+    uint64_t level = level_;
+    while (level > 0 && nodes.at(0).next[level - 1] == 0) level--;
+    std::vector<uint8_t> w(16);
+    PutU64(w.data(), count_ - removed);
+    PutU64(w.data() + 8, level);
+    plan->Add(anchor_ + kCount, std::move(w));
+    plan->commit = [this, removed, level]() {
+      count_ -= removed;
+      level_ = level;
+      deleted_in_batch_ += removed;
+    };
+    return Status::Ok();
+  }
+
   Status WriteCountLevel(uint64_t count, uint64_t level) {
     uint8_t w[16];
     PutU64(w, count);
@@ -664,6 +791,7 @@ class SkipList final : public Map, public Base {
   uint64_t anchor_ = 0, anchor_bytes_ = 0;
   uint32_t max_level_ = 0, slot_bytes_ = 0;
   uint64_t height_off_ = 8, next_off_ = 16;  // node offsets (by the key slot's size)
+  uint64_t deleted_in_batch_ = 0;            // DeleteBatch: keys its applied runs removed
   // The writer's view of the anchor (it holds the lock); readers read it in each query.
   uint64_t count_ = 0, level_ = 0;
   // §8.4 caching threshold T and its adaptation window.

@@ -354,6 +354,78 @@ TEST_P(VectorTest, OneOpLogAndFewerReadsThanPuts) {
   ExpectMatches(**b, model);
 }
 
+// The skip list's vector delete (Map::DeleteBatch, op type 4): one op log per run, fewer reads
+// than one Delete per key, adjacent keys and whole towers removed, the level shrinking, and a
+// logged delete vector replayed by a new session (the keys it no longer finds skipped).
+class DeleteVectorTest : public StructuresTest {};
+
+TEST_F(DeleteVectorTest, SkipListDeletesRunsInOneOpLogAndReplaysThem) {
+  std::map<uint64_t, Value> model;
+  uint32_t id = 0;
+  {
+    auto s = OpenSession(50, Level::kR);
+    auto a = OpenMap(*s, Kind::kSkipList, "dels");
+    auto b = OpenMap(*s, Kind::kSkipList, "dels-one-by-one");
+    ASSERT_TRUE(a.ok() && b.ok());
+    std::vector<KeyValue> base;
+    for (uint64_t k = 1; k <= 3000; k++) base.emplace_back(k, TestValue(k, 0, 8));
+    ASSERT_TRUE((*a)->PutBatch(base).ok());
+    ASSERT_TRUE((*b)->PutBatch(base).ok());
+    ApplyToModel(base, &model);
+    // 64 keys: runs of neighbours, scattered ones, absent ones and duplicates.
+    std::vector<Key> keys;
+    for (uint64_t k = 100; k < 132; k++) keys.push_back(k);
+    for (uint64_t k = 1000; k < 3000; k += 100) keys.push_back(k);
+    for (uint64_t k = 5000; k < 5010; k++) keys.push_back(k);  // absent
+    keys.push_back(100);
+    keys.push_back(2900);
+    auto c0 = s->counters();
+    uint64_t deleted = 0;
+    ASSERT_TRUE((*a)->DeleteBatch(keys, &deleted).ok());
+    auto c1 = s->counters();
+    uint64_t one_by_one = 0;
+    for (const Key& k : keys) one_by_one += (*b)->Delete(k).ok() ? 1 : 0;
+    auto c2 = s->counters();
+    EXPECT_EQ(deleted, 52u);
+    EXPECT_EQ(one_by_one, 52u);
+    EXPECT_EQ(c1.op_logs - c0.op_logs, 1u);
+    EXPECT_LT(c1.remote_reads - c0.remote_reads, c2.remote_reads - c1.remote_reads);
+    for (const Key& k : keys) model.erase(k.u64());
+    ASSERT_TRUE((*a)->Verify().ok()) << (*a)->Verify().ToString();
+    ExpectMatches(**a, model);
+    // Everything: the list ends empty, level 0.
+    std::vector<Key> all;
+    for (uint64_t k = 0; k <= 3001; k++) all.push_back(k);
+    ASSERT_TRUE((*b)->DeleteBatch(all, &deleted).ok());
+    EXPECT_EQ(deleted, model.size());
+    auto n = (*b)->Count();
+    ASSERT_TRUE(n.ok());
+    EXPECT_EQ(*n, 0u);
+    ASSERT_TRUE((*b)->Verify().ok()) << (*b)->Verify().ToString();
+    id = (*a)->structure().id;
+  }
+  // A crashed session had logged a delete vector it never applied: the next one replays it.
+  auto s = OpenSession(50, Level::kRcb);
+  RegisterReplays(*s);
+  auto m = OpenMap(*s, Kind::kSkipList, "dels");
+  ASSERT_TRUE(m.ok());
+  ASSERT_EQ((*m)->structure().id, id);
+  std::vector<KeyValue> run;
+  for (uint64_t k = 500; k < 700; k += 3) run.emplace_back(k, Value{});
+  run.emplace_back(9999, Value{});  // absent: skipped
+  FakeFetcher f;
+  frontend::RecoveredOp op;
+  op.op_seq = s->recovered_opn() + 1;
+  op.structure_id = id;
+  op.op_type = internal::kOpDeleteVector;
+  op.payload = internal::EncodeVector(run);
+  f.ops.push_back(op);
+  ASSERT_TRUE(s->Replay(&f).ok());
+  for (const auto& [k, v] : run) model.erase(k.u64());
+  ASSERT_TRUE((*m)->Verify().ok()) << (*m)->Verify().ToString();
+  ExpectMatches(**m, model);
+}
+
 // A reader under the seqlock never misses a stable key while the writer applies vectors of
 // inserts and updates around them.
 TEST_P(VectorTest, ReaderFindsStableKeysDuringVectorWrites) {

@@ -82,6 +82,12 @@ struct ClientOptions {
   // never. Used only where the server offers it (asymnvm-kv --rdmp on, the default) and, for
   // Put, on shards without backups; otherwise the server-reply path is taken.
   size_t bypass_threshold = 16 * 1024;
+  // false: a Put to an unreplicated shard also waits for the server's response (after it is
+  // executed and durable) instead of committing on the NIC acknowledgement of a nilext request.
+  // A front end that also executes requests in the server's process (the RESP gateway's fast
+  // path, doc/resp.md) needs it: an acknowledged nilext Put the server has not executed yet
+  // would otherwise be invisible to, or overwritten by, a later request that bypasses the queue.
+  bool nilext_puts = true;
   // Test hook: a server-bypass Put stops (kAborted) after writing the value (1) or after writing
   // the persist flag (2), like a client that died there. 0: off.
   int TEST_bypass_stop_after = 0;

@@ -117,9 +117,9 @@ const std::vector<CommandSpec>& CommandTable() {
        "Changes the selected database.", "only database 0 exists", h::Select},
       {"set", -3, kWrite, 1, 1, 1, "string", "1.0.0",
        "Sets the string value of a key, ignoring its type.",
-       "EX, PX, EXAT, PXAT, NX, XX, GET, KEEPTTL. A plain SET (no NX/XX/GET/KEEPTTL) is one nilext "
-       "PUT (commits on the ordered queue's acknowledgement); the others read then write "
-       "conditionally",
+       "EX, PX, EXAT, PXAT, NX, XX, GET, KEEPTTL. A plain SET (no NX/XX/GET/KEEPTTL) is one "
+       "unconditional PUT (a key of this server's own shards: run by the gateway itself and "
+       "acknowledged after its group commit); the others read then write conditionally",
        h::Set},
       {"setnx", 3, kWrite | kFast, 1, 1, 1, "string", "1.0.0",
        "Set the string value of a key only when the key doesn't exist.",

@@ -89,6 +89,8 @@ struct GatewayState {
   std::atomic<int64_t> total_commands{0};
   std::atomic<int64_t> rejected_connections{0};
   std::atomic<uint64_t> next_client_id{1};
+  std::atomic<int64_t> fast_path_commands{0};  // run by a loop against a co-located primary
+  std::atomic<int64_t> fast_path_commits{0};   // the group commits that acknowledged them
   // The clock EXPIRE/TTL and TIME read (Unix ms); tests inject a fake. nullptr: the system clock.
   int64_t (*clock_ms)() = nullptr;
   int64_t NowMs() const;

@@ -162,6 +162,10 @@ std::string InfoSection(CommandContext& c, const std::string& name) {
     s += "total_connections_received:" + std::to_string(st.total_connections.load()) + "\r\n";
     s += "total_commands_processed:" + std::to_string(st.total_commands.load()) + "\r\n";
     s += "rejected_connections:" + std::to_string(st.rejected_connections.load()) + "\r\n";
+    // The co-located fast path (doc/resp.md §Fast path): commands run on the event loops against
+    // this server's own shards, and the group commits (syncs) that acknowledged them.
+    s += "asymnvm_fast_path_commands:" + std::to_string(st.fast_path_commands.load()) + "\r\n";
+    s += "asymnvm_fast_path_commits:" + std::to_string(st.fast_path_commits.load()) + "\r\n";
   } else if (name == "replication") {
     s += "# Replication\r\n";
     s += "role:master\r\n";

@@ -1,5 +1,7 @@
 // The Store over the KV client API (include/asymnvm/kv.h). SCAN cursors: doc/resp.md §SCAN.
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <mutex>
 #include <utility>
 
@@ -171,13 +173,130 @@ class KvClientStore final : public Store {
   std::shared_ptr<kv::Client> held_;
 };
 
+// The resp::Store view of a section of the co-located KV server (kv::LocalSection).
+class LocalSectionStore final : public Store {
+ public:
+  explicit LocalSectionStore(kv::LocalSection* s) : s_(s) {}
+
+  Result<std::optional<StoredValue>> Get(std::string_view key) override {
+    ASYMNVM_ASSIGN_OR_RETURN(kv::GetReply r, s_->Get(key));
+    if (!r.found) return std::optional<StoredValue>();
+    return std::optional<StoredValue>(StoredValue{std::move(r.value), r.version});
+  }
+  Result<uint64_t> Put(std::string_view key, std::string_view value) override {
+    ASYMNVM_RETURN_IF_ERROR(s_->Put(key, value));
+    return uint64_t{0};
+  }
+  Result<std::optional<uint64_t>> PutIf(std::string_view key, std::string_view value,
+                                        uint64_t expected) override {
+    ASYMNVM_ASSIGN_OR_RETURN(kv::PutIfReply r, s_->PutIf(key, value, expected));
+    if (!r.applied) return std::optional<uint64_t>();
+    return std::optional<uint64_t>(r.version);
+  }
+  Result<std::optional<int64_t>> Incr(std::string_view key, int64_t delta) override {
+    auto r = s_->Incr(key, delta);
+    if (!r.ok()) {
+      // As KvClientStore: not a plain decimal or overflow; the read-modify-write words it.
+      if (r.status().code() == StatusCode::kInvalidArgument) return std::optional<int64_t>();
+      return r.status();
+    }
+    return std::optional<int64_t>(r->value);
+  }
+  Result<bool> Delete(std::string_view key) override {
+    ASYMNVM_ASSIGN_OR_RETURN(kv::DeleteReply r, s_->Delete(key));
+    return r.existed;
+  }
+  // The loops send only commands on keys to the fast path (server.cc FastCandidate): these
+  // whole-keyspace and transaction calls never reach it.
+  Result<ScanPage> Scan(uint64_t, size_t) override {
+    return Status::NotSupported("RESP fast path: SCAN takes the KV client");
+  }
+  uint32_t ShardOf(std::string_view key) override { return s_->ShardOf(key); }
+  Result<bool> CommitBatch(const std::vector<BatchWrite>&) override {
+    return Status::NotSupported("RESP fast path: EXEC takes the KV client");
+  }
+  Result<int64_t> DurableReplicas() override {
+    return Status::NotSupported("RESP fast path: WAIT takes the KV client");
+  }
+
+ private:
+  kv::LocalSection* s_;
+};
+
+class LocalFastPath;
+
+class LocalFastSection final : public FastSection {
+ public:
+  LocalFastSection(std::unique_ptr<kv::LocalSection> s, LocalFastPath* path)
+      : s_(std::move(s)), store_(s_.get()), path_(path) {}
+  bool Serves(std::string_view key) override;
+  Store& store() override { return store_; }
+  Status Commit() override { return s_->Commit(); }
+
+ private:
+  std::unique_ptr<kv::LocalSection> s_;
+  LocalSectionStore store_;
+  LocalFastPath* path_;
+};
+
+class LocalFastPath final : public FastPath {
+ public:
+  explicit LocalFastPath(kv::Server* server)
+      : server_(server),
+        shards_(server->geometry().shards),
+        remote_until_(std::make_unique<std::atomic<int64_t>[]>(shards_)) {}
+
+  bool Likely(std::string_view key) override {
+    return NowMs() >= remote_until_[kv::ShardOf(key, shards_)].load(std::memory_order_relaxed);
+  }
+  std::unique_ptr<FastSection> Begin() override {
+    return std::make_unique<LocalFastSection>(server_->BeginLocal(), this);
+  }
+  // A section's verdict on a shard: a shard not served here is not tried again for a while (a
+  // failover or rejoin may make it ours later, so the hint expires).
+  void Note(uint32_t shard, bool served) {
+    if (shard >= shards_) return;
+    remote_until_[shard].store(served ? 0 : NowMs() + kRemoteHintMs, std::memory_order_relaxed);
+  }
+
+ private:
+  static constexpr int64_t kRemoteHintMs = 100;
+  static int64_t NowMs() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  kv::Server* server_;
+  uint32_t shards_;
+  std::unique_ptr<std::atomic<int64_t>[]> remote_until_;  // per shard: steady ms
+};
+
+bool LocalFastSection::Serves(std::string_view key) {
+  const uint32_t shard = s_->ShardOf(key);
+  const bool served = s_->Serves(shard);
+  path_->Note(shard, served);
+  return served;
+}
+
 }  // namespace
+
+std::shared_ptr<FastPath> NewLocalFastPath(kv::Server* server) {
+  return std::make_shared<LocalFastPath>(server);
+}
 
 std::unique_ptr<Store> NewKvClientStore(std::shared_ptr<kv::Client> client) {
   return std::make_unique<KvClientStore>(std::make_shared<KvClientSlot>(std::move(client)));
 }
 
 Result<std::unique_ptr<Server>> StartKvGateway(KvGatewayOptions options) {
+  if (options.local != nullptr) {
+    options.server.fast_path = NewLocalFastPath(options.local);
+    // The fast path executes outside the server's Ordered Queue: a PUT this gateway sends through
+    // the queue must therefore be executed (and durable) before it is acknowledged, never a
+    // nilext request or a server-bypass publish the server has not executed yet.
+    options.client.nilext_puts = false;
+    options.client.bypass_threshold = kv::kNoBypass;
+  }
   // Workers share `kv_clients` clients round-robin (a client multiplexes its callers over one
   // connection per server worker); each opens on first use.
   int n = std::max(1, std::min(options.kv_clients, options.server.workers));

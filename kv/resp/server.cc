@@ -42,6 +42,7 @@ struct Pending {
   enum Kind { kCommand, kReject, kFatal } kind = kCommand;
   std::vector<std::string> argv;  // kCommand
   std::string message;            // kReject / kFatal
+  bool slow = false;  // a fast-path section found a key not served locally: take the workers
 };
 
 struct Conn {
@@ -55,7 +56,7 @@ struct Conn {
   bool reading = true;    // EPOLLIN armed
   bool writing = false;   // EPOLLOUT armed
   bool closing = false;   // close once `out` is flushed
-  bool busy = false;      // a batch is with the workers
+  bool busy = false;      // a batch is with the workers, or the connection waits for the fast path
   bool dead = false;      // closed while busy: drop the batch's output
   bool detached = false;  // removed from epoll (peer hung up while busy)
   explicit Conn(const ParserLimits& l) : parser(l) {}
@@ -160,6 +161,7 @@ class Loop {
         opts_(opts),
         listen_fd_(listen_fd),
         pool_(pool),
+        fast_(opts->fast_path.get()),
         dispatcher_(state, &no_store_) {}
   ~Loop() {
     for (auto& [fd, c] : conns_) {
@@ -231,7 +233,10 @@ class Loop {
   void Run() {
     std::vector<epoll_event> events(128);
     while (!stop_.load()) {
-      int n = epoll_wait(ep_, events.data(), static_cast<int>(events.size()), -1);
+      // Connections waiting for the fast path: collect what else is ready without blocking, so
+      // that one section (one sync) covers them all, then run it.
+      const int timeout = fast_ready_.empty() ? -1 : 0;
+      int n = epoll_wait(ep_, events.data(), static_cast<int>(events.size()), timeout);
       if (n < 0) {
         if (errno == EINTR) continue;
         LOG_ERROR(kLog, "epoll_wait: " << std::strerror(errno));
@@ -261,6 +266,82 @@ class Loop {
         if (alive && (e & EPOLLOUT)) alive = Flush(*c);
         if (!alive) Close(*c);
       }
+      RunFast();
+    }
+  }
+
+  // Whether the command may run on the fast path: a command on keys (outside MULTI) whose keys
+  // all recently were on shards this process is the primary of. The section decides for good.
+  bool FastCandidate(const Session& s, const Pending& p) const {
+    if (fast_ == nullptr || p.kind != Pending::kCommand || p.argv.empty() || p.slow || s.in_multi) {
+      return false;
+    }
+    const CommandSpec* spec = FindCommand(p.argv[0]);
+    if (spec == nullptr || spec->first_key <= 0 || (spec->flags & (kInline | kNoTxn))) return false;
+    auto keys = CommandKeys(*spec, p.argv);
+    if (keys.empty()) return false;
+    for (auto k : keys) {
+      if (!fast_->Likely(k)) return false;
+    }
+    return true;
+  }
+
+  // One fast-path section for every connection waiting for it: their leading fast commands run
+  // against the co-located primary, one commit makes them durable, then the replies go out.
+  void RunFast() {
+    if (fast_ready_.empty()) return;
+    std::vector<std::shared_ptr<Conn>> ready;
+    ready.swap(fast_ready_);
+    struct Staged {
+      Conn* c;
+      std::string out;
+      size_t commands = 0;
+    };
+    std::vector<Staged> staged;
+    staged.reserve(ready.size());
+    Status committed;
+    {
+      std::unique_ptr<FastSection> section = fast_->Begin();
+      Dispatcher d(state_, &section->store());
+      for (auto& cp : ready) {
+        Conn& c = *cp;
+        staged.push_back({&c, {}, 0});
+        if (c.dead) continue;
+        Staged& st = staged.back();
+        while (!c.pending.empty() && st.commands < kMaxBatch) {
+          Pending& p = c.pending.front();
+          if (!FastCandidate(c.session, p)) break;
+          const CommandSpec* spec = FindCommand(p.argv[0]);
+          bool served = true;
+          for (auto k : CommandKeys(*spec, p.argv)) served = served && section->Serves(k);
+          if (!served) {
+            p.slow = true;  // Serves() updated the hint: the next ones go to the workers at once
+            break;
+          }
+          d.Execute(c.session, p.argv, &st.out);
+          c.pending.pop_front();
+          st.commands++;
+        }
+      }
+      committed = section->Commit();
+    }  // the section ends (the primary's workers run again) before the replies go out
+    state_->fast_path_commits.fetch_add(1, std::memory_order_relaxed);
+    for (size_t i = 0; i < staged.size(); i++) {
+      Staged& st = staged[i];
+      Conn& c = *st.c;
+      c.busy = false;
+      if (c.dead) continue;
+      state_->fast_path_commands.fetch_add(static_cast<int64_t>(st.commands),
+                                           std::memory_order_relaxed);
+      if (committed.ok()) {
+        c.out += st.out;
+      } else {
+        // The writes' outcome is unknown: no command of the section may report success.
+        ReplyWriter w(&c.out, c.session.proto);
+        for (size_t k = 0; k < st.commands; k++) w.Error(StoreError(committed));
+      }
+      bool alive = Pump(c) && Flush(c);
+      if (!alive) Close(c);
     }
   }
 
@@ -404,12 +485,20 @@ class Loop {
         }
         continue;
       }
-      // A batch of this connection's consecutive commands goes to a worker.
-      auto* job = new Job;
       auto it = conns_.find(c.fd);
+      if (FastCandidate(c.session, p)) {
+        // Runs at the end of this loop pass, with every other connection's fast commands.
+        c.busy = true;
+        fast_ready_.push_back(it->second);
+        break;
+      }
+      // A batch of this connection's consecutive commands goes to a worker (up to the next one
+      // the fast path may run).
+      auto* job = new Job;
       job->conn = it->second;
       while (!c.pending.empty() && c.pending.front().kind == Pending::kCommand &&
-             job->commands.size() < kMaxBatch) {
+             job->commands.size() < kMaxBatch &&
+             (job->commands.empty() || !FastCandidate(c.session, c.pending.front()))) {
         job->commands.push_back(std::move(c.pending.front().argv));
         c.pending.pop_front();
       }
@@ -477,6 +566,9 @@ class Loop {
   const ServerOptions* opts_;
   int listen_fd_;
   WorkerPool* pool_;
+  FastPath* fast_;
+  // Connections whose next commands wait for this pass's fast-path section (each is busy).
+  std::vector<std::shared_ptr<Conn>> fast_ready_;
   NoStore no_store_;
   Dispatcher dispatcher_;
   int ep_ = -1;

@@ -4,7 +4,10 @@
 // run on the loop; the others go, as one batch of the connection's consecutive commands, to a pool
 // of worker threads that call the store synchronously (each worker owns one Store). A connection
 // has at most one batch in flight, so its replies leave in request order, while different
-// connections' requests run concurrently (the store group-commits them).
+// connections' requests run concurrently (the store group-commits them). With a FastPath
+// (ServerOptions::fast_path) a loop runs commands on its co-located primary's shards itself: at
+// the end of each loop pass, every waiting connection's leading such commands in one section,
+// acknowledged after the section's one commit (doc/resp.md §Fast path).
 //
 // Thread safety: Start/Stop/port from one controlling thread. Stop (or the destructor) closes every
 // connection and joins the loops.
@@ -34,6 +37,9 @@ struct ServerOptions {
   size_t max_output_bytes = 256 << 20;  // per connection: stop reading its input above this
   // Makes one Store per worker thread (called by Start).
   std::function<Result<std::unique_ptr<Store>>()> store_factory;
+  // Optional: a co-located primary the loops execute commands against directly (store.h
+  // FastPath; doc/resp.md §Fast path). Null: every store command goes to the workers.
+  std::shared_ptr<FastPath> fast_path;
   std::string version = "0.1.0";
 
   static ParserLimits DefaultGatewayLimits() {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -75,6 +76,34 @@ class Store {
   virtual Result<bool> CommitBatch(const std::vector<BatchWrite>& writes) = 0;
   // How many copies besides the primary hold every write this Store acknowledged (WAIT).
   virtual Result<int64_t> DurableReplicas() = 0;
+};
+
+// The co-located fast path (doc/resp.md §Fast path): the primary of some shards runs in the
+// gateway's process, and an event loop executes commands on those shards itself, all the commands
+// of one loop pass inside one section, which it then commits once (group commit) before any of
+// their replies leaves.
+class FastSection {
+ public:
+  virtual ~FastSection() = default;
+  // Whether the key's shard is executed here in this section (else the command takes the
+  // ordinary path).
+  virtual bool Serves(std::string_view key) = 0;
+  // Runs calls on keys Serves() accepted, on the calling thread. Their results may only be
+  // released after Commit returned OK.
+  virtual Store& store() = 0;
+  // Makes every write of the section durable with the acknowledgement rule of the ordinary path;
+  // an error leaves their outcome unknown.
+  virtual Status Commit() = 0;
+};
+
+class FastPath {
+ public:
+  virtual ~FastPath() = default;
+  // A cheap hint, without a section: false when the key's shard was recently found not served
+  // here (its commands then go straight to the ordinary path).
+  virtual bool Likely(std::string_view key) = 0;
+  // Blocks while the primary executes another request; the section excludes other sections.
+  virtual std::unique_ptr<FastSection> Begin() = 0;
 };
 
 }  // namespace asymnvm::kv::resp

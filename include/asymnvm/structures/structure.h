@@ -193,6 +193,13 @@ class Map : public Handle {
   // vector path) applies the pairs as one Put each, so a crash can leave any prefix of them. On a
   // later error the runs applied before it stay applied.
   virtual Status PutBatch(std::span<const KeyValue> kvs);
+  // Deletes every listed key that is present (absent keys are not an error); *deleted (when set)
+  // = how many were. Every key is checked before anything is written (kInvalidArgument: one bad
+  // key fails the call with nothing deleted); kFailedPrecondition for a reader. The skip list
+  // applies the sorted keys as vector runs (op type 4, doc/structures.md "Vector operations"):
+  // one op log, one walk and one transaction per run, each run atomic across a crash. This
+  // default (the other kinds) deletes them one Delete each, so a crash can leave any prefix.
+  virtual Status DeleteBatch(std::span<const Key> keys, uint64_t* deleted = nullptr);
 };
 
 // Create-or-open (writers; Options::create) or open (readers) the structure `name` of `kind`.

@@ -1,6 +1,7 @@
 // TATP (doc/workloads.md "TATP"; spec: workloads.md §1): five B+trees — SUBSCRIBER, ACCESS_INFO,
-// SPECIAL_FACILITY, CALL_FORWARDING and the sub_nbr → s_id index — with composite keys packed into
-// u64, NURand s_ids, the standard mix 35/10/35/2/14/2/2 and the spec-text population.
+// SPECIAL_FACILITY, CALL_FORWARDING with composite keys packed into u64, and the sub_nbr → s_id
+// index keyed by the 15-character sub_nbr itself (a byte-key B+tree) — NURand s_ids, the standard
+// mix 35/10/35/2/14/2/2 and the spec-text population.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -17,7 +18,8 @@ using structures::Value;
 
 // Table indexes; lock order is by name: tatp.ai < tatp.cf < tatp.nbr < tatp.sf < tatp.sub.
 constexpr size_t kSub = 0, kAi = 1, kSf = 2, kCf = 3, kNbr = 4;
-constexpr uint32_t kSubBytes = 40, kAiBytes = 16, kSfBytes = 8, kCfBytes = 16, kNbrBytes = 24;
+constexpr uint32_t kSubBytes = 40, kAiBytes = 16, kSfBytes = 8, kCfBytes = 16, kNbrBytes = 8;
+constexpr uint32_t kNbrKeyBytes = 15;  // sub_nbr: VARCHAR(15)
 enum Type { kGetSub, kGetNewDest, kGetAccess, kUpdSub, kUpdLoc, kInsCf, kDelCf, kTypes };
 constexpr int kMix[kTypes] = {35, 10, 35, 2, 14, 2, 2};
 
@@ -29,12 +31,8 @@ std::string SubNbr(uint64_t s) {
   std::snprintf(b, sizeof b, "%015llu", static_cast<unsigned long long>(s));
   return b;
 }
-// The sub_nbr index key: FNV-1a of the 15-character string (the row holds the string to check).
-uint64_t NbrKey(const std::string& nbr) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (char c : nbr) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
-  return h;
-}
+// The sub_nbr index key: the 15-character string itself.
+structures::Key NbrKey(const std::string& nbr) { return structures::Key(nbr); }
 
 uint64_t U(std::mt19937_64& r, uint64_t lo, uint64_t hi) { return lo + r() % (hi - lo + 1); }
 
@@ -140,8 +138,8 @@ class TatpWorker final : public Worker {
       const std::string nbr = SubNbr(s);
       Value v;
       ASYMNVM_RETURN_IF_ERROR(tx.Get(kNbr, NbrKey(nbr), &v).WithContext("sub_nbr " + nbr));
-      if (v.size() != kNbrBytes || std::memcmp(v.data() + 8, nbr.data(), 15) != 0)
-        return Status::Corruption("sub_nbr index row of " + nbr + " names another number");
+      if (v.size() != kNbrBytes)
+        return Status::Corruption("sub_nbr index row of " + nbr + " is not an s_id");
       std::memcpy(sid, v.data(), 8);
       return Status::Ok();
     };
@@ -241,7 +239,7 @@ class Tatp final : public Workload {
                 {"tatp.ai", structures::Kind::kBPlusTree, kAiBytes, 0},
                 {"tatp.sf", structures::Kind::kBPlusTree, kSfBytes, 0},
                 {"tatp.cf", structures::Kind::kBPlusTree, kCfBytes, 0},
-                {"tatp.nbr", structures::Kind::kBPlusTree, kNbrBytes, 0}};
+                {"tatp.nbr", structures::Kind::kBPlusTree, kNbrBytes, 0, kNbrKeyBytes}};
     return o;
   }
   Status Load(Database& db, uint64_t seed,
@@ -257,7 +255,8 @@ class Tatp final : public Workload {
     };
     Status st = Status::Ok();
     Populate(
-        seed, [&](size_t t, uint64_t k, const Value& v) { rows[t].emplace_back(k, v); },
+        seed,
+        [&](size_t t, const structures::Key& k, const Value& v) { rows[t].emplace_back(k, v); },
         [&](uint64_t s) {
           if (!st.ok()) return;
           if (rows[kSub].size() >= 512) st = flush();
@@ -278,7 +277,7 @@ class Tatp final : public Workload {
   std::vector<int64_t> Initial(uint64_t seed) const override {
     std::vector<int64_t> n(5, 0);
     Populate(
-        seed, [&](size_t t, uint64_t, const Value&) { n[t]++; }, [](uint64_t) {});
+        seed, [&](size_t t, const structures::Key&, const Value&) { n[t]++; }, [](uint64_t) {});
     return n;
   }
   Result<std::vector<int64_t>> Measure(Database& db) override {
@@ -319,7 +318,7 @@ class Tatp final : public Workload {
       ASYMNVM_RETURN_IF_ERROR(db.table(kNbr).Get(NbrKey(nb), &v).WithContext("sub_nbr " + nb));
       uint64_t id;
       std::memcpy(&id, v.data(), 8);
-      if (id != s || std::memcmp(v.data() + 8, nb.data(), 15) != 0)
+      if (v.size() != kNbrBytes || id != s)
         return Status::Corruption("sub_nbr " + nb + " maps to s_id " + std::to_string(id));
       ASYMNVM_RETURN_IF_ERROR(
           db.table(kSub).Get(s, &sub).WithContext("subscriber " + std::to_string(s)));
@@ -334,7 +333,8 @@ class Tatp final : public Workload {
  private:
   // The spec-text population drawn from `seed`: row(table, key, value) for every row, then
   // subscriber_done(s) after subscriber s's rows (Load writes them, Initial counts them).
-  void Populate(uint64_t seed, const std::function<void(size_t, uint64_t, const Value&)>& row,
+  void Populate(uint64_t seed,
+                const std::function<void(size_t, const structures::Key&, const Value&)>& row,
                 const std::function<void(uint64_t)>& subscriber_done) const {
     std::mt19937_64 r(seed);
     for (uint64_t s = 1; s <= p_; s++) {
@@ -342,7 +342,6 @@ class Tatp final : public Workload {
       const std::string nb = SubNbr(s);
       Value nrow(kNbrBytes, 0);
       std::memcpy(nrow.data(), &s, 8);
-      std::memcpy(nrow.data() + 8, nb.data(), 15);
       row(kNbr, NbrKey(nb), nrow);
       auto pick = [&](uint64_t n) {  // n distinct of {1,2,3,4}
         std::vector<uint64_t> all{1, 2, 3, 4};

@@ -618,12 +618,18 @@ void ClusterAgent::CatchUp(uint32_t shard, std::string backup, uint64_t epoch) {
     done();
     return;
   }
-  uint64_t n = 0;
+  uint64_t n = 0, bytes = 0;
+  const auto t0 = std::chrono::steady_clock::now();
   Status st = o_.store->ForEachEntry(shard, [&](std::span<const uint8_t> e) {
     if (stop_) return Status::Aborted("stopping");
     n++;
+    bytes += e.size();
     return (*sender)->Append({kReplicaEntryType, static_cast<uint16_t>(shard), EntryVersion(e)}, e);
   });
+  // The streaming time (the migration rate of a resharding move, doc/kv.md §Resharding).
+  const int64_t us = std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::microseconds>(
+                                              std::chrono::steady_clock::now() - t0)
+                                              .count());
   if (st.ok()) {
     const std::string self = o_.uuid;
     st = EditMap([&](ShardMap* m) {
@@ -639,8 +645,10 @@ void ClusterAgent::CatchUp(uint32_t shard, std::string backup, uint64_t epoch) {
   }
   if (st.ok()) {
     catchups_done_++;
-    LOG_INFO("kv", "catch-up of shard " << shard << " to " << backup << ": " << n
-                                        << " entries; synced (from epoch " << epoch << ")");
+    LOG_INFO("kv", "catch-up of shard " << shard << " to " << backup << ": " << n << " entries ("
+                                        << bytes << " B) in " << us / 1000 << " ms ("
+                                        << n * 1000000 / static_cast<uint64_t>(us)
+                                        << " entries/s); synced (from epoch " << epoch << ")");
   } else {
     LOG_WARN("kv", "catch-up of shard " << shard << " to " << backup << ": " << st.ToString());
   }

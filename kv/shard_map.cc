@@ -244,7 +244,9 @@ bool PlanMove(const ShardMap& cur, const std::set<std::string>& live,
   bool best_synced = false;
   for (uint32_t s = 0; s < cur.assignment.size(); s++) {
     const auto& a = cur.assignment[s];
-    if (a.primary != hot || rate[s] == 0 || cooling.count(s)) continue;
+    // A shard without backups may still be taking nilext PUTs from clients whose map says so:
+    // after the swap its old primary could not apply them.
+    if (a.primary != hot || rate[s] == 0 || cooling.count(s) || a.backups.empty()) continue;
     const uint64_t peak = std::max(from - rate[s], to + rate[s]);
     bool synced = false;
     for (const auto& b : a.backups) synced |= b.uuid == cold && b.synced;

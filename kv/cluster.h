@@ -15,6 +15,10 @@
 //    that fails is removed from the shard in the map before the write is acknowledged.
 //  * Digest: a thread takes used b-log segments from the Rowan Receiver, applies their entries to
 //    the Store (ApplyReplica) and commits the segments.
+//  * Resharding (doc/kv.md §Resharding), when AgentOptions::rebalance is enabled: CheckPrimary
+//    counts the requests served per shard; a thread publishes the rates every period to
+//    /asymnvm/kv/<cluster>/load/<uuid> (ephemeral); the manager plans a move of an overloaded
+//    server's shard (PlanMove); the shard's primary commits it (Handoff) once the target is synced.
 //  * Fencing (doc/kv.md §Fencing): with a coordinator that has sessions with a timeout
 //    (ZooKeeper), a server whose map reads have not reached the coordinator for 2/3 of the
 //    session timeout serves nothing (its shards may already have moved: its ephemeral node may be
@@ -62,6 +66,7 @@ struct AgentOptions {
   // backup side, and self.base its endpoint. Catch-up streams over Rowan in every mode.
   ReplicationMode mode = ReplicationMode::kRowan;
   RemoteLogs* remote_logs = nullptr;
+  RebalanceOptions rebalance;  // resharding (off unless rebalance.threshold > 0)
 };
 
 class ClusterAgent {
@@ -100,6 +105,8 @@ class ClusterAgent {
   uint64_t replication_round_trips() const { return repl_round_trips_; }
   uint64_t replication_bytes() const { return repl_bytes_; }
   uint64_t replicated_writes() const { return repl_writes_; }
+  // Moves of a shard's primary this server committed as the old primary (Handoff).
+  uint64_t handoffs() const { return handoffs_; }
 
  private:
   explicit ClusterAgent(const AgentOptions& o) : o_(o) {}
@@ -107,6 +114,11 @@ class ClusterAgent {
   void ManagerLoop();
   void FollowLoop();
   void DigestLoop();
+  void LoadLoop();
+  // Manager: one resharding decision over the current map (written with its node version).
+  void Rebalance(const ShardMap& cur, int64_t version, const std::set<std::string>& live);
+  // Commits planned moves of shards this server is primary of whose target is synced.
+  void HandoffReady();
   void Adopt(const ShardMap& m);
   void CatchUp(uint32_t shard, std::string backup, uint64_t epoch);
   // Compare-and-set edit of the map on the coordinator; `edit` returns false for "no change".
@@ -163,6 +175,24 @@ class ClusterAgent {
   // (steady clock, ns): a request served under the lease saw every map up to then.
   std::atomic<int64_t> confirmed_ns_{0};
   std::atomic<uint64_t> repl_round_trips_{0}, repl_bytes_{0}, repl_writes_{0};
+  // Requests served per shard as primary (resharding statistics; relaxed, request path).
+  std::unique_ptr<std::atomic<uint64_t>[]> served_;
+  std::atomic<uint64_t> handoffs_{0};
+  std::thread loader_;
+  // Follower thread only (Adopt, HandoffReady): maps older than the one a handoff wrote are not
+  // adopted (a read that raced the handoff must not make this server primary again); a handoff
+  // whose map write failed forces the next read to be adopted even if its version is unchanged.
+  uint64_t handoff_floor_ = 0;
+  bool readopt_ = false;
+  std::map<uint32_t, std::chrono::steady_clock::time_point> swap_ready_since_;
+  // Manager thread only: when each shard last moved (cooldown), the pending move's start, and
+  // the epoch from which load reports count (those of periods begun before a move do not).
+  std::map<uint32_t, std::chrono::steady_clock::time_point> moved_at_;
+  std::chrono::steady_clock::time_point move_started_{};
+  uint64_t reports_from_epoch_ = 0;
+  std::string overloaded_;      // the server the last decisions found overloaded
+  int overloaded_periods_ = 0;  // in how many consecutive decisions
+  std::chrono::steady_clock::time_point next_rebalance_{};
   coord::WatchId w1_ = 0, w2_ = 0;
 };
 

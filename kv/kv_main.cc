@@ -6,6 +6,7 @@
 //              [--rf N] [--initial-servers N] [--rdmp on|off] [--rdmp-listen ADDR]
 //              [--replication rowan|rpc|rwrite|batch|share] [--rlog-listen ADDR]
 //              [--secret-file PATH] [--log-level L] [--config FILE]
+//              [--rebalance-threshold F] [--rebalance-period-ms N] [--rebalance-*]
 //
 // With a coordinator (default: dir:<pool dir>/coord) the server joins the replicated cluster
 // <cluster> (doc/kv.md §Replication); with --coord none it serves every shard of its pool alone.
@@ -113,6 +114,25 @@ int main(int argc, char** argv) {
                                      "the first shard map waits for this many servers (default: "
                                      "--rf when given, else 1)")
                           ->check(CLI::Range(1u, 1024u));
+  app.add_option("--rebalance-threshold", o.rebalance.threshold,
+                 "resharding: move a shard off a server whose load exceeds this x the mean "
+                 "(> 1; 0 = off)")
+      ->capture_default_str();
+  app.add_option("--rebalance-period-ms", o.rebalance.period_ms,
+                 "resharding: statistics period and decision interval (10 .. 3600000)")
+      ->capture_default_str();
+  app.add_option("--rebalance-cooldown-ms", o.rebalance.cooldown_ms,
+                 "resharding: a moved shard stays put this long (0: 10 periods)")
+      ->capture_default_str();
+  app.add_option("--rebalance-min-ops", o.rebalance.min_ops_per_sec,
+                 "resharding: no move below this cluster-wide request rate (per second)")
+      ->capture_default_str();
+  app.add_option("--rebalance-move-timeout-ms", o.rebalance.move_timeout_ms,
+                 "resharding: a move not committed by then is rolled back")
+      ->capture_default_str();
+  app.add_option("--rebalance-swap-delay-ms", o.rebalance.swap_delay_ms,
+                 "resharding (tests): the primary waits this long after its target is synced")
+      ->capture_default_str();
   app.add_option("--log-level", log_level, "debug|info|warn|error|off")
       ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
@@ -171,6 +191,9 @@ int main(int argc, char** argv) {
   o.pm_mode = *mode;
   if (coord::ValidatePath("/" + cluster).code() != StatusCode::kOk) {
     return usage("--cluster must be 1..200 characters of [A-Za-z0-9_.:-]");
+  }
+  if (Status rb = o.rebalance.Validate(); !rb.ok()) {
+    return usage("--rebalance-*: " + rb.message());
   }
   o.fabric.handshake_timeout = std::chrono::milliseconds(handshake_ms);
   LogLevel level;

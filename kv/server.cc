@@ -763,6 +763,7 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
     ao.remote_logs = impl->remote_logs.get();
     ao.rf = o.rf;
     ao.initial_servers = o.initial_servers;
+    ao.rebalance = o.rebalance;
     ao.store = impl->store.get();
     ao.fabric = impl->fabric.get();
     ao.pd = impl->pd.get();

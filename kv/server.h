@@ -23,6 +23,7 @@
 #include "asymnvm/status.h"
 #include "fabric/oq/oq.h"
 #include "kv/replication.h"
+#include "kv/shard_map.h"
 #include "kv/store.h"
 
 namespace asymnvm::kv {
@@ -48,6 +49,7 @@ struct ServerOptions {
   std::string cluster = "default";
   uint32_t rf = 0;               // replication factor of a new cluster; 0 = min(3, servers)
   uint32_t initial_servers = 1;  // the first shard map waits for this many servers
+  RebalanceOptions rebalance;    // load-based resharding (doc/kv.md §Resharding); off by default
   // How a primary replicates to its backups (doc/kv.md §Baselines): rowan (the default) or one
   // of the paper's baselines. Fixed when the pool is created; every server of a cluster must use
   // the same. remote_log_listen: the baselines' endpoint (empty: derived from listen_address).

@@ -19,6 +19,7 @@ std::string ShardMap::Encode() const {
       o << sep << b.uuid << ":" << (b.synced ? "s" : "j");
       sep = ",";
     }
+    if (!assignment[i].move_to.empty()) o << " move=" << assignment[i].move_to;
     o << "\n";
   }
   return o.str();
@@ -56,7 +57,12 @@ Result<ShardMap> ShardMap::Decode(const std::string& text) {
       std::string primary, backups;
       if (!(l >> i >> primary) || i >= m.assignment.size()) return bad("shard");
       m.assignment[i].primary = primary;
-      if (l >> backups) {
+      while (l >> backups) {
+        if (backups.rfind("move=", 0) == 0) {
+          m.assignment[i].move_to = backups.substr(5);
+          if (m.assignment[i].move_to.empty()) return bad("move");
+          continue;
+        }
         std::istringstream b(backups);
         std::string item;
         while (std::getline(b, item, ',')) {
@@ -111,6 +117,7 @@ bool NextMap(const ShardMap& cur, const std::map<std::string, ServerAddr>& live,
     }
   }
   for (auto& s : m.assignment) {
+    const std::string primary = s.primary;
     if (!live.count(s.primary)) {
       for (size_t k = 0; k < s.backups.size(); k++) {
         if (s.backups[k].synced && live.count(s.backups[k].uuid)) {
@@ -127,6 +134,16 @@ bool NextMap(const ShardMap& cur, const std::map<std::string, ServerAddr>& live,
                        [&](const ShardAssignment::Backup& b) { return !live.count(b.uuid); }),
         s.backups.end());
     if (s.backups.size() != before) changed = true;
+    if (!s.move_to.empty()) {
+      // Rollback of a planned move that can no longer commit: its target died or left the shard
+      // (a failed replication removes it), or the primary it was to replace is gone.
+      bool member = false;
+      for (auto& b : s.backups) member |= b.uuid == s.move_to;
+      if (!member || s.primary != primary || !live.count(s.move_to)) {
+        s.move_to.clear();
+        changed = true;
+      }
+    }
     if (!live.count(s.primary)) continue;  // waits for its primary (or a synced backup)
     for (auto& [u, a] : live) {
       if (s.backups.size() + 1 >= m.rf) break;
@@ -142,6 +159,141 @@ bool NextMap(const ShardMap& cur, const std::map<std::string, ServerAddr>& live,
   if (!changed) return false;
   m.epoch = cur.epoch + 1;
   *next = m;
+  return true;
+}
+
+Status RebalanceOptions::Validate() const {
+  if (threshold == 0) return Status::Ok();
+  if (!(threshold > 1) || threshold > 1000) {
+    return Status::InvalidArgument("rebalance threshold must be 0 (off) or in (1, 1000]");
+  }
+  if (period_ms < 10 || period_ms > 3600000) {
+    return Status::InvalidArgument("rebalance period must be 10 ms .. 1 h");
+  }
+  if (move_timeout_ms < period_ms) {
+    return Status::InvalidArgument("rebalance move timeout must be at least one period");
+  }
+  return Status::Ok();
+}
+
+std::string LoadReport::Encode() const {
+  std::ostringstream o;
+  o << "epoch " << epoch << "\n";
+  for (const auto& [s, n] : ops_per_sec) o << "shard " << s << " " << n << "\n";
+  return o.str();
+}
+
+Result<LoadReport> LoadReport::Decode(const std::string& text) {
+  LoadReport r;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    std::istringstream l(line);
+    std::string tag;
+    l >> tag;
+    uint32_t s;
+    uint64_t n;
+    if (tag == "epoch" && (l >> r.epoch)) continue;
+    if (tag == "shard" && (l >> s >> n)) {
+      r.ops_per_sec[s] = n;
+      continue;
+    }
+    return Status::Corruption("kv load report: bad line '" + line + "'");
+  }
+  return r;
+}
+
+bool PlanMove(const ShardMap& cur, const std::set<std::string>& live,
+              const std::map<std::string, LoadReport>& load, const RebalanceOptions& o,
+              const std::set<uint32_t>& cooling, ShardMap* next, std::string* why) {
+  if (!o.enabled() || cur.epoch == 0 || cur.rf < 2 || live.size() < 2) return false;
+  for (const auto& a : cur.assignment) {
+    if (!a.move_to.empty()) return false;  // one move at a time
+  }
+  // A shard's rate is what its current primary reported for it; a server's load the sum over
+  // the shards it is primary of.
+  std::vector<uint64_t> rate(cur.assignment.size(), 0);
+  std::map<std::string, uint64_t> server;
+  for (const auto& u : live) server[u] = 0;
+  uint64_t total = 0;
+  for (uint32_t s = 0; s < cur.assignment.size(); s++) {
+    const std::string& p = cur.assignment[s].primary;
+    if (!live.count(p)) continue;
+    auto r = load.find(p);
+    if (r == load.end()) continue;
+    auto n = r->second.ops_per_sec.find(s);
+    if (n == r->second.ops_per_sec.end()) continue;
+    rate[s] = n->second;
+    server[p] += n->second;
+    total += n->second;
+  }
+  if (total < o.min_ops_per_sec) return false;
+  const double mean = static_cast<double>(total) / static_cast<double>(server.size());
+  std::string hot, cold;
+  for (const auto& [u, l] : server) {
+    if (hot.empty() || l > server[hot]) hot = u;
+  }
+  if (static_cast<double>(server[hot]) <= o.threshold * mean) return false;
+  for (const auto& [u, l] : server) {
+    if (u != hot && (cold.empty() || l < server[cold])) cold = u;
+  }
+  const uint64_t from = server[hot], to = server[cold];
+  int best = -1;
+  uint64_t best_peak = from;
+  bool best_synced = false;
+  for (uint32_t s = 0; s < cur.assignment.size(); s++) {
+    const auto& a = cur.assignment[s];
+    // A shard without backups may still be taking nilext PUTs from clients whose map says so:
+    // after the swap its old primary could not apply them.
+    if (a.primary != hot || rate[s] == 0 || cooling.count(s) || a.backups.empty()) continue;
+    const uint64_t peak = std::max(from - rate[s], to + rate[s]);
+    bool synced = false;
+    for (const auto& b : a.backups) synced |= b.uuid == cold && b.synced;
+    if (peak < best_peak || (best >= 0 && peak == best_peak && synced && !best_synced)) {
+      best = static_cast<int>(s);
+      best_peak = peak;
+      best_synced = synced;
+    }
+  }
+  if (best < 0) return false;
+  ShardMap m = cur;
+  auto& a = m.assignment[static_cast<uint32_t>(best)];
+  bool member = false;
+  for (const auto& b : a.backups) member |= b.uuid == cold;
+  if (!member) a.backups.push_back({cold, false});
+  a.move_to = cold;
+  m.epoch = cur.epoch + 1;
+  *next = m;
+  if (why != nullptr) {
+    std::ostringstream w;
+    w << "shard " << best << " (" << rate[static_cast<uint32_t>(best)] << " ops/s) from " << hot
+      << " (" << from << " ops/s, mean " << static_cast<uint64_t>(mean) << ") to " << cold << " ("
+      << to << " ops/s" << (member ? "" : ", joins as a backup first") << ")";
+    *why = w.str();
+  }
+  return true;
+}
+
+bool SwapPrimary(ShardMap* m, uint32_t shard, const std::string& self) {
+  if (shard >= m->assignment.size()) return false;
+  auto& a = m->assignment[shard];
+  if (a.primary != self || a.move_to.empty()) return false;
+  auto it = std::find_if(a.backups.begin(), a.backups.end(),
+                         [&](const ShardAssignment::Backup& b) { return b.uuid == a.move_to; });
+  if (it == a.backups.end() || !it->synced) return false;
+  a.backups.erase(it);
+  // The old primary holds every acknowledged write (it wrote them all and stopped writing before
+  // this map exists): synced, so that if the target dies before it re-marks its backups, the
+  // shard fails back to it.
+  a.backups.insert(a.backups.begin(), {self, true});
+  a.primary = a.move_to;
+  a.move_to.clear();
+  while (a.backups.size() + 1 > m->rf && a.backups.size() > 1) {
+    auto drop = std::find_if(a.backups.begin() + 1, a.backups.end(),
+                             [](const ShardAssignment::Backup& b) { return !b.synced; });
+    a.backups.erase(drop != a.backups.end() ? drop : a.backups.end() - 1);
+  }
   return true;
 }
 

@@ -6,15 +6,18 @@
 //   shards <S>
 //   rf <R>
 //   server <uuid> <oq-address> <rowan-address>      (one line per server the map names)
-//   shard <i> <primary-uuid> [<backup-uuid>:<s|j>,...]
+//   shard <i> <primary-uuid> [<backup-uuid>:<s|j>,...] [move=<target-uuid>]
 // A backup is `s` (synced: holds every acknowledged write of the shard; may be promoted) or `j`
 // (joining: receives new writes while the primary streams it the shard; not promotable).
+// `move=` is a planned move of the shard's primary (resharding, doc/kv.md §Resharding): the
+// target is a backup of the shard; once it is synced the primary itself swaps roles with it.
 //
 // Thread safety: pure functions / values.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,6 +38,7 @@ struct ShardAssignment {
     bool synced = false;
   };
   std::vector<Backup> backups;
+  std::string move_to;  // planned move of the primary ("" none)
 };
 
 struct ShardMap {
@@ -54,7 +58,47 @@ struct ShardMap {
 // backups are dropped; live servers not in a shard join it as `j` backups until it has rf - 1;
 // addresses of live servers are refreshed. A new map (epoch 0) spreads primaries round-robin over
 // the live servers in uuid order, each with the next rf - 1 as synced backups.
+// A planned move is dropped (rolled back: the primary stays) when its target is not alive, not
+// a backup of the shard any more, or the primary changed (failover).
 bool NextMap(const ShardMap& current, const std::map<std::string, ServerAddr>& live,
              uint32_t shards, uint32_t rf, ShardMap* next);
+
+// Load-based resharding (doc/kv.md §Resharding). threshold 0 = off.
+struct RebalanceOptions {
+  double threshold = 0;       // a server is overloaded above threshold x the mean load (> 1; 0 off)
+  uint32_t period_ms = 1000;  // statistics period, and how often the manager decides
+  uint32_t cooldown_ms = 0;   // a moved shard is not moved again before (0: 10 periods)
+  uint64_t min_ops_per_sec = 50;     // below this cluster-wide rate nothing moves (noise)
+  uint32_t move_timeout_ms = 60000;  // a move not committed by then is rolled back
+  uint32_t swap_delay_ms = 0;        // test hook: the primary waits this long before the swap
+  bool enabled() const { return threshold > 0; }
+  Status Validate() const;
+};
+
+// One server's statistics for the last period: requests per second served per shard (as primary),
+// and the map epoch in force when the period began.
+struct LoadReport {
+  uint64_t epoch = 0;
+  std::map<uint32_t, uint64_t> ops_per_sec;
+  std::string Encode() const;
+  static Result<LoadReport> Decode(const std::string& text);
+};
+
+// The manager's resharding decision: from the map (no move pending), the live servers' reports
+// and the shards still cooling down, at most one move: the most loaded server, if above
+// threshold x the mean, gives the shard whose move to the least loaded live server minimizes the
+// larger of the two loads (only if it lowers it: a single hot shard does not bounce), preferring
+// a target that is already a synced backup. The target joins the shard as a `j` backup if it is
+// not one. Clusters with rf 1, and shards that have no backup at the moment, never move (their
+// shards take nilext PUTs, which a client with a stale map could send to the old primary). Returns
+// false when nothing moves; *why says why it moved (for the log).
+bool PlanMove(const ShardMap& current, const std::set<std::string>& live,
+              const std::map<std::string, LoadReport>& load, const RebalanceOptions& o,
+              const std::set<uint32_t>& cooling, ShardMap* next, std::string* why);
+
+// The move's commit: in `m`, if `self` is the primary of `shard` and its move target is a synced
+// backup, makes the target primary and `self` its first (synced) backup, clears the move, and
+// drops surplus backups (joining ones first) down to rf. False when the move cannot commit.
+bool SwapPrimary(ShardMap* m, uint32_t shard, const std::string& self);
 
 }  // namespace asymnvm::kv

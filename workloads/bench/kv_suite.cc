@@ -10,6 +10,13 @@
 // throughput is back to half its pre-kill mean for 50 ms (full_service_ms), throughput in 10 ms
 // bins (and a gnuplot PNG with --plot), and lost_acknowledged: private keys whose last
 // acknowledged PUT is not what a final GET reads.
+// Resharding (unless --no-reshard; first variant only): rf 2, --rebalance-threshold 1.5
+// --rebalance-period-ms 200; after a uniform preload, 90 % of the requests (50 % PUT) go to the
+// keys of one server's shards; reports reshard_detect_ms (skew start -> the manager's move planned
+// in the map), reshard_commit_ms (-> the map naming the new primary), and the migration: the moved
+// shard's preloaded entries over the time from the plan to the target marked synced (an upper
+// bound of the catch-up: it includes the target's joining), as migration_entries_per_sec and
+// migration_mb_per_sec (doc/kv.md §Resharding).
 // Variants (--variants, default all): how a primary replicates a PUT to its backups, the
 // asymnvm-kv --replication switch — rowan, and the Rowan paper's §6.1 baselines rpc, rwrite,
 // batch, share (doc/kv.md §Baselines). Each variant runs every workload on fresh clusters.
@@ -71,6 +78,7 @@ class KvSuite : public Suite {
         ->capture_default_str();
     cmd->add_option("--keys", keys_, "records")->capture_default_str();
     cmd->add_flag("--no-failover", no_failover_, "skip the failover run");
+    cmd->add_flag("--no-reshard", no_reshard_, "skip the resharding run");
     cmd->add_option("--plot", plot_, "PNG of throughput over time across the failover (gnuplot)");
     cmd->add_option("--dir", dir_, "working directory for pools and the coordinator");
     cmd->add_option("--kv-binary", binary_, "path of asymnvm-kv (default: next to this binary)");
@@ -131,6 +139,11 @@ class KvSuite : public Suite {
                       std::to_string(keys_) + " keys.");
     for (const auto& v : variants_) {
       variant_ = v;
+      if (!no_reshard_ && v == variants_.front()) {
+        Json rec;
+        ASYMNVM_RETURN_IF_ERROR(RunReshard(v, &rec));
+        report->Add(rec);
+      }
       for (const auto& w : workloads_) {
         Json rec;
         ASYMNVM_RETURN_IF_ERROR(RunWorkload(v, w, seconds, false, &rec));
@@ -151,7 +164,9 @@ class KvSuite : public Suite {
                          {"srv cpu µs/op", "server_cpu_us_per_op", 1},
                          {"failover ms", "failover_ms", 1},
                          {"cold ms", "cold_start_ms", 1},
-                         {"lost", "lost_acknowledged", 0}});
+                         {"lost", "lost_acknowledged", 0},
+                         {"detect ms", "reshard_detect_ms", 0},
+                         {"migr MB/s", "migration_mb_per_sec", 1}});
     report->AddNote(
         "variants = asymnvm-kv --replication (doc/kv.md §Baselines); repl rt/B = doorbells and "
         "wire bytes of the primary's replication per replicated write, summed over its backups.");
@@ -187,6 +202,7 @@ class KvSuite : public Suite {
           std::to_string(server_workers_), "--shards",
           std::to_string(std::max(12, 2 * server_workers_)), "--replication",
           servers == 1 ? std::string("rowan") : variant_, "--xpline", "--log-level", "warn"};
+      args.insert(args.end(), extra_args_.begin(), extra_args_.end());
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
@@ -769,6 +785,159 @@ class KvSuite : public Suite {
     return Status::Ok();
   }
 
+  // The resharding run (see the file comment).
+  Status RunReshard(const std::string& variant, Json* out) {
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    std::vector<ServerProc> servers(3);
+    extra_args_ = {"--rf", "2", "--rebalance-threshold", "1.5", "--rebalance-period-ms", "200"};
+    Status spawned = SpawnAll(&servers);
+    extra_args_.clear();
+    ASYMNVM_RETURN_IF_ERROR(spawned.WithContext("kv reshard"));
+    auto stop_all = [&](int sig) {
+      for (auto& p : servers) {
+        if (p.pid > 0) {
+          kill(p.pid, sig);
+          waitpid(p.pid, nullptr, 0);
+          p.pid = -1;
+        }
+      }
+    };
+    auto fail = [&](Status st) {
+      stop_all(SIGKILL);
+      return st.WithContext("kv reshard");
+    };
+    kv::ClientOptions co;
+    co.coordinator = Coord();
+    co.retry_deadline = std::chrono::seconds(30);
+    auto opened = kv::Client::Open(co);
+    if (!opened.ok()) return fail(opened.status());
+    auto client = std::move(opened).value();
+    auto coord = coord::Coordinator::Open(Coord());
+    if (!coord.ok()) return fail(coord.status());
+    const std::string map_path = "/asymnvm/kv/default/map";
+    auto read_map = [&]() -> Result<std::pair<kv::ShardMap, int64_t>> {
+      ASYMNVM_ASSIGN_OR_RETURN(auto n, (*coord)->Get(map_path));
+      ASYMNVM_ASSIGN_OR_RETURN(auto m, kv::ShardMap::Decode(n.data));
+      return std::make_pair(m, n.version);
+    };
+    // Every shard with its synced backup.
+    for (const auto deadline = Clock::now() + std::chrono::seconds(30);;) {
+      auto m = read_map();
+      bool ok = m.ok();
+      for (auto& a : m.ok() ? m->first.assignment : std::vector<kv::ShardAssignment>{}) {
+        ok &= a.backups.size() == 1 && a.backups[0].synced;
+      }
+      if (ok) break;
+      if (Clock::now() > deadline) return fail(Status::TimedOut("backups never synced"));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    // Uniform preload (nothing should move): what a move migrates.
+    {
+      std::vector<std::thread> ts;
+      std::atomic<bool> failed{false};
+      for (int t = 0; t < threads_; t++) {
+        ts.emplace_back([&, t] {
+          Rng rng(common_.seed + 2000 + t);
+          for (uint64_t k = t; k < keys_ && !failed; k += threads_) {
+            if (!client->Put(Key(k), Value(rng)).ok()) failed = true;
+          }
+        });
+      }
+      for (auto& t : ts) t.join();
+      if (failed) return fail(Status::Internal("preload failed"));
+    }
+    auto m0 = read_map();
+    if (!m0.ok()) return fail(m0.status());
+    const kv::ShardMap& map0 = m0->first;
+    const std::string hot = map0.assignment[0].primary;
+    std::vector<uint64_t> hot_keys;
+    std::map<uint32_t, uint64_t> per_shard;
+    for (uint64_t k = 0; k < keys_; k++) {
+      const uint32_t s = kv::ShardOf(Key(k), map0.shards);
+      per_shard[s]++;
+      if (map0.assignment[s].primary == hot) hot_keys.push_back(k);
+    }
+    if (hot_keys.empty()) return fail(Status::Internal("no key on the hot server"));
+    // Skew.
+    std::atomic<bool> stop{false};
+    std::atomic<uint64_t> ops{0}, errors{0};
+    const auto start = Clock::now();
+    std::vector<std::thread> ts;
+    for (int t = 0; t < threads_; t++) {
+      ts.emplace_back([&, t] {
+        Rng rng(common_.seed + 3000 + t);
+        while (!stop) {
+          const uint64_t k =
+              rng.Below(10) < 9 ? hot_keys[rng.Below(hot_keys.size())] : rng.Below(keys_);
+          Status st =
+              rng.Below(2) == 0 ? client->Put(Key(k), Value(rng)) : client->Get(Key(k)).status();
+          if (st.ok()) {
+            ops++;
+          } else {
+            errors++;
+          }
+        }
+      });
+    }
+    double planned_ms = -1, synced_ms = -1, committed_ms = -1;
+    int moved = -1;
+    int64_t version = m0->second;
+    const auto deadline = start + std::chrono::seconds(30);
+    while (committed_ms < 0 && Clock::now() < deadline) {
+      auto ch = (*coord)->WaitForChange(map_path, version, deadline);
+      if (!ch.ok() || !ch->has_value()) break;
+      version = (*ch)->version;
+      auto m = kv::ShardMap::Decode((*ch)->data);
+      if (!m.ok()) continue;
+      const double now_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+      for (uint32_t s = 0; s < m->assignment.size() && moved < 0; s++) {
+        if (map0.assignment[s].primary == hot && !m->assignment[s].move_to.empty()) {
+          moved = static_cast<int>(s);
+          planned_ms = now_ms;
+        }
+      }
+      if (moved < 0) continue;
+      const auto& a = m->assignment[static_cast<uint32_t>(moved)];
+      for (const auto& b : a.backups) {
+        if (synced_ms < 0 && b.uuid == a.move_to && b.synced) synced_ms = now_ms;
+      }
+      if (a.primary != hot) {
+        if (synced_ms < 0) synced_ms = now_ms;
+        committed_ms = now_ms;
+      }
+    }
+    stop = true;
+    for (auto& t : ts) t.join();
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    client.reset();
+    stop_all(SIGTERM);
+    Json rec = MakeRecord(variant, {{"workload", "a-reshard"},
+                                    {"threads", threads_},
+                                    {"keys", keys_},
+                                    {"servers", 3},
+                                    {"rf", 2},
+                                    {"rebalance_threshold", std::string("1.5")},
+                                    {"rebalance_period_ms", 200}});
+    rec["ops_per_sec"] = elapsed > 0 ? static_cast<double>(ops.load()) / elapsed : 0;
+    rec["errors"] = errors.load();
+    rec["reshard_detect_ms"] = planned_ms;
+    rec["reshard_commit_ms"] = committed_ms;
+    rec["moved_shard"] = moved;
+    if (moved >= 0 && synced_ms > planned_ms) {
+      const double entries = static_cast<double>(per_shard[static_cast<uint32_t>(moved)]);
+      const double ms = synced_ms - planned_ms;
+      rec["migration_entries"] = entries;
+      rec["migration_ms"] = ms;
+      rec["migration_entries_per_sec"] = entries * 1000 / ms;
+      rec["migration_mb_per_sec"] = entries * 91 / 1e3 / ms;  // average object 91 B
+    } else {
+      rec["migration_mb_per_sec"] = nullptr;
+    }
+    *out = rec;
+    return Status::Ok();
+  }
+
   void WritePlot(const std::vector<uint64_t>& bins, double kill_at_s) {
     const std::string dat = plot_ + ".dat";
     {
@@ -799,6 +968,8 @@ class KvSuite : public Suite {
   int clients_ = 2;
   uint64_t keys_ = 20000;
   bool no_failover_ = false;
+  bool no_reshard_ = false;
+  std::vector<std::string> extra_args_;  // appended to the servers' command lines (Spawn)
   std::vector<std::string> traces_;
   std::vector<std::string> trace_policies_ = {"oq", "rawrpc", "deferred"};
   std::string plot_, dir_, binary_;

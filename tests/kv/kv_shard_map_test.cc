@@ -1,0 +1,166 @@
+// The configuration manager's pure resharding functions (doc/kv.md §Resharding): the map's
+// `move=` field, PlanMove's decision (threshold, target choice, no bouncing of a single hot
+// shard, cooldown, rf 1), SwapPrimary (the move's commit) and NextMap's rollback of a move whose
+// target died or left the shard.
+#include <gtest/gtest.h>
+
+#include "kv/shard_map.h"
+
+namespace asymnvm::kv {
+namespace {
+
+// Three servers a, b, c; 6 shards; primaries round-robin (a: 0 3, b: 1 4, c: 2 5).
+ShardMap Initial(uint32_t rf) {
+  std::map<std::string, ServerAddr> live;
+  for (const char* u : {"a", "b", "c"}) live[u] = {std::string("oq-") + u, "rowan", ""};
+  ShardMap m;
+  EXPECT_TRUE(NextMap(ShardMap{}, live, 6, rf, &m));
+  return m;
+}
+
+std::map<std::string, LoadReport> Load(uint64_t epoch, std::map<uint32_t, uint64_t> per_shard,
+                                       const ShardMap& m) {
+  std::map<std::string, LoadReport> r;
+  for (const char* u : {"a", "b", "c"}) r[u].epoch = epoch;
+  for (auto [s, n] : per_shard) r[m.assignment[s].primary].ops_per_sec[s] = n;
+  return r;
+}
+
+const std::set<std::string> kLive{"a", "b", "c"};
+
+RebalanceOptions On(double threshold = 1.5) {
+  RebalanceOptions o;
+  o.threshold = threshold;
+  return o;
+}
+
+TEST(KvShardMap, MoveFieldRoundTrips) {
+  ShardMap m = Initial(2);
+  m.assignment[3].move_to = "c";
+  m.assignment[3].backups.push_back({"c", false});
+  auto d = ShardMap::Decode(m.Encode());
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->assignment[3].move_to, "c");
+  EXPECT_EQ(d->assignment[3].backups.size(), 2u);
+  EXPECT_EQ(d->Encode(), m.Encode());
+  // rf 1: no backups, the move token alone.
+  ShardMap one = Initial(1);
+  one.assignment[0].move_to = "b";
+  auto d1 = ShardMap::Decode(one.Encode());
+  ASSERT_TRUE(d1.ok()) << d1.status().ToString();
+  EXPECT_EQ(d1->assignment[0].move_to, "b");
+  EXPECT_TRUE(d1->assignment[0].backups.empty());
+  EXPECT_FALSE(ShardMap::Decode("epoch 1\nshards 1\nrf 1\nshard 0 a move=\n").ok());
+  auto r = LoadReport::Decode(LoadReport{7, {{1, 10}, {4, 0}}}.Encode());
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->epoch, 7u);
+  EXPECT_EQ(r->ops_per_sec.size(), 2u);
+  EXPECT_FALSE(LoadReport::Decode("shard x\n").ok());
+}
+
+TEST(KvShardMap, PlanMoveTakesTheShardThatBalancesBest) {
+  ShardMap m = Initial(2);  // shard s backups: the next server
+  ShardMap next;
+  std::string why;
+  // a: 400 + 400, b: 200, c: 0. Mean 333; a is above 1.5x. c is least loaded and no member of
+  // shard 0 or 3: it joins as a backup first.
+  auto load = Load(m.epoch, {{0, 400}, {3, 400}, {1, 200}}, m);
+  ASSERT_TRUE(PlanMove(m, kLive, load, On(), {}, &next, &why));
+  EXPECT_EQ(next.epoch, m.epoch + 1);
+  int moved = -1;
+  for (uint32_t s = 0; s < 6; s++) {
+    if (!next.assignment[s].move_to.empty()) moved = static_cast<int>(s);
+  }
+  ASSERT_TRUE(moved == 0 || moved == 3) << moved;
+  const auto& a = next.assignment[static_cast<uint32_t>(moved)];
+  EXPECT_EQ(a.move_to, "c");
+  EXPECT_EQ(a.primary, "a");
+  ASSERT_EQ(a.backups.size(), 2u);
+  EXPECT_EQ(a.backups[1].uuid, "c");
+  EXPECT_FALSE(a.backups[1].synced);
+  EXPECT_NE(why.find("joins as a backup"), std::string::npos) << why;
+  // A move pending: nothing else moves.
+  EXPECT_FALSE(PlanMove(next, kLive, load, On(), {}, &next, &why));
+}
+
+TEST(KvShardMap, PlanMoveLeavesBalancedOrSingleHotShardAlone) {
+  ShardMap m = Initial(3);
+  ShardMap next;
+  std::string why;
+  // Balanced.
+  EXPECT_FALSE(
+      PlanMove(m, kLive, Load(m.epoch, {{0, 100}, {1, 100}, {2, 100}}, m), On(), {}, &next, &why));
+  // One hot shard: moving it would only overload the target (no bouncing).
+  EXPECT_FALSE(PlanMove(m, kLive, Load(m.epoch, {{0, 1000}}, m), On(), {}, &next, &why));
+  // Below the minimum rate.
+  EXPECT_FALSE(PlanMove(m, kLive, Load(m.epoch, {{0, 20}, {3, 20}}, m), On(), {}, &next, &why));
+  // Off.
+  EXPECT_FALSE(PlanMove(m, kLive, Load(m.epoch, {{0, 500}, {3, 500}}, m), RebalanceOptions{}, {},
+                        &next, &why));
+  // Above the threshold by the mean of 3: 2 hot shards of a; but a threshold of 4 is not met.
+  EXPECT_FALSE(PlanMove(m, kLive, Load(m.epoch, {{0, 500}, {3, 500}}, m), On(4), {}, &next, &why));
+  // Cooling down: shard 0 and 3 just moved.
+  EXPECT_FALSE(
+      PlanMove(m, kLive, Load(m.epoch, {{0, 500}, {3, 500}}, m), On(), {0, 3}, &next, &why));
+  EXPECT_TRUE(PlanMove(m, kLive, Load(m.epoch, {{0, 500}, {3, 500}}, m), On(), {0}, &next, &why));
+  EXPECT_EQ(next.assignment[3].move_to, "b");  // rf 3: b is a synced backup; ties by uuid
+  // rf 1 never moves.
+  ShardMap one = Initial(1);
+  EXPECT_FALSE(
+      PlanMove(one, kLive, Load(one.epoch, {{0, 500}, {3, 500}}, one), On(), {}, &next, &why));
+}
+
+TEST(KvShardMap, SwapPrimaryCommitsOnlyASyncedTarget) {
+  ShardMap m = Initial(2);
+  m.assignment[0].backups.push_back({"c", false});
+  m.assignment[0].move_to = "c";
+  ShardMap t = m;
+  EXPECT_FALSE(SwapPrimary(&t, 0, "a"));  // c is still joining
+  t.assignment[0].backups[1].synced = true;
+  EXPECT_FALSE(SwapPrimary(&t, 0, "b"));  // not the primary
+  ASSERT_TRUE(SwapPrimary(&t, 0, "a"));
+  const auto& a = t.assignment[0];
+  EXPECT_EQ(a.primary, "c");
+  EXPECT_TRUE(a.move_to.empty());
+  // rf 2: the old primary stays as the one (synced) backup; b (the surplus) leaves.
+  ASSERT_EQ(a.backups.size(), 1u);
+  EXPECT_EQ(a.backups[0].uuid, "a");
+  EXPECT_TRUE(a.backups[0].synced);
+}
+
+TEST(KvShardMap, NextMapRollsBackAMoveWhoseTargetDied) {
+  ShardMap m = Initial(2);
+  m.assignment[0].backups.push_back({"c", true});
+  m.assignment[0].move_to = "c";
+  std::map<std::string, ServerAddr> live = m.servers;
+  ShardMap same;
+  EXPECT_FALSE(NextMap(m, live, 6, 2, &same));  // nothing to change: the move stays
+  live.erase("c");
+  ShardMap next;
+  ASSERT_TRUE(NextMap(m, live, 6, 2, &next));
+  EXPECT_EQ(next.assignment[0].primary, "a");
+  EXPECT_TRUE(next.assignment[0].move_to.empty());
+  for (const auto& b : next.assignment[0].backups) EXPECT_NE(b.uuid, "c");
+  // The target left the shard (its replication failed): rolled back too.
+  ShardMap left = m;
+  left.assignment[0].backups.pop_back();
+  ASSERT_TRUE(NextMap(left, m.servers, 6, 2, &next));
+  EXPECT_TRUE(next.assignment[0].move_to.empty());
+}
+
+TEST(KvShardMap, RebalanceOptionsValidate) {
+  RebalanceOptions o;
+  EXPECT_TRUE(o.Validate().ok());  // off
+  o.threshold = 1.0;
+  EXPECT_FALSE(o.Validate().ok());
+  o.threshold = 1.5;
+  EXPECT_TRUE(o.Validate().ok());
+  o.period_ms = 1;
+  EXPECT_FALSE(o.Validate().ok());
+  o.period_ms = 1000;
+  o.move_timeout_ms = 10;
+  EXPECT_FALSE(o.Validate().ok());
+}
+
+}  // namespace
+}  // namespace asymnvm::kv

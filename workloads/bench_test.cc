@@ -363,8 +363,10 @@ TEST(BenchStructures, QuickRunHasEveryLevelAndTable3) {
       EXPECT_TRUE(rec[k].is_number()) << k;
     }
   }
-  EXPECT_EQ(cells.size(), 13u);  // 2 x 6 levels + rcb-v for the ordered one
+  EXPECT_EQ(cells.size(), 14u);  // 2 x 6 levels + rcb-v and rcb-bytes for the map
   EXPECT_TRUE(cells.count("bptree/symmetric")) << j["results"].dump();
+  EXPECT_TRUE(cells.count("bptree/rcb-bytes")) << j["results"].dump();
+  EXPECT_FALSE(cells.count("queue/rcb-bytes")) << j["results"].dump();
   EXPECT_TRUE(cells.count("bptree/rcb-v")) << j["results"].dump();
   EXPECT_FALSE(cells.count("queue/rcb-v")) << j["results"].dump();
   // Vectors: one op log and one descent per vector, so fewer round trips per insert than rcb.

@@ -139,7 +139,7 @@ class StructuresSuite : public Suite {
         ->delimiter(',')
         ->capture_default_str();
     cmd->add_option("--levels", levels_,
-                    "naive,r,rc,rcb,rcb-v,symmetric,symmetric-b (rcb-v: rcb with "
+                    "naive,r,rc,rcb,rcb-v,rcb-bytes,symmetric,symmetric-b (rcb-v: rcb with "
                     "writes sent as --vector-sized PutBatch vectors, ordered "
                     "maps only; rcb-inline: rcb with values inline in the "
                     "memory logs instead of pointers into the op log; rcb-bytes: "
@@ -585,8 +585,8 @@ class StructuresSuite : public Suite {
 
   std::vector<std::string> structures_ = {"stack", "queue",  "hash",  "skiplist",
                                           "bst",   "bptree", "mvbst", "mvbptree"};
-  std::vector<std::string> levels_ = {"naive", "r",         "rc",         "rcb",
-                                      "rcb-v", "symmetric", "symmetric-b"};
+  std::vector<std::string> levels_ = {"naive", "r",         "rc",        "rcb",
+                                      "rcb-v", "rcb-bytes", "symmetric", "symmetric-b"};
   std::string mix_ = "0/100", dist_ = "uniform", sweep_ = "none", sweep_structure_ = "bptree";
   double theta_ = 0.99, cache_pct_ = 10;
   uint32_t batch_ = 1024, value_size_ = 64, vector_ = 1024;

@@ -62,7 +62,9 @@ struct Daemon {
     pid = -1;
     return st;
   }
-  // Starts it and waits (up to 20 s) for the resp line; port stays 0 on failure.
+  // Starts it and waits for the resp line (a generous 90 s: three daemons whose first map waits
+  // for all of them, under ASan on two loaded cores, took more than 20 s); port stays 0 on
+  // failure.
   void Start(const std::vector<std::string>& args, const std::string& out) {
     std::filesystem::remove(out);
     pid = fork();
@@ -77,17 +79,19 @@ struct Daemon {
       _exit(127);
     }
     port = 0;
-    testutil::WaitFor([&] {
-      std::ifstream in(out);
-      std::string line;
-      while (std::getline(in, line)) {
-        if (line.rfind("resp ", 0) == 0) {
-          port = static_cast<uint16_t>(std::stoi(line.substr(line.rfind(':') + 1)));
-          return true;
-        }
-      }
-      return false;
-    });
+    testutil::WaitFor(
+        [&] {
+          std::ifstream in(out);
+          std::string line;
+          while (std::getline(in, line)) {
+            if (line.rfind("resp ", 0) == 0) {
+              port = static_cast<uint16_t>(std::stoi(line.substr(line.rfind(':') + 1)));
+              return true;
+            }
+          }
+          return false;
+        },
+        std::chrono::seconds(90));
   }
 };
 

@@ -31,6 +31,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <functional>
 #include <map>
 #include <unordered_map>
 
@@ -547,8 +548,12 @@ class SkipList final : public Map, public Base {
   // The walk reads each node once for many keys, so its cache hits and misses are kept out of
   // the §8.4 window that tunes T for per-key searches.
   Status GatherWalk(std::span<const KeyValue> run, VectorPlan* plan) {
+    return OutsideAdaptWindow([&] { return GatherVector(run, plan); });
+  }
+  // Runs a vector walk with its cache hits and misses kept out of the §8.4 window.
+  Status OutsideAdaptWindow(const std::function<Status()>& walk) {
     const frontend::Counters before = s_.counters();
-    Status st = GatherVector(run, plan);
+    Status st = walk();
     const frontend::Counters after = s_.counters();
     last_hits_ += after.cache_hits - before.cache_hits;
     last_misses_ += after.cache_misses - before.cache_misses;
@@ -679,12 +684,7 @@ class SkipList final : public Map, public Base {
   // the nodes are freed after the transaction. Keys not found are skipped (a replay of a run
   // applied before the crash finds none of them).
   Status GatherDeleteWalk(std::span<const KeyValue> run, VectorPlan* plan) {
-    const frontend::Counters before = s_.counters();
-    Status st = GatherDeleteVector(run, plan);
-    const frontend::Counters after = s_.counters();
-    last_hits_ += after.cache_hits - before.cache_hits;
-    last_misses_ += after.cache_misses - before.cache_misses;
-    return st;
+    return OutsideAdaptWindow([&] { return GatherDeleteVector(run, plan); });
   }
 
   Status GatherDeleteVector(std::span<const KeyValue> run, VectorPlan* plan) {

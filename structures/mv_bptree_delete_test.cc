@@ -65,7 +65,8 @@ class MvDeleteVectorTest : public StructuresTest {};
 
 // 256-byte keys at the default fan-out (7) and at 4: delete batches of neighbours and of
 // scattered keys, with duplicates and absent keys, are one op log and one publish per run and
-// remove exactly the present keys; then everything in one batch (the tree ends empty), across a session reopen.
+// remove exactly the present keys; then everything in one batch (the tree ends empty), across a
+// session reopen.
 TEST_F(MvDeleteVectorTest, ByteKeysOfTwoHundredFiftySixBytes) {
   for (uint64_t fanout : {uint64_t{0}, uint64_t{4}}) {
     const std::string name = "bytes" + std::to_string(fanout);
@@ -84,7 +85,7 @@ TEST_F(MvDeleteVectorTest, ByteKeysOfTwoHundredFiftySixBytes) {
       std::vector<Key> near, far;
       for (uint64_t i = 100; i < 140; i++) near.push_back(LongKey(i));
       for (uint64_t i = 1000; i < 1008; i++) near.push_back(LongKey(i));  // absent
-      near.push_back(LongKey(120));                                      // a duplicate
+      near.push_back(LongKey(120));                                       // a duplicate
       for (uint64_t i = 0; i < 400; i += 13) far.push_back(LongKey(i));
       far.push_back(LongKey(39));
       far.push_back(LongKey(2000));
@@ -214,8 +215,8 @@ TEST_F(MvDeleteVectorTest, LockFreeReaderNeverMissesStableKeys) {
           size_t found = 0;
           for (const auto& [key, v] : out) found += key.u64() % 10 == 0 ? 1 : 0;
           if (out.front().first.u64() != k || found != (last - k) / 10 + 1)
-            failure = "scan from " + std::to_string(k) + " to " + std::to_string(last) +
-                      ": " + std::to_string(found) + " stable keys";
+            failure = "scan from " + std::to_string(k) + " to " + std::to_string(last) + ": " +
+                      std::to_string(found) + " stable keys";
         } else {
           failure = "scan " + std::to_string(k) + ": empty";
         }
@@ -299,15 +300,16 @@ TEST_F(MvDeleteVectorTest, CostPerKeyAgainstOneDeleteEach) {
     ASSERT_EQ(one_by_one, 52u);
     auto per = [&](uint64_t x) { return static_cast<double>(x) / 52.0; };
     const char* ln = level == Level::kR ? "r" : level == Level::kRc ? "rc" : "rcb";
-    std::printf(
-        "level %-3s  DeleteBatch: %.3f op logs, %.2f remote reads, %.0f B read, %.3f txns, %.0f "
-        "txn B per key | loop of Delete: %.3f op logs, %.2f remote reads, %.0f B read, %.3f "
-        "txns, %.0f txn B per key\n",
-        ln, per(c1.op_logs - c0.op_logs), per(c1.remote_reads - c0.remote_reads),
-        per(c1.remote_read_bytes - c0.remote_read_bytes), per(c1.txns - c0.txns),
-        per(c1.txn_bytes - c0.txn_bytes), per(c2.op_logs - c1.op_logs),
-        per(c2.remote_reads - c1.remote_reads), per(c2.remote_read_bytes - c1.remote_read_bytes),
-        per(c2.txns - c1.txns), per(c2.txn_bytes - c1.txn_bytes));
+    auto row = [&](const char* what, const frontend::Counters& x, const frontend::Counters& y) {
+      std::printf(
+          "level %-3s %-12s per key: %.3f op logs (%.0f B), %.2f remote reads (%.0f B), %.3f "
+          "txns (%.0f B)\n",
+          ln, what, per(y.op_logs - x.op_logs), per(y.op_log_bytes - x.op_log_bytes),
+          per(y.remote_reads - x.remote_reads), per(y.remote_read_bytes - x.remote_read_bytes),
+          per(y.txns - x.txns), per(y.txn_bytes - x.txn_bytes));
+    };
+    row("DeleteBatch", c0, c1);
+    row("Delete loop", c1, c2);
     EXPECT_EQ(c1.op_logs - c0.op_logs, 1u);
     EXPECT_EQ(c2.op_logs - c1.op_logs, 52u);
     EXPECT_LE(c1.txns - c0.txns, c2.txns - c1.txns);
@@ -443,8 +445,8 @@ TEST_F(MvDeleteVectorTest, CrashBetweenOpLogAndMemoryLogsReplaysTheBatch) {
     }
     if (at_point) {
       ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
-          << "round " << round << ": the child did not stop at the crash point (status "
-          << status << ")";
+          << "round " << round << ": the child did not stop at the crash point (status " << status
+          << ")";
     } else {
       ASSERT_TRUE(!exited || (WIFEXITED(status) && WEXITSTATUS(status) == 0))
           << "child failed: status " << status;

@@ -485,6 +485,7 @@ TEST_F(MvDeleteVectorTest, CrashBetweenOpLogAndMemoryLogsReplaysTheBatch) {
                 inflight_del ? "DeleteBatch" : "PutBatch",
                 got == after && got != before ? "applied" : "absent",
                 static_cast<unsigned long long>(s->counters().replayed_ops));
+    std::remove(acks.c_str());
     if (HasFailure()) return;
   }
   if (CrashRounds() >= 3) {

@@ -256,12 +256,14 @@ class BPlusTree final : public Map, public Base {
         if (count != 0)
           return Status::Corruption(what + ": empty tree with count " + std::to_string(count));
         verified_leaves_ = 0;
+        verified_height_ = 0;
         return Status::Ok();
       }
       std::vector<uint64_t> leaves;
       uint64_t keys = 0;
       ASYMNVM_RETURN_IF_ERROR(VerifyNode(root, 0, height, nullptr, nullptr, &leaves, &keys, count));
       verified_leaves_ = leaves.size();
+      verified_height_ = height;
       if (keys != count) {
         return Status::Corruption(what + ": " + std::to_string(keys) + " keys, count says " +
                                   std::to_string(count));
@@ -1356,9 +1358,11 @@ class BPlusTree final : public Map, public Base {
 
  public:
   uint64_t verified_leaves() const { return verified_leaves_; }
+  uint64_t verified_height() const { return verified_height_; }
 
  private:
   uint64_t verified_leaves_ = 0;  // leaves the last Verify walked
+  uint64_t verified_height_ = 0;  // and its height
   bool filled_ = false;           // kFlagFilled: Verify rejects under-full nodes
   uint64_t deleted_in_batch_ = 0;  // DeleteBatch: keys its applied runs removed
   uint64_t anchor_ = 0;
@@ -1381,6 +1385,13 @@ Result<uint64_t> BPlusTreeLeafCount(Map* m) {
   if (t == nullptr) return Status::InvalidArgument("not a B+tree");
   ASYMNVM_RETURN_IF_ERROR(t->Verify());
   return t->verified_leaves();
+}
+
+Result<uint64_t> BPlusTreeHeight(Map* m) {
+  auto* t = dynamic_cast<BPlusTree*>(m);
+  if (t == nullptr) return Status::InvalidArgument("not a B+tree");
+  ASYMNVM_RETURN_IF_ERROR(t->Verify());
+  return t->verified_height();
 }
 
 Result<std::unique_ptr<Map>> OpenBPlusTree(frontend::Session& s, const std::string& name,

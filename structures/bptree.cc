@@ -1045,7 +1045,8 @@ class BPlusTree final : public Map, public Base {
     for (size_t c = 0; c < children.size() && r < run.size(); c++) {
       size_t e = r;
       while (e < run.size() && (c == keys.size() || run[e].first < keys[c])) e++;
-      if (e > r) ASYMNVM_RETURN_IF_ERROR(DelSubtree(ctx, children[c], d + 1, run.subspan(r, e - r)));
+      if (e > r)
+        ASYMNVM_RETURN_IF_ERROR(DelSubtree(ctx, children[c], d + 1, run.subspan(r, e - r)));
       r = e;
     }
     return FixChildren(ctx, *x);
@@ -1164,8 +1165,7 @@ class BPlusTree final : public Map, public Base {
     if (total <= MergeFill()) {
       a.node.keys.push_back(x.node.keys[l]);
       a.node.keys.insert(a.node.keys.end(), b.node.keys.begin(), b.node.keys.end());
-      a.node.children.insert(a.node.children.end(), b.node.children.begin(),
-                             b.node.children.end());
+      a.node.children.insert(a.node.children.end(), b.node.children.begin(), b.node.children.end());
       a.node.n = total;
       DTouch(a, an, an + 1);
       unlink_right();
@@ -1274,8 +1274,8 @@ class BPlusTree final : public Map, public Base {
     const KeyValue kv(key, Value{});
     VectorPlan plan;
     uint64_t removed = 0, root = 0, height = 0;
-    ASYMNVM_RETURN_IF_ERROR(PlanDelete(std::span<const KeyValue>(&kv, 1), &plan, &removed, &root,
-                                       &height));
+    ASYMNVM_RETURN_IF_ERROR(
+        PlanDelete(std::span<const KeyValue>(&kv, 1), &plan, &removed, &root, &height));
     if (removed == 0) {
       if (replay) return Status::Ok();  // the original failed validation: nothing to redo
       return NotFound(key);
@@ -1361,9 +1361,9 @@ class BPlusTree final : public Map, public Base {
   uint64_t verified_height() const { return verified_height_; }
 
  private:
-  uint64_t verified_leaves_ = 0;  // leaves the last Verify walked
-  uint64_t verified_height_ = 0;  // and its height
-  bool filled_ = false;           // kFlagFilled: Verify rejects under-full nodes
+  uint64_t verified_leaves_ = 0;   // leaves the last Verify walked
+  uint64_t verified_height_ = 0;   // and its height
+  bool filled_ = false;            // kFlagFilled: Verify rejects under-full nodes
   uint64_t deleted_in_batch_ = 0;  // DeleteBatch: keys its applied runs removed
   uint64_t anchor_ = 0;
   uint32_t f_ = 0, slot_bytes_ = 0, vstride_ = 0;

@@ -1105,9 +1105,9 @@ TEST_F(BPlusTreeTest, ReaderNeverMissesStableKeysWhileDeletesShrinkTheTree) {
       std::vector<KeyValue> back;
       for (uint64_t k : others) back.emplace_back(k, TestValue(k, 1, 16));
       for (size_t i = 0; i < back.size(); i += 50) {
-        ASSERT_TRUE(
-            (*w)->PutBatch(std::span<const KeyValue>(back).subspan(i, std::min<size_t>(50, back.size() - i)))
-                .ok());
+        ASSERT_TRUE((*w)->PutBatch(std::span<const KeyValue>(back).subspan(
+                                       i, std::min<size_t>(50, back.size() - i)))
+                        .ok());
       }
       ASSERT_TRUE((*w)->Sync().ok());
     }

@@ -6,7 +6,7 @@
 // PM layout (little-endian):
 //   Anchor (48 B, the root word points at it): magic u64 "AYNVMBPT" @0 | root u64 @8 |
 //     height u64 @16 (0 = empty, 1 = the root is a leaf) | count u64 @24 | fanout u64 @32 |
-//     flags u64 @40 (bit 0: values out of line).
+//     flags u64 @40 (bit 0: values out of line; bit 1: nodes kept filled, see Delete).
 //   K = KeySlotBytes(key_size): a key slot is the u64 of an integer key (K = 8, key_size 0), or
 //   u16 length | the bytes of a byte-string key zero-padded to a multiple of 8 (K = 8·ceil((2 +
 //   key_size)/8)); keys order numerically / bytewise (Key's operator<=>).
@@ -36,16 +36,29 @@
 // half stays, the right half moves to a new leaf linked after it, and (first key of the right,
 // new leaf) goes into the parent, which may split in turn (the middle key moves up); a root split
 // adds a level. Every node an insertion needs is allocated before its op log.
-// Delete: the key is removed from its leaf (shift left). A leaf left with fewer than F/4 keys is
-// rebalanced with a sibling under the same parent: merged into the left one of the two when both
-// fit in 3/4 of a leaf (the right one unlinked from the chain and the parent and freed; a root
-// left with one child is replaced by it), else the entries are split evenly and the parent's
-// separator updated — in the delete's one transaction. Internal nodes are not rebalanced: they
-// may be underfull (an internal node may keep 0 keys and one child; Verify accepts that; a
-// single-key leaf with no sibling stays). A leaf that becomes empty is unlinked from the leaf chain
-// (its predecessor's next word), removed from its parent and freed; a parent left without a
-// child is removed and freed the same way, recursively; a root left with one child is replaced
-// by that child (the tree loses a level); the last key frees the root leaf (height 0).
+// Delete and DeleteBatch share one planner: the keys descend as a vector put's (each node read
+// once) and are removed from their leaves in DRAM. A non-root node left with fewer than MinFill =
+// max(1, F/4) keys (a leaf: entries) is rebalanced with an adjacent sibling under the same parent
+// (the right one; the left one for the last child): merged into the left of the two when the
+// result holds at most MergeFill = max(1, 3F/4) keys (internal nodes count the separator, which
+// comes down; the right node is freed and its separator and pointer leave the parent; only a right
+// node is ever unlinked, so the leaf chain changes in the left node's next word), otherwise their
+// entries (internal: children, through the separator) are split evenly and the separator
+// replaced. The parent may be left under-full in turn, up to the root; a root internal node left
+// without keys is replaced by its only child (the tree loses a level, repeatedly); the last key
+// frees the root leaf (height 0). MergeFill >= 2·MinFill: a split pair is filled, and the gap
+// keeps a node from merging and splitting on alternate operations (F/4 rather than ceil(F/2)-1:
+// the leaves' bound). Each changed node is written once from its first changed entry (header, key
+// range, value or child range), with the anchor words: one op log (type 2, or 4 for a vector
+// run), one transaction; a plan beyond one transaction is refused before its op log
+// (kResourceExhausted), as an insertion's. Out-of-line value blocks of removed entries and the
+// unlinked nodes are freed after the transaction.
+// Anchor flag bit 1 ("filled"): set when a tree is created by this version; Verify then rejects a
+// non-root node below MinFill and a root internal node without keys. Trees created earlier (bit
+// clear) may hold under-full nodes legitimately (0-key internal nodes, single-key leaves without
+// a sibling): they work and verify as before, and a delete rebalances the under-full nodes it
+// reads. A binary older than the flag refuses a flagged tree (kCorruption: anchor flags), so it
+// cannot write under-full nodes into a tree held to the rule.
 //
 // §8 tree optimization (Options::optimize, writer at rc/rcb): nodes at depth < N (root = depth 0)
 // are read through the page cache, deeper ones with one-sided READs that bypass it. Every 1024

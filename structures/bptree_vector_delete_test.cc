@@ -123,13 +123,14 @@ TEST_F(BPlusTreeDeleteVectorTest, OneOpLogPerRunFewerReadsAndTheWholeTree) {
   auto c3 = s->counters();
   ASSERT_TRUE((*b)->DeleteBatch(all, &deleted).ok());
   auto c4 = s->counters();
-  std::printf("DeleteBatch of the whole tree (%llu keys): %llu op log(s), %llu remote reads, %llu "
-              "txns (%llu B)\n",
-              static_cast<unsigned long long>(deleted),
-              static_cast<unsigned long long>(c4.op_logs - c3.op_logs),
-              static_cast<unsigned long long>(c4.remote_reads - c3.remote_reads),
-              static_cast<unsigned long long>(c4.txns - c3.txns),
-              static_cast<unsigned long long>(c4.txn_bytes - c3.txn_bytes));
+  std::printf(
+      "DeleteBatch of the whole tree (%llu keys): %llu op log(s), %llu remote reads, %llu "
+      "txns (%llu B)\n",
+      static_cast<unsigned long long>(deleted),
+      static_cast<unsigned long long>(c4.op_logs - c3.op_logs),
+      static_cast<unsigned long long>(c4.remote_reads - c3.remote_reads),
+      static_cast<unsigned long long>(c4.txns - c3.txns),
+      static_cast<unsigned long long>(c4.txn_bytes - c3.txn_bytes));
   EXPECT_EQ(deleted, model.size());
   EXPECT_LE(c4.op_logs - c3.op_logs, 8u);
   EXPECT_EQ((*b)->Count().value(), 0u);

@@ -354,18 +354,26 @@ TEST_P(VectorTest, OneOpLogAndFewerReadsThanPuts) {
   ExpectMatches(**b, model);
 }
 
-// The skip list's vector delete (Map::DeleteBatch, op type 4): one op log per run, fewer reads
-// than one Delete per key, adjacent keys and whole towers removed, the level shrinking, and a
-// logged delete vector replayed by a new session (the keys it no longer finds skipped).
-class DeleteVectorTest : public StructuresTest {};
+// The vector deletes (Map::DeleteBatch, op type 4) of the kinds instantiated below: one op log
+// per run, fewer reads and transactions than one Delete per key, adjacent keys removed (skip
+// list: whole towers; MV-B+tree: leaves emptied and removed), everything deleted in one batch,
+// and a logged delete vector replayed by a new session (the keys it no longer finds skipped).
+class DeleteVectorTest : public StructuresTest, public ::testing::WithParamInterface<KindParam> {
+ protected:
+  Result<std::unique_ptr<Map>> OpenM(frontend::Session& s, const std::string& name) {
+    Options o;
+    o.param = GetParam().param;
+    return OpenMap(s, GetParam().kind, name, o);
+  }
+};
 
-TEST_F(DeleteVectorTest, SkipListDeletesRunsInOneOpLogAndReplaysThem) {
+TEST_P(DeleteVectorTest, DeletesRunsInOneOpLogAndReplaysThem) {
   std::map<uint64_t, Value> model;
   uint32_t id = 0;
   {
     auto s = OpenSession(50, Level::kR);
-    auto a = OpenMap(*s, Kind::kSkipList, "dels");
-    auto b = OpenMap(*s, Kind::kSkipList, "dels-one-by-one");
+    auto a = OpenM(*s, "dels");
+    auto b = OpenM(*s, "dels-one-by-one");
     ASSERT_TRUE(a.ok() && b.ok());
     std::vector<KeyValue> base;
     for (uint64_t k = 1; k <= 3000; k++) base.emplace_back(k, TestValue(k, 0, 8));
@@ -389,11 +397,13 @@ TEST_F(DeleteVectorTest, SkipListDeletesRunsInOneOpLogAndReplaysThem) {
     EXPECT_EQ(deleted, 52u);
     EXPECT_EQ(one_by_one, 52u);
     EXPECT_EQ(c1.op_logs - c0.op_logs, 1u);
+    EXPECT_EQ(c2.op_logs - c1.op_logs, 52u);
     EXPECT_LT(c1.remote_reads - c0.remote_reads, c2.remote_reads - c1.remote_reads);
+    EXPECT_LT(c1.txns - c0.txns, c2.txns - c1.txns);
     for (const Key& k : keys) model.erase(k.u64());
     ASSERT_TRUE((*a)->Verify().ok()) << (*a)->Verify().ToString();
     ExpectMatches(**a, model);
-    // Everything: the list ends empty, level 0.
+    // Everything: the map ends empty (the skip list at level 0, the MV-B+tree with root 0).
     std::vector<Key> all;
     for (uint64_t k = 0; k <= 3001; k++) all.push_back(k);
     ASSERT_TRUE((*b)->DeleteBatch(all, &deleted).ok());
@@ -407,7 +417,7 @@ TEST_F(DeleteVectorTest, SkipListDeletesRunsInOneOpLogAndReplaysThem) {
   // A crashed session had logged a delete vector it never applied: the next one replays it.
   auto s = OpenSession(50, Level::kRcb);
   RegisterReplays(*s);
-  auto m = OpenMap(*s, Kind::kSkipList, "dels");
+  auto m = OpenM(*s, "dels");
   ASSERT_TRUE(m.ok());
   ASSERT_EQ((*m)->structure().id, id);
   std::vector<KeyValue> run;
@@ -425,6 +435,24 @@ TEST_F(DeleteVectorTest, SkipListDeletesRunsInOneOpLogAndReplaysThem) {
   ASSERT_TRUE((*m)->Verify().ok()) << (*m)->Verify().ToString();
   ExpectMatches(**m, model);
 }
+
+INSTANTIATE_TEST_SUITE_P(SkipList, DeleteVectorTest,
+                         ::testing::Values(KindParam{Kind::kSkipList, 0, "skiplist"}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// The MV-B+tree's vector delete (MvBase::DeleteVectorRuns): at fan-out 4 (height 6 over 3 000
+// keys, runs emptying whole leaves) and at the default 32.
+INSTANTIATE_TEST_SUITE_P(MvBPlusTree, DeleteVectorTest,
+                         ::testing::Values(KindParam{Kind::kMvBPlusTree, 4, "mvbptree4"},
+                                           KindParam{Kind::kMvBPlusTree, 0, "mvbptree"}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// The B+tree's vector delete (structures_bptree_vector_delete_test has its own): at fan-out 4
+// (internal nodes merge as runs empty whole subtrees) and at the default 32.
+INSTANTIATE_TEST_SUITE_P(BPlusTree, DeleteVectorTest,
+                         ::testing::Values(KindParam{Kind::kBPlusTree, 4, "bptree4"},
+                                           KindParam{Kind::kBPlusTree, 0, "bptree"}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 // A reader under the seqlock never misses a stable key while the writer applies vectors of
 // inserts and updates around them.

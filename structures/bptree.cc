@@ -6,7 +6,7 @@
 // PM layout (little-endian):
 //   Anchor (48 B, the root word points at it): magic u64 "AYNVMBPT" @0 | root u64 @8 |
 //     height u64 @16 (0 = empty, 1 = the root is a leaf) | count u64 @24 | fanout u64 @32 |
-//     flags u64 @40 (bit 0: values out of line).
+//     flags u64 @40 (bit 0: values out of line; bit 1: nodes kept filled, see Delete).
 //   K = KeySlotBytes(key_size): a key slot is the u64 of an integer key (K = 8, key_size 0), or
 //   u16 length | the bytes of a byte-string key zero-padded to a multiple of 8 (K = 8·ceil((2 +
 //   key_size)/8)); keys order numerically / bytewise (Key's operator<=>).
@@ -36,16 +36,29 @@
 // half stays, the right half moves to a new leaf linked after it, and (first key of the right,
 // new leaf) goes into the parent, which may split in turn (the middle key moves up); a root split
 // adds a level. Every node an insertion needs is allocated before its op log.
-// Delete: the key is removed from its leaf (shift left). A leaf left with fewer than F/4 keys is
-// rebalanced with a sibling under the same parent: merged into the left one of the two when both
-// fit in 3/4 of a leaf (the right one unlinked from the chain and the parent and freed; a root
-// left with one child is replaced by it), else the entries are split evenly and the parent's
-// separator updated — in the delete's one transaction. Internal nodes are not rebalanced: they
-// may be underfull (an internal node may keep 0 keys and one child; Verify accepts that; a
-// single-key leaf with no sibling stays). A leaf that becomes empty is unlinked from the leaf chain
-// (its predecessor's next word), removed from its parent and freed; a parent left without a
-// child is removed and freed the same way, recursively; a root left with one child is replaced
-// by that child (the tree loses a level); the last key frees the root leaf (height 0).
+// Delete and DeleteBatch share one planner: the keys descend as a vector put's (each node read
+// once) and are removed from their leaves in DRAM. A non-root node left with fewer than MinFill =
+// max(1, F/4) keys (a leaf: entries) is rebalanced with an adjacent sibling under the same parent
+// (the right one; the left one for the last child): merged into the left of the two when the
+// result holds at most MergeFill = max(1, 3F/4) keys (internal nodes count the separator, which
+// comes down; the right node is freed and its separator and pointer leave the parent; only a right
+// node is ever unlinked, so the leaf chain changes in the left node's next word), otherwise their
+// entries (internal: children, through the separator) are split evenly and the separator
+// replaced. The parent may be left under-full in turn, up to the root; a root internal node left
+// without keys is replaced by its only child (the tree loses a level, repeatedly); the last key
+// frees the root leaf (height 0). MergeFill >= 2·MinFill: a split pair is filled, and the gap
+// keeps a node from merging and splitting on alternate operations (F/4 rather than ceil(F/2)-1:
+// the leaves' bound). Each changed node is written once from its first changed entry (header, key
+// range, value or child range), with the anchor words: one op log (type 2, or 4 for a vector
+// run), one transaction; a plan beyond one transaction is refused before its op log
+// (kResourceExhausted), as an insertion's. Out-of-line value blocks of removed entries and the
+// unlinked nodes are freed after the transaction.
+// Anchor flag bit 1 ("filled"): set when a tree is created by this version; Verify then rejects a
+// non-root node below MinFill and a root internal node without keys. Trees created earlier (bit
+// clear) may hold under-full nodes legitimately (0-key internal nodes, single-key leaves without
+// a sibling): they work and verify as before, and a delete rebalances the under-full nodes it
+// reads. A binary older than the flag refuses a flagged tree (kCorruption: anchor flags), so it
+// cannot write under-full nodes into a tree held to the rule.
 //
 // §8 tree optimization (Options::optimize, writer at rc/rcb): nodes at depth < N (root = depth 0)
 // are read through the page cache, deeper ones with one-sided READs that bypass it. Every 1024
@@ -60,6 +73,7 @@
 // (Verify reports it as kCorruption).
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <set>
 
 #include "backend/log_format.h"
@@ -77,6 +91,10 @@ constexpr uint16_t kOpPut = 1, kOpDelete = 2;
 constexpr uint64_t kRoot = 8, kHeight = 16, kCount = 24, kFanout = 32, kFlags = 40,
                    kAnchorBytes = 48;
 constexpr uint64_t kNext = 8, kKeys = 16;
+// Anchor flags: values out of line; nodes kept filled (set at creation since internal nodes are
+// rebalanced on deletes: Verify then rejects under-full nodes; trees created earlier may hold
+// them and are checked as before).
+constexpr uint64_t kFlagOutOfLine = 1, kFlagFilled = 2;
 constexpr uint64_t kDefaultFanout = 32, kMinFanout = 4, kMaxFanout = 256;
 constexpr uint64_t kMaxHeight = 64;
 constexpr uint32_t kInlineValueMax = 256;
@@ -119,15 +137,17 @@ class BPlusTree final : public Map, public Base {
     uint8_t init[kAnchorBytes] = {};
     PutU64(init, kMagic);
     PutU64(init + kFanout, f_);
-    PutU64(init + kFlags, ool_ ? 1 : 0);
+    PutU64(init + kFlags, (ool_ ? kFlagOutOfLine : 0) | kFlagFilled);
     ASYMNVM_ASSIGN_OR_RETURN(anchor_, EnsureAnchor(init));
     uint8_t a[kAnchorBytes];
     ASYMNVM_RETURN_IF_ERROR(Query([&]() -> Status { return Read(anchor_, a); }));
     const std::string what = Describe(kind_, st_.name);
     if (GetU64(a) != kMagic) return Status::Corruption(what + ": anchor has a bad magic");
-    if (GetU64(a + kFanout) != f_ || GetU64(a + kFlags) != (ool_ ? 1u : 0u)) {
+    const uint64_t flags = GetU64(a + kFlags);
+    if (GetU64(a + kFanout) != f_ || (flags & ~kFlagFilled) != (ool_ ? kFlagOutOfLine : 0)) {
       return Status::Corruption(what + ": anchor fan-out/flags do not match the naming entry");
     }
+    filled_ = (flags & kFlagFilled) != 0;
     root_ = GetU64(a + kRoot);
     height_ = GetU64(a + kHeight);
     count_ = GetU64(a + kCount);
@@ -167,6 +187,15 @@ class BPlusTree final : public Map, public Base {
     return PutVector(kvs, [this](std::span<const KeyValue> run, VectorPlan* plan) {
       return GatherWalk(run, plan);
     });
+  }
+
+  Status DeleteBatch(std::span<const Key> keys, uint64_t* deleted) override {
+    deleted_in_batch_ = 0;
+    Status st = DeleteVector(keys, [this](std::span<const KeyValue> run, VectorPlan* plan) {
+      return GatherDeleteWalk(run, plan);
+    });
+    if (deleted) *deleted = deleted_in_batch_;
+    return st;
   }
 
   Status Get(const Key& key, Value* value) override {
@@ -240,12 +269,14 @@ class BPlusTree final : public Map, public Base {
         if (count != 0)
           return Status::Corruption(what + ": empty tree with count " + std::to_string(count));
         verified_leaves_ = 0;
+        verified_height_ = 0;
         return Status::Ok();
       }
       std::vector<uint64_t> leaves;
       uint64_t keys = 0;
       ASYMNVM_RETURN_IF_ERROR(VerifyNode(root, 0, height, nullptr, nullptr, &leaves, &keys, count));
       verified_leaves_ = leaves.size();
+      verified_height_ = height;
       if (keys != count) {
         return Status::Corruption(what + ": " + std::to_string(keys) + " keys, count says " +
                                   std::to_string(count));
@@ -267,6 +298,11 @@ class BPlusTree final : public Map, public Base {
     if (op.op_type == kOpPutVector) {
       return ReplayVector(op, [this](std::span<const KeyValue> run, VectorPlan* plan) {
         return GatherWalk(run, plan);
+      });
+    }
+    if (op.op_type == kOpDeleteVector) {
+      return ReplayVector(op, [this](std::span<const KeyValue> run, VectorPlan* plan) {
+        return GatherDeleteWalk(run, plan);
       });
     }
     Key key;
@@ -947,194 +983,346 @@ class BPlusTree final : public Map, public Base {
     return Status::Ok();
   }
 
-  Status DoDelete(const Key& key, bool replay) {
-    std::vector<PathStep> path;
-    Node leaf;
-    ASYMNVM_RETURN_IF_ERROR(DescendRead(key, &leaf, nullptr, &path));
-    const auto it = std::lower_bound(leaf.keys.begin(), leaf.keys.end(), key);
-    if (leaf.addr == 0 || it == leaf.keys.end() || *it != key) {
-      if (replay) return Status::Ok();  // the original failed validation: nothing to redo
-      return NotFound(key);
-    }
-    const uint32_t i = static_cast<uint32_t>(it - leaf.keys.begin());
-    std::vector<uint64_t> frees;
-    if (ool_) {
-      ASYMNVM_ASSIGN_OR_RETURN(uint64_t vblock,
-                               ReadU64(leaf.addr + ValOff(i), levels_.Cached(adapt_, leaf_depth_)));
-      frees.push_back(vblock);
-    }
-    const auto params = EncodeKeyValue(key, {});
-    uint64_t root = root_, height = height_;
+  // ---- deletes: Delete and DeleteBatch share one planner (doc/structures.md "B+tree") ----
+  // The sorted keys descend like a vector put's (every node on the way read once); at a leaf
+  // the found keys are removed in DRAM. Back up at each internal node, every child it holds in
+  // DRAM that is left under-full (fewer than MinFill() keys) is rebalanced with an adjacent
+  // sibling under that node: merged into the left one of the two when the result fits
+  // MergeFill() (the right one freed, the separator and child removed from the node; the leaf
+  // chain keeps working because only a right node is ever unlinked, and its left neighbour is in
+  // DRAM), otherwise their entries (leaves) or children (internal nodes, through the separator)
+  // are split evenly and the separator replaced. A merged or redistributed internal node has
+  // its own children checked again (a vector may have left one with a lone under-full child).
+  // The node itself may end under-full and is handled by its parent; a root internal node left
+  // with no key is replaced by its only child (the tree loses a level, repeatedly), a root leaf
+  // left empty frees the tree. Each changed node is then written once from its first changed
+  // entry (header, key range, value or child range), with the anchor, as one plan.
+  struct DNode {
+    Node node;  // the DRAM state: keys, children (internal), n, next (leaves)
+    int depth = 0;
+    uint32_t orig_n = 0;
+    uint64_t orig_next = 0;
+    // Leaves: value entries [vbase, n) in vals (vstride_ each). Entries [0, wfrom) are still as
+    // in PM (vbase <= wfrom), so a prefix can be read later.
+    std::vector<uint8_t> vals;
+    uint32_t vbase = 0;
+    uint32_t wfrom = UINT32_MAX;  // first changed entry (leaf) or key (internal)
+    uint32_t cfrom = UINT32_MAX;  // first changed child (internal)
+    bool freed = false;
+  };
+  struct DelCtx {
+    std::map<uint64_t, DNode> nodes;
+    VectorPlan* plan = nullptr;
+    uint64_t removed = 0;
+  };
 
-    // A leaf left under a quarter full takes entries from its sibling under the same parent, or
-    // merges with it (below).
-    const uint32_t min_fill = std::max<uint32_t>(1, f_ / 4);
-    const PathStep* ps = path.empty() ? nullptr : &path.back();
-    if (leaf.n > 1 && ps != nullptr && leaf.n - 1 < min_fill && ps->node.n > 0) {
-      ASYMNVM_RETURN_IF_ERROR(DeleteAndRebalance(leaf, i, path, params, &frees, &root, &height));
-    } else if (leaf.n > 1 || path.empty()) {
-      ASYMNVM_RETURN_IF_ERROR(FitsOneTransaction(LeafWriteBound(leaf.n), "a deletion"));
-      std::vector<uint8_t> vals;
-      ASYMNVM_RETURN_IF_ERROR(ReadValues(leaf, i + 1, leaf.n, &vals));
-      if (leaf.n == 1) frees.push_back(leaf.addr);
-      ASYMNVM_RETURN_IF_ERROR(Update(kOpDelete, params, [&]() -> Status {
-        if (leaf.n == 1) {  // the root leaf's last key: the tree is empty
-          root = 0;
-          height = 0;
-          return WriteAnchor(root, height, count_ - 1);
-        }
-        std::vector<Key> keys = leaf.keys;
-        keys.erase(keys.begin() + i);
-        ASYMNVM_RETURN_IF_ERROR(WriteU64(leaf.addr, Word0(kLeafTag, leaf.n - 1)));
-        ASYMNVM_RETURN_IF_ERROR(WriteKeys(leaf.addr, i, keys, leaf.n - 1));
-        if (!vals.empty()) ASYMNVM_RETURN_IF_ERROR(Write(leaf.addr + ValOff(i), vals));
-        return WriteAnchor(root, height, count_ - 1);
-      }));
-    } else {
-      // The leaf becomes empty: unlink it from the chain and from its parent(s).
-      frees.push_back(leaf.addr);
-      uint64_t prev = 0;
-      for (size_t j = path.size(); j-- > 0;) {
-        if (path[j].idx == 0) continue;
-        uint64_t at = path[j].node.children[path[j].idx - 1];
-        for (int d = static_cast<int>(j) + 1; d < leaf_depth_; d++) {
-          Node n;
-          ASYMNVM_RETURN_IF_ERROR(ReadNode(at, d, false, &n));
-          at = n.children[n.n];
-        }
-        prev = at;
-        break;
-      }
-      // Where the removal stops: the deepest ancestor that keeps a child after it.
-      size_t stop = path.size();
-      while (stop > 0 && path[stop - 1].node.n == 0) {
-        stop--;
-        frees.push_back(path[stop].node.addr);
-      }
-      // The predecessor's next word and the parent that loses a child.
-      ASYMNVM_RETURN_IF_ERROR(FitsOneTransaction(
-          kEntry + 8 + (stop > 0 ? InternalWriteBound(path[stop - 1].node.n) : 0), "a deletion"));
-      // A root left with a single child collapses (repeatedly, reading the next levels).
-      std::vector<uint64_t> collapse;  // roots to free
-      uint64_t new_root = root_, new_height = height_;
-      if (stop == 0) {
-        new_root = 0;
-        new_height = 0;
-      } else if (stop == 1 && path[0].node.n == 1) {
-        const Node& r = path[0].node;
-        uint64_t at = r.children[path[0].idx == 0 ? 1 : 0];
-        collapse.push_back(r.addr);
-        new_height--;
-        for (int d = 1; new_height > 1; d++) {
-          Node n;
-          ASYMNVM_RETURN_IF_ERROR(ReadNode(at, d, false, &n));
-          if (n.n != 0) break;
-          collapse.push_back(at);
-          at = n.children[0];
-          new_height--;
-        }
-        new_root = at;
-      }
-      ASYMNVM_RETURN_IF_ERROR(Update(kOpDelete, params, [&]() -> Status {
-        if (prev != 0) ASYMNVM_RETURN_IF_ERROR(WriteU64(prev + kNext, leaf.next));
-        if (stop > 0 && collapse.empty()) {
-          const Node& p = path[stop - 1].node;
-          const uint32_t c = path[stop - 1].idx, kc = c > 0 ? c - 1 : 0;
-          std::vector<Key> pk = p.keys;
-          std::vector<uint64_t> pc = p.children;
-          pk.erase(pk.begin() + kc);
-          pc.erase(pc.begin() + c);
-          ASYMNVM_RETURN_IF_ERROR(WriteU64(p.addr, Word0(kInternalTag, p.n - 1)));
-          ASYMNVM_RETURN_IF_ERROR(WriteKeys(p.addr, kc, pk, p.n - 1));
-          ASYMNVM_RETURN_IF_ERROR(WriteChildren(p.addr, c, pc, p.n));
-        }
-        root = new_root;
-        height = new_height;
-        return WriteAnchor(root, height, count_ - 1);
-      }));
-      frees.insert(frees.end(), collapse.begin(), collapse.end());
+  // Non-root nodes keep at least MinFill() keys (leaves: entries); two siblings merge when the
+  // result holds at most MergeFill() (an internal pair counts its separator). MergeFill() >=
+  // 2·MinFill(), so an even split of a pair that does not merge leaves both at MinFill() or more.
+  uint32_t MinFill() const { return std::max<uint32_t>(1, f_ / 4); }
+  uint32_t MergeFill() const { return std::max<uint32_t>(1, f_ * 3 / 4); }
+
+  Result<DNode*> DLoad(DelCtx& ctx, uint64_t addr, int d) {
+    auto it = ctx.nodes.find(addr);
+    if (it != ctx.nodes.end()) return &it->second;
+    DNode x;
+    ASYMNVM_RETURN_IF_ERROR(ReadNode(addr, d, d == leaf_depth_, &x.node));
+    x.depth = d;
+    x.orig_n = x.node.n;
+    x.orig_next = x.node.next;
+    x.vbase = x.node.n;
+    return &ctx.nodes.emplace(addr, std::move(x)).first->second;
+  }
+
+  // Makes a leaf's value entries [from, n) present in DRAM.
+  Status DVals(DNode& x, uint32_t from) {
+    if (from >= x.vbase) return Status::Ok();
+    std::vector<uint8_t> pre;
+    ASYMNVM_RETURN_IF_ERROR(ReadValues(x.node, from, x.vbase, &pre));
+    pre.insert(pre.end(), x.vals.begin(), x.vals.end());
+    x.vals = std::move(pre);
+    x.vbase = from;
+    return Status::Ok();
+  }
+  static void DTouch(DNode& x, uint32_t w, uint32_t c = UINT32_MAX) {
+    x.wfrom = std::min(x.wfrom, w);
+    x.cfrom = std::min(x.cfrom, c);
+  }
+
+  Status DelSubtree(DelCtx& ctx, uint64_t addr, int d, std::span<const KeyValue> run) {
+    ASYMNVM_ASSIGN_OR_RETURN(DNode * x, DLoad(ctx, addr, d));
+    if (d == leaf_depth_) return DelLeaf(ctx, *x, run);
+    const std::vector<Key> keys = x->node.keys;
+    const std::vector<uint64_t> children = x->node.children;
+    size_t r = 0;
+    for (size_t c = 0; c < children.size() && r < run.size(); c++) {
+      size_t e = r;
+      while (e < run.size() && (c == keys.size() || run[e].first < keys[c])) e++;
+      if (e > r)
+        ASYMNVM_RETURN_IF_ERROR(DelSubtree(ctx, children[c], d + 1, run.subspan(r, e - r)));
+      r = e;
     }
-    root_ = root;
-    height_ = height;
-    count_--;
-    for (uint64_t a : frees) ASYMNVM_RETURN_IF_ERROR(s_.Free(a));
+    return FixChildren(ctx, *x);
+  }
+
+  Status DelLeaf(DelCtx& ctx, DNode& x, std::span<const KeyValue> run) {
+    std::vector<uint32_t> hit;
+    const std::vector<Key>& k = x.node.keys;
+    for (size_t i = 0, j = 0; i < k.size() && j < run.size();) {
+      if (k[i] < run[j].first) {
+        i++;
+      } else if (run[j].first < k[i]) {
+        j++;
+      } else {
+        hit.push_back(static_cast<uint32_t>(i));
+        i++;
+        j++;
+      }
+    }
+    if (hit.empty()) return Status::Ok();
+    const uint32_t i0 = hit[0], n = x.node.n;
+    // Inline values: the removed first entry's bytes are not needed (as the shift of one Delete).
+    ASYMNVM_RETURN_IF_ERROR(DVals(x, ool_ ? i0 : i0 + 1));
+    std::vector<Key> nk(k.begin(), k.begin() + i0);
+    std::vector<uint8_t> nv;
+    if (x.vbase < i0) nv.assign(x.vals.begin(), x.vals.begin() + uint64_t{i0 - x.vbase} * vstride_);
+    size_t h = 0;
+    for (uint32_t i = i0; i < n; i++) {
+      const uint8_t* e = i >= x.vbase ? x.vals.data() + uint64_t{i - x.vbase} * vstride_ : nullptr;
+      if (h < hit.size() && hit[h] == i) {
+        h++;
+        if (ool_) ctx.plan->frees.push_back(GetU64(e));
+        continue;
+      }
+      nk.push_back(k[i]);
+      nv.insert(nv.end(), e, e + vstride_);
+    }
+    ctx.removed += hit.size();
+    x.node.keys = std::move(nk);
+    x.node.n = static_cast<uint32_t>(x.node.keys.size());
+    x.vals = std::move(nv);
+    x.vbase = std::min(x.vbase, i0);
+    DTouch(x, i0);
     return Status::Ok();
   }
 
-  // Deletes entry i of `leaf` (which keeps n - 1 < F/4 entries) and rebalances it with its right
-  // sibling under the same parent (its left one when it is the last child): when both fit in 3/4
-  // of a leaf they merge into the left one (the right one is unlinked from the chain and the
-  // parent, and freed; a root left with one child is replaced by it), otherwise the entries are
-  // split evenly between them and the separator in the parent becomes the right one's first key.
-  // One op log, one transaction.
-  Status DeleteAndRebalance(const Node& leaf, uint32_t i, const std::vector<PathStep>& path,
-                            const std::vector<uint8_t>& params, std::vector<uint64_t>* frees,
-                            uint64_t* root, uint64_t* height) {
-    const PathStep& ps = path.back();
-    const Node& p = ps.node;
-    const uint32_t c = ps.idx;
-    const bool right = c < p.n;              // the sibling is on the right
-    const uint32_t sep = right ? c : c - 1;  // separator between the left and the right node
-    Node sib;
-    ASYMNVM_RETURN_IF_ERROR(
-        ReadNode(p.children[right ? c + 1 : c - 1], leaf_depth_, /*leaf=*/true, &sib));
-    std::vector<uint8_t> lv, sv;
-    ASYMNVM_RETURN_IF_ERROR(ReadValues(leaf, 0, leaf.n, &lv));
-    ASYMNVM_RETURN_IF_ERROR(ReadValues(sib, 0, sib.n, &sv));
-    std::vector<Key> lk = leaf.keys;
-    lk.erase(lk.begin() + i);
-    lv.erase(lv.begin() + uint64_t{i} * vstride_, lv.begin() + uint64_t{i + 1} * vstride_);
-    const Node& a = right ? leaf : sib;  // left node
-    const Node& b = right ? sib : leaf;  // right node
-    std::vector<Key> keys = right ? lk : sib.keys;
-    keys.insert(keys.end(), right ? sib.keys.begin() : lk.begin(),
-                right ? sib.keys.end() : lk.end());
-    std::vector<uint8_t> vals = right ? lv : sv;
-    vals.insert(vals.end(), right ? sv.begin() : lv.begin(), right ? sv.end() : lv.end());
-    const uint32_t total = static_cast<uint32_t>(keys.size());
-    const bool merge = total <= std::max<uint32_t>(1, f_ * 3 / 4);
-    const uint32_t na = merge ? total : total / 2;
-    const bool collapse = merge && path.size() == 1 && p.n == 1;  // the root keeps one child
-    // Both leaves and the parent (its keys and children, or a separator).
-    ASYMNVM_RETURN_IF_ERROR(FitsOneTransaction(
-        LeafWriteBound(total) + LeafWriteBound(0) + InternalWriteBound(p.n), "a deletion"));
-    if (merge) frees->push_back(b.addr);
-    if (collapse) frees->push_back(p.addr);
-    // Writes node `at`'s header (tag, n, next), keys and value entries [from, from + n).
-    auto write_leaf = [&](uint64_t at, uint32_t from, uint32_t n, uint64_t next) -> Status {
-      uint8_t h[16];
-      PutU64(h, Word0(kLeafTag, n));
-      PutU64(h + 8, next);
-      ASYMNVM_RETURN_IF_ERROR(Write(at, h));
-      if (n == 0) return Status::Ok();
-      ASYMNVM_RETURN_IF_ERROR(Write(at + KeyOff(0), KeyBytes(keys.data() + from, n)));
-      return Write(at + ValOff(0), std::span<const uint8_t>(vals).subspan(uint64_t{from} * vstride_,
-                                                                          uint64_t{n} * vstride_));
-    };
-    return Update(kOpDelete, params, [&]() -> Status {
-      if (merge) {
-        ASYMNVM_RETURN_IF_ERROR(write_leaf(a.addr, 0, total, b.next));
-        if (collapse) {
-          *root = a.addr;
-          *height = height_ - 1;
-        } else {
-          std::vector<Key> pk = p.keys;
-          std::vector<uint64_t> pc = p.children;
-          pk.erase(pk.begin() + sep);
-          pc.erase(pc.begin() + sep + 1);
-          ASYMNVM_RETURN_IF_ERROR(WriteU64(p.addr, Word0(kInternalTag, p.n - 1)));
-          ASYMNVM_RETURN_IF_ERROR(WriteKeys(p.addr, sep, pk, p.n - 1));
-          ASYMNVM_RETURN_IF_ERROR(WriteChildren(p.addr, sep + 1, pc, p.n));
-        }
-      } else {
-        ASYMNVM_RETURN_IF_ERROR(write_leaf(a.addr, 0, na, a.next));
-        ASYMNVM_RETURN_IF_ERROR(write_leaf(b.addr, na, total - na, b.next));
-        ASYMNVM_RETURN_IF_ERROR(Write(p.addr + KeyOff(sep), KeyBytes(&keys[na], 1)));
+  // Rebalances every under-full child of x that is held in DRAM (children not read are as in PM).
+  Status FixChildren(DelCtx& ctx, DNode& x) {
+    for (bool again = true; again;) {
+      again = false;
+      for (size_t c = 0; c < x.node.children.size() && x.node.children.size() > 1; c++) {
+        auto it = ctx.nodes.find(x.node.children[c]);
+        if (it == ctx.nodes.end() || it->second.node.n >= MinFill()) continue;
+        const uint32_t l = static_cast<uint32_t>(c + 1 < x.node.children.size() ? c : c - 1);
+        ASYMNVM_RETURN_IF_ERROR(RebalancePair(ctx, x, l));
+        again = true;
+        break;
       }
-      return WriteAnchor(*root, *height, count_ - 1);
-    });
+    }
+    return Status::Ok();
   }
 
+  // Children l and l + 1 of x: merged into the left one, or their entries split evenly.
+  Status RebalancePair(DelCtx& ctx, DNode& x, uint32_t l) {
+    const int d = x.depth + 1;
+    ASYMNVM_ASSIGN_OR_RETURN(DNode * ap, DLoad(ctx, x.node.children[l], d));
+    ASYMNVM_ASSIGN_OR_RETURN(DNode * bp, DLoad(ctx, x.node.children[l + 1], d));
+    DNode& a = *ap;
+    DNode& b = *bp;
+    const uint32_t an = a.node.n, bn = b.node.n;
+    auto unlink_right = [&]() {
+      b.freed = true;
+      ctx.plan->frees.push_back(b.node.addr);
+      x.node.keys.erase(x.node.keys.begin() + l);
+      x.node.children.erase(x.node.children.begin() + l + 1);
+      x.node.n--;
+      DTouch(x, l, l + 1);
+    };
+    if (d == leaf_depth_) {
+      const uint32_t total = an + bn;
+      ASYMNVM_RETURN_IF_ERROR(DVals(a, total <= MergeFill() ? an : std::min(an, total / 2)));
+      ASYMNVM_RETURN_IF_ERROR(DVals(b, 0));
+      if (total <= MergeFill()) {
+        a.node.keys.insert(a.node.keys.end(), b.node.keys.begin(), b.node.keys.end());
+        a.vals.insert(a.vals.end(), b.vals.begin(), b.vals.end());
+        a.node.n = total;
+        a.node.next = b.node.next;
+        DTouch(a, an);
+        unlink_right();
+        return Status::Ok();
+      }
+      const uint32_t na = total / 2;
+      if (an > na) {  // a's tail moves to the front of b
+        b.node.keys.insert(b.node.keys.begin(), a.node.keys.begin() + na, a.node.keys.end());
+        b.vals.insert(b.vals.begin(), a.vals.begin() + uint64_t{na - a.vbase} * vstride_,
+                      a.vals.end());
+        a.node.keys.resize(na);
+        a.vals.resize(uint64_t{na - a.vbase} * vstride_);
+      } else {  // b's head moves to the end of a
+        const uint32_t m = na - an;
+        a.node.keys.insert(a.node.keys.end(), b.node.keys.begin(), b.node.keys.begin() + m);
+        a.vals.insert(a.vals.end(), b.vals.begin(), b.vals.begin() + uint64_t{m} * vstride_);
+        b.node.keys.erase(b.node.keys.begin(), b.node.keys.begin() + m);
+        b.vals.erase(b.vals.begin(), b.vals.begin() + uint64_t{m} * vstride_);
+      }
+      a.node.n = na;
+      b.node.n = total - na;
+      DTouch(a, std::min(an, na));
+      DTouch(b, 0);
+      x.node.keys[l] = b.node.keys[0];
+      DTouch(x, l);
+      return Status::Ok();
+    }
+    // Internal nodes: the separator comes down between them.
+    const uint32_t total = an + bn + 1;  // keys including the separator
+    if (total <= MergeFill()) {
+      a.node.keys.push_back(x.node.keys[l]);
+      a.node.keys.insert(a.node.keys.end(), b.node.keys.begin(), b.node.keys.end());
+      a.node.children.insert(a.node.children.end(), b.node.children.begin(), b.node.children.end());
+      a.node.n = total;
+      DTouch(a, an, an + 1);
+      unlink_right();
+      return FixChildren(ctx, a);
+    }
+    std::vector<Key> keys = a.node.keys;
+    keys.push_back(x.node.keys[l]);
+    keys.insert(keys.end(), b.node.keys.begin(), b.node.keys.end());
+    std::vector<uint64_t> ch = a.node.children;
+    ch.insert(ch.end(), b.node.children.begin(), b.node.children.end());
+    const uint32_t ca = (total + 2) / 2;  // children of a: ceil((total + 1) / 2)
+    a.node.keys.assign(keys.begin(), keys.begin() + (ca - 1));
+    a.node.children.assign(ch.begin(), ch.begin() + ca);
+    b.node.keys.assign(keys.begin() + ca, keys.end());
+    b.node.children.assign(ch.begin() + ca, ch.end());
+    a.node.n = ca - 1;
+    b.node.n = total - ca;
+    DTouch(a, std::min(an, ca - 1), std::min(an, ca - 1) + 1);
+    DTouch(b, 0, 0);
+    x.node.keys[l] = keys[ca - 1];
+    DTouch(x, l);
+    ASYMNVM_RETURN_IF_ERROR(FixChildren(ctx, a));
+    return FixChildren(ctx, b);
+  }
+
+  // Plans the removal of the run's keys present in the tree (none: an empty plan). *removed:
+  // how many; root/height: the tree's after the plan.
+  Status PlanDelete(std::span<const KeyValue> run, VectorPlan* plan, uint64_t* removed,
+                    uint64_t* root_out, uint64_t* height_out) {
+    *removed = 0;
+    *root_out = root_;
+    *height_out = height_;
+    if (root_ == 0 || run.empty()) return Status::Ok();
+    DelCtx ctx;
+    ctx.plan = plan;
+    leaf_depth_ = static_cast<int>(height_ - 1);
+    ASYMNVM_RETURN_IF_ERROR(DelSubtree(ctx, root_, 0, run));
+    if (ctx.removed == 0) {
+      plan->frees.clear();
+      return Status::Ok();
+    }
+    // The root: an internal node without keys gives way to its only child; an empty leaf
+    // empties the tree.
+    uint64_t root = root_, height = height_;
+    for (int d = 0;; d++) {
+      ASYMNVM_ASSIGN_OR_RETURN(DNode * r, DLoad(ctx, root, d));
+      if (r->node.n > 0) break;
+      r->freed = true;
+      plan->frees.push_back(root);
+      if (d == leaf_depth_) {
+        root = 0;
+        height = 0;
+        break;
+      }
+      root = r->node.children[0];
+      height--;
+    }
+    for (auto& [addr, x] : ctx.nodes) {
+      if (x.freed) continue;
+      const uint32_t n = x.node.n;
+      if (x.depth == leaf_depth_) {
+        if (x.node.next != x.orig_next) {
+          std::vector<uint8_t> h(16);
+          PutU64(h.data(), Word0(kLeafTag, n));
+          PutU64(h.data() + kNext, x.node.next);
+          plan->Add(addr, std::move(h));
+        } else if (n != x.orig_n) {
+          PlanU64Header(addr, Word0(kLeafTag, n), plan);
+        }
+        if (x.wfrom < n) {
+          plan->Add(addr + KeyOff(x.wfrom), KeyBytes(x.node.keys.data() + x.wfrom, n - x.wfrom));
+          const uint64_t off = uint64_t{x.wfrom - x.vbase} * vstride_;
+          plan->Add(addr + ValOff(x.wfrom),
+                    std::vector<uint8_t>(x.vals.begin() + off,
+                                         x.vals.begin() + off + uint64_t{n - x.wfrom} * vstride_));
+        }
+        continue;
+      }
+      if (n != x.orig_n) PlanU64Header(addr, Word0(kInternalTag, n), plan);
+      if (x.wfrom < n)
+        plan->Add(addr + KeyOff(x.wfrom), KeyBytes(x.node.keys.data() + x.wfrom, n - x.wfrom));
+      if (x.cfrom < n + 1) {
+        plan->Add(addr + ChildOff(x.cfrom),
+                  WordBytes(x.node.children.data() + x.cfrom, n + 1 - x.cfrom));
+      }
+    }
+    const uint64_t count = count_ - ctx.removed;
+    if (root != root_ || height != height_) {
+      uint8_t a[24];
+      PutU64(a, root);
+      PutU64(a + 8, height);
+      PutU64(a + 16, count);
+      plan->Add(anchor_ + kRoot, std::vector<uint8_t>(a, a + 24));
+    } else {
+      plan->AddU64(anchor_ + kCount, count);
+    }
+    *removed = ctx.removed;
+    *root_out = root;
+    *height_out = height;
+    return Status::Ok();
+  }
+
+  // One Delete: the planner on a one-key run, applied as one op log (type 2) and one
+  // transaction; a plan beyond one transaction is refused before its op log (nothing written).
+  Status DoDelete(const Key& key, bool replay) {
+    const KeyValue kv(key, Value{});
+    VectorPlan plan;
+    uint64_t removed = 0, root = 0, height = 0;
+    ASYMNVM_RETURN_IF_ERROR(
+        PlanDelete(std::span<const KeyValue>(&kv, 1), &plan, &removed, &root, &height));
+    if (removed == 0) {
+      if (replay) return Status::Ok();  // the original failed validation: nothing to redo
+      return NotFound(key);
+    }
+    ASYMNVM_RETURN_IF_ERROR(FitsOneTransaction(plan.bytes, "a deletion"));
+    ASYMNVM_RETURN_IF_ERROR(Update(kOpDelete, EncodeKeyValue(key, {}), [&]() -> Status {
+      for (const auto& [addr, data] : plan.writes) ASYMNVM_RETURN_IF_ERROR(Write(addr, data));
+      return Status::Ok();
+    }));
+    root_ = root;
+    height_ = height;
+    count_ -= removed;
+    for (uint64_t a : plan.frees) ASYMNVM_RETURN_IF_ERROR(s_.Free(a));
+    return Status::Ok();
+  }
+
+  // A vector delete's gather (Map::DeleteBatch, op type 4): the same planner over the run; keys
+  // not found are skipped (a replay of a run applied before a crash finds none of them).
+  Status GatherDeleteWalk(std::span<const KeyValue> run, VectorPlan* plan) {
+    return levels_.Paused([&]() -> Status {
+      uint64_t removed = 0, root = 0, height = 0;
+      ASYMNVM_RETURN_IF_ERROR(PlanDelete(run, plan, &removed, &root, &height));
+      if (removed == 0) return Status::Ok();
+      plan->commit = [this, removed, root, height]() {
+        root_ = root;
+        height_ = height;
+        count_ -= removed;
+        deleted_in_batch_ += removed;
+      };
+      // As a one-pair put vector: a single key's writes are not cut into parts.
+      if (run.size() == 1) return FitsOneTransaction(plan->bytes, "a one-key delete vector");
+      return Status::Ok();
+    });
+  }
   // Checks the subtree at `addr` (depth d of a tree of `height`): tag, n, key order and bounds
   // [lo, hi) (null: unbounded); appends its leaves in order and adds its keys.
   Status VerifyNode(uint64_t addr, uint64_t d, uint64_t height, const Key* lo, const Key* hi,
@@ -1153,6 +1341,11 @@ class BPlusTree final : public Map, public Base {
         return Status::Corruption(what + ": key " + n.keys[k].ToString() +
                                   " outside its parent's range");
       }
+    }
+    if (filled_ && ((d > 0 && n.n < MinFill()) || (!leaf && n.n == 0))) {
+      return Status::Corruption(what + ": under-full node (" + std::to_string(n.n) + " keys, " +
+                                (d > 0 ? "at least " + std::to_string(MinFill()) : "the root 1") +
+                                " expected)");
     }
     if (leaf) {
       if (n.n == 0) return Status::Corruption(what + ": empty leaf");
@@ -1178,9 +1371,13 @@ class BPlusTree final : public Map, public Base {
 
  public:
   uint64_t verified_leaves() const { return verified_leaves_; }
+  uint64_t verified_height() const { return verified_height_; }
 
  private:
-  uint64_t verified_leaves_ = 0;  // leaves the last Verify walked
+  uint64_t verified_leaves_ = 0;   // leaves the last Verify walked
+  uint64_t verified_height_ = 0;   // and its height
+  bool filled_ = false;            // kFlagFilled: Verify rejects under-full nodes
+  uint64_t deleted_in_batch_ = 0;  // DeleteBatch: keys its applied runs removed
   uint64_t anchor_ = 0;
   uint32_t f_ = 0, slot_bytes_ = 0, vstride_ = 0;
   uint32_t ks_ = 8;  // key slot bytes (kslot())
@@ -1201,6 +1398,13 @@ Result<uint64_t> BPlusTreeLeafCount(Map* m) {
   if (t == nullptr) return Status::InvalidArgument("not a B+tree");
   ASYMNVM_RETURN_IF_ERROR(t->Verify());
   return t->verified_leaves();
+}
+
+Result<uint64_t> BPlusTreeHeight(Map* m) {
+  auto* t = dynamic_cast<BPlusTree*>(m);
+  if (t == nullptr) return Status::InvalidArgument("not a B+tree");
+  ASYMNVM_RETURN_IF_ERROR(t->Verify());
+  return t->verified_height();
 }
 
 Result<std::unique_ptr<Map>> OpenBPlusTree(frontend::Session& s, const std::string& name,

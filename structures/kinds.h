@@ -22,6 +22,8 @@ Result<std::unique_ptr<Map>> OpenBPlusTree(frontend::Session& s, const std::stri
                                            Options o);
 // Test hook: the leaves of a B+tree (Verify's walk); kInvalidArgument for another kind.
 Result<uint64_t> BPlusTreeLeafCount(Map* m);
+// Test hook: a B+tree's height after Verify (0 = empty, 1 = a root leaf).
+Result<uint64_t> BPlusTreeHeight(Map* m);
 Result<std::unique_ptr<Map>> OpenMvBst(frontend::Session& s, const std::string& name, Options o);
 Result<std::unique_ptr<Map>> OpenMvBPlusTree(frontend::Session& s, const std::string& name,
                                              Options o);

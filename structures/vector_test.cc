@@ -447,6 +447,13 @@ INSTANTIATE_TEST_SUITE_P(MvBPlusTree, DeleteVectorTest,
                                            KindParam{Kind::kMvBPlusTree, 0, "mvbptree"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// The B+tree's vector delete (structures_bptree_vector_delete_test has its own): at fan-out 4
+// (internal nodes merge as runs empty whole subtrees) and at the default 32.
+INSTANTIATE_TEST_SUITE_P(BPlusTree, DeleteVectorTest,
+                         ::testing::Values(KindParam{Kind::kBPlusTree, 4, "bptree4"},
+                                           KindParam{Kind::kBPlusTree, 0, "bptree"}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
 // A reader under the seqlock never misses a stable key while the writer applies vectors of
 // inserts and updates around them.
 TEST_P(VectorTest, ReaderFindsStableKeysDuringVectorWrites) {

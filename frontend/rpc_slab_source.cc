@@ -1,6 +1,8 @@
 #include "frontend/rpc_slab_source.h"
 
 #include "backend/rpc.h"
+#include "common/crash_point.h"
+#include "common/logging.h"
 
 namespace asymnvm::frontend {
 
@@ -15,15 +17,47 @@ Result<uint64_t> RpcSlabSource::CallAddr(uint16_t type, std::span<const uint8_t>
   return GetLe64(response.data());
 }
 
-Result<uint64_t> RpcSlabSource::AllocSlab() { return CallAddr(backend::kAllocSlab, {}); }
+Result<uint64_t> RpcSlabSource::Journaled(Result<uint64_t> r) {
+  if (!r.ok() || journal_ == nullptr) return r;
+  // Allocated, not yet recorded: a crash here leaks the extent (gc finds it), never frees wrongly.
+  ASYMNVM_CRASH_POINT("frontend.slab.before_journal");
+  Status st = journal_->Add(*r);
+  if (!st.ok()) {
+    Status f = RawFree(*r);
+    if (!f.ok()) LOG_WARN("frontend", "freeing an extent not journaled: " << f.ToString());
+    return st.WithContext("ownership journal");
+  }
+  // Recorded, not yet used: a recovery frees it (no structure reaches it).
+  ASYMNVM_CRASH_POINT("frontend.slab.journaled");
+  return r;
+}
+
+Result<uint64_t> RpcSlabSource::AllocSlab() { return Journaled(CallAddr(backend::kAllocSlab, {})); }
 
 Result<uint64_t> RpcSlabSource::AllocLarge(uint64_t bytes) {
+  backend::PayloadWriter w;
+  w.U64(bytes);
+  return Journaled(CallAddr(backend::kAllocLarge, w.bytes()));
+}
+
+Result<uint64_t> RpcSlabSource::RawAlloc(uint64_t bytes) {
+  if (bytes <= slab_size_) return CallAddr(backend::kAllocSlab, {});
   backend::PayloadWriter w;
   w.U64(bytes);
   return CallAddr(backend::kAllocLarge, w.bytes());
 }
 
 Status RpcSlabSource::Free(uint64_t addr) {
+  if (journal_ != nullptr) {
+    Status st = journal_->Remove(addr);
+    if (!st.ok() && st.code() != StatusCode::kNotFound) return st.WithContext("ownership journal");
+    // Unrecorded, not yet returned: a crash here leaks the extent (gc finds it).
+    ASYMNVM_CRASH_POINT("frontend.slab.unjournaled");
+  }
+  return RawFree(addr);
+}
+
+Status RpcSlabSource::RawFree(uint64_t addr) {
   calls_.fetch_add(1, std::memory_order_relaxed);
   backend::PayloadWriter w;
   w.U64(addr);

@@ -1,13 +1,18 @@
 // An alloc::SlabSource over the back-end's allocation requests (doc/backend.md, OQ request types
 // kAllocSlab / kAllocLarge / kFree): the back-end tier of the two-tier allocator, reached by RPC.
+// With an ownership journal (SetJournal; frontend/alloc_journal.h), every slab and large extent
+// obtained is recorded durably before it is handed to the allocator, and removed durably before
+// it is given back (doc/alloc.md §Leaks across crashes).
 //
-// Thread safety: thread-safe (oq::Client is).
+// Thread safety: thread-safe (oq::Client is) without a journal; with one, calls must not overlap
+// (the FrontendAllocator makes them under its mutex).
 #pragma once
 
 #include <atomic>
 
 #include "alloc/slab_source.h"
 #include "fabric/oq/oq.h"
+#include "frontend/alloc_journal.h"
 
 namespace asymnvm::frontend {
 
@@ -19,9 +24,18 @@ class RpcSlabSource : public alloc::SlabSource {
 
   // Errors: whatever the back-end returns (kResourceExhausted, kInvalidArgument,
   // kFailedPrecondition) plus transport errors; kProtocolError on a malformed reply.
+  // With a journal: the address is recorded before it is returned; a journal error frees the
+  // extent again (best effort) and is returned.
   Result<uint64_t> AllocSlab() override;
   Result<uint64_t> AllocLarge(uint64_t bytes) override;
+  // With a journal: the entry is cleared (durably) first; an address the journal does not hold is
+  // freed all the same.
   Status Free(uint64_t addr) override;
+  // Back-end requests that bypass the journal (the journal's own extents).
+  Result<uint64_t> RawAlloc(uint64_t bytes);
+  Status RawFree(uint64_t addr);
+  // `journal` (may be null) must outlive this object.
+  void SetJournal(OwnershipJournal* journal) { journal_ = journal; }
   // The live back-end allocation holding `addr`: {start, bytes}, {0, 0} when there is none.
   Result<std::pair<uint64_t, uint64_t>> ExtentOf(uint64_t addr);
   uint32_t slab_size() const override { return slab_size_; }
@@ -31,7 +45,9 @@ class RpcSlabSource : public alloc::SlabSource {
 
  private:
   Result<uint64_t> CallAddr(uint16_t type, std::span<const uint8_t> payload);
+  Result<uint64_t> Journaled(Result<uint64_t> r);
   oq::Client* client_;
+  OwnershipJournal* journal_ = nullptr;
   uint32_t slab_size_;
   uint64_t begin_, end_;
   std::atomic<uint64_t> calls_{0};

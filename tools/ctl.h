@@ -78,6 +78,9 @@ struct LeakReport {
   StatusCode walk_code = StatusCode::kOk;
   // Data-area ranges a structure read that no allocated extent holds (corruption: gc refuses).
   std::vector<std::pair<uint64_t, uint64_t>> unallocated_reads;
+  // Front-end ownership journals found (their extents count as reachable for check) and, for gc,
+  // cleared (frontend/alloc_journal.h; doc/alloc.md §Leaks across crashes).
+  uint64_t journals = 0, journals_cleared = 0;
   double seconds = 0;
 };
 

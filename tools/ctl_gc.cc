@@ -16,6 +16,7 @@
 #include "asymnvm/pm.h"
 #include "backend/backend.h"
 #include "common/logging.h"
+#include "frontend/alloc_journal.h"
 #include "structures/walk.h"
 #include "tools/ctl.h"
 
@@ -87,6 +88,7 @@ Result<LeakReport> FindLeaks(const std::string& pool_path, const LeakOptions& op
   } stop{be.get()};
 
   std::vector<std::string> names;
+  std::vector<uint64_t> journal_words;  // of the front-end records (frontend/alloc_journal.h)
   for (const auto& e : be->NamingEntries()) {
     if (e.type == backend::kFrontendRecordType &&
         e.name == "fe:" + std::to_string(kWalkFrontendId)) {
@@ -94,7 +96,10 @@ Result<LeakReport> FindLeaks(const std::string& pool_path, const LeakOptions& op
           "front-end id " + std::to_string(kWalkFrontendId) +
           " is registered in this pool; the structure walk needs that id for itself");
     }
-    if (e.type == backend::kFrontendRecordType) continue;
+    if (e.type == backend::kFrontendRecordType) {
+      journal_words.push_back(e.root_addr + frontend::kJournalWordFromRoot);
+      continue;
+    }
     names.push_back(e.name);
   }
   std::sort(names.begin(), names.end());
@@ -103,9 +108,27 @@ Result<LeakReport> FindLeaks(const std::string& pool_path, const LeakOptions& op
   so.frontend_id = kWalkFrontendId;
   so.level = frontend::Level::kNaive;
   Result<structures::BlockWalk> walk = Status::Internal("not walked");
+  // Ownership journals (doc/alloc.md §Leaks across crashes): check counts a journal's extent as
+  // reachable (its front-end record names it); gc clears every journal word before it frees (the
+  // journals may name blocks it frees), so the journals become unreached and are freed too.
+  std::vector<std::pair<uint64_t, uint64_t>> journals;  // (word, journal extent)
   {
     ASYMNVM_ASSIGN_OR_RETURN(auto session, frontend::Session::Open(so));
     walk = structures::WalkStructures(*session, names);
+    for (uint64_t w : journal_words) {
+      ASYMNVM_ASSIGN_OR_RETURN(uint64_t j, session->ReadWord(w));
+      if (j != 0) journals.emplace_back(w, j);
+    }
+    if (walk.ok() && options.free) {
+      for (const auto& [w, j] : journals) {
+        ASYMNVM_ASSIGN_OR_RETURN(uint64_t old, session->CompareSwap(w, j, 0));
+        if (old != j) return Status::Internal("gc: journal word " + std::to_string(w) + " changed");
+        rep.journals_cleared++;
+      }
+    } else if (walk.ok()) {
+      for (const auto& [w, j] : journals) walk->ranges.emplace_back(j, 1);
+      std::sort(walk->ranges.begin(), walk->ranges.end());
+    }
   }
   // The walk's session (level naive: no op log) leaves no front-end record behind.
   ASYMNVM_RETURN_IF_ERROR(
@@ -116,6 +139,7 @@ Result<LeakReport> FindLeaks(const std::string& pool_path, const LeakOptions& op
   } else {
     for (const auto& w : walk->structures) rep.structures.push_back(w.name);
   }
+  rep.journals = journals.size();
 
   const uint32_t bs = be->layout().block_size;
   rep.block_size = bs;
@@ -125,22 +149,13 @@ Result<LeakReport> FindLeaks(const std::string& pool_path, const LeakOptions& op
   const std::set<uint64_t> pending_set(pending.begin(), pending.end());
   std::vector<bool> reached(extents.size(), false);
   if (walk.ok()) {
-    // Both lists are sorted by address: mark every extent a range overlaps; report what a range
-    // covers outside any extent (a structure reaching an unallocated block).
-    size_t e = 0;
-    for (const auto& [a, n] : walk->ranges) {
-      const uint64_t end = a + n;
-      while (e < extents.size() && extents[e].addr + extents[e].bytes <= a) e++;
-      uint64_t pos = a;
-      for (size_t k = e; k < extents.size() && extents[k].addr < end; k++) {
-        if (extents[k].addr > pos) {
-          rep.unallocated_reads.push_back({pos, extents[k].addr - pos});
-        }
-        reached[k] = true;
-        pos = std::max(pos, extents[k].addr + extents[k].bytes);
-      }
-      if (pos < end) rep.unallocated_reads.push_back({pos, end - pos});
-    }
+    std::vector<std::pair<uint64_t, uint64_t>> ext;
+    ext.reserve(extents.size());
+    for (const alloc::Extent& x : extents) ext.emplace_back(x.addr, x.bytes);
+    // Overlapping ranges (a journal's) are merged by the shared computation's sweep.
+    structures::ExtentReach reach = structures::ReachExtents(ext, walk->ranges);
+    reached = std::move(reach.reached);
+    rep.unallocated_reads = std::move(reach.unallocated);
   }
   for (size_t k = 0; k < extents.size(); k++) {
     const uint64_t blocks = extents[k].bytes / bs;
@@ -199,6 +214,8 @@ nlohmann::ordered_json LeakJson(const LeakReport& r) {
   nlohmann::ordered_json u = nlohmann::ordered_json::array();
   for (const auto& [a, n] : r.unallocated_reads) u.push_back({{"addr", a}, {"bytes", n}});
   j["unallocated_reads"] = u;
+  j["journals"] = r.journals;
+  j["journals_cleared"] = r.journals_cleared;
   j["seconds"] = r.seconds;
   return j;
 }

@@ -292,7 +292,7 @@ Result<std::unique_ptr<Session::Impl>> Session::Connect(const SessionOptions& op
     // recorded is inherited; this session's slabs are recorded in the same journal.
     Impl* mp = &m;
     OwnershipJournal::Io io;
-    io.read = [mp](uint64_t a, std::span<uint8_t> out) { return mp->RemoteReadRaw(a, out); };
+    io.read = [mp](uint64_t a, std::span<uint8_t> out) { return mp->RemoteReadUncounted(a, out); };
     io.write = [mp](uint64_t a, std::span<const uint8_t> d) {
       return mp->RemoteWriteDurable(a, d);
     };

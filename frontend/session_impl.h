@@ -274,6 +274,8 @@ struct Session::Impl {
   Status PostWait(std::vector<fabric::WorkRequest>& wrs);
 
   Status RemoteReadRaw(uint64_t addr, std::span<uint8_t> out);
+  // The same, not counted in remote_reads (the ownership journal's reads: not the application's).
+  Status RemoteReadUncounted(uint64_t addr, std::span<uint8_t> out);
   // One-sided WRITE + FLUSH: durable on return (the ownership journal's writes).
   Status RemoteWriteDurable(uint64_t addr, std::span<const uint8_t> data);
 

@@ -231,12 +231,13 @@ void Session::SetReclaimer(std::function<Status(Session&)> reclaimer) {
   impl_->reclaimer = std::move(reclaimer);
 }
 const SessionOptions& Session::options() const { return impl_->o; }
-void Session::CountReclaim(uint64_t blocks, bool deferred, uint64_t refused) {
+void Session::CountReclaim(uint64_t blocks, bool deferred, uint64_t refused, uint64_t walk_us) {
   Counters& c = impl_->c;
   c.reclaim_runs++;
   c.reclaimed_blocks += blocks;
   c.reclaim_deferred += deferred ? 1 : 0;
   c.reclaim_refused += refused;
+  c.reclaim_walk_us += walk_us;
 }
 
 Status Session::ReleaseInherited(uint64_t addr, bool free) {

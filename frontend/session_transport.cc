@@ -89,6 +89,13 @@ Status Session::Impl::PostWait(std::vector<fabric::WorkRequest>& wrs) {
 }
 
 Status Session::Impl::RemoteReadRaw(uint64_t addr, std::span<uint8_t> out) {
+  ASYMNVM_RETURN_IF_ERROR(RemoteReadUncounted(addr, out));
+  c.remote_reads++;
+  c.remote_read_bytes += out.size();
+  return Status::Ok();
+}
+
+Status Session::Impl::RemoteReadUncounted(uint64_t addr, std::span<uint8_t> out) {
   const size_t chunk = std::min<size_t>(kScratchBytes, max_message);
   for (size_t done = 0; done < out.size();) {
     const size_t n = std::min(chunk, out.size() - done);
@@ -104,8 +111,6 @@ Status Session::Impl::RemoteReadRaw(uint64_t addr, std::span<uint8_t> out) {
     std::memcpy(out.data() + done, scratch.data(), n);
     done += n;
   }
-  c.remote_reads++;
-  c.remote_read_bytes += out.size();
   return Status::Ok();
 }
 

@@ -98,6 +98,17 @@ Result<ReclaimResult> ReclaimDeadAllocations(frontend::Session& s) {
   // 1. Every structure's writer lock: a structure another live front-end writes may be in the
   // middle of a restructuring, and a walk of it could miss a pointer that moves.
   ASYMNVM_ASSIGN_OR_RETURN(std::vector<frontend::Structure> all, s.ListStructures());
+  // A type the walk cannot read would fail it after the locks were taken; and the lock word of
+  // an application's own entry may not be a lock. Refuse before touching any lock.
+  for (const frontend::Structure& st : all) {
+    bool known = st.type == kTxnRootType || st.type == kPartitionMapType;
+    for (Kind k : kAllKinds) known = known || static_cast<uint32_t>(k) == st.type;
+    if (!known) {
+      return Status::NotSupported(who + ": reclaim: structure '" + st.name + "' has type " +
+                                  std::to_string(st.type) +
+                                  ", which the block walk does not know; nothing freed");
+    }
+  }
   std::vector<frontend::Structure> taken;
   auto release = [&]() {
     for (const frontend::Structure& st : taken) {
@@ -118,7 +129,7 @@ Result<ReclaimResult> ReclaimDeadAllocations(frontend::Session& s) {
       res.deferred = true;
       res.deferred_by = st.name;
       res.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      s.CountReclaim(0, true, 0);
+      s.CountReclaim(0, true, 0, 0);
       LOG_WARN("reclaim", who << ": reclaim of " << inherited.size()
                               << " journaled extent(s) deferred: the writer lock of '" << st.name
                               << "' is held by another front-end (a later recovery, a retry or "
@@ -178,7 +189,8 @@ Result<ReclaimResult> ReclaimDeadAllocations(frontend::Session& s) {
   }
   s.MarkReclaimed();
   res.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  s.CountReclaim(res.freed_blocks, false, res.refused);
+  s.CountReclaim(res.freed_blocks, false, res.refused,
+                 static_cast<uint64_t>(res.walk_seconds * 1e6));
   LOG_INFO("reclaim", who << ": reclaimed " << res.freed_blocks << " block(s) in "
                           << res.freed_extents << " extent(s) of " << res.inherited
                           << " journaled; kept " << res.kept_extents << " reached, refused "

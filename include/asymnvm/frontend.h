@@ -161,7 +161,8 @@ struct Counters {
   // extent was not allocated any more (refused, dropped), walks that failed (nothing freed).
   uint64_t reclaim_runs = 0, reclaimed_blocks = 0, reclaim_deferred = 0, reclaim_refused = 0,
            reclaim_failures = 0;
-  uint64_t journal_writes = 0;  // durable ownership-journal entry writes (slab fetches + returns)
+  uint64_t reclaim_walk_us = 0;  // time in the reclaims' block walks
+  uint64_t journal_writes = 0;   // durable ownership-journal entry writes (slab fetches + returns)
 };
 
 // An operation log found after a crash (recovery case 2, §7.2).
@@ -357,7 +358,7 @@ class Session {
   // Its error is logged and counted (reclaim_failures), never returned by Replay.
   void SetReclaimer(std::function<Status(Session&)> reclaimer);
   const SessionOptions& options() const;
-  void CountReclaim(uint64_t blocks, bool deferred, uint64_t refused);
+  void CountReclaim(uint64_t blocks, bool deferred, uint64_t refused, uint64_t walk_us);
 
   // ---- introspection ----
   Counters counters() const;

@@ -1,5 +1,7 @@
 #include "frontend/rpc_slab_source.h"
 
+#include <algorithm>
+
 #include "backend/rpc.h"
 #include "common/crash_point.h"
 #include "common/logging.h"
@@ -32,12 +34,36 @@ Result<uint64_t> RpcSlabSource::Journaled(Result<uint64_t> r) {
   return r;
 }
 
-Result<uint64_t> RpcSlabSource::AllocSlab() { return Journaled(CallAddr(backend::kAllocSlab, {})); }
+bool RpcSlabSource::Overlaps(uint64_t addr, uint64_t bytes) const {
+  auto it = reclaimed_.lower_bound(addr + bytes);
+  return it != reclaimed_.begin() && std::prev(it)->second > addr;
+}
+
+Result<uint64_t> RpcSlabSource::Fresh(uint16_t type, uint64_t bytes) {
+  backend::PayloadWriter w;
+  if (type == backend::kAllocLarge) w.U64(bytes);
+  const uint64_t span = (std::max<uint64_t>(bytes, 1) + slab_size_ - 1) / slab_size_ * slab_size_;
+  for (;;) {
+    ASYMNVM_ASSIGN_OR_RETURN(uint64_t a, Journaled(CallAddr(type, w.bytes())));
+    if (reclaimed_.empty() || !Overlaps(a, span)) return a;
+    quarantine_.push_back(a);  // journaled: a crash leaves it to the next recovery
+  }
+}
+
+Result<uint64_t> RpcSlabSource::AllocSlab() { return Fresh(backend::kAllocSlab, slab_size_); }
 
 Result<uint64_t> RpcSlabSource::AllocLarge(uint64_t bytes) {
-  backend::PayloadWriter w;
-  w.U64(bytes);
-  return Journaled(CallAddr(backend::kAllocLarge, w.bytes()));
+  return Fresh(backend::kAllocLarge, bytes);
+}
+
+Status RpcSlabSource::ReleaseQuarantine() {
+  Status first;
+  for (uint64_t a : quarantine_) {
+    Status st = Free(a);
+    if (!st.ok() && first.ok()) first = st;
+  }
+  quarantine_.clear();
+  return first;
 }
 
 Result<uint64_t> RpcSlabSource::RawAlloc(uint64_t bytes) {

@@ -93,6 +93,8 @@ Status Session::Reconnect(const Status& cause) {
           n.closers = std::move(old.closers);
           n.reconnect_hook = std::move(old.reconnect_hook);
           n.reclaimer = std::move(old.reclaimer);
+          // Stale frees into blocks an earlier reclaim freed stay recognizable.
+          for (const auto& [a, e] : old.slabs->reclaimed()) n.slabs->AddReclaimed(a, e - a);
           n.held_locks = std::move(old.held_locks);  // the lock words name our id; still ours
           n.group_writes = old.group_writes;
           n.bypass_cache = old.bypass_cache;
@@ -336,6 +338,7 @@ Session::~Session() {
     }
   }
   if (m.allocator) (void)m.allocator->Trim();
+  if (m.slabs && m.broken.ok()) (void)m.slabs->ReleaseQuarantine();
   m.allocator.reset();
   m.slabs.reset();
   m.sender.reset();

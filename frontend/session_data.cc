@@ -363,6 +363,11 @@ Result<uint64_t> Session::Malloc(uint64_t size) {
 Status Session::Free(uint64_t addr) {
   return Guarded(false, [&]() -> Status {
     Impl& m = *impl_;
+    if (m.slabs->Reclaimed(addr)) {
+      // In a block this session's online reclaim freed: a stale free (see ReleaseInherited).
+      m.c.orphan_frees++;
+      return Status::Ok();
+    }
     Status st = m.allocator->Free(addr);
     if (st.code() != StatusCode::kInvalidArgument || addr < m.data_begin || addr >= m.data_end ||
         m.OwnsMemoryAt(addr)) {

@@ -240,7 +240,7 @@ void Session::CountReclaim(uint64_t blocks, bool deferred, uint64_t refused, uin
   c.reclaim_walk_us += walk_us;
 }
 
-Status Session::ReleaseInherited(uint64_t addr, bool free) {
+Status Session::ReleaseInherited(uint64_t addr, uint64_t bytes, bool free) {
   return Guarded(false, [&]() -> Status {
     Impl& m = *impl_;
     const auto inh = m.journal->inherited();
@@ -252,6 +252,8 @@ Status Session::ReleaseInherited(uint64_t addr, bool free) {
     ASYMNVM_RETURN_IF_ERROR(m.journal->Remove(addr));
     if (!free) return Status::Ok();
     ASYMNVM_CRASH_POINT("frontend.reclaim.unjournaled");
+    // Recorded first: from now on this session never carves in it and drops stale frees into it.
+    m.slabs->AddReclaimed(addr, std::max<uint64_t>(bytes, 1));
     return m.slabs->RawFree(addr);
   });
 }

@@ -157,7 +157,7 @@ Result<ReclaimResult> ReclaimDeadAllocations(frontend::Session& s) {
                               << " is not a live allocation starting there (live: " << ext.first
                               << "+" << ext.second << "); dropped from the journal, not freed");
       res.refused++;
-      ASYMNVM_RETURN_IF_ERROR(s.ReleaseInherited(a, false));
+      ASYMNVM_RETURN_IF_ERROR(s.ReleaseInherited(a, 0, false));
       continue;
     }
     extents.push_back(ext);
@@ -176,7 +176,7 @@ Result<ReclaimResult> ReclaimDeadAllocations(frontend::Session& s) {
       std::this_thread::sleep_for(s.options().reclaim_grace);
       waited = true;
     }
-    Status f = s.ReleaseInherited(extents[k].first, true);
+    Status f = s.ReleaseInherited(extents[k].first, extents[k].second, true);
     if (!f.ok()) {
       if (f.code() == StatusCode::kConnectionError || f.code() == StatusCode::kTimedOut) return f;
       LOG_WARN("reclaim", who << ": free of journaled extent " << extents[k].first

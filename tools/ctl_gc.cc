@@ -108,10 +108,15 @@ Result<LeakReport> FindLeaks(const std::string& pool_path, const LeakOptions& op
   so.frontend_id = kWalkFrontendId;
   so.level = frontend::Level::kNaive;
   Result<structures::BlockWalk> walk = Status::Internal("not walked");
-  // Ownership journals (doc/alloc.md §Leaks across crashes): check counts a journal's extent as
-  // reachable (its front-end record names it); gc clears every journal word before it frees (the
-  // journals may name blocks it frees), so the journals become unreached and are freed too.
+  // Ownership journals (doc/alloc.md §Ownership journal): a journal's extent is not a leak (its
+  // front-end record names it). gc clears every journal word before it frees anything (the
+  // journals may name blocks it frees), then frees the journals' extents too.
   std::vector<std::pair<uint64_t, uint64_t>> journals;  // (word, journal extent)
+  const uint32_t bs = be->layout().block_size;
+  rep.block_size = bs;
+  rep.blocks_total = be->layout().data.size / bs;
+  const std::vector<alloc::Extent> extents = be->Extents();
+  std::vector<bool> reached(extents.size(), false);
   {
     ASYMNVM_ASSIGN_OR_RETURN(auto session, frontend::Session::Open(so));
     walk = structures::WalkStructures(*session, names);
@@ -119,15 +124,23 @@ Result<LeakReport> FindLeaks(const std::string& pool_path, const LeakOptions& op
       ASYMNVM_ASSIGN_OR_RETURN(uint64_t j, session->ReadWord(w));
       if (j != 0) journals.emplace_back(w, j);
     }
-    if (walk.ok() && options.free) {
-      for (const auto& [w, j] : journals) {
-        ASYMNVM_ASSIGN_OR_RETURN(uint64_t old, session->CompareSwap(w, j, 0));
-        if (old != j) return Status::Internal("gc: journal word " + std::to_string(w) + " changed");
-        rep.journals_cleared++;
-      }
-    } else if (walk.ok()) {
+    if (walk.ok()) {
       for (const auto& [w, j] : journals) walk->ranges.emplace_back(j, 1);
       std::sort(walk->ranges.begin(), walk->ranges.end());
+      std::vector<std::pair<uint64_t, uint64_t>> ext;
+      ext.reserve(extents.size());
+      for (const alloc::Extent& x : extents) ext.emplace_back(x.addr, x.bytes);
+      structures::ExtentReach reach = structures::ReachExtents(ext, walk->ranges);
+      reached = std::move(reach.reached);
+      rep.unallocated_reads = std::move(reach.unallocated);
+      if (options.free && rep.unallocated_reads.empty()) {
+        for (const auto& [w, j] : journals) {
+          ASYMNVM_ASSIGN_OR_RETURN(uint64_t old, session->CompareSwap(w, j, 0));
+          if (old != j)
+            return Status::Internal("gc: journal word " + std::to_string(w) + " changed");
+          rep.journals_cleared++;
+        }
+      }
     }
   }
   // The walk's session (level naive: no op log) leaves no front-end record behind.
@@ -140,23 +153,17 @@ Result<LeakReport> FindLeaks(const std::string& pool_path, const LeakOptions& op
     for (const auto& w : walk->structures) rep.structures.push_back(w.name);
   }
   rep.journals = journals.size();
-
-  const uint32_t bs = be->layout().block_size;
-  rep.block_size = bs;
-  rep.blocks_total = be->layout().data.size / bs;
-  const std::vector<alloc::Extent> extents = be->Extents();
+  std::set<uint64_t> journal_starts;
+  for (const auto& [w, j] : journals) {
+    auto it = std::upper_bound(extents.begin(), extents.end(), j,
+                               [](uint64_t a, const alloc::Extent& x) { return a < x.addr; });
+    if (it != extents.begin() && j < std::prev(it)->addr + std::prev(it)->bytes) {
+      rep.journal_blocks += std::prev(it)->bytes / bs;
+      journal_starts.insert(std::prev(it)->addr);
+    }
+  }
   const auto pending = be->PendingDeferredFrees();
   const std::set<uint64_t> pending_set(pending.begin(), pending.end());
-  std::vector<bool> reached(extents.size(), false);
-  if (walk.ok()) {
-    std::vector<std::pair<uint64_t, uint64_t>> ext;
-    ext.reserve(extents.size());
-    for (const alloc::Extent& x : extents) ext.emplace_back(x.addr, x.bytes);
-    // Overlapping ranges (a journal's) are merged by the shared computation's sweep.
-    structures::ExtentReach reach = structures::ReachExtents(ext, walk->ranges);
-    reached = std::move(reach.reached);
-    rep.unallocated_reads = std::move(reach.unallocated);
-  }
   for (size_t k = 0; k < extents.size(); k++) {
     const uint64_t blocks = extents[k].bytes / bs;
     rep.blocks_used += blocks;
@@ -174,6 +181,10 @@ Result<LeakReport> FindLeaks(const std::string& pool_path, const LeakOptions& op
       ASYMNVM_RETURN_IF_ERROR(
           be->FreeExtent(x.addr).WithContext("gc: free " + std::to_string(x.addr)));
       rep.freed.push_back(x);
+    }
+    for (uint64_t j : journal_starts) {
+      ASYMNVM_RETURN_IF_ERROR(
+          be->FreeExtent(j).WithContext("gc: free journal " + std::to_string(j)));
     }
   }
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -216,6 +227,7 @@ nlohmann::ordered_json LeakJson(const LeakReport& r) {
   j["unallocated_reads"] = u;
   j["journals"] = r.journals;
   j["journals_cleared"] = r.journals_cleared;
+  j["journal_blocks"] = r.journal_blocks;
   j["seconds"] = r.seconds;
   return j;
 }

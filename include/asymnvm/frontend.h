@@ -341,9 +341,12 @@ class Session {
   // journal holds any; cleared by MarkReclaimed).
   bool reclaim_pending() const;
   void MarkReclaimed();
-  // Clears `addr`'s journal entry (durably) and then, when `free`, frees it at the back-end
-  // (request 22). kNotFound when `addr` is not an inherited extent.
-  Status ReleaseInherited(uint64_t addr, bool free);
+  // Clears `addr`'s journal entry (durably) and then, when `free`, frees the extent (`bytes`) at
+  // the back-end (request 22). A freed extent is never carved by this session again, and a Free
+  // of an address in it (a stale free: a structure's pending free of an object the reclaim found
+  // unreached) is dropped and counted in orphan_frees. kNotFound when `addr` is not an inherited
+  // extent.
+  Status ReleaseInherited(uint64_t addr, uint64_t bytes, bool free);
   // The live back-end allocation holding `addr` (request 24): {start, bytes}, {0, 0}: none.
   Result<std::pair<uint64_t, uint64_t>> ExtentOf(uint64_t addr);
   // Every structure of the back-end's naming space (front-end records excluded), read from the

@@ -14,13 +14,15 @@ constexpr const char* kLog = "frontend";
 }  // namespace
 
 OwnershipJournal::OwnershipJournal(Io io, uint64_t frontend_id, uint64_t word_addr,
-                                   uint32_t block_size, uint64_t data_begin, uint64_t data_end)
+                                   uint32_t block_size, uint64_t data_begin, uint64_t data_end,
+                                   uint32_t incarnation)
     : io_(std::move(io)),
       fe_(frontend_id),
       word_addr_(word_addr),
       block_size_(block_size),
       data_begin_(data_begin),
-      data_end_(data_end) {}
+      data_end_(data_end),
+      tag_(incarnation & 63) {}
 
 Status OwnershipJournal::Load() {
   uint8_t w[8];
@@ -47,8 +49,9 @@ Status OwnershipJournal::Load() {
   journal_ = j;
   capacity_ = cap;
   for (uint64_t i = 0; i < cap; i++) {
-    const uint64_t a = GetLe64(e.data() + 8 * i);
-    if (a == 0) {
+    const uint64_t raw = GetLe64(e.data() + 8 * i);
+    const uint64_t a = raw & ~uint64_t{63};
+    if (raw == 0) {
       free_slots_.insert(i);
       continue;
     }
@@ -60,7 +63,7 @@ Status OwnershipJournal::Load() {
                           << ", not a block address of the data area (or a duplicate); ignored");
       continue;
     }
-    slot_of_.emplace(a, i);
+    slot_of_.emplace(a, std::make_pair(i, raw));
     inherited_.insert(a);
   }
   return Status::Ok();
@@ -73,17 +76,17 @@ Status OwnershipJournal::Create(uint64_t capacity) {
   PutLe64(img.data(), kJournalMagic);
   PutLe64(img.data() + 8, fe_);
   PutLe64(img.data() + 16, capacity);
-  for (const auto& [addr, slot] : slot_of_)
-    PutLe64(img.data() + kJournalHeaderBytes + 8 * slot, addr);
+  for (const auto& [addr, entry] : slot_of_) {
+    PutLe64(img.data() + kJournalHeaderBytes + 8 * entry.first, entry.second);
+  }
   Status st = io_.write(j, img);
   Result<uint64_t> old = journal_;
   if (st.ok()) {
     old = io_.cas(word_addr_, journal_, j);
     if (old.ok() && *old != journal_) {
-      st =
-          Status::FailedPrecondition("front-end " + std::to_string(fe_) +
-                                     ": ownership journal word changed under this session (holds " +
-                                     std::to_string(*old) + ")");
+      st = Status::FailedPrecondition("front-end " + std::to_string(fe_) +
+                                      ": fenced: ownership journal word changed (holds " +
+                                      std::to_string(*old) + ")");
     } else if (!old.ok()) {
       st = old.status();
     }
@@ -110,16 +113,23 @@ Status OwnershipJournal::Add(uint64_t addr) {
     const uint64_t first = (block_size_ - kJournalHeaderBytes) / 8;
     ASYMNVM_RETURN_IF_ERROR(Create(capacity_ == 0 ? std::max<uint64_t>(first, 4) : 2 * capacity_));
   }
+  if (addr % 64 != 0) {
+    return Status::InvalidArgument("ownership journal: " + std::to_string(addr) +
+                                   " is not 64-byte aligned");
+  }
   const uint64_t slot = *free_slots_.begin();
-  ASYMNVM_ASSIGN_OR_RETURN(uint64_t old, io_.cas(EntryAddr(slot), 0, addr));
+  const uint64_t word = addr | tag_;
+  ASYMNVM_ASSIGN_OR_RETURN(uint64_t old, io_.cas(EntryAddr(slot), 0, word));
   if (old != 0) {
-    // Someone else wrote our journal: another process runs under this id.
+    // Someone else wrote our journal: a later incarnation of this id (a restart, a take-over)
+    // superseded this session.
     return Status::FailedPrecondition("front-end " + std::to_string(fe_) +
-                                      ": ownership journal entry " + std::to_string(slot) +
-                                      " holds " + std::to_string(old) + ", expected 0");
+                                      ": fenced: ownership journal entry " + std::to_string(slot) +
+                                      " holds " + std::to_string(old) +
+                                      ", expected 0 (a later incarnation of this id wrote it)");
   }
   free_slots_.erase(free_slots_.begin());
-  slot_of_.emplace(addr, slot);
+  slot_of_.emplace(addr, std::make_pair(slot, word));
   writes_++;
   return Status::Ok();
 }
@@ -129,14 +139,15 @@ Status OwnershipJournal::Remove(uint64_t addr) {
   if (it == slot_of_.end()) {
     return Status::NotFound("ownership journal: " + std::to_string(addr) + " is not recorded");
   }
-  ASYMNVM_ASSIGN_OR_RETURN(uint64_t old, io_.cas(EntryAddr(it->second), addr, 0));
-  if (old != addr) {
-    return Status::FailedPrecondition("front-end " + std::to_string(fe_) +
-                                      ": ownership journal entry " + std::to_string(it->second) +
-                                      " holds " + std::to_string(old) + ", expected " +
-                                      std::to_string(addr));
+  const auto [slot, word] = it->second;
+  ASYMNVM_ASSIGN_OR_RETURN(uint64_t old, io_.cas(EntryAddr(slot), word, 0));
+  if (old != word) {
+    return Status::FailedPrecondition(
+        "front-end " + std::to_string(fe_) + ": fenced: ownership journal entry " +
+        std::to_string(slot) + " holds " + std::to_string(old) + ", expected " +
+        std::to_string(word) + " (a later incarnation of this id wrote it)");
   }
-  free_slots_.insert(it->second);
+  free_slots_.insert(slot);
   slot_of_.erase(it);
   inherited_.erase(addr);
   writes_++;

@@ -7,9 +7,12 @@
 // Where: a data-area extent whose pool offset is the journal word of the front-end record
 // `fe:<id>` (slot byte 208; 0 = no journal). Extent layout (little-endian u64 words):
 //   0 magic "ASYMJRN1", 1 front-end id, 2 capacity n, 3 zero, 4 .. 4+n entries
-// An entry is 0 (free) or the start address of an extent the front-end holds. Entries are
+// An entry is 0 (free) or the start address of an extent the front-end holds, its low 6 bits
+// holding the writer's incarnation mod 64 (block addresses are 64-byte aligned). Entries are
 // written one at a time by a durable 8-byte compare-and-swap (failure-atomic), so a crash leaves
-// every entry either written or not.
+// every entry either written or not. The tag keeps a superseded incarnation that still runs (a
+// writer woken after its take-over) from clearing an entry a later incarnation wrote for the
+// same block in the same slot: its compare-and-swap expects its own tag and fails ("fenced").
 //
 // Ordering (what makes reclamation safe): Add(addr) returns after the entry is durable and is
 // called before the extent is used for any object; Remove(addr) returns after the cleared entry
@@ -53,7 +56,7 @@ class OwnershipJournal {
     std::function<Status(uint64_t addr)> free;              // back-end free, not journaled
   };
   OwnershipJournal(Io io, uint64_t frontend_id, uint64_t word_addr, uint32_t block_size,
-                   uint64_t data_begin, uint64_t data_end);
+                   uint64_t data_begin, uint64_t data_end, uint32_t incarnation);
 
   // Reads the journal of the earlier incarnations of this id (if any): its entries become
   // inherited(). An unreadable or invalid journal (bad magic, id or capacity) is logged and
@@ -83,7 +86,9 @@ class OwnershipJournal {
   const uint64_t data_begin_, data_end_;
   uint64_t journal_ = 0;  // pool offset of the journal extent (0: none yet)
   uint64_t capacity_ = 0;
-  std::map<uint64_t, uint64_t> slot_of_;  // recorded address → entry index
+  std::map<uint64_t, std::pair<uint64_t, uint64_t>>
+      slot_of_;  // recorded address → (entry index, the entry's word)
+  const uint64_t tag_;
   std::set<uint64_t> free_slots_;
   std::set<uint64_t> inherited_;
   uint64_t writes_ = 0;

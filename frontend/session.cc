@@ -303,7 +303,7 @@ Result<std::unique_ptr<Session::Impl>> Session::Connect(const SessionOptions& op
     io.free = [mp](uint64_t a) { return mp->slabs->RawFree(a); };
     m.journal = std::make_unique<OwnershipJournal>(std::move(io), options.frontend_id,
                                                    m.lpn_addr + kJournalWordFromRoot, m.block_size,
-                                                   m.data_begin, m.data_end);
+                                                   m.data_begin, m.data_end, m.incarnation);
     Status jl = m.journal->Load();
     if (!jl.ok()) return jl.WithContext(ctx);
     m.reclaim_pending = !m.journal->inherited().empty();

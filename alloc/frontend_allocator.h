@@ -14,7 +14,9 @@
 // allocated at the back-end. A recovering front-end that can enumerate its live objects (by walking
 // its data structures from their roots in the naming space) and knows its slab list hands them back
 // with AdoptSlab / AdoptLarge and continues; slabs that nobody adopts stay allocated until someone
-// frees them through the back-end (there is no owner tag in the bitmap). See doc/alloc.md.
+// frees them through the back-end (there is no owner tag in the bitmap: the SDK's source records
+// them in the front-end id's ownership journal, and the session that recovers the id frees the
+// unreached ones; frontend/alloc_journal.h). See doc/alloc.md.
 //
 // Thread safety: all methods are thread-safe (one internal mutex). Calls to the SlabSource are made
 // while holding it, so a slow source delays other threads' Malloc/Free.

@@ -92,6 +92,9 @@ Status Session::Reconnect(const Status& cause) {
           n.adopter = std::move(old.adopter);
           n.closers = std::move(old.closers);
           n.reconnect_hook = std::move(old.reconnect_hook);
+          n.reclaimer = std::move(old.reclaimer);
+          // Stale frees into blocks an earlier reclaim freed stay recognizable.
+          for (const auto& [a, e] : old.slabs->reclaimed()) n.slabs->AddReclaimed(a, e - a);
           n.held_locks = std::move(old.held_locks);  // the lock words name our id; still ours
           n.group_writes = old.group_writes;
           n.bypass_cache = old.bypass_cache;
@@ -286,6 +289,26 @@ Result<std::unique_ptr<Session::Impl>> Session::Connect(const SessionOptions& op
   m.opseq.Registered(opn, aux, to_replay);
 
   m.slabs = std::make_unique<RpcSlabSource>(m.oq.get(), m.block_size, m.data_begin, m.data_end);
+  {
+    // The ownership journal of this id (frontend/alloc_journal.h): what earlier incarnations
+    // recorded is inherited; this session's slabs are recorded in the same journal.
+    Impl* mp = &m;
+    OwnershipJournal::Io io;
+    io.read = [mp](uint64_t a, std::span<uint8_t> out) { return mp->RemoteReadUncounted(a, out); };
+    io.write = [mp](uint64_t a, std::span<const uint8_t> d) {
+      return mp->RemoteWriteDurable(a, d);
+    };
+    io.cas = [mp](uint64_t a, uint64_t e, uint64_t d) { return mp->Cas(a, e, d); };
+    io.alloc = [mp](uint64_t b) { return mp->slabs->RawAlloc(b); };
+    io.free = [mp](uint64_t a) { return mp->slabs->RawFree(a); };
+    m.journal = std::make_unique<OwnershipJournal>(std::move(io), options.frontend_id,
+                                                   m.lpn_addr + kJournalWordFromRoot, m.block_size,
+                                                   m.data_begin, m.data_end, m.incarnation);
+    Status jl = m.journal->Load();
+    if (!jl.ok()) return jl.WithContext(ctx);
+    m.reclaim_pending = !m.journal->inherited().empty();
+    m.slabs->SetJournal(m.journal.get());
+  }
   alloc::FrontendOptions fo;
   fo.source = m.slabs.get();
   ASYMNVM_ASSIGN_OR_RETURN(m.allocator, alloc::FrontendAllocator::Open(fo));
@@ -315,6 +338,7 @@ Session::~Session() {
     }
   }
   if (m.allocator) (void)m.allocator->Trim();
+  if (m.slabs && m.broken.ok()) (void)m.slabs->ReleaseQuarantine();
   m.allocator.reset();
   m.slabs.reset();
   m.sender.reset();
@@ -331,6 +355,7 @@ Session::~Session() {
 
 Counters Session::counters() const {
   Counters c = impl_->c;
+  if (impl_->journal) c.journal_writes = impl_->journal->writes();
   c.fabric = impl_->fabric->counters();
   if (impl_->cache) {
     c.cache_hits = impl_->cache->hits();
@@ -349,6 +374,7 @@ uint64_t Session::recovered_opn() const { return impl_->opseq.registered_opn(); 
 uint64_t Session::next_op_seq() const { return impl_->opseq.next(); }
 uint64_t Session::data_begin() const { return impl_->data_begin; }
 uint64_t Session::data_end() const { return impl_->data_end; }
+uint32_t Session::block_size() const { return impl_->block_size; }
 size_t Session::max_transaction_bytes() const { return impl_->max_txn; }
 Level Session::level() const { return impl_->o.level; }
 const std::array<uint8_t, 16>& Session::pool_uuid() const { return impl_->pool_uuid; }

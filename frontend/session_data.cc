@@ -363,6 +363,11 @@ Result<uint64_t> Session::Malloc(uint64_t size) {
 Status Session::Free(uint64_t addr) {
   return Guarded(false, [&]() -> Status {
     Impl& m = *impl_;
+    if (m.slabs->Reclaimed(addr)) {
+      // In a block this session's online reclaim freed: a stale free (see ReleaseInherited).
+      m.c.orphan_frees++;
+      return Status::Ok();
+    }
     Status st = m.allocator->Free(addr);
     if (st.code() != StatusCode::kInvalidArgument || addr < m.data_begin || addr >= m.data_end ||
         m.OwnsMemoryAt(addr)) {
@@ -380,7 +385,12 @@ Status Session::Free(uint64_t addr) {
         return Status::InvalidArgument("free of " + std::to_string(addr) +
                                        ": points into the middle of a large allocation");
       }
-      return m.slabs->Free(addr);
+      // Only an earlier incarnation's (still in this id's ownership journal): removed from the
+      // journal, then freed. Another front-end's large extent stays allocated (an orphan): its
+      // journal still names it, and freeing it here would let that front-end's recovery free
+      // the block again once it is reallocated (doc/alloc.md §Leaks across crashes). Its
+      // recovery, or gc, frees it.
+      if (m.journal->recorded(addr)) return m.slabs->Free(addr);
     }
     m.c.orphan_frees++;  // an object in a slab of an earlier session: stays allocated
     return Status::Ok();

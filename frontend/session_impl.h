@@ -26,6 +26,7 @@
 #include "common/logging.h"
 #include "fabric/oq/oq.h"
 #include "fabric/rowan/sender.h"
+#include "frontend/alloc_journal.h"
 #include "frontend/group_watch.h"
 #include "frontend/identity.h"
 #include "frontend/op_sequence.h"
@@ -150,8 +151,14 @@ struct Session::Impl {
   std::unique_ptr<fabric::Connection> conn;  // one-sided operations
   std::vector<uint8_t> scratch;
   std::unique_ptr<fabric::MemoryRegion> scratch_mr;
+  // The ownership journal (frontend/alloc_journal.h) outlives the source that writes it.
+  std::unique_ptr<OwnershipJournal> journal;
   std::unique_ptr<RpcSlabSource> slabs;
   std::unique_ptr<alloc::FrontendAllocator> allocator;
+  // Online reclamation (Session::SetReclaimer): pending while the journal holds extents of
+  // earlier incarnations not yet reclaimed by this session.
+  std::function<Status(Session&)> reclaimer;
+  bool reclaim_pending = false;
   std::unique_ptr<PageCache> cache;
 
   // Registration.
@@ -267,6 +274,10 @@ struct Session::Impl {
   Status PostWait(std::vector<fabric::WorkRequest>& wrs);
 
   Status RemoteReadRaw(uint64_t addr, std::span<uint8_t> out);
+  // The same, not counted in remote_reads (the ownership journal's reads: not the application's).
+  Status RemoteReadUncounted(uint64_t addr, std::span<uint8_t> out);
+  // One-sided WRITE + FLUSH: durable on return (the ownership journal's writes).
+  Status RemoteWriteDurable(uint64_t addr, std::span<const uint8_t> data);
 
   // Applies this session's writes that may not be applied yet, in the order they were made.
   void Patch(uint64_t addr, std::span<uint8_t> out);

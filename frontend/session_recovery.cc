@@ -1,5 +1,6 @@
 // Writer locks, replay and the take-over of dead writers of a Session (frontend/session_impl.h;
 // doc/frontend.md §Dead writers, "Replay before the OPN moves").
+#include "common/checksum.h"
 #include "common/crash_point.h"
 #include "frontend/session_impl.h"
 
@@ -7,41 +8,58 @@ namespace asymnvm::frontend {
 
 // ---- concurrency ----
 
+Result<uint64_t> Session::LockUntil(const Structure& s, Clock::time_point deadline) {
+  Impl& m = *impl_;
+  if (m.held_locks.count(s.lock_addr)) {
+    return Status::FailedPrecondition("writer lock of '" + s.name + "' already held");
+  }
+  if (m.o.level != Level::kNaive) {
+    uint8_t p[8];
+    PutLe64(p, s.lock_addr);
+    ASYMNVM_ASSIGN_OR_RETURN(uint64_t seq, m.SendOpLog(s.id, kLockAheadOpType, p));
+    m.opseq.Covered(seq);  // it has no memory logs: covered at once
+  }
+  Backoff backoff;
+  while (true) {
+    ASYMNVM_ASSIGN_OR_RETURN(uint64_t old, m.Cas(s.lock_addr, 0, m.o.frontend_id));
+    if (old == 0 || old == m.o.frontend_id) break;
+    if (!m.o.coordinator.empty() && m.adopter && !m.adopting) {
+      ASYMNVM_ASSIGN_OR_RETURN(bool adopted, AdoptDeadWriter(old, s));
+      if (adopted) continue;  // its lock is free now: try again at once
+    }
+    m.c.lock_retries++;
+    if (Clock::now() > deadline) return old;
+    backoff.Wait();
+  }
+  m.held_locks.insert(s.lock_addr);
+  m.c.lock_acquires++;
+  // The previous holder fenced before unlocking, so what it committed is applied; our cached
+  // pages may predate it.
+  InvalidateCache();
+  return uint64_t{0};
+}
+
 Status Session::WriterLock(const Structure& s) {
   return Guarded(false, [&]() -> Status {
-    Impl& m = *impl_;
-    if (m.held_locks.count(s.lock_addr)) {
-      return Status::FailedPrecondition("writer lock of '" + s.name + "' already held");
+    ASYMNVM_ASSIGN_OR_RETURN(uint64_t holder, LockUntil(s, Clock::now() + impl_->o.lock_timeout));
+    if (holder != 0) {
+      return Status::TimedOut("writer lock of '" + s.name + "' held by front-end " +
+                              std::to_string(holder));
     }
-    if (m.o.level != Level::kNaive) {
-      uint8_t p[8];
-      PutLe64(p, s.lock_addr);
-      ASYMNVM_ASSIGN_OR_RETURN(uint64_t seq, m.SendOpLog(s.id, kLockAheadOpType, p));
-      m.opseq.Covered(seq);  // it has no memory logs: covered at once
-    }
-    const auto deadline = Clock::now() + m.o.lock_timeout;
-    Backoff backoff;
-    while (true) {
-      ASYMNVM_ASSIGN_OR_RETURN(uint64_t old, m.Cas(s.lock_addr, 0, m.o.frontend_id));
-      if (old == 0 || old == m.o.frontend_id) break;
-      if (!m.o.coordinator.empty() && m.adopter && !m.adopting) {
-        ASYMNVM_ASSIGN_OR_RETURN(bool adopted, AdoptDeadWriter(old, s));
-        if (adopted) continue;  // its lock is free now: try again at once
-      }
-      m.c.lock_retries++;
-      if (Clock::now() > deadline) {
-        return Status::TimedOut("writer lock of '" + s.name + "' held by front-end " +
-                                std::to_string(old));
-      }
-      backoff.Wait();
-    }
-    m.held_locks.insert(s.lock_addr);
-    m.c.lock_acquires++;
-    // The previous holder fenced before unlocking, so what it committed is applied; our cached
-    // pages may predate it.
-    InvalidateCache();
     return Status::Ok();
   });
+}
+
+Result<bool> Session::TryWriterLock(const Structure& s, std::chrono::milliseconds wait) {
+  return Guarded(false, [&]() -> Result<bool> {
+    if (impl_->held_locks.count(s.lock_addr)) return true;
+    ASYMNVM_ASSIGN_OR_RETURN(uint64_t holder, LockUntil(s, Clock::now() + wait));
+    return holder == 0;
+  });
+}
+
+bool Session::HoldsWriterLock(const Structure& s) const {
+  return impl_->held_locks.count(s.lock_addr) != 0;
 }
 
 Status Session::WriterUnlock(const Structure& s) {
@@ -186,7 +204,92 @@ Status Session::Replay() {
   }
   return Guarded(false, [&]() -> Status {
     BackendFetcher f(impl_->oq.get(), impl_->opseq.first());
-    return ReplayWith(&f);
+    ASYMNVM_RETURN_IF_ERROR(ReplayWith(&f));
+    Impl& m = *impl_;
+    if (m.reclaim_pending && m.reclaimer && m.o.reclaim_on_recovery) {
+      // After the replay and its fence: the structures hold every acknowledged operation.
+      Status r = m.reclaimer(*this);
+      if (!r.ok()) {
+        impl_->c.reclaim_failures++;
+        LOG_WARN("frontend", "front-end " << impl_->o.frontend_id
+                                          << ": online reclaim failed, nothing freed ("
+                                          << r.ToString() << "); asymnvm-ctl gc frees leaks");
+      }
+    }
+    return Status::Ok();
+  });
+}
+
+// ---- online reclamation ----
+
+std::vector<uint64_t> Session::InheritedExtents() const {
+  return impl_->journal ? impl_->journal->inherited() : std::vector<uint64_t>{};
+}
+bool Session::reclaim_pending() const { return impl_->reclaim_pending; }
+void Session::MarkReclaimed() { impl_->reclaim_pending = false; }
+void Session::SetReclaimer(std::function<Status(Session&)> reclaimer) {
+  impl_->reclaimer = std::move(reclaimer);
+}
+const SessionOptions& Session::options() const { return impl_->o; }
+void Session::CountReclaim(uint64_t blocks, bool deferred, uint64_t refused, uint64_t walk_us) {
+  Counters& c = impl_->c;
+  c.reclaim_runs++;
+  c.reclaimed_blocks += blocks;
+  c.reclaim_deferred += deferred ? 1 : 0;
+  c.reclaim_refused += refused;
+  c.reclaim_walk_us += walk_us;
+}
+
+Status Session::ReleaseInherited(uint64_t addr, uint64_t bytes, bool free) {
+  return Guarded(false, [&]() -> Status {
+    Impl& m = *impl_;
+    const auto inh = m.journal->inherited();
+    if (!std::binary_search(inh.begin(), inh.end(), addr)) {
+      return Status::NotFound("ownership journal: " + std::to_string(addr) +
+                              " is not an inherited extent");
+    }
+    // Unrecorded (durably) before it goes back: a crash in between leaks it, never frees twice.
+    ASYMNVM_RETURN_IF_ERROR(m.journal->Remove(addr));
+    if (!free) return Status::Ok();
+    ASYMNVM_CRASH_POINT("frontend.reclaim.unjournaled");
+    // Recorded first: from now on this session never carves in it and drops stale frees into it.
+    m.slabs->AddReclaimed(addr, std::max<uint64_t>(bytes, 1));
+    return m.slabs->RawFree(addr);
+  });
+}
+
+Result<std::pair<uint64_t, uint64_t>> Session::ExtentOf(uint64_t addr) {
+  return Guarded(true, [&]() { return impl_->slabs->ExtentOf(addr); });
+}
+
+Result<std::vector<Structure>> Session::ListStructures() {
+  return Guarded(true, [&]() -> Result<std::vector<Structure>> {
+    Impl& m = *impl_;
+    std::vector<uint8_t> area(m.naming_end - m.naming_begin);
+    ASYMNVM_RETURN_IF_ERROR(m.RemoteReadRaw(m.naming_begin, area));
+    std::vector<Structure> out;
+    for (size_t off = 0; off + backend::kNamingSlotSize <= area.size();
+         off += backend::kNamingSlotSize) {
+      const uint8_t* p = area.data() + off;
+      if (GetLe32(p + 4) != 1) continue;  // not live
+      if (GetLe32(p) != Crc32c(p + 8, 120)) continue;
+      Structure st;
+      st.id = static_cast<uint32_t>(off / backend::kNamingSlotSize);
+      st.type = GetLe32(p + 8);
+      const uint32_t len = GetLe32(p + 12);
+      if (st.type == backend::kFrontendRecordType || len == 0 || len > backend::kMaxNameLength) {
+        continue;
+      }
+      st.name.assign(reinterpret_cast<const char*>(p + 16), len);
+      for (size_t k = 0; k < 4; k++) st.params[k] = GetLe64(p + 80 + 8 * k);
+      const uint64_t slot = m.naming_begin + off;
+      st.root_addr = slot + backend::kRootWordOffset;
+      st.lock_addr = slot + backend::kLockWordOffset;
+      st.seq_addr = slot + backend::kSeqWordOffset;
+      st.aux_addr = slot + backend::kAuxWordOffset;
+      out.push_back(std::move(st));
+    }
+    return out;
   });
 }
 

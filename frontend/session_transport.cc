@@ -89,6 +89,13 @@ Status Session::Impl::PostWait(std::vector<fabric::WorkRequest>& wrs) {
 }
 
 Status Session::Impl::RemoteReadRaw(uint64_t addr, std::span<uint8_t> out) {
+  ASYMNVM_RETURN_IF_ERROR(RemoteReadUncounted(addr, out));
+  c.remote_reads++;
+  c.remote_read_bytes += out.size();
+  return Status::Ok();
+}
+
+Status Session::Impl::RemoteReadUncounted(uint64_t addr, std::span<uint8_t> out) {
   const size_t chunk = std::min<size_t>(kScratchBytes, max_message);
   for (size_t done = 0; done < out.size();) {
     const size_t n = std::min(chunk, out.size() - done);
@@ -104,8 +111,28 @@ Status Session::Impl::RemoteReadRaw(uint64_t addr, std::span<uint8_t> out) {
     std::memcpy(out.data() + done, scratch.data(), n);
     done += n;
   }
-  c.remote_reads++;
-  c.remote_read_bytes += out.size();
+  return Status::Ok();
+}
+
+Status Session::Impl::RemoteWriteDurable(uint64_t addr, std::span<const uint8_t> data) {
+  const size_t chunk = std::min<size_t>(kScratchBytes, max_message);
+  for (size_t done = 0; done < data.size();) {
+    const size_t n = std::min(chunk, data.size() - done);
+    ASYMNVM_ASSIGN_OR_RETURN(auto t, Target(addr + done, n));
+    std::memcpy(scratch.data(), data.data() + done, n);
+    std::vector<fabric::WorkRequest> wrs(2);
+    wrs[0].opcode = fabric::Opcode::kWrite;
+    wrs[0].local_addr = scratch.data();
+    wrs[0].length = static_cast<uint32_t>(n);
+    wrs[0].local_mr = scratch_mr.get();
+    wrs[0].remote_addr = t.addr;
+    wrs[0].rkey = t.rkey;
+    wrs[1].opcode = fabric::Opcode::kFlush;
+    wrs[1].remote_addr = t.addr;
+    wrs[1].rkey = t.rkey;
+    ASYMNVM_RETURN_IF_ERROR(PostWait(wrs));
+    done += n;
+  }
   return Status::Ok();
 }
 

@@ -10,6 +10,7 @@
 #include "common/checksum.h"
 #include "common/crash_point.h"
 #include "common/logging.h"
+#include "structures/walk.h"
 
 namespace asymnvm::structures {
 
@@ -361,7 +362,11 @@ Result<frontend::Structure> Base::Resolve(frontend::Session& s, Kind kind, const
 Base::Base(frontend::Session& s, frontend::Structure st, Kind kind, const Options& options)
     : s_(s), st_(std::move(st)), kind_(kind), opt_(options) {
   std::lock_guard<std::mutex> l(g_registry_mu);
-  Registry()[{&s_, st_.id}] = this;
+  // A reader handle opened next to a writer handle of the same structure in one session (the
+  // block walk of an online reclaim, structures/walk.h) does not displace the writer: replays and
+  // the reconnect hook look the writer up.
+  auto [it, inserted] = Registry().emplace(std::make_pair(&s_, st_.id), this);
+  if (!inserted && (writer() || !it->second->writer())) it->second = this;
 }
 
 Base::~Base() {
@@ -695,6 +700,11 @@ void RegisterReplays(frontend::Session& session) {
     }
     return Status::Ok();
   });
+  // After a replay (the restart of a crashed writer, a dead writer's take-over — the adopter
+  // below calls Replay on the recovery session): free what the crashed incarnations journaled
+  // and no structure reaches (structures/walk.h; doc/alloc.md §Leaks across crashes).
+  session.SetReclaimer(
+      [](frontend::Session& s) -> Status { return ReclaimDeadAllocations(s).status(); });
   // A dead writer's structures (Session::SetAdopter): open each in the recovery session (taking
   // the lock under the dead writer's id), replay, close (sync + unlock) — what a restarted writer
   // does. Types that are not a kind (a partition map's own entry) have no op logs to replay.

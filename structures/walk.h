@@ -45,4 +45,41 @@ struct BlockWalk {
 // named), the Open or Verify error of a structure with its name, transport errors.
 Result<BlockWalk> WalkStructures(frontend::Session& session, const std::vector<std::string>& names);
 
+// gc's comparison, shared by asymnvm-ctl check/gc and the online reclaim: which of `extents`
+// ((addr, bytes), sorted by address, disjoint) the `ranges` of a walk (sorted, merged) touch, and
+// the parts of ranges outside every extent (ranges.size() order).
+struct ExtentReach {
+  std::vector<bool> reached;                               // per extent
+  std::vector<std::pair<uint64_t, uint64_t>> unallocated;  // (addr, length)
+};
+ExtentReach ReachExtents(const std::vector<std::pair<uint64_t, uint64_t>>& extents,
+                         const std::vector<std::pair<uint64_t, uint64_t>>& ranges);
+
+// Online reclamation of a crashed incarnation's blocks (doc/alloc.md §Leaks across crashes):
+// the extents `session` inherited from the ownership journal of earlier incarnations of its id
+// (Session::InheritedExtents) that no structure reaches are freed; the others stay recorded.
+// Run after the replay (Session::Replay calls it through the reclaimer RegisterReplays installs;
+// call it again to retry a deferred reclaim).
+//  1. every structure's writer lock is taken (those this session holds already stay), each
+//     waited for at most SessionOptions::reclaim_lock_wait; one still held by another front-end
+//     defers the reclaim: nothing is freed, the journal stays, `deferred` is set;
+//  2. WalkStructures over every structure of the pool; the locks taken are released;
+//  3. each inherited extent is checked against the back-end's bitmap (Session::ExtentOf): one
+//     that is not a live extent starting there is dropped from the journal, never freed
+//     (`refused`);
+//  4. after SessionOptions::reclaim_grace, each extent ReachExtents finds unreached is removed
+//     from the journal (durably) and then freed (request 22); a refused free is logged.
+// Errors: the walk's (nothing freed), transport errors.
+struct ReclaimResult {
+  uint64_t inherited = 0;  // extents the journal named
+  uint64_t freed_extents = 0, freed_blocks = 0;
+  uint64_t kept_extents = 0;  // reached: stay recorded under this id
+  uint64_t refused = 0;       // not a live extent (dropped) or a free the back-end refused
+  bool deferred = false;
+  std::string deferred_by;  // the structure whose lock was held
+  uint64_t structures = 0;  // walked
+  double walk_seconds = 0, seconds = 0;
+};
+Result<ReclaimResult> ReclaimDeadAllocations(frontend::Session& session);
+
 }  // namespace asymnvm::structures

@@ -78,6 +78,11 @@ struct LeakReport {
   StatusCode walk_code = StatusCode::kOk;
   // Data-area ranges a structure read that no allocated extent holds (corruption: gc refuses).
   std::vector<std::pair<uint64_t, uint64_t>> unallocated_reads;
+  // Front-end ownership journals found (their extents count as reachable, not leaked) and, for
+  // gc, cleared before anything is freed, their extents freed after the leaks (not in `freed`)
+  // (frontend/alloc_journal.h; doc/alloc.md §Ownership journal).
+  uint64_t journals = 0, journals_cleared = 0;
+  uint64_t journal_blocks = 0;  // blocks of the journals' extents (within blocks_reachable)
   double seconds = 0;
 };
 

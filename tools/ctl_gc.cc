@@ -16,6 +16,7 @@
 #include "asymnvm/pm.h"
 #include "backend/backend.h"
 #include "common/logging.h"
+#include "frontend/alloc_journal.h"
 #include "structures/walk.h"
 #include "tools/ctl.h"
 
@@ -87,6 +88,7 @@ Result<LeakReport> FindLeaks(const std::string& pool_path, const LeakOptions& op
   } stop{be.get()};
 
   std::vector<std::string> names;
+  std::vector<uint64_t> journal_words;  // of the front-end records (frontend/alloc_journal.h)
   for (const auto& e : be->NamingEntries()) {
     if (e.type == backend::kFrontendRecordType &&
         e.name == "fe:" + std::to_string(kWalkFrontendId)) {
@@ -94,7 +96,10 @@ Result<LeakReport> FindLeaks(const std::string& pool_path, const LeakOptions& op
           "front-end id " + std::to_string(kWalkFrontendId) +
           " is registered in this pool; the structure walk needs that id for itself");
     }
-    if (e.type == backend::kFrontendRecordType) continue;
+    if (e.type == backend::kFrontendRecordType) {
+      journal_words.push_back(e.root_addr + frontend::kJournalWordFromRoot);
+      continue;
+    }
     names.push_back(e.name);
   }
   std::sort(names.begin(), names.end());
@@ -103,9 +108,40 @@ Result<LeakReport> FindLeaks(const std::string& pool_path, const LeakOptions& op
   so.frontend_id = kWalkFrontendId;
   so.level = frontend::Level::kNaive;
   Result<structures::BlockWalk> walk = Status::Internal("not walked");
+  // Ownership journals (doc/alloc.md §Ownership journal): a journal's extent is not a leak (its
+  // front-end record names it). gc clears every journal word before it frees anything (the
+  // journals may name blocks it frees), then frees the journals' extents too.
+  std::vector<std::pair<uint64_t, uint64_t>> journals;  // (word, journal extent)
+  const uint32_t bs = be->layout().block_size;
+  rep.block_size = bs;
+  rep.blocks_total = be->layout().data.size / bs;
+  const std::vector<alloc::Extent> extents = be->Extents();
+  std::vector<bool> reached(extents.size(), false);
   {
     ASYMNVM_ASSIGN_OR_RETURN(auto session, frontend::Session::Open(so));
     walk = structures::WalkStructures(*session, names);
+    for (uint64_t w : journal_words) {
+      ASYMNVM_ASSIGN_OR_RETURN(uint64_t j, session->ReadWord(w));
+      if (j != 0) journals.emplace_back(w, j);
+    }
+    if (walk.ok()) {
+      for (const auto& [w, j] : journals) walk->ranges.emplace_back(j, 1);
+      std::sort(walk->ranges.begin(), walk->ranges.end());
+      std::vector<std::pair<uint64_t, uint64_t>> ext;
+      ext.reserve(extents.size());
+      for (const alloc::Extent& x : extents) ext.emplace_back(x.addr, x.bytes);
+      structures::ExtentReach reach = structures::ReachExtents(ext, walk->ranges);
+      reached = std::move(reach.reached);
+      rep.unallocated_reads = std::move(reach.unallocated);
+      if (options.free && rep.unallocated_reads.empty()) {
+        for (const auto& [w, j] : journals) {
+          ASYMNVM_ASSIGN_OR_RETURN(uint64_t old, session->CompareSwap(w, j, 0));
+          if (old != j)
+            return Status::Internal("gc: journal word " + std::to_string(w) + " changed");
+          rep.journals_cleared++;
+        }
+      }
+    }
   }
   // The walk's session (level naive: no op log) leaves no front-end record behind.
   ASYMNVM_RETURN_IF_ERROR(
@@ -116,32 +152,18 @@ Result<LeakReport> FindLeaks(const std::string& pool_path, const LeakOptions& op
   } else {
     for (const auto& w : walk->structures) rep.structures.push_back(w.name);
   }
-
-  const uint32_t bs = be->layout().block_size;
-  rep.block_size = bs;
-  rep.blocks_total = be->layout().data.size / bs;
-  const std::vector<alloc::Extent> extents = be->Extents();
-  const auto pending = be->PendingDeferredFrees();
-  const std::set<uint64_t> pending_set(pending.begin(), pending.end());
-  std::vector<bool> reached(extents.size(), false);
-  if (walk.ok()) {
-    // Both lists are sorted by address: mark every extent a range overlaps; report what a range
-    // covers outside any extent (a structure reaching an unallocated block).
-    size_t e = 0;
-    for (const auto& [a, n] : walk->ranges) {
-      const uint64_t end = a + n;
-      while (e < extents.size() && extents[e].addr + extents[e].bytes <= a) e++;
-      uint64_t pos = a;
-      for (size_t k = e; k < extents.size() && extents[k].addr < end; k++) {
-        if (extents[k].addr > pos) {
-          rep.unallocated_reads.push_back({pos, extents[k].addr - pos});
-        }
-        reached[k] = true;
-        pos = std::max(pos, extents[k].addr + extents[k].bytes);
-      }
-      if (pos < end) rep.unallocated_reads.push_back({pos, end - pos});
+  rep.journals = journals.size();
+  std::set<uint64_t> journal_starts;
+  for (const auto& [w, j] : journals) {
+    auto it = std::upper_bound(extents.begin(), extents.end(), j,
+                               [](uint64_t a, const alloc::Extent& x) { return a < x.addr; });
+    if (it != extents.begin() && j < std::prev(it)->addr + std::prev(it)->bytes) {
+      rep.journal_blocks += std::prev(it)->bytes / bs;
+      journal_starts.insert(std::prev(it)->addr);
     }
   }
+  const auto pending = be->PendingDeferredFrees();
+  const std::set<uint64_t> pending_set(pending.begin(), pending.end());
   for (size_t k = 0; k < extents.size(); k++) {
     const uint64_t blocks = extents[k].bytes / bs;
     rep.blocks_used += blocks;
@@ -159,6 +181,10 @@ Result<LeakReport> FindLeaks(const std::string& pool_path, const LeakOptions& op
       ASYMNVM_RETURN_IF_ERROR(
           be->FreeExtent(x.addr).WithContext("gc: free " + std::to_string(x.addr)));
       rep.freed.push_back(x);
+    }
+    for (uint64_t j : journal_starts) {
+      ASYMNVM_RETURN_IF_ERROR(
+          be->FreeExtent(j).WithContext("gc: free journal " + std::to_string(j)));
     }
   }
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -199,6 +225,9 @@ nlohmann::ordered_json LeakJson(const LeakReport& r) {
   nlohmann::ordered_json u = nlohmann::ordered_json::array();
   for (const auto& [a, n] : r.unallocated_reads) u.push_back({{"addr", a}, {"bytes", n}});
   j["unallocated_reads"] = u;
+  j["journals"] = r.journals;
+  j["journals_cleared"] = r.journals_cleared;
+  j["journal_blocks"] = r.journal_blocks;
   j["seconds"] = r.seconds;
   return j;
 }

@@ -33,6 +33,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "asymnvm/fabric.h"
@@ -89,6 +90,16 @@ struct SessionOptions {
   std::chrono::milliseconds timeout{5000};       // connect, each request, each fence
   std::chrono::milliseconds lock_timeout{2000};  // WriterLock
   uint64_t seed = 1;                             // cache sampling
+  // Online reclamation of a crashed incarnation's blocks (doc/alloc.md §Leaks across crashes):
+  // after Replay() (and a dead writer's take-over), the slabs and large extents the earlier
+  // incarnations of this id recorded in their ownership journal and that no structure reaches
+  // are freed. The walk needs every structure's writer lock, each waited for at most
+  // `reclaim_lock_wait` (a lock still held by a live front-end defers the reclaim); the frees
+  // wait `reclaim_grace` first (lock-free readers of old versions). false: journals are kept but
+  // nothing is reclaimed online (asymnvm-ctl gc does it offline).
+  bool reclaim_on_recovery = true;
+  std::chrono::milliseconds reclaim_lock_wait{500};
+  std::chrono::microseconds reclaim_grace{5000};
 
   // ---- the `symmetric` comparison baseline only (doc/frontend.md §Symmetric baseline) ----
   // Where op logs go: the Rowan receiver address (Backend::log_address()) of ANOTHER back-end,
@@ -145,6 +156,13 @@ struct Counters {
   // allocator state of a session is DRAM only (the paper reconstructs allocation state only at
   // slab level), so their space stays allocated until the slab is reclaimed (doc/frontend.md).
   uint64_t orphan_frees = 0;
+  // Online reclamation (doc/alloc.md §Leaks across crashes): reclaim walks run, blocks freed by
+  // them, reclaims deferred (a structure's lock held by a live front-end), journal entries whose
+  // extent was not allocated any more (refused, dropped), walks that failed (nothing freed).
+  uint64_t reclaim_runs = 0, reclaimed_blocks = 0, reclaim_deferred = 0, reclaim_refused = 0,
+           reclaim_failures = 0;
+  uint64_t reclaim_walk_us = 0;  // time in the reclaims' block walks
+  uint64_t journal_writes = 0;   // durable ownership-journal entry writes (slab fetches + returns)
 };
 
 // An operation log found after a crash (recovery case 2, §7.2).
@@ -315,6 +333,36 @@ class Session {
   // kFailedPrecondition when SessionOptions::op_log_address redirects the op logs elsewhere.
   Status Replay();
 
+  // ---- online reclamation (doc/alloc.md §Leaks across crashes; structures/walk.h) ----
+  // The slabs and large extents earlier incarnations of this id recorded in the ownership journal
+  // (frontend/alloc_journal.h) and that are still recorded, in address order.
+  std::vector<uint64_t> InheritedExtents() const;
+  // Whether a reclaim of the inherited extents is still to run (set at registration when the
+  // journal holds any; cleared by MarkReclaimed).
+  bool reclaim_pending() const;
+  void MarkReclaimed();
+  // Clears `addr`'s journal entry (durably) and then, when `free`, frees the extent (`bytes`) at
+  // the back-end (request 22). A freed extent is never carved by this session again, and a Free
+  // of an address in it (a stale free: a structure's pending free of an object the reclaim found
+  // unreached) is dropped and counted in orphan_frees. kNotFound when `addr` is not an inherited
+  // extent.
+  Status ReleaseInherited(uint64_t addr, uint64_t bytes, bool free);
+  // The live back-end allocation holding `addr` (request 24): {start, bytes}, {0, 0}: none.
+  Result<std::pair<uint64_t, uint64_t>> ExtentOf(uint64_t addr);
+  // Every structure of the back-end's naming space (front-end records excluded), read from the
+  // naming area one-sidedly. Slots failing their checksum are skipped.
+  Result<std::vector<Structure>> ListStructures();
+  // WriterLock with its own bound: true when acquired (or already held by this id), false when
+  // another front-end still held it after `wait`.
+  Result<bool> TryWriterLock(const Structure& s, std::chrono::milliseconds wait);
+  bool HoldsWriterLock(const Structure& s) const;
+  // Run after a successful Replay() while reclaim_pending() and SessionOptions::
+  // reclaim_on_recovery (structures::RegisterReplays installs structures::ReclaimDeadAllocations).
+  // Its error is logged and counted (reclaim_failures), never returned by Replay.
+  void SetReclaimer(std::function<Status(Session&)> reclaimer);
+  const SessionOptions& options() const;
+  void CountReclaim(uint64_t blocks, bool deferred, uint64_t refused, uint64_t walk_us);
+
   // ---- introspection ----
   Counters counters() const;
   void InvalidateCache();
@@ -324,6 +372,7 @@ class Session {
   uint64_t next_op_seq() const;
   uint64_t data_begin() const;
   uint64_t data_end() const;
+  uint32_t block_size() const;  // the back-end's allocation block (slab) size
   // The largest transaction (bytes, headers included) the back-end accepts: one operation's
   // memory logs must fit (TxWrite returns kResourceExhausted otherwise). Structures size
   // multi-pair runs and multi-version publishes by it.
@@ -360,6 +409,8 @@ class Session {
   // WriterLock found `target` held by `holder`: true when the holder was dead and this session
   // replayed its op logs and released its lock; false when it is alive (or being adopted).
   Result<bool> AdoptDeadWriter(uint64_t holder, const Structure& target);
+  // CAS loop of WriterLock up to `deadline`: 0 when acquired, else the holder.
+  Result<uint64_t> LockUntil(const Structure& s, std::chrono::steady_clock::time_point deadline);
   Status EndWrites(const Structure& s, bool close);  // TxWrite (close) / TxWritePart
   std::unique_ptr<Impl> impl_;
   int guard_depth_ = 0;

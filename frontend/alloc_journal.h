@@ -1,0 +1,97 @@
+// The ownership journal of a front-end id (doc/alloc.md §Leaks across crashes; PM layout in
+// doc/backend.md §Naming space, "front-end records"): the slabs and large extents the front-end
+// obtained from the back-end and has not returned, recorded persistently so that the front-end
+// that recovers a crashed incarnation (its restart, or a dead-writer take-over) can free the ones
+// no structure reaches (structures::ReclaimDeadAllocations).
+//
+// Where: a data-area extent whose pool offset is the journal word of the front-end record
+// `fe:<id>` (slot byte 208; 0 = no journal). Extent layout (little-endian u64 words):
+//   0 magic "ASYMJRN1", 1 front-end id, 2 capacity n, 3 zero, 4 .. 4+n entries
+// An entry is 0 (free) or the start address of an extent the front-end holds, its low 6 bits
+// holding the writer's incarnation mod 64 (block addresses are 64-byte aligned). Entries are
+// written one at a time by a durable 8-byte compare-and-swap (failure-atomic), so a crash leaves
+// every entry either written or not. The tag keeps a superseded incarnation that still runs (a
+// writer woken after its take-over) from clearing an entry a later incarnation wrote for the
+// same block in the same slot: its compare-and-swap expects its own tag and fails ("fenced").
+//
+// Ordering (what makes reclamation safe): Add(addr) returns after the entry is durable and is
+// called before the extent is used for any object; Remove(addr) returns after the cleared entry
+// is durable and is called before the extent is returned to the back-end. A crash between
+// allocation and Add, or between Remove and the return, leaves an extent no journal names: a
+// leak `asymnvm-ctl gc` finds, never a wrong free.
+//
+// Growth: when every entry is used, a journal of twice the capacity is allocated, written
+// (header + entries) durably, swapped into the journal word (durable CAS), and the old one freed;
+// a crash between the swap and the free leaks the old journal extent (gc frees it).
+//
+// Thread safety: none (the Session's allocator calls it under its own mutex; the Session is used
+// by one thread).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <set>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "asymnvm/status.h"
+
+namespace asymnvm::frontend {
+
+inline constexpr uint64_t kJournalMagic = 0x314E524A4D595341ull;  // "ASYMJRN1"
+inline constexpr uint64_t kJournalHeaderBytes = 32;
+// Byte offset of the journal word from the front-end record's root word (slot byte 128 → 208).
+inline constexpr uint64_t kJournalWordFromRoot = 80;
+
+class OwnershipJournal {
+ public:
+  struct Io {
+    std::function<Status(uint64_t addr, std::span<uint8_t> out)> read;
+    std::function<Status(uint64_t addr, std::span<const uint8_t> data)> write;  // durable
+    std::function<Result<uint64_t>(uint64_t addr, uint64_t expected, uint64_t desired)>
+        cas;                                                // durable; returns the old value
+    std::function<Result<uint64_t>(uint64_t bytes)> alloc;  // back-end extent, not journaled
+    std::function<Status(uint64_t addr)> free;              // back-end free, not journaled
+  };
+  OwnershipJournal(Io io, uint64_t frontend_id, uint64_t word_addr, uint32_t block_size,
+                   uint64_t data_begin, uint64_t data_end, uint32_t incarnation);
+
+  // Reads the journal of the earlier incarnations of this id (if any): its entries become
+  // inherited(). An unreadable or invalid journal (bad magic, id or capacity) is logged and
+  // replaced by a fresh one at the next Add (its extents stay allocated: gc finds them).
+  Status Load();
+  // Records `addr` durably (see the header comment). Errors: transport errors (nothing recorded).
+  Status Add(uint64_t addr);
+  // Clears `addr`'s entry durably; kNotFound when it is not recorded (nothing written).
+  Status Remove(uint64_t addr);
+
+  // Extents recorded by earlier incarnations and still recorded, in address order.
+  std::vector<uint64_t> inherited() const { return {inherited_.begin(), inherited_.end()}; }
+  bool recorded(uint64_t addr) const { return slot_of_.count(addr) != 0; }
+  uint64_t address() const { return journal_; }
+  uint64_t capacity() const { return capacity_; }
+  uint64_t writes() const { return writes_; }  // durable entry writes (adds + removes)
+  uint64_t entries() const { return slot_of_.size(); }
+
+ private:
+  Status Create(uint64_t capacity);
+  uint64_t EntryAddr(uint64_t slot) const { return journal_ + kJournalHeaderBytes + 8 * slot; }
+
+  Io io_;
+  const uint64_t fe_;
+  const uint64_t word_addr_;
+  const uint32_t block_size_;
+  const uint64_t data_begin_, data_end_;
+  uint64_t journal_ = 0;  // pool offset of the journal extent (0: none yet)
+  uint64_t capacity_ = 0;
+  std::map<uint64_t, std::pair<uint64_t, uint64_t>>
+      slot_of_;  // recorded address → (entry index, the entry's word)
+  const uint64_t tag_;
+  std::set<uint64_t> free_slots_;
+  std::set<uint64_t> inherited_;
+  uint64_t writes_ = 0;
+};
+
+}  // namespace asymnvm::frontend

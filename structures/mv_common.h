@@ -43,6 +43,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/crash_point.h"
 #include "structures/base.h"
 #include "structures/kinds.h"
 
@@ -211,34 +212,19 @@ class MvBase : public Map, public Base {
       ASYMNVM_RETURN_IF_ERROR(CheckKey(kv.first));
       ASYMNVM_RETURN_IF_ERROR(CheckValue(kv.second));
     }
-    const std::vector<KeyValue> sorted = SortedUnique(kvs);
-    size_t begin = 0;
-    while (begin < sorted.size()) {
-      size_t end = begin, bytes = 4;
-      while (end < sorted.size() &&
-             (end == begin ||
-              bytes + KeyValueValueOffset(sorted[end].first) + sorted[end].second.size() <=
-                  kVectorPayloadMax)) {
-        bytes += KeyValueValueOffset(sorted[end].first) + sorted[end].second.size();
-        end++;
-      }
-      ASYMNVM_RETURN_IF_ERROR(
-          ApplyVectorRun(std::span<const KeyValue>(sorted).subspan(begin, end - begin), false));
-      begin = end;
-    }
-    return Status::Ok();
+    return ApplyVectorRuns(SortedUnique(kvs), kOpPutVector);
   }
 
   Status ReplayOp(const frontend::RecoveredOp& op) override {
-    if (op.op_type == kOpPutVector) {
+    if (op.op_type == kOpPutVector || op.op_type == kOpDeleteVector) {
       std::vector<KeyValue> run;
       Status st = DecodeVector(op.payload, ksize(), &run);
       if (!st.ok()) return Status::Corruption(What() + ": " + st.message());
       for (const KeyValue& kv : run) {
-        if (kv.second.size() > vsize())
+        if (kv.second.size() > vsize() || (op.op_type == kOpDeleteVector && !kv.second.empty()))
           return Status::Corruption(What() + ": replayed value too long");
       }
-      return ApplyVectorRun(run, true);
+      return ApplyVectorRun(run, true, op.op_type);
     }
     Key key;
     Value v;
@@ -423,11 +409,50 @@ class MvBase : public Map, public Base {
     return ReclaimDue();
   }
 
+  // A vector delete (Map::DeleteBatch of a kind whose DoDelete is safe inside a vector run): the
+  // keys sorted and de-duplicated, applied as runs of op type kOpDeleteVector (keys not found
+  // skipped); *deleted counts the keys the applied runs removed.
+  Status DeleteVectorRuns(std::span<const Key> keys, uint64_t* deleted) {
+    if (deleted) *deleted = 0;
+    ASYMNVM_RETURN_IF_ERROR(CheckWritable());
+    std::vector<KeyValue> kvs;
+    kvs.reserve(keys.size());
+    for (const Key& k : keys) {
+      ASYMNVM_RETURN_IF_ERROR(CheckKey(k));
+      kvs.emplace_back(k, Value{});
+    }
+    vector_deleted_ = 0;
+    Status st = ApplyVectorRuns(SortedUnique(kvs), kOpDeleteVector);
+    if (deleted) *deleted = vector_deleted_;
+    return st;
+  }
+
+  // A sorted, duplicate-free vector cut into runs of at most kVectorPayloadMax op-log bytes.
+  Status ApplyVectorRuns(std::span<const KeyValue> sorted, uint16_t op_type) {
+    size_t begin = 0;
+    while (begin < sorted.size()) {
+      size_t end = begin, bytes = 4;
+      while (end < sorted.size() &&
+             (end == begin ||
+              bytes + KeyValueValueOffset(sorted[end].first) + sorted[end].second.size() <=
+                  kVectorPayloadMax)) {
+        bytes += KeyValueValueOffset(sorted[end].first) + sorted[end].second.size();
+        end++;
+      }
+      ASYMNVM_RETURN_IF_ERROR(ApplyVectorRun(sorted.subspan(begin, end - begin), false, op_type));
+      begin = end;
+    }
+    return Status::Ok();
+  }
+
   // One run of a vector: everything unpublished is published first, so the working version then
-  // holds this run's objects alone and dropping them undoes the run. The puts run in DRAM (no
-  // op log, no publish); then the run's op log and one publish, or — too many private bytes for
-  // one publish, nothing logged yet — the run is dropped and applied in parts.
-  Status ApplyVectorRun(std::span<const KeyValue> run, bool replay) {
+  // holds this run's objects alone and dropping them undoes the run. The puts (or, op type
+  // kOpDeleteVector, the deletes of the keys present) run in DRAM (no op log, no publish); then
+  // the run's op log and one publish, or — too many private bytes for one publish, nothing logged
+  // yet — the run is dropped and applied in parts. A delete run's replaced published objects go
+  // to the grace-period reclamation with that publish, like a Delete's.
+  Status ApplyVectorRun(std::span<const KeyValue> run, bool replay,
+                        uint16_t op_type = kOpPutVector) {
     ASYMNVM_RETURN_IF_ERROR(Publish());
     const uint64_t root = root_, count = count_;
     const size_t retired = retired_.size();
@@ -445,7 +470,14 @@ class MvBase : public Map, public Base {
     // a replay builds the same shape.
     in_vector_ = true;
     Status st = Status::Ok();
-    std::deque<std::pair<size_t, size_t>> halves{{0, run.size()}};
+    const bool del = op_type == kOpDeleteVector;
+    // Deletes in key order (neighbours share their path copies); absent keys are skipped.
+    for (size_t i = 0; del && i < run.size() && st.ok(); i++) {
+      st = DoDelete(run[i].first, replay);
+      if (st.code() == StatusCode::kNotFound) st = Status::Ok();
+    }
+    std::deque<std::pair<size_t, size_t>> halves;
+    if (!del) halves.emplace_back(0, run.size());
     while (!halves.empty() && st.ok()) {
       const auto [lo, hi] = halves.front();
       halves.pop_front();
@@ -468,26 +500,36 @@ class MvBase : public Map, public Base {
       size_t at = 0;
       for (size_t k = 0; k < parts; k++) {
         const size_t n = run.size() / parts + (k < run.size() % parts ? 1 : 0);
-        ASYMNVM_RETURN_IF_ERROR(ApplyVectorRun(run.subspan(at, n), false));
+        ASYMNVM_RETURN_IF_ERROR(ApplyVectorRun(run.subspan(at, n), false, op_type));
         at += n;
       }
       return Status::Ok();
     }
-    st = s_.OpLog(st_, kOpPutVector, EncodeVector(run)).status();
+    st = s_.OpLog(st_, op_type, EncodeVector(run)).status();
     if (!st.ok()) {
       drop();
       return st;
     }
     dirty_ = !priv_.empty() || count_ != count || root_ != root;
-    if (!dirty_) return s_.TxWrite(st_);  // nothing changed (cannot happen for a put): close the op
-    return Publish();
+    // Nothing changed (no key of a delete run present; cannot happen for a put): close the op.
+    if (!dirty_) return s_.TxWrite(st_);
+    // Crash tests kill in the middle of this publish's memory logs (the run's op log durable).
+    vector_crash_point_ =
+        del ? "structures.vector_delete.mid_writes" : "structures.vector.mid_writes";
+    st = Publish();
+    vector_crash_point_ = nullptr;
+    if (st.ok() && del) vector_deleted_ += count - count_;
+    return st;
   }
 
   // Writes the working version and swaps the root in one transaction, fenced.
   Status Publish() {
     if (!writer() || !dirty_) return Status::Ok();
     const uint64_t v = NextVersion();
+    size_t written = 0;
     for (auto& [a, b] : priv_) {
+      if (vector_crash_point_ != nullptr && written++ == priv_.size() / 2)
+        ASYMNVM_CRASH_POINT(vector_crash_point_);
       PutU32(b.data() + 4, ObjSum(b.data(), b.size()));
       ASYMNVM_RETURN_IF_ERROR(Write(a, b));
     }
@@ -532,8 +574,11 @@ class MvBase : public Map, public Base {
   size_t priv_bytes_ = 0;
   uint32_t ops_ = 0;
   bool dirty_ = false;
-  bool in_vector_ = false;         // DoPut inside ApplyVectorRun: no op log, no publish of its own
-  std::vector<uint64_t> retired_;  // published objects replaced since the last publish
+  bool in_vector_ =
+      false;  // DoPut / DoDelete inside ApplyVectorRun: no op log, no publish of its own
+  const char* vector_crash_point_ = nullptr;  // the publish of a vector run (crash tests)
+  uint64_t vector_deleted_ = 0;               // DeleteVectorRuns: keys its applied runs removed
+  std::vector<uint64_t> retired_;             // published objects replaced since the last publish
   std::deque<std::pair<Clock::time_point, uint64_t>> reclaim_;
   std::chrono::microseconds grace_ = kDefaultGrace;
   // Readers.

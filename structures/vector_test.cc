@@ -644,6 +644,60 @@ TEST_P(DeleteVectorTest, ReaderFindsStableKeysDuringDeleteBatches) {
   ASSERT_TRUE((*r)->Verify().ok()) << (*r)->Verify().ToString();
 }
 
+// Measurement (run with --gtest_also_run_disabled_tests; doc/structures.md "Vector deletes"):
+// 4000 random keys with 64-byte values in two maps, then the same 2000 of them deleted from one by
+// DeleteBatch calls of 1024 keys and from the other by one Delete each, then Sync; the counters
+// per deleted key, at r and rcb.
+TEST_P(DeleteVectorTest, DISABLED_MeasureAgainstDeleteLoop) {
+  for (Level level : {Level::kR, Level::kRcb}) {
+    auto s = OpenSession(95 + static_cast<uint64_t>(level), level);
+    const std::string lv = frontend::LevelName(level);
+    auto a = OpenM(*s, "m-batch-" + lv);
+    auto b = OpenM(*s, "m-loop-" + lv);
+    ASSERT_TRUE(a.ok() && b.ok());
+    std::mt19937_64 rng(77);
+    std::vector<KeyValue> base;
+    for (int i = 0; i < 4000; i++) {
+      const uint64_t k = rng();
+      base.emplace_back(k, TestValue(k, 0, 64));
+    }
+    ASSERT_TRUE((*a)->PutBatch(base).ok() && (*b)->PutBatch(base).ok());
+    ASSERT_TRUE((*a)->Sync().ok() && (*b)->Sync().ok());
+    std::shuffle(base.begin(), base.end(), rng);
+    std::vector<Key> keys;
+    for (size_t i = 0; i < 2000; i++) keys.push_back(base[i].first);
+    const auto c0 = s->counters();
+    uint64_t deleted = 0;
+    for (size_t i = 0; i < keys.size(); i += 1024) {
+      uint64_t n = 0;
+      const size_t len = std::min<size_t>(1024, keys.size() - i);
+      ASSERT_TRUE((*a)->DeleteBatch(std::span<const Key>(keys).subspan(i, len), &n).ok());
+      deleted += n;
+    }
+    ASSERT_TRUE((*a)->Sync().ok());
+    const auto c1 = s->counters();
+    for (const Key& k : keys) ASSERT_TRUE((*b)->Delete(k).ok());
+    ASSERT_TRUE((*b)->Sync().ok());
+    const auto c2 = s->counters();
+    EXPECT_EQ(deleted, keys.size());
+    EXPECT_LT(c1.op_logs - c0.op_logs, keys.size() / 20);
+    ASSERT_TRUE((*a)->Verify().ok() && (*b)->Verify().ok());
+    const double n = static_cast<double>(keys.size());
+    auto row = [&](const char* what, const frontend::Counters& x, const frontend::Counters& y) {
+      std::printf(
+          "%s %s %-12s per key: op logs %.3f, txns %.3f, remote reads %.2f (%.0f B), round trips "
+          "%.2f, bytes out %.0f\n",
+          KindName(GetParam().kind), lv.c_str(), what, (y.op_logs - x.op_logs) / n,
+          (y.txns - x.txns) / n, (y.remote_reads - x.remote_reads) / n,
+          (y.remote_read_bytes - x.remote_read_bytes) / n,
+          (y.fabric.round_trips - x.fabric.round_trips) / n,
+          (y.fabric.bytes_out - x.fabric.bytes_out) / n);
+    };
+    row("DeleteBatch", c0, c1);
+    row("Delete", c1, c2);
+  }
+}
+
 // The MV-BST: a delete run is one new version (one publish), and the published nodes and value
 // blocks it replaced wait for the grace period like a Delete's.
 class MvDeleteVectorTest : public StructuresTest {};

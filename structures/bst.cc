@@ -17,6 +17,9 @@
 // that child in its parent; a node with two children takes its in-order successor's key slot
 // (whole) and value (successor copy) and the successor is unlinked instead. The unlinked node is
 // freed after the operation's tx_write.
+// DeleteBatch (doc/structures.md "Vector deletes"): each run of the sorted keys is one walk
+// over DRAM views of the nodes it reads (the deletes above, chained through the views), one
+// op log (type 4) and one transaction; the unlinked nodes are freed after it.
 //
 // §8 tree optimization (Options::optimize, writer at rc/rcb): nodes at depth < N (root = depth 0)
 // are read through the page cache, deeper ones with one-sided READs that bypass it. Every 1024

@@ -86,6 +86,9 @@ struct MvStats {
   uint64_t pending_reclaim = 0;  // waiting for their grace period
   uint64_t reader_restarts = 0;  // reader traversals restarted from the root
   uint64_t anchor_retries = 0;   // reader read a torn root/count pair
+  // MV-BST: nodes the last Verify found above a parent they belong below (treap order). Counted,
+  // not an error: trees written before the treap are valid BSTs of another shape.
+  uint64_t treap_violations = 0;
   uint64_t version = 0;
 };
 

@@ -66,6 +66,8 @@ void ExpectMatches(Map& m, const std::map<uint64_t, Value>& model) {
   EXPECT_EQ(*n, model.size());
   Status vs = m.Verify();
   ASSERT_TRUE(vs.ok()) << vs.ToString();
+  // The MV-BST's vectors keep the treap's shape.
+  EXPECT_EQ(internal::mv::GetMvStats(&m).treap_violations, 0u);
 }
 
 // A random vector: sorted or shuffled, with duplicates (the last one wins in the model) and keys
@@ -535,6 +537,7 @@ TEST_P(DeleteVectorTest, ByteKeysOf256Bytes) {
     EXPECT_EQ(*n, model.size());
     Status vs = (*m)->Verify();
     ASSERT_TRUE(vs.ok()) << vs.ToString();
+    EXPECT_EQ(internal::mv::GetMvStats(m->get()).treap_violations, 0u);
   };
   std::vector<Key> keys;
   for (uint64_t i = 0; i < 600; i += 3) keys.push_back(key(i));

@@ -59,6 +59,7 @@
   ASYMNVM_THREAD_ANNOTATION(try_acquire_shared_capability(__VA_ARGS__))
 // A run-time check that the lock is held: the analysis assumes it afterwards.
 #define ASYMNVM_ASSERT_CAPABILITY(x) ASYMNVM_THREAD_ANNOTATION(assert_capability(x))
+#define ASYMNVM_ASSERT_SHARED_CAPABILITY(x) ASYMNVM_THREAD_ANNOTATION(assert_shared_capability(x))
 // The function returns a reference to this lock (an accessor of a private mutex).
 #define ASYMNVM_RETURN_CAPABILITY(x) ASYMNVM_THREAD_ANNOTATION(lock_returned(x))
 // The one function the analysis cannot follow; say why next to every use.
@@ -123,6 +124,7 @@ class ASYMNVM_CAPABILITY("mutex") SharedMutex {
   void lock_shared() ASYMNVM_ACQUIRE_SHARED() { mu_.lock_shared(); }
   void unlock_shared() ASYMNVM_RELEASE_SHARED() { mu_.unlock_shared(); }
   void AssertHeld() const ASYMNVM_ASSERT_CAPABILITY(this) {}
+  void AssertReaderHeld() const ASYMNVM_ASSERT_SHARED_CAPABILITY(this) {}
 
  private:
   std::shared_mutex mu_;

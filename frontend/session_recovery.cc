@@ -1,5 +1,6 @@
 // Writer locks, replay and the take-over of dead writers of a Session (frontend/session_impl.h;
 // doc/frontend.md §Dead writers, "Replay before the OPN moves").
+#include "common/crash_point.h"
 #include "frontend/session_impl.h"
 
 namespace asymnvm::frontend {
@@ -236,6 +237,7 @@ Status Session::ReplayWith(OpLogFetcher* fetcher) {
     m.c.replayed_ops++;
     replayed++;
     last = op.op_seq;
+    ASYMNVM_CRASH_POINT("frontend.replay.after_op");  // a crash during recovery: replay again
   }
   // Everything of the earlier sessions is re-executed (its transactions are in the batch).
   m.opseq.EndReplay();

@@ -51,6 +51,12 @@ Status ClusterAgent::Init() {
   ASYMNVM_RETURN_IF_ERROR(coord_->EnsurePath(base_ + "/servers"));
   roles_.assign(o_.store->geometry().shards, Role::kNone);
   served_ = std::make_unique<std::atomic<uint64_t>[]>(o_.store->geometry().shards);
+  if (o_.rejoin_backoff_ms > 0) {
+    RejoinBackoff::Options ro;
+    ro.first = std::chrono::milliseconds(o_.rejoin_backoff_ms);
+    ro.max = ro.first * 64;
+    rejoin_ = RejoinBackoff(ro);
+  }
   if (o_.rebalance.enabled()) ASYMNVM_RETURN_IF_ERROR(coord_->EnsurePath(base_ + "/load"));
   reps_.resize(o_.store->geometry().workers);
   const std::string node = base_ + "/servers/" + o_.uuid;
@@ -448,10 +454,28 @@ void ClusterAgent::ManagerLoop() {
         } else if (node.status().code() != StatusCode::kNotFound) {
           ok = false;
         }
+        JoinHold held;
+        if (ok && o_.rejoin_backoff_ms > 0) {
+          const auto now = std::chrono::steady_clock::now();
+          std::set<std::string> live_ids;
+          for (auto& [u, a] : live) live_ids.insert(u);
+          for (const auto& [who, delay] : rejoin_.Observe(last_seen_, cur, live_ids, now)) {
+            rejoin_holds_++;
+            LOG_WARN("kv",
+                     "manager: shard:backup "
+                         << who
+                         << " was removed by its primary while alive; "
+                            "it may rejoin that shard in "
+                         << std::chrono::duration_cast<std::chrono::milliseconds>(delay).count()
+                         << " ms");
+          }
+          if (cur.epoch >= last_seen_.epoch) last_seen_ = cur;
+          held = rejoin_.Held(now);
+        }
         ShardMap next;
         const bool ready = cur.epoch != 0 || live.size() >= o_.initial_servers;
         if (ok && ready &&
-            NextMap(cur, live, o_.store->geometry().shards, o_.rf == 0 ? 3 : o_.rf, &next)) {
+            NextMap(cur, live, o_.store->geometry().shards, o_.rf == 0 ? 3 : o_.rf, &next, held)) {
           Status st = version == coord::Coordinator::kNoNode
                           ? coord_->Create(map_path_, next.Encode()).status()
                           : coord_->Set(map_path_, next.Encode(), version).status();

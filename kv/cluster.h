@@ -66,7 +66,8 @@ struct AgentOptions {
   // backup side, and self.base its endpoint. Catch-up streams over Rowan in every mode.
   ReplicationMode mode = ReplicationMode::kRowan;
   RemoteLogs* remote_logs = nullptr;
-  RebalanceOptions rebalance;  // resharding (off unless rebalance.threshold > 0)
+  RebalanceOptions rebalance;         // resharding (off unless rebalance.threshold > 0)
+  uint32_t rejoin_backoff_ms = 1000;  // first hold-off of a removed backup (RejoinBackoff); 0 off
 };
 
 class ClusterAgent {
@@ -107,6 +108,8 @@ class ClusterAgent {
   uint64_t replicated_writes() const { return repl_writes_; }
   // Moves of a shard's primary this server committed as the old primary (Handoff).
   uint64_t handoffs() const { return handoffs_; }
+  // Manager: backups it found removed from a shard while alive (each held out for a while).
+  uint64_t rejoin_holds() const { return rejoin_holds_; }
 
  private:
   explicit ClusterAgent(const AgentOptions& o) : o_(o) {}
@@ -178,6 +181,7 @@ class ClusterAgent {
   // Requests served per shard as primary (resharding statistics; relaxed, request path).
   std::unique_ptr<std::atomic<uint64_t>[]> served_;
   std::atomic<uint64_t> handoffs_{0};
+  std::atomic<uint64_t> rejoin_holds_{0};
   std::thread loader_;
   // Follower thread only (Adopt, HandoffReady): maps older than the one a handoff wrote are not
   // adopted (a read that raced the handoff must not make this server primary again); a handoff
@@ -193,6 +197,10 @@ class ClusterAgent {
   std::string overloaded_;      // the server the last decisions found overloaded
   int overloaded_periods_ = 0;  // in how many consecutive decisions
   std::chrono::steady_clock::time_point next_rebalance_{};
+  // Manager thread only: backups a primary removed while alive rejoin after a growing delay
+  // (doc/kv.md §Configuration manager); the last map the manager read, to see removals.
+  RejoinBackoff rejoin_;
+  ShardMap last_seen_;
   coord::WatchId w1_ = 0, w2_ = 0;
 };
 

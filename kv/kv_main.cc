@@ -133,6 +133,11 @@ int main(int argc, char** argv) {
   app.add_option("--rebalance-swap-delay-ms", o.rebalance.swap_delay_ms,
                  "resharding (tests): the primary waits this long after its target is synced")
       ->capture_default_str();
+  app.add_option("--rejoin-backoff-ms", o.rejoin_backoff_ms,
+                 "a backup its primary removed while alive (failed replication) rejoins that "
+                 "shard after this delay, doubled per removal up to 64x; 0 = at once")
+      ->check(CLI::Range(0u, 3600000u))
+      ->capture_default_str();
   app.add_option("--log-level", log_level, "debug|info|warn|error|off")
       ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))
       ->capture_default_str();

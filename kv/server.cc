@@ -764,6 +764,7 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
     ao.rf = o.rf;
     ao.initial_servers = o.initial_servers;
     ao.rebalance = o.rebalance;
+    ao.rejoin_backoff_ms = o.rejoin_backoff_ms;
     ao.store = impl->store.get();
     ao.fabric = impl->fabric.get();
     ao.pd = impl->pd.get();

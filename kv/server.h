@@ -50,6 +50,9 @@ struct ServerOptions {
   uint32_t rf = 0;               // replication factor of a new cluster; 0 = min(3, servers)
   uint32_t initial_servers = 1;  // the first shard map waits for this many servers
   RebalanceOptions rebalance;    // load-based resharding (doc/kv.md §Resharding); off by default
+  // A backup its primary removed while alive rejoins that shard after this delay, doubled per
+  // removal up to 64x (doc/kv.md §Configuration manager); 0 = at once.
+  uint32_t rejoin_backoff_ms = 1000;
   // How a primary replicates to its backups (doc/kv.md §Baselines): rowan (the default) or one
   // of the paper's baselines. Fixed when the pool is created; every server of a cluster must use
   // the same. remote_log_listen: the baselines' endpoint (empty: derived from listen_address).

@@ -86,7 +86,7 @@ Result<ShardMap> ShardMap::Decode(const std::string& text) {
 }
 
 bool NextMap(const ShardMap& cur, const std::map<std::string, ServerAddr>& live, uint32_t shards,
-             uint32_t rf, ShardMap* next) {
+             uint32_t rf, ShardMap* next, const JoinHold& held) {
   if (cur.epoch == 0) {
     if (live.empty()) return false;
     ShardMap m;
@@ -116,7 +116,8 @@ bool NextMap(const ShardMap& cur, const std::map<std::string, ServerAddr>& live,
       changed = true;
     }
   }
-  for (auto& s : m.assignment) {
+  for (uint32_t shard = 0; shard < m.assignment.size(); shard++) {
+    ShardAssignment& s = m.assignment[shard];
     const std::string primary = s.primary;
     if (!live.count(s.primary)) {
       for (size_t k = 0; k < s.backups.size(); k++) {
@@ -147,7 +148,7 @@ bool NextMap(const ShardMap& cur, const std::map<std::string, ServerAddr>& live,
     if (!live.count(s.primary)) continue;  // waits for its primary (or a synced backup)
     for (auto& [u, a] : live) {
       if (s.backups.size() + 1 >= m.rf) break;
-      if (u == s.primary) continue;
+      if (u == s.primary || held.count({shard, u})) continue;
       bool member = false;
       for (auto& b : s.backups) member |= b.uuid == u;
       if (!member) {
@@ -160,6 +161,43 @@ bool NextMap(const ShardMap& cur, const std::map<std::string, ServerAddr>& live,
   m.epoch = cur.epoch + 1;
   *next = m;
   return true;
+}
+
+std::vector<std::pair<std::string, RejoinBackoff::Clock::duration>> RejoinBackoff::Observe(
+    const ShardMap& prev, const ShardMap& cur, const std::set<std::string>& live,
+    Clock::time_point now) {
+  std::vector<std::pair<std::string, Clock::duration>> found;
+  if (prev.epoch == 0 || cur.epoch <= prev.epoch) return found;
+  const size_t n = std::min(prev.assignment.size(), cur.assignment.size());
+  for (uint32_t shard = 0; shard < n; shard++) {
+    const ShardAssignment& was = prev.assignment[shard];
+    const ShardAssignment& is = cur.assignment[shard];
+    // A move's commit drops surplus backups on purpose (SwapPrimary): not a failure.
+    if (was.primary != is.primary) continue;
+    for (const auto& b : was.backups) {
+      if (!live.count(b.uuid) || b.uuid == is.primary) continue;
+      bool still = false;
+      for (const auto& c : is.backups) still |= c.uuid == b.uuid;
+      if (still) continue;
+      Entry& e = held_[{shard, b.uuid}];
+      e.next = (e.next == Clock::duration{} || now - e.last > o_.reset_after)
+                   ? o_.first
+                   : std::min(o_.max, e.next * 2);
+      e.last = now;
+      e.until = now + e.next;
+      removals_++;
+      found.emplace_back(std::to_string(shard) + ":" + b.uuid, e.next);
+    }
+  }
+  return found;
+}
+
+JoinHold RejoinBackoff::Held(Clock::time_point now) const {
+  JoinHold out;
+  for (const auto& [key, e] : held_) {
+    if (now < e.until) out.insert(key);
+  }
+  return out;
 }
 
 Status RebalanceOptions::Validate() const {

@@ -15,6 +15,7 @@
 // Thread safety: pure functions / values.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -60,8 +61,50 @@ struct ShardMap {
 // the live servers in uuid order, each with the next rf - 1 as synced backups.
 // A planned move is dropped (rolled back: the primary stays) when its target is not alive, not
 // a backup of the shard any more, or the primary changed (failover).
+// `held`: (shard, uuid) pairs that must not join that shard now (RejoinBackoff); they stay out
+// and another live server joins instead, if there is one.
+using JoinHold = std::set<std::pair<uint32_t, std::string>>;
 bool NextMap(const ShardMap& current, const std::map<std::string, ServerAddr>& live,
-             uint32_t shards, uint32_t rf, ShardMap* next);
+             uint32_t shards, uint32_t rf, ShardMap* next, const JoinHold& held = {});
+
+// The manager's memory of backups that left a shard while alive — a primary removed them after a
+// failed replication (connect, post, no FLUSH acknowledgement within 5 s), e.g. a backup whose
+// pool is full and whose digest waits for its cleaner. Re-added at once, such a backup would
+// cycle: join, stall the shard's writes for 5 s, be removed, join again. Each such removal holds
+// the server out of that shard for a delay that doubles from `first` up to `max`, back to
+// `first` when the last removal is older than `reset_after`. Promotions, deaths (the manager
+// drops dead servers itself) and a move's surplus drop are not removals.
+class RejoinBackoff {
+ public:
+  using Clock = std::chrono::steady_clock;
+  struct Options {
+    Clock::duration first = std::chrono::seconds(1);
+    Clock::duration max = std::chrono::seconds(64);
+    Clock::duration reset_after = std::chrono::minutes(5);
+  };
+  RejoinBackoff() = default;
+  explicit RejoinBackoff(Options o) : o_(o) {}
+
+  // Compares the last map the manager saw with the current one (ignored unless `cur` is newer).
+  // Returns the removals it found as "shard:uuid" (for the log), with their hold-off.
+  std::vector<std::pair<std::string, Clock::duration>> Observe(const ShardMap& prev,
+                                                               const ShardMap& cur,
+                                                               const std::set<std::string>& live,
+                                                               Clock::time_point now);
+  // The pairs held out at `now`.
+  JoinHold Held(Clock::time_point now) const;
+  uint64_t removals() const { return removals_; }
+
+ private:
+  struct Entry {
+    Clock::time_point until{};
+    Clock::time_point last{};
+    Clock::duration next{};
+  };
+  Options o_;
+  std::map<std::pair<uint32_t, std::string>, Entry> held_;
+  uint64_t removals_ = 0;
+};
 
 // Load-based resharding (doc/kv.md §Resharding). threshold 0 = off.
 struct RebalanceOptions {

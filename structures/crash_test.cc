@@ -56,7 +56,8 @@ bool Vectorized(Kind kind) { return !IsSequence(kind); }
 // The kinds whose DeleteBatch is a vector path (op type 4); the others loop Delete, so a kill in
 // the middle of a batch could leave a prefix of it.
 bool VectorDeletes(Kind kind) {
-  return kind == Kind::kSkipList || kind == Kind::kBst || kind == Kind::kMvBst;
+  return kind == Kind::kSkipList || kind == Kind::kBst || kind == Kind::kMvBst ||
+         kind == Kind::kMvBPlusTree;
 }
 
 // The map key of key number `i` (the model keeps the numbers): the integer itself, or for maps with
@@ -202,6 +203,48 @@ struct Model {
   _exit(0);
 }
 
+// The recovering process of a crash during recovery: opens the crashed front-end id and its
+// structures as the parent's recovery does and replays, armed by the parent
+// (ASYMNVM_CRASH_AT=frontend.replay.after_op:N) to be killed in the middle of the replay. Exit 0
+// when the replay finished first (fewer than N ops to replay).
+[[noreturn]] void RunRecoverChild(const char* spec) {
+  // spec: address|kind|fe|companion|key_size
+  std::string s(spec);
+  std::vector<std::string> f;
+  for (size_t pos = 0;;) {
+    size_t bar = s.find('|', pos);
+    f.push_back(s.substr(pos, bar == std::string::npos ? std::string::npos : bar - pos));
+    if (bar == std::string::npos) break;
+    pos = bar + 1;
+  }
+  if (f.size() != 5) _exit(90);
+  auto kind = ParseKind(f[1]);
+  if (!kind.ok()) _exit(91);
+  frontend::SessionOptions o;
+  o.backends = {f[0]};
+  o.frontend_id = std::stoull(f[2]);
+  o.level = Level::kRcb;
+  auto session = frontend::Session::Open(o);
+  if (!session.ok()) _exit(92);
+  RegisterReplays(**session);
+  Options opts;
+  opts.key_size = static_cast<uint32_t>(std::stoul(f[4]));
+  auto h = Open(**session, *kind, std::string("crash-") + f[1] + "-" + f[2], opts);
+  if (!h.ok()) _exit(93);
+  std::unique_ptr<Sequence> comp;
+  if (f[3] == "1") {
+    auto c = OpenSequence(**session, Kind::kStack, "companion-" + f[2]);
+    if (!c.ok()) _exit(98);
+    comp = std::move(*c);
+  }
+  Status rep = (*session)->Replay();
+  if (!rep.ok()) {
+    std::fprintf(stderr, "recover child replay: %s\n", rep.ToString().c_str());
+    _exit(95);
+  }
+  _exit(0);
+}
+
 // ---- the parent ----
 
 class CrashTest : public testing::StructuresTest, public ::testing::WithParamInterface<Kind> {};
@@ -223,8 +266,8 @@ void CrashRound(
     const std::string& address, const std::string& scratch,
     const std::function<std::string()>& also_kill,
     const std::function<std::unique_ptr<frontend::Session>(const std::string&, uint64_t)>& open,
-    std::map<uint64_t, Value>* recovered = nullptr, uint32_t key_size = 0,
-    const std::string& crash_at = "") {
+    std::map<uint64_t, Value>* recovered = nullptr, uint32_t key_size = 0, int replay_crash_nth = 0,
+    bool* replay_crashed = nullptr, const std::string& crash_at = "") {
   {
     const std::string acks = scratch + ".acks";
     std::remove(acks.c_str());
@@ -264,6 +307,27 @@ void CrashRound(
     const int64_t acked = AckedOps(acks);
     const std::string recover_address = also_kill ? also_kill() : address;
     ASSERT_FALSE(recover_address.empty());
+    if (replay_crash_nth > 0) {
+      // A crash during recovery: a process recovers the id and is SIGKILLed after its Nth
+      // replayed op (unless it had fewer to replay); the recovery below then starts over.
+      const std::string spec = recover_address + "|" + KindName(kind) + "|" + std::to_string(fe) +
+                               "|" + (companion ? "1" : "0") + "|" + std::to_string(key_size);
+      const std::string arm = "frontend.replay.after_op:" + std::to_string(replay_crash_nth);
+      const pid_t rpid = fork();
+      ASSERT_GE(rpid, 0);
+      if (rpid == 0) {
+        setenv("ASYMNVM_CRASH_RECOVER", spec.c_str(), 1);
+        setenv("ASYMNVM_CRASH_AT", arm.c_str(), 1);
+        execl("/proc/self/exe", "crash-recover-child", static_cast<char*>(nullptr));
+        _exit(97);
+      }
+      int rstatus = 0;
+      ASSERT_EQ(waitpid(rpid, &rstatus, 0), rpid);
+      const bool killed = WIFSIGNALED(rstatus) && WTERMSIG(rstatus) == SIGKILL;
+      ASSERT_TRUE(killed || (WIFEXITED(rstatus) && WEXITSTATUS(rstatus) == 0))
+          << "recover child failed: status " << rstatus;
+      if (replay_crashed != nullptr) *replay_crashed = killed;
+    }
     // The model after `acked` operations, and after one more (in flight at the kill).
     const bool sequence = IsSequence(kind);
     Model before, after;
@@ -405,6 +469,48 @@ TEST_P(ByteKeyCrashTest, AcknowledgedOperationsSurviveSigkillAndReplay) {
   }
 }
 
+// A crash during recovery: after the writer's SIGKILL a second process recovers the id and is
+// itself killed in the middle of its replay (after its Nth re-executed op, N seeded in 1..6);
+// the recovery that follows replays again and must still hold exactly the acknowledged
+// operations (plus possibly the in-flight one). Every kind, integer keys and — for the maps —
+// byte keys; the companion stack (annulment across two structures) in the sequence rounds. A
+// round whose recovering process had fewer ops to replay than N ends normally; the test
+// requires the kill to have happened in at least one of its rounds.
+void CrashDuringRecoveryRounds(
+    Kind kind, uint32_t key_size, uint64_t fe_base, const std::string& address,
+    const std::string& scratch,
+    const std::function<std::unique_ptr<frontend::Session>(const std::string&, uint64_t)>& open) {
+  std::mt19937_64 seeds(7000 + static_cast<int>(kind) + key_size);
+  // Rounds until two of them killed their recovering process (at most 12; ASYMNVM_CRASH_ROUNDS
+  // raises the minimum).
+  int crashed_rounds = 0;
+  for (int round = 0; round < 12 && (crashed_rounds < 2 || round < Rounds()); round++) {
+    const uint64_t seed = seeds();
+    const int64_t kill_after = 50 + static_cast<int64_t>(seeds() % 1500);
+    const int nth = 1 + static_cast<int>(seeds() % 6);
+    bool crashed = false;
+    CrashRound(kind, IsSequence(kind), round, fe_base + static_cast<uint64_t>(round), seed,
+               kill_after, address, scratch, nullptr, open, nullptr, key_size, nth, &crashed);
+    if (::testing::Test::HasFatalFailure() || ::testing::Test::HasFailure()) return;
+    std::printf("round %d: recovering process %s at replayed op %d\n", round,
+                crashed ? "killed" : "finished before", nth);
+    crashed_rounds += crashed ? 1 : 0;
+  }
+  EXPECT_GT(crashed_rounds, 0) << "no round killed its recovering process: the test tested nothing";
+}
+
+TEST_P(CrashTest, CrashDuringRecoveryThenRecoverAgain) {
+  CrashDuringRecoveryRounds(
+      GetParam(), 0, 700, be_->address(), path_,
+      [&](const std::string&, uint64_t fe) { return OpenSession(fe, Level::kRcb); });
+}
+
+TEST_P(ByteKeyCrashTest, CrashDuringRecoveryThenRecoverAgain) {
+  CrashDuringRecoveryRounds(
+      GetParam(), 32, 800, be_->address(), path_,
+      [&](const std::string&, uint64_t fe) { return OpenSession(fe, Level::kRcb); });
+}
+
 // Two structures in one session: the main one commits while a companion stack keeps pushes
 // pending (annulment); after the kill both hold exactly their acknowledged operations (the OPN
 // sent with the main structure's transactions never passed the companion's open ops).
@@ -475,25 +581,27 @@ INSTANTIATE_TEST_SUITE_P(Maps, ByteKeyCrashTest, ::testing::ValuesIn(kByteKeyKin
 // A vector delete killed between its durable op log and its memory logs (crash point
 // structures.vector_delete.mid_writes, at the Nth delete batch that removes something): after
 // Session::Replay the structure holds every acknowledged operation plus that whole batch. Rounds
-// alternate integer keys and 32-byte keys.
+// alternate integer keys and 32-byte keys. Every kind with a vector delete.
 class DeleteBatchCrashTest : public CrashTest {};
 
 TEST_P(DeleteBatchCrashTest, KilledBetweenOpLogAndMemoryLogsReplaysTheBatch) {
   const Kind kind = GetParam();
-  std::mt19937_64 seeds(7000 + static_cast<int>(kind));
+  std::mt19937_64 seeds(9000 + static_cast<int>(kind));
   for (int round = 0; round < std::max(2, Rounds()); round++) {
     const uint64_t seed = seeds();
     const int64_t nth = 1 + static_cast<int64_t>(seeds() % 40);
     const uint32_t key_size = round % 2 == 0 ? 0 : 32;
     CrashRound(
-        kind, false, round, 700 + static_cast<uint64_t>(round), seed, kOps, be_->address(), path_,
+        kind, false, round, 900 + static_cast<uint64_t>(round), seed, kOps, be_->address(), path_,
         nullptr, [&](const std::string&, uint64_t fe) { return OpenSession(fe, Level::kRcb); },
-        nullptr, key_size, "structures.vector_delete.mid_writes:" + std::to_string(nth));
+        nullptr, key_size, 0, nullptr,
+        "structures.vector_delete.mid_writes:" + std::to_string(nth));
     if (HasFatalFailure() || HasFailure()) return;
   }
 }
 
-constexpr Kind kVectorDeleteKinds[] = {Kind::kSkipList, Kind::kBst, Kind::kMvBst};
+constexpr Kind kVectorDeleteKinds[] = {Kind::kSkipList, Kind::kBst, Kind::kMvBst,
+                                       Kind::kMvBPlusTree};
 INSTANTIATE_TEST_SUITE_P(Maps, DeleteBatchCrashTest, ::testing::ValuesIn(kVectorDeleteKinds),
                          [](const auto& info) { return std::string(KindName(info.param)); });
 
@@ -608,6 +716,9 @@ TEST_F(LeakCampaignTest, GcAfterSigkillRoundsLeavesUsedEqualReachable) {
 
 int main(int argc, char** argv) {
   if (const char* spec = std::getenv("ASYMNVM_CRASH_CHILD")) asymnvm::structures::RunChild(spec);
+  if (const char* spec = std::getenv("ASYMNVM_CRASH_RECOVER")) {
+    asymnvm::structures::RunRecoverChild(spec);
+  }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

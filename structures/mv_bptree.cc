@@ -32,6 +32,11 @@
 // stay at the same depth). Leaf sibling links cannot be maintained under path copying (a copied
 // leaf would need its left neighbour copied too, and so on): Scan walks down from the root and
 // continues through the parents (a DFS bounded by the height, ≤ 64).
+//
+// DeleteBatch (op type 4): the sorted keys in runs, each run's Deletes applied in one working
+// version (a node on the paths of several keys is copied once; emptied nodes removed, the root
+// collapsed, as above), then one op log and one publish; absent keys are skipped, also at replay.
+// A run whose private objects would exceed one publish is cut before the key that overflows it.
 #include <algorithm>
 
 #include "structures/mv_common.h"
@@ -70,6 +75,14 @@ class MvBPlusTree final : public MvBase {
                static_cast<uint32_t>(NodeBytes(o.param, o.key_size))),
         fan_(static_cast<uint32_t>(o.param)),
         ks_(KeySlotBytes(o.key_size)) {}
+
+  // A vector delete (doc/structures.md "Vector deletes"): runs of sorted keys, each DoDelete'd in
+  // one working version — every touched node copied once, emptied nodes removed and the root
+  // collapsed as by Delete — then one op log (type 4) and one publish per run
+  // (MvBase::DeleteVectorRuns).
+  Status DeleteBatch(std::span<const Key> keys, uint64_t* deleted) override {
+    return DeleteVectorRuns(keys, deleted);
+  }
 
  private:
   struct Step {

@@ -215,7 +215,7 @@ class MvBase : public Map, public Base {
       ASYMNVM_RETURN_IF_ERROR(CheckKey(kv.first));
       ASYMNVM_RETURN_IF_ERROR(CheckValue(kv.second));
     }
-    return ApplyVectorRuns(SortedUnique(kvs), kOpPutVector);
+    return ApplyRuns(SortedUnique(kvs), kOpPutVector, nullptr);
   }
 
   Status ReplayOp(const frontend::RecoveredOp& op) override {
@@ -227,7 +227,7 @@ class MvBase : public Map, public Base {
         if (kv.second.size() > vsize() || (op.op_type == kOpDeleteVector && !kv.second.empty()))
           return Status::Corruption(What() + ": replayed value too long");
       }
-      return ApplyVectorRun(run, true, op.op_type);
+      return ApplyVectorRun(run, true, op.op_type, nullptr);
     }
     Key key;
     Value v;
@@ -412,9 +412,10 @@ class MvBase : public Map, public Base {
     return ReclaimDue();
   }
 
-  // A vector delete (Map::DeleteBatch of a kind whose DoDelete is safe inside a vector run): the
-  // keys sorted and de-duplicated, applied as runs of op type kOpDeleteVector (keys not found
-  // skipped); *deleted counts the keys the applied runs removed.
+  // A vector delete (Map::DeleteBatch of a kind that opts in: the MV-B+tree): the sorted keys in
+  // runs of bounded op log, each applied by ApplyVectorRun as the kind's own Deletes in one
+  // working version (each node copied once per run, the kind's single-key handling of emptied
+  // nodes), one op log (type 4) and one publish. *deleted: the keys removed.
   Status DeleteVectorRuns(std::span<const Key> keys, uint64_t* deleted) {
     if (deleted) *deleted = 0;
     ASYMNVM_RETURN_IF_ERROR(CheckWritable());
@@ -424,14 +425,12 @@ class MvBase : public Map, public Base {
       ASYMNVM_RETURN_IF_ERROR(CheckKey(k));
       kvs.emplace_back(k, Value{});
     }
-    vector_deleted_ = 0;
-    Status st = ApplyVectorRuns(SortedUnique(kvs), kOpDeleteVector);
-    if (deleted) *deleted = vector_deleted_;
-    return st;
+    return ApplyRuns(SortedUnique(kvs), kOpDeleteVector, deleted);
   }
 
-  // A sorted, duplicate-free vector cut into runs of at most kVectorPayloadMax op-log bytes.
-  Status ApplyVectorRuns(std::span<const KeyValue> sorted, uint16_t op_type) {
+  // Cuts a sorted, duplicate-free vector into runs whose op-log parameters stay within
+  // kVectorPayloadMax and applies each (ApplyVectorRun cuts a run again by the publish budget).
+  Status ApplyRuns(std::span<const KeyValue> sorted, uint16_t op_type, uint64_t* removed) {
     size_t begin = 0;
     while (begin < sorted.size()) {
       size_t end = begin, bytes = 4;
@@ -442,20 +441,21 @@ class MvBase : public Map, public Base {
         bytes += KeyValueValueOffset(sorted[end].first) + sorted[end].second.size();
         end++;
       }
-      ASYMNVM_RETURN_IF_ERROR(ApplyVectorRun(sorted.subspan(begin, end - begin), false, op_type));
+      ASYMNVM_RETURN_IF_ERROR(
+          ApplyVectorRun(sorted.subspan(begin, end - begin), false, op_type, removed));
       begin = end;
     }
     return Status::Ok();
   }
 
   // One run of a vector: everything unpublished is published first, so the working version then
-  // holds this run's objects alone and dropping them undoes the run. The puts (or, op type
-  // kOpDeleteVector, the deletes of the keys present) run in DRAM (no op log, no publish); then
-  // the run's op log and one publish, or — too many private bytes for one publish, nothing logged
-  // yet — the run is dropped and applied in parts. A delete run's replaced published objects go
-  // to the grace-period reclamation with that publish, like a Delete's.
-  Status ApplyVectorRun(std::span<const KeyValue> run, bool replay,
-                        uint16_t op_type = kOpPutVector) {
+  // holds this run's objects alone and dropping them undoes the run. The puts (op type 3) or
+  // deletes (type 4) run in DRAM (no op log, no publish); then the run's op log and one publish,
+  // or — too many private bytes for one publish, nothing logged yet — the run is dropped and
+  // applied in parts. A delete run skips absent keys; one that found none logs nothing (its
+  // replay logs and closes its op). removed (deletes): += the keys the run removed.
+  Status ApplyVectorRun(std::span<const KeyValue> run, bool replay, uint16_t op_type,
+                        uint64_t* removed) {
     ASYMNVM_RETURN_IF_ERROR(Publish());
     const uint64_t root = root_, count = count_;
     const size_t retired = retired_.size();
@@ -468,27 +468,36 @@ class MvBase : public Map, public Base {
       retired_.resize(retired);
       ops_ = 0;
     };
-    // Medians first (breadth-first over the halves of the sorted run): a run that falls into an
-    // empty part of the MV-BST becomes a balanced subtree rather than a chain. Deterministic, so
-    // a replay builds the same shape.
+    const bool del = op_type == kOpDeleteVector;
     in_vector_ = true;
     Status st = Status::Ok();
-    const bool del = op_type == kOpDeleteVector;
-    // Deletes in key order (neighbours share their path copies); absent keys are skipped.
-    for (size_t i = 0; del && i < run.size() && st.ok(); i++) {
-      st = DoDelete(run[i].first, replay);
-      if (st.code() == StatusCode::kNotFound) st = Status::Ok();
-    }
-    std::deque<std::pair<size_t, size_t>> halves;
-    if (!del) halves.emplace_back(0, run.size());
-    while (!halves.empty() && st.ok()) {
-      const auto [lo, hi] = halves.front();
-      halves.pop_front();
-      if (lo >= hi) continue;
-      const size_t mid = lo + (hi - lo) / 2;
-      st = DoPut(run[mid].first, run[mid].second, replay);
-      halves.emplace_back(lo, mid);
-      halves.emplace_back(mid + 1, hi);
+    if (del) {
+      // Ascending: a key's path shares the nodes the previous keys made private. Stopped at the
+      // first key that takes the private objects beyond one publish: the keys before it fit.
+      for (size_t i = 0; i < run.size() && st.ok(); i++) {
+        st = DoDelete(run[i].first, replay);
+        if (st.code() == StatusCode::kNotFound) st = Status::Ok();
+        if (st.ok() && !replay && i > 0 && priv_bytes_ > PublishBudget()) {
+          in_vector_ = false;
+          drop();
+          ASYMNVM_RETURN_IF_ERROR(ApplyVectorRun(run.first(i), false, op_type, removed));
+          return ApplyVectorRun(run.subspan(i), false, op_type, removed);
+        }
+      }
+    } else {
+      // Medians first (breadth-first over the halves of the sorted run): a run that falls into
+      // an empty part of the MV-BST becomes a balanced subtree rather than a chain.
+      // Deterministic, so a replay builds the same shape.
+      std::deque<std::pair<size_t, size_t>> halves{{0, run.size()}};
+      while (!halves.empty() && st.ok()) {
+        const auto [lo, hi] = halves.front();
+        halves.pop_front();
+        if (lo >= hi) continue;
+        const size_t mid = lo + (hi - lo) / 2;
+        st = DoPut(run[mid].first, run[mid].second, replay);
+        halves.emplace_back(lo, mid);
+        halves.emplace_back(mid + 1, hi);
+      }
     }
     in_vector_ = false;
     if (!st.ok()) {
@@ -503,39 +512,44 @@ class MvBase : public Map, public Base {
       size_t at = 0;
       for (size_t k = 0; k < parts; k++) {
         const size_t n = run.size() / parts + (k < run.size() % parts ? 1 : 0);
-        ASYMNVM_RETURN_IF_ERROR(ApplyVectorRun(run.subspan(at, n), false, op_type));
+        ASYMNVM_RETURN_IF_ERROR(ApplyVectorRun(run.subspan(at, n), false, op_type, removed));
         at += n;
       }
       return Status::Ok();
+    }
+    const bool changed = !priv_.empty() || count_ != count || root_ != root;
+    if (!changed && !replay && del) {
+      ops_ = 0;
+      return Status::Ok();  // no key found: nothing to log
     }
     st = s_.OpLog(st_, op_type, EncodeVector(run)).status();
     if (!st.ok()) {
       drop();
       return st;
     }
-    dirty_ = !priv_.empty() || count_ != count || root_ != root;
-    // Nothing changed (no key of a delete run present; cannot happen for a put): close the op.
-    if (!dirty_) return s_.TxWrite(st_);
-    // Crash tests kill in the middle of this publish's memory logs (the run's op log durable).
-    vector_crash_point_ =
-        del ? "structures.vector_delete.mid_writes" : "structures.vector.mid_writes";
-    st = Publish();
-    vector_crash_point_ = nullptr;
-    if (st.ok() && del) vector_deleted_ += count - count_;
-    return st;
+    const uint64_t gone = count - count_;
+    dirty_ = changed;
+    if (!dirty_) return s_.TxWrite(st_);  // nothing changed (a replayed delete run): close the op
+    ASYMNVM_RETURN_IF_ERROR(Publish(/*vector=*/true, /*vector_delete=*/del));
+    if (removed && del) *removed += gone;
+    return Status::Ok();
   }
 
   // Writes the working version and swaps the root in one transaction, fenced.
-  Status Publish() {
+  // vector: a vector run's publish, whose op log is durable: crash tests kill it between its
+  // memory logs (crash point structures.vector.mid_writes, as Base's vector runs).
+  // vector_delete: a delete run's, which also reaches structures.vector_delete.mid_writes (the
+  // point a test arms to stop in a delete rather than a put).
+  Status Publish(bool vector = false, bool vector_delete = false) {
     if (!writer() || !dirty_) return Status::Ok();
     const uint64_t v = NextVersion();
-    size_t written = 0;
+    size_t i = 0;
     for (auto& [a, b] : priv_) {
-      if (vector_crash_point_ != nullptr && written++ == priv_.size() / 2)
-        ASYMNVM_CRASH_POINT(vector_crash_point_);
+      if (vector && i++ == priv_.size() / 2) VectorCrashPoints(vector_delete);
       PutU32(b.data() + 4, ObjSum(b.data(), b.size()));
       ASYMNVM_RETURN_IF_ERROR(Write(a, b));
     }
+    if (vector && priv_.empty()) VectorCrashPoints(vector_delete);
     uint8_t w[24];
     PutU64(w, root_);
     PutU64(w + 8, count_ | (static_cast<uint64_t>(Tag(root_)) << 48));
@@ -553,6 +567,11 @@ class MvBase : public Map, public Base {
     for (uint64_t a : retired_) reclaim_.emplace_back(deadline, a);
     retired_.clear();
     return ReclaimDue();
+  }
+
+  static void VectorCrashPoints(bool vector_delete) {
+    ASYMNVM_CRASH_POINT("structures.vector.mid_writes");
+    if (vector_delete) ASYMNVM_CRASH_POINT("structures.vector_delete.mid_writes");
   }
 
   Status ReclaimDue() {
@@ -578,10 +597,8 @@ class MvBase : public Map, public Base {
   uint32_t ops_ = 0;
   bool dirty_ = false;
   bool in_vector_ =
-      false;  // DoPut / DoDelete inside ApplyVectorRun: no op log, no publish of its own
-  const char* vector_crash_point_ = nullptr;  // the publish of a vector run (crash tests)
-  uint64_t vector_deleted_ = 0;               // DeleteVectorRuns: keys its applied runs removed
-  std::vector<uint64_t> retired_;             // published objects replaced since the last publish
+      false;  // DoPut/DoDelete inside ApplyVectorRun: no op log, no publish of its own
+  std::vector<uint64_t> retired_;  // published objects replaced since the last publish
   std::deque<std::pair<Clock::time_point, uint64_t>> reclaim_;
   std::chrono::microseconds grace_ = kDefaultGrace;
   // Readers.

@@ -703,9 +703,9 @@ TEST_P(DeleteVectorTest, DISABLED_MeasureAgainstDeleteLoop) {
 
 // The MV-BST: a delete run is one new version (one publish), and the published nodes and value
 // blocks it replaced wait for the grace period like a Delete's.
-class MvDeleteVectorTest : public StructuresTest {};
+class MvBstDeleteVectorTest : public StructuresTest {};
 
-TEST_F(MvDeleteVectorTest, RunIsOnePublishAndRetiresThroughTheGracePeriod) {
+TEST_F(MvBstDeleteVectorTest, RunIsOnePublishAndRetiresThroughTheGracePeriod) {
   auto s = OpenSession(90, Level::kRc);
   auto m = OpenMap(*s, Kind::kMvBst, "mvgc");
   ASSERT_TRUE(m.ok());
@@ -744,6 +744,13 @@ INSTANTIATE_TEST_SUITE_P(Kinds, DeleteVectorTest,
                          ::testing::Values(KindParam{Kind::kSkipList, 0, "skiplist"},
                                            KindParam{Kind::kBst, 0, "bst"},
                                            KindParam{Kind::kMvBst, 0, "mvbst"}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// The MV-B+tree's vector delete (MvBase::DeleteVectorRuns): at fan-out 4 (height 6 over 3 000
+// keys, runs emptying whole leaves) and at the default 32.
+INSTANTIATE_TEST_SUITE_P(MvBPlusTree, DeleteVectorTest,
+                         ::testing::Values(KindParam{Kind::kMvBPlusTree, 4, "mvbptree4"},
+                                           KindParam{Kind::kMvBPlusTree, 0, "mvbptree"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // A reader under the seqlock never misses a stable key while the writer applies vectors of

@@ -130,11 +130,8 @@ class SoftPd final : public ProtectionDomain {
     ASYMNVM_ASSIGN_OR_RETURN(uint32_t key, fabric_->NewKey());
     auto mr =
         std::make_unique<SoftMr>(fabric_->regions(), addr, length, o.access, key, o.persister);
-    {
-      std::unique_lock<std::shared_mutex> lock(fabric_->regions()->mu);
-      fabric_->regions()->map[key] =
-          RegionEntry{static_cast<uint8_t*>(addr), length, o.access, id_, o.persister};
-    }
+    fabric_->regions()->Insert(
+        key, RegionEntry{static_cast<uint8_t*>(addr), length, o.access, id_, o.persister});
     return std::unique_ptr<MemoryRegion>(std::move(mr));
   }
   uint64_t id() const { return id_; }
@@ -398,8 +395,6 @@ Result<std::unique_ptr<Connection>> SoftFabric::Connect(ProtectionDomain* pd,
   }
   return MakeConnection(spd->id(), MakeSocketChannel(fd), o, peer, address);
 }
-
-RegionTable* RegionsOf(SoftFabric* fabric) { return fabric->regions(); }
 
 }  // namespace internal
 

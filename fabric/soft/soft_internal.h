@@ -18,7 +18,6 @@
 #include <deque>
 #include <mutex>
 #include <random>
-#include <shared_mutex>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -178,9 +177,59 @@ struct RegionEntry {
   pm::Persister* persister = nullptr;
 };
 
-struct RegionTable {
-  std::shared_mutex mu;
-  std::unordered_map<uint32_t, RegionEntry> map;
+// The fabric's registered regions by key. Registration and deregistration take the lock
+// exclusively; the workers read it shared through a RegionReadHold.
+class RegionTable {
+ public:
+  void Insert(uint32_t key, const RegionEntry& e) ASYMNVM_EXCLUDES(mu_) {
+    WriterMutexLock lock(mu_);
+    map_[key] = e;
+  }
+  // Waits for in-flight accesses (a worker's hold) to end.
+  void Erase(uint32_t key) ASYMNVM_EXCLUDES(mu_) {
+    WriterMutexLock lock(mu_);
+    map_.erase(key);
+  }
+
+ private:
+  friend class RegionReadHold;
+  const RegionEntry* Find(uint32_t key) const ASYMNVM_REQUIRES_SHARED(mu_) {
+    auto it = map_.find(key);
+    return it == map_.end() ? nullptr : &it->second;
+  }
+
+  mutable SharedMutex mu_;
+  std::unordered_map<uint32_t, RegionEntry> map_ ASYMNVM_GUARDED_BY(mu_);
+};
+
+// A worker's shared hold of the region table, taken lazily — at the first lookup of a service
+// pass, so a pass that only reads its socket does not delay deregistration — and dropped around
+// system calls (Release) and at the end of the pass. An entry Find returns is valid until
+// Release: deregistration (RegionTable::Erase) waits for the hold.
+class RegionReadHold {
+ public:
+  explicit RegionReadHold(RegionTable* table) : table_(table) {}
+  RegionReadHold(const RegionReadHold&) = delete;
+  RegionReadHold& operator=(const RegionReadHold&) = delete;
+  ~RegionReadHold() { Release(); }
+
+  const RegionEntry* Find(uint32_t key) {
+    Acquire();
+    table_->mu_.AssertReaderHeld();  // held_ is true here: Acquire took it
+    return table_->Find(key);
+  }
+  void Acquire() ASYMNVM_NO_THREAD_SAFETY_ANALYSIS {  // held across calls: checked by held_
+    if (!held_) table_->mu_.lock_shared();
+    held_ = true;
+  }
+  void Release() ASYMNVM_NO_THREAD_SAFETY_ANALYSIS {  // releases what Acquire took, if anything
+    if (held_) table_->mu_.unlock_shared();
+    held_ = false;
+  }
+
+ private:
+  RegionTable* table_;
+  bool held_ = false;
 };
 
 class SoftFabric;
@@ -196,8 +245,7 @@ class SoftMr final : public MemoryRegion {
         key_(key),
         persister_(persister) {}
   ~SoftMr() override {
-    std::unique_lock<std::shared_mutex> lock(table_->mu);  // waits for in-flight accesses
-    table_->map.erase(key_);
+    table_->Erase(key_);  // waits for in-flight accesses
   }
   void* addr() const override { return addr_; }
   size_t length() const override { return length_; }
@@ -431,7 +479,7 @@ class ConnCore {
   void MarkClosed();
 
   // ---- worker side ----
-  void Service(std::shared_lock<std::shared_mutex>* regions);  // read, parse, execute
+  void Service(RegionReadHold* regions);  // read, parse, execute
   bool held() const { return held_; }
   Clock::time_point hold_deadline() const { return hold_deadline_; }
   bool ready_to_retry(Clock::time_point now) const {
@@ -444,7 +492,7 @@ class ConnCore {
   bool flush_waiting() const { return flush_waiting_; }
   // Flush (without Drain) of this connection's landed ranges; the persisters to drain are added
   // to *drain. Caller holds the regions lock (shared).
-  void StagePersist(std::vector<pm::Persister*>* drain);
+  void StagePersist(RegionReadHold* regions, std::vector<pm::Persister*>* drain);
   void AckFlush();
   bool dead() const { return dead_; }
   bool want_drop() const { return want_drop_.load(std::memory_order_acquire); }
@@ -464,13 +512,13 @@ class ConnCore {
 
  private:
   enum class Exec { kContinue, kHold, kStop, kFlushWait };
-  Exec HandleRequest(const ParsedPacket& p, std::shared_lock<std::shared_mutex>* regions);
+  Exec HandleRequest(const ParsedPacket& p, RegionReadHold* regions);
   void HandleResponse(const ParsedPacket& p);
   void Nak(uint8_t reason, uint32_t seq, const std::string& why);
   void AppendResponse(uint8_t op, uint8_t reason, uint32_t seq, const uint8_t* data, uint32_t len);
   void FlushResponses();
-  const RegionEntry* Lookup(uint32_t rkey, uint64_t addr, uint64_t len, uint32_t right,
-                            std::string* why);
+  const RegionEntry* Lookup(RegionReadHold* regions, uint32_t rkey, uint64_t addr, uint64_t len,
+                            uint32_t right, std::string* why);
   void CompleteLocked(const OutEntry& e, CompletionStatus st, uint32_t byte_len)
       ASYMNVM_REQUIRES(sq_mu_);
   void FailAllLocked(CompletionStatus st) ASYMNVM_REQUIRES(sq_mu_);
@@ -512,8 +560,5 @@ class ConnCore {
   std::atomic<bool> want_drop_{false};  // the worker drops the connection after this pass
   bool dead_ = false;
 };
-
-// The region table of the fabric a connection belongs to (soft_fabric.cc).
-RegionTable* RegionsOf(SoftFabric* fabric);
 
 }  // namespace asymnvm::fabric::soft::internal

@@ -36,15 +36,14 @@ void ConnCore::Nak(uint8_t reason, uint32_t seq, const std::string& why) {
              Status::RemoteAccessError("this endpoint rejected a peer request: " + why));
 }
 
-const RegionEntry* ConnCore::Lookup(uint32_t rkey, uint64_t addr, uint64_t len, uint32_t right,
-                                    std::string* why) {
-  auto& map = RegionsOf(fabric_)->map;
-  auto it = map.find(rkey);
-  if (it == map.end() || it->second.pd_id != pd_id_) {
+const RegionEntry* ConnCore::Lookup(RegionReadHold* regions, uint32_t rkey, uint64_t addr,
+                                    uint64_t len, uint32_t right, std::string* why) {
+  const RegionEntry* found = regions->Find(rkey);
+  if (found == nullptr || found->pd_id != pd_id_) {
     *why = "unknown rkey " + std::to_string(rkey);
     return nullptr;
   }
-  const RegionEntry& e = it->second;
+  const RegionEntry& e = *found;
   if (!(e.access & right)) {
     *why = "region lacks the access right";
     return nullptr;
@@ -57,11 +56,9 @@ const RegionEntry* ConnCore::Lookup(uint32_t rkey, uint64_t addr, uint64_t len, 
   return &e;
 }
 
-void ConnCore::StagePersist(std::vector<pm::Persister*>* drain) {
-  auto& map = RegionsOf(fabric_)->map;
+void ConnCore::StagePersist(RegionReadHold* regions, std::vector<pm::Persister*>* drain) {
   for (const auto& r : persist_) {
-    auto it = map.find(r.rkey);
-    if (it == map.end()) continue;  // deregistered since: nothing left to persist
+    if (regions->Find(r.rkey) == nullptr) continue;  // deregistered since: nothing to persist
     r.persister->Flush(r.addr, r.len);
     if (std::find(drain->begin(), drain->end(), r.persister) == drain->end()) {
       drain->push_back(r.persister);
@@ -77,9 +74,8 @@ void ConnCore::AckFlush() {
   FlushResponses();
 }
 
-ConnCore::Exec ConnCore::HandleRequest(const ParsedPacket& p,
-                                       std::shared_lock<std::shared_mutex>* regions) {
-  if (!regions->owns_lock()) regions->lock();
+ConnCore::Exec ConnCore::HandleRequest(const ParsedPacket& p, RegionReadHold* regions) {
+  regions->Acquire();
   if (p.seq != expect_seq_) {
     Nak(kNakInvalid, expect_seq_,
         "sequence " + std::to_string(p.seq) + ", expected " + std::to_string(expect_seq_));
@@ -89,7 +85,7 @@ ConnCore::Exec ConnCore::HandleRequest(const ParsedPacket& p,
   std::string why;
   switch (p.opcode) {
     case kWireWrite: {
-      const RegionEntry* e = Lookup(p.rkey, p.remote_addr, p.length, kRemoteWrite, &why);
+      const RegionEntry* e = Lookup(regions, p.rkey, p.remote_addr, p.length, kRemoteWrite, &why);
       if (e == nullptr) {
         Nak(kNakAccess, p.seq, "WRITE: " + why);
         return Exec::kStop;
@@ -109,7 +105,7 @@ ConnCore::Exec ConnCore::HandleRequest(const ParsedPacket& p,
       break;
     }
     case kWireRead: {
-      const RegionEntry* e = Lookup(p.rkey, p.remote_addr, p.length, kRemoteRead, &why);
+      const RegionEntry* e = Lookup(regions, p.rkey, p.remote_addr, p.length, kRemoteRead, &why);
       if (e == nullptr) {
         Nak(kNakAccess, p.seq, "READ: " + why);
         return Exec::kStop;
@@ -125,7 +121,7 @@ ConnCore::Exec ConnCore::HandleRequest(const ParsedPacket& p,
         Nak(kNakInvalid, p.seq, "atomic: length must be 8 and the address 8-byte aligned");
         return Exec::kStop;
       }
-      const RegionEntry* e = Lookup(p.rkey, p.remote_addr, 8, kRemoteAtomic, &why);
+      const RegionEntry* e = Lookup(regions, p.rkey, p.remote_addr, 8, kRemoteAtomic, &why);
       if (e == nullptr) {
         Nak(kNakAccess, p.seq, "atomic: " + why);
         return Exec::kStop;
@@ -182,7 +178,7 @@ ConnCore::Exec ConnCore::HandleRequest(const ParsedPacket& p,
       break;
     }
     case kWireFlush: {
-      if (p.rkey != 0 && Lookup(p.rkey, p.remote_addr, 1, kRemoteRead, &why) == nullptr) {
+      if (p.rkey != 0 && Lookup(regions, p.rkey, p.remote_addr, 1, kRemoteRead, &why) == nullptr) {
         Nak(kNakAccess, p.seq, "FLUSH: " + why);
         return Exec::kStop;
       }
@@ -201,7 +197,7 @@ ConnCore::Exec ConnCore::HandleRequest(const ParsedPacket& p,
   return Exec::kContinue;
 }
 
-void ConnCore::Service(std::shared_lock<std::shared_mutex>* regions) {
+void ConnCore::Service(RegionReadHold* regions) {
   if (dead_ || flush_waiting_) return;
   held_ = held_ && !(Clock::now() >= hold_deadline_ || rq_->HasBuffer());
   bool stop = false;
@@ -258,7 +254,7 @@ void ConnCore::Service(std::shared_lock<std::shared_mutex>* regions) {
     if (rbuf_.size() - rend_ < kReadChunk / 4) rbuf_.resize(rbuf_.size() + kReadChunk);
     size_t n = 0;
     // Release the region lock around the system call so deregistration is not delayed by I/O.
-    if (regions->owns_lock()) regions->unlock();
+    regions->Release();
     auto rs = ch_->Read(rbuf_.data() + rend_, rbuf_.size() - rend_, &n);
     if (rs == Channel::ReadStatus::kData) {
       rend_ += n;

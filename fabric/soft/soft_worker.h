@@ -134,9 +134,10 @@ class Worker {
 
   void Service(ConnCore* c) {
     const bool was_waiting = c->flush_waiting();
-    std::shared_lock<std::shared_mutex> regions(regions_->mu, std::defer_lock);
-    c->Service(&regions);
-    if (regions.owns_lock()) regions.unlock();
+    {
+      RegionReadHold regions(regions_);  // taken at the first lookup, released at the end
+      c->Service(&regions);
+    }
     if (c->want_drop() && !c->dead()) Detach(c);
     if (!was_waiting && c->flush_waiting() && !c->dead()) flush_waiting_.push_back(c);
   }
@@ -151,9 +152,9 @@ class Worker {
       waiting.swap(flush_waiting_);  // Service below may queue a connection again
       std::erase_if(waiting, [](ConnCore* c) { return c->dead(); });
       {
-        std::shared_lock<std::shared_mutex> regions(regions_->mu);
+        RegionReadHold regions(regions_);
         std::vector<pm::Persister*> drain;
-        for (ConnCore* c : waiting) c->StagePersist(&drain);
+        for (ConnCore* c : waiting) c->StagePersist(&regions, &drain);
         for (pm::Persister* p : drain) p->Drain();
       }
       for (ConnCore* c : waiting) {

@@ -1,7 +1,7 @@
 // The configuration manager's pure resharding functions (doc/kv.md §Resharding): the map's
 // `move=` field, PlanMove's decision (threshold, target choice, no bouncing of a single hot
-// shard, cooldown, rf 1), SwapPrimary (the move's commit) and NextMap's rollback of a move whose
-// target died or left the shard.
+// shard, cooldown, rf 1), SwapPrimary (the move's commit), NextMap's rollback of a move whose
+// target died or left the shard, and the rejoin backoff of backups a primary removed.
 #include <gtest/gtest.h>
 
 #include "kv/shard_map.h"
@@ -160,6 +160,96 @@ TEST(KvShardMap, RebalanceOptionsValidate) {
   o.period_ms = 1000;
   o.move_timeout_ms = 10;
   EXPECT_FALSE(o.Validate().ok());
+}
+
+// A backup its primary removed while it stayed alive (a failed replication) is held out of that
+// shard for 1 s, then 2 s, 4 s ... up to the maximum, and back to 1 s after a quiet period;
+// meanwhile NextMap lets another live server join instead.
+TEST(KvShardMap, RemovedBackupRejoinsAfterAGrowingDelay) {
+  using namespace std::chrono_literals;
+  ShardMap m = Initial(2);  // shard 0: primary a, backup b
+  ASSERT_EQ(m.assignment[0].backups.size(), 1u);
+  ASSERT_EQ(m.assignment[0].backups[0].uuid, "b");
+  RejoinBackoff::Options o;
+  o.first = 1s;
+  o.max = 4s;
+  o.reset_after = 60s;
+  RejoinBackoff backoff(o);
+  const auto t0 = RejoinBackoff::Clock::time_point{} + 1000s;
+
+  // The primary removes b (the map write of RemoveBackup).
+  ShardMap removed = m;
+  removed.assignment[0].backups.clear();
+  removed.epoch = m.epoch + 1;
+  auto found = backoff.Observe(m, removed, kLive, t0);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].first, "0:b");
+  EXPECT_EQ(found[0].second, std::chrono::duration_cast<RejoinBackoff::Clock::duration>(1s));
+  EXPECT_TRUE(backoff.Observe(removed, removed, kLive, t0).empty());  // read again: no news
+
+  // Held: c joins shard 0 instead of b.
+  ShardMap next;
+  ASSERT_TRUE(NextMap(removed, m.servers, 6, 2, &next, backoff.Held(t0 + 500ms)));
+  ASSERT_EQ(next.assignment[0].backups.size(), 1u);
+  EXPECT_EQ(next.assignment[0].backups[0].uuid, "c");
+  EXPECT_FALSE(next.assignment[0].backups[0].synced);
+  // Only two servers alive: nobody joins while b is held, b joins once the delay is over.
+  std::map<std::string, ServerAddr> two{{"a", m.servers.at("a")}, {"b", m.servers.at("b")}};
+  ShardMap alone;
+  NextMap(removed, two, 6, 2, &alone, backoff.Held(t0 + 500ms));
+  EXPECT_TRUE(alone.assignment[0].backups.empty());
+  ASSERT_TRUE(NextMap(removed, two, 6, 2, &next, backoff.Held(t0 + 1s)));
+  ASSERT_EQ(next.assignment[0].backups.size(), 1u);
+  EXPECT_EQ(next.assignment[0].backups[0].uuid, "b");
+
+  // Removed again and again: 2 s, 4 s, then capped at 4 s.
+  ShardMap rejoined = removed;
+  rejoined.assignment[0].backups.push_back({"b", false});
+  auto t = t0 + 2s;
+  for (auto want : {2s, 4s, 4s}) {
+    rejoined.epoch += 2;
+    removed.epoch = rejoined.epoch + 1;
+    EXPECT_TRUE(backoff.Observe(removed, rejoined, kLive, t).empty());  // a join is no removal
+    found = backoff.Observe(rejoined, removed, kLive, t);
+    ASSERT_EQ(found.size(), 1u);
+    EXPECT_EQ(found[0].second, std::chrono::duration_cast<RejoinBackoff::Clock::duration>(want));
+    EXPECT_TRUE(backoff.Held(t + want - 1ms).count({0, "b"}));
+    EXPECT_FALSE(backoff.Held(t + want).count({0, "b"}));
+    t += want + 1s;
+  }
+  // After a quiet minute the delay starts over at 1 s.
+  t += 61s;
+  rejoined.epoch += 2;
+  removed.epoch = rejoined.epoch + 1;
+  found = backoff.Observe(rejoined, removed, kLive, t);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].second, std::chrono::duration_cast<RejoinBackoff::Clock::duration>(1s));
+  EXPECT_EQ(backoff.removals(), 5u);
+}
+
+// Not removals: a backup that died, a backup promoted at a failover, a move's surplus drop.
+TEST(KvShardMap, DeathsPromotionsAndMovesAreNotRemovals) {
+  ShardMap m = Initial(2);  // shard 0: a + b
+  RejoinBackoff backoff;
+  const auto now = RejoinBackoff::Clock::now();
+  ShardMap dead = m;
+  dead.assignment[0].backups.clear();
+  dead.epoch++;
+  EXPECT_TRUE(backoff.Observe(m, dead, {"a", "c"}, now).empty());  // b is not alive
+  ShardMap promoted = m;
+  promoted.assignment[0].primary = "b";
+  promoted.assignment[0].backups.clear();
+  promoted.epoch++;
+  EXPECT_TRUE(backoff.Observe(m, promoted, kLive, now).empty());
+  ShardMap moving = m;
+  moving.assignment[0].backups.push_back({"c", true});
+  moving.assignment[0].move_to = "c";
+  ShardMap swapped = moving;
+  ASSERT_TRUE(SwapPrimary(&swapped, 0, "a"));
+  swapped.epoch++;
+  EXPECT_TRUE(backoff.Observe(moving, swapped, kLive, now).empty());
+  EXPECT_TRUE(backoff.Held(now).empty());
+  EXPECT_EQ(backoff.removals(), 0u);
 }
 
 }  // namespace

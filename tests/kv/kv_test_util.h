@@ -2,6 +2,7 @@
 // a client on explicit addresses.
 #pragma once
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -10,6 +11,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -99,6 +101,33 @@ bool WaitFor(F done, std::chrono::milliseconds timeout = std::chrono::seconds(20
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return true;
+}
+
+// SIGSTOPs `pid` and waits until every thread of it is stopped (state T in /proc): kill()
+// returns before a thread running on another core has stopped, which may still serve a request.
+inline bool StopAndWait(pid_t pid, std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+  if (kill(pid, SIGSTOP) != 0) return false;
+  const std::string task_dir = "/proc/" + std::to_string(pid) + "/task";
+  return WaitFor(
+      [&] {
+        DIR* dir = opendir(task_dir.c_str());
+        if (dir == nullptr) return false;
+        bool all = true;
+        while (dirent* e = readdir(dir)) {
+          if (e->d_name[0] == '.') continue;
+          std::ifstream stat(task_dir + "/" + e->d_name + "/stat");
+          std::string line;
+          std::getline(stat, line);
+          const size_t close = line.rfind(')');  // "tid (comm) S ..."
+          if (close == std::string::npos || close + 2 >= line.size() ||
+              (line[close + 2] != 'T' && line[close + 2] != 't')) {
+            all = false;
+          }
+        }
+        closedir(dir);
+        return all;
+      },
+      timeout);
 }
 
 inline int WaitExit(pid_t pid) {

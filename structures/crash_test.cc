@@ -126,9 +126,8 @@ struct Model {
 
 // ---- the child ----
 
-[[noreturn]] void RunChild(const char* spec) {
-  // spec: address|kind|fe|seed|ackfile|companion|key_size
-  std::string s(spec);
+// The fields of a child's spec ("a|b|c").
+std::vector<std::string> SplitSpec(const std::string& s) {
   std::vector<std::string> f;
   for (size_t pos = 0;;) {
     size_t bar = s.find('|', pos);
@@ -136,6 +135,12 @@ struct Model {
     if (bar == std::string::npos) break;
     pos = bar + 1;
   }
+  return f;
+}
+
+[[noreturn]] void RunChild(const char* spec) {
+  // spec: address|kind|fe|seed|ackfile|companion|key_size
+  const std::vector<std::string> f = SplitSpec(spec);
   if (f.size() != 7) _exit(90);
   const bool companion = f[5] == "1";
   Options opts;
@@ -209,14 +214,7 @@ struct Model {
 // when the replay finished first (fewer than N ops to replay).
 [[noreturn]] void RunRecoverChild(const char* spec) {
   // spec: address|kind|fe|companion|key_size
-  std::string s(spec);
-  std::vector<std::string> f;
-  for (size_t pos = 0;;) {
-    size_t bar = s.find('|', pos);
-    f.push_back(s.substr(pos, bar == std::string::npos ? std::string::npos : bar - pos));
-    if (bar == std::string::npos) break;
-    pos = bar + 1;
-  }
+  const std::vector<std::string> f = SplitSpec(spec);
   if (f.size() != 5) _exit(90);
   auto kind = ParseKind(f[1]);
   if (!kind.ok()) _exit(91);

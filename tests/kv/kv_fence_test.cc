@@ -305,97 +305,90 @@ TEST(KvDigest, ABackupThatCannotApplyIsMarkedUnsyncedAndNeverPromoted) {
   }
 }
 
-// Two servers (rf 2); the backup is SIGSTOPped and a PUT makes the primary remove it after the
-// replication timeout; then SIGCONT. Returns the running processes; *backup_index is the backup,
-// *epoch_before the map epoch before the removal.
-void RemoveAliveBackup(TempDir& d, const std::string& coord, const std::string& backoff_ms,
-                       coord::Coordinator& zc, std::vector<Proc>* procs, int* backup_index,
-                       std::unique_ptr<Client>* client, uint64_t* epoch_before) {
-  auto args = [&](int i) {
-    auto a = Args(d, i, coord);
-    a.insert(a.end(), {"--resp-port", "-1", "--rejoin-backoff-ms", backoff_ms});
-    return a;
-  };
-  procs->resize(2);
-  {
-    std::thread t([&] { (*procs)[1] = StartKv(args(1)); });
-    (*procs)[0] = StartKv(args(0));
-    t.join();
+// Two servers (rf 2) on a directory coordinator; RemoveAliveBackup SIGSTOPs the backup, has a
+// PUT's replication time out (the primary removes the backup) and SIGCONTs it.
+class KvRejoin : public ::testing::Test {
+ protected:
+  void RemoveAliveBackup(const std::string& backoff_ms) {
+    auto opened_zc = coord::Coordinator::Open(coord_);
+    ASSERT_TRUE(opened_zc.ok()) << opened_zc.status().ToString();
+    zc_ = std::move(*opened_zc);
+    auto args = [&](int i) {
+      auto a = Args(d_, i, coord_);
+      a.insert(a.end(), {"--resp-port", "-1", "--rejoin-backoff-ms", backoff_ms});
+      return a;
+    };
+    procs_.resize(2);
+    {
+      std::thread t([&] { procs_[1] = StartKv(args(1)); });
+      procs_[0] = StartKv(args(0));
+      t.join();
+    }
+    ASSERT_GT(procs_[0].pid, 0);
+    ASSERT_GT(procs_[1].pid, 0);
+    ASSERT_TRUE(testutil::WaitFor(
+        [&] {
+          auto m = ReadMap(*zc_);
+          return m.ok() && m->assignment.size() == 1 && m->assignment[0].backups.size() == 1 &&
+                 m->assignment[0].backups[0].synced;
+        },
+        60s));
+    ClientOptions co;
+    co.coordinator = coord_;
+    co.retry_deadline = 30s;
+    co.timeout = 30s;
+    auto opened = Client::Open(co);
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    c_ = std::move(*opened);
+    ASSERT_TRUE(c_->Put("before", "1").ok());
+    std::this_thread::sleep_for(1s);  // the map settles (the first catch-up re-marks the backup)
+    auto m = ReadMap(*zc_);
+    ASSERT_TRUE(m.ok());
+    ASSERT_EQ(m->assignment[0].backups.size(), 1u);
+    ASSERT_TRUE(m->assignment[0].backups[0].synced);
+    const std::string backup_oq = m->servers[m->assignment[0].backups[0].uuid].oq;
+    const int backup = Address(procs_[0]) == backup_oq ? 0 : 1;
+    ASSERT_EQ(Address(procs_[backup]), backup_oq);
+    ASSERT_TRUE(testutil::StopAndWait(procs_[backup].pid));
+    Status st = c_->Put("during", "2");  // replication times out: the primary removes the backup
+    kill(procs_[backup].pid, SIGCONT);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    epoch_before_ = m->epoch;
   }
-  ASSERT_GT((*procs)[0].pid, 0);
-  ASSERT_GT((*procs)[1].pid, 0);
-  ASSERT_TRUE(testutil::WaitFor(
-      [&] {
-        auto m = ReadMap(zc);
-        return m.ok() && m->assignment.size() == 1 && m->assignment[0].backups.size() == 1 &&
-               m->assignment[0].backups[0].synced;
-      },
-      60s));
-  ClientOptions co;
-  co.coordinator = coord;
-  co.retry_deadline = 30s;
-  co.timeout = 30s;
-  auto opened = Client::Open(co);
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-  *client = std::move(*opened);
-  Client* c = client->get();
-  ASSERT_TRUE(c->Put("before", "1").ok());
-  std::this_thread::sleep_for(1s);  // the map settles (the first catch-up re-marks the backup)
-  auto m = ReadMap(zc);
-  ASSERT_TRUE(m.ok());
-  ASSERT_EQ(m->assignment[0].backups.size(), 1u);
-  ASSERT_TRUE(m->assignment[0].backups[0].synced);
-  const std::string backup_oq = m->servers[m->assignment[0].backups[0].uuid].oq;
-  *backup_index = Address((*procs)[0]) == backup_oq ? 0 : 1;
-  ASSERT_EQ(Address((*procs)[*backup_index]), backup_oq);
-  ASSERT_TRUE(testutil::StopAndWait((*procs)[*backup_index].pid));
-  Status st = c->Put("during", "2");  // replication times out: the primary removes the backup
-  kill((*procs)[*backup_index].pid, SIGCONT);
-  ASSERT_TRUE(st.ok()) << st.ToString();
-  *epoch_before = m->epoch;
-}
 
-TEST(KvRejoin, ABackupRemovedWhileAliveIsHeldOut) {
-  TempDir d;
-  const std::string coord = "dir:" + d.File("coord");
-  auto zc = coord::Coordinator::Open(coord);
-  ASSERT_TRUE(zc.ok()) << zc.status().ToString();
-  std::unique_ptr<Client> c;
-  std::vector<Proc> procs;
-  int backup = -1;
-  uint64_t epoch = 0;
-  RemoveAliveBackup(d, coord, "3600000", **zc, &procs, &backup, &c, &epoch);
+  TempDir d_;
+  const std::string coord_ = "dir:" + d_.File("coord");
+  std::unique_ptr<coord::Coordinator> zc_;
+  std::vector<Proc> procs_;
+  std::unique_ptr<Client> c_;
+  uint64_t epoch_before_ = 0;  // the map epoch before the removal
+};
+
+TEST_F(KvRejoin, ABackupRemovedWhileAliveIsHeldOut) {
+  RemoveAliveBackup("3600000");
   if (HasFatalFailure()) return;
   // Twenty manager periods and more writes: the removed server stays out (held for an hour);
   // the shard keeps serving without it.
   for (int i = 0; i < 20; i++) {
     std::this_thread::sleep_for(200ms);
-    ASSERT_TRUE(c->Put("after" + std::to_string(i), "3").ok());
+    ASSERT_TRUE(c_->Put("after" + std::to_string(i), "3").ok());
   }
-  auto m = ReadMap(**zc);
+  auto m = ReadMap(*zc_);
   ASSERT_TRUE(m.ok());
   EXPECT_TRUE(m->assignment[0].backups.empty()) << "the removed backup was re-added at once";
-  auto g = c->Get("during");
+  auto g = c_->Get("during");
   ASSERT_TRUE(g.ok() && g->found && g->value == "2");
 }
 
 // Negative control of the above: with the hold-off off the removed backup rejoins and catches up.
-TEST(KvRejoin, WithoutHoldOffARemovedBackupRejoinsAtOnce) {
-  TempDir d;
-  const std::string coord = "dir:" + d.File("coord");
-  auto zc = coord::Coordinator::Open(coord);
-  ASSERT_TRUE(zc.ok()) << zc.status().ToString();
-  std::unique_ptr<Client> c;
-  std::vector<Proc> procs;
-  int backup = -1;
-  uint64_t epoch = 0;
-  RemoveAliveBackup(d, coord, "0", **zc, &procs, &backup, &c, &epoch);
+TEST_F(KvRejoin, WithoutHoldOffARemovedBackupRejoinsAtOnce) {
+  RemoveAliveBackup("0");
   if (HasFatalFailure()) return;
   // Removed (one map), joining again (another), synced (a third).
   EXPECT_TRUE(testutil::WaitFor(
       [&] {
-        auto m = ReadMap(**zc);
-        return m.ok() && m->epoch >= epoch + 3 && m->assignment[0].backups.size() == 1 &&
+        auto m = ReadMap(*zc_);
+        return m.ok() && m->epoch >= epoch_before_ + 3 && m->assignment[0].backups.size() == 1 &&
                m->assignment[0].backups[0].synced;
       },
       60s))

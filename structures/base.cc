@@ -576,8 +576,12 @@ Status Base::ApplyVectorRun(std::span<const KeyValue> run, bool replay, const Ve
   st = Update(op_type, EncodeVector(run), [&]() -> Status {
     size_t part = 0;
     for (size_t i = 0; i < plan.writes.size(); i++) {
-      // Crash tests kill here: the op log is durable, half of the memory logs are buffered.
-      if (i == plan.writes.size() / 2) ASYMNVM_CRASH_POINT("structures.vector.mid_writes");
+      // Crash tests kill here: the op log is durable, half of the memory logs are buffered (a
+      // vector delete also reaches a point of its own, so a test can stop in one, not a put).
+      if (i == plan.writes.size() / 2) {
+        ASYMNVM_CRASH_POINT("structures.vector.mid_writes");
+        if (op_type == kOpDeleteVector) ASYMNVM_CRASH_POINT("structures.vector_delete.mid_writes");
+      }
       const size_t fp = backend::kTxnEntryHeaderSize + (plan.writes[i].second.size() + 7) / 8 * 8;
       if (part > 0 && part + fp > part_limit) {
         ASYMNVM_RETURN_IF_ERROR(s_.TxWritePart(st_));

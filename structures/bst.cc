@@ -17,6 +17,9 @@
 // that child in its parent; a node with two children takes its in-order successor's key slot
 // (whole) and value (successor copy) and the successor is unlinked instead. The unlinked node is
 // freed after the operation's tx_write.
+// DeleteBatch (doc/structures.md "Vector deletes"): each run of the sorted keys is one walk
+// over DRAM views of the nodes it reads (the deletes above, chained through the views), one
+// op log (type 4) and one transaction; the unlinked nodes are freed after it.
 //
 // §8 tree optimization (Options::optimize, writer at rc/rcb): nodes at depth < N (root = depth 0)
 // are read through the page cache, deeper ones with one-sided READs that bypass it. Every 1024
@@ -29,6 +32,7 @@
 // reported as kAborted("torn ...") so the seqlock retries it (the writer: kCorruption).
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <set>
 
 #include "structures/base.h"
@@ -104,6 +108,21 @@ class Bst final : public Map, public Base {
         kvs,
         [this](std::span<const KeyValue> run, VectorPlan* plan) { return GatherWalk(run, plan); },
         [bound](const KeyValue&) { return bound; });
+  }
+
+  Status DeleteBatch(std::span<const Key> keys, uint64_t* deleted) override {
+    // Per key at most one node's key, links and value written whole (a two-child delete moves
+    // its successor into it) and one link word.
+    const size_t bound = 16 + slot_ + slot_bytes_ + 24;
+    deleted_in_batch_ = 0;
+    Status st = DeleteVector(
+        keys,
+        [this](std::span<const KeyValue> run, VectorPlan* plan) {
+          return GatherDeleteWalk(run, plan);
+        },
+        [bound](const KeyValue&) { return bound; });
+    if (deleted) *deleted = deleted_in_batch_;
+    return st;
   }
 
   Status Get(const Key& key, Value* value) override {
@@ -241,6 +260,11 @@ class Bst final : public Map, public Base {
     if (op.op_type == kOpPutVector) {
       return ReplayVector(op, [this](std::span<const KeyValue> run, VectorPlan* plan) {
         return GatherWalk(run, plan);
+      });
+    }
+    if (op.op_type == kOpDeleteVector) {
+      return ReplayVector(op, [this](std::span<const KeyValue> run, VectorPlan* plan) {
+        return GatherDeleteWalk(run, plan);
       });
     }
     Key key;
@@ -485,6 +509,138 @@ class Bst final : public Map, public Base {
     return Status::Ok();
   }
 
+  // ---- vector delete (doc/structures.md "Vector deletes") ----
+  // Each key of the sorted run is looked up from the root through DRAM views of the nodes the run
+  // has read (each node is read once per run, its head when first met, its value slot only when
+  // it becomes a successor) and removed in those views as Delete does: a node with at most one
+  // child is replaced by it in its parent's view; a node with two children takes its in-order
+  // successor's key and value and the successor is unlinked instead. Later keys see the earlier
+  // ones' changes (a successor moved up is found, and may be deleted, where it now is). At the
+  // end every surviving node whose key changed is written whole once (key, links, value), every
+  // other changed node's link word(s) once, then the anchor's root and count; the unlinked nodes
+  // are freed after the transaction. Keys not found are skipped (a replay of a run applied
+  // before the crash finds none of them).
+  struct DelView {
+    Key key;
+    uint64_t left = 0, right = 0;
+    std::vector<uint8_t> slot;  // the value slot prefix, once read or moved in
+    bool moved = false;         // took a successor's key and value
+    bool left_changed = false, right_changed = false;
+  };
+
+  // A vector walk reads under the current N without adapting it (LevelThreshold::Paused).
+  Status GatherDeleteWalk(std::span<const KeyValue> run, VectorPlan* plan) {
+    return levels_.Paused([&] { return GatherDeleteVector(run, plan); });
+  }
+
+  Status GatherDeleteVector(std::span<const KeyValue> run, VectorPlan* plan) {
+    std::map<uint64_t, DelView> nodes;  // by address: the writes go out in address order
+    auto view = [&](uint64_t at, uint64_t depth) -> Result<DelView*> {
+      if (depth > count_ + 64) return Status::Corruption(Describe(kind_, st_.name) + ": cycle");
+      if (auto it = nodes.find(at); it != nodes.end()) return &it->second;
+      NodeHead h;
+      ASYMNVM_RETURN_IF_ERROR(ReadHead(at, static_cast<int>(depth), &h));
+      DelView v;
+      v.key = std::move(h.key);
+      v.left = h.left;
+      v.right = h.right;
+      return &nodes.emplace(at, std::move(v)).first->second;
+    };
+    uint64_t root = root_, removed = 0;
+    // Replaces the child `is_left` of `parent` (0: the root word) by `to`.
+    auto relink = [&](uint64_t parent, bool is_left, uint64_t to) {
+      if (parent == 0) {
+        root = to;
+        return;
+      }
+      DelView& p = nodes.at(parent);
+      (is_left ? p.left : p.right) = to;
+      (is_left ? p.left_changed : p.right_changed) = true;
+    };
+    for (const KeyValue& kv : run) {
+      const Key& key = kv.first;
+      uint64_t at = root, parent = 0, depth = 0;
+      bool is_left = false;
+      DelView* z = nullptr;
+      while (at != 0) {
+        ASYMNVM_ASSIGN_OR_RETURN(z, view(at, depth));
+        if (z->key == key) break;
+        parent = at;
+        is_left = key < z->key;
+        at = is_left ? z->left : z->right;
+        z = nullptr;
+        depth++;
+      }
+      if (z == nullptr) continue;
+      uint64_t victim = at;
+      if (z->left == 0 || z->right == 0) {
+        relink(parent, is_left, z->left != 0 ? z->left : z->right);
+      } else {
+        // The in-order successor s (leftmost of the right subtree) and its parent sp.
+        uint64_t sp = at, s = z->right, d = depth + 1;
+        DelView* sv = nullptr;
+        ASYMNVM_ASSIGN_OR_RETURN(sv, view(s, d));
+        while (sv->left != 0) {
+          sp = s;
+          s = sv->left;
+          ASYMNVM_ASSIGN_OR_RETURN(sv, view(s, ++d));
+        }
+        if (sv->slot.empty()) {
+          std::vector<uint8_t> slot(slot_bytes_);
+          ASYMNVM_RETURN_IF_ERROR(
+              Read(s + slot_, slot, levels_.Cached(adapt_, static_cast<int>(d))));
+          const uint32_t len = GetU32(slot.data());
+          if (len > vsize())
+            return Status::Corruption(Describe(kind_, st_.name) + ": bad value slot");
+          slot.resize((4 + len + 7) / 8 * 8);
+          sv->slot = std::move(slot);
+        }
+        z->key = sv->key;
+        z->slot = sv->slot;
+        z->moved = true;
+        relink(sp, sp != at, sv->right);
+        victim = s;
+      }
+      nodes.erase(victim);  // unreachable now; nothing of it is written
+      plan->frees.push_back(victim);
+      removed++;
+    }
+    if (removed == 0) return Status::Ok();
+    for (const auto& [addr, v] : nodes) {
+      if (v.moved) {
+        std::vector<uint8_t> b(slot_ + v.slot.size(), 0);
+        StoreKey(v.key, b.data());
+        PutU64(b.data() + left_, v.left);
+        PutU64(b.data() + right_, v.right);
+        std::memcpy(b.data() + slot_, v.slot.data(), v.slot.size());
+        plan->Add(addr, std::move(b));
+      } else if (v.left_changed && v.right_changed) {
+        std::vector<uint8_t> b(16);
+        PutU64(b.data(), v.left);
+        PutU64(b.data() + 8, v.right);
+        plan->Add(addr + left_, std::move(b));
+      } else if (v.left_changed) {
+        plan->AddU64(addr + left_, v.left);
+      } else if (v.right_changed) {
+        plan->AddU64(addr + right_, v.right);
+      }
+    }
+    if (root != root_) {
+      uint8_t a[16];
+      PutU64(a, root);
+      PutU64(a + 8, count_ - removed);
+      plan->Add(anchor_ + kRoot, std::vector<uint8_t>(a, a + 16));
+    } else {
+      plan->AddU64(anchor_ + kCount, count_ - removed);
+    }
+    plan->commit = [this, root, removed]() {
+      root_ = root;
+      count_ -= removed;
+      deleted_in_batch_ += removed;
+    };
+    return Status::Ok();
+  }
+
   Status DoDelete(const Key& key, bool replay) {
     uint64_t z = 0, parent = 0, link = 0;
     int depth = 0;
@@ -551,6 +707,7 @@ class Bst final : public Map, public Base {
   LevelThreshold levels_;
   // The writer's view of the anchor (it holds the lock).
   uint64_t root_ = 0, count_ = 0;
+  uint64_t deleted_in_batch_ = 0;  // DeleteBatch: keys its applied runs removed
 };
 
 }  // namespace

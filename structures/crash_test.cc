@@ -49,9 +49,18 @@ struct Op {
   // Put: small enough for one op log and one transaction of every kind; the hash table's
   // PutBatch is atomic whatever its size up to one transaction).
   std::vector<KeyValue> batch;
+  // Maps with a vector delete, one operation in 20: a DeleteBatch of 2..8 keys (duplicates and
+  // absent keys among them; one vector run, so atomic like a Delete).
+  std::vector<uint64_t> dels;
 };
 
 bool Vectorized(Kind kind) { return !IsSequence(kind); }
+// The kinds whose DeleteBatch is a vector path (op type 4); the others loop Delete, so a kill in
+// the middle of a batch could leave a prefix of it.
+bool VectorDeletes(Kind kind) {
+  return kind == Kind::kSkipList || kind == Kind::kBst || kind == Kind::kMvBst ||
+         kind == Kind::kMvBPlusTree;
+}
 
 // The map key of key number `i` (the model keeps the numbers): the integer itself, or for maps with
 // byte keys (key_size > 0) a byte string of varied length sharing a prefix with every other one.
@@ -82,6 +91,10 @@ Op MakeOp(std::mt19937_64& rng, int i, Kind kind) {
       op.batch.emplace_back(key, TestValue(key, static_cast<uint64_t>(i) * 8 + k, 1 + rng() % 40));
     }
   }
+  if (VectorDeletes(kind) && r == 18) {
+    const int n = 2 + static_cast<int>(rng() % 7);
+    for (int k = 0; k < n; k++) op.dels.push_back(rng() % kKeys);
+  }
   return op;
 }
 
@@ -103,6 +116,8 @@ struct Model {
     } else if (!op.batch.empty()) {
       for (const auto& [k, v] : op.batch)
         map[k.u64()] = v;  // in order: the last of equal keys wins
+    } else if (!op.dels.empty()) {
+      for (uint64_t k : op.dels) map.erase(k);
     } else if (op.write) {
       map[op.key] = op.value;
     } else {
@@ -171,6 +186,10 @@ std::vector<std::string> SplitSpec(const std::string& s) {
       auto* m = static_cast<Map*>(h->get());
       if (!op.batch.empty()) {
         st = m->PutBatch(MapKeys(op.batch, opts.key_size));
+      } else if (!op.dels.empty()) {
+        std::vector<Key> keys;
+        for (uint64_t k : op.dels) keys.push_back(CrashKey(k, opts.key_size));
+        st = m->DeleteBatch(keys);
       } else {
         const Key key = CrashKey(op.key, opts.key_size);
         st = op.write ? m->Put(key, op.value) : m->Delete(key);
@@ -264,14 +283,31 @@ int64_t AckedOps(const std::string& path) {
 // One round: child against `address`, SIGKILL at a seeded moment (`also_kill` runs right after
 // the child is killed: the both-at-once campaign kills the back-end daemon there and returns the
 // restarted daemon's address), then recovery through `recover_address` and the model check.
+// crash_at ("name:N"): instead the child kills itself the Nth time it reaches that crash point
+// (ASYMNVM_CRASH_AT; kill_after is ignored), where the in-flight operation's op log is durable:
+// the recovered structure must then hold it.
+// What a round does besides the plain kill and recovery.
+struct RoundOptions {
+  std::map<uint64_t, Value>* recovered = nullptr;  // the content the recovery found
+  uint32_t key_size = 0;                           // byte keys of this size (0: integers)
+  std::string structure_name;                      // "" = crash-<kind>-<fe>
+  std::string crash_at;            // the child kills itself at this crash point ("name:N") instead
+  int replay_crash_nth = 0;        // > 0: a recovering process is killed at its Nth replayed op
+  bool* replay_crashed = nullptr;  // ... and whether it was (it may have had fewer to replay)
+};
+
 void CrashRound(
     Kind kind, bool companion, int round, uint64_t fe, uint64_t seed, int64_t kill_after,
     const std::string& address, const std::string& scratch,
     const std::function<std::string()>& also_kill,
     const std::function<std::unique_ptr<frontend::Session>(const std::string&, uint64_t)>& open,
-    std::map<uint64_t, Value>* recovered = nullptr, uint32_t key_size = 0,
-    const std::string& structure_name = "", const std::string& crash_at = "",
-    int replay_crash_nth = 0, bool* replay_crashed = nullptr) {
+    const RoundOptions& ro = {}) {
+  std::map<uint64_t, Value>* recovered = ro.recovered;
+  const uint32_t key_size = ro.key_size;
+  const std::string& structure_name = ro.structure_name;
+  const std::string& crash_at = ro.crash_at;
+  const int replay_crash_nth = ro.replay_crash_nth;
+  bool* replay_crashed = ro.replay_crashed;
   {
     const std::string name = structure_name.empty()
                                  ? std::string("crash-") + KindName(kind) + "-" + std::to_string(fe)
@@ -292,7 +328,7 @@ void CrashRound(
     int status = 0;
     bool exited = false;
     for (int i = 0; i < 6000; i++) {  // up to ~60 s
-      if (AckedOps(acks) >= kill_after) break;
+      if (crash_at.empty() && AckedOps(acks) >= kill_after) break;
       if (waitpid(pid, &status, WNOHANG) == pid) {
         exited = true;
         break;
@@ -306,7 +342,8 @@ void CrashRound(
     if (!crash_at.empty()) {
       // It must have stopped at its crash point (SIGKILL of its own), not finished.
       ASSERT_TRUE(exited && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
-          << "the child did not reach crash point " << crash_at << " (status " << status << ")";
+          << "round " << round << ": the child did not reach crash point " << crash_at
+          << " (status " << status << ")";
     } else {
       ASSERT_TRUE(!exited || (WIFEXITED(status) && WEXITSTATUS(status) == 0))
           << "child failed: status " << status;
@@ -342,10 +379,12 @@ void CrashRound(
     before.sequence = after.sequence = sequence;
     before.lifo = after.lifo = kind == Kind::kStack;
     std::mt19937_64 rng(seed);
+    Op inflight;
     for (int64_t i = 0; i <= acked && i < kOps; i++) {
       Op op = MakeOp(rng, static_cast<int>(i), kind);
       if (i < acked) before.Apply(op);
       after.Apply(op);
+      if (i == acked) inflight = op;
     }
 
     auto s = open(recover_address, fe);
@@ -382,9 +421,9 @@ void CrashRound(
           << "companion stack holds " << got.size() << " pushes, " << acked << " acknowledged";
       for (size_t i = 0; i < got.size(); i++) ASSERT_EQ(got[i], static_cast<int32_t>(i)) << i;
     }
-    std::printf("round %d: %s killed=%d%s after %lld acknowledged ops, replayed %llu\n", round,
+    std::printf("round %d: %s killed=%d%s%s after %lld acknowledged ops, replayed %llu\n", round,
                 KindName(kind), exited ? 0 : 1, also_kill ? " (+ back-end)" : "",
-                static_cast<long long>(acked),
+                crash_at.empty() ? "" : (" at " + crash_at).c_str(), static_cast<long long>(acked),
                 static_cast<unsigned long long>(s->counters().replayed_ops));
     if (sequence) {
       auto* q = static_cast<Sequence*>(h->get());
@@ -412,6 +451,16 @@ void CrashRound(
       EXPECT_TRUE(got == before.map || got == after.map)
           << "round " << round << ": " << got.size() << " keys, model " << before.map.size()
           << " (or " << after.map.size() << ")";
+      if (!crash_at.empty()) {
+        // Killed inside a vector (a delete batch at its point): its op log was durable, so the
+        // replay applied it whole.
+        EXPECT_TRUE(!inflight.batch.empty() || !inflight.dels.empty())
+            << "round " << round << ": the in-flight operation is not a vector";
+        EXPECT_TRUE(got == after.map)
+            << "round " << round << ": the logged vector was not replayed (" << got.size()
+            << " keys, " << before.map.size() << " before it, " << after.map.size() << " after)";
+        EXPECT_NE(before.map, after.map) << "round " << round << ": the vector changed nothing";
+      }
       if (recovered != nullptr) *recovered = got;
       auto n = m->Count();
       ASSERT_TRUE(n.ok());
@@ -457,10 +506,10 @@ TEST_P(ByteKeyCrashTest, AcknowledgedOperationsSurviveSigkillAndReplay) {
   for (int round = 0; round < Rounds(); round++) {
     const uint64_t seed = seeds();
     const int64_t kill_after = 50 + static_cast<int64_t>(seeds() % 1500);
-    CrashRound(
-        kind, false, round, 500 + static_cast<uint64_t>(round), seed, kill_after, be_->address(),
-        path_, nullptr,
-        [&](const std::string&, uint64_t fe) { return OpenSession(fe, Level::kRcb); }, nullptr, 32);
+    CrashRound(kind, false, round, 500 + static_cast<uint64_t>(round), seed, kill_after,
+               be_->address(), path_, nullptr,
+               [&](const std::string&, uint64_t fe) { return OpenSession(fe, Level::kRcb); },
+               {.key_size = 32});
     if (HasFatalFailure() || HasFailure()) return;
   }
 }
@@ -486,8 +535,8 @@ void CrashDuringRecoveryRounds(
     const int nth = 1 + static_cast<int>(seeds() % 6);
     bool crashed = false;
     CrashRound(kind, IsSequence(kind), round, fe_base + static_cast<uint64_t>(round), seed,
-               kill_after, address, scratch, nullptr, open, nullptr, key_size, "", "", nth,
-               &crashed);
+               kill_after, address, scratch, nullptr, open,
+               {.key_size = key_size, .replay_crash_nth = nth, .replay_crashed = &crashed});
     if (::testing::Test::HasFatalFailure() || ::testing::Test::HasFailure()) return;
     std::printf("round %d: recovering process %s at replayed op %d\n", round,
                 crashed ? "killed" : "finished before", nth);
@@ -573,6 +622,33 @@ INSTANTIATE_TEST_SUITE_P(All, CrashTest, ::testing::ValuesIn(kAllKinds),
 constexpr Kind kByteKeyKinds[] = {Kind::kHashTable, Kind::kSkipList, Kind::kBst,
                                   Kind::kBPlusTree, Kind::kMvBst,    Kind::kMvBPlusTree};
 INSTANTIATE_TEST_SUITE_P(Maps, ByteKeyCrashTest, ::testing::ValuesIn(kByteKeyKinds),
+                         [](const auto& info) { return std::string(KindName(info.param)); });
+
+// A vector delete killed between its durable op log and its memory logs (crash point
+// structures.vector_delete.mid_writes, at the Nth delete batch that removes something): after
+// Session::Replay the structure holds every acknowledged operation plus that whole batch. Rounds
+// alternate integer keys and 32-byte keys. Every kind with a vector delete.
+class DeleteBatchCrashTest : public CrashTest {};
+
+TEST_P(DeleteBatchCrashTest, KilledBetweenOpLogAndMemoryLogsReplaysTheBatch) {
+  const Kind kind = GetParam();
+  std::mt19937_64 seeds(9000 + static_cast<int>(kind));
+  for (int round = 0; round < std::max(2, Rounds()); round++) {
+    const uint64_t seed = seeds();
+    const int64_t nth = 1 + static_cast<int64_t>(seeds() % 40);
+    const uint32_t key_size = round % 2 == 0 ? 0 : 32;
+    CrashRound(kind, false, round, 900 + static_cast<uint64_t>(round), seed, kOps, be_->address(),
+               path_, nullptr,
+               [&](const std::string&, uint64_t fe) { return OpenSession(fe, Level::kRcb); },
+               {.key_size = key_size,
+                .crash_at = "structures.vector_delete.mid_writes:" + std::to_string(nth)});
+    if (HasFatalFailure() || HasFailure()) return;
+  }
+}
+
+constexpr Kind kVectorDeleteKinds[] = {Kind::kSkipList, Kind::kBst, Kind::kMvBst,
+                                       Kind::kMvBPlusTree};
+INSTANTIATE_TEST_SUITE_P(Maps, DeleteBatchCrashTest, ::testing::ValuesIn(kVectorDeleteKinds),
                          [](const auto& info) { return std::string(KindName(info.param)); });
 
 // No leaks across crashes (doc/alloc.md §Leaks across crashes): CrashRound's SIGKILLed writer
@@ -668,9 +744,9 @@ TEST_F(LeakCampaignTest, GcAfterSigkillRoundsLeavesUsedEqualReachable) {
     const uint64_t seed = seeds();
     const int64_t kill_after = 50 + static_cast<int64_t>(seeds() % 400);
     Recovered rec{kind, std::string("crash-") + KindName(kind) + "-" + std::to_string(fe), {}};
-    CrashRound(
-        kind, false, round, fe, seed, kill_after, be_->address(), path_, nullptr,
-        [&](const std::string&, uint64_t id) { return OpenSession(id, Level::kRcb); }, &rec.map);
+    CrashRound(kind, false, round, fe, seed, kill_after, be_->address(), path_, nullptr,
+               [&](const std::string&, uint64_t id) { return OpenSession(id, Level::kRcb); },
+               {.recovered = &rec.map});
     if (HasFatalFailure() || HasFailure()) return;
     all.push_back(std::move(rec));
     if ((round + 1) % 10 == 0 || round + 1 == rounds) {
@@ -730,10 +806,10 @@ class OnlineReclaimTest : public testing::StructuresTest {
       const uint64_t fe = 700 + static_cast<uint64_t>(round % 3);
       const uint64_t seed = seeds();
       const int64_t kill_after = 50 + static_cast<int64_t>(seeds() % 400);
-      CrashRound(
-          kind, false, round, fe, seed, kill_after, be_->address(), path_, nullptr,
-          [&](const std::string&, uint64_t id) { return Recovery(id, reclaim); }, nullptr, 0,
-          std::string("online-") + KindName(kind) + "-" + std::to_string(round));
+      CrashRound(kind, false, round, fe, seed, kill_after, be_->address(), path_, nullptr,
+                 [&](const std::string&, uint64_t id) { return Recovery(id, reclaim); },
+                 {.structure_name =
+                      std::string("online-") + KindName(kind) + "-" + std::to_string(round)});
       if (HasFatalFailure() || HasFailure()) return {};
     }
     for (uint64_t fe = 700; fe < 703; fe++) {
@@ -904,11 +980,10 @@ TEST_F(OnlineReclaimTest, CrashPointsAroundTheJournalLeaveAtMostALeakGcFinds) {
   int round = 0;
   for (const Case& c : cases) {
     const uint64_t fe = 730 + static_cast<uint64_t>(round);
-    CrashRound(
-        Kind::kHashTable, false, round, fe, 55 + static_cast<uint64_t>(round), kOps + 1,
-        be_->address(), path_, nullptr,
-        [&](const std::string&, uint64_t id) { return Recovery(id, true); }, nullptr, 0, "",
-        c.point);
+    CrashRound(Kind::kHashTable, false, round, fe, 55 + static_cast<uint64_t>(round), kOps + 1,
+               be_->address(), path_, nullptr,
+               [&](const std::string&, uint64_t id) { return Recovery(id, true); },
+               {.crash_at = c.point});
     if (HasFatalFailure() || HasFailure()) return;
     {  // the round's recovery closed; one more restart reclaims what it left after its reclaim
       auto s = Recovery(fe, true);

@@ -21,7 +21,10 @@
 // already private are modified in place) and relink, then rotate (above). One update that would
 // copy more than one publish holds (a path longer than ~750 nodes with integer keys, ~150 with
 // 256-byte keys: not reached by a treap of any practical size, expected depth ≈ 2.9·log2 n)
-// fails with kResourceExhausted before its op log.
+// fails with kResourceExhausted before its op log. DeleteBatch: each run of the sorted keys is
+// one new version (the deletes above in DRAM, sharing path copies), one op log (type 4), one
+// publish (doc/structures.md "Vector deletes"). Verify counts nodes out of treap order
+// (MvStats::treap_violations) without failing: trees written before the treap are valid BSTs.
 #include "structures/mv_common.h"
 
 namespace asymnvm::structures::internal {
@@ -39,6 +42,13 @@ class MvBst final : public MvBase {
         left_(kKey + kslot()),
         right_(kKey + kslot() + 8),
         val_(kKey + kslot() + 16) {}
+
+  // A vector delete (doc/structures.md "Vector deletes"): each run of the sorted keys is deleted
+  // in ONE new working version (DoDelete per key present, in key order: the path copies and the
+  // rotations of neighbouring keys share private nodes), then one op log (type 4) and one publish.
+  Status DeleteBatch(std::span<const Key> keys, uint64_t* deleted) override {
+    return DeleteVectorRuns(keys, deleted);
+  }
 
  private:
   struct Step {
@@ -272,9 +282,12 @@ class MvBst final : public MvBase {
       uint64_t ptr;
       bool has_lo, has_hi;
       Key lo, hi;  // lo < key < hi
+      Key parent;  // the parent's key (has_parent): the node must not belong above it
+      bool has_parent;
     };
     std::vector<Item> stack;
-    if (root != 0) stack.push_back({root, false, false, Key(), Key()});
+    if (root != 0) stack.push_back({root, false, false, Key(), Key(), Key(), false});
+    stats_.treap_violations = 0;
     uint64_t nodes = 0;
     std::vector<uint8_t> n;
     Key k;
@@ -289,9 +302,11 @@ class MvBst final : public MvBase {
       if ((it.has_lo && k <= it.lo) || (it.has_hi && k >= it.hi)) {
         return Status::Corruption(What() + ": key " + k.ToString() + " out of order");
       }
+      // The treap's heap order (the shape is the one function of the key set): counted.
+      if (it.has_parent && Above(k, it.parent)) stats_.treap_violations++;
       ASYMNVM_RETURN_IF_ERROR(ReadValue(F(n, val_), nullptr));
-      if (F(n, left_) != 0) stack.push_back({F(n, left_), it.has_lo, true, it.lo, k});
-      if (F(n, right_) != 0) stack.push_back({F(n, right_), true, it.has_hi, k, it.hi});
+      if (F(n, left_) != 0) stack.push_back({F(n, left_), it.has_lo, true, it.lo, k, k, true});
+      if (F(n, right_) != 0) stack.push_back({F(n, right_), true, it.has_hi, k, it.hi, k, true});
     }
     if (nodes != count) {
       return Status::Corruption(What() + ": " + std::to_string(nodes) + " nodes, count says " +

@@ -86,6 +86,9 @@ struct MvStats {
   uint64_t pending_reclaim = 0;  // waiting for their grace period
   uint64_t reader_restarts = 0;  // reader traversals restarted from the root
   uint64_t anchor_retries = 0;   // reader read a torn root/count pair
+  // MV-BST: nodes the last Verify found above a parent they belong below (treap order). Counted,
+  // not an error: trees written before the treap are valid BSTs of another shape.
+  uint64_t treap_violations = 0;
   uint64_t version = 0;
 };
 
@@ -527,7 +530,7 @@ class MvBase : public Map, public Base {
     const uint64_t gone = count - count_;
     dirty_ = changed;
     if (!dirty_) return s_.TxWrite(st_);  // nothing changed (a replayed delete run): close the op
-    ASYMNVM_RETURN_IF_ERROR(Publish(/*vector=*/true));
+    ASYMNVM_RETURN_IF_ERROR(Publish(/*vector=*/true, /*vector_delete=*/del));
     if (removed && del) *removed += gone;
     return Status::Ok();
   }
@@ -535,16 +538,18 @@ class MvBase : public Map, public Base {
   // Writes the working version and swaps the root in one transaction, fenced.
   // vector: a vector run's publish, whose op log is durable: crash tests kill it between its
   // memory logs (crash point structures.vector.mid_writes, as Base's vector runs).
-  Status Publish(bool vector = false) {
+  // vector_delete: a delete run's, which also reaches structures.vector_delete.mid_writes (the
+  // point a test arms to stop in a delete rather than a put).
+  Status Publish(bool vector = false, bool vector_delete = false) {
     if (!writer() || !dirty_) return Status::Ok();
     const uint64_t v = NextVersion();
     size_t i = 0;
     for (auto& [a, b] : priv_) {
-      if (vector && i++ == priv_.size() / 2) ASYMNVM_CRASH_POINT("structures.vector.mid_writes");
+      if (vector && i++ == priv_.size() / 2) VectorCrashPoints(vector_delete);
       PutU32(b.data() + 4, ObjSum(b.data(), b.size()));
       ASYMNVM_RETURN_IF_ERROR(Write(a, b));
     }
-    if (vector && priv_.empty()) ASYMNVM_CRASH_POINT("structures.vector.mid_writes");
+    if (vector && priv_.empty()) VectorCrashPoints(vector_delete);
     uint8_t w[24];
     PutU64(w, root_);
     PutU64(w + 8, count_ | (static_cast<uint64_t>(Tag(root_)) << 48));
@@ -562,6 +567,11 @@ class MvBase : public Map, public Base {
     for (uint64_t a : retired_) reclaim_.emplace_back(deadline, a);
     retired_.clear();
     return ReclaimDue();
+  }
+
+  static void VectorCrashPoints(bool vector_delete) {
+    ASYMNVM_CRASH_POINT("structures.vector.mid_writes");
+    if (vector_delete) ASYMNVM_CRASH_POINT("structures.vector_delete.mid_writes");
   }
 
   Status ReclaimDue() {

@@ -195,11 +195,11 @@ class Map : public Handle {
   virtual Status PutBatch(std::span<const KeyValue> kvs);
   // Deletes every listed key that is present (absent keys are not an error); *deleted (when set)
   // = how many were. Every key is checked before anything is written (kInvalidArgument: one bad
-  // key fails the call with nothing deleted); kFailedPrecondition for a reader. The skip list
-  // and the B+tree apply the sorted keys as vector runs (op type 4, doc/structures.md "Vector
-  // operations"): one op log, one walk and one transaction per run, each run atomic across a crash;
-  // the MV-B+tree likewise (one op log and one publish per run). This default (the other kinds)
-  // deletes them one Delete each, so a crash can leave any prefix.
+  // key fails the call with nothing deleted); kFailedPrecondition for a reader. The skip list,
+  // BST and B+tree apply the sorted keys as vector runs (op type 4, doc/structures.md "Vector
+  // operations"): one op log, one walk and one transaction per run, each run atomic across a
+  // crash; the MV-BST and the MV-B+tree likewise (one op log and one publish per run). This
+  // default (the hash table) deletes them one Delete each, so a crash can leave any prefix.
   virtual Status DeleteBatch(std::span<const Key> keys, uint64_t* deleted = nullptr);
 };
 

@@ -294,6 +294,16 @@ struct RoundOptions {
   std::string crash_at;            // the child kills itself at this crash point ("name:N") instead
   int replay_crash_nth = 0;        // > 0: a recovering process is killed at its Nth replayed op
   bool* replay_crashed = nullptr;  // ... and whether it was (it may have had fewer to replay)
+
+  RoundOptions& Recovered(std::map<uint64_t, Value>* m) { return recovered = m, *this; }
+  RoundOptions& KeySize(uint32_t k) { return key_size = k, *this; }
+  RoundOptions& Name(std::string n) { return structure_name = std::move(n), *this; }
+  RoundOptions& CrashAt(std::string point) { return crash_at = std::move(point), *this; }
+  RoundOptions& CrashReplayAt(int nth, bool* crashed) {
+    replay_crash_nth = nth;
+    replay_crashed = crashed;
+    return *this;
+  }
 };
 
 void CrashRound(
@@ -506,10 +516,11 @@ TEST_P(ByteKeyCrashTest, AcknowledgedOperationsSurviveSigkillAndReplay) {
   for (int round = 0; round < Rounds(); round++) {
     const uint64_t seed = seeds();
     const int64_t kill_after = 50 + static_cast<int64_t>(seeds() % 1500);
-    CrashRound(kind, false, round, 500 + static_cast<uint64_t>(round), seed, kill_after,
-               be_->address(), path_, nullptr,
-               [&](const std::string&, uint64_t fe) { return OpenSession(fe, Level::kRcb); },
-               {.key_size = 32});
+    CrashRound(
+        kind, false, round, 500 + static_cast<uint64_t>(round), seed, kill_after, be_->address(),
+        path_, nullptr,
+        [&](const std::string&, uint64_t fe) { return OpenSession(fe, Level::kRcb); },
+        RoundOptions().KeySize(32));
     if (HasFatalFailure() || HasFailure()) return;
   }
 }
@@ -536,7 +547,7 @@ void CrashDuringRecoveryRounds(
     bool crashed = false;
     CrashRound(kind, IsSequence(kind), round, fe_base + static_cast<uint64_t>(round), seed,
                kill_after, address, scratch, nullptr, open,
-               {.key_size = key_size, .replay_crash_nth = nth, .replay_crashed = &crashed});
+               RoundOptions().KeySize(key_size).CrashReplayAt(nth, &crashed));
     if (::testing::Test::HasFatalFailure() || ::testing::Test::HasFailure()) return;
     std::printf("round %d: recovering process %s at replayed op %d\n", round,
                 crashed ? "killed" : "finished before", nth);
@@ -637,11 +648,11 @@ TEST_P(DeleteBatchCrashTest, KilledBetweenOpLogAndMemoryLogsReplaysTheBatch) {
     const uint64_t seed = seeds();
     const int64_t nth = 1 + static_cast<int64_t>(seeds() % 40);
     const uint32_t key_size = round % 2 == 0 ? 0 : 32;
-    CrashRound(kind, false, round, 900 + static_cast<uint64_t>(round), seed, kOps, be_->address(),
-               path_, nullptr,
-               [&](const std::string&, uint64_t fe) { return OpenSession(fe, Level::kRcb); },
-               {.key_size = key_size,
-                .crash_at = "structures.vector_delete.mid_writes:" + std::to_string(nth)});
+    CrashRound(
+        kind, false, round, 900 + static_cast<uint64_t>(round), seed, kOps, be_->address(), path_,
+        nullptr, [&](const std::string&, uint64_t fe) { return OpenSession(fe, Level::kRcb); },
+        RoundOptions().KeySize(key_size).CrashAt("structures.vector_delete.mid_writes:" +
+                                                 std::to_string(nth)));
     if (HasFatalFailure() || HasFailure()) return;
   }
 }
@@ -744,9 +755,10 @@ TEST_F(LeakCampaignTest, GcAfterSigkillRoundsLeavesUsedEqualReachable) {
     const uint64_t seed = seeds();
     const int64_t kill_after = 50 + static_cast<int64_t>(seeds() % 400);
     Recovered rec{kind, std::string("crash-") + KindName(kind) + "-" + std::to_string(fe), {}};
-    CrashRound(kind, false, round, fe, seed, kill_after, be_->address(), path_, nullptr,
-               [&](const std::string&, uint64_t id) { return OpenSession(id, Level::kRcb); },
-               {.recovered = &rec.map});
+    CrashRound(
+        kind, false, round, fe, seed, kill_after, be_->address(), path_, nullptr,
+        [&](const std::string&, uint64_t id) { return OpenSession(id, Level::kRcb); },
+        RoundOptions().Recovered(&rec.map));
     if (HasFatalFailure() || HasFailure()) return;
     all.push_back(std::move(rec));
     if ((round + 1) % 10 == 0 || round + 1 == rounds) {
@@ -806,10 +818,11 @@ class OnlineReclaimTest : public testing::StructuresTest {
       const uint64_t fe = 700 + static_cast<uint64_t>(round % 3);
       const uint64_t seed = seeds();
       const int64_t kill_after = 50 + static_cast<int64_t>(seeds() % 400);
-      CrashRound(kind, false, round, fe, seed, kill_after, be_->address(), path_, nullptr,
-                 [&](const std::string&, uint64_t id) { return Recovery(id, reclaim); },
-                 {.structure_name =
-                      std::string("online-") + KindName(kind) + "-" + std::to_string(round)});
+      CrashRound(
+          kind, false, round, fe, seed, kill_after, be_->address(), path_, nullptr,
+          [&](const std::string&, uint64_t id) { return Recovery(id, reclaim); },
+          RoundOptions().Name(std::string("online-") + KindName(kind) + "-" +
+                              std::to_string(round)));
       if (HasFatalFailure() || HasFailure()) return {};
     }
     for (uint64_t fe = 700; fe < 703; fe++) {
@@ -980,10 +993,11 @@ TEST_F(OnlineReclaimTest, CrashPointsAroundTheJournalLeaveAtMostALeakGcFinds) {
   int round = 0;
   for (const Case& c : cases) {
     const uint64_t fe = 730 + static_cast<uint64_t>(round);
-    CrashRound(Kind::kHashTable, false, round, fe, 55 + static_cast<uint64_t>(round), kOps + 1,
-               be_->address(), path_, nullptr,
-               [&](const std::string&, uint64_t id) { return Recovery(id, true); },
-               {.crash_at = c.point});
+    CrashRound(
+        Kind::kHashTable, false, round, fe, 55 + static_cast<uint64_t>(round), kOps + 1,
+        be_->address(), path_, nullptr,
+        [&](const std::string&, uint64_t id) { return Recovery(id, true); },
+        RoundOptions().CrashAt(c.point));
     if (HasFatalFailure() || HasFailure()) return;
     {  // the round's recovery closed; one more restart reclaims what it left after its reclaim
       auto s = Recovery(fe, true);

@@ -252,6 +252,26 @@ struct Backend::Impl : public OpLogSource {
 
   uint8_t* base() const { return pool->base(); }
 
+  // A front-end's ownership-journal entry, written by requests 20–22 together with the
+  // allocation or free it records (frontend/alloc_journal.h): compare-and-swap, then persist.
+  // The entry must be an aligned word of the data area; a different value there means a later
+  // incarnation of the id owns the journal now (kFailedPrecondition, "fenced").
+  Status JournalSwap(uint64_t entry, uint64_t expected, uint64_t desired) {
+    if (entry % 8 != 0 || entry < layout.data.offset || entry + 8 > layout.data.end()) {
+      return Status::InvalidArgument("journal entry " + std::to_string(entry) +
+                                     " is not an aligned word of the data area");
+    }
+    uint64_t seen = expected;
+    if (!Word(base(), entry).compare_exchange_strong(seen, desired)) {
+      return Status::FailedPrecondition("fenced: ownership journal entry " + std::to_string(entry) +
+                                        " holds " + std::to_string(seen) + ", expected " +
+                                        std::to_string(expected) +
+                                        " (a later incarnation of this id wrote it)");
+    }
+    persister()->Persist(base() + entry, 8);
+    return Status::Ok();
+  }
+
   // OpLogSource: pointer entries of memory logs (called under mu, from ApplyTxnRequest). The
   // span stays valid while mu is held: entries are erased only by RecycleCovered (under mu) and
   // never replaced (try_emplace).
@@ -982,29 +1002,54 @@ struct Backend::Impl : public OpLogSource {
       case kNamingRemove:
         ASYMNVM_RETURN_IF_ERROR(naming->Remove(std::string(payload.begin(), payload.end())));
         break;
-      case kAllocSlab: {
-        MutexLock dl(dfree_mu);
-        ASYMNVM_ASSIGN_OR_RETURN(uint64_t a, allocator->AllocSlab());
-        w.U64(a);
-        break;
-      }
+      case kAllocSlab:
       case kAllocLarge: {
-        PayloadReader r(payload, "alloc large");
-        const uint64_t bytes = r.U64();
+        // Optional trailer: the caller's ownership-journal entry (address, tag), written with
+        // the allocation (doc/alloc.md §Reclaim at recovery).
+        PayloadReader r(payload, ctx.type == kAllocSlab ? "alloc slab" : "alloc large");
+        const uint64_t bytes = ctx.type == kAllocLarge ? r.U64() : 0;
+        const bool journaled = r.remaining() > 0;
+        const uint64_t entry = journaled ? r.U64() : 0, tag = journaled ? r.U64() : 0;
         ASYMNVM_RETURN_IF_ERROR(r.status());
+        if (r.remaining() != 0) return Status::InvalidArgument("allocation: trailing bytes");
+        if (journaled && tag > 63) {
+          return Status::InvalidArgument("allocation: journal tag " + std::to_string(tag));
+        }
         MutexLock dl(dfree_mu);
-        ASYMNVM_ASSIGN_OR_RETURN(uint64_t a, allocator->AllocLarge(bytes));
+        ASYMNVM_ASSIGN_OR_RETURN(uint64_t a, ctx.type == kAllocSlab ? allocator->AllocSlab()
+                                                                    : allocator->AllocLarge(bytes));
+        if (journaled) {
+          Status st = JournalSwap(entry, 0, a | tag);
+          if (!st.ok()) {
+            Status f = allocator->Free(a);
+            if (!f.ok()) LOG_WARN("backend", "undoing an allocation: " << f.ToString());
+            return st;
+          }
+        }
         w.U64(a);
         break;
       }
       case kFree: {
+        // Optional trailer: the caller's ownership-journal entry (address, expected value),
+        // cleared durably before the free.
         PayloadReader r(payload, "free");
         const uint64_t addr = r.U64();
+        const bool journaled = r.remaining() > 0;
+        const uint64_t entry = journaled ? r.U64() : 0, expected = journaled ? r.U64() : 0;
         ASYMNVM_RETURN_IF_ERROR(r.status());
+        if (r.remaining() != 0) return Status::InvalidArgument("free: trailing bytes");
         MutexLock dl(dfree_mu);
         if (dfree_pending.count(addr) != 0) {
           return Status::FailedPrecondition("free of " + std::to_string(addr) +
                                             ": a deferred free of it is pending");
+        }
+        if (journaled) {
+          if ((expected & ~uint64_t{63}) != addr) {
+            return Status::InvalidArgument("free of " + std::to_string(addr) +
+                                           ": the journal entry expected names " +
+                                           std::to_string(expected & ~uint64_t{63}));
+          }
+          ASYMNVM_RETURN_IF_ERROR(JournalSwap(entry, expected, 0));
         }
         ASYMNVM_RETURN_IF_ERROR(allocator->Free(addr));
         break;

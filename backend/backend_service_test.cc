@@ -260,6 +260,75 @@ TEST(BackendService, RegisterNamingAllocAndTransactionsSurviveRestart) {
   std::remove(path.c_str());
 }
 
+// Requests 20–22 with the ownership-journal trailer (frontend/alloc_journal.h): the back-end
+// writes the entry with the allocation and clears it with the free, in one request each; an
+// entry holding something else ("fenced") undoes the allocation / refuses the free; a bad entry
+// address or tag is refused with nothing allocated.
+TEST(BackendService, JournaledAllocationsAndFreesWriteTheirEntryInTheSameRequest) {
+  const std::string path = TempPath("jrnl.pool");
+  std::remove(path.c_str());
+  auto be = Backend::Start(SmallOptions(path));
+  ASSERT_TRUE(be.ok()) << be.status().ToString();
+  Client c = Client::Connect((*be)->address());
+  ASSERT_TRUE(c.oq);
+  c.Register(9);
+  auto journal = c.AllocSlab();  // stands for the journal extent
+  ASSERT_TRUE(journal.ok());
+  const uint64_t entry = *journal + 32;
+  auto used = [&] { return (*be)->Extents().size(); };
+  auto alloc = [&](uint64_t e, uint64_t tag, uint64_t large = 0) -> Result<uint64_t> {
+    PayloadWriter w;
+    if (large) w.U64(large);
+    w.U64(e);
+    w.U64(tag);
+    ASYMNVM_ASSIGN_OR_RETURN(auto r, c.Call(large ? kAllocLarge : kAllocSlab, w.bytes()));
+    PayloadReader rd(r, "addr");
+    const uint64_t a = rd.U64();
+    ASYMNVM_RETURN_IF_ERROR(rd.status());
+    return a;
+  };
+  auto free_with = [&](uint64_t addr, uint64_t e, uint64_t expected) {
+    PayloadWriter w;
+    w.U64(addr);
+    w.U64(e);
+    w.U64(expected);
+    return c.Call(kFree, w.bytes()).status();
+  };
+  const size_t before = used();
+  auto a = alloc(entry, 5);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(used(), before + 1);
+  // The entry is taken: a second allocation into it is fenced and undone.
+  auto b = alloc(entry, 6);
+  EXPECT_EQ(b.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(b.status().message().find("fenced"), std::string::npos) << b.status().ToString();
+  EXPECT_EQ(used(), before + 1);
+  // A large extent through the next entry.
+  auto l = alloc(entry + 8, 5, 3 * 4096);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  // Bad entries and tags: nothing allocated.
+  EXPECT_EQ(alloc(entry + 4, 5).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(alloc(16, 5).status().code(), StatusCode::kInvalidArgument);  // outside the data area
+  EXPECT_EQ(alloc(entry + 16, 64).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(used(), before + 2);
+  // A free whose expected value is stale is refused and frees nothing; the right one clears the
+  // entry and frees.
+  EXPECT_EQ(free_with(*a, entry, *a | 7).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(used(), before + 2);
+  EXPECT_EQ(free_with(*a, entry, *l | 5).code(), StatusCode::kInvalidArgument);  // another block
+  ASSERT_TRUE(free_with(*a, entry, *a | 5).ok());  // the entry held exactly a | 5
+  EXPECT_EQ(used(), before + 1);
+  ASSERT_TRUE(free_with(*l, entry + 8, *l | 5).ok());
+  EXPECT_EQ(used(), before);
+  // Both entries are clear again: allocations into them succeed.
+  auto again = alloc(entry, 1);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ASSERT_TRUE(free_with(*again, entry, *again | 1).ok());
+  c.oq.reset();
+  (*be)->Stop();
+  std::remove(path.c_str());
+}
+
 // ---- the daemon ----
 
 struct ShellRun {

@@ -107,29 +107,34 @@ Status OwnershipJournal::Create(uint64_t capacity) {
   return Status::Ok();
 }
 
-Status OwnershipJournal::Add(uint64_t addr) {
-  if (slot_of_.count(addr) != 0) return Status::Ok();
+Result<uint64_t> OwnershipJournal::Add(const AllocWithEntry& alloc) {
   if (free_slots_.empty()) {
     const uint64_t first = (block_size_ - kJournalHeaderBytes) / 8;
     ASYMNVM_RETURN_IF_ERROR(Create(capacity_ == 0 ? std::max<uint64_t>(first, 4) : 2 * capacity_));
   }
-  if (addr % 64 != 0) {
-    return Status::InvalidArgument("ownership journal: " + std::to_string(addr) +
-                                   " is not 64-byte aligned");
-  }
   const uint64_t slot = *free_slots_.begin();
-  const uint64_t word = addr | tag_;
-  ASYMNVM_ASSIGN_OR_RETURN(uint64_t old, io_.cas(EntryAddr(slot), 0, word));
-  if (old != 0) {
-    // Someone else wrote our journal: a later incarnation of this id (a restart, a take-over)
-    // superseded this session.
-    return Status::FailedPrecondition("front-end " + std::to_string(fe_) +
-                                      ": fenced: ownership journal entry " + std::to_string(slot) +
-                                      " holds " + std::to_string(old) +
-                                      ", expected 0 (a later incarnation of this id wrote it)");
+  ASYMNVM_ASSIGN_OR_RETURN(uint64_t addr, alloc(EntryAddr(slot), tag_));
+  if (addr % 64 != 0 || slot_of_.count(addr) != 0) {
+    // The back-end recorded it; a block address is 64-byte aligned and not held twice.
+    return Status::ProtocolError("ownership journal: the back-end allocated " +
+                                 std::to_string(addr) + ", not a fresh 64-byte aligned extent");
   }
   free_slots_.erase(free_slots_.begin());
-  slot_of_.emplace(addr, std::make_pair(slot, word));
+  slot_of_.emplace(addr, std::make_pair(slot, addr | tag_));
+  writes_++;
+  return addr;
+}
+
+Status OwnershipJournal::Remove(uint64_t addr, const FreeWithEntry& free) {
+  auto it = slot_of_.find(addr);
+  if (it == slot_of_.end()) {
+    return Status::NotFound("ownership journal: " + std::to_string(addr) + " is not recorded");
+  }
+  const auto [slot, word] = it->second;
+  ASYMNVM_RETURN_IF_ERROR(free(EntryAddr(slot), word));
+  free_slots_.insert(slot);
+  slot_of_.erase(it);
+  inherited_.erase(addr);
   writes_++;
   return Status::Ok();
 }

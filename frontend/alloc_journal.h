@@ -14,11 +14,13 @@
 // writer woken after its take-over) from clearing an entry a later incarnation wrote for the
 // same block in the same slot: its compare-and-swap expects its own tag and fails ("fenced").
 //
-// Ordering (what makes reclamation safe): Add(addr) returns after the entry is durable and is
-// called before the extent is used for any object; Remove(addr) returns after the cleared entry
-// is durable and is called before the extent is returned to the back-end. A crash between
-// allocation and Add, or between Remove and the return, leaves an extent no journal names: a
-// leak `asymnvm-ctl gc` finds, never a wrong free.
+// Atomicity (what makes reclamation safe and complete): the back-end writes an entry in the
+// same request as the allocation it records (requests 20/21 carry the entry's address and the
+// tag) and clears it in the same request as the free (request 22 carries the entry's address and
+// value), allocation first and entry second, entry cleared first and block freed second. So a
+// front-end killed at any point leaves every extent it holds named by its journal and no entry
+// naming an extent it returned; only a back-end crash inside such a request can leave an extent
+// no journal names (a leak `asymnvm-ctl gc` finds), never an entry naming a free block.
 //
 // Growth: when every entry is used, a journal of twice the capacity is allocated, written
 // (header + entries) durably, swapped into the journal word (durable CAS), and the old one freed;
@@ -62,9 +64,19 @@ class OwnershipJournal {
   // inherited(). An unreadable or invalid journal (bad magic, id or capacity) is logged and
   // replaced by a fresh one at the next Add (its extents stay allocated: gc finds them).
   Status Load();
-  // Records `addr` durably (see the header comment). Errors: transport errors (nothing recorded).
-  Status Add(uint64_t addr);
-  // Clears `addr`'s entry durably; kNotFound when it is not recorded (nothing written).
+  // Allocates an extent recorded in this journal: reserves a free entry (growing the journal if
+  // needed) and calls `alloc(entry address, tag)`, the back-end request that allocates and
+  // writes `address | tag` into the entry durably in one step (requests 20/21 with the journal
+  // trailer), then records the returned address. Errors: alloc's (nothing recorded).
+  using AllocWithEntry = std::function<Result<uint64_t>(uint64_t entry, uint64_t tag)>;
+  Result<uint64_t> Add(const AllocWithEntry& alloc);
+  // Frees a recorded extent: `free(entry address, the entry's value)` is the back-end request
+  // that clears the entry durably and frees in one step (request 22 with the trailer); then the
+  // entry is forgotten. kNotFound when `addr` is not recorded (nothing sent).
+  using FreeWithEntry = std::function<Status(uint64_t entry, uint64_t expected)>;
+  Status Remove(uint64_t addr, const FreeWithEntry& free);
+  // Clears `addr`'s entry durably without freeing it (an extent dropped from the journal);
+  // kNotFound when it is not recorded (nothing written).
   Status Remove(uint64_t addr);
 
   // Extents recorded by earlier incarnations and still recorded, in address order.

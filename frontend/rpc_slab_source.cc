@@ -19,21 +19,6 @@ Result<uint64_t> RpcSlabSource::CallAddr(uint16_t type, std::span<const uint8_t>
   return GetLe64(response.data());
 }
 
-Result<uint64_t> RpcSlabSource::Journaled(Result<uint64_t> r) {
-  if (!r.ok() || journal_ == nullptr) return r;
-  // Allocated, not yet recorded: a crash here leaks the extent (gc finds it), never frees wrongly.
-  ASYMNVM_CRASH_POINT("frontend.slab.before_journal");
-  Status st = journal_->Add(*r);
-  if (!st.ok()) {
-    Status f = RawFree(*r);
-    if (!f.ok()) LOG_WARN("frontend", "freeing an extent not journaled: " << f.ToString());
-    return st.WithContext("ownership journal");
-  }
-  // Recorded, not yet used: a recovery frees it (no structure reaches it).
-  ASYMNVM_CRASH_POINT("frontend.slab.journaled");
-  return r;
-}
-
 bool RpcSlabSource::Overlaps(uint64_t addr, uint64_t bytes) const {
   auto it = reclaimed_.lower_bound(addr + bytes);
   return it != reclaimed_.begin() && std::prev(it)->second > addr;
@@ -44,7 +29,22 @@ Result<uint64_t> RpcSlabSource::Fresh(uint16_t type, uint64_t bytes) {
   if (type == backend::kAllocLarge) w.U64(bytes);
   const uint64_t span = (std::max<uint64_t>(bytes, 1) + slab_size_ - 1) / slab_size_ * slab_size_;
   for (;;) {
-    ASYMNVM_ASSIGN_OR_RETURN(uint64_t a, Journaled(CallAddr(type, w.bytes())));
+    Result<uint64_t> r = Status::Ok();
+    if (journal_ == nullptr) {
+      r = CallAddr(type, w.bytes());
+    } else {
+      // Allocated and recorded by the back-end in one request (the journal trailer).
+      r = journal_->Add([&](uint64_t entry, uint64_t tag) {
+        backend::PayloadWriter jw;
+        jw.Bytes(w.bytes());
+        jw.U64(entry);
+        jw.U64(tag);
+        return CallAddr(type, jw.bytes());
+      });
+      if (r.ok()) ASYMNVM_CRASH_POINT("frontend.slab.journaled");  // recorded, not yet used
+    }
+    ASYMNVM_RETURN_IF_ERROR(r.status().WithContext(journal_ ? "journaled allocation" : ""));
+    const uint64_t a = *r;
     if (reclaimed_.empty() || !Overlaps(a, span)) return a;
     quarantine_.push_back(a);  // journaled: a crash leaves it to the next recovery
   }
@@ -74,19 +74,24 @@ Result<uint64_t> RpcSlabSource::RawAlloc(uint64_t bytes) {
 }
 
 Status RpcSlabSource::Free(uint64_t addr) {
-  if (journal_ != nullptr) {
-    Status st = journal_->Remove(addr);
-    if (!st.ok() && st.code() != StatusCode::kNotFound) return st.WithContext("ownership journal");
-    // Unrecorded, not yet returned: a crash here leaks the extent (gc finds it).
-    ASYMNVM_CRASH_POINT("frontend.slab.unjournaled");
+  if (journal_ != nullptr && journal_->recorded(addr)) {
+    // The entry cleared and the extent freed by the back-end in one request.
+    Status st = journal_->Remove(
+        addr, [&](uint64_t entry, uint64_t expected) { return RawFree(addr, entry, expected); });
+    if (st.ok()) ASYMNVM_CRASH_POINT("frontend.slab.returned");  // unrecorded and freed
+    return st;
   }
   return RawFree(addr);
 }
 
-Status RpcSlabSource::RawFree(uint64_t addr) {
+Status RpcSlabSource::RawFree(uint64_t addr, uint64_t entry, uint64_t expected) {
   calls_.fetch_add(1, std::memory_order_relaxed);
   backend::PayloadWriter w;
   w.U64(addr);
+  if (entry != 0) {
+    w.U64(entry);
+    w.U64(expected);
+  }
   std::vector<uint8_t> response;
   return client_->Call(0, backend::kFree, w.bytes(), &response);
 }

@@ -27,16 +27,16 @@ class RpcSlabSource : public alloc::SlabSource {
 
   // Errors: whatever the back-end returns (kResourceExhausted, kInvalidArgument,
   // kFailedPrecondition) plus transport errors; kProtocolError on a malformed reply.
-  // With a journal: the address is recorded before it is returned; a journal error frees the
-  // extent again (best effort) and is returned.
+  // With a journal: the back-end records the address in it with the allocation (one request).
   Result<uint64_t> AllocSlab() override;
   Result<uint64_t> AllocLarge(uint64_t bytes) override;
-  // With a journal: the entry is cleared (durably) first; an address the journal does not hold is
-  // freed all the same.
+  // With a journal: the back-end clears the entry with the free (one request); an address the
+  // journal does not hold is freed all the same.
   Status Free(uint64_t addr) override;
   // Back-end requests that bypass the journal (the journal's own extents).
   Result<uint64_t> RawAlloc(uint64_t bytes);
-  Status RawFree(uint64_t addr);
+  // entry != 0: the journal entry (and its value) the back-end clears with the free.
+  Status RawFree(uint64_t addr, uint64_t entry = 0, uint64_t expected = 0);
   // `journal` (may be null) must outlive this object.
   void SetJournal(OwnershipJournal* journal) { journal_ = journal; }
 
@@ -62,7 +62,6 @@ class RpcSlabSource : public alloc::SlabSource {
 
  private:
   Result<uint64_t> CallAddr(uint16_t type, std::span<const uint8_t> payload);
-  Result<uint64_t> Journaled(Result<uint64_t> r);
   bool Overlaps(uint64_t addr, uint64_t bytes) const;
   // AllocSlab/AllocLarge past the quarantine (see AddReclaimed).
   Result<uint64_t> Fresh(uint16_t type, uint64_t bytes);

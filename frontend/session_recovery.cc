@@ -248,13 +248,13 @@ Status Session::ReleaseInherited(uint64_t addr, uint64_t bytes, bool free) {
       return Status::NotFound("ownership journal: " + std::to_string(addr) +
                               " is not an inherited extent");
     }
-    // Unrecorded (durably) before it goes back: a crash in between leaks it, never frees twice.
-    ASYMNVM_RETURN_IF_ERROR(m.journal->Remove(addr));
-    if (!free) return Status::Ok();
-    ASYMNVM_CRASH_POINT("frontend.reclaim.unjournaled");
+    if (!free) return m.journal->Remove(addr);  // dropped from the journal, not freed
     // Recorded first: from now on this session never carves in it and drops stale frees into it.
     m.slabs->AddReclaimed(addr, std::max<uint64_t>(bytes, 1));
-    return m.slabs->RawFree(addr);
+    // Unrecorded and freed by the back-end in one request: a crash leaves both or neither.
+    return m.journal->Remove(addr, [&](uint64_t entry, uint64_t expected) {
+      return m.slabs->RawFree(addr, entry, expected);
+    });
   });
 }
 

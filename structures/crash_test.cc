@@ -274,11 +274,7 @@ std::vector<std::string> SplitSpec(const std::string& s) {
 
 class CrashTest : public testing::StructuresTest, public ::testing::WithParamInterface<Kind> {};
 
-int64_t AckedOps(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return 0;
-  return static_cast<int64_t>(in.tellg()) / 4;
-}
+int64_t AckedOps(const std::string& path) { return testing::AckedRecords(path, 4); }
 
 // One round: child against `address`, SIGKILL at a seeded moment (`also_kill` runs right after
 // the child is killed: the both-at-once campaign kills the back-end daemon there and returns the
@@ -332,28 +328,13 @@ void CrashRound(
     const std::string spec = address + "|" + KindName(kind) + "|" + std::to_string(fe) + "|" +
                              std::to_string(seed) + "|" + acks + "|" + (companion ? "1" : "0") +
                              "|" + std::to_string(key_size) + "|" + name;
-    const pid_t pid = fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      setenv("ASYMNVM_CRASH_CHILD", spec.c_str(), 1);
-      if (!crash_at.empty()) setenv("ASYMNVM_CRASH_AT", crash_at.c_str(), 1);
-      execl("/proc/self/exe", "crash-child", static_cast<char*>(nullptr));
-      _exit(97);
-    }
-    int status = 0;
-    bool exited = false;
-    for (int i = 0; i < 6000; i++) {  // up to ~60 s
-      if (crash_at.empty() && AckedOps(acks) >= kill_after) break;
-      if (waitpid(pid, &status, WNOHANG) == pid) {
-        exited = true;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    if (!exited) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-    }
+    std::vector<std::pair<std::string, std::string>> env{{"ASYMNVM_CRASH_CHILD", spec}};
+    if (!crash_at.empty()) env.emplace_back("ASYMNVM_CRASH_AT", crash_at);
+    const testing::ChildEnd end = testing::RunSelfAsChild(
+        env, "crash-child", [&] { return crash_at.empty() && AckedOps(acks) >= kill_after; },
+        std::chrono::seconds(60));
+    const int status = end.status;
+    const bool exited = end.exited;
     if (!crash_at.empty()) {
       // It must have stopped at its crash point (SIGKILL of its own), not finished.
       ASSERT_TRUE(exited && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
@@ -373,16 +354,10 @@ void CrashRound(
                                "|" + (companion ? "1" : "0") + "|" + std::to_string(key_size) +
                                "|" + name;
       const std::string arm = "frontend.replay.after_op:" + std::to_string(replay_crash_nth);
-      const pid_t rpid = fork();
-      ASSERT_GE(rpid, 0);
-      if (rpid == 0) {
-        setenv("ASYMNVM_CRASH_RECOVER", spec.c_str(), 1);
-        setenv("ASYMNVM_CRASH_AT", arm.c_str(), 1);
-        execl("/proc/self/exe", "crash-recover-child", static_cast<char*>(nullptr));
-        _exit(97);
-      }
-      int rstatus = 0;
-      ASSERT_EQ(waitpid(rpid, &rstatus, 0), rpid);
+      const testing::ChildEnd rend = testing::RunSelfAsChild(
+          {{"ASYMNVM_CRASH_RECOVER", spec}, {"ASYMNVM_CRASH_AT", arm}}, "crash-recover-child");
+      ASSERT_TRUE(rend.exited) << "the recovering process did not end within 120 s";
+      const int rstatus = rend.status;
       const bool killed = WIFSIGNALED(rstatus) && WTERMSIG(rstatus) == SIGKILL;
       ASSERT_TRUE(killed || (WIFEXITED(rstatus) && WEXITSTATUS(rstatus) == 0))
           << "recover child failed: status " << rstatus;
@@ -1008,16 +983,11 @@ TEST_F(OnlineReclaimTest, KillsAroundJournaledAllocationsAndFreesLeaveNoLeak) {
   // recovery frees the child's four other slabs, and never the returned one (the free would be
   // refused, and the reclaim would count it).
   const uint64_t fe2 = 740;
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    setenv("ASYMNVM_SLAB_CHILD", (be_->address() + "|" + std::to_string(fe2)).c_str(), 1);
-    setenv("ASYMNVM_CRASH_AT", "frontend.slab.returned:1", 1);
-    execl("/proc/self/exe", "slab-child", static_cast<char*>(nullptr));
-    _exit(97);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
+  const testing::ChildEnd end =
+      testing::RunSelfAsChild({{"ASYMNVM_SLAB_CHILD", be_->address() + "|" + std::to_string(fe2)},
+                               {"ASYMNVM_CRASH_AT", "frontend.slab.returned:1"}},
+                              "slab-child");
+  const int status = end.status;
   ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "status " << status;
   {
     auto s = Recovery(fe2, true);

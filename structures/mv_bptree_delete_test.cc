@@ -393,10 +393,7 @@ std::string CrashName(uint64_t fe) { return "mvdel-" + std::to_string(fe); }
   _exit(0);
 }
 
-int64_t Acked(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : 0;
-}
+int64_t Acked(const std::string& path) { return testing::AckedRecords(path, 1); }
 
 int CrashRounds() {
   const char* env = std::getenv("ASYMNVM_MV_DELETE_ROUNDS");
@@ -419,30 +416,14 @@ TEST_F(MvDeleteVectorTest, CrashBetweenOpLogAndMemoryLogsReplaysTheBatch) {
     std::remove(acks.c_str());
     const std::string spec =
         be_->address() + "|" + std::to_string(fe) + "|" + std::to_string(seed) + "|" + acks;
-    const pid_t pid = fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      setenv("ASYMNVM_MV_DELETE_CHILD", spec.c_str(), 1);
-      if (at_point)
-        setenv("ASYMNVM_CRASH_AT", ("structures.vector.mid_writes:" + std::to_string(nth)).c_str(),
-               1);
-      execl("/proc/self/exe", "mv-delete-child", static_cast<char*>(nullptr));
-      _exit(97);
+    std::vector<std::pair<std::string, std::string>> env{{"ASYMNVM_MV_DELETE_CHILD", spec}};
+    if (at_point) {
+      env.emplace_back("ASYMNVM_CRASH_AT", "structures.vector.mid_writes:" + std::to_string(nth));
     }
-    int status = 0;
-    bool exited = false;
-    for (int i = 0; i < 12000; i++) {  // up to 120 s
-      if (waitpid(pid, &status, WNOHANG) == pid) {
-        exited = true;
-        break;
-      }
-      if (!at_point && Acked(acks) >= nth) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    if (!exited) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-    }
+    const testing::ChildEnd end = testing::RunSelfAsChild(
+        env, "mv-delete-child", [&] { return !at_point && Acked(acks) >= nth; });
+    const int status = end.status;
+    const bool exited = end.exited;
     if (at_point) {
       ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
           << "round " << round << ": the child did not stop at the crash point (status " << status

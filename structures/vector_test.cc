@@ -403,7 +403,15 @@ TEST_P(DeleteVectorTest, RunsTakeOneOpLogAndFewerReadsThanDeletesAndReplay) {
     auto c2 = s->counters();
     EXPECT_EQ(deleted, 52u);
     EXPECT_EQ(one_by_one, 52u);
-    EXPECT_EQ(c1.op_logs - c0.op_logs, 1u);
+    // One run: one op log. The B+tree at its default fan-out is the exception: the batch's
+    // leaves (whole wide nodes, each written once) exceed one run's write budget, so the driver
+    // cuts it in two (structures_bptree_vector_delete_test measures the one-run case at fan-out 8).
+    const bool wide = GetParam().kind == Kind::kBPlusTree && GetParam().param == 0;
+    if (wide) {
+      EXPECT_LE(c1.op_logs - c0.op_logs, 2u);
+    } else {
+      EXPECT_EQ(c1.op_logs - c0.op_logs, 1u);
+    }
     EXPECT_EQ(c2.op_logs - c1.op_logs, 52u);
     EXPECT_LT(c1.remote_reads - c0.remote_reads, c2.remote_reads - c1.remote_reads);
     EXPECT_LT(c1.txns - c0.txns, c2.txns - c1.txns);

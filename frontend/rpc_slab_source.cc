@@ -29,19 +29,17 @@ Result<uint64_t> RpcSlabSource::Fresh(uint16_t type, uint64_t bytes) {
   if (type == backend::kAllocLarge) w.U64(bytes);
   const uint64_t span = (std::max<uint64_t>(bytes, 1) + slab_size_ - 1) / slab_size_ * slab_size_;
   for (;;) {
-    Result<uint64_t> r = Status::Ok();
-    if (journal_ == nullptr) {
-      r = CallAddr(type, w.bytes());
-    } else {
-      // Allocated and recorded by the back-end in one request (the journal trailer).
-      r = journal_->Add([&](uint64_t entry, uint64_t tag) {
-        backend::PayloadWriter jw;
-        jw.Bytes(w.bytes());
-        jw.U64(entry);
-        jw.U64(tag);
-        return CallAddr(type, jw.bytes());
-      });
-      if (r.ok()) ASYMNVM_CRASH_POINT("frontend.slab.journaled");  // recorded, not yet used
+    // With a journal: allocated and recorded by the back-end in one request (the trailer).
+    Result<uint64_t> r = journal_ == nullptr ? CallAddr(type, w.bytes())
+                                             : journal_->Add([&](uint64_t entry, uint64_t tag) {
+                                                 backend::PayloadWriter jw;
+                                                 jw.Bytes(w.bytes());
+                                                 jw.U64(entry);
+                                                 jw.U64(tag);
+                                                 return CallAddr(type, jw.bytes());
+                                               });
+    if (r.ok() && journal_ != nullptr) {
+      ASYMNVM_CRASH_POINT("frontend.slab.journaled");  // recorded, not yet used
     }
     ASYMNVM_RETURN_IF_ERROR(r.status().WithContext(journal_ ? "journaled allocation" : ""));
     const uint64_t a = *r;

@@ -128,17 +128,7 @@ struct Model {
 
 // ---- the child ----
 
-// The fields of a child's spec ("a|b|c").
-std::vector<std::string> SplitSpec(const std::string& s) {
-  std::vector<std::string> f;
-  for (size_t pos = 0;;) {
-    size_t bar = s.find('|', pos);
-    f.push_back(s.substr(pos, bar == std::string::npos ? std::string::npos : bar - pos));
-    if (bar == std::string::npos) break;
-    pos = bar + 1;
-  }
-  return f;
-}
+using testing::SplitSpec;
 
 [[noreturn]] void RunChild(const char* spec) {
   // spec: address|kind|fe|seed|ackfile|companion|key_size[|name]

@@ -173,14 +173,7 @@ std::string Name(uint64_t fe) { return "hb-crash-" + std::to_string(fe); }
 
 // spec: address|fe|seed|ackfile
 [[noreturn]] void RunChild(const char* spec) {
-  std::string s(spec);
-  std::vector<std::string> f;
-  for (size_t pos = 0;;) {
-    const size_t bar = s.find('|', pos);
-    f.push_back(s.substr(pos, bar == std::string::npos ? std::string::npos : bar - pos));
-    if (bar == std::string::npos) break;
-    pos = bar + 1;
-  }
+  const std::vector<std::string> f = testing::SplitSpec(spec);
   if (f.size() != 4) _exit(90);
   frontend::SessionOptions o;
   o.backends = {f[0]};

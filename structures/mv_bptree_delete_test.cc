@@ -361,14 +361,7 @@ std::string CrashName(uint64_t fe) { return "mvdel-" + std::to_string(fe); }
 // The child: spec address|fe|seed|ackfile. Appends one byte to the ack file per operation that
 // returned OK.
 [[noreturn]] void RunChild(const char* spec) {
-  std::string s(spec);
-  std::vector<std::string> f;
-  for (size_t pos = 0;;) {
-    const size_t bar = s.find('|', pos);
-    f.push_back(s.substr(pos, bar == std::string::npos ? std::string::npos : bar - pos));
-    if (bar == std::string::npos) break;
-    pos = bar + 1;
-  }
+  const std::vector<std::string> f = testing::SplitSpec(spec);
   if (f.size() != 4) _exit(90);
   const uint64_t fe = std::stoull(f[1]);
   auto session = frontend::Session::Open(test_support::TestSessionOptions({f[0]}, fe, Level::kRcb));

@@ -88,6 +88,18 @@ inline ChildEnd RunSelfAsChild(const std::vector<std::pair<std::string, std::str
   return end;
 }
 
+// The fields of a crash child's spec ("a|b|c").
+inline std::vector<std::string> SplitSpec(const std::string& s) {
+  std::vector<std::string> f;
+  for (size_t pos = 0;;) {
+    const size_t bar = s.find('|', pos);
+    f.push_back(s.substr(pos, bar == std::string::npos ? std::string::npos : bar - pos));
+    if (bar == std::string::npos) break;
+    pos = bar + 1;
+  }
+  return f;
+}
+
 // The acknowledgement records (`record_bytes` each) a crash child appended to `path`.
 inline int64_t AckedRecords(const std::string& path, int64_t record_bytes) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);

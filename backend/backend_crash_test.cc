@@ -22,6 +22,7 @@
 #include "backend/log_format.h"
 #include "backend/rpc.h"
 #include "fabric/oq/oq.h"
+#include "tests/common/spawn.h"
 
 namespace asymnvm::backend {
 namespace {
@@ -38,22 +39,16 @@ struct Daemon {
                       const std::vector<std::string>& extra = {}) {
     Daemon d;
     int p[2];
-    if (pipe(p) != 0) return d;
-    d.pid = fork();
-    if (d.pid == 0) {
-      dup2(p[1], 1);
-      close(p[0]);
-      if (!crash_at.empty()) setenv("ASYMNVM_CRASH_AT", crash_at.c_str(), 1);
-      std::vector<std::string> args = {kDaemon, "--pool",          pool,   "--size",
-                                       "16M",   "--log-segment",   "256K", "--log-level",
-                                       "error", "--checkpoint-ms", "10"};
-      args.insert(args.end(), extra.begin(), extra.end());
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(kDaemon.c_str(), argv.data());
-      _exit(127);
-    }
+    if (pipe2(p, O_CLOEXEC) != 0) return d;
+    test_support::SpawnSpec spec;
+    spec.path = kDaemon;
+    spec.argv = {kDaemon, "--pool",      pool,    "--size",          "16M", "--log-segment",
+                 "256K",  "--log-level", "error", "--checkpoint-ms", "10"};
+    spec.argv.insert(spec.argv.end(), extra.begin(), extra.end());
+    if (!crash_at.empty()) spec.env = {{"ASYMNVM_CRASH_AT", crash_at}};
+    spec.out = test_support::SpawnSpec::Out::kFd;
+    spec.out_fd = p[1];
+    d.pid = test_support::Spawn(spec);
     close(p[1]);
     FILE* f = fdopen(p[0], "r");
     char line[256] = {0};
@@ -313,10 +308,11 @@ TEST(BackendCrash, DeferredFreesSurviveSigkillAndAreFreedOnce) {
   std::vector<uint64_t> freed, kept;
   for (int round = 1; round <= 2; round++) {
     SCOPED_TRACE("round " + std::to_string(round));
-    // Round 1: a delay no test outlives; round 2: 1 ms and the crash point at the 3rd free.
-    Daemon d = round == 1 ? Daemon::Spawn(pool, "", {"--reclaim-us", "600000000"})
-                          : Daemon::Spawn(pool, "backend.deferred_free.after_free:3",
-                                          {"--reclaim-us", "1000"});
+    // The frees are submitted to a daemon whose delay no test outlives and which is SIGKILLed
+    // with all of them pending (round 1 then restarts it; round 2 restarts it with a 1 ms delay
+    // and the crash point at the 3rd free, so the crash lands after every free was acknowledged
+    // whatever the machine's speed).
+    Daemon d = Daemon::Spawn(pool, "", {"--reclaim-us", "600000000"});
     ASSERT_FALSE(d.address.empty()) << "daemon did not start";
     Session s;
     ASSERT_TRUE(s.Connect(d.address).ok());
@@ -334,16 +330,18 @@ TEST(BackendCrash, DeferredFreesSurviveSigkillAndAreFreedOnce) {
     // A second deferred free of a pending block and an immediate free of it are refused.
     EXPECT_EQ(s.Call(kFreeDeferred, addr_payload(mine[0])).status().code(),
               StatusCode::kFailedPrecondition);
-    if (round == 1) {
-      EXPECT_EQ(s.Call(kFree, addr_payload(mine[0])).status().code(),
-                StatusCode::kFailedPrecondition);
-      EXPECT_EQ(status_of(s).value("deferred_frees_pending", 0ull), 5u);
-      s.client.reset();
-      d.Kill(SIGKILL);
-    } else {
-      s.client.reset();
+    EXPECT_EQ(s.Call(kFree, addr_payload(mine[0])).status().code(),
+              StatusCode::kFailedPrecondition);
+    EXPECT_EQ(status_of(s).value("deferred_frees_pending", 0ull), 5u);
+    s.client.reset();
+    d.Kill(SIGKILL);
+    if (round == 2) {
+      Daemon c =
+          Daemon::Spawn(pool, "backend.deferred_free.after_free:3", {"--reclaim-us", "1000"});
+      ASSERT_GT(c.pid, 0);
       int st = 0;
-      ASSERT_EQ(waitpid(d.pid, &st, 0), d.pid);
+      ASSERT_EQ(waitpid(c.pid, &st, 0), c.pid);
+      c.pid = -1;
       ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) << "the crash point was not reached";
     }
     // Restart: the pending ones are re-armed and freed once.

@@ -36,6 +36,7 @@
 #include "fabric/oq/oq.h"
 #include "fabric/rowan/receiver.h"
 #include "tests/common/backend_fixture.h"
+#include "tests/common/spawn.h"
 #include "tools/ctl.h"
 
 namespace asymnvm::backend {
@@ -527,17 +528,16 @@ TEST(CorruptionWriter, Run) {
 pid_t SpawnWriter(const std::string& address, uint64_t fe, uint32_t seed,
                   const std::string& progress) {
   const std::string env = address + "," + std::to_string(fe) + "," + std::to_string(seed);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    setenv("ASYMNVM_CORRUPT_WRITER", env.c_str(), 1);
-    setenv("ASYMNVM_CORRUPT_PROGRESS", progress.c_str(), 1);
-    setenv("ASYMNVM_LOG_LEVEL", "error", 1);
-    const int null = open("/dev/null", O_WRONLY);
-    if (null >= 0) dup2(null, 1);  // the child's gtest banner
-    execl("/proc/self/exe", "backend_corruption_test", "--gtest_filter=CorruptionWriter.Run",
-          nullptr);
-    _exit(127);
-  }
+  test_support::SpawnSpec spec;
+  spec.path = "/proc/self/exe";
+  spec.argv = {"backend_corruption_test", "--gtest_filter=CorruptionWriter.Run"};
+  spec.env = {{"ASYMNVM_CORRUPT_WRITER", env},
+              {"ASYMNVM_CORRUPT_PROGRESS", progress},
+              {"ASYMNVM_LOG_LEVEL", "error"}};
+  spec.out = test_support::SpawnSpec::Out::kNull;  // the child's gtest banner
+  std::string error;
+  const pid_t pid = test_support::Spawn(spec, &error);
+  EXPECT_GT(pid, 0) << error;
   return pid;
 }
 

@@ -29,6 +29,7 @@
 #include "asymnvm/frontend.h"
 #include "asymnvm/structures/structure.h"
 #include "backend/backend.h"
+#include "tests/common/spawn.h"
 
 namespace asymnvm::structures {
 namespace {
@@ -146,12 +147,13 @@ class ReaderCrashTest : public ::testing::Test {
   pid_t StartReader(uint64_t fe, Kind kind, const std::string& stop) {
     const std::string spec = be_->address() + "|" + std::to_string(fe) + "|" +
                              std::to_string(static_cast<uint32_t>(kind)) + "|" + stop;
-    const pid_t pid = fork();
-    if (pid == 0) {
-      setenv("ASYMNVM_READER_CHILD", spec.c_str(), 1);
-      execl("/proc/self/exe", "reader", static_cast<char*>(nullptr));
-      _exit(97);
-    }
+    asymnvm::test_support::SpawnSpec child;
+    child.path = "/proc/self/exe";
+    child.argv = {"reader"};
+    child.env = {{"ASYMNVM_READER_CHILD", spec}};
+    std::string error;
+    const pid_t pid = asymnvm::test_support::Spawn(child, &error);
+    EXPECT_GT(pid, 0) << error;
     return pid;
   }
   std::string dir_;

@@ -32,6 +32,7 @@
 #include "asymnvm/structures/structure.h"
 #include "coord/testing/zk_server.h"
 #include "frontend/identity.h"
+#include "structures/testing.h"
 #include "tools/ctl.h"
 #include "workloads/driver/backend_process.h"
 
@@ -145,27 +146,10 @@ TEST_F(TakeoverTest, SigkilledWriterIsTakenOverAndTheLogKeepsRecycling) {
   const std::string coord = "dir:" + dir_ + "/coord";
   const std::string acks = dir_ + "/acks";
   const std::string spec = backend_->address() + "|" + coord + "|" + acks;
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    setenv("ASYMNVM_TAKEOVER_CHILD", spec.c_str(), 1);
-    execl("/proc/self/exe", "takeover-writer", static_cast<char*>(nullptr));
-    _exit(97);
-  }
   // Kill it mid-stream, once it has acknowledged a few hundred operations.
-  int status = 0;
-  bool exited = false;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (Acked(acks) < 300 && std::chrono::steady_clock::now() < deadline) {
-    if (waitpid(pid, &status, WNOHANG) == pid) {
-      exited = true;
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  ASSERT_FALSE(exited) << "the writer exited with status " << status;
-  kill(pid, SIGKILL);
-  waitpid(pid, &status, 0);
+  const testing::ChildEnd writer = testing::RunSelfAsChild(
+      {{"ASYMNVM_TAKEOVER_CHILD", spec}}, "takeover-writer", [&] { return Acked(acks) >= 300; });
+  ASSERT_FALSE(writer.exited) << "the writer exited with status " << writer.status;
   const uint64_t acked = Acked(acks);
   ASSERT_GE(acked, 300u);
 
@@ -174,19 +158,12 @@ TEST_F(TakeoverTest, SigkilledWriterIsTakenOverAndTheLogKeepsRecycling) {
   std::mt19937_64 rng(20261123);
   int completed = 0;
   for (int round = 0; round < 3; round++) {
-    const pid_t adopter = fork();
-    ASSERT_GE(adopter, 0);
-    if (adopter == 0) {
-      setenv("ASYMNVM_TAKEOVER_ADOPTER", (backend_->address() + "|" + coord).c_str(), 1);
-      execl("/proc/self/exe", "takeover-adopter", static_cast<char*>(nullptr));
-      _exit(97);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 400));
-    kill(adopter, SIGKILL);
-    int st = 0;
-    waitpid(adopter, &st, 0);
-    if (WIFEXITED(st)) {
-      ASSERT_EQ(WEXITSTATUS(st), 0) << "adopter round " << round << " failed";
+    const testing::ChildEnd adopter =
+        testing::RunSelfAsChild({{"ASYMNVM_TAKEOVER_ADOPTER", backend_->address() + "|" + coord}},
+                                "takeover-adopter", {}, std::chrono::milliseconds(rng() % 400));
+    if (adopter.exited) {
+      ASSERT_TRUE(WIFEXITED(adopter.status) && WEXITSTATUS(adopter.status) == 0)
+          << "adopter round " << round << " failed";
       completed++;
     }
   }
@@ -263,27 +240,13 @@ TEST_P(TakeoverReclaimTest, DeadWritersBlocksAreReclaimedByTheTakeover) {
   const std::string coord = "dir:" + dir_ + "/coord";
   const std::string acks = dir_ + "/acks";
   const std::string spec = backend_->address() + "|" + coord + "|" + acks;
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    setenv("ASYMNVM_TAKEOVER_CHILD", spec.c_str(), 1);
-    // Killed right after journaling its 150th slab / large extent, before using it: at least
-    // that extent is reached by nothing (and none is allocated but not journaled).
-    setenv("ASYMNVM_CRASH_AT", "frontend.slab.journaled:150", 1);
-    execl("/proc/self/exe", "takeover-writer", static_cast<char*>(nullptr));
-    _exit(97);
-  }
-  int status = 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (waitpid(pid, &status, WNOHANG) != pid) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      FAIL() << "the writer did not reach its crash point";
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "writer status " << status;
+  // Killed right after journaling its 150th slab / large extent, before using it: at least
+  // that extent is reached by nothing (and none is allocated but not journaled).
+  const testing::ChildEnd writer = testing::RunSelfAsChild(
+      {{"ASYMNVM_TAKEOVER_CHILD", spec}, {"ASYMNVM_CRASH_AT", "frontend.slab.journaled:150"}},
+      "takeover-writer");
+  ASSERT_TRUE(writer.exited) << "the writer did not reach its crash point";
+  ASSERT_TRUE(writer.KilledItself()) << "writer status " << writer.status;
   const uint64_t acked = Acked(acks);
   ASSERT_GE(acked, 50u);
   {

@@ -25,6 +25,7 @@
 #include "asymnvm/structures/structure.h"
 #include "backend/backend.h"
 #include "tests/common/backend_fixture.h"
+#include "tests/common/spawn.h"
 
 namespace asymnvm::structures::testing {
 
@@ -58,21 +59,21 @@ struct ChildEnd {
 // Runs this test binary again as a child process named `name` with `env` set (the suite's main()
 // dispatches on one of the variables; ASYMNVM_CRASH_AT arms its crash points) and polls it every
 // 10 ms until it ends by itself, or `kill_when` (may be empty) holds, or `limit` passes — then
-// SIGKILLs it. A failed fork is a test failure (exited false, status -1).
+// SIGKILLs it. A failed spawn is a test failure (exited false, status -1).
 inline ChildEnd RunSelfAsChild(const std::vector<std::pair<std::string, std::string>>& env,
                                const char* name, const std::function<bool()>& kill_when = {},
                                std::chrono::milliseconds limit = std::chrono::seconds(120)) {
   ChildEnd end;
-  const pid_t pid = fork();
+  asymnvm::test_support::SpawnSpec spec;
+  spec.path = "/proc/self/exe";
+  spec.argv = {name};
+  spec.env = env;
+  std::string error;
+  const pid_t pid = asymnvm::test_support::Spawn(spec, &error);
   if (pid < 0) {
-    ADD_FAILURE() << "fork: " << std::strerror(errno);
+    ADD_FAILURE() << error;
     end.status = -1;
     return end;
-  }
-  if (pid == 0) {
-    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-    execl("/proc/self/exe", name, static_cast<char*>(nullptr));
-    _exit(97);
   }
   const auto deadline = std::chrono::steady_clock::now() + limit;
   while (std::chrono::steady_clock::now() < deadline) {

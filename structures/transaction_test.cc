@@ -356,29 +356,11 @@ void CrashRound(const std::string& address, uint64_t fe, Level level, uint64_t s
   }
   const std::string spec = address + " " + std::to_string(fe) + " " + std::to_string(seed) + " " +
                            std::to_string(static_cast<int>(level)) + " " + file;
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    setenv("ASYMNVM_TXN_CHILD", spec.c_str(), 1);
-    execl("/proc/self/exe", "txn-child", static_cast<char*>(nullptr));
-    _exit(99);
-  }
   // Wait for observable progress (acknowledged transactions), with a generous deadline.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  int status = 0;
-  bool exited = false;
-  while (CommittedLines(file) < kill_after && std::chrono::steady_clock::now() < deadline) {
-    if (waitpid(pid, &status, WNOHANG) == pid) {
-      exited = true;
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  if (!exited) {
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-  }
-  ASSERT_FALSE(exited) << "child exited early: status " << status;
+  const testing::ChildEnd child = testing::RunSelfAsChild(
+      {{"ASYMNVM_TXN_CHILD", spec}}, "txn-child",
+      [&] { return CommittedLines(file) >= kill_after; }, std::chrono::seconds(60));
+  ASSERT_FALSE(child.exited) << "child exited early: status " << child.status;
   ASSERT_GE(CommittedLines(file), kill_after) << "child made no progress";
   const std::string addr2 = also_kill ? also_kill() : address;
   ASSERT_FALSE(addr2.empty());

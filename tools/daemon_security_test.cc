@@ -21,6 +21,7 @@
 #include "asymnvm/fabric.h"
 #include "backend/backend.h"
 #include "fabric/soft/test_peers.h"
+#include "tests/common/spawn.h"
 #include "tools/ctl.h"
 
 namespace asymnvm::tools {
@@ -117,16 +118,13 @@ struct Child {
   bool Spawn(std::vector<std::string> argv) {
     int po[2], pe[2];
     if (::pipe2(po, O_CLOEXEC) != 0 || ::pipe2(pe, O_CLOEXEC) != 0) return false;
-    pid = ::fork();
-    if (pid == 0) {
-      ::dup2(po[1], 1);
-      ::dup2(pe[1], 2);
-      std::vector<char*> a;
-      for (auto& s : argv) a.push_back(s.data());
-      a.push_back(nullptr);
-      ::execv(a[0], a.data());
-      ::_exit(127);
-    }
+    test_support::SpawnSpec spec;
+    spec.path = argv.at(0);
+    spec.argv = argv;
+    spec.out = test_support::SpawnSpec::Out::kFd;
+    spec.out_fd = po[1];
+    spec.err_fd = pe[1];
+    pid = test_support::Spawn(spec);
     ::close(po[1]);
     ::close(pe[1]);
     out = po[0];

@@ -199,17 +199,14 @@ TEST(KvBatch, MultiExecUnderSigkill_TotalNeverChanges) {
   int launches = 0;
   auto launch = [&](pid_t* pid) -> uint16_t {
     const std::string out = d.File("out" + std::to_string(launches++) + ".txt");
-    *pid = fork();
-    if (*pid == 0) {
-      FILE* f = fopen(out.c_str(), "w");
-      dup2(fileno(f), 1);
-      setenv("ASYMNVM_LOG_LEVEL", "warn", 1);
-      auto args = Args(d, true);
-      std::vector<char*> argv{const_cast<char*>(ASYMNVM_KV_SERVER)};
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(ASYMNVM_KV_SERVER, argv.data());
-      _exit(127);
+    test_support::SpawnSpec spec = testutil::KvSpec(Args(d, true), "warn");
+    spec.out = test_support::SpawnSpec::Out::kFile;
+    spec.out_file = out;
+    std::string error;
+    *pid = test_support::Spawn(spec, &error);
+    if (*pid < 0) {
+      ADD_FAILURE() << error;
+      return 0;
     }
     for (int i = 0; i < 400; i++) {
       std::ifstream in(out);

@@ -43,17 +43,11 @@ TEST(KvCli, BadArguments_ExitTwo) {
                                         {"--pool", pool, "--size", "lots"},
                                         {"--pool", pool, "--pm-mode", "fast"},
                                         {"--pool", pool, "--replication", "paxos"}}) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      int devnull = open("/dev/null", O_WRONLY);
-      dup2(devnull, 2);
-      dup2(devnull, 1);
-      std::vector<char*> argv{const_cast<char*>(ASYMNVM_KV_SERVER)};
-      for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      execv(ASYMNVM_KV_SERVER, argv.data());
-      _exit(127);
-    }
+    test_support::SpawnSpec spec = testutil::KvSpec(args, "warn");
+    spec.out = test_support::SpawnSpec::Out::kNull;
+    spec.stderr_too = true;
+    const pid_t pid = test_support::Spawn(spec);
+    ASSERT_GT(pid, 0);
     int st = testutil::WaitExit(pid);
     ASSERT_TRUE(WIFEXITED(st));
     EXPECT_EQ(WEXITSTATUS(st), 2) << (args.empty() ? "(none)" : args.back());

@@ -67,18 +67,16 @@ struct Daemon {
   // failure.
   void Start(const std::vector<std::string>& args, const std::string& out) {
     std::filesystem::remove(out);
-    pid = fork();
-    if (pid == 0) {
-      FILE* f = fopen(out.c_str(), "w");
-      dup2(fileno(f), 1);
-      setenv("ASYMNVM_LOG_LEVEL", "warn", 1);
-      std::vector<char*> argv{const_cast<char*>(ASYMNVM_KV_SERVER)};
-      for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      execv(ASYMNVM_KV_SERVER, argv.data());
-      _exit(127);
-    }
+    test_support::SpawnSpec spec = testutil::KvSpec(args, "warn");
+    spec.out = test_support::SpawnSpec::Out::kFile;
+    spec.out_file = out;
+    std::string error;
+    pid = test_support::Spawn(spec, &error);
     port = 0;
+    if (pid < 0) {
+      ADD_FAILURE() << error;
+      return;
+    }
     testutil::WaitFor(
         [&] {
           std::ifstream in(out);

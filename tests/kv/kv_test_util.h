@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "asymnvm/kv.h"
+#include "tests/common/spawn.h"
 
 namespace asymnvm::kv::testutil {
 
@@ -50,27 +51,30 @@ struct Proc {
   }
 };
 
+// The spawn spec of asymnvm-kv with `args`, its log level set to `level`.
+inline test_support::SpawnSpec KvSpec(const std::vector<std::string>& args, const char* level) {
+  test_support::SpawnSpec s;
+  s.path = ASYMNVM_KV_SERVER;
+  s.argv.push_back(s.path);
+  s.argv.insert(s.argv.end(), args.begin(), args.end());
+  s.env = {{"ASYMNVM_LOG_LEVEL", level}};
+  return s;
+}
+
 // Starts asymnvm-kv with `args`; waits for its first stdout line (or its exit).
 inline Proc StartKv(const std::vector<std::string>& args) {
   int out[2];
-  EXPECT_EQ(pipe(out), 0);
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(out[1], 1);
-    close(out[0]);
-    close(out[1]);
-    setenv("ASYMNVM_LOG_LEVEL", "warn", 1);
-    std::vector<char*> argv{const_cast<char*>(ASYMNVM_KV_SERVER)};
-    for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(ASYMNVM_KV_SERVER, argv.data());
-    _exit(127);
-  }
-  close(out[1]);
+  EXPECT_EQ(pipe2(out, O_CLOEXEC), 0);
+  test_support::SpawnSpec s = KvSpec(args, "warn");
+  s.out = test_support::SpawnSpec::Out::kFd;
+  s.out_fd = out[1];
+  std::string error;
   Proc p;
-  p.pid = pid;
+  p.pid = test_support::Spawn(s, &error);
+  EXPECT_GT(p.pid, 0) << error;
+  close(out[1]);
   char c;
-  while (read(out[0], &c, 1) == 1 && c != '\n') p.first_line.push_back(c);
+  while (p.pid > 0 && read(out[0], &c, 1) == 1 && c != '\n') p.first_line.push_back(c);
   close(out[0]);
   return p;
 }
@@ -78,17 +82,11 @@ inline Proc StartKv(const std::vector<std::string>& args) {
 // Starts asymnvm-kv with `args` without waiting for it (stdout discarded): for SIGKILLs that land
 // while it starts up and recovers.
 inline pid_t SpawnKv(const std::vector<std::string>& args) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    int null = open("/dev/null", O_WRONLY);
-    dup2(null, 1);
-    setenv("ASYMNVM_LOG_LEVEL", "error", 1);
-    std::vector<char*> argv{const_cast<char*>(ASYMNVM_KV_SERVER)};
-    for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(ASYMNVM_KV_SERVER, argv.data());
-    _exit(127);
-  }
+  test_support::SpawnSpec s = KvSpec(args, "error");
+  s.out = test_support::SpawnSpec::Out::kNull;
+  std::string error;
+  const pid_t pid = test_support::Spawn(s, &error);
+  EXPECT_GT(pid, 0) << error;
   return pid;
 }
 

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "common/coding.h"
+#include "tests/common/spawn.h"
 #include "tests/oq/oq_test_util.h"
 
 namespace asymnvm::oq {
@@ -33,24 +34,20 @@ struct Proc {
 // Starts the server; reads the first stdout line (the address).
 Proc StartServer(const std::vector<std::string>& args, const std::string& crash_at = "") {
   int out[2];
-  EXPECT_EQ(pipe(out), 0);
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(out[1], 1);
-    close(out[0]);
-    close(out[1]);
-    if (!crash_at.empty()) setenv("ASYMNVM_CRASH_AT", crash_at.c_str(), 1);
-    setenv("ASYMNVM_LOG_LEVEL", "warn", 1);
-    std::vector<char*> argv;
-    argv.push_back(const_cast<char*>(ASYMNVM_OQ_SERVER));
-    for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(ASYMNVM_OQ_SERVER, argv.data());
-    _exit(127);
-  }
-  close(out[1]);
+  EXPECT_EQ(pipe2(out, O_CLOEXEC), 0);
+  test_support::SpawnSpec spec;
+  spec.path = ASYMNVM_OQ_SERVER;
+  spec.argv.push_back(spec.path);
+  spec.argv.insert(spec.argv.end(), args.begin(), args.end());
+  spec.env = {{"ASYMNVM_LOG_LEVEL", "warn"}};
+  if (!crash_at.empty()) spec.env.emplace_back("ASYMNVM_CRASH_AT", crash_at);
+  spec.out = test_support::SpawnSpec::Out::kFd;
+  spec.out_fd = out[1];
+  std::string error;
   Proc p;
-  p.pid = pid;
+  p.pid = test_support::Spawn(spec, &error);
+  EXPECT_GT(p.pid, 0) << error;
+  close(out[1]);
   char c;
   while (read(out[0], &c, 1) == 1 && c != '\n') p.address.push_back(c);
   close(out[0]);
@@ -70,17 +67,14 @@ TEST(OqServerCli, BadArguments_ExitTwo) {
                                         {"--buffer-size", "5000"},
                                         {"--bogus"},
                                         {"--pool", "/tmp/x"}}) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      int devnull = open("/dev/null", O_WRONLY);
-      dup2(devnull, 2);
-      dup2(devnull, 1);
-      std::vector<char*> argv{const_cast<char*>(ASYMNVM_OQ_SERVER)};
-      for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      execv(ASYMNVM_OQ_SERVER, argv.data());
-      _exit(127);
-    }
+    test_support::SpawnSpec spec;
+    spec.path = ASYMNVM_OQ_SERVER;
+    spec.argv.push_back(spec.path);
+    spec.argv.insert(spec.argv.end(), args.begin(), args.end());
+    spec.out = test_support::SpawnSpec::Out::kNull;
+    spec.stderr_too = true;
+    const pid_t pid = test_support::Spawn(spec);
+    ASSERT_GT(pid, 0);
     int st = WaitExit(pid);
     EXPECT_TRUE(WIFEXITED(st)) << args[0];
     EXPECT_EQ(WEXITSTATUS(st), 2) << args[0];

@@ -32,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/common/spawn.h"
 #include "workloads/driver/backend_process.h"
 
 namespace {
@@ -48,19 +49,13 @@ struct Child {
 Child Spawn(const std::vector<std::string>& args, const std::string& out) {
   Child c;
   c.out = out;
-  c.pid = ::fork();
-  if (c.pid == 0) {
-    const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-    }
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(argv[0], argv.data());
-    _exit(127);
-  }
+  asymnvm::test_support::SpawnSpec spec;
+  spec.path = args.at(0);
+  spec.argv = args;
+  spec.out = asymnvm::test_support::SpawnSpec::Out::kFile;
+  spec.out_file = out;
+  spec.stderr_too = true;
+  c.pid = asymnvm::test_support::Spawn(spec);
   return c;
 }
 

@@ -21,8 +21,8 @@
 
 #include "backend/log_format.h"
 #include "backend/rpc.h"
+#include "common/spawn.h"
 #include "fabric/oq/oq.h"
-#include "tests/common/spawn.h"
 
 namespace asymnvm::backend {
 namespace {
@@ -40,15 +40,15 @@ struct Daemon {
     Daemon d;
     int p[2];
     if (pipe2(p, O_CLOEXEC) != 0) return d;
-    test_support::SpawnSpec spec;
+    SpawnSpec spec;
     spec.path = kDaemon;
     spec.argv = {kDaemon, "--pool",      pool,    "--size",          "16M", "--log-segment",
                  "256K",  "--log-level", "error", "--checkpoint-ms", "10"};
     spec.argv.insert(spec.argv.end(), extra.begin(), extra.end());
     if (!crash_at.empty()) spec.env = {{"ASYMNVM_CRASH_AT", crash_at}};
-    spec.out = test_support::SpawnSpec::Out::kFd;
+    spec.out = SpawnSpec::Out::kFd;
     spec.out_fd = p[1];
-    d.pid = test_support::Spawn(spec);
+    d.pid = SpawnProcess(spec);
     close(p[1]);
     FILE* f = fdopen(p[0], "r");
     char line[256] = {0};

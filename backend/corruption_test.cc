@@ -33,10 +33,10 @@
 #include "backend/log_format.h"
 #include "backend/rpc.h"
 #include "common/coding.h"
+#include "common/spawn.h"
 #include "fabric/oq/oq.h"
 #include "fabric/rowan/receiver.h"
 #include "tests/common/backend_fixture.h"
-#include "tests/common/spawn.h"
 #include "tools/ctl.h"
 
 namespace asymnvm::backend {
@@ -528,15 +528,15 @@ TEST(CorruptionWriter, Run) {
 pid_t SpawnWriter(const std::string& address, uint64_t fe, uint32_t seed,
                   const std::string& progress) {
   const std::string env = address + "," + std::to_string(fe) + "," + std::to_string(seed);
-  test_support::SpawnSpec spec;
+  SpawnSpec spec;
   spec.path = "/proc/self/exe";
   spec.argv = {"backend_corruption_test", "--gtest_filter=CorruptionWriter.Run"};
   spec.env = {{"ASYMNVM_CORRUPT_WRITER", env},
               {"ASYMNVM_CORRUPT_PROGRESS", progress},
               {"ASYMNVM_LOG_LEVEL", "error"}};
-  spec.out = test_support::SpawnSpec::Out::kNull;  // the child's gtest banner
+  spec.out = SpawnSpec::Out::kNull;  // the child's gtest banner
   std::string error;
-  const pid_t pid = test_support::Spawn(spec, &error);
+  const pid_t pid = SpawnProcess(spec, &error);
   EXPECT_GT(pid, 0) << error;
   return pid;
 }

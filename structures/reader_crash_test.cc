@@ -29,7 +29,7 @@
 #include "asymnvm/frontend.h"
 #include "asymnvm/structures/structure.h"
 #include "backend/backend.h"
-#include "tests/common/spawn.h"
+#include "common/spawn.h"
 
 namespace asymnvm::structures {
 namespace {
@@ -147,12 +147,12 @@ class ReaderCrashTest : public ::testing::Test {
   pid_t StartReader(uint64_t fe, Kind kind, const std::string& stop) {
     const std::string spec = be_->address() + "|" + std::to_string(fe) + "|" +
                              std::to_string(static_cast<uint32_t>(kind)) + "|" + stop;
-    asymnvm::test_support::SpawnSpec child;
+    asymnvm::SpawnSpec child;
     child.path = "/proc/self/exe";
     child.argv = {"reader"};
     child.env = {{"ASYMNVM_READER_CHILD", spec}};
     std::string error;
-    const pid_t pid = asymnvm::test_support::Spawn(child, &error);
+    const pid_t pid = asymnvm::SpawnProcess(child, &error);
     EXPECT_GT(pid, 0) << error;
     return pid;
   }

@@ -24,8 +24,8 @@
 #include "asymnvm/frontend.h"
 #include "asymnvm/structures/structure.h"
 #include "backend/backend.h"
+#include "common/spawn.h"
 #include "tests/common/backend_fixture.h"
-#include "tests/common/spawn.h"
 
 namespace asymnvm::structures::testing {
 
@@ -64,12 +64,12 @@ inline ChildEnd RunSelfAsChild(const std::vector<std::pair<std::string, std::str
                                const char* name, const std::function<bool()>& kill_when = {},
                                std::chrono::milliseconds limit = std::chrono::seconds(120)) {
   ChildEnd end;
-  asymnvm::test_support::SpawnSpec spec;
+  asymnvm::SpawnSpec spec;
   spec.path = "/proc/self/exe";
   spec.argv = {name};
   spec.env = env;
   std::string error;
-  const pid_t pid = asymnvm::test_support::Spawn(spec, &error);
+  const pid_t pid = asymnvm::SpawnProcess(spec, &error);
   if (pid < 0) {
     ADD_FAILURE() << error;
     end.status = -1;

@@ -20,8 +20,8 @@
 
 #include "asymnvm/fabric.h"
 #include "backend/backend.h"
+#include "common/spawn.h"
 #include "fabric/soft/test_peers.h"
-#include "tests/common/spawn.h"
 #include "tools/ctl.h"
 
 namespace asymnvm::tools {
@@ -118,13 +118,13 @@ struct Child {
   bool Spawn(std::vector<std::string> argv) {
     int po[2], pe[2];
     if (::pipe2(po, O_CLOEXEC) != 0 || ::pipe2(pe, O_CLOEXEC) != 0) return false;
-    test_support::SpawnSpec spec;
+    SpawnSpec spec;
     spec.path = argv.at(0);
     spec.argv = argv;
-    spec.out = test_support::SpawnSpec::Out::kFd;
+    spec.out = SpawnSpec::Out::kFd;
     spec.out_fd = po[1];
     spec.err_fd = pe[1];
-    pid = test_support::Spawn(spec);
+    pid = SpawnProcess(spec);
     ::close(po[1]);
     ::close(pe[1]);
     out = po[0];

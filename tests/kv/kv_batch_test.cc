@@ -199,11 +199,11 @@ TEST(KvBatch, MultiExecUnderSigkill_TotalNeverChanges) {
   int launches = 0;
   auto launch = [&](pid_t* pid) -> uint16_t {
     const std::string out = d.File("out" + std::to_string(launches++) + ".txt");
-    test_support::SpawnSpec spec = testutil::KvSpec(Args(d, true), "warn");
-    spec.out = test_support::SpawnSpec::Out::kFile;
+    SpawnSpec spec = testutil::KvSpec(Args(d, true), "warn");
+    spec.out = SpawnSpec::Out::kFile;
     spec.out_file = out;
     std::string error;
-    *pid = test_support::Spawn(spec, &error);
+    *pid = SpawnProcess(spec, &error);
     if (*pid < 0) {
       ADD_FAILURE() << error;
       return 0;

@@ -43,10 +43,10 @@ TEST(KvCli, BadArguments_ExitTwo) {
                                         {"--pool", pool, "--size", "lots"},
                                         {"--pool", pool, "--pm-mode", "fast"},
                                         {"--pool", pool, "--replication", "paxos"}}) {
-    test_support::SpawnSpec spec = testutil::KvSpec(args, "warn");
-    spec.out = test_support::SpawnSpec::Out::kNull;
+    SpawnSpec spec = testutil::KvSpec(args, "warn");
+    spec.out = SpawnSpec::Out::kNull;
     spec.stderr_too = true;
-    const pid_t pid = test_support::Spawn(spec);
+    const pid_t pid = SpawnProcess(spec);
     ASSERT_GT(pid, 0);
     int st = testutil::WaitExit(pid);
     ASSERT_TRUE(WIFEXITED(st));

@@ -67,11 +67,11 @@ struct Daemon {
   // failure.
   void Start(const std::vector<std::string>& args, const std::string& out) {
     std::filesystem::remove(out);
-    test_support::SpawnSpec spec = testutil::KvSpec(args, "warn");
-    spec.out = test_support::SpawnSpec::Out::kFile;
+    SpawnSpec spec = testutil::KvSpec(args, "warn");
+    spec.out = SpawnSpec::Out::kFile;
     spec.out_file = out;
     std::string error;
-    pid = test_support::Spawn(spec, &error);
+    pid = SpawnProcess(spec, &error);
     port = 0;
     if (pid < 0) {
       ADD_FAILURE() << error;

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "asymnvm/kv.h"
-#include "tests/common/spawn.h"
+#include "common/spawn.h"
 
 namespace asymnvm::kv::testutil {
 
@@ -52,8 +52,8 @@ struct Proc {
 };
 
 // The spawn spec of asymnvm-kv with `args`, its log level set to `level`.
-inline test_support::SpawnSpec KvSpec(const std::vector<std::string>& args, const char* level) {
-  test_support::SpawnSpec s;
+inline SpawnSpec KvSpec(const std::vector<std::string>& args, const char* level) {
+  SpawnSpec s;
   s.path = ASYMNVM_KV_SERVER;
   s.argv.push_back(s.path);
   s.argv.insert(s.argv.end(), args.begin(), args.end());
@@ -65,12 +65,12 @@ inline test_support::SpawnSpec KvSpec(const std::vector<std::string>& args, cons
 inline Proc StartKv(const std::vector<std::string>& args) {
   int out[2];
   EXPECT_EQ(pipe2(out, O_CLOEXEC), 0);
-  test_support::SpawnSpec s = KvSpec(args, "warn");
-  s.out = test_support::SpawnSpec::Out::kFd;
+  SpawnSpec s = KvSpec(args, "warn");
+  s.out = SpawnSpec::Out::kFd;
   s.out_fd = out[1];
   std::string error;
   Proc p;
-  p.pid = test_support::Spawn(s, &error);
+  p.pid = SpawnProcess(s, &error);
   EXPECT_GT(p.pid, 0) << error;
   close(out[1]);
   char c;
@@ -82,10 +82,10 @@ inline Proc StartKv(const std::vector<std::string>& args) {
 // Starts asymnvm-kv with `args` without waiting for it (stdout discarded): for SIGKILLs that land
 // while it starts up and recovers.
 inline pid_t SpawnKv(const std::vector<std::string>& args) {
-  test_support::SpawnSpec s = KvSpec(args, "error");
-  s.out = test_support::SpawnSpec::Out::kNull;
+  SpawnSpec s = KvSpec(args, "error");
+  s.out = SpawnSpec::Out::kNull;
   std::string error;
-  const pid_t pid = test_support::Spawn(s, &error);
+  const pid_t pid = SpawnProcess(s, &error);
   EXPECT_GT(pid, 0) << error;
   return pid;
 }

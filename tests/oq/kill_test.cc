@@ -18,7 +18,7 @@
 #include <thread>
 
 #include "common/coding.h"
-#include "tests/common/spawn.h"
+#include "common/spawn.h"
 #include "tests/oq/oq_test_util.h"
 
 namespace asymnvm::oq {
@@ -35,17 +35,17 @@ struct Proc {
 Proc StartServer(const std::vector<std::string>& args, const std::string& crash_at = "") {
   int out[2];
   EXPECT_EQ(pipe2(out, O_CLOEXEC), 0);
-  test_support::SpawnSpec spec;
+  SpawnSpec spec;
   spec.path = ASYMNVM_OQ_SERVER;
   spec.argv.push_back(spec.path);
   spec.argv.insert(spec.argv.end(), args.begin(), args.end());
   spec.env = {{"ASYMNVM_LOG_LEVEL", "warn"}};
   if (!crash_at.empty()) spec.env.emplace_back("ASYMNVM_CRASH_AT", crash_at);
-  spec.out = test_support::SpawnSpec::Out::kFd;
+  spec.out = SpawnSpec::Out::kFd;
   spec.out_fd = out[1];
   std::string error;
   Proc p;
-  p.pid = test_support::Spawn(spec, &error);
+  p.pid = SpawnProcess(spec, &error);
   EXPECT_GT(p.pid, 0) << error;
   close(out[1]);
   char c;
@@ -67,13 +67,13 @@ TEST(OqServerCli, BadArguments_ExitTwo) {
                                         {"--buffer-size", "5000"},
                                         {"--bogus"},
                                         {"--pool", "/tmp/x"}}) {
-    test_support::SpawnSpec spec;
+    SpawnSpec spec;
     spec.path = ASYMNVM_OQ_SERVER;
     spec.argv.push_back(spec.path);
     spec.argv.insert(spec.argv.end(), args.begin(), args.end());
-    spec.out = test_support::SpawnSpec::Out::kNull;
+    spec.out = SpawnSpec::Out::kNull;
     spec.stderr_too = true;
-    const pid_t pid = test_support::Spawn(spec);
+    const pid_t pid = SpawnProcess(spec);
     ASSERT_GT(pid, 0);
     int st = WaitExit(pid);
     EXPECT_TRUE(WIFEXITED(st)) << args[0];

@@ -44,6 +44,7 @@
 #include "asymnvm/coord.h"
 #include "asymnvm/kv.h"
 #include "common/proc_stat.h"
+#include "common/spawn.h"
 #include "fabric/oq/oq.h"
 #include "kv/shard_map.h"
 #include "workloads/bench/bench.h"
@@ -181,33 +182,30 @@ class KvSuite : public Suite {
     ServerProc p;
     p.err_path = dir_ + "/kv" + std::to_string(i) + ".err";
     int out[2];
-    if (pipe(out) != 0) return Status::IoError("pipe", errno);
-    pid_t pid = fork();
-    if (pid == 0) {
-      dup2(out[1], 1);
+    if (pipe2(out, O_CLOEXEC) != 0) return Status::IoError("pipe", errno);
+    SpawnSpec spec;
+    spec.path = binary_;
+    spec.argv = {
+        binary_, "--pool", dir_ + "/kv" + std::to_string(i) + ".pool", "--size",
+        server_workers_ <= 2 ? std::string("96M") : std::to_string(96 + 16 * server_workers_) + "M",
+        "--blog-size",
+        // Room for one 1.25 MiB ring per (other server, worker) (rwrite).
+        std::to_string(std::max(16, 6 + 3 * server_workers_)) + "M", "--listen",
+        "unix://" + dir_ + "/kv" + std::to_string(i), "--pm-mode", "flush", "--coord", Coord(),
+        "--initial-servers", std::to_string(servers), "--oq-policy", policy, "--workers",
+        std::to_string(server_workers_), "--shards",
+        std::to_string(std::max(12, 2 * server_workers_)), "--replication",
+        servers == 1 ? std::string("rowan") : variant_, "--xpline", "--log-level", "warn"};
+    spec.argv.insert(spec.argv.end(), extra_args_.begin(), extra_args_.end());
+    spec.out = SpawnSpec::Out::kFd;
+    spec.out_fd = out[1];
+    spec.err_file = p.err_path;
+    std::string error;
+    const pid_t pid = SpawnProcess(spec, &error);  // no fork: this process has threads
+    if (pid < 0) {
       close(out[0]);
       close(out[1]);
-      FILE* e = fopen(p.err_path.c_str(), "w");
-      if (e) dup2(fileno(e), 2);
-      setenv("ASYMNVM_LOG_LEVEL", "warn", 1);
-      std::vector<std::string> args{
-          binary_, "--pool", dir_ + "/kv" + std::to_string(i) + ".pool", "--size",
-          server_workers_ <= 2 ? std::string("96M")
-                               : std::to_string(96 + 16 * server_workers_) + "M",
-          "--blog-size",
-          // Room for one 1.25 MiB ring per (other server, worker) (rwrite).
-          std::to_string(std::max(16, 6 + 3 * server_workers_)) + "M", "--listen",
-          "unix://" + dir_ + "/kv" + std::to_string(i), "--pm-mode", "flush", "--coord", Coord(),
-          "--initial-servers", std::to_string(servers), "--oq-policy", policy, "--workers",
-          std::to_string(server_workers_), "--shards",
-          std::to_string(std::max(12, 2 * server_workers_)), "--replication",
-          servers == 1 ? std::string("rowan") : variant_, "--xpline", "--log-level", "warn"};
-      args.insert(args.end(), extra_args_.begin(), extra_args_.end());
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(binary_.c_str(), argv.data());
-      _exit(127);
+      return Status::IoError("kv: server " + std::to_string(i) + ": " + error);
     }
     close(out[1]);
     std::string line;

@@ -32,7 +32,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/common/spawn.h"
+#include "common/spawn.h"
 #include "workloads/driver/backend_process.h"
 
 namespace {
@@ -49,13 +49,13 @@ struct Child {
 Child Spawn(const std::vector<std::string>& args, const std::string& out) {
   Child c;
   c.out = out;
-  asymnvm::test_support::SpawnSpec spec;
+  asymnvm::SpawnSpec spec;
   spec.path = args.at(0);
   spec.argv = args;
-  spec.out = asymnvm::test_support::SpawnSpec::Out::kFile;
+  spec.out = asymnvm::SpawnSpec::Out::kFile;
   spec.out_file = out;
   spec.stderr_too = true;
-  c.pid = asymnvm::test_support::Spawn(spec);
+  c.pid = asymnvm::SpawnProcess(spec);
   return c;
 }
 

@@ -1,12 +1,12 @@
-// Starting a child process from a test without fork(): posix_spawn.
+// Starting a child process without fork(): posix_spawn.
 //
-// A test process is often multi-threaded when it starts a daemon (a Session's pollers, a
+// A process is often multi-threaded when it starts a daemon (a Session's pollers, a
 // coordinator client, several daemons started from several threads at once). After fork() the
 // child holds a copy of every lock another thread held at that moment — the allocator's
 // included — so a child that allocates before exec (setenv, std::string, fopen) can hang for
-// ever. Under ASan, whose allocator has no fork handler in this toolchain, that happened: one of
-// three kv daemons started from three threads never reached exec. posix_spawn builds everything
-// in the parent and runs only system calls in the child.
+// ever. Under ASan, whose allocator has no fork handler in this toolchain, that happened in a test:
+// one of three kv daemons started from three threads never reached exec. posix_spawn builds
+// everything in the parent and runs only system calls in the child.
 #pragma once
 
 #include <fcntl.h>
@@ -20,7 +20,7 @@
 
 extern char** environ;
 
-namespace asymnvm::test_support {
+namespace asymnvm {
 
 struct SpawnSpec {
   std::string path;                                      // the binary ("/proc/self/exe" too)
@@ -31,10 +31,11 @@ struct SpawnSpec {
   int out_fd = -1;          // kFd: dup'ed onto the child's stdout
   bool stderr_too = false;  // stderr goes where stdout goes
   int err_fd = -1;          // else, if set, the child's stderr
+  std::string err_file;     // else, if set, the child's stderr (created or truncated)
 };
 
 // Starts the child; returns its pid, or -1 with `*error` (may be null) saying why.
-inline pid_t Spawn(const SpawnSpec& s, std::string* error = nullptr) {
+inline pid_t SpawnProcess(const SpawnSpec& s, std::string* error = nullptr) {
   std::vector<std::string> env_strings;
   for (char** e = environ; *e != nullptr; e++) {
     const char* eq = std::strchr(*e, '=');
@@ -73,6 +74,9 @@ inline pid_t Spawn(const SpawnSpec& s, std::string* error = nullptr) {
     rc = posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
   } else if (rc == 0 && s.err_fd >= 0) {
     rc = posix_spawn_file_actions_adddup2(&fa, s.err_fd, STDERR_FILENO);
+  } else if (rc == 0 && !s.err_file.empty()) {
+    rc = posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, s.err_file.c_str(),
+                                          O_WRONLY | O_CREAT | O_TRUNC, 0644);
   }
   pid_t pid = -1;
   if (rc == 0) rc = posix_spawn(&pid, s.path.c_str(), &fa, nullptr, argv.data(), envp.data());
@@ -84,4 +88,4 @@ inline pid_t Spawn(const SpawnSpec& s, std::string* error = nullptr) {
   return pid;
 }
 
-}  // namespace asymnvm::test_support
+}  // namespace asymnvm

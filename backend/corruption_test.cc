@@ -480,12 +480,11 @@ pid_t SpawnDaemon(const std::string& pool, std::string* address) {
 // fresh process, not a fork of one that ran back-ends: no inherited locks). Op logs of mixed sizes
 // (every fifth spans several Rowan blocks, so a writer killed mid-append leaves an entry with
 // blocks missing) and their memory logs, batched (rcb), forever.
-TEST(CorruptionWriter, Run) {
-  const char* env = std::getenv("ASYMNVM_CORRUPT_WRITER");
-  if (env == nullptr) GTEST_SKIP() << "the writer child of SigkilledWritersAndBackend...";
+// main() runs it instead of the tests when that variable is set.
+[[noreturn]] void RunCorruptionWriter(const char* env) {
   char address[200] = {0};
   unsigned long fe = 0, seed = 0;
-  ASSERT_EQ(std::sscanf(env, "%199[^,],%lu,%lu", address, &fe, &seed), 3);
+  if (std::sscanf(env, "%199[^,],%lu,%lu", address, &fe, &seed) != 3) _exit(2);
   SessionOptions so;
   so.backends = {address};
   so.frontend_id = fe;
@@ -530,7 +529,7 @@ pid_t SpawnWriter(const std::string& address, uint64_t fe, uint32_t seed,
   const std::string env = address + "," + std::to_string(fe) + "," + std::to_string(seed);
   SpawnSpec spec;
   spec.path = "/proc/self/exe";
-  spec.argv = {"backend_corruption_test", "--gtest_filter=CorruptionWriter.Run"};
+  spec.argv = {"backend_corruption_test"};
   spec.env = {{"ASYMNVM_CORRUPT_WRITER", env},
               {"ASYMNVM_CORRUPT_PROGRESS", progress},
               {"ASYMNVM_LOG_LEVEL", "error"}};
@@ -625,3 +624,11 @@ TEST_F(CorruptionTest, SigkilledWritersAndBackendLeaveNoFalsePositives) {
 
 }  // namespace
 }  // namespace asymnvm::backend
+
+int main(int argc, char** argv) {
+  if (const char* env = std::getenv("ASYMNVM_CORRUPT_WRITER")) {
+    asymnvm::backend::RunCorruptionWriter(env);
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

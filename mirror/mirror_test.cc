@@ -47,13 +47,11 @@ using frontend::Session;
 using frontend::SessionOptions;
 
 // The writer process of PrimaryAndWriterKilledTogether: this test binary run again with
-// --gtest_filter=MirrorWriterChild.Run and ASYMNVM_MIRROR_WRITER="ADDRESS COORD BASE SEED ORACLE".
+// ASYMNVM_MIRROR_WRITER="ADDRESS COORD BASE SEED ORACLE" (main() runs this instead of the tests).
 // It claims a front-end id on the coordinator, writes "id N" to ORACLE, then puts (word, value)
 // pairs drawn from SEED forever, appending "i\n" to ORACLE after the i-th is acknowledged (a
 // write(2): it survives the SIGKILL that ends the process).
-TEST(MirrorWriterChild, Run) {
-  const char* e = std::getenv("ASYMNVM_MIRROR_WRITER");
-  if (e == nullptr) GTEST_SKIP() << "runs only as the writer process of a MirrorTest";
+[[noreturn]] void RunMirrorWriter(const char* e) {
   std::istringstream in(e);
   std::string address, coord, oracle;
   uint64_t base = 0, seed = 0;
@@ -343,7 +341,7 @@ TEST_F(MirrorTest, MirrorKilledDuringCatchUpConvergesAfterRestart) {
 }
 
 // §7.2 combination "primary and one front-end killed together" (doc/mirror.md §Tests): a writer
-// process (MirrorWriterChild.Run) puts words and records each acknowledged put; after a seeded
+// process (RunMirrorWriter) puts words and records each acknowledged put; after a seeded
 // number of them the writer and the primary are SIGKILLed back to back and the primary's pool is
 // removed. The mirror is promoted; the writer restarts (a Session under its front-end id on the
 // promoted primary, Replay) and every acknowledged put is there: each word holds the value of the
@@ -378,9 +376,8 @@ TEST_F(MirrorTest, PrimaryAndWriterKilledTogetherLoseNothing) {
     std::vector<char*> envp;
     for (auto& x : envs) envp.push_back(x.data());
     envp.push_back(nullptr);
-    std::string filter = "--gtest_filter=MirrorWriterChild.Run";
     std::string self = "/proc/self/exe";
-    char* argv[] = {self.data(), filter.data(), nullptr};
+    char* argv[] = {self.data(), nullptr};
     const pid_t child = fork();
     ASSERT_GE(child, 0);
     if (child == 0) {
@@ -640,3 +637,9 @@ TEST_F(MirrorTest, SeededPromotionRounds) {
 
 }  // namespace
 }  // namespace asymnvm::mirror
+
+int main(int argc, char** argv) {
+  if (const char* e = std::getenv("ASYMNVM_MIRROR_WRITER")) asymnvm::mirror::RunMirrorWriter(e);
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

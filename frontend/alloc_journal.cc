@@ -22,6 +22,7 @@ OwnershipJournal::OwnershipJournal(Io io, uint64_t frontend_id, uint64_t word_ad
       block_size_(block_size),
       data_begin_(data_begin),
       data_end_(data_end),
+      incarnation_(incarnation),
       tag_(incarnation & 63) {}
 
 Status OwnershipJournal::Load() {
@@ -43,6 +44,12 @@ Status OwnershipJournal::Load() {
     LOG_WARN(kLog, what << " has a bad header (magic, id or capacity); ignored (gc reclaims what "
                            "it named)");
     return Status::Ok();
+  }
+  if (const uint64_t mark = GetLe64(h + kJournalCleanWord); mark != 0) {
+    previous_clean_ = incarnation_ > 0 && mark == (kJournalCleanMagic ^ (incarnation_ - 1));
+    uint8_t zero[8] = {};
+    ASYMNVM_RETURN_IF_ERROR(
+        io_.write(j + kJournalCleanWord, zero).WithContext(what + ": clearing the clean mark"));
   }
   std::vector<uint8_t> e(cap * 8);
   ASYMNVM_RETURN_IF_ERROR(io_.read(j + kJournalHeaderBytes, e).WithContext(what));
@@ -67,6 +74,13 @@ Status OwnershipJournal::Load() {
     inherited_.insert(a);
   }
   return Status::Ok();
+}
+
+Status OwnershipJournal::MarkClosedCleanly() {
+  if (journal_ == 0) return Status::Ok();
+  uint8_t mark[8];
+  PutLe64(mark, kJournalCleanMagic ^ incarnation_);
+  return io_.write(journal_ + kJournalCleanWord, mark);
 }
 
 Status OwnershipJournal::Create(uint64_t capacity) {

@@ -6,7 +6,7 @@
 //
 // Where: a data-area extent whose pool offset is the journal word of the front-end record
 // `fe:<id>` (slot byte 208; 0 = no journal). Extent layout (little-endian u64 words):
-//   0 magic "ASYMJRN1", 1 front-end id, 2 capacity n, 3 zero, 4 .. 4+n entries
+//   0 magic "ASYMJRN1", 1 front-end id, 2 capacity n, 3 clean-close mark, 4 .. 4+n entries
 // An entry is 0 (free) or the start address of an extent the front-end holds, its low 6 bits
 // holding the writer's incarnation mod 64 (block addresses are 64-byte aligned). Entries are
 // written one at a time by a durable 8-byte compare-and-swap (failure-atomic), so a crash leaves
@@ -21,6 +21,15 @@
 // front-end killed at any point leaves every extent it holds named by its journal and no entry
 // naming an extent it returned; only a back-end crash inside such a request can leave an extent
 // no journal names (a leak `asymnvm-ctl gc` finds), never an entry naming a free block.
+//
+// Clean close: a session that closes cleanly (its last fence succeeded, nothing of an earlier
+// incarnation left to replay or reclaim) writes "ASJCLEAN" ^ its incarnation into word 3. The
+// next incarnation's Load reads it — the entries it inherits then name only extents a live
+// session held when it closed, not a crash's allocations, so no reclaim walk is needed — and
+// clears it durably before anything else, so that a crash of that incarnation is never taken
+// for a clean close. A mark of any incarnation but the one just before is ignored (cleared, and
+// the walk runs). A wrong "clean" could only skip a walk: the entries stay, and the next walk
+// (after a crash of the id) or gc frees what they name.
 //
 // Growth: when every entry is used, a journal of twice the capacity is allocated, written
 // (header + entries) durably, swapped into the journal word (durable CAS), and the old one freed;
@@ -44,6 +53,8 @@ namespace asymnvm::frontend {
 
 inline constexpr uint64_t kJournalMagic = 0x314E524A4D595341ull;  // "ASYMJRN1"
 inline constexpr uint64_t kJournalHeaderBytes = 32;
+inline constexpr uint64_t kJournalCleanMagic = 0x4E41454C434A5341ull;  // "ASJCLEAN"
+inline constexpr uint64_t kJournalCleanWord = 24;                      // header byte offset
 // Byte offset of the journal word from the front-end record's root word (slot byte 128 → 208).
 inline constexpr uint64_t kJournalWordFromRoot = 80;
 
@@ -63,7 +74,12 @@ class OwnershipJournal {
   // Reads the journal of the earlier incarnations of this id (if any): its entries become
   // inherited(). An unreadable or invalid journal (bad magic, id or capacity) is logged and
   // replaced by a fresh one at the next Add (its extents stay allocated: gc finds them).
+  // Clears a clean-close mark (durably) and reports it in previous_closed_cleanly().
   Status Load();
+  // Whether the incarnation just before this one closed cleanly (Load found its mark).
+  bool previous_closed_cleanly() const { return previous_clean_; }
+  // Writes this incarnation's clean-close mark (durable); nothing when there is no journal.
+  Status MarkClosedCleanly();
   // Allocates an extent recorded in this journal: reserves a free entry (growing the journal if
   // needed) and calls `alloc(entry address, tag)`, the back-end request that allocates and
   // writes `address | tag` into the entry durably in one step (requests 20/21 with the journal
@@ -100,7 +116,9 @@ class OwnershipJournal {
   uint64_t capacity_ = 0;
   std::map<uint64_t, std::pair<uint64_t, uint64_t>>
       slot_of_;  // recorded address → (entry index, the entry's word)
+  const uint32_t incarnation_;
   const uint64_t tag_;
+  bool previous_clean_ = false;
   std::set<uint64_t> free_slots_;
   std::set<uint64_t> inherited_;
   uint64_t writes_ = 0;

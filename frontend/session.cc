@@ -306,7 +306,8 @@ Result<std::unique_ptr<Session::Impl>> Session::Connect(const SessionOptions& op
                                                    m.data_begin, m.data_end, m.incarnation);
     Status jl = m.journal->Load();
     if (!jl.ok()) return jl.WithContext(ctx);
-    m.reclaim_pending = !m.journal->inherited().empty();
+    // After a clean close the inherited entries are extents that session held alive: no walk.
+    m.reclaim_pending = !m.journal->inherited().empty() && !m.journal->previous_closed_cleanly();
     m.slabs->SetJournal(m.journal.get());
   }
   alloc::FrontendOptions fo;
@@ -321,9 +322,14 @@ Result<std::unique_ptr<Session::Impl>> Session::Connect(const SessionOptions& op
 Session::~Session() {
   if (!impl_) return;
   Impl& m = *impl_;
+  // Clean: everything fenced, nothing of an earlier incarnation left to replay or reclaim, and
+  // no object freed in a block an earlier incarnation carved (that block may be dead now).
+  bool clean = false;
   if (m.broken.ok()) {
     Status s = m.Fence();
     if (!s.ok()) LOG_WARN("frontend", "session close: " << s.ToString());
+    clean =
+        s.ok() && !m.opseq.replay_pending() && !m.reclaim_pending && m.journaled_orphan_frees == 0;
     if (m.opseq.replay_pending() && !m.held_locks.empty()) {
       LOG_WARN("frontend", "session close: front-end " << m.o.frontend_id << " keeps "
                                                        << m.held_locks.size()
@@ -339,6 +345,11 @@ Session::~Session() {
   }
   if (m.allocator) (void)m.allocator->Trim();
   if (m.slabs && m.broken.ok()) (void)m.slabs->ReleaseQuarantine();
+  if (clean && m.journal && m.broken.ok()) {
+    // The next incarnation of this id need not walk for what the journal names (alloc_journal.h).
+    Status s = m.journal->MarkClosedCleanly();
+    if (!s.ok()) LOG_WARN("frontend", "session close: clean-close mark: " << s.ToString());
+  }
   m.allocator.reset();
   m.slabs.reset();
   m.sender.reset();

@@ -393,6 +393,7 @@ Status Session::Free(uint64_t addr) {
       if (m.journal->recorded(addr)) return m.slabs->Free(addr);
     }
     m.c.orphan_frees++;  // an object in a slab of an earlier session: stays allocated
+    if (m.journal->recorded(start)) m.journaled_orphan_frees++;
     return Status::Ok();
   });
 }

@@ -159,6 +159,10 @@ struct Session::Impl {
   // earlier incarnations not yet reclaimed by this session.
   std::function<Status(Session&)> reclaimer;
   bool reclaim_pending = false;
+  // Frees this session dropped of objects in blocks its own journal records (slabs of an earlier
+  // incarnation): such a block may have died, so the close is not marked clean (the next
+  // incarnation walks).
+  uint64_t journaled_orphan_frees = 0;
   std::unique_ptr<PageCache> cache;
 
   // Registration.

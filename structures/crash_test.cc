@@ -1019,7 +1019,7 @@ int ReclaimCrashRounds() {
 // A crash inside the recovery's online reclaim (doc/alloc.md §Reclaim at recovery). Per round: a
 // writer child is SIGKILLed mid-workload (its journal names its slabs); a second child recovers
 // the id (Replay, then the reclaim) armed with a reclaim crash point at its Nth extent (N seeded
-// in 1..3) and dies there; CrashRound's in-process recovery then replays and reclaims again and
+// in 1..2) and dies there; CrashRound's in-process recovery then replays and reclaims again and
 // must find exactly the acknowledged operations (plus possibly the in-flight one), Verify clean.
 //  * structures.reclaim.before_free: the extents before the Nth freed, the Nth and the rest
 //    still journaled and allocated;
@@ -1032,12 +1032,16 @@ int ReclaimCrashRounds() {
 // front-end crash lands between them and not even one block may leak. A round whose recovering
 // child had fewer unreached extents than N ends normally; each (point, kind) pair must have
 // killed at least one. Hash table, B+tree, MV-B+tree; ASYMNVM_RECLAIM_CRASH_ROUNDS raises the
-// minimum rounds per pair (default 1, at most 8 when none crashed yet).
+// minimum rounds per pair (default 1, at most 12 while none crashed).
 TEST_F(OnlineReclaimTest, CrashInsideTheReclaimThenRecoverAgain) {
-  // Values of two blocks: each Put's value is a large extent of its own, so the puts of the
-  // writer's last transaction batch not yet sent at the kill leave journaled extents no structure
-  // reaches once the replay re-executed them with the recovery's allocations (64-byte values
-  // share partially live slabs: the reclaim found nothing to free).
+  // Values of 2000 bytes, two per 4 KiB slab: the puts of the writer's last transaction batch
+  // (not yet sent at the kill) fill slabs no structure reaches once the replay re-executed them
+  // with the recovery's own allocations. With the default 1..64-byte values the dead writer's
+  // slabs are all partially live and the reclaim frees nothing. (Values larger than a block —
+  // one large extent each — cannot be used: a hash table or B+tree writer SIGKILLed with them
+  // fails its replay, "free of A: not in any live allocation (double free?)": the large extent
+  // of a replaced value is freed at the back-end at once while its unlink is still in the
+  // unsent batch. Reported, not fixed here.)
   constexpr uint32_t kValueBytes = 2000;
   const char* const points[] = {"structures.reclaim.before_free", "structures.reclaim.after_free"};
   const Kind kinds[] = {Kind::kHashTable, Kind::kBPlusTree, Kind::kMvBPlusTree};
@@ -1047,13 +1051,13 @@ TEST_F(OnlineReclaimTest, CrashInsideTheReclaimThenRecoverAgain) {
   for (const char* point : points) {
     for (const Kind kind : kinds) {
       int crashed_rounds = 0;
-      for (int round = 0; round < std::max(8, ReclaimCrashRounds()) &&
+      for (int round = 0; round < std::max(12, ReclaimCrashRounds()) &&
                           (crashed_rounds == 0 || round < ReclaimCrashRounds());
            round++, fe++) {
         ids.push_back(fe);
         const uint64_t seed = seeds();
         const int64_t kill_after = 50 + static_cast<int64_t>(seeds() % 1000);
-        const std::string arm = std::string(point) + ":" + std::to_string(1 + seeds() % 3);
+        const std::string arm = std::string(point) + ":" + std::to_string(1 + seeds() % 2);
         bool crashed = false;
         frontend::Counters c;
         std::vector<uint64_t> dangling;  // journal entries naming no live extent's start

@@ -8,6 +8,8 @@
 //
 // ASYMNVM_CRASH_ROUNDS (default 1) sets the rounds per structure; the ctest entry
 // structures_crash_long (label long) runs 10 rounds per structure (80 SIGKILLs).
+// ASYMNVM_RECLAIM_CRASH_ROUNDS (default 1): the minimum rounds per (crash point, kind) of
+// OnlineReclaimTest.CrashInsideTheReclaimThenRecoverAgain (a crash inside the online reclaim).
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>

@@ -8,6 +8,8 @@
 //
 // ASYMNVM_CRASH_ROUNDS (default 1) sets the rounds per structure; the ctest entry
 // structures_crash_long (label long) runs 10 rounds per structure (80 SIGKILLs).
+// ASYMNVM_RECLAIM_CRASH_ROUNDS (default 1): the minimum rounds per (crash point, kind) of
+// OnlineReclaimTest.CrashInsideTheReclaimThenRecoverAgain (a crash inside the online reclaim).
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -77,13 +79,15 @@ std::vector<KeyValue> MapKeys(const std::vector<KeyValue>& batch, uint32_t key_s
   return out;
 }
 
-Op MakeOp(std::mt19937_64& rng, int i, Kind kind) {
+// value_bytes > 0: every Put / Push value is that long instead (the same rng draws).
+Op MakeOp(std::mt19937_64& rng, int i, Kind kind, uint32_t value_bytes = 0) {
   const bool sequence = IsSequence(kind);
   Op op;
   const int r = static_cast<int>(rng() % 20);
   op.write = sequence ? r < 12 : r < 14 || r == 19;
   op.key = rng() % kKeys;
-  op.value = TestValue(op.key, static_cast<uint64_t>(i), 1 + rng() % 64);  // >= 48 B: pointers
+  const size_t len = 1 + rng() % 64;  // >= 48 B: pointers
+  op.value = TestValue(op.key, static_cast<uint64_t>(i), value_bytes > 0 ? value_bytes : len);
   if (Vectorized(kind) && r == 19) {
     const int n = 2 + static_cast<int>(rng() % 5);
     for (int k = 0; k < n; k++) {
@@ -131,13 +135,15 @@ struct Model {
 using testing::SplitSpec;
 
 [[noreturn]] void RunChild(const char* spec) {
-  // spec: address|kind|fe|seed|ackfile|companion|key_size[|name]
+  // spec: address|kind|fe|seed|ackfile|companion|key_size[|name[|value_bytes]]
   const std::vector<std::string> f = SplitSpec(spec);
-  if (f.size() != 7 && f.size() != 8) _exit(90);
-  const std::string name = f.size() == 8 ? f[7] : std::string("crash-") + f[1] + "-" + f[2];
+  if (f.size() < 7 || f.size() > 9) _exit(90);
+  const std::string name = f.size() >= 8 ? f[7] : std::string("crash-") + f[1] + "-" + f[2];
+  const uint32_t value_bytes = f.size() == 9 ? static_cast<uint32_t>(std::stoul(f[8])) : 0;
   const bool companion = f[5] == "1";
   Options opts;
   opts.key_size = static_cast<uint32_t>(std::stoul(f[6]));
+  if (value_bytes > 0) opts.value_size = value_bytes;
   auto kind = ParseKind(f[1]);
   if (!kind.ok()) _exit(91);
   frontend::SessionOptions o;
@@ -166,7 +172,7 @@ using testing::SplitSpec;
   std::mt19937_64 rng(std::stoull(f[3]));
   const bool sequence = IsSequence(*kind);
   for (int i = 0; i < kOps; i++) {
-    Op op = MakeOp(rng, i, *kind);
+    Op op = MakeOp(rng, i, *kind, value_bytes);
     Status st;
     if (sequence) {
       auto* q = static_cast<Sequence*>(h->get());
@@ -206,9 +212,9 @@ using testing::SplitSpec;
 // (ASYMNVM_CRASH_AT=frontend.replay.after_op:N) to be killed in the middle of the replay. Exit 0
 // when the replay finished first (fewer than N ops to replay).
 [[noreturn]] void RunRecoverChild(const char* spec) {
-  // spec: address|kind|fe|companion|key_size|name
+  // spec: address|kind|fe|companion|key_size|name[|value_bytes]
   const std::vector<std::string> f = SplitSpec(spec);
-  if (f.size() != 6) _exit(90);
+  if (f.size() != 6 && f.size() != 7) _exit(90);
   auto kind = ParseKind(f[1]);
   if (!kind.ok()) _exit(91);
   frontend::SessionOptions o;
@@ -220,6 +226,7 @@ using testing::SplitSpec;
   RegisterReplays(**session);
   Options opts;
   opts.key_size = static_cast<uint32_t>(std::stoul(f[4]));
+  if (f.size() == 7) opts.value_size = static_cast<uint32_t>(std::stoul(f[6]));
   auto h = Open(**session, *kind, f[5], opts);
   if (!h.ok()) _exit(93);
   std::unique_ptr<Sequence> comp;
@@ -277,24 +284,33 @@ struct RoundOptions {
   std::map<uint64_t, Value>* recovered = nullptr;  // the content the recovery found
   uint32_t key_size = 0;                           // byte keys of this size (0: integers)
   std::string structure_name;                      // "" = crash-<kind>-<fe>
-  std::string crash_at;            // the child kills itself at this crash point ("name:N") instead
-  int replay_crash_nth = 0;        // > 0: a recovering process is killed at its Nth replayed op
-  bool* replay_crashed = nullptr;  // ... and whether it was (it may have had fewer to replay)
-  bool crash_in_vector = false;    // crash_at is inside a vector: the replay must apply it whole
+  uint32_t value_bytes = 0;  // > 0: every Put / Push value is this long (MakeOp)
+  std::string crash_at;      // the child kills itself at this crash point ("name:N") instead
+  // Not empty ("name:N"): a recovering process runs first, armed with this crash point (its
+  // replay or its reclaim); replay_crashed: whether it was killed there (it may have ended first).
+  std::string recovery_crash_at;
+  bool* replay_crashed = nullptr;
+  bool crash_in_vector = false;  // crash_at is inside a vector: the replay must apply it whole
+  frontend::Counters* recovery_counters = nullptr;  // the recovery's counters after its Replay
 
   RoundOptions& Recovered(std::map<uint64_t, Value>* m) { return recovered = m, *this; }
   RoundOptions& KeySize(uint32_t k) { return key_size = k, *this; }
   RoundOptions& Name(std::string n) { return structure_name = std::move(n), *this; }
+  RoundOptions& ValueBytes(uint32_t n) { return value_bytes = n, *this; }
   RoundOptions& CrashAt(std::string point) { return crash_at = std::move(point), *this; }
   RoundOptions& CrashInVector(std::string point) {
     crash_in_vector = true;
     return CrashAt(std::move(point));
   }
   RoundOptions& CrashReplayAt(int nth, bool* crashed) {
-    replay_crash_nth = nth;
+    return CrashRecoveryAt("frontend.replay.after_op:" + std::to_string(nth), crashed);
+  }
+  RoundOptions& CrashRecoveryAt(std::string point, bool* crashed) {
+    recovery_crash_at = std::move(point);
     replay_crashed = crashed;
     return *this;
   }
+  RoundOptions& RecoveryCounters(frontend::Counters* c) { return recovery_counters = c, *this; }
 };
 
 void CrashRound(
@@ -307,7 +323,6 @@ void CrashRound(
   const uint32_t key_size = ro.key_size;
   const std::string& structure_name = ro.structure_name;
   const std::string& crash_at = ro.crash_at;
-  const int replay_crash_nth = ro.replay_crash_nth;
   bool* replay_crashed = ro.replay_crashed;
   {
     const std::string name = structure_name.empty()
@@ -317,7 +332,8 @@ void CrashRound(
     std::remove(acks.c_str());
     const std::string spec = address + "|" + KindName(kind) + "|" + std::to_string(fe) + "|" +
                              std::to_string(seed) + "|" + acks + "|" + (companion ? "1" : "0") +
-                             "|" + std::to_string(key_size) + "|" + name;
+                             "|" + std::to_string(key_size) + "|" + name +
+                             (ro.value_bytes > 0 ? "|" + std::to_string(ro.value_bytes) : "");
     std::vector<std::pair<std::string, std::string>> env{{"ASYMNVM_CRASH_CHILD", spec}};
     if (!crash_at.empty()) env.emplace_back("ASYMNVM_CRASH_AT", crash_at);
     const testing::ChildEnd end = testing::RunSelfAsChild(
@@ -337,15 +353,17 @@ void CrashRound(
     const int64_t acked = AckedOps(acks);
     const std::string recover_address = also_kill ? also_kill() : address;
     ASSERT_FALSE(recover_address.empty());
-    if (replay_crash_nth > 0) {
-      // A crash during recovery: a process recovers the id and is SIGKILLed after its Nth
-      // replayed op (unless it had fewer to replay); the recovery below then starts over.
+    if (!ro.recovery_crash_at.empty()) {
+      // A crash during recovery: a process recovers the id and is SIGKILLed at the armed point
+      // (the Nth replayed op, or inside the reclaim that follows the replay) unless it ended
+      // first; the recovery below then starts over.
       const std::string spec = recover_address + "|" + KindName(kind) + "|" + std::to_string(fe) +
                                "|" + (companion ? "1" : "0") + "|" + std::to_string(key_size) +
-                               "|" + name;
-      const std::string arm = "frontend.replay.after_op:" + std::to_string(replay_crash_nth);
+                               "|" + name +
+                               (ro.value_bytes > 0 ? "|" + std::to_string(ro.value_bytes) : "");
       const testing::ChildEnd rend = testing::RunSelfAsChild(
-          {{"ASYMNVM_CRASH_RECOVER", spec}, {"ASYMNVM_CRASH_AT", arm}}, "crash-recover-child");
+          {{"ASYMNVM_CRASH_RECOVER", spec}, {"ASYMNVM_CRASH_AT", ro.recovery_crash_at}},
+          "crash-recover-child");
       ASSERT_TRUE(rend.exited) << "the recovering process did not end within 120 s";
       const int rstatus = rend.status;
       const bool killed = WIFSIGNALED(rstatus) && WTERMSIG(rstatus) == SIGKILL;
@@ -361,7 +379,7 @@ void CrashRound(
     std::mt19937_64 rng(seed);
     Op inflight;
     for (int64_t i = 0; i <= acked && i < kOps; i++) {
-      Op op = MakeOp(rng, static_cast<int>(i), kind);
+      Op op = MakeOp(rng, static_cast<int>(i), kind, ro.value_bytes);
       if (i < acked) before.Apply(op);
       after.Apply(op);
       if (i == acked) inflight = op;
@@ -372,6 +390,7 @@ void CrashRound(
     RegisterReplays(*s);
     Options opts;
     opts.key_size = key_size;
+    if (ro.value_bytes > 0) opts.value_size = ro.value_bytes;
     auto h = Open(*s, kind, name, opts);
     ASSERT_TRUE(h.ok()) << h.status().ToString();
     std::unique_ptr<Sequence> comp;
@@ -382,6 +401,7 @@ void CrashRound(
     }
     Status rep = s->Replay();
     ASSERT_TRUE(rep.ok()) << rep.ToString();
+    if (ro.recovery_counters != nullptr) *ro.recovery_counters = s->counters();
     const Status verified = (*h)->Verify();
     ASSERT_TRUE(verified.ok()) << verified.ToString();
     if (comp) {
@@ -991,6 +1011,120 @@ TEST_F(OnlineReclaimTest, KillsAroundJournaledAllocationsAndFreesLeaveNoLeak) {
   leaks = Check();
   ASSERT_FALSE(leaks.is_null());
   EXPECT_EQ(leaks["leaked_blocks"].get<uint64_t>(), 0u) << leaks.dump();
+}
+
+int ReclaimCrashRounds() {
+  const char* env = std::getenv("ASYMNVM_RECLAIM_CRASH_ROUNDS");
+  return env ? std::max(1, std::atoi(env)) : 1;
+}
+
+// A crash inside the recovery's online reclaim (doc/alloc.md §Reclaim at recovery). Per round: a
+// writer child is SIGKILLed mid-workload (its journal names its slabs); a second child recovers
+// the id (Replay, then the reclaim) armed with a reclaim crash point at its Nth extent (N seeded
+// in 1..2) and dies there; CrashRound's in-process recovery then replays and reclaims again and
+// must find exactly the acknowledged operations (plus possibly the in-flight one), Verify clean.
+//  * structures.reclaim.before_free: the extents before the Nth freed, the Nth and the rest
+//    still journaled and allocated;
+//  * structures.reclaim.after_free: the Nth freed and its entry cleared (one request).
+// Oracle besides the model: when the recovery opens the id, every entry its journal still holds
+// names the start of a live extent (a crash inside the reclaim never leaves an entry naming a
+// block that may be handed out again); its reclaim refuses nothing and does not fail; after one
+// more restart of every id, check (no gc) finds no leak: used = reachable + pending deferred
+// frees exactly. The entry is cleared and the block freed by one back-end request, so no
+// front-end crash lands between them and not even one block may leak. A round whose recovering
+// child had fewer unreached extents than N ends normally; each (point, kind) pair must have
+// killed at least one. Hash table, B+tree, MV-B+tree; ASYMNVM_RECLAIM_CRASH_ROUNDS raises the
+// minimum rounds per pair (default 1, at most 12 while none crashed).
+TEST_F(OnlineReclaimTest, CrashInsideTheReclaimThenRecoverAgain) {
+  // Values of 2000 bytes, two per 4 KiB slab: the puts of the writer's last transaction batch
+  // (not yet sent at the kill) fill slabs no structure reaches once the replay re-executed them
+  // with the recovery's own allocations. With the default 1..64-byte values the dead writer's
+  // slabs are all partially live and the reclaim frees nothing. (Values larger than a block —
+  // one large extent each — cannot be used: a hash table or B+tree writer SIGKILLed with them
+  // fails its replay, "free of A: not in any live allocation (double free?)": the large extent
+  // of a replaced value is freed at the back-end at once while its unlink is still in the
+  // unsent batch. Reported, not fixed here.)
+  constexpr uint32_t kValueBytes = 2000;
+  const char* const points[] = {"structures.reclaim.before_free", "structures.reclaim.after_free"};
+  const Kind kinds[] = {Kind::kHashTable, Kind::kBPlusTree, Kind::kMvBPlusTree};
+  std::mt19937_64 seeds(9100);
+  uint64_t fe = 750;
+  std::vector<uint64_t> ids;
+  for (const char* point : points) {
+    for (const Kind kind : kinds) {
+      int crashed_rounds = 0;
+      for (int round = 0; round < std::max(12, ReclaimCrashRounds()) &&
+                          (crashed_rounds == 0 || round < ReclaimCrashRounds());
+           round++, fe++) {
+        ids.push_back(fe);
+        const uint64_t seed = seeds();
+        const int64_t kill_after = 50 + static_cast<int64_t>(seeds() % 1000);
+        const std::string arm = std::string(point) + ":" + std::to_string(1 + seeds() % 2);
+        bool crashed = false;
+        frontend::Counters c;
+        std::vector<uint64_t> dangling;  // journal entries naming no live extent's start
+        size_t inherited = 0;
+        auto open = [&](const std::string&, uint64_t id) {
+          auto s = Recovery(id, true);
+          if (!s) return s;
+          std::set<uint64_t> starts;
+          for (const auto& x : be_->Extents()) starts.insert(x.addr);
+          inherited = s->InheritedExtents().size();
+          for (uint64_t a : s->InheritedExtents()) {
+            if (starts.count(a) == 0) dangling.push_back(a);
+          }
+          return s;
+        };
+        CrashRound(
+            kind, false, round, fe, seed, kill_after, be_->address(), path_, nullptr, open,
+            RoundOptions()
+                .Name(std::string("reclaim-crash-") + KindName(kind) + "-" + std::to_string(fe))
+                .ValueBytes(kValueBytes)
+                .CrashRecoveryAt(arm, &crashed)
+                .RecoveryCounters(&c));
+        if (HasFatalFailure() || HasFailure()) return;
+        std::printf(
+            "%s %s round %d: recovering process %s at %s; then %zu journaled, reclaimed %llu "
+            "block(s), refused %llu\n",
+            point, KindName(kind), round, crashed ? "killed" : "finished before", arm.c_str(),
+            inherited, static_cast<unsigned long long>(c.reclaimed_blocks),
+            static_cast<unsigned long long>(c.reclaim_refused));
+        EXPECT_TRUE(dangling.empty())
+            << arm << ": " << dangling.size() << " journal entr(ies) name no live extent, e.g. "
+            << dangling.front();
+        EXPECT_EQ(c.reclaim_refused, 0u) << arm;
+        EXPECT_EQ(c.reclaim_failures, 0u) << arm;
+        EXPECT_EQ(c.reclaim_deferred, 0u) << arm;
+        EXPECT_EQ(c.reclaim_runs, inherited > 0 ? 1u : 0u) << arm;
+        if (HasFailure()) return;
+        crashed_rounds += crashed ? 1 : 0;
+      }
+      EXPECT_GT(crashed_rounds, 0) << point << " " << KindName(kind)
+                                   << ": no round killed its recovering process inside the "
+                                      "reclaim: the test tested nothing";
+    }
+  }
+  // The recoveries closed with their own empty slabs journaled: one more restart of each id
+  // reclaims them, then nothing may be leaked.
+  for (uint64_t id : ids) {
+    auto s = Recovery(id, true);
+    ASSERT_TRUE(s);
+    RegisterReplays(*s);
+    const Status r = s->Replay();
+    ASSERT_TRUE(r.ok()) << r.ToString();
+    EXPECT_EQ(s->counters().reclaim_refused, 0u) << id;
+  }
+  const auto leaks = Check();
+  ASSERT_FALSE(leaks.is_null());
+  EXPECT_TRUE(leaks["unallocated_reads"].empty()) << leaks.dump();
+  EXPECT_TRUE(leaks["leaked"].empty()) << leaks.dump();
+  EXPECT_EQ(leaks["blocks_used"].get<uint64_t>(), leaks["blocks_reachable"].get<uint64_t>() +
+                                                      leaks["blocks_pending_free"].get<uint64_t>())
+      << leaks.dump();
+  std::printf("%zu ids: %llu blocks used = %llu reachable + %llu pending free\n", ids.size(),
+              static_cast<unsigned long long>(leaks["blocks_used"].get<uint64_t>()),
+              static_cast<unsigned long long>(leaks["blocks_reachable"].get<uint64_t>()),
+              static_cast<unsigned long long>(leaks["blocks_pending_free"].get<uint64_t>()));
 }
 
 }  // namespace

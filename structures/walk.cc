@@ -7,6 +7,7 @@
 #include "asymnvm/structures/partitioned.h"
 #include "asymnvm/structures/structure.h"
 #include "asymnvm/structures/transaction.h"
+#include "common/crash_point.h"
 #include "common/logging.h"
 
 namespace asymnvm::structures {
@@ -176,6 +177,12 @@ Result<ReclaimResult> ReclaimDeadAllocations(frontend::Session& s) {
       std::this_thread::sleep_for(s.options().reclaim_grace);
       waited = true;
     }
+    // A crash here (doc/alloc.md §Reclaim at recovery): the extents before this one are freed
+    // and unjournaled, this one and the rest are journaled and allocated; the next recovery of
+    // the id walks again and frees them.
+    ASYMNVM_CRASH_POINT("structures.reclaim.before_free");
+    // Entry cleared and extent freed by one back-end request (request 22 with the journal
+    // trailer): no front-end crash lands between the two.
     Status f = s.ReleaseInherited(extents[k].first, extents[k].second, true);
     if (!f.ok()) {
       if (f.code() == StatusCode::kConnectionError || f.code() == StatusCode::kTimedOut) return f;
@@ -186,6 +193,8 @@ Result<ReclaimResult> ReclaimDeadAllocations(frontend::Session& s) {
     }
     res.freed_extents++;
     res.freed_blocks += (extents[k].second + block - 1) / block;
+    // Freed and unjournaled (acknowledged): the next recovery never sees this entry again.
+    ASYMNVM_CRASH_POINT("structures.reclaim.after_free");
   }
   s.MarkReclaimed();
   res.seconds = std::chrono::duration<double>(Clock::now() - start).count();

@@ -68,7 +68,9 @@ ExtentReach ReachExtents(const std::vector<std::pair<uint64_t, uint64_t>>& exten
 //     that is not a live extent starting there is dropped from the journal, never freed
 //     (`refused`);
 //  4. after SessionOptions::reclaim_grace, each extent ReachExtents finds unreached is removed
-//     from the journal (durably) and then freed (request 22); a refused free is logged.
+//     from the journal and freed by one back-end request (request 22 with the journal trailer:
+//     entry cleared durably first); a refused free is logged. Crash points (common/crash_point.h)
+//     per such extent: structures.reclaim.before_free, structures.reclaim.after_free.
 // Errors: the walk's (nothing freed), transport errors.
 struct ReclaimResult {
   uint64_t inherited = 0;  // extents the journal named

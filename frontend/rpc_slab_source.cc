@@ -72,6 +72,29 @@ Result<uint64_t> RpcSlabSource::RawAlloc(uint64_t bytes) {
 }
 
 Status RpcSlabSource::Free(uint64_t addr) {
+  if (gate_) {
+    const uint64_t stamp = gate_();
+    if (stamp > applied_ || !queued_.empty()) {
+      queued_.emplace_back(stamp, addr);
+      return Status::Ok();
+    }
+  }
+  return FreeNow(addr);
+}
+
+Status RpcSlabSource::IssueFrees(uint64_t upto) {
+  applied_ = std::max(applied_, upto);
+  Status first;
+  while (!queued_.empty() && queued_.front().first <= upto) {
+    const uint64_t addr = queued_.front().second;
+    queued_.pop_front();
+    Status st = FreeNow(addr);
+    if (!st.ok() && first.ok()) first = st.WithContext("free of " + std::to_string(addr));
+  }
+  return first;
+}
+
+Status RpcSlabSource::FreeNow(uint64_t addr) {
   if (journal_ != nullptr && journal_->recorded(addr)) {
     // The entry cleared and the extent freed by the back-end in one request.
     Status st = journal_->Remove(

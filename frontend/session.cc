@@ -309,6 +309,8 @@ Result<std::unique_ptr<Session::Impl>> Session::Connect(const SessionOptions& op
     // After a clean close the inherited entries are extents that session held alive: no walk.
     m.reclaim_pending = !m.journal->inherited().empty() && !m.journal->previous_closed_cleanly();
     m.slabs->SetJournal(m.journal.get());
+    // A free waits until the writes logged before it (its unlink) are applied (Fence).
+    m.slabs->SetFreeGate([mp] { return mp->overlay_order; });
   }
   alloc::FrontendOptions fo;
   fo.source = m.slabs.get();
@@ -324,10 +326,11 @@ Session::~Session() {
   Impl& m = *impl_;
   // Clean: everything fenced, nothing of an earlier incarnation left to replay or reclaim, and
   // no object freed in a block an earlier incarnation carved (that block may be dead now).
-  bool clean = false;
+  bool clean = false, fenced = false;
   if (m.broken.ok()) {
     Status s = m.Fence();
     if (!s.ok()) LOG_WARN("frontend", "session close: " << s.ToString());
+    fenced = s.ok();
     clean =
         s.ok() && !m.opseq.replay_pending() && !m.reclaim_pending && m.journaled_orphan_frees == 0;
     if (m.opseq.replay_pending() && !m.held_locks.empty()) {
@@ -345,6 +348,11 @@ Session::~Session() {
   }
   if (m.allocator) (void)m.allocator->Trim();
   if (m.slabs && m.broken.ok()) (void)m.slabs->ReleaseQuarantine();
+  if (m.slabs && m.broken.ok() && fenced) {
+    // Everything written is applied: the frees still queued (the trimmed slabs') may go.
+    Status s = m.slabs->IssueFrees(UINT64_MAX);
+    if (!s.ok()) LOG_WARN("frontend", "session close: " << s.ToString());
+  }
   if (clean && m.journal && m.broken.ok()) {
     // The next incarnation of this id need not walk for what the journal names (alloc_journal.h).
     Status s = m.journal->MarkClosedCleanly();

@@ -388,7 +388,9 @@ Status Session::Impl::Fence() {
     }
   }
   if (overlay.empty()) overlay_max_len = 0;
-  return CheckFenced();
+  ASYMNVM_RETURN_IF_ERROR(CheckFenced());
+  // The frees queued behind those writes may go now (frontend/rpc_slab_source.h).
+  return slabs ? slabs->IssueFrees(batch_last_order) : Status::Ok();
 }
 
 void Session::Impl::AddOverlay(uint64_t addr, std::span<const uint8_t> data, uint64_t txn) {

@@ -327,7 +327,17 @@ class KvRejoin : public ::testing::Test {
     ASSERT_TRUE(opened.ok()) << opened.status().ToString();
     c_ = std::move(*opened);
     ASSERT_TRUE(c_->Put("before", "1").ok());
-    std::this_thread::sleep_for(1s);  // the map settles (the first catch-up re-marks the backup)
+    // The map settles: the first catch-up may re-mark the backup; wait until it is synced again
+    // (a slow machine takes longer than the pause).
+    std::this_thread::sleep_for(1s);
+    ASSERT_TRUE(testutil::WaitFor(
+        [&] {
+          auto m = ReadMap(*zc_);
+          return m.ok() && m->assignment.size() == 1 && m->assignment[0].backups.size() == 1 &&
+                 m->assignment[0].backups[0].synced;
+        },
+        60s))
+        << "the backup did not settle as synced";
     auto m = ReadMap(*zc_);
     ASSERT_TRUE(m.ok());
     ASSERT_EQ(m->assignment[0].backups.size(), 1u);

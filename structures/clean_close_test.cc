@@ -56,6 +56,15 @@ class CleanCloseTest : public testing::StructuresTest {
     if (s) RegisterReplays(*s);
     return s;
   }
+  // Opens the id's session and its map and replays (the recovery of every step below).
+  void OpenAndReplay(std::unique_ptr<frontend::Session>* s, std::unique_ptr<Map>* map) {
+    *s = Open();
+    ASSERT_TRUE(*s);
+    auto m = OpenMap(**s, Kind::kHashTable, "h", MapOptions());
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    *map = std::move(*m);
+    ASSERT_TRUE((*s)->Replay().ok());
+  }
   uint64_t UsedBlocks() const {
     uint64_t n = 0;
     for (const auto& x : be_->Extents()) n += x.bytes / 4096;
@@ -67,13 +76,12 @@ TEST_F(CleanCloseTest, OnlyACrashOrAFreeInAnEarlierIncarnationsBlockMakesTheNext
   constexpr uint64_t kKeys = 3000;
   // 1. The first incarnation fills several slabs and closes cleanly.
   {
-    auto s = Open();
-    ASSERT_TRUE(s);
-    auto m = OpenMap(*s, Kind::kHashTable, "h", MapOptions());
-    ASSERT_TRUE(m.ok()) << m.status().ToString();
-    ASSERT_TRUE(s->Replay().ok());
+    std::unique_ptr<frontend::Session> s;
+    std::unique_ptr<Map> m;
+    OpenAndReplay(&s, &m);
+    if (HasFatalFailure()) return;
     for (uint64_t k = 0; k < kKeys; k++) {
-      ASSERT_TRUE((*m)->Put(k, testing::TestValue(k, 0, kValueBytes)).ok());
+      ASSERT_TRUE(m->Put(k, testing::TestValue(k, 0, kValueBytes)).ok());
     }
   }
   // 2. Its journal still names its slabs (they hold live objects), but it closed cleanly: no
@@ -98,11 +106,10 @@ TEST_F(CleanCloseTest, OnlyACrashOrAFreeInAnEarlierIncarnationsBlockMakesTheNext
   //    and frees the blocks nothing reaches any more.
   const uint64_t used_before = UsedBlocks();
   {
-    auto s = Open();
-    ASSERT_TRUE(s);
-    auto m = OpenMap(*s, Kind::kHashTable, "h", MapOptions());
-    ASSERT_TRUE(m.ok()) << m.status().ToString();
-    ASSERT_TRUE(s->Replay().ok());
+    std::unique_ptr<frontend::Session> s;
+    std::unique_ptr<Map> m;
+    OpenAndReplay(&s, &m);
+    if (HasFatalFailure()) return;
     EXPECT_EQ(s->counters().reclaim_runs, 1u) << "no walk after frees in inherited blocks";
     EXPECT_GT(s->counters().reclaimed_blocks, 0u);
   }
@@ -118,26 +125,24 @@ TEST_F(CleanCloseTest, OnlyACrashOrAFreeInAnEarlierIncarnationsBlockMakesTheNext
   const int64_t acked = testing::AckedRecords(acks, 8);
   ASSERT_GE(acked, 200);
   {
-    auto s = Open();
-    ASSERT_TRUE(s);
-    auto m = OpenMap(*s, Kind::kHashTable, "h", MapOptions());
-    ASSERT_TRUE(m.ok()) << m.status().ToString();
-    ASSERT_TRUE(s->Replay().ok());
+    std::unique_ptr<frontend::Session> s;
+    std::unique_ptr<Map> m;
+    OpenAndReplay(&s, &m);
+    if (HasFatalFailure()) return;
     EXPECT_EQ(s->counters().reclaim_runs, 1u) << "no walk after a crash";
     Value v;
     for (int64_t i = 0; i < acked; i++) {
       const uint64_t k = 100000 + static_cast<uint64_t>(i);
-      ASSERT_TRUE((*m)->Get(k, &v).ok()) << "acknowledged key " << k;
+      ASSERT_TRUE(m->Get(k, &v).ok()) << "acknowledged key " << k;
       ASSERT_EQ(v, testing::TestValue(k, 1, kValueBytes)) << k;
     }
   }
   // 5. That recovery closed cleanly: no walk again.
   {
-    auto s = Open();
-    ASSERT_TRUE(s);
-    auto m = OpenMap(*s, Kind::kHashTable, "h", MapOptions());
-    ASSERT_TRUE(m.ok()) << m.status().ToString();
-    ASSERT_TRUE(s->Replay().ok());
+    std::unique_ptr<frontend::Session> s;
+    std::unique_ptr<Map> m;
+    OpenAndReplay(&s, &m);
+    if (HasFatalFailure()) return;
     EXPECT_EQ(s->counters().reclaim_runs, 0u);
   }
   std::remove(acks.c_str());

@@ -77,6 +77,8 @@ class BackendRig {
   std::string Up() {
     const std::string why = netns::UnavailableReason();
     if (!why.empty()) return why;
+    Status secret = netns::UseClusterSecret((dir_ / "secret").string());
+    EXPECT_TRUE(secret.ok()) << secret.ToString();
     auto net = netns::Network::Create({"zk", "be", "mir", "cli"});
     EXPECT_TRUE(net.ok()) << net.status().ToString();
     if (!net.ok()) return "";

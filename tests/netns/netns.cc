@@ -18,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -126,6 +127,20 @@ Status RunIp(const std::vector<std::string>& args) {
   std::string cmd = "ip";
   for (const auto& a : args) cmd += " " + a;
   return Status::IoError(cmd + " failed: " + *out);
+}
+
+Status UseClusterSecret(const std::string& path) {
+  std::random_device rd;
+  std::string secret;
+  for (int i = 0; i < 32; i++) secret.push_back("0123456789abcdef"[rd() % 16]);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Status::IoError("create " + path, errno);
+  const bool ok = ::write(fd, secret.data(), secret.size()) == static_cast<ssize_t>(secret.size());
+  ::close(fd);
+  if (!ok) return Status::IoError("write " + path, errno);
+  if (::setenv("ASYMNVM_SECRET_FILE", path.c_str(), 1) != 0)
+    return Status::IoError("setenv", errno);
+  return Status::Ok();
 }
 
 std::string UnavailableReason() {

@@ -39,6 +39,11 @@ namespace asymnvm::netns {
 // refused a namespace, veth or bridge (probed by creating and deleting one).
 std::string UnavailableReason();
 
+// Writes a random cluster secret to `path` (mode 0600) and sets ASYMNVM_SECRET_FILE to it for
+// this process and every child it starts (doc/fabric.md §Cluster secret): daemons refuse to listen
+// on a non-loopback address with the built-in default. Call before starting threads.
+Status UseClusterSecret(const std::string& path);
+
 // Runs `ip args...` and waits; the error names the command and carries ip's stderr.
 Status RunIp(const std::vector<std::string>& args);
 

@@ -423,8 +423,37 @@ void RunPrimaryCut(Rig& rig, bool expect_fenced, Scenario1Result* out) {
   out->promoted_ns = rig.now_ns();
   // Keep the partition while the new primary takes writes and the direct reader keeps asking
   // the old one (the stale-read window, if the old one still served).
-  EXPECT_TRUE(rig.ProgressWrites(200)) << "no writes after the promotion";
+  // (Unfenced, the map-routed clients' threads may sit on writes the old primary accepted and
+  // cannot replicate: progress is required only of the fenced cluster.)
+  const bool wrote = rig.ProgressWrites(200);
+  if (expect_fenced) {
+    EXPECT_TRUE(wrote) << "no writes after the promotion";
+  }
   std::this_thread::sleep_for(3s);
+  if (!expect_fenced) {
+    // Unfenced, the old primary's workers may first sit out writes that wait for its unreachable
+    // backups and coordinator (5 s + 10 s); hold the partition until its direct reader is served
+    // again after the promotion (60 s at most) so that the control does not depend on timing.
+    WaitFor(
+        [&] {
+          std::this_thread::sleep_for(100ms);
+          // A read the old primary served after one the new primary served.
+          int64_t first_new = -1, last_old = -1;
+          for (const auto& o : rig.history()) {
+            if (o.server < 0 || o.op.response_ns == testing::kNoResponse ||
+                o.op.response_ns < out->cut_ns) {
+              continue;
+            }
+            if (o.server == victim) {
+              last_old = std::max(last_old, o.op.response_ns);
+            } else if (first_new < 0 || o.op.response_ns < first_new) {
+              first_new = o.op.response_ns;
+            }
+          }
+          return first_new >= 0 && last_old > first_new;
+        },
+        60s);
+  }
   out->heal_ns = rig.now_ns();
   ASSERT_TRUE(rig.net().HealAll().ok());
   // Healed, it learns that its session expired and exits 5 (doc/kv.md §Fencing).
@@ -495,7 +524,14 @@ TEST(KvPartition, PrimaryCutFromCoordinatorAndBackups) {
          Scenario1Timings(r));
 }
 
-// The negative control: the same partition with the lease fence off must be caught.
+#endif  // NETNS_CAMPAIGN
+
+#ifdef NETNS_CAMPAIGN
+// The negative control: the same partition with the lease fence off must be caught. In the long
+// binary: unfenced, the old primary's workers may sit on writes that wait for its unreachable
+// backups and coordinator, and whether it serves a stale read before the heal depends on timing
+// (caught in 2 of 4 runs so far, doc/partitions.md).
+
 TEST(KvPartition, NegativeControl_NoLease_IsolatedPrimaryServesStaleReads) {
   Rig rig(3, /*leases=*/false, "nolease");
   RIG_UP(rig);
@@ -509,6 +545,9 @@ TEST(KvPartition, NegativeControl_NoLease_IsolatedPrimaryServesStaleReads) {
                             "after the new primary; the checks found nothing";
 }
 
+#endif  // NETNS_CAMPAIGN
+
+#ifndef NETNS_CAMPAIGN
 // Scenario 2: one shard; a backup cut from everyone (coordinator, primary, the other backup, the
 // clients). Writes wait at most the replication timeout, then go on without it.
 TEST(KvPartition, BackupIsolated) {

@@ -43,8 +43,7 @@ std::vector<CommandSpec> CoreCommandSpecs() {
        h::Config, "get set resetstat"},
       {"dbsize", 1, kReadonly | kFast | kNoTxn, 0, 0, 0, "server", "1.0.0",
        "Returns the number of keys in the database.",
-       "counts by a full SCAN of every shard (O(N)); may count keys whose TTL ran out but that no "
-       "command has touched since",
+       "counts by a full SCAN of every shard (O(N), exact: no key twice, expired keys left out)",
        h::DbSize},
       {"decr", 2, kWrite | kFast, 1, 1, 1, "string", "1.0.0",
        "Decrements the integer value of a key by one.", "as INCR", h::IncrFamily},

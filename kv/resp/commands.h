@@ -240,6 +240,7 @@ void RenameNx(CommandContext&, const std::vector<std::string>&);
 void Copy(CommandContext&, const std::vector<std::string>&);
 void Keys(CommandContext&, const std::vector<std::string>&);
 void Type(CommandContext&, const std::vector<std::string>&);
+void RandomKey(CommandContext&, const std::vector<std::string>&);
 void Touch(CommandContext&, const std::vector<std::string>&);
 void Object(CommandContext&, const std::vector<std::string>&);
 void ExpireTime(CommandContext&, const std::vector<std::string>&);

@@ -162,6 +162,48 @@ bool SettableConfig(const std::string& name) {
   return kNames.count(name) > 0;
 }
 
+// Redis's check of a CONFIG SET value for the parameters above; "" when valid, else the reason.
+std::string CheckConfigValue(const std::string& name, const std::string& value) {
+  static const std::set<std::string> kBool = {"activedefrag",
+                                              "appendonly",
+                                              "latency-tracking",
+                                              "lazyfree-lazy-user-del",
+                                              "lazyfree-lazy-user-flush",
+                                              "replica-serve-stale-data"};
+  static const std::set<std::string> kMemory = {"maxmemory", "stream-node-max-bytes"};
+  std::string v = Lower(value);
+  if (name == "save") return "";
+  if (kBool.count(name) > 0) return v == "yes" || v == "no" ? "" : "argument must be 'yes' or 'no'";
+  if (name == "appendfsync") {
+    return v == "always" || v == "everysec" || v == "no"
+               ? ""
+               : "argument(s) must be one of the following: always, everysec, no";
+  }
+  if (name == "maxmemory-policy") {
+    static const std::set<std::string> kPolicies = {
+        "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl",
+        "allkeys-lru",  "allkeys-lfu",  "allkeys-random",  "noeviction"};
+    return kPolicies.count(v) > 0 ? ""
+                                  : "argument(s) must be one of the following: volatile-lru, "
+                                    "volatile-lfu, volatile-random, volatile-ttl, allkeys-lru, "
+                                    "allkeys-lfu, allkeys-random, noeviction";
+  }
+  std::string digits = v;
+  if (kMemory.count(name) > 0) {
+    for (const char* unit : {"kb", "mb", "gb", "k", "m", "g", "b"}) {
+      std::string u(unit);
+      if (digits.size() > u.size() && digits.compare(digits.size() - u.size(), u.size(), u) == 0) {
+        digits.resize(digits.size() - u.size());
+        break;
+      }
+    }
+    int64_t n = 0;
+    return ParseInt64(digits, &n) && n >= 0 ? "" : "argument must be a memory value";
+  }
+  int64_t n = 0;
+  return ParseInt64(digits, &n) ? "" : "argument couldn't be parsed into an integer";
+}
+
 std::string InfoSection(CommandContext& c, const std::string& name) {
   auto& st = c.state;
   std::string s;
@@ -169,6 +211,8 @@ std::string InfoSection(CommandContext& c, const std::string& name) {
   if (name == "server") {
     s += "# Server\r\n";
     s += std::string("redis_version:") + kRedisCompatVersion + "\r\n";
+    s += "redis_git_sha1:00000000\r\n";
+    s += "redis_git_dirty:0\r\n";
     s += "asymnvm_version:" + st.version + "\r\n";
     s += "redis_mode:standalone\r\n";
     s += "os:Linux\r\n";
@@ -499,6 +543,13 @@ void Config(CommandContext& c, const std::vector<std::string>& a) {
         if (Lower(a[j]) == name) {
           return c.out.Error("ERR duplicate parameter - " + a[i].substr(0, 128));
         }
+      }
+    }
+    for (size_t i = 2; i + 1 < a.size(); i += 2) {
+      std::string why = CheckConfigValue(Lower(a[i]), a[i + 1]);
+      if (!why.empty()) {
+        return c.out.Error("ERR CONFIG SET failed (possibly related to argument '" +
+                           a[i].substr(0, 128) + "') - " + why);
       }
     }
     for (size_t i = 2; i + 1 < a.size(); i += 2) c.state.SetConfig(Lower(a[i]), a[i + 1]);

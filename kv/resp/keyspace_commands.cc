@@ -2,6 +2,8 @@
 // OBJECT, EXPIREAT/PEXPIREAT, EXPIRETIME/PEXPIRETIME, FLUSHDB, WATCH/UNWATCH, and the server
 // commands a Redis client or the Redis test suite sends to any server: FUNCTION (no scripting
 // here), SAVE, SHUTDOWN. Semantics and error texts follow Redis 7 (db.c, expire.c, multi.c).
+#include <random>
+
 #include "kv/resp/commands.h"
 #include "kv/resp/data_util.h"
 
@@ -144,6 +146,26 @@ void Keys(CommandContext& c, const std::vector<std::string>& a) {
   } while (cursor != 0);
   c.out.Array(keys.size());
   for (const auto& k : keys) c.out.Bulk(k);
+}
+
+void RandomKey(CommandContext& c, const std::vector<std::string>&) {
+  // Reservoir sampling over a full SCAN (O(N), as KEYS): every live key equally likely.
+  std::string pick;
+  uint64_t seen = 0;
+  uint64_t cursor = 0;
+  std::mt19937_64 rng(std::random_device{}());
+  do {
+    auto page = c.store.Scan(cursor, 1000);
+    if (!page.ok()) return c.out.Error(StoreError(page.status()));
+    int64_t now = c.state.NowMs();
+    for (size_t i = 0; i < page->keys.size(); ++i) {
+      if (!Live(*page, i, now)) continue;
+      if (rng() % ++seen == 0) pick = page->keys[i];
+    }
+    cursor = page->next_cursor;
+  } while (cursor != 0);
+  if (seen == 0) return c.out.Null();
+  c.out.Bulk(pick);
 }
 
 void Type(CommandContext& c, const std::vector<std::string>& a) {
@@ -302,12 +324,15 @@ std::vector<CommandSpec> KeyspaceCommandSpecs() {
        "Sets the expiration time of a key to a Unix milliseconds timestamp.", "as EXPIRE", Expire},
       {"pexpiretime", 2, kReadonly | kFast, 1, 1, 1, "generic", "7.0.0",
        "Returns the expiration time of a key as a Unix milliseconds timestamp.", "", ExpireTime},
+      {"randomkey", 1, kReadonly | kNoTxn, 0, 0, 0, "generic", "1.0.0",
+       "Returns a random key name from the database.",
+       "a full SCAN of every shard (O(N)), one key picked uniformly", RandomKey},
       {"rename", 3, kWrite | kSlowPath, 1, 2, 1, "generic", "1.0.0",
        "Renames a key and overwrites the destination.",
        "keeps the TTL; one conditional batch: both keys must share a shard (a hash tag `{...}`), "
        "else -CROSSSLOT",
        Rename},
-      {"renamenx", 3, kWrite | kFast | kSlowPath, 1, 2, 1, "generic", "1.0.0",
+      {"renamenx", 3, kWrite | kSlowPath, 1, 2, 1, "generic", "1.0.0",
        "Renames a key only when the target key name doesn't exist.", "as RENAME", RenameNx},
       {"save", 1, kAdmin | kNoTxn, 0, 0, 0, "server", "1.0.0",
        "Synchronously saves the database(s) to disk.",

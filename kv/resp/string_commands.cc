@@ -197,7 +197,7 @@ void SetRange(CommandContext& c, const std::vector<std::string>& a) {
   if (!ParseInt64(a[2], &off)) return c.out.Error(std::string(kErrNotInteger));
   if (off < 0) return c.out.Error("ERR offset is out of range");
   const std::string& v = a[3];
-  if (!v.empty() && off + static_cast<int64_t>(v.size()) > c.state.proto_max_bulk_len) {
+  if (!v.empty() && off > c.state.proto_max_bulk_len - static_cast<int64_t>(v.size())) {
     return c.out.Error("ERR string exceeds maximum allowed size (proto-max-bulk-len)");
   }
   size_t len = 0;

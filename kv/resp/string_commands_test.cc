@@ -89,6 +89,9 @@ TEST_F(RespStrings, RangesAndBits) {
   EXPECT_EQ(Run("SETRANGE k -1 x"), "-ERR offset is out of range\r\n");
   EXPECT_EQ(Run("SETRANGE k 536870908 world"),
             "-ERR string exceeds maximum allowed size (proto-max-bulk-len)\r\n");
+  // Redis's "SETRANGE with huge offset": an offset near INT64_MAX must not wrap around the check.
+  EXPECT_EQ(Run("SETRANGE k 9223372036854775807 A"),
+            "-ERR string exceeds maximum allowed size (proto-max-bulk-len)\r\n");
   EXPECT_EQ(Run("SETBIT b 1 1"), ":0\r\n");
   EXPECT_EQ(Run("GET b"), Bulk("@"));
   EXPECT_EQ(Run("SETBIT b 1 0"), ":1\r\n");
@@ -150,6 +153,8 @@ TEST_F(RespStrings, KeyspaceIntrospection) {
   EXPECT_EQ(Run("KEYS ?"), "*2\r\n$1\r\na\r\n$1\r\nb\r\n");
   EXPECT_EQ(Run("TYPE a"), "+string\r\n");
   EXPECT_EQ(Run("TYPE zz"), "+none\r\n");
+  std::string r = Run("RANDOMKEY");
+  EXPECT_TRUE(r == Bulk("a") || r == Bulk("b") || r == Bulk("cc")) << r;
   EXPECT_EQ(Run("TOUCH a b zz"), ":2\r\n");
   EXPECT_EQ(Run("UNLINK a zz"), ":1\r\n");
   EXPECT_EQ(Run("OBJECT ENCODING b"), Bulk("int"));
@@ -163,6 +168,7 @@ TEST_F(RespStrings, KeyspaceIntrospection) {
   EXPECT_EQ(Run("EXISTS b"), ":0\r\n");
   EXPECT_EQ(Run("FLUSHDB"), "+OK\r\n");
   EXPECT_EQ(Run("DBSIZE"), ":0\r\n");
+  EXPECT_EQ(Run("RANDOMKEY"), "$-1\r\n");
 }
 
 TEST_F(RespStrings, Watch_FailsExecOnChangeOrExpiry) {
@@ -209,6 +215,10 @@ TEST_F(RespStrings, ServerCommandsTheSuiteSends) {
   EXPECT_EQ(Run("CONFIG SET hash-max-ziplist-entries 16"), "+OK\r\n");
   EXPECT_EQ(Run("CONFIG GET hash-max-ziplist-entries"),
             "*2\r\n$24\r\nhash-max-ziplist-entries\r\n$2\r\n16\r\n");
+  EXPECT_EQ(Run("CONFIG SET maxmemory bla"),
+            "-ERR CONFIG SET failed (possibly related to argument 'maxmemory') - argument must be "
+            "a memory value\r\n");
+  EXPECT_EQ(Run("CONFIG SET maxmemory 10mb"), "+OK\r\n");
   EXPECT_EQ(Run("CONFIG SET nosuch 1"),
             "-ERR Unknown option or number of arguments for CONFIG SET - 'nosuch'\r\n");
   EXPECT_EQ(Run("MULTI"), "+OK\r\n");

@@ -118,6 +118,37 @@ std::vector<std::pair<std::string, std::string>> ConfigValues(const GatewayState
       {"requirepass", ""},  // never revealed
       {"save", ""},
       {"timeout", "0"},
+      // Redis 7's defaults of the parameters CONFIG SET accepts (SettableConfig): the suite reads
+      // them back to restore them.
+      {"activedefrag", "no"},
+      {"active-expire-effort", "1"},
+      {"busy-reply-threshold", "5000"},
+      {"hash-max-listpack-entries", "128"},
+      {"hash-max-listpack-value", "64"},
+      {"hash-max-ziplist-entries", "128"},
+      {"hash-max-ziplist-value", "64"},
+      {"hz", "10"},
+      {"latency-tracking", "yes"},
+      {"lazyfree-lazy-user-del", "no"},
+      {"lazyfree-lazy-user-flush", "no"},
+      {"list-compress-depth", "0"},
+      {"list-max-listpack-size", "-2"},
+      {"list-max-ziplist-size", "-2"},
+      {"lua-time-limit", "5000"},
+      {"maxmemory-policy", "noeviction"},
+      {"maxmemory-samples", "5"},
+      {"replica-serve-stale-data", "yes"},
+      {"set-max-intset-entries", "512"},
+      {"set-max-listpack-entries", "128"},
+      {"set-max-listpack-value", "64"},
+      {"slowlog-log-slower-than", "10000"},
+      {"slowlog-max-len", "128"},
+      {"stream-node-max-bytes", "4096"},
+      {"stream-node-max-entries", "100"},
+      {"zset-max-listpack-entries", "128"},
+      {"zset-max-listpack-value", "64"},
+      {"zset-max-ziplist-entries", "128"},
+      {"zset-max-ziplist-value", "64"},
   };
 }
 

@@ -1117,7 +1117,7 @@ class KvSuite : public Suite {
     std::atomic<uint64_t> errors{0};
     std::atomic<bool> stop{false};
     const auto t_start = Clock::now();
-    auto since = [&](Clock::time_point t) { return ElapsedNs(t_start, t); };
+    auto since = [&](Clock::time_point t) { return static_cast<int64_t>(ElapsedNs(t_start, t)); };
     std::vector<std::thread> ts;
     for (int t = 0; t < threads_; t++) {
       ts.emplace_back([&, t] {

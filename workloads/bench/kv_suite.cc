@@ -33,11 +33,15 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <mutex>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -45,6 +49,7 @@
 #include "asymnvm/kv.h"
 #include "common/proc_stat.h"
 #include "common/spawn.h"
+#include "coord/testing/zk_server.h"
 #include "fabric/oq/oq.h"
 #include "kv/shard_map.h"
 #include "workloads/bench/bench.h"
@@ -80,6 +85,21 @@ class KvSuite : public Suite {
     cmd->add_option("--keys", keys_, "records")->capture_default_str();
     cmd->add_flag("--no-failover", no_failover_, "skip the failover run");
     cmd->add_flag("--no-reshard", no_reshard_, "skip the resharding run");
+    cmd->add_option("--faults", faults_,
+                    "fault runs (failover-embedded, failover-zookeeper, pause-primary, "
+                    "pause-backup; empty string: none)")
+        ->delimiter(',')
+        ->capture_default_str();
+    cmd->add_option("--fault-rounds", fault_rounds_, "faults per fault run (0: 20 quick, 40)")
+        ->capture_default_str();
+    cmd->add_option("--session-timeout-ms", session_timeout_ms_,
+                    "ZooKeeper session timeout of the servers in the ZooKeeper fault runs")
+        ->capture_default_str();
+    cmd->add_option("--pause-ms", pause_ms_, "pause-backup: how long a backup stays stopped")
+        ->capture_default_str();
+    cmd->add_option("--fault-client-timeout-ms", fault_client_timeout_ms_,
+                    "fault runs: the clients' per-request timeout")
+        ->capture_default_str();
     cmd->add_option("--plot", plot_, "PNG of throughput over time across the failover (gnuplot)");
     cmd->add_option("--dir", dir_, "working directory for pools and the coordinator");
     cmd->add_option("--kv-binary", binary_, "path of asymnvm-kv (default: next to this binary)");
@@ -110,6 +130,24 @@ class KvSuite : public Suite {
       return Status::InvalidArgument("kv: --threads 1..64, --clients 1..threads");
     }
     if (keys_ < 10) return Status::InvalidArgument("kv: --keys >= 10");
+    std::erase(faults_, std::string());
+    for (const auto& f : faults_) {
+      if (f != "failover-embedded" && f != "failover-zookeeper" && f != "pause-primary" &&
+          f != "pause-backup") {
+        return Status::InvalidArgument("kv: --faults: '" + f +
+                                       "' (failover-embedded, failover-zookeeper, pause-primary, "
+                                       "pause-backup)");
+      }
+    }
+    if (fault_rounds_ < 0 || fault_rounds_ > 10000) {
+      return Status::InvalidArgument("kv: --fault-rounds 0..10000");
+    }
+    if (session_timeout_ms_ < 400 || session_timeout_ms_ > 4000) {
+      return Status::InvalidArgument("kv: --session-timeout-ms 400..4000 (ZooKeeper tickTime 200)");
+    }
+    if (pause_ms_ < 1 || fault_client_timeout_ms_ < 10) {
+      return Status::InvalidArgument("kv: --pause-ms >= 1, --fault-client-timeout-ms >= 10");
+    }
     for (const auto& p : trace_policies_) {
       ASYMNVM_RETURN_IF_ERROR(oq::ParsePolicy(p).status().WithContext("kv: --trace-policies"));
     }
@@ -156,6 +194,13 @@ class KvSuite : public Suite {
         report->Add(rec);
       }
     }
+    if (!no_failover_) {
+      for (const auto& f : faults_) {
+        Json rec;
+        ASYMNVM_RETURN_IF_ERROR(RunFault(f, &rec));
+        report->Add(rec);
+      }
+    }
     report->set_columns({{"put p50", "put_p50_us", 1},
                          {"put p99", "put_p99_us", 1},
                          {"get p50", "get_p50_us", 1},
@@ -164,6 +209,9 @@ class KvSuite : public Suite {
                          {"repl B", "replication_bytes_per_put", 0},
                          {"srv cpu µs/op", "server_cpu_us_per_op", 1},
                          {"failover ms", "failover_ms", 1},
+                         {"fo p50 ms", "failover_p50_ms", 0},
+                         {"fo p99 ms", "failover_p99_ms", 0},
+                         {"fo max ms", "failover_max_ms", 0},
                          {"cold ms", "cold_start_ms", 1},
                          {"lost", "lost_acknowledged", 0},
                          {"detect ms", "reshard_detect_ms", 0},
@@ -176,7 +224,7 @@ class KvSuite : public Suite {
   }
 
  private:
-  std::string Coord() const { return "dir:" + dir_ + "/coord"; }
+  std::string Coord() const { return coord_uri_.empty() ? "dir:" + dir_ + "/coord" : coord_uri_; }
 
   Result<ServerProc> Spawn(int i, int servers = 3, const std::string& policy = "oq") {
     ServerProc p;
@@ -936,6 +984,314 @@ class KvSuite : public Suite {
     return Status::Ok();
   }
 
+  // ---- Fault runs (issue 29; doc/kv.md §Failure model) ----------------------------------------
+
+  Result<kv::ShardMap> ReadMap(coord::Coordinator& c) {
+    ASYMNVM_ASSIGN_OR_RETURN(auto n, c.Get("/asymnvm/kv/default/map"));
+    return kv::ShardMap::Decode(n.data);
+  }
+
+  // The map is settled: every shard has two synced backups, no move is pending and no server
+  // leads more than ceil(shards / 3) (the manager has spread the primaries back).
+  static bool Settled(const kv::ShardMap& m) {
+    if (m.epoch == 0 || m.assignment.empty()) return false;
+    std::map<std::string, uint32_t> leads;
+    for (const auto& a : m.assignment) {
+      int synced = 0;
+      for (const auto& b : a.backups) synced += b.synced;
+      if (synced != 2 || !a.move_to.empty()) return false;
+      leads[a.primary]++;
+    }
+    const auto limit = (static_cast<uint32_t>(m.assignment.size()) + 2) / 3;
+    for (const auto& [u, n] : leads) {
+      if (n > limit) return false;
+    }
+    return true;
+  }
+
+  Result<kv::ShardMap> WaitSettled(coord::Coordinator& c, std::chrono::seconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    for (;;) {
+      auto m = ReadMap(c);
+      if (m.ok() && Settled(*m)) return m;
+      if (Clock::now() > deadline) {
+        return Status::TimedOut(
+            "kv faults: the map did not settle (two synced backups per shard, primaries spread) "
+            "in " +
+            std::to_string(timeout.count()) + " s");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  static std::string ServerOf(const kv::ShardMap& m, int i) {
+    for (const auto& [u, a] : m.servers) {
+      if (a.oq.find("/kv" + std::to_string(i)) != std::string::npos) return u;
+    }
+    return "";
+  }
+
+  static double Percentile(std::vector<double> v, double p) {
+    if (v.empty()) return -1;
+    std::sort(v.begin(), v.end());
+    const size_t i = std::min(v.size() - 1, static_cast<size_t>(p / 100.0 * v.size()));
+    return v[i];
+  }
+
+  // `fault`: failover-embedded | failover-zookeeper (SIGKILL of a primary), pause-primary
+  // (SIGSTOP of a primary past its ZooKeeper session), pause-backup (SIGSTOP of a backup for
+  // --pause-ms). Each round faults one server (rotating), measures, restores it, and waits until
+  // the map has settled again.
+  Status RunFault(const std::string& fault, Json* out) {
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    const bool zk_needed = fault == "failover-zookeeper" || fault == "pause-primary";
+    std::unique_ptr<coord::testing::ZkEnsemble> zk;
+    if (zk_needed) {
+      const std::string why = coord::testing::ZooKeeperUnavailableReason();
+      if (!why.empty()) return Status::NotSupported("kv " + fault + ": ZooKeeper needs " + why);
+      ASYMNVM_ASSIGN_OR_RETURN(
+          zk, coord::testing::ZkEnsemble::Start(1, Clock::now() + std::chrono::seconds(60)));
+      coord_uri_ = "zk:" + zk->connect_string();
+      extra_args_ = {"--session-timeout-ms", std::to_string(session_timeout_ms_)};
+    }
+    struct Restore {
+      KvSuite* s;
+      ~Restore() {
+        s->coord_uri_.clear();
+        s->extra_args_.clear();
+      }
+    } restore{this};
+    const std::string saved_variant = variant_;
+    variant_ = "rowan";
+    std::vector<ServerProc> servers(3);
+    Status spawned = SpawnAll(&servers);
+    variant_ = saved_variant;
+    ASYMNVM_RETURN_IF_ERROR(spawned.WithContext("kv " + fault));
+    auto stop_all = [&](int sig) {
+      for (auto& p : servers) {
+        if (p.pid > 0) {
+          kill(p.pid, SIGCONT);
+          kill(p.pid, sig);
+          waitpid(p.pid, nullptr, 0);
+          p.pid = -1;
+        }
+      }
+    };
+    struct Guard {
+      std::function<void()> f;
+      ~Guard() { f(); }
+    } guard{[&] { stop_all(SIGKILL); }};
+    coord::Options copt;
+    copt.session_timeout = std::chrono::milliseconds(session_timeout_ms_);
+    ASYMNVM_ASSIGN_OR_RETURN(auto coord, coord::Coordinator::Open(Coord(), copt));
+    ASYMNVM_ASSIGN_OR_RETURN(kv::ShardMap map, WaitSettled(*coord, std::chrono::seconds(60)));
+    const uint32_t shards = map.shards;
+    std::vector<std::unique_ptr<kv::Client>> clients;
+    for (int i = 0; i < clients_ + 1; i++) {  // the last one: the probes'
+      kv::ClientOptions co;
+      co.coordinator = Coord();
+      co.timeout = std::chrono::milliseconds(fault_client_timeout_ms_);
+      co.retry_deadline = std::chrono::seconds(60);
+      ASYMNVM_ASSIGN_OR_RETURN(auto c, kv::Client::Open(co));
+      clients.push_back(std::move(c));
+    }
+    // One probe key per shard.
+    std::vector<std::string> probe_key(shards);
+    for (uint32_t found = 0, i = 0; found < shards; i++) {
+      const std::string k = "probe-" + std::to_string(i);
+      const uint32_t s = kv::ShardOf(k, shards);
+      if (probe_key[s].empty()) {
+        probe_key[s] = k;
+        found++;
+      }
+    }
+    // Load: PUTs of increasing numbers to each thread's 50 private keys (the oracle: the last
+    // acknowledged number of each key; a final GET must read it or a later one).
+    struct Op {
+      int64_t start_ns, end_ns;
+      uint32_t shard;
+    };
+    std::vector<std::vector<Op>> ops(threads_);
+    std::vector<std::map<std::string, uint64_t>> acked(threads_);
+    std::atomic<uint64_t> errors{0};
+    std::atomic<bool> stop{false};
+    const auto t_start = Clock::now();
+    auto since = [&](Clock::time_point t) { return static_cast<int64_t>(ElapsedNs(t_start, t)); };
+    std::vector<std::thread> ts;
+    for (int t = 0; t < threads_; t++) {
+      ts.emplace_back([&, t] {
+        Rng rng(common_.seed + 77 + t);
+        kv::Client& c = *clients[t % clients_];
+        uint64_t seq = 0;
+        while (!stop) {
+          const std::string key = "f" + std::to_string(t) + "-" + std::to_string(rng.Below(50));
+          const uint64_t v = ++seq;
+          const auto t0 = Clock::now();
+          Status st = c.Put(key, std::to_string(v));
+          const auto t1 = Clock::now();
+          if (!st.ok()) {
+            errors++;
+            continue;
+          }
+          acked[t][key] = v;
+          ops[t].push_back({since(t0), since(t1), kv::ShardOf(key, shards)});
+        }
+      });
+    }
+    const int rounds = fault_rounds_ > 0 ? fault_rounds_ : (common_.quick ? 20 : 40);
+    std::vector<double> samples;  // ms
+    // pause-backup: [start, end] ns of each pause and the shards the paused server led (it is
+    // their primary too; with the embedded coordinator a stopped primary keeps its shards, so
+    // writes to them wait for it: they are not what this run measures).
+    struct Window {
+      int64_t start, end;
+      std::set<uint32_t> led;
+    };
+    std::vector<Window> windows;
+    std::map<std::string, uint64_t> probe_acked;
+    uint64_t probe_seq = 0;
+    int done_rounds = 0;
+    Status failed;
+    for (int r = 0; r < rounds && failed.ok(); r++) {
+      auto settled = WaitSettled(*coord, std::chrono::seconds(60));
+      if (!settled.ok()) {
+        failed = settled.status();
+        break;
+      }
+      const int i = r % 3;
+      const std::string victim = ServerOf(*settled, i);
+      std::vector<uint32_t> victim_shards;
+      for (uint32_t s = 0; s < shards; s++) {
+        if (settled->assignment[s].primary == victim) victim_shards.push_back(s);
+      }
+      const pid_t pid = servers[i].pid;
+      const auto t0 = Clock::now();
+      if (fault == "pause-backup") {
+        kill(pid, SIGSTOP);
+        std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms_));
+        kill(pid, SIGCONT);
+        windows.push_back({since(t0), since(Clock::now()),
+                           std::set<uint32_t>(victim_shards.begin(), victim_shards.end())});
+        done_rounds++;
+        continue;
+      }
+      kill(pid, fault == "pause-primary" ? SIGSTOP : SIGKILL);
+      // Probes: one thread per victim shard PUTs its key until a PUT is acknowledged.
+      std::vector<std::thread> probes;
+      std::vector<double> took(victim_shards.size(), -1);
+      std::vector<uint64_t> probe_value(victim_shards.size());
+      for (size_t k = 0; k < victim_shards.size(); k++) probe_value[k] = ++probe_seq;
+      for (size_t k = 0; k < victim_shards.size(); k++) {
+        probes.emplace_back([&, k] {
+          const std::string& key = probe_key[victim_shards[k]];
+          while (Clock::now() - t0 < std::chrono::seconds(60)) {
+            if (clients.back()->Put(key, std::to_string(probe_value[k])).ok()) {
+              took[k] = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+              return;
+            }
+          }
+        });
+      }
+      for (auto& p : probes) p.join();
+      for (size_t k = 0; k < took.size(); k++) {
+        if (took[k] < 0) {
+          failed = Status::TimedOut("kv " + fault + ": shard " + std::to_string(victim_shards[k]) +
+                                    " never took a write");
+        } else {
+          samples.push_back(took[k]);
+          probe_acked[probe_key[victim_shards[k]]] = probe_value[k];
+        }
+      }
+      if (fault == "pause-primary") {
+        // Woken after its session expired, it exits (status 5, doc/kv.md §Fencing).
+        kill(pid, SIGCONT);
+        const auto dl = Clock::now() + std::chrono::seconds(15);
+        int st = 0;
+        while (waitpid(pid, &st, WNOHANG) == 0) {
+          if (Clock::now() > dl) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            break;
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+      } else {
+        waitpid(pid, nullptr, 0);
+      }
+      servers[i].pid = -1;
+      variant_ = "rowan";
+      auto p = Spawn(i);
+      variant_ = saved_variant;
+      if (!p.ok()) {
+        failed = p.status();
+        break;
+      }
+      servers[i] = *p;
+      done_rounds++;
+    }
+    stop = true;
+    for (auto& t : ts) t.join();
+    // The oracle.
+    uint64_t lost = 0, checked = 0;
+    if (failed.ok()) {
+      auto check = [&](const std::string& key, uint64_t want) {
+        checked++;
+        auto g = clients[0]->Get(key);
+        uint64_t got = 0;
+        if (g.ok() && g->found) got = std::strtoull(g->value.c_str(), nullptr, 10);
+        if (!g.ok() || !g->found || got < want) lost++;
+      };
+      for (int t = 0; t < threads_; t++) {
+        for (const auto& [k, v] : acked[t]) check(k, v);
+      }
+      for (const auto& [k, v] : probe_acked) check(k, v);
+    }
+    clients.clear();
+    ASYMNVM_RETURN_IF_ERROR(failed.WithContext("kv " + fault));
+    uint64_t writes = 0;
+    std::vector<double> during;  // pause-backup: latencies of writes overlapping a pause (ms)
+    for (const auto& v : ops) {
+      writes += v.size();
+      for (const auto& o : v) {
+        for (const auto& w : windows) {
+          if (o.end_ns >= w.start && o.start_ns <= w.end && !w.led.count(o.shard)) {
+            during.push_back(static_cast<double>(o.end_ns - o.start_ns) / 1e6);
+            break;
+          }
+        }
+      }
+    }
+    if (fault == "pause-backup") samples = during;
+    Json rec = MakeRecord(fault, {{"fault", fault},
+                                  {"threads", threads_},
+                                  {"servers", 3},
+                                  {"rf", 3},
+                                  {"client_timeout_ms", fault_client_timeout_ms_}});
+    rec[fault.rfind("pause", 0) == 0 ? "pauses" : "kills"] = done_rounds;
+    rec["failover_p50_ms"] = Percentile(samples, 50);
+    rec["failover_p99_ms"] = Percentile(samples, 99);
+    rec["failover_max_ms"] =
+        samples.empty() ? -1 : *std::max_element(samples.begin(), samples.end());
+    rec["failover_samples"] = samples.size();
+    if (fault == "pause-backup") {
+      rec["pause_ms"] = pause_ms_;
+      rec["write_p99_during_pause_ms"] = Percentile(during, 99);
+      rec["writes_during_pauses"] = during.size();
+    }
+    rec["lost_acknowledged"] = lost;
+    rec["acknowledged_checked"] = checked;
+    rec["writes"] = writes;
+    rec["errors"] = errors.load();
+    if (zk_needed) {
+      rec["session_timeout_ms"] = session_timeout_ms_;
+    } else {
+      rec["session_timeout_ms"] = nullptr;
+    }
+    *out = rec;
+    return Status::Ok();
+  }
+
   void WritePlot(const std::vector<uint64_t>& bins, double kill_at_s) {
     const std::string dat = plot_ + ".dat";
     {
@@ -968,6 +1324,13 @@ class KvSuite : public Suite {
   bool no_failover_ = false;
   bool no_reshard_ = false;
   std::vector<std::string> extra_args_;  // appended to the servers' command lines (Spawn)
+  std::string coord_uri_;                // the servers' and clients' coordinator ("": embedded)
+  std::vector<std::string> faults_{"failover-embedded", "failover-zookeeper", "pause-primary",
+                                   "pause-backup"};
+  int fault_rounds_ = 0;  // 0: 20 with --quick, else 40
+  uint32_t session_timeout_ms_ = 2000;
+  uint32_t pause_ms_ = 1500;
+  uint32_t fault_client_timeout_ms_ = 300;
   std::vector<std::string> traces_;
   std::vector<std::string> trace_policies_ = {"oq", "rawrpc", "deferred"};
   std::string plot_, dir_, binary_;

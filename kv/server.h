@@ -19,6 +19,7 @@
 #include <string_view>
 
 #include "asymnvm/fabric.h"
+#include "asymnvm/metrics.h"
 #include "asymnvm/pm.h"
 #include "asymnvm/status.h"
 #include "fabric/oq/oq.h"
@@ -84,6 +85,7 @@ struct ServerStats {
   uint64_t rejected = 0;        // malformed / out-of-range requests answered with an error
   uint64_t nilext_dropped = 0;  // nilext requests that failed (logged; no reply channel)
   uint64_t pm_syncs = 0;
+  uint64_t pm_sync_bytes = 0, pm_sync_nanos = 0;  // pm::SyncStats of the pool
   uint64_t map_epoch = 0;                // cluster mode: the shard map this server follows
   uint64_t digested = 0;                 // b-log entries applied as a backup
   uint64_t catchups = 0;                 // joining backups brought in sync by this server
@@ -151,6 +153,8 @@ class Server {
   std::string pool_uuid() const;
   const format::ServerHeader& geometry() const;
   ServerStats stats() const;
+  // Requests by type: counts, bytes, latency (asymnvm-kv --metrics-listen writes them).
+  const metrics::RequestMetrics& request_metrics() const;
   void Stop();  // idempotent
   // Starts a LocalSection (blocks while an OQ worker executes a request). Call only while the
   // server runs (before Stop).

@@ -360,6 +360,7 @@ void Dispatcher::Execute(Session& s, std::vector<std::string>& argv, std::string
     w.Error(msg);
     return;
   }
+  state_->CountCall(spec);
   bool arity_ok = spec->arity >= 0 ? static_cast<int>(argv.size()) == spec->arity
                                    : static_cast<int>(argv.size()) >= -spec->arity;
   if (!arity_ok) {
@@ -415,6 +416,7 @@ void Dispatcher::ExecuteAll(Session& s, std::vector<std::vector<std::string>>& c
       ReplyWriter w(out, s.proto);
       for (size_t k = 0; k < st.size(); k++) {
         state_->total_commands.fetch_add(1, std::memory_order_relaxed);
+        state_->CountCall(FindCommand("set"));
         if (st[k].ok()) {
           w.Ok();
         } else {

@@ -7,6 +7,7 @@
 // the gateway starts.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -91,6 +92,14 @@ struct GatewayState {
   std::atomic<uint64_t> next_client_id{1};
   std::atomic<int64_t> fast_path_commands{0};  // run by a loop against a co-located primary
   std::atomic<int64_t> fast_path_commits{0};   // the group commits that acknowledged them
+  // Calls per command (arity-checked lookups, MULTI-queued included), indexed like CommandTable():
+  // the metrics' asymnvm_resp_commands_total{command} (doc/operations.md).
+  static constexpr size_t kMaxCommandSlots = 1024;
+  std::array<std::atomic<int64_t>, kMaxCommandSlots> command_calls{};
+  void CountCall(const CommandSpec* spec) {
+    const size_t i = static_cast<size_t>(spec - CommandTable().data());
+    if (i < kMaxCommandSlots) command_calls[i].fetch_add(1, std::memory_order_relaxed);
+  }
   // The clock EXPIRE/TTL and TIME read (Unix ms); tests inject a fake. nullptr: the system clock.
   int64_t (*clock_ms)() = nullptr;
   int64_t NowMs() const;

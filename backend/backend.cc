@@ -1426,7 +1426,6 @@ struct Backend::Impl : public OpLogSource {
     j["pm_sync_bytes"] = s.pm_sync_bytes;
     j["checkpoints"] = s.checkpoints;
     j["checkpoint_bytes"] = s.checkpoint_bytes;
-    j["pm_sync_seconds"] = static_cast<double>(pool->sync_stats().nanos) * 1e-9;
     {
       MutexLock lock(mu);
       j["checkpoint_lag_txns"] = redo ? s.txns_applied - std::min(s.txns_applied, ckpt_txns) : 0;

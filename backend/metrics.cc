@@ -78,8 +78,6 @@ void WriteMetrics(const Backend& backend, metrics::Writer& w) {
             {{"component", "backend"}});
   w.Counter("asymnvm_pm_sync_bytes_total", "Bytes of the pool made durable by msync",
             num("pm_sync_bytes"), {{"component", "backend"}});
-  w.Counter("asymnvm_pm_sync_seconds_total", "Time spent in pool msync calls",
-            num("pm_sync_seconds"), {{"component", "backend"}});
   counter("checkpoints_total", "checkpoints", "Redo-log mode: checkpoints taken");
   counter("checkpoint_bytes_total", "checkpoint_bytes", "Redo-log mode: bytes checkpoints wrote");
   gauge("checkpoint_lag_txns", "checkpoint_lag_txns",

@@ -40,8 +40,7 @@ namespace {
 
 // asymnvm-kv's Prometheus collector (doc/operations.md §Metrics): the server's stats, its
 // requests by type, and the Redis gateway's counters.
-void WriteKvMetrics(const kv::Server& server, const kv::resp::Server* gateway,
-                    metrics::Writer& w) {
+void WriteKvMetrics(const kv::Server& server, const kv::resp::Server* gateway, metrics::Writer& w) {
   const kv::ServerStats s = server.stats();
   auto c = [&](const std::string& name, const char* help, uint64_t v) {
     w.Counter("asymnvm_kv_" + name, help, static_cast<double>(v));
@@ -66,8 +65,6 @@ void WriteKvMetrics(const kv::Server& server, const kv::resp::Server* gateway,
             static_cast<double>(s.pm_syncs), {{"component", "kv"}});
   w.Counter("asymnvm_pm_sync_bytes_total", "Bytes of the pool made durable by msync",
             static_cast<double>(s.pm_sync_bytes), {{"component", "kv"}});
-  w.Counter("asymnvm_pm_sync_seconds_total", "Time spent in pool msync calls",
-            static_cast<double>(s.pm_sync_nanos) * 1e-9, {{"component", "kv"}});
   g("shard_map_epoch", "Epoch of the shard map this server follows (cluster mode)", s.map_epoch);
   c("backup_digested_total", "B-log entries applied as a backup", s.digested);
   c("catchups_total", "Joining backups brought in sync by this server", s.catchups);

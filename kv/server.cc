@@ -162,11 +162,18 @@ struct Server::Impl {
   std::unique_ptr<LocalSyncs> local_syncs = std::make_unique<LocalSyncs>();
   std::atomic<uint64_t> requests{0}, rejected{0}, nilext_dropped{0};
   // Per request type counts, bytes and latency (the metrics endpoint, doc/operations.md).
-  metrics::RequestMetrics request_metrics{
-      {{wire::kPut, "put"}, {wire::kGet, "get"}, {wire::kDelete, "delete"},
-       {wire::kPutIf, "put_if"}, {wire::kIncr, "incr"}, {wire::kScan, "scan"},
-       {wire::kInfo, "info"}, {wire::kPutChunk, "put_chunk"}, {wire::kPutLarge, "put_large"},
-       {wire::kReserve, "reserve"}, {wire::kPublish, "publish"}, {wire::kBatch, "batch"}}};
+  metrics::RequestMetrics request_metrics{{{wire::kPut, "put"},
+                                           {wire::kGet, "get"},
+                                           {wire::kDelete, "delete"},
+                                           {wire::kPutIf, "put_if"},
+                                           {wire::kIncr, "incr"},
+                                           {wire::kScan, "scan"},
+                                           {wire::kInfo, "info"},
+                                           {wire::kPutChunk, "put_chunk"},
+                                           {wire::kPutLarge, "put_large"},
+                                           {wire::kReserve, "reserve"},
+                                           {wire::kPublish, "publish"},
+                                           {wire::kBatch, "batch"}}};
   std::thread cleaner;
   Mutex mu;
   std::condition_variable cv;
@@ -984,7 +991,6 @@ ServerStats Server::stats() const {
   const pm::SyncStats ss = impl_->pool->sync_stats();
   s.pm_syncs = ss.syncs;
   s.pm_sync_bytes = ss.bytes;
-  s.pm_sync_nanos = ss.nanos;
   if (impl_->agent) {
     s.map_epoch = impl_->agent->epoch();
     s.digested = impl_->agent->digested() +

@@ -85,7 +85,6 @@ struct ServerStats {
   uint64_t rejected = 0;        // malformed / out-of-range requests answered with an error
   uint64_t nilext_dropped = 0;  // nilext requests that failed (logged; no reply channel)
   uint64_t pm_syncs = 0;
-  uint64_t pm_sync_bytes = 0, pm_sync_nanos = 0;  // pm::SyncStats of the pool
   uint64_t map_epoch = 0;                // cluster mode: the shard map this server follows
   uint64_t digested = 0;                 // b-log entries applied as a backup
   uint64_t catchups = 0;                 // joining backups brought in sync by this server
@@ -97,6 +96,9 @@ struct ServerStats {
   uint64_t rdmp_settled = 0;             // ... ended by the server (client gone or too slow)
   uint64_t rdmp_revoked = 0;             // bypass connections closed for an expired reservation
   uint64_t rdmp_located = 0;  // GETs answered with a location (the client reads one-sidedly)
+
+  // pm::SyncStats of the pool, with pm_syncs above (the metrics' asymnvm_pm_sync_*).
+  uint64_t pm_sync_bytes = 0;
 };
 
 // Max request / response payload the server's OQ accepts (key + value + headers).

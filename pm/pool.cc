@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -46,15 +45,11 @@ Status SysError(const std::string& what, const std::string& path, int e) {
 
 // Sync counters of one pool (Pool::sync_stats).
 struct SyncCounter {
-  std::atomic<uint64_t> syncs{0}, bytes{0}, nanos{0};
+  std::atomic<uint64_t> syncs{0}, bytes{0};
   void Msync(const void* addr, size_t len) {
-    const auto t0 = std::chrono::steady_clock::now();
     if (pmem_msync(addr, len) != 0) FatalPersist("pmem_msync", addr, len, errno);
     syncs.fetch_add(1, std::memory_order_relaxed);
     bytes.fetch_add(len, std::memory_order_relaxed);
-    nanos.fetch_add(static_cast<uint64_t>(
-                        std::chrono::nanoseconds(std::chrono::steady_clock::now() - t0).count()),
-                    std::memory_order_relaxed);
   }
 };
 
@@ -255,8 +250,7 @@ class PoolImpl final : public Pool {
   Persister* persister() override { return persister_.get(); }
   SyncStats sync_stats() const override {
     return {syncs_.syncs.load(std::memory_order_relaxed),
-            syncs_.bytes.load(std::memory_order_relaxed),
-            syncs_.nanos.load(std::memory_order_relaxed)};
+            syncs_.bytes.load(std::memory_order_relaxed)};
   }
 
   Status SimulateCrash(uint64_t seed, double keep_probability, uint64_t* dropped_lines,

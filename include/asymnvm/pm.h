@@ -81,7 +81,6 @@ class Persister {
 struct SyncStats {
   uint64_t syncs = 0;
   uint64_t bytes = 0;
-  uint64_t nanos = 0;  // time spent in the syncs (the metrics' asymnvm_pm_sync_seconds_total)
 };
 
 // A Persister for ordinary DRAM (non-persistent regions): does nothing.

@@ -2,8 +2,7 @@
 # README command (2): install what is missing, check the format, build, and run every test suite:
 #   0. scripts/check-format.sh (clang-format with the repository's .clang-format);
 #   1. the default build, all ctest suites except those labelled "long";
-#   2. the CMake package: install to a staging prefix and build an application against it; the
-#      Debian packages (tests/package/deb_test.sh: cpack, dpkg -x, installed daemons, units);
+#   2. the CMake package: install to a staging prefix and build an application against it;
 #   3. an ASan+UBSan build running the unit and conformance suites;
 #   4. every libFuzzer target for a bounded time each (FUZZ_SECONDS, default 16) when clang exists.
 # Environment: SKIP_ASAN=1 / SKIP_FUZZ=1 skip steps 3 / 4; TSAN=1 adds a ThreadSanitizer build
@@ -41,9 +40,6 @@ cmake --build build/package-consumer -j"$JOBS" >/dev/null
 LD_LIBRARY_PATH="$ROOT/build/stage/lib" build/package-consumer/asymnvm_package_consumer
 LD_LIBRARY_PATH="$ROOT/build/stage/lib" build/package-consumer/asymnvm_sdk_consumer \
   "$ROOT/build/stage/bin/asymnvm-backend"
-
-step "Debian packages: cpack, dpkg -x into a scratch root, run the installed daemons, systemd units"
-tests/package/deb_test.sh build
 
 if [ "${SKIP_ASAN:-0}" != 1 ]; then
   step "ASan+UBSan build: unit and conformance suites"

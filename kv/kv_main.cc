@@ -91,8 +91,11 @@ void WriteKvMetrics(const kv::Server& server, const kv::resp::Server* gateway, m
     w.Counter("asymnvm_resp_fast_path_commits_total", "Group commits of the fast path",
               static_cast<double>(st.fast_path_commits.load()));
     const auto& table = kv::resp::CommandTable();
-    for (size_t i = 0; i < table.size() && i < st.command_calls.size(); i++) {
-      const int64_t n = st.command_calls[i].load(std::memory_order_relaxed);
+    // INFO commandstats' counters (one place): run calls plus calls refused before running.
+    for (size_t i = 0; i < table.size() && i < kv::resp::GatewayState::kMaxCommands; i++) {
+      const auto& cs = st.command_stats[i];
+      const int64_t n = cs.calls.load(std::memory_order_relaxed) +
+                        cs.rejected.load(std::memory_order_relaxed);
       if (n == 0) continue;  // ~200 commands: only those used
       w.Counter("asymnvm_resp_commands_total", "Redis commands called, by name",
                 static_cast<double>(n), {{"command", std::string(table[i].name)}});
@@ -208,9 +211,21 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--rejoin-backoff-ms", o.rejoin_backoff_ms,
                  "a backup its primary removed while alive (failed replication) rejoins that "
-                 "shard after this delay, doubled per removal up to 64x; 0 = at once")
+                 "shard after this delay, doubled per removal up to 8x; 0 = at once")
       ->check(CLI::Range(0u, 3600000u))
       ->capture_default_str();
+  app.add_option("--backup-timeout-ms", o.backup_timeout_ms,
+                 "a backup that has not acknowledged a write within this leaves the shard "
+                 "(doc/kv.md §Failure model)")
+      ->check(CLI::Range(1u, 600000u))
+      ->capture_default_str();
+  app.add_option("--session-timeout-ms", o.session_timeout_ms,
+                 "ZooKeeper session timeout asked for (the lease is 2/3 of it)")
+      ->check(CLI::Range(400u, 600000u))
+      ->capture_default_str();
+  bool no_spread = false;
+  app.add_flag("--no-spread-primaries", no_spread,
+               "do not move primaries back onto returning servers");
   std::string metrics_listen;
   app.add_option("--metrics-listen", metrics_listen,
                  "serve Prometheus metrics (GET /metrics) at HOST:PORT; off unless given "
@@ -253,6 +268,7 @@ int main(int argc, char** argv) {
     std::cerr << "asymnvm-kv: " << m << "\n";
     return 2;
   };
+  o.spread_primaries = !no_spread;
   o.oq_policy = oq::ParsePolicy(oq_policy).value();               // checked by CLI11
   o.replication = kv::ParseReplicationMode(replication).value();  // checked by CLI11
   auto size = pm::ParseSize(size_text);

@@ -17,7 +17,7 @@ using format::EntryType;
 uint64_t KeyHash(std::string_view key) { return Hash64(key.data(), key.size(), 0x6b76); }
 
 uint32_t ShardOf(std::string_view key, uint32_t shards) {
-  return shards == 0 ? 0 : static_cast<uint32_t>(KeyHash(key) % shards);
+  return shards == 0 ? 0 : static_cast<uint32_t>(KeyHash(HashTag(key)) % shards);
 }
 
 uint32_t Store::WorkerOf(uint32_t shard, uint32_t workers) {

@@ -204,7 +204,17 @@ class Client {
   virtual Result<uint32_t> MinSyncedBackups() { return uint32_t{0}; }
 };
 
-// The shard of `key` among `shards` shards (the same function the servers use).
+// Redis Cluster's hash tag rule: the bytes between the first '{' and the first '}' after it, when
+// there are any; else the whole key. Keys with the same tag are in one shard (doc/kv.md §Shards).
+inline std::string_view HashTag(std::string_view key) {
+  const size_t open = key.find('{');
+  if (open == std::string_view::npos) return key;
+  const size_t close = key.find('}', open + 1);
+  if (close == std::string_view::npos || close == open + 1) return key;
+  return key.substr(open + 1, close - open - 1);
+}
+// The shard of `key` among `shards` shards (the same function the servers use): the hash of its
+// hash tag.
 uint32_t ShardOf(std::string_view key, uint32_t shards);
 // The 64-bit key hash Scan orders by.
 uint64_t KeyHash(std::string_view key);

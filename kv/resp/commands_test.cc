@@ -298,7 +298,7 @@ TEST_F(Gateway, ConfigGet_PairsAndUnknownIsEmpty) {
   EXPECT_EQ(Run("CONFIG GET appendonly"), "*2\r\n$10\r\nappendonly\r\n$3\r\nyes\r\n");
   EXPECT_EQ(Run("CONFIG GET nosuch"), "*0\r\n");
   EXPECT_EQ(Run("CONFIG GET append*").substr(0, 4), "*4\r\n");
-  EXPECT_EQ(Run("CONFIG SET save x").substr(0, 4), "-ERR");
+  EXPECT_EQ(Run("CONFIG SET nosuch x").substr(0, 4), "-ERR");
 }
 
 TEST_F(Gateway, Command_CountDocsInfoComeFromTheTable) {

@@ -94,8 +94,8 @@ void WriteKvMetrics(const kv::Server& server, const kv::resp::Server* gateway, m
     // INFO commandstats' counters (one place): run calls plus calls refused before running.
     for (size_t i = 0; i < table.size() && i < kv::resp::GatewayState::kMaxCommands; i++) {
       const auto& cs = st.command_stats[i];
-      const int64_t n = cs.calls.load(std::memory_order_relaxed) +
-                        cs.rejected.load(std::memory_order_relaxed);
+      const int64_t n =
+          cs.calls.load(std::memory_order_relaxed) + cs.rejected.load(std::memory_order_relaxed);
       if (n == 0) continue;  // ~200 commands: only those used
       w.Counter("asymnvm_resp_commands_total", "Redis commands called, by name",
                 static_cast<double>(n), {{"command", std::string(table[i].name)}});

@@ -6,15 +6,27 @@
 #include <chrono>
 #include <unordered_map>
 
+#include "kv/resp/types.h"
 #include "kv/resp/value.h"
 
 namespace asymnvm::kv::resp {
 
 namespace h = handlers;
 
+namespace {
+// The table plus the type commands (types.h), in name order.
+std::vector<CommandSpec> WithTypeCommands(std::vector<CommandSpec> t) {
+  AppendTypeCommands(&t);
+  std::sort(t.begin(), t.end(), [](const CommandSpec& x, const CommandSpec& y) {
+    return std::string_view(x.name) < y.name;
+  });
+  return t;
+}
+}  // namespace
+
 const std::vector<CommandSpec>& CommandTable() {
   // name, arity, flags, first/last/step key, group, since, summary, notes, handler, subcommands
-  static const std::vector<CommandSpec> table = {
+  static const std::vector<CommandSpec> table = WithTypeCommands({
       {"append", 3, kWrite, 1, 1, 1, "string", "2.0.0", "Appends a string to the value of a key.",
        "read-modify-write with a conditional put (retried on a concurrent write); keeps the TTL",
        h::Append},
@@ -137,7 +149,7 @@ const std::vector<CommandSpec>& CommandTable() {
        "backup holds it): the smallest number of synced backups over the shards, re-read from the "
        "coordinator; 0 without replication",
        h::Wait},
-  };
+  });
   return table;
 }
 
@@ -147,7 +159,9 @@ const std::vector<UnsupportedSpec>& UnsupportedCommands() {
       {"flushdb", "use FLUSHALL (one database)"},
       {"setex / psetex", "use SET ... EX / PX"},
       {"watch / unwatch", "not yet: EXEC already re-runs a transaction whose reads changed"},
-      {"lists, hashes, sets, sorted sets, streams", "the store holds strings only"},
+      {"sorted sets (ZADD ...), streams", "not yet (doc/types.md)"},
+      {"blpop / brpop / blmove / brpoplpush / blmpop",
+       "blocking pops are not built: a worker would block (doc/types.md)"},
       {"pub/sub, scripting (EVAL, FUNCTION)", "not planned"},
       {"save, bgsave, bgrewriteaof, replicaof",
        "persistence and replication are the KV server's own"},

@@ -31,6 +31,7 @@ enum CommandFlag : uint32_t {
   kAdmin = 1u << 7,     // "admin"
   kNoTxn = 1u << 8,     // refused inside MULTI (whole-keyspace commands); not a Redis flag
   kInline = 1u << 9,    // never touches the store: runs on the event loop, not a worker
+  kBatch = 1u << 10,    // writes several records as one atomic batch: never on the fast path
 };
 
 struct Session;

@@ -2,7 +2,9 @@
 // expired value reads as absent, and the next write replaces it conditionally on its version.
 #include <cctype>
 
+#include "asymnvm/kv.h"
 #include "kv/resp/commands.h"
+#include "kv/resp/types.h"
 #include "kv/resp/value.h"
 
 namespace asymnvm::kv::resp::handlers {
@@ -15,7 +17,15 @@ struct Current {
   std::string data;
   int64_t expire_at = 0;
   uint64_t version = 0;  // the stored version, also for an expired value (0: nothing stored)
+  uint8_t type = 0;      // 0: a string; else a hash, list, set or sorted set (types.h)
 };
+
+// Replies WRONGTYPE when `cur` is a live value other than a string.
+bool NotString(CommandContext& c, const Current& cur) {
+  if (!cur.exists || cur.type == 0) return false;
+  c.out.Error(std::string(kErrWrongType));
+  return true;
+}
 
 Result<Current> ReadCurrent(CommandContext& c, std::string_view key) {
   auto r = c.store.Get(key);
@@ -28,6 +38,7 @@ Result<Current> ReadCurrent(CommandContext& c, std::string_view key) {
   cur.exists = true;
   cur.data.assign(d.data);
   cur.expire_at = d.expire_at_ms;
+  cur.type = d.type;
   return cur;
 }
 
@@ -36,6 +47,7 @@ struct Mutation {
   Action action = Action::kNone;
   std::string data;
   int64_t expire_at = 0;
+  uint8_t type = 0;  // EXPIRE/PERSIST keep a collection's metadata frame
 };
 
 // Reads `key`, asks fn(cur, &mutation) what to write (fn returns false after replying an error),
@@ -60,7 +72,7 @@ bool ReadModifyWrite(CommandContext& c, std::string_view key, Fn&& fn) {
       }
       return true;
     }
-    auto p = c.store.PutIf(key, EncodeValue(m.data, m.expire_at), cur->version);
+    auto p = c.store.PutIf(key, EncodeValue(m.data, m.expire_at, m.type), cur->version);
     if (!p.ok()) {
       c.out.Error(StoreError(p.status()));
       return false;
@@ -109,6 +121,7 @@ bool Live(const Store::ScanPage& page, size_t i, int64_t now) {
 void Get(CommandContext& c, const std::vector<std::string>& a) {
   auto cur = ReadCurrent(c, a[1]);
   if (!cur.ok()) return c.out.Error(StoreError(cur.status()));
+  if (NotString(c, *cur)) return;
   if (cur->exists) {
     c.out.Bulk(cur->data);
   } else {
@@ -156,6 +169,7 @@ void Set(CommandContext& c, const std::vector<std::string>& a) {
   bool wrote = false, had_old = false;
   std::string old;
   bool ok = ReadModifyWrite(c, key, [&](const Current& cur, Mutation* m) {
+    if (get && NotString(c, cur)) return false;
     had_old = cur.exists;
     old = cur.data;
     wrote = false;
@@ -200,7 +214,7 @@ void MGet(CommandContext& c, const std::vector<std::string>& a) {
   for (size_t i = 1; i < a.size(); ++i) {
     auto cur = ReadCurrent(c, a[i]);
     if (!cur.ok()) return c.out.Error(StoreError(cur.status()));
-    if (cur->exists) {
+    if (cur->exists && cur->type == 0) {
       w.Bulk(cur->data);
     } else {
       w.Null();
@@ -257,6 +271,7 @@ void IncrFamily(CommandContext& c, const std::vector<std::string>& a) {
   if (fast->has_value()) return c.out.Integer(**fast);
   int64_t result = 0;
   bool ok = ReadModifyWrite(c, a[1], [&](const Current& cur, Mutation* m) {
+    if (NotString(c, cur)) return false;
     int64_t v = 0;
     if (cur.exists && !ParseInt64(cur.data, &v)) {
       c.out.Error(std::string(kErrNotInteger));
@@ -278,6 +293,7 @@ void IncrFamily(CommandContext& c, const std::vector<std::string>& a) {
 void Append(CommandContext& c, const std::vector<std::string>& a) {
   size_t len = 0;
   bool ok = ReadModifyWrite(c, a[1], [&](const Current& cur, Mutation* m) {
+    if (NotString(c, cur)) return false;
     m->action = Action::kPut;
     m->data = cur.data + a[2];
     m->expire_at = cur.expire_at;
@@ -290,6 +306,7 @@ void Append(CommandContext& c, const std::vector<std::string>& a) {
 void StrLen(CommandContext& c, const std::vector<std::string>& a) {
   auto cur = ReadCurrent(c, a[1]);
   if (!cur.ok()) return c.out.Error(StoreError(cur.status()));
+  if (NotString(c, *cur)) return;
   c.out.Integer(static_cast<int64_t>(cur->exists ? cur->data.size() : 0));
 }
 
@@ -297,6 +314,7 @@ void GetSet(CommandContext& c, const std::vector<std::string>& a) {
   bool had = false;
   std::string old;
   bool ok = ReadModifyWrite(c, a[1], [&](const Current& cur, Mutation* m) {
+    if (NotString(c, cur)) return false;
     had = cur.exists;
     old = cur.data;
     m->action = Action::kPut;
@@ -324,7 +342,8 @@ void Scan(CommandContext& c, const std::vector<std::string>& a) {
     }
   }
   std::string match;
-  bool has_match = false, type_mismatch = false;
+  bool has_match = false, has_type = false;
+  std::string type;
   int64_t count = 10;
   for (size_t i = 2; i < a.size(); i += 2) {
     if (i + 1 >= a.size()) return c.out.Error(std::string(kErrSyntax));
@@ -335,7 +354,8 @@ void Scan(CommandContext& c, const std::vector<std::string>& a) {
       if (!ParseInt64(a[i + 1], &count)) return c.out.Error(std::string(kErrNotInteger));
       if (count < 1) return c.out.Error(std::string(kErrSyntax));
     } else if (EqualsNoCase(a[i], "TYPE")) {
-      type_mismatch = !EqualsNoCase(a[i + 1], "string");
+      has_type = true;
+      type = a[i + 1];
     } else {
       return c.out.Error(std::string(kErrSyntax));
     }
@@ -344,11 +364,14 @@ void Scan(CommandContext& c, const std::vector<std::string>& a) {
   if (!page.ok()) return c.out.Error(StoreError(page.status()));
   std::vector<const std::string*> keys;
   int64_t now = c.state.NowMs();
-  if (!type_mismatch) {
-    for (size_t i = 0; i < page->keys.size(); ++i) {
-      const auto& k = page->keys[i];
-      if ((!has_match || GlobMatch(match, k)) && Live(*page, i, now)) keys.push_back(&k);
+  for (size_t i = 0; i < page->keys.size(); ++i) {
+    const auto& k = page->keys[i];
+    if (kv::IsRoutedKey(k)) continue;  // a sub-record of a hash, list, set (doc/types.md)
+    if (has_type && i < page->values.size() &&
+        !EqualsNoCase(type, TypeName(TypeOfValue(page->values[i])))) {
+      continue;
     }
+    if ((!has_match || GlobMatch(match, k)) && Live(*page, i, now)) keys.push_back(&k);
   }
   c.out.Array(2);
   c.out.Bulk(std::to_string(page->next_cursor));
@@ -363,7 +386,9 @@ void DbSize(CommandContext& c, const std::vector<std::string>&) {
     auto page = c.store.Scan(cursor, 1000);
     if (!page.ok()) return c.out.Error(StoreError(page.status()));
     int64_t now = c.state.NowMs();
-    for (size_t i = 0; i < page->keys.size(); ++i) n += Live(*page, i, now) ? 1 : 0;
+    for (size_t i = 0; i < page->keys.size(); ++i) {
+      n += Live(*page, i, now) && !kv::IsRoutedKey(page->keys[i]) ? 1 : 0;
+    }
     cursor = page->next_cursor;
   } while (cursor != 0);
   c.out.Integer(n);
@@ -426,6 +451,7 @@ void Expire(CommandContext& c, const std::vector<std::string>& a) {
     } else {
       m->action = Action::kPut;
       m->data = cur.data;
+      m->type = cur.type;
       m->expire_at = deadline;
     }
     return true;
@@ -450,6 +476,7 @@ void Persist(CommandContext& c, const std::vector<std::string>& a) {
     if (applied) {
       m->action = Action::kPut;
       m->data = cur.data;
+      m->type = cur.type;
     }
     return true;
   });

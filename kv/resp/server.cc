@@ -277,7 +277,9 @@ class Loop {
       return false;
     }
     const CommandSpec* spec = FindCommand(p.argv[0]);
-    if (spec == nullptr || spec->first_key <= 0 || (spec->flags & (kInline | kNoTxn))) return false;
+    if (spec == nullptr || spec->first_key <= 0 || (spec->flags & (kInline | kNoTxn | kBatch))) {
+      return false;
+    }
     auto keys = CommandKeys(*spec, p.argv);
     if (keys.empty()) return false;
     for (auto k : keys) {

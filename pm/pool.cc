@@ -25,6 +25,7 @@
 #include "asymnvm/pm.h"
 #include "common/logging.h"
 #include "common/thread_annotations.h"
+#include "pm/persister_mode.h"
 
 namespace asymnvm::pm {
 namespace {
@@ -561,6 +562,11 @@ std::string Pool::Describe() const {
                   "', uuid " + UuidToString(superblock().uuid);
   if (crash_sim()) s += ", crash simulation";
   return s;
+}
+
+PersistMode PersisterMode(const Persister* persister) {
+  return dynamic_cast<const FlushPersister*>(persister) != nullptr ? PersistMode::kFlushOnly
+                                                                   : PersistMode::kMsync;
 }
 
 }  // namespace asymnvm::pm

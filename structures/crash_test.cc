@@ -847,7 +847,7 @@ int OnlineRounds() {
   return env ? std::max(1, std::atoi(env)) : 8;
 }
 
-// Item 3 of issue 16: with reclamation on, no gc: used blocks = reachable blocks (+ pending
+// With reclamation on, no gc: used blocks = reachable blocks (+ pending
 // deferred frees) after N SIGKILL rounds (8 by default; structures_leak_online_long: 50).
 TEST_F(OnlineReclaimTest, LeakCampaignWithoutGcLeavesUsedEqualReachableOnline) {
   const int rounds = OnlineRounds();

@@ -19,7 +19,8 @@ namespace internal {
 
 class SoftFabric final : public Fabric {
  public:
-  explicit SoftFabric(const FabricOptions& o) : options_(o) {}
+  SoftFabric(const FabricOptions& o, std::shared_ptr<Extension> ext)
+      : options_(o), ext_(std::move(ext)) {}
   ~SoftFabric() override {
     for (auto& w : workers_) w->Stop();
   }
@@ -32,7 +33,7 @@ class SoftFabric final : public Fabric {
     return Status::Ok();
   }
 
-  std::string provider() const override { return "soft"; }
+  std::string provider() const override { return ext_ ? ext_->provider() : "soft"; }
   Capabilities capabilities() const override {
     Capabilities c;
     c.multi_packet_srq_native = true;
@@ -76,6 +77,7 @@ class SoftFabric final : public Fabric {
     }
   }
   RegionTable* regions() { return &regions_; }
+  Extension* extension() const { return ext_.get(); }
   const FabricOptions& options() const { return options_; }
   uint64_t NewConnId() { return next_conn_id_.fetch_add(1) + 1; }
   uint64_t NewPdId() { return next_pd_id_.fetch_add(1) + 1; }
@@ -94,6 +96,7 @@ class SoftFabric final : public Fabric {
 
  private:
   FabricOptions options_;
+  std::shared_ptr<Extension> ext_;  // the direct path (shm provider), or null
   RegionTable regions_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::atomic<uint32_t> next_worker_{0};
@@ -128,10 +131,13 @@ class SoftPd final : public ProtectionDomain {
       return Status::InvalidArgument("RegisterMemory: range wraps");
     }
     ASYMNVM_ASSIGN_OR_RETURN(uint32_t key, fabric_->NewKey());
-    auto mr =
-        std::make_unique<SoftMr>(fabric_->regions(), addr, length, o.access, key, o.persister);
+    auto mr = std::make_unique<SoftMr>(fabric_->regions(), addr, length, o.access, key, o.persister,
+                                       fabric_->extension());
     fabric_->regions()->Insert(
         key, RegionEntry{static_cast<uint8_t*>(addr), length, o.access, id_, o.persister});
+    if (fabric_->extension() != nullptr) {
+      fabric_->extension()->OnRegister(id_, key, addr, length, o.access, o.persister);
+    }
     return std::unique_ptr<MemoryRegion>(std::move(mr));
   }
   uint64_t id() const { return id_; }
@@ -184,8 +190,11 @@ Result<std::unique_ptr<Connection>> SoftFabric::MakeConnection(uint64_t pd_id,
                                                                std::span<const uint8_t> peer_blob,
                                                                const std::string& peer_address) {
   ASYMNVM_ASSIGN_OR_RETURN(ConnParams peer, ConnParams::Decode(peer_blob));
+  std::unique_ptr<DirectConn> direct;
+  if (ext_ != nullptr) direct = ext_->Connect(peer.offer);
   auto core = std::make_shared<ConnCore>(this, NewConnId(), pd_id, std::move(ch), o,
                                          std::move(peer), peer_address);
+  core->direct_ = std::move(direct);
   {
     MutexLock lock(conns_mu_);
     live_.insert(core.get());
@@ -214,8 +223,9 @@ Status ValidateConnOptions(const ConnectionOptions& o) {
   return Status::Ok();
 }
 
-std::vector<uint8_t> MyBlob(const ConnectionOptions& o) {
+std::vector<uint8_t> MyBlob(const ConnectionOptions& o, SoftFabric* f, uint64_t pd_id) {
   ConnParams p;
+  if (f->extension() != nullptr) p.offer = f->extension()->Offer(pd_id);
   p.rnr_retry = o.rnr_retry;
   p.rnr_backoff_us = static_cast<uint32_t>(std::max<int64_t>(0, o.rnr_backoff.count()));
   p.max_message = kMaxMessage;
@@ -245,7 +255,7 @@ class SocketListener final : public Listener {
   Result<std::unique_ptr<Connection>> Accept(const ConnectionOptions& o) override {
     ASYMNVM_RETURN_IF_ERROR(ValidateConnOptions(o));
     auto deadline = Clock::now() + o.timeout;
-    auto blob = MyBlob(o);
+    auto blob = MyBlob(o, fabric_, pd_id_);
     for (;;) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       if (left.count() <= 0) return Status::TimedOut("Accept " + address_ + ": no peer in time");
@@ -316,7 +326,7 @@ class InprocListener final : public Listener {
         p->cv.notify_all();
         continue;
       }
-      p->server_blob = MyBlob(o);
+      p->server_blob = MyBlob(o, fabric_, pd_id_);
       auto conn = fabric_->MakeConnection(pd_id_, MakeInprocChannel(p->c2s, p->s2c), o,
                                           p->client_blob, address());
       p->state = conn.ok() ? InprocPending::State::kAccepted : InprocPending::State::kRefused;
@@ -355,7 +365,7 @@ Result<std::unique_ptr<Connection>> SoftFabric::Connect(ProtectionDomain* pd,
   if (spd == nullptr) return Status::InvalidArgument("Connect: pd not from the soft provider");
   ASYMNVM_RETURN_IF_ERROR(ValidateConnOptions(o));
   ASYMNVM_ASSIGN_OR_RETURN(Endpoint ep, ParseAddress(address));
-  auto blob = MyBlob(o);
+  auto blob = MyBlob(o, this, spd->id());
   if (ep.kind == Endpoint::Kind::kInproc) {
     auto st = FindInproc(ep.path);
     if (!st) return Status::ConnectionError("Connect " + address + ": no listener");
@@ -401,13 +411,18 @@ Result<std::unique_ptr<Connection>> SoftFabric::Connect(ProtectionDomain* pd,
 using namespace internal;
 
 std::vector<uint8_t> ConnParams::Encode() const {
-  std::vector<uint8_t> out(20 + private_data.size());
+  std::vector<uint8_t> out(20 + private_data.size() + (offer.empty() ? 0 : 4 + offer.size()));
   StoreLe32(out.data(), kMagic);
   StoreLe32(out.data() + 4, rnr_retry);
   StoreLe32(out.data() + 8, rnr_backoff_us);
   StoreLe32(out.data() + 12, max_message);
   StoreLe32(out.data() + 16, static_cast<uint32_t>(private_data.size()));
   if (!private_data.empty()) std::memcpy(out.data() + 20, private_data.data(), private_data.size());
+  if (!offer.empty()) {
+    uint8_t* o = out.data() + 20 + private_data.size();
+    StoreLe32(o, static_cast<uint32_t>(offer.size()));
+    std::memcpy(o + 4, offer.data(), offer.size());
+  }
   return out;
 }
 
@@ -421,21 +436,35 @@ Result<ConnParams> ConnParams::Decode(std::span<const uint8_t> blob) {
   p.rnr_backoff_us = LoadLe32(blob.data() + 8);
   p.max_message = LoadLe32(blob.data() + 12);
   uint32_t n = LoadLe32(blob.data() + 16);
-  if (n > 1024 || blob.size() != 20 + size_t{n}) {
+  if (n > 1024 || blob.size() < 20 + size_t{n}) {
     return Status::ProtocolError("soft connection parameters: bad private data length");
   }
-  p.private_data.assign(blob.begin() + 20, blob.end());
+  p.private_data.assign(blob.begin() + 20, blob.begin() + 20 + n);
+  size_t rest = blob.size() - 20 - n;
+  if (rest != 0) {
+    const uint8_t* o = blob.data() + 20 + n;
+    uint32_t m = rest >= 4 ? LoadLe32(o) : 0;
+    if (rest < 4 || m == 0 || m > kMaxOffer || rest != 4 + size_t{m}) {
+      return Status::ProtocolError("soft connection parameters: bad private data length");
+    }
+    p.offer.assign(o + 4, o + 4 + m);
+  }
   return p;
 }
 
 Result<std::unique_ptr<Fabric>> OpenSoftFabric(const FabricOptions& options) {
+  return OpenSoftFabric(options, nullptr);
+}
+
+Result<std::unique_ptr<Fabric>> OpenSoftFabric(const FabricOptions& options,
+                                               std::shared_ptr<Extension> extension) {
   if (options.nic_threads == 0 || options.nic_threads > 64) {
     return Status::InvalidArgument("soft fabric: nic_threads must be 1..64");
   }
   FabricOptions resolved = options;  // idempotent after Fabric::Open; tests open it directly
   ASYMNVM_ASSIGN_OR_RETURN(resolved.cluster_secret, ResolveClusterSecret(options));
   resolved.secret_file.clear();
-  auto f = std::make_unique<SoftFabric>(resolved);
+  auto f = std::make_unique<SoftFabric>(resolved, std::move(extension));
   ASYMNVM_RETURN_IF_ERROR(f->Start());
   return std::unique_ptr<Fabric>(std::move(f));
 }

@@ -73,6 +73,22 @@ Status ConnCore::Post(std::span<const WorkRequest> wrs) {
   uint8_t* out = scratch_.data();
   for (size_t i = 0; i < wrs.size(); i++) {
     const auto& w = wrs[i];
+    // The direct path (shm provider) takes a prefix of the list: only while nothing of this
+    // connection is outstanding in the channel, so nothing executes out of order.
+    uint32_t direct_len = 0;
+    if (direct_ && ring_count_ == 0 && direct_->Execute(w, channel_dirty_, &direct_len)) {
+      CountPosted(w);
+      if (w.signaled) {
+        CompleteLocked(OutEntry{w.wr_id, w.local_addr, w.length, 0, w.opcode, true},
+                       CompletionStatus::kSuccess, direct_len);
+      }
+      continue;
+    }
+    if (w.opcode == Opcode::kFlush) {
+      channel_dirty_ = false;
+    } else if (w.opcode != Opcode::kRead) {
+      channel_dirty_ = true;
+    }
     uint32_t seq = next_seq_++;
     bool needs_ack = w.signaled || w.opcode == Opcode::kRead || w.opcode == Opcode::kCompareSwap ||
                      w.opcode == Opcode::kFetchAdd || w.opcode == Opcode::kFlush ||
@@ -87,41 +103,48 @@ Status ConnCore::Post(std::span<const WorkRequest> wrs) {
     EncodeRequestHeader(out, static_cast<uint8_t>(w.opcode), flags, seq, wire_len, w.rkey,
                         w.remote_addr, w.compare_add, w.swap);
     out += kRequestHeaderSize;
-    switch (w.opcode) {
-      case Opcode::kWrite:
-        AtomicCounters::Inc(ctr_.writes);
-        break;
-      case Opcode::kSend:
-        AtomicCounters::Inc(ctr_.sends);
-        break;
-      case Opcode::kRead:
-        AtomicCounters::Inc(ctr_.reads);
-        break;
-      case Opcode::kCompareSwap:
-        AtomicCounters::Inc(ctr_.compare_swaps);
-        break;
-      case Opcode::kFetchAdd:
-        AtomicCounters::Inc(ctr_.fetch_adds);
-        break;
-      default:
-        AtomicCounters::Inc(ctr_.flushes);
-    }
+    CountPosted(w);
     if (w.opcode == Opcode::kWrite || w.opcode == Opcode::kSend) {
       DmaCopy(out, w.local_addr, w.length);
       out += w.length;
-    }
-    if (w.opcode == Opcode::kWrite || w.opcode == Opcode::kSend || w.opcode == Opcode::kRead) {
-      AtomicCounters::Inc(ctr_.payload_bytes, w.length);
     }
     ring_[(ring_head_ + ring_count_) % ring_.size()] =
         OutEntry{w.wr_id, w.local_addr, w.length, seq, w.opcode, w.signaled};
     ring_count_++;
   }
-  IncShared(ctr_.bytes_out, bytes);
+  bytes = static_cast<size_t>(out - scratch_.data());
   AtomicCounters::Inc(ctr_.round_trips);
-  ch_->Send(scratch_.data(), bytes);  // a broken channel is reported by the worker (EOF/error)
+  if (bytes != 0) {
+    IncShared(ctr_.bytes_out, bytes);
+    ch_->Send(scratch_.data(), bytes);  // a broken channel is reported by the worker (EOF/error)
+  }
   if (scratch_.capacity() > (4u << 20)) std::vector<uint8_t>().swap(scratch_);
   return Status::Ok();
+}
+
+void ConnCore::CountPosted(const WorkRequest& w) {
+  switch (w.opcode) {
+    case Opcode::kWrite:
+      AtomicCounters::Inc(ctr_.writes);
+      break;
+    case Opcode::kSend:
+      AtomicCounters::Inc(ctr_.sends);
+      break;
+    case Opcode::kRead:
+      AtomicCounters::Inc(ctr_.reads);
+      break;
+    case Opcode::kCompareSwap:
+      AtomicCounters::Inc(ctr_.compare_swaps);
+      break;
+    case Opcode::kFetchAdd:
+      AtomicCounters::Inc(ctr_.fetch_adds);
+      break;
+    default:
+      AtomicCounters::Inc(ctr_.flushes);
+  }
+  if (w.opcode == Opcode::kWrite || w.opcode == Opcode::kSend || w.opcode == Opcode::kRead) {
+    AtomicCounters::Inc(ctr_.payload_bytes, w.length);
+  }
 }
 
 void ConnCore::CompleteLocked(const OutEntry& e, CompletionStatus st, uint32_t byte_len) {

@@ -237,15 +237,17 @@ class SoftFabric;
 class SoftMr final : public MemoryRegion {
  public:
   SoftMr(RegionTable* table, void* addr, size_t length, uint32_t access, uint32_t key,
-         pm::Persister* persister)
-      : table_(table),
+         pm::Persister* persister, Extension* ext)
+      : ext_(ext),
+        table_(table),
         addr_(addr),
         length_(length),
         access_(access),
         key_(key),
         persister_(persister) {}
   ~SoftMr() override {
-    table_->Erase(key_);  // waits for in-flight accesses
+    if (ext_ != nullptr) ext_->OnDeregister(key_);  // revokes direct access first
+    table_->Erase(key_);                            // waits for in-flight accesses
   }
   void* addr() const override { return addr_; }
   size_t length() const override { return length_; }
@@ -255,6 +257,7 @@ class SoftMr final : public MemoryRegion {
   pm::Persister* persister() const { return persister_; }
 
  private:
+  Extension* ext_;
   RegionTable* table_;
   void* addr_;
   size_t length_;
@@ -505,6 +508,9 @@ class ConnCore {
   const uint64_t id_;
   const uint64_t pd_id_;
   std::unique_ptr<Channel> ch_;
+  // The direct path (shm provider), or null; used under sq_mu_ (set before the connection is
+  // published).
+  std::unique_ptr<DirectConn> direct_;
   Worker* worker_ = nullptr;
   AtomicCounters ctr_;
   const std::vector<uint8_t>& peer_private_data() const { return peer_.private_data; }
@@ -521,6 +527,7 @@ class ConnCore {
                             uint32_t right, std::string* why);
   void CompleteLocked(const OutEntry& e, CompletionStatus st, uint32_t byte_len)
       ASYMNVM_REQUIRES(sq_mu_);
+  void CountPosted(const WorkRequest& w) ASYMNVM_REQUIRES(sq_mu_);
   void FailAllLocked(CompletionStatus st) ASYMNVM_REQUIRES(sq_mu_);
 
   SoftCq* send_cq_;
@@ -540,6 +547,9 @@ class ConnCore {
   uint32_t next_seq_ ASYMNVM_GUARDED_BY(sq_mu_) = 1;
   uint32_t unacked_run_ ASYMNVM_GUARDED_BY(sq_mu_) = 0;
   uint32_t ack_every_ ASYMNVM_GUARDED_BY(sq_mu_) = 1;
+  // Something may have landed at the target through the channel since its last FLUSH (direct
+  // path: a FLUSH then also goes through the channel).
+  bool channel_dirty_ ASYMNVM_GUARDED_BY(sq_mu_) = false;
   std::vector<uint8_t> scratch_ ASYMNVM_GUARDED_BY(sq_mu_);
   std::atomic<ConnectionState> state_{ConnectionState::kConnected};
   Status error_ ASYMNVM_GUARDED_BY(sq_mu_);

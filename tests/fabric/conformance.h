@@ -1,6 +1,8 @@
 // The fabric conformance suite (include/asymnvm/fabric.h is the contract; every comment there is a
 // requirement tested here). One fixture, FabricConformance, instantiated in conformance_main.cc
-// over every provider × transport: soft/tcp, soft/unix, soft/inproc, verbs/tcp. Instances whose
+// over every provider × transport: soft/tcp, soft/unix, soft/inproc, shm/unix, shm/tcp, verbs/tcp.
+// Regions live in fabric::SharedMemory, so on shm every valid one-sided request takes the direct
+// path (the initiator's own loads and stores) and every invalid one the channel. Instances whose
 // provider cannot open here (verbs without a device) skip with the provider's reason.
 //
 // Each test uses two Fabric instances in this process — the initiator NIC and the target NIC —
@@ -19,11 +21,13 @@
 #include <memory>
 #include <ostream>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "asymnvm/fabric.h"
+#include "asymnvm/shared_memory.h"
 
 namespace asymnvm::fabric::conformance {
 
@@ -34,7 +38,7 @@ inline constexpr milliseconds kWait{10000};  // bound for any single expected ev
 inline constexpr uint8_t kGuardByte = 0xA5;
 
 struct Instance {
-  std::string provider;   // "soft" | "verbs"
+  std::string provider;   // "soft" | "shm" | "verbs"
   std::string transport;  // "tcp" | "unix" | "inproc"
 };
 
@@ -58,7 +62,8 @@ inline ConnectionOptions Opts(CompletionQueue* send_cq, CompletionQueue* recv_cq
 // Registered memory placed inside a larger buffer whose guard bytes must never change.
 struct GuardedRegion {
   static constexpr size_t kGuard = 4096;
-  std::vector<uint8_t> storage;
+  std::unique_ptr<SharedMemory> shared;  // owns the storage
+  std::span<uint8_t> storage;
   uint8_t* data = nullptr;
   size_t len = 0;
   std::unique_ptr<MemoryRegion> mr;

@@ -97,7 +97,14 @@ Pair FabricConformance::ConnectPair(const ConnectionOptions& init_opts,
 std::unique_ptr<GuardedRegion> FabricConformance::Region(ProtectionDomain* pd, size_t len,
                                                          uint32_t access, uint8_t fill) {
   auto r = std::make_unique<GuardedRegion>();
-  r->storage.assign(len + 2 * GuardedRegion::kGuard + 64, kGuardByte);
+  // Shareable memory (a memfd), so the shm provider's direct path serves it; plain memory to the
+  // other providers.
+  auto shared = SharedMemory::Allocate(len + 2 * GuardedRegion::kGuard + 64);
+  EXPECT_TRUE(shared.ok()) << shared.status().ToString();
+  if (!shared.ok()) return r;
+  r->shared = std::move(shared).value();
+  r->storage = std::span<uint8_t>(r->shared->data(), r->shared->size());
+  std::memset(r->storage.data(), kGuardByte, r->storage.size());
   uint8_t* p = r->storage.data() + GuardedRegion::kGuard;
   p += (64 - reinterpret_cast<uintptr_t>(p) % 64) % 64;
   r->data = p;
@@ -334,7 +341,8 @@ int PeerProcess::WaitExit(milliseconds timeout) {
 
 INSTANTIATE_TEST_SUITE_P(Providers, FabricConformance,
                          ::testing::Values(Instance{"soft", "tcp"}, Instance{"soft", "unix"},
-                                           Instance{"soft", "inproc"}, Instance{"verbs", "tcp"}),
+                                           Instance{"soft", "inproc"}, Instance{"shm", "unix"},
+                                           Instance{"shm", "tcp"}, Instance{"verbs", "tcp"}),
                          InstanceName);
 
 }  // namespace asymnvm::fabric::conformance

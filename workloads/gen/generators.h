@@ -4,7 +4,8 @@
 // YCSB implementations: uniform, Zipfian, scrambled Zipfian, skewed-latest, hotspot), which
 // operation (Mix / OpChooser), how large a value (ValueSizeGenerator) — plus YCSB's key naming
 // (FnvHash64, YcsbKeyName). Semantics follow YCSB's CoreWorkload as summarised in
-// /work/shared/specs/workloads.md §3; the decisions and deviations are in doc/workloads.md.
+// the workload specification (specs/workloads.md, doc/references.md) §3; the decisions and
+// deviations are in doc/workloads.md.
 //
 // Randomness is injected: every draw takes the caller's Rng, so a driver owns one seeded Rng per
 // thread and runs are reproducible for a fixed seed.

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "asymnvm/fabric.h"
+#include "asymnvm/shared_memory.h"
 #include "fabric/faulty_fabric.h"
 
 using namespace asymnvm;
@@ -117,10 +118,12 @@ int main(int argc, char** argv) {
   }
   auto pd = (*fabric)->AllocPd();
   if (!pd.ok()) return 1;
-  std::vector<uint8_t> memory(size, 0);
+  // Shareable memory: on shm the initiator maps it, so peer death is seen by the direct path.
+  auto memory = SharedMemory::Allocate(size);
+  if (!memory.ok()) return 1;
   MemoryRegionOptions mo;
   mo.access = kAllRemote;
-  auto mr = (*pd)->RegisterMemory(memory.data(), memory.size(), mo);
+  auto mr = (*pd)->RegisterMemory((*memory)->data(), (*memory)->size(), mo);
   auto cq = (*fabric)->CreateCq({});
   if (!mr.ok() || !cq.ok()) return 1;
   auto listener = (*fabric)->Listen(pd->get(), listen);

@@ -491,11 +491,16 @@ class ClientImpl : public Client {
 
   // Whether a PUT to `shard` must take the software-response path (committed when durable on the
   // backups) rather than be nilext. Without a coordinator the client has no map: a server that
-  // reported itself a cluster member may have backups for any shard.
+  // reported itself a cluster member may have backups for any shard. With rf > 1 a shard that
+  // lost every backup for a while (two of three servers dead) gains them back and its primary may
+  // then move (failover, resharding, spreading primaries back): a nilext PUT sent on a map that
+  // showed no backups could reach the old primary after the move and be lost, so only rf 1
+  // shards take nilext PUTs.
   bool Replicated(uint32_t shard) {
     if (!coord_) return cluster_member_;
     ReaderMutexLock l(route_mu_);
-    return shard < map_.assignment.size() && !map_.assignment[shard].backups.empty();
+    return shard < map_.assignment.size() &&
+           (map_.rf > 1 || !map_.assignment[shard].backups.empty());
   }
 
   Conn& GetConn(const std::string& address) {
@@ -779,7 +784,12 @@ class ClientImpl : public Client {
             Broken(c, *oq);
             // The request may have reached the server (outcome unknown) unless the OQ client
             // knows it was never sent (retryable: the connection had failed before).
-            if (!safe && !NeverSent(st)) return st;
+            if (!safe && !NeverSent(st)) {
+              // Outcome unknown: returned as is. The server may be stopped and its shards moved
+              // (a timeout): the caller's next request must not go to it again on the old map.
+              if (coord_) (void)RefreshMap();
+              return st;
+            }
           }
         } else {
           st = oq.status();

@@ -61,13 +61,21 @@ struct AgentOptions {
   fabric::Fabric* fabric = nullptr;
   fabric::ProtectionDomain* pd = nullptr;
   rowan::Receiver* receiver = nullptr;
-  std::chrono::milliseconds replicate_timeout{5000};
+  std::chrono::milliseconds replicate_timeout{5000};  // connects, catch-up appends
+  // A backup that has not acknowledged a write within this bound leaves the shards it backs for
+  // this primary (through the coordinator, before the write is acknowledged), as a dead one does;
+  // it rejoins by catch-up after RejoinBackoff (doc/kv.md §Failure model). 0: replicate_timeout.
+  std::chrono::milliseconds backup_timeout{250};
+  // ZooKeeper session timeout asked for (lease = 2/3 of the granted one; doc/kv.md §Fencing).
+  std::chrono::milliseconds session_timeout{4000};
+  // Manager: moves primaries back onto returning servers (PlanSpread, doc/kv.md §Spreading).
+  bool spread_primaries = true;
   // How PUTs reach the backups (doc/kv.md §Baselines). Not rowan: `remote_logs` is this server's
   // backup side, and self.base its endpoint. Catch-up streams over Rowan in every mode.
   ReplicationMode mode = ReplicationMode::kRowan;
   RemoteLogs* remote_logs = nullptr;
-  RebalanceOptions rebalance;         // resharding (off unless rebalance.threshold > 0)
-  uint32_t rejoin_backoff_ms = 1000;  // first hold-off of a removed backup (RejoinBackoff); 0 off
+  RebalanceOptions rebalance;        // resharding (off unless rebalance.threshold > 0)
+  uint32_t rejoin_backoff_ms = 500;  // first hold-off of a removed backup (RejoinBackoff); 0 off
 };
 
 class ClusterAgent {
@@ -110,6 +118,8 @@ class ClusterAgent {
   uint64_t handoffs() const { return handoffs_; }
   // Manager: backups it found removed from a shard while alive (each held out for a while).
   uint64_t rejoin_holds() const { return rejoin_holds_; }
+  // Manager: moves it planned to spread primaries back (PlanSpread).
+  uint64_t spread_moves() const { return spread_moves_; }
 
  private:
   explicit ClusterAgent(const AgentOptions& o) : o_(o) {}
@@ -120,6 +130,14 @@ class ClusterAgent {
   void LoadLoop();
   // Manager: one resharding decision over the current map (written with its node version).
   void Rebalance(const ShardMap& cur, int64_t version, const std::set<std::string>& live);
+  // Manager: true while a planned move is pending (rolled back once move_timeout_ms passed).
+  bool MovePending(const ShardMap& cur, int64_t version);
+  // Manager: plans one move of a primary back onto a server leading too few (PlanSpread); true
+  // when a move is pending or was planned.
+  bool Spread(const ShardMap& cur, int64_t version, const std::set<std::string>& live);
+  std::chrono::milliseconds BackupBound() const;
+  // `shard` and every other shard this server leads that `backup` backs (call with Lock() held).
+  std::set<uint32_t> BackedBy(const std::string& backup, uint32_t shard) const;
   // Commits planned moves of shards this server is primary of whose target is synced.
   void HandoffReady();
   void Adopt(const ShardMap& m);
@@ -182,6 +200,7 @@ class ClusterAgent {
   std::unique_ptr<std::atomic<uint64_t>[]> served_;
   std::atomic<uint64_t> handoffs_{0};
   std::atomic<uint64_t> rejoin_holds_{0};
+  std::atomic<uint64_t> spread_moves_{0};
   std::thread loader_;
   // Follower thread only (Adopt, HandoffReady): maps older than the one a handoff wrote are not
   // adopted (a read that raced the handoff must not make this server primary again); a handoff

@@ -135,9 +135,21 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--rejoin-backoff-ms", o.rejoin_backoff_ms,
                  "a backup its primary removed while alive (failed replication) rejoins that "
-                 "shard after this delay, doubled per removal up to 64x; 0 = at once")
+                 "shard after this delay, doubled per removal up to 8x; 0 = at once")
       ->check(CLI::Range(0u, 3600000u))
       ->capture_default_str();
+  app.add_option("--backup-timeout-ms", o.backup_timeout_ms,
+                 "a backup that has not acknowledged a write within this leaves the shard "
+                 "(doc/kv.md §Failure model)")
+      ->check(CLI::Range(1u, 600000u))
+      ->capture_default_str();
+  app.add_option("--session-timeout-ms", o.session_timeout_ms,
+                 "ZooKeeper session timeout asked for (the lease is 2/3 of it)")
+      ->check(CLI::Range(400u, 600000u))
+      ->capture_default_str();
+  bool no_spread = false;
+  app.add_flag("--no-spread-primaries", no_spread,
+               "do not move primaries back onto returning servers");
   app.add_option("--log-level", log_level, "debug|info|warn|error|off")
       ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
@@ -176,6 +188,7 @@ int main(int argc, char** argv) {
     std::cerr << "asymnvm-kv: " << m << "\n";
     return 2;
   };
+  o.spread_primaries = !no_spread;
   o.oq_policy = oq::ParsePolicy(oq_policy).value();               // checked by CLI11
   o.replication = kv::ParseReplicationMode(replication).value();  // checked by CLI11
   auto size = pm::ParseSize(size_text);

@@ -765,6 +765,9 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
     ao.initial_servers = o.initial_servers;
     ao.rebalance = o.rebalance;
     ao.rejoin_backoff_ms = o.rejoin_backoff_ms;
+    ao.backup_timeout = std::chrono::milliseconds(o.backup_timeout_ms);
+    ao.session_timeout = std::chrono::milliseconds(o.session_timeout_ms);
+    ao.spread_primaries = o.spread_primaries;
     ao.store = impl->store.get();
     ao.fabric = impl->fabric.get();
     ao.pd = impl->pd.get();

@@ -51,8 +51,14 @@ struct ServerOptions {
   uint32_t initial_servers = 1;  // the first shard map waits for this many servers
   RebalanceOptions rebalance;    // load-based resharding (doc/kv.md §Resharding); off by default
   // A backup its primary removed while alive rejoins that shard after this delay, doubled per
-  // removal up to 64x (doc/kv.md §Configuration manager); 0 = at once.
-  uint32_t rejoin_backoff_ms = 1000;
+  // removal up to 8x (doc/kv.md §Configuration manager); 0 = at once.
+  uint32_t rejoin_backoff_ms = 500;
+  // Failure model knobs (doc/kv.md §Failure model): a backup that has not acknowledged a write
+  // within backup_timeout_ms leaves the shard; the ZooKeeper session timeout asked for; whether
+  // the manager moves primaries back onto returning servers.
+  uint32_t backup_timeout_ms = 250;
+  uint32_t session_timeout_ms = 4000;
+  bool spread_primaries = true;
   // How a primary replicates to its backups (doc/kv.md §Baselines): rowan (the default) or one
   // of the paper's baselines. Fixed when the pool is created; every server of a cluster must use
   // the same. remote_log_listen: the baselines' endpoint (empty: derived from listen_address).

@@ -313,6 +313,64 @@ bool PlanMove(const ShardMap& cur, const std::set<std::string>& live,
   return true;
 }
 
+std::map<std::string, uint32_t> LeaderCounts(const ShardMap& m, const std::set<std::string>& live) {
+  std::map<std::string, uint32_t> n;
+  for (const auto& u : live) n[u] = 0;
+  for (const auto& a : m.assignment) {
+    if (live.count(a.primary)) n[a.primary]++;
+  }
+  return n;
+}
+
+bool PlanSpread(const ShardMap& cur, const std::set<std::string>& live, uint32_t limit,
+                ShardMap* next, std::string* why) {
+  if (cur.epoch == 0 || cur.rf < 2 || live.size() < 2 || cur.assignment.empty()) return false;
+  for (const auto& a : cur.assignment) {
+    if (!a.move_to.empty()) return false;  // one move at a time
+  }
+  const auto n = static_cast<uint32_t>(live.size());
+  const auto shards = static_cast<uint32_t>(cur.assignment.size());
+  if (limit == 0) limit = (shards + n - 1) / n;
+  auto leads = LeaderCounts(cur, live);
+  std::string hot;
+  for (const auto& [u, c] : leads) {
+    if (hot.empty() || c > leads[hot]) hot = u;
+  }
+  if (leads[hot] <= limit) return false;
+  const std::vector<std::string> order(live.begin(), live.end());  // uuid order
+  int best = -1;
+  std::string target;
+  bool best_preferred = false;
+  for (uint32_t s = 0; s < shards; s++) {
+    const auto& a = cur.assignment[s];
+    if (a.primary != hot) continue;
+    const std::string& preferred = order[s % n];
+    for (const auto& b : a.backups) {
+      if (!b.synced || !live.count(b.uuid) || leads[b.uuid] + 1 > limit) continue;
+      const bool pref = b.uuid == preferred;
+      if (best < 0 || (pref && !best_preferred) ||
+          (pref == best_preferred && leads[b.uuid] < leads[target])) {
+        best = static_cast<int>(s);
+        target = b.uuid;
+        best_preferred = pref;
+      }
+    }
+  }
+  if (best < 0) return false;
+  ShardMap m = cur;
+  m.assignment[static_cast<uint32_t>(best)].move_to = target;
+  m.epoch = cur.epoch + 1;
+  *next = m;
+  if (why != nullptr) {
+    std::ostringstream w;
+    w << "shard " << best << " from " << hot << " (leads " << leads[hot] << " > " << limit
+      << ") to " << target << " (leads " << leads[target]
+      << (best_preferred ? ", its preferred primary" : "") << ")";
+    *why = w.str();
+  }
+  return true;
+}
+
 bool SwapPrimary(ShardMap* m, uint32_t shard, const std::string& self) {
   if (shard >= m->assignment.size()) return false;
   auto& a = m->assignment[shard];

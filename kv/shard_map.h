@@ -139,6 +139,19 @@ bool PlanMove(const ShardMap& current, const std::set<std::string>& live,
               const std::map<std::string, LoadReport>& load, const RebalanceOptions& o,
               const std::set<uint32_t>& cooling, ShardMap* next, std::string* why);
 
+// Primaries spread back (doc/kv.md §Spreading primaries back): after failovers the primaries of
+// dead servers sit on their backups, and a returning server comes back as a backup only. With no
+// move pending, if a live server leads more than `limit` shards, plans one move of one of its
+// shards to a live *synced* backup that leads fewer than `limit`: the shard's preferred primary
+// (the live servers in uuid order, round-robin over the shards, as in the first map) when it is
+// such a backup, else the one leading fewest. The move goes through the resharding move protocol
+// (`move=`, SwapPrimary by the primary). False when nothing moves (no server above `limit`, or no
+// synced backup to take a shard). `limit` 0 = ceil(shards / live servers).
+bool PlanSpread(const ShardMap& current, const std::set<std::string>& live, uint32_t limit,
+                ShardMap* next, std::string* why);
+// The primaries each live server leads in `m` (0 for live servers leading none).
+std::map<std::string, uint32_t> LeaderCounts(const ShardMap& m, const std::set<std::string>& live);
+
 // The move's commit: in `m`, if `self` is the primary of `shard` and its move target is a synced
 // backup, makes the target primary and `self` its first (synced) backup, clears the move, and
 // drops surplus backups (joining ones first) down to rf. False when the move cannot commit.

@@ -46,7 +46,9 @@ case "$ROUNDS" in ''|*[!0-9]*) echo "bench-compare: --rounds wants a number" >&2
 
 LAUNCHER=()
 if command -v ccache >/dev/null; then
-  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$(dirname "$ROOT")}
+  # Paths relative to the parent folder and the build directory left out of the hash: the two
+  # worktrees (and the main tree) share their compiled objects; debug info may name the other tree.
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$(dirname "$ROOT")} CCACHE_NOHASHDIR=1
   LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 fi
 TARGETS=(asymnvm-bench asymnvm-backend asymnvm-mirror asymnvm-kv)

@@ -13,6 +13,14 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 scripts/setup.sh
 JOBS=$(nproc)
+# ccache when installed (setup.sh installs it): the three builds below then cost a fraction of a
+# cold build on a warm cache. Paths are hashed relative to the repository and without the build
+# directory, so clones and worktrees of the same sources share objects.
+if command -v ccache >/dev/null; then
+  export CMAKE_C_COMPILER_LAUNCHER=${CMAKE_C_COMPILER_LAUNCHER:-ccache}
+  export CMAKE_CXX_COMPILER_LAUNCHER=${CMAKE_CXX_COMPILER_LAUNCHER:-ccache}
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$ROOT} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
+fi
 CTEST_ARGS=${CTEST_ARGS:--LE long}
 
 step() { printf '\n=== %s ===\n' "$*"; }

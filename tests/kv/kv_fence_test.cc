@@ -7,10 +7,10 @@
 //  * KvDigest: a backup that cannot apply what its primary replicated (its pool is full) marks
 //    itself unsynced, so when the primary is SIGKILLed it is not promoted (the shard waits for its
 //    primary) and no acknowledged PUT is lost.
-//  * KvRejoin: a backup its primary removed while it stayed alive (SIGSTOPped past the 5 s
-//    replication timeout) is held out of the shard by the manager (--rejoin-backoff-ms) instead of
-//    being re-added at once, so a backup that cannot keep up does not stall the shard's writes
-//    over and over; with the hold-off off it rejoins and catches up.
+//  * KvRejoin: a backup its primary removed while it stayed alive (SIGSTOPped past the backup
+//    bound, --backup-timeout-ms) is held out of the shard by the manager (--rejoin-backoff-ms)
+//    instead of being re-added at once, so a backup that cannot keep up does not stall the shard's
+//    writes over and over; with the hold-off off it rejoins and catches up.
 #include <signal.h>
 #include <sys/wait.h>
 

@@ -252,5 +252,72 @@ TEST(KvShardMap, DeathsPromotionsAndMovesAreNotRemovals) {
   EXPECT_EQ(backoff.removals(), 0u);
 }
 
+// Spreading primaries back (doc/kv.md §Spreading primaries back): every shard led by `a` (as
+// after the failovers of b and c) with b and c back as synced backups: one move at a time, to
+// the shard's preferred primary (round-robin in uuid order: shard s -> {a,b,c}[s % 3]); applying
+// each move, the primaries end spread 2/2/2 and then nothing moves.
+TEST(KvShardMap, PlanSpreadMovesPrimariesBackOneAtATime) {
+  ShardMap m = Initial(3);
+  for (auto& a : m.assignment) {
+    a.primary = "a";
+    a.backups = {{"b", true}, {"c", true}};
+  }
+  ShardMap next;
+  std::string why;
+  int moves = 0;
+  while (PlanSpread(m, kLive, 0, &next, &why)) {
+    ASSERT_LT(++moves, 10) << why;
+    int moved = -1;
+    for (uint32_t s = 0; s < 6; s++) {
+      if (!next.assignment[s].move_to.empty()) {
+        EXPECT_EQ(moved, -1) << "two moves at once";
+        moved = static_cast<int>(s);
+      }
+    }
+    ASSERT_GE(moved, 0);
+    const uint32_t s = static_cast<uint32_t>(moved);
+    EXPECT_EQ(next.assignment[s].primary, "a");
+    EXPECT_EQ(next.assignment[s].move_to, std::string(1, "abc"[s % 3])) << why;
+    EXPECT_EQ(next.epoch, m.epoch + 1);
+    // A move pending: nothing else is planned.
+    ShardMap again;
+    EXPECT_FALSE(PlanSpread(next, kLive, 0, &again, &why));
+    ASSERT_TRUE(SwapPrimary(&next, s, "a"));
+    for (auto& b : next.assignment[s].backups) b.synced = true;  // caught up
+    m = next;
+  }
+  EXPECT_EQ(moves, 4);
+  auto leads = LeaderCounts(m, kLive);
+  EXPECT_EQ(leads["a"], 2u);
+  EXPECT_EQ(leads["b"], 2u);
+  EXPECT_EQ(leads["c"], 2u);
+}
+
+// Only a live synced backup takes a shard; the limit (resharding on: ceil + 1) is respected;
+// rf 1 never moves.
+TEST(KvShardMap, PlanSpreadNeedsASyncedBackupBelowTheLimit) {
+  ShardMap m = Initial(3);
+  for (auto& a : m.assignment) {
+    a.primary = "a";
+    a.backups = {{"b", false}, {"c", false}};
+  }
+  ShardMap next;
+  std::string why;
+  EXPECT_FALSE(PlanSpread(m, kLive, 0, &next, &why)) << "joining backups took a shard";
+  m.assignment[4].backups[1].synced = true;  // c synced for shard 4 only
+  ASSERT_TRUE(PlanSpread(m, kLive, 0, &next, &why));
+  EXPECT_EQ(next.assignment[4].move_to, "c");
+  EXPECT_FALSE(PlanSpread(m, {"a", "b"}, 0, &next, &why)) << "a dead server took a shard";
+  // a leads 4, limit 4 (ceil(6 / 3) + 2): nothing moves.
+  ShardMap four = Initial(3);
+  four.assignment[1].primary = "a";
+  four.assignment[1].backups = {{"b", true}, {"c", true}};
+  four.assignment[2].primary = "a";
+  four.assignment[2].backups = {{"b", true}, {"c", true}};
+  EXPECT_TRUE(PlanSpread(four, kLive, 0, &next, &why));
+  EXPECT_FALSE(PlanSpread(four, kLive, 4, &next, &why));
+  EXPECT_FALSE(PlanSpread(Initial(1), kLive, 0, &next, &why));
+}
+
 }  // namespace
 }  // namespace asymnvm::kv

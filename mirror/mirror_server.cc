@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/replication.h"
@@ -102,10 +104,55 @@ Result<MirrorState> ReadMirrorState(const std::string& pool_path) {
   return s;
 }
 
+// The mirror pool's persister in msync mode: one sync per primary FLUSH. A FLUSH covers every
+// range the primary posted since the last one — op logs in the b-log, transactions in the OQ
+// area, applied writes and LPN/OPN words in the data and naming areas, far apart — and the pool's
+// own msync persister syncs each merged range with its own msync (one device flush each: about
+// two per update where the primary, which syncs only its landings, makes one). Here Drain syncs
+// the hull of the ranges its thread flushed with ONE msync instead (the soft NIC's worker stages
+// every waiting connection's ranges, then drains once: a group commit across FLUSHes). That
+// persists at least what was flushed; the other dirty pages in the hull are forwarded bytes that
+// the next FLUSH would sync anyway (everything in a mirror's pool arrives as a forwarded range),
+// and on a file mapping the kernel may write back any dirty page at any time in any case, so
+// syncing them early promises nothing that msync mode did not already allow.
+class HullPersister final : public pm::Persister {
+ public:
+  explicit HullPersister(pm::Persister* inner) : inner_(inner) {}
+  void Flush(const void* addr, size_t length) override {
+    if (length == 0) return;
+    const auto lo = reinterpret_cast<uintptr_t>(addr), hi = lo + length;
+    MutexLock lock(mu_);
+    auto [it, fresh] = pending_.try_emplace(std::this_thread::get_id(), lo, hi);
+    if (!fresh) {
+      it->second.first = std::min(it->second.first, lo);
+      it->second.second = std::max(it->second.second, hi);
+    }
+  }
+  void Drain() override {
+    std::pair<uintptr_t, uintptr_t> r{0, 0};
+    {
+      MutexLock lock(mu_);
+      auto it = pending_.find(std::this_thread::get_id());
+      if (it == pending_.end()) return;
+      r = it->second;
+      pending_.erase(it);
+    }
+    inner_->Flush(reinterpret_cast<const void*>(r.first), r.second - r.first);
+    inner_->Drain();
+  }
+
+ private:
+  pm::Persister* inner_;
+  Mutex mu_;
+  std::unordered_map<std::thread::id, std::pair<uintptr_t, uintptr_t>> pending_
+      ASYMNVM_GUARDED_BY(mu_);
+};
+
 struct MirrorServer::Impl {
   MirrorOptions o;
   mutable Mutex mu;  // pool, mr, st
   std::unique_ptr<pm::Pool> pool ASYMNVM_GUARDED_BY(mu);
+  std::unique_ptr<HullPersister> hull ASYMNVM_GUARDED_BY(mu);  // msync mode: the region's
   MirrorState st ASYMNVM_GUARDED_BY(mu);
   std::unique_ptr<fabric::Fabric> fabric;
   std::unique_ptr<fabric::ProtectionDomain> pd;
@@ -133,6 +180,10 @@ struct MirrorServer::Impl {
     fabric::MemoryRegionOptions mo;
     mo.access = fabric::kLocalWrite | fabric::kRemoteWrite | fabric::kRemoteRead;
     mo.persister = pool->persister();
+    if (pool->mode() == pm::PersistMode::kMsync && !o.crash_sim) {
+      hull = std::make_unique<HullPersister>(pool->persister());
+      mo.persister = hull.get();
+    }
     ASYMNVM_ASSIGN_OR_RETURN(mr, pd->RegisterMemory(pool->base(), pool->size(), mo));
     return Status::Ok();
   }

@@ -274,6 +274,25 @@ Status Database::ReleaseLocks() {
   return first;
 }
 
+Status Database::TakeLock(size_t t, bool wait, bool* taken) {
+  *taken = false;
+  if (wait) {
+    Status st = LockTable(s_, writers_[t]->structure());
+    if (!st.ok()) return st;
+  } else {
+    // One CAS, no waiting: taken out of name order, so it must never wait (a front-end blocked
+    // here while holding a later lock could close a cycle with one taking them in order).
+    auto got = s_.TryWriterLock(writers_[t]->structure(), std::chrono::milliseconds(0));
+    if (!got.ok()) return got.status();
+    if (!*got) return Status::Ok();
+  }
+  held_[t] = true;
+  *taken = true;
+  since_lock_ = 0;
+  if (!wait) c_.try_locks++;
+  return Status::Ok();
+}
+
 Status Database::AcquireFor(const std::vector<size_t>& tables) {
   if (o_.hold_txns != 0 && since_lock_ >= o_.hold_txns) ASYMNVM_RETURN_IF_ERROR(ReleaseLocks());
   // The first missing table in name order.
@@ -287,13 +306,48 @@ Status Database::AcquireFor(const std::vector<size_t>& tables) {
     }
   }
   if (first_missing_rank == order_.size()) return Status::Ok();
-  // Held locks after it are released first: locks are only ever taken in ascending name order.
+  // A missing lock that sorts before a held one is first tried without waiting (the lock words
+  // are almost always free when one front-end runs alone): taken, nothing held is given up and
+  // the cache keeps what it holds under the held locks. Only when such a try fails are the held
+  // locks after the first missing one released, so that every wait is in ascending name order.
+  bool later_held = false;
+  for (size_t r = first_missing_rank + 1; r < order_.size(); r++) later_held |= held_[order_[r]];
+  if (later_held) {
+    bool all = true;
+    for (size_t r = first_missing_rank; r < order_.size() && all; r++) {
+      const size_t t = order_[r];
+      if (!need[t] || held_[t]) continue;
+      bool after = false;
+      for (size_t q = r + 1; q < order_.size(); q++) after |= held_[order_[q]];
+      if (!after) break;  // the rest can wait in order below
+      bool taken = false;
+      ASYMNVM_RETURN_IF_ERROR(TakeLock(t, /*wait=*/false, &taken));
+      if (!taken) {
+        c_.try_lock_misses++;
+        all = false;
+        break;
+      }
+      // Another front-end may have changed the table since this one last held it.
+      ASYMNVM_RETURN_IF_ERROR(AsBase(writers_[t].get())->Refresh());
+    }
+    first_missing_rank = order_.size();
+    for (size_t r = 0; r < order_.size(); r++) {
+      if (need[order_[r]] && !held_[order_[r]]) {
+        first_missing_rank = r;
+        break;
+      }
+    }
+    if (first_missing_rank == order_.size()) return Status::Ok();
+  }
+  // Held locks after it are released first: locks are only ever waited for in ascending name
+  // order.
   for (size_t r = order_.size(); r-- > first_missing_rank + 1;)
     ASYMNVM_RETURN_IF_ERROR(Release(order_[r]));
   for (size_t r = first_missing_rank; r < order_.size(); r++) {
     const size_t t = order_[r];
     if (!need[t] || held_[t]) continue;
-    Status st = LockTable(s_, writers_[t]->structure());
+    bool taken = false;
+    Status st = TakeLock(t, /*wait=*/true, &taken);
     if (!st.ok()) {
       Status rel = ReleaseLocks();
       if (!rel.ok()) LOG_WARN("txn", "release after a lock failure: " << rel.ToString());
@@ -304,9 +358,6 @@ Status Database::AcquireFor(const std::vector<size_t>& tables) {
       }
       return st;
     }
-    held_[t] = true;
-    since_lock_ = 0;
-    // Another front-end may have changed the table since this one last held it.
     ASYMNVM_RETURN_IF_ERROR(AsBase(writers_[t].get())->Refresh());
   }
   return Status::Ok();
@@ -377,6 +428,29 @@ Status Database::Read(std::vector<size_t> tables, const std::function<Status(Txn
   if (o_.hold_txns != 0 && since_lock_ >= o_.hold_txns) ASYMNVM_RETURN_IF_ERROR(ReleaseLocks());
   bool all_held = true;
   for (size_t t : tables) all_held = all_held && held_[t];
+  if (!all_held && o_.read_locks) {
+    if (read_try_skip_ > 0) {
+      read_try_skip_--;
+    } else {
+      // The missing locks, each tried once without waiting (so in any order): with them the
+      // body reads through the cache and needs no validation round trip, and so do the next
+      // read-only transactions on these tables while the locks are held. A lock another
+      // front-end holds is not tried again for the next hold_txns read-only transactions.
+      all_held = true;
+      for (size_t t : tables) {
+        if (held_[t]) continue;
+        bool taken = false;
+        ASYMNVM_RETURN_IF_ERROR(TakeLock(t, /*wait=*/false, &taken));
+        if (!taken) {
+          c_.try_lock_misses++;
+          read_try_skip_ = o_.hold_txns != 0 ? o_.hold_txns : 64;
+          all_held = false;
+          break;
+        }
+        ASYMNVM_RETURN_IF_ERROR(AsBase(writers_[t].get())->Refresh());
+      }
+    }
+  }
   Txn txn(this);
   txn.tables_ = std::move(tables);
   txn.read_only_ = true;

@@ -203,6 +203,122 @@ TEST_P(TxnTest, TwoFrontEndsKeepEveryLedger) {
   std::printf("aborts: %d %d\n", aborts[0], aborts[1]);
 }
 
+// Locks tried without waiting (transaction.h): a read-only transaction takes free locks and the
+// next ones run through the cache with no round trip (rc, rcb); a lock sorting before a held one
+// is taken without giving the held one up; a lock another front-end holds sends a read-only
+// transaction to the seqlock (no wait) and a write transaction to release-and-wait in name order.
+TEST_P(TxnTest, LocksTriedWithoutWaiting) {
+  const Level level = GetParam();
+  const bool cached = level == Level::kRc || level == Level::kRcb;
+  auto o1 = SessionOpts(1, level);
+  o1.lock_timeout = std::chrono::milliseconds(100);
+  auto s1 = OpenSession(o1);
+  ASSERT_TRUE(s1);
+  auto db1 = Database::Open(*s1, BankOptions(0));
+  ASSERT_TRUE(db1.ok()) << db1.status().ToString();
+  ASSERT_TRUE(Load(**db1).ok());
+  auto chk_lock = [&]() { return s1->ReadWord((*db1)->table(1).structure().lock_addr); };
+  auto read_chk = [&](Database& db, uint64_t a) -> Result<int64_t> {
+    int64_t v = 0;
+    Status st = db.Read({1}, [&](Txn& t) -> Status {
+      ASYMNVM_ASSIGN_OR_RETURN(v, GetBal(t, 1, a));
+      return Status::Ok();
+    });
+    if (!st.ok()) return st;
+    return v;
+  };
+  // A read-only transaction takes the free lock of bank.chk.
+  auto v = read_chk(**db1, 3);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(*v, kStart);
+  EXPECT_EQ((*db1)->counters().try_locks, 1u);
+  EXPECT_EQ((*db1)->counters().read_retries, 0u);
+  auto held = chk_lock();
+  ASSERT_TRUE(held.ok());
+  EXPECT_EQ(*held, 1u) << "the read-only transaction did not take the free lock";
+  // The next read-only transactions: no new lock, and at rc/rcb no round trip at all.
+  const auto c0 = s1->counters();
+  for (uint64_t a = 0; a < 4; a++) {
+    v = read_chk(**db1, 3);
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    EXPECT_EQ(*v, kStart);
+  }
+  const auto c1 = s1->counters();
+  EXPECT_EQ(c1.lock_acquires, c0.lock_acquires);
+  if (cached) {
+    EXPECT_EQ(c1.fabric.round_trips, c0.fabric.round_trips);
+  }
+  // Holding sav only, a write over {sav, chk}: chk sorts before the held sav, so it is tried —
+  // and taken — with sav kept (one acquisition, not a release of sav and two acquisitions).
+  ASSERT_TRUE((*db1)->ReleaseLocks().ok());
+  auto& db = db1;
+  {
+    auto t = (*db)->Begin({0});  // sav only
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    ASSERT_TRUE((*t)->Put(0, Acct(0, 5), Enc(kStart + 1)).ok());
+    ASSERT_TRUE((*t)->Commit().ok());
+  }
+  const uint64_t tries = (*db)->counters().try_locks;
+  const auto c2 = s1->counters();
+  {
+    auto t = (*db)->Begin({0, 1});  // chk < sav: tried without giving sav up
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    auto b = GetBal(**t, 0, 5);
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    EXPECT_EQ(*b, kStart + 1);
+    ASSERT_TRUE((*t)->Commit().ok());
+  }
+  EXPECT_EQ((*db)->counters().try_locks, tries + 1);
+  EXPECT_EQ(s1->counters().lock_acquires, c2.lock_acquires + 1) << "sav was released and retaken";
+  // Front-end 2 takes chk (front-end 1 releases everything first).
+  ASSERT_TRUE((*db)->ReleaseLocks().ok());
+  auto s2 = OpenSession(2, level);
+  auto db2 = Database::Open(*s2, BankOptions(0));
+  ASSERT_TRUE(db2.ok());
+  {
+    auto t = (*db2)->Begin({1});
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    ASSERT_TRUE((*t)->Put(1, 6, Enc(kStart + 2)).ok());
+    ASSERT_TRUE((*t)->Commit().ok());
+  }
+  ASSERT_TRUE(s2->Fence().ok());  // others see a commit once it is applied (rcb batches it)
+  // Front-end 1's read-only transaction finds chk held: no wait, the seqlock path, the committed
+  // value; the next one does not try again.
+  v = read_chk(**db, 6);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(*v, kStart + 2);
+  EXPECT_EQ((*db)->counters().try_lock_misses, 1u);
+  v = read_chk(**db, 6);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ((*db)->counters().try_lock_misses, 1u);
+  // A write holding sav that wants chk (held by front-end 2): the try misses, sav is released,
+  // the wait in name order times out: kAborted with nothing held.
+  {
+    auto t = (*db)->Begin({0});
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    ASSERT_TRUE((*t)->Commit().ok());
+  }
+  auto t = (*db)->Begin({0, 1});
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kAborted) << t.status().ToString();
+  EXPECT_EQ((*db)->counters().try_lock_misses, 2u);
+  auto sav_lock = s1->ReadWord((*db)->table(0).structure().lock_addr);
+  ASSERT_TRUE(sav_lock.ok());
+  EXPECT_EQ(*sav_lock, 0u) << "the aborted transaction kept sav";
+  // Front-end 2 lets go: front-end 1 gets both and sees front-end 2's write.
+  ASSERT_TRUE((*db2)->ReleaseLocks().ok());
+  {
+    auto t2 = (*db)->Begin({0, 1});
+    ASSERT_TRUE(t2.ok()) << t2.status().ToString();
+    auto b = GetBal(**t2, 1, 6);
+    ASSERT_TRUE(b.ok());
+    EXPECT_EQ(*b, kStart + 2);
+    ASSERT_TRUE((*t2)->Commit().ok());
+  }
+  db2->reset();
+  db1->reset();
+}
+
 INSTANTIATE_TEST_SUITE_P(Levels, TxnTest, ::testing::ValuesIn(testing::kAllLevels),
                          [](const auto& info) {
                            return std::string(frontend::LevelName(info.param));

@@ -204,6 +204,15 @@ class Client {
   virtual Result<uint32_t> MinSyncedBackups() { return uint32_t{0}; }
 };
 
+// Redis Cluster's hash tag rule: the bytes between the first '{' and the first '}' after it, when
+// there are any; else the whole key. Keys with the same tag are in one shard (doc/kv.md §Shards).
+inline std::string_view HashTag(std::string_view key) {
+  const size_t open = key.find('{');
+  if (open == std::string_view::npos) return key;
+  const size_t close = key.find('}', open + 1);
+  if (close == std::string_view::npos || close == open + 1) return key;
+  return key.substr(open + 1, close - open - 1);
+}
 // A routed key: kRoutedKeyMagic, then 8 little-endian bytes R, then anything. It lives in shard
 // R % shards instead of its own hash's (the RESP gateway's sub-records of a hash, list, set or
 // sorted set carry RouteHash of their Redis key, so a command's records share one shard and commit
@@ -215,9 +224,11 @@ inline bool IsRoutedKey(std::string_view key) {
   return key.size() >= kRoutedKeyMagic.size() + 8 &&
          key.substr(0, kRoutedKeyMagic.size()) == kRoutedKeyMagic;
 }
-// The 64-bit value ShardOf takes modulo the shard count.
+// The 64-bit value ShardOf takes modulo the shard count: for a routed key its 8 bytes R, else
+// KeyHash(HashTag(key)).
 uint64_t RouteHash(std::string_view key);
-// The shard of `key` among `shards` shards (the same function the servers use).
+// The shard of `key` among `shards` shards (the same function the servers use): RouteHash(key)
+// modulo shards, so the hash of its hash tag for an ordinary key.
 uint32_t ShardOf(std::string_view key, uint32_t shards);
 // The 64-bit key hash Scan orders by.
 uint64_t KeyHash(std::string_view key);

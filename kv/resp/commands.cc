@@ -14,19 +14,10 @@ namespace asymnvm::kv::resp {
 namespace h = handlers;
 
 namespace {
-// The table plus the type commands (types.h), in name order.
-std::vector<CommandSpec> WithTypeCommands(std::vector<CommandSpec> t) {
-  AppendTypeCommands(&t);
-  std::sort(t.begin(), t.end(), [](const CommandSpec& x, const CommandSpec& y) {
-    return std::string_view(x.name) < y.name;
-  });
-  return t;
-}
-}  // namespace
 
-const std::vector<CommandSpec>& CommandTable() {
+std::vector<CommandSpec> CoreCommandSpecs() {
   // name, arity, flags, first/last/step key, group, since, summary, notes, handler, subcommands
-  static const std::vector<CommandSpec> table = WithTypeCommands({
+  return {
       {"append", 3, kWrite, 1, 1, 1, "string", "2.0.0", "Appends a string to the value of a key.",
        "read-modify-write with a conditional put (retried on a concurrent write); keeps the TTL",
        h::Append},
@@ -46,14 +37,14 @@ const std::vector<CommandSpec>& CommandTable() {
        h::Command, "count docs info list"},
       {"config", -2, kAdmin | kLoading | kStale | kInline, 0, 0, 0, "server", "2.0.0",
        "A container for server configuration commands.",
-       "GET only (glob patterns; unknown parameters give an empty array); SET/RESETSTAT are "
-       "errors. "
-       "`appendonly yes`, `appendfsync always`: every acknowledged write is durable in PM",
-       h::Config, "get"},
+       "GET (glob patterns; unknown parameters give an empty array); SET of a Redis parameter is "
+       "accepted and remembered but changes nothing (Redis's error for unknown ones); RESETSTAT "
+       "clears INFO commandstats/errorstats. `appendonly yes`, `appendfsync always`: every "
+       "acknowledged write is durable in PM",
+       h::Config, "get set resetstat"},
       {"dbsize", 1, kReadonly | kFast | kNoTxn, 0, 0, 0, "server", "1.0.0",
        "Returns the number of keys in the database.",
-       "counts by a full SCAN of every shard (O(N)); may count keys whose TTL ran out but that no "
-       "command has touched since",
+       "counts by a full SCAN of every shard (O(N), exact: no key twice, expired keys left out)",
        h::DbSize},
       {"decr", 2, kWrite | kFast, 1, 1, 1, "string", "1.0.0",
        "Decrements the integer value of a key by one.", "as INCR", h::IncrFamily},
@@ -102,7 +93,8 @@ const std::vector<CommandSpec>& CommandTable() {
       {"info", -1, kLoading | kStale, 0, 0, 0, "server", "1.0.0",
        "Returns information and statistics about the server.",
        "sections server, clients, memory (the gateway's RSS), persistence, stats, replication, "
-       "keyspace (keyspace scans the store); `all`/`everything`/`default` give them all",
+       "cpu, commandstats, errorstats, keyspace (keyspace scans the store); `default`, `all`, "
+       "`everything` as Redis",
        h::Info},
       {"mget", -2, kReadonly | kFast, 1, -1, 1, "string", "1.0.0",
        "Atomically returns the string values of one or more keys.",
@@ -124,7 +116,10 @@ const std::vector<CommandSpec>& CommandTable() {
        "1.0.0", "Closes the connection.", "", h::Quit},
       {"scan", -2, kReadonly | kNoTxn, 0, 0, 0, "generic", "2.8.0",
        "Iterates over the key names in the database.",
-       "MATCH, COUNT, TYPE string; the cursor encodes the shard and the position in it", h::Scan},
+       "MATCH, COUNT, TYPE (string, hash, list, set); the cursor encodes the shard and the "
+       "position "
+       "in it; a collection's sub-records are never returned",
+       h::Scan},
       {"select", 2, kFast | kLoading | kStale | kInline, 0, 0, 0, "connection", "1.0.0",
        "Changes the selected database.", "only database 0 exists", h::Select},
       {"set", -3, kWrite, 1, 1, 1, "string", "1.0.0",
@@ -149,22 +144,37 @@ const std::vector<CommandSpec>& CommandTable() {
        "backup holds it): the smallest number of synced backups over the shards, re-read from the "
        "coordinator; 0 without replication",
        h::Wait},
-  });
+  };
+}
+
+}  // namespace
+
+const std::vector<CommandSpec>& CommandTable() {
+  static const std::vector<CommandSpec> table = [] {
+    std::vector<CommandSpec> t = CoreCommandSpecs();
+    for (auto more : {h::StringCommandSpecs, h::KeyspaceCommandSpecs}) {
+      for (auto& spec : more()) t.push_back(spec);
+    }
+    AppendTypeCommands(&t);  // hashes, lists, sets (type_table.cc)
+    std::sort(t.begin(), t.end(), [](const CommandSpec& a, const CommandSpec& b) {
+      return std::string_view(a.name) < std::string_view(b.name);
+    });
+    return t;
+  }();
   return table;
+}
+
+size_t CommandIndex(const CommandSpec& spec) {
+  return static_cast<size_t>(&spec - CommandTable().data());
 }
 
 const std::vector<UnsupportedSpec>& UnsupportedCommands() {
   static const std::vector<UnsupportedSpec> list = {
-      {"keys", "use SCAN (KEYS would block a loop thread over every shard)"},
-      {"flushdb", "use FLUSHALL (one database)"},
-      {"setex / psetex", "use SET ... EX / PX"},
-      {"watch / unwatch", "not yet: EXEC already re-runs a transaction whose reads changed"},
       {"sorted sets (ZADD ...), streams", "not yet (doc/types.md)"},
       {"blpop / brpop / blmove / brpoplpush / blmpop",
        "blocking pops are not built: a worker would block (doc/types.md)"},
-      {"pub/sub, scripting (EVAL, FUNCTION)", "not planned"},
-      {"save, bgsave, bgrewriteaof, replicaof",
-       "persistence and replication are the KV server's own"},
+      {"pub/sub, scripting (EVAL, FUNCTION LOAD)", "not planned"},
+      {"bgsave, bgrewriteaof, replicaof", "persistence and replication are the KV server's own"},
       {"select N (N > 0), swapdb, move", "only database 0"},
       {"client list / kill / pause", "not yet"},
   };
@@ -359,39 +369,72 @@ bool GlobMatch(std::string_view p, std::string_view s, bool nocase) {
   return pi == p.size();
 }
 
+void GatewayState::CountError(std::string_view reply) {
+  if (reply.size() < 2 || reply[0] != '-') return;
+  size_t end = reply.find_first_of(" \r", 1);
+  std::string code(reply.substr(1, (end == std::string_view::npos ? reply.size() : end) - 1));
+  if (code.empty() || code.size() > 64) return;
+  MutexLock l(mu_);
+  if (error_counts_.size() < 128 || error_counts_.count(code) > 0) error_counts_[code]++;
+}
+
+std::vector<std::pair<std::string, int64_t>> GatewayState::ErrorStats() const {
+  MutexLock l(mu_);
+  return {error_counts_.begin(), error_counts_.end()};
+}
+
+void GatewayState::ResetStats() {
+  for (auto& st : command_stats) {
+    st.calls = 0;
+    st.usec = 0;
+    st.rejected = 0;
+    st.failed = 0;
+  }
+  MutexLock l(mu_);
+  error_counts_.clear();
+}
+
+void GatewayState::SetConfig(const std::string& name, const std::string& value) {
+  MutexLock l(mu_);
+  config_[name] = value;
+}
+
+std::vector<std::pair<std::string, std::string>> GatewayState::ConfigOverrides() const {
+  MutexLock l(mu_);
+  return {config_.begin(), config_.end()};
+}
+
 void Dispatcher::Execute(Session& s, std::vector<std::string>& argv, std::string* out) {
   if (argv.empty()) return;
   state_->total_commands.fetch_add(1, std::memory_order_relaxed);
   ReplyWriter w(out, s.proto);
+  const size_t start = out->size();
   const CommandSpec* spec = FindCommand(argv[0]);
+  // A command refused before it runs: Redis counts it as rejected (and its error).
+  auto reject = [&](std::string_view msg) {
+    if (s.in_multi) s.multi_failed = true;
+    w.Error(msg);
+    if (spec != nullptr && CommandIndex(*spec) < GatewayState::kMaxCommands) {
+      state_->command_stats[CommandIndex(*spec)].rejected.fetch_add(1, std::memory_order_relaxed);
+    }
+    state_->CountError(std::string_view(*out).substr(start));
+  };
   if (spec == nullptr) {
     std::string msg =
         "ERR unknown command '" + argv[0].substr(0, 128) + "', with args beginning with: ";
     for (size_t i = 1; i < argv.size() && msg.size() < 1024; ++i) {
       msg += "'" + argv[i].substr(0, 128) + "' ";
     }
-    if (s.in_multi) s.multi_failed = true;
-    w.Error(msg);
-    return;
+    return reject(msg);
   }
   bool arity_ok = spec->arity >= 0 ? static_cast<int>(argv.size()) == spec->arity
                                    : static_cast<int>(argv.size()) >= -spec->arity;
-  if (!arity_ok) {
-    if (s.in_multi) s.multi_failed = true;
-    w.Error(ArityError(argv[0]));
-    return;
-  }
+  if (!arity_ok) return reject(ArityError(argv[0]));
   if (!state_->cluster_secret.empty() && !s.authenticated && !(spec->flags & kNoAuth)) {
-    if (s.in_multi) s.multi_failed = true;
-    w.Error("NOAUTH Authentication required.");
-    return;
+    return reject("NOAUTH Authentication required.");
   }
   if (s.in_multi && !(spec->flags & kNoMulti)) {
-    if (spec->flags & kNoTxn) {
-      s.multi_failed = true;
-      w.Error("ERR " + Upper(spec->name) + " is not allowed inside MULTI on this server");
-      return;
-    }
+    if (spec->flags & kNoTxn) return reject("ERR Command not allowed inside a transaction");
     s.queued.push_back(std::move(argv));
     w.Simple("QUEUED");
     return;
@@ -427,6 +470,10 @@ void Dispatcher::ExecuteAll(Session& s, std::vector<std::vector<std::string>>& c
       for (size_t k = i; k < j; k++) kvs.push_back({cmds[k][1], encoded[k - i]});
       std::vector<Status> st = store_->PutMany(kvs);
       ReplyWriter w(out, s.proto);
+      if (const CommandSpec* set = FindCommand("set")) {
+        state_->command_stats[CommandIndex(*set)].calls.fetch_add(static_cast<int64_t>(st.size()),
+                                                                  std::memory_order_relaxed);
+      }
       for (size_t k = 0; k < st.size(); k++) {
         state_->total_commands.fetch_add(1, std::memory_order_relaxed);
         if (st[k].ok()) {
@@ -446,8 +493,24 @@ void Dispatcher::ExecuteAll(Session& s, std::vector<std::vector<std::string>>& c
 
 void Dispatcher::Run(Session& s, const CommandSpec& spec, const std::vector<std::string>& argv,
                      Store& store, ReplyWriter& w) {
+  std::string* out = w.buffer();
+  const size_t start = out->size();
+  const auto t0 = std::chrono::steady_clock::now();
   CommandContext ctx{s, *state_, store, w, *this};
   spec.handler(ctx, argv);
+  const size_t i = CommandIndex(spec);
+  if (i < GatewayState::kMaxCommands) {
+    auto& st = state_->command_stats[i];
+    st.calls.fetch_add(1, std::memory_order_relaxed);
+    st.usec.fetch_add(
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
+            .count(),
+        std::memory_order_relaxed);
+    if (out->size() > start && (*out)[start] == '-') {
+      st.failed.fetch_add(1, std::memory_order_relaxed);
+      state_->CountError(std::string_view(*out).substr(start));
+    }
+  }
 }
 
 }  // namespace asymnvm::kv::resp

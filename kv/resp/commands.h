@@ -10,10 +10,12 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "kv/resp/protocol.h"
 #include "kv/resp/store.h"
 
@@ -21,17 +23,17 @@ namespace asymnvm::kv::resp {
 
 // Command flags (names as COMMAND reports them).
 enum CommandFlag : uint32_t {
-  kWrite = 1u << 0,     // "write"
-  kReadonly = 1u << 1,  // "readonly"
-  kFast = 1u << 2,      // "fast"
-  kNoAuth = 1u << 3,    // "no_auth": allowed before AUTH
-  kLoading = 1u << 4,   // "loading"
-  kStale = 1u << 5,     // "stale"
-  kNoMulti = 1u << 6,   // "no_multi": runs immediately even inside MULTI
-  kAdmin = 1u << 7,     // "admin"
-  kNoTxn = 1u << 8,     // refused inside MULTI (whole-keyspace commands); not a Redis flag
-  kInline = 1u << 9,    // never touches the store: runs on the event loop, not a worker
-  kBatch = 1u << 10,    // writes several records as one atomic batch: never on the fast path
+  kWrite = 1u << 0,      // "write"
+  kReadonly = 1u << 1,   // "readonly"
+  kFast = 1u << 2,       // "fast"
+  kNoAuth = 1u << 3,     // "no_auth": allowed before AUTH
+  kLoading = 1u << 4,    // "loading"
+  kStale = 1u << 5,      // "stale"
+  kNoMulti = 1u << 6,    // "no_multi": runs immediately even inside MULTI
+  kAdmin = 1u << 7,      // "admin"
+  kNoTxn = 1u << 8,      // refused inside MULTI (whole-keyspace commands); not a Redis flag
+  kInline = 1u << 9,     // never touches the store: runs on the event loop, not a worker
+  kSlowPath = 1u << 10,  // commits a conditional batch: never on the fast path (store.h FastPath)
 };
 
 struct Session;
@@ -69,7 +71,15 @@ struct UnsupportedSpec {
   const char* notes;
 };
 
+// Every command, sorted by name: the tables of the files below, concatenated. A new file of
+// commands adds its own XxxCommandSpecs() here and to CommandTable() (commands.cc).
 const std::vector<CommandSpec>& CommandTable();
+namespace handlers {
+std::vector<CommandSpec> StringCommandSpecs();    // string_commands.cc
+std::vector<CommandSpec> KeyspaceCommandSpecs();  // keyspace_commands.cc
+}  // namespace handlers
+// The position of a command in CommandTable() (its INFO commandstats slot).
+size_t CommandIndex(const CommandSpec& spec);
 const std::vector<UnsupportedSpec>& UnsupportedCommands();
 const CommandSpec* FindCommand(std::string_view name);  // case-insensitive
 
@@ -92,9 +102,28 @@ struct GatewayState {
   std::atomic<uint64_t> next_client_id{1};
   std::atomic<int64_t> fast_path_commands{0};  // run by a loop against a co-located primary
   std::atomic<int64_t> fast_path_commits{0};   // the group commits that acknowledged them
+  // INFO commandstats / errorstats (Redis's counters): per command (CommandIndex) calls, time,
+  // calls refused before running (rejected) and calls that replied an error (failed); per error
+  // code (the reply's first word) its count.
+  struct CommandStat {
+    std::atomic<int64_t> calls{0}, usec{0}, rejected{0}, failed{0};
+  };
+  static constexpr size_t kMaxCommands = 512;
+  CommandStat command_stats[kMaxCommands];
+  void CountError(std::string_view reply);  // reply: "-CODE message\r\n"
+  std::vector<std::pair<std::string, int64_t>> ErrorStats() const;
+  void ResetStats();
+  // CONFIG SET values of parameters that have no effect here (remembered for CONFIG GET).
+  void SetConfig(const std::string& name, const std::string& value);
+  std::vector<std::pair<std::string, std::string>> ConfigOverrides() const;
   // The clock EXPIRE/TTL and TIME read (Unix ms); tests inject a fake. nullptr: the system clock.
   int64_t (*clock_ms)() = nullptr;
   int64_t NowMs() const;
+
+ private:
+  mutable Mutex mu_;
+  std::map<std::string, int64_t> error_counts_ ASYMNVM_GUARDED_BY(mu_);
+  std::map<std::string, std::string> config_ ASYMNVM_GUARDED_BY(mu_);
 };
 
 struct Session {
@@ -108,6 +137,14 @@ struct Session {
   bool in_multi = false;
   bool multi_failed = false;  // a command was refused while queueing: EXEC aborts
   std::vector<std::vector<std::string>> queued;
+  // WATCH: each key's version when watched and whether it was live (not expired) then. EXEC
+  // fails (null reply) when one changed or expired since; EXEC, DISCARD and UNWATCH forget them.
+  struct Watched {
+    std::string key;
+    uint64_t version = 0;
+    bool live = false;
+  };
+  std::vector<Watched> watched;
 };
 
 class Dispatcher {
@@ -185,6 +222,33 @@ void Expire(CommandContext&, const std::vector<std::string>&);
 void Ttl(CommandContext&, const std::vector<std::string>&);
 void Persist(CommandContext&, const std::vector<std::string>&);
 void Wait(CommandContext&, const std::vector<std::string>&);
+// string_commands.cc
+void GetEx(CommandContext&, const std::vector<std::string>&);
+void GetDel(CommandContext&, const std::vector<std::string>&);
+void SetEx(CommandContext&, const std::vector<std::string>&);
+void IncrByFloat(CommandContext&, const std::vector<std::string>&);
+void GetRange(CommandContext&, const std::vector<std::string>&);
+void SetRange(CommandContext&, const std::vector<std::string>&);
+void GetBit(CommandContext&, const std::vector<std::string>&);
+void SetBit(CommandContext&, const std::vector<std::string>&);
+void BitCount(CommandContext&, const std::vector<std::string>&);
+void MSetNx(CommandContext&, const std::vector<std::string>&);
+void Lcs(CommandContext&, const std::vector<std::string>&);
+// keyspace_commands.cc
+void Rename(CommandContext&, const std::vector<std::string>&);
+void RenameNx(CommandContext&, const std::vector<std::string>&);
+void Copy(CommandContext&, const std::vector<std::string>&);
+void Keys(CommandContext&, const std::vector<std::string>&);
+void Type(CommandContext&, const std::vector<std::string>&);
+void RandomKey(CommandContext&, const std::vector<std::string>&);
+void Touch(CommandContext&, const std::vector<std::string>&);
+void Object(CommandContext&, const std::vector<std::string>&);
+void ExpireTime(CommandContext&, const std::vector<std::string>&);
+void Watch(CommandContext&, const std::vector<std::string>&);
+void Unwatch(CommandContext&, const std::vector<std::string>&);
+void Function(CommandContext&, const std::vector<std::string>&);
+void Save(CommandContext&, const std::vector<std::string>&);
+void Shutdown(CommandContext&, const std::vector<std::string>&);
 }  // namespace handlers
 
 }  // namespace asymnvm::kv::resp

@@ -1,5 +1,6 @@
 // Connection- and server-level commands: none of them reads or writes keys (INFO keyspace and
 // WAIT ask the store for counts), plus MULTI/EXEC/DISCARD.
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include "kv/resp/commands.h"
 #include "kv/resp/txn.h"
+#include "kv/resp/value.h"
 
 namespace asymnvm::kv::resp::handlers {
 namespace {
@@ -116,7 +118,121 @@ std::vector<std::pair<std::string, std::string>> ConfigValues(const GatewayState
       {"requirepass", ""},  // never revealed
       {"save", ""},
       {"timeout", "0"},
+      // Redis 7's defaults of the parameters CONFIG SET accepts (SettableConfig): the suite reads
+      // them back to restore them.
+      {"activedefrag", "no"},
+      {"active-expire-effort", "1"},
+      {"busy-reply-threshold", "5000"},
+      {"hash-max-listpack-entries", "128"},
+      {"hash-max-listpack-value", "64"},
+      {"hash-max-ziplist-entries", "128"},
+      {"hash-max-ziplist-value", "64"},
+      {"hz", "10"},
+      {"latency-tracking", "yes"},
+      {"lazyfree-lazy-user-del", "no"},
+      {"lazyfree-lazy-user-flush", "no"},
+      {"list-compress-depth", "0"},
+      {"list-max-listpack-size", "-2"},
+      {"list-max-ziplist-size", "-2"},
+      {"lua-time-limit", "5000"},
+      {"maxmemory-policy", "noeviction"},
+      {"maxmemory-samples", "5"},
+      {"replica-serve-stale-data", "yes"},
+      {"set-max-intset-entries", "512"},
+      {"set-max-listpack-entries", "128"},
+      {"set-max-listpack-value", "64"},
+      {"slowlog-log-slower-than", "10000"},
+      {"slowlog-max-len", "128"},
+      {"stream-node-max-bytes", "4096"},
+      {"stream-node-max-entries", "100"},
+      {"zset-max-listpack-entries", "128"},
+      {"zset-max-listpack-value", "64"},
+      {"zset-max-ziplist-entries", "128"},
+      {"zset-max-ziplist-value", "64"},
   };
+}
+
+// Redis parameters CONFIG SET accepts: they tune Redis's own encodings, persistence, memory and
+// scripting, none of which exists here, so a value is remembered (CONFIG GET shows it) and changes
+// nothing. Others get Redis's unknown-option error.
+bool SettableConfig(const std::string& name) {
+  static const std::set<std::string> kNames = {"activedefrag",
+                                               "active-expire-effort",
+                                               "appendfsync",
+                                               "appendonly",
+                                               "busy-reply-threshold",
+                                               "hash-max-listpack-entries",
+                                               "hash-max-listpack-value",
+                                               "hash-max-ziplist-entries",
+                                               "hash-max-ziplist-value",
+                                               "hz",
+                                               "latency-tracking",
+                                               "lazyfree-lazy-user-del",
+                                               "lazyfree-lazy-user-flush",
+                                               "list-compress-depth",
+                                               "list-max-listpack-size",
+                                               "list-max-ziplist-size",
+                                               "lua-time-limit",
+                                               "maxmemory",
+                                               "maxmemory-policy",
+                                               "maxmemory-samples",
+                                               "replica-serve-stale-data",
+                                               "save",
+                                               "set-max-intset-entries",
+                                               "set-max-listpack-entries",
+                                               "set-max-listpack-value",
+                                               "slowlog-log-slower-than",
+                                               "slowlog-max-len",
+                                               "stream-node-max-bytes",
+                                               "stream-node-max-entries",
+                                               "timeout",
+                                               "zset-max-listpack-entries",
+                                               "zset-max-listpack-value",
+                                               "zset-max-ziplist-entries",
+                                               "zset-max-ziplist-value"};
+  return kNames.count(name) > 0;
+}
+
+// Redis's check of a CONFIG SET value for the parameters above; "" when valid, else the reason.
+std::string CheckConfigValue(const std::string& name, const std::string& value) {
+  static const std::set<std::string> kBool = {"activedefrag",
+                                              "appendonly",
+                                              "latency-tracking",
+                                              "lazyfree-lazy-user-del",
+                                              "lazyfree-lazy-user-flush",
+                                              "replica-serve-stale-data"};
+  static const std::set<std::string> kMemory = {"maxmemory", "stream-node-max-bytes"};
+  std::string v = Lower(value);
+  if (name == "save") return "";
+  if (kBool.count(name) > 0) return v == "yes" || v == "no" ? "" : "argument must be 'yes' or 'no'";
+  if (name == "appendfsync") {
+    return v == "always" || v == "everysec" || v == "no"
+               ? ""
+               : "argument(s) must be one of the following: always, everysec, no";
+  }
+  if (name == "maxmemory-policy") {
+    static const std::set<std::string> kPolicies = {
+        "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl",
+        "allkeys-lru",  "allkeys-lfu",  "allkeys-random",  "noeviction"};
+    return kPolicies.count(v) > 0 ? ""
+                                  : "argument(s) must be one of the following: volatile-lru, "
+                                    "volatile-lfu, volatile-random, volatile-ttl, allkeys-lru, "
+                                    "allkeys-lfu, allkeys-random, noeviction";
+  }
+  std::string digits = v;
+  if (kMemory.count(name) > 0) {
+    for (const char* unit : {"kb", "mb", "gb", "k", "m", "g", "b"}) {
+      std::string u(unit);
+      if (digits.size() > u.size() && digits.compare(digits.size() - u.size(), u.size(), u) == 0) {
+        digits.resize(digits.size() - u.size());
+        break;
+      }
+    }
+    int64_t n = 0;
+    return ParseInt64(digits, &n) && n >= 0 ? "" : "argument must be a memory value";
+  }
+  int64_t n = 0;
+  return ParseInt64(digits, &n) ? "" : "argument couldn't be parsed into an integer";
 }
 
 std::string InfoSection(CommandContext& c, const std::string& name) {
@@ -126,6 +242,8 @@ std::string InfoSection(CommandContext& c, const std::string& name) {
   if (name == "server") {
     s += "# Server\r\n";
     s += std::string("redis_version:") + kRedisCompatVersion + "\r\n";
+    s += "redis_git_sha1:00000000\r\n";
+    s += "redis_git_dirty:0\r\n";
     s += "asymnvm_version:" + st.version + "\r\n";
     s += "redis_mode:standalone\r\n";
     s += "os:Linux\r\n";
@@ -171,20 +289,67 @@ std::string InfoSection(CommandContext& c, const std::string& name) {
     s += "role:master\r\n";
     auto r = c.store.DurableReplicas();
     s += "connected_slaves:" + std::to_string(r.ok() ? *r : 0) + "\r\n";
+    s += "master_failover_state:no-failover\r\n";
+    s += "master_replid:" + st.run_id + "\r\n";
+    s += "master_repl_offset:0\r\n";
+  } else if (name == "cpu") {
+    rusage self{}, children{};
+    getrusage(RUSAGE_SELF, &self);
+    getrusage(RUSAGE_CHILDREN, &children);
+    auto secs = [](const timeval& t) {
+      char b[64];
+      std::snprintf(b, sizeof(b), "%ld.%06ld", static_cast<long>(t.tv_sec),
+                    static_cast<long>(t.tv_usec));
+      return std::string(b);
+    };
+    s += "# CPU\r\n";
+    s += "used_cpu_sys:" + secs(self.ru_stime) + "\r\n";
+    s += "used_cpu_user:" + secs(self.ru_utime) + "\r\n";
+    s += "used_cpu_sys_children:" + secs(children.ru_stime) + "\r\n";
+    s += "used_cpu_user_children:" + secs(children.ru_utime) + "\r\n";
+  } else if (name == "commandstats") {
+    s += "# Commandstats\r\n";
+    const auto& table = CommandTable();
+    for (size_t i = 0; i < table.size() && i < GatewayState::kMaxCommands; ++i) {
+      const auto& cs = st.command_stats[i];
+      int64_t calls = cs.calls.load(), rejected = cs.rejected.load();
+      if (calls == 0 && rejected == 0) continue;
+      int64_t usec = cs.usec.load();
+      char per[32];
+      std::snprintf(per, sizeof(per), "%.2f",
+                    calls ? static_cast<double>(usec) / static_cast<double>(calls) : 0.0);
+      s += std::string("cmdstat_") + table[i].name + ":calls=" + std::to_string(calls) +
+           ",usec=" + std::to_string(usec) + ",usec_per_call=" + per +
+           ",rejected_calls=" + std::to_string(rejected) +
+           ",failed_calls=" + std::to_string(cs.failed.load()) + "\r\n";
+    }
+  } else if (name == "errorstats") {
+    s += "# Errorstats\r\n";
+    for (const auto& [code, n] : st.ErrorStats()) {
+      s += "errorstat_" + code + ":count=" + std::to_string(n) + "\r\n";
+    }
   } else if (name == "keyspace") {
     s += "# Keyspace\r\n";
     uint64_t cursor = 0;
-    int64_t keys = 0;
+    int64_t keys = 0, expires = 0;
     do {
       auto page = c.store.Scan(cursor, 1000);
       if (!page.ok()) {
         s += "# error: " + page.status().ToString() + "\r\n";
         return s;
       }
-      keys += static_cast<int64_t>(page->keys.size());
+      for (const auto& v : page->values) {
+        int64_t exp = DecodeValue(v).expire_at_ms;
+        if (exp != 0 && exp <= now) continue;
+        keys++;
+        expires += exp != 0 ? 1 : 0;
+      }
       cursor = page->next_cursor;
     } while (cursor != 0);
-    if (keys > 0) s += "db0:keys=" + std::to_string(keys) + ",expires=0,avg_ttl=0\r\n";
+    if (keys > 0) {
+      s += "db0:keys=" + std::to_string(keys) + ",expires=" + std::to_string(expires) +
+           ",avg_ttl=0\r\n";
+    }
   }
   return s;
 }
@@ -390,9 +555,40 @@ void Command(CommandContext& c, const std::vector<std::string>& a) {
 
 void Config(CommandContext& c, const std::vector<std::string>& a) {
   std::string sub = Lower(a[1]);
+  if (sub == "resetstat" && a.size() == 2) {
+    c.state.ResetStats();
+    return c.out.Ok();
+  }
+  if (sub == "set") {
+    if (a.size() < 4 || a.size() % 2 != 0) {
+      return c.out.Error("ERR wrong number of arguments for 'config|set' command");
+    }
+    // Every parameter first (Redis applies all or none).
+    for (size_t i = 2; i + 1 < a.size(); i += 2) {
+      std::string name = Lower(a[i]);
+      if (!SettableConfig(name)) {
+        return c.out.Error("ERR Unknown option or number of arguments for CONFIG SET - '" +
+                           a[i].substr(0, 128) + "'");
+      }
+      for (size_t j = 2; j < i; j += 2) {
+        if (Lower(a[j]) == name) {
+          return c.out.Error("ERR duplicate parameter - " + a[i].substr(0, 128));
+        }
+      }
+    }
+    for (size_t i = 2; i + 1 < a.size(); i += 2) {
+      std::string why = CheckConfigValue(Lower(a[i]), a[i + 1]);
+      if (!why.empty()) {
+        return c.out.Error("ERR CONFIG SET failed (possibly related to argument '" +
+                           a[i].substr(0, 128) + "') - " + why);
+      }
+    }
+    for (size_t i = 2; i + 1 < a.size(); i += 2) c.state.SetConfig(Lower(a[i]), a[i + 1]);
+    return c.out.Ok();
+  }
   if (sub != "get") {
-    if (sub == "set" || sub == "resetstat" || sub == "rewrite") {
-      c.out.Error("ERR CONFIG " + Lower(a[1]) + " is not supported by this server");
+    if (sub == "rewrite") {
+      c.out.Error("ERR The server is running without a config file");
     } else {
       UnknownSubcommand(c, a[1], "CONFIG");
     }
@@ -404,7 +600,19 @@ void Config(CommandContext& c, const std::vector<std::string>& a) {
   }
   std::vector<std::pair<std::string, std::string>> hits;
   std::set<std::string> seen;
-  for (const auto& [k, v] : ConfigValues(c.state)) {
+  auto overrides = c.state.ConfigOverrides();
+  auto values = ConfigValues(c.state);
+  for (auto& [k, v] : values) {
+    for (const auto& [ok, ov] : overrides) {
+      if (ok == k) v = ov;
+    }
+  }
+  for (const auto& [k, v] : overrides) {
+    bool listed = false;
+    for (const auto& kv : values) listed = listed || kv.first == k;
+    if (!listed) values.emplace_back(k, v);
+  }
+  for (const auto& [k, v] : values) {
     for (size_t i = 2; i < a.size(); ++i) {
       if (GlobMatch(a[i], k, /*nocase=*/true) && seen.insert(k).second) hits.emplace_back(k, v);
     }
@@ -417,26 +625,28 @@ void Config(CommandContext& c, const std::vector<std::string>& a) {
 }
 
 void Info(CommandContext& c, const std::vector<std::string>& a) {
-  static const std::vector<std::string> kAll = {"server", "clients",     "memory",  "persistence",
-                                                "stats",  "replication", "keyspace"};
-  std::vector<std::string> want;
-  if (a.size() == 1) {
-    want = kAll;
-  } else {
-    for (size_t i = 1; i < a.size(); ++i) {
-      std::string n = Lower(a[i]);
-      if (n == "all" || n == "everything" || n == "default") {
-        want = kAll;
-        break;
-      }
-      if (std::find(kAll.begin(), kAll.end(), n) != kAll.end() &&
-          std::find(want.begin(), want.end(), n) == want.end()) {
-        want.push_back(n);
-      }
+  // Redis 7's groups: `default` leaves out commandstats; `all` and `everything` add it.
+  static const std::vector<std::string> kDefault = {"server",      "clients",    "memory",
+                                                    "persistence", "stats",      "replication",
+                                                    "cpu",         "errorstats", "keyspace"};
+  static const std::vector<std::string> kAll = {
+      "server",      "clients", "memory",       "persistence", "stats",
+      "replication", "cpu",     "commandstats", "errorstats",  "keyspace"};
+  std::set<std::string> want;
+  if (a.size() == 1) want.insert(kDefault.begin(), kDefault.end());
+  for (size_t i = 1; i < a.size(); ++i) {
+    std::string n = Lower(a[i]);
+    if (n == "all" || n == "everything") {
+      want.insert(kAll.begin(), kAll.end());
+    } else if (n == "default") {
+      want.insert(kDefault.begin(), kDefault.end());
+    } else {
+      want.insert(n);
     }
   }
   std::string body;
-  for (const auto& n : want) {
+  for (const auto& n : kAll) {
+    if (want.count(n) == 0) continue;
     if (!body.empty()) body += "\r\n";
     body += InfoSection(c, n);
   }
@@ -470,6 +680,7 @@ void Discard(CommandContext& c, const std::vector<std::string>&) {
   c.session.in_multi = false;
   c.session.multi_failed = false;
   c.session.queued.clear();
+  c.session.watched.clear();
   c.out.Ok();
 }
 
@@ -480,10 +691,12 @@ void Exec(CommandContext& c, const std::vector<std::string>&) {
     return;
   }
   auto queue = std::move(s.queued);
+  auto watched = std::move(s.watched);
   bool failed = s.multi_failed;
   s.in_multi = false;
   s.multi_failed = false;
   s.queued.clear();
+  s.watched.clear();
   if (failed) {
     c.out.Error("EXECABORT Transaction discarded because of previous errors.");
     return;
@@ -495,14 +708,39 @@ void Exec(CommandContext& c, const std::vector<std::string>&) {
     specs.push_back(spec);  // validated when queued
     for (auto k : CommandKeys(*spec, argv)) shards.insert(c.store.ShardOf(k));
   }
-  if (shards.size() > 1) {
-    c.out.Error("CROSSSLOT Keys in this transaction are in " + std::to_string(shards.size()) +
-                " shards; MULTI/EXEC is atomic only within one shard. Nothing was executed.");
+  // A watched key must be in the transaction's shard: its version is a condition of the batch.
+  bool watch_elsewhere = false;
+  for (const auto& w : watched) {
+    if (!shards.empty() && shards.count(c.store.ShardOf(w.key)) == 0) watch_elsewhere = true;
+  }
+  if (shards.size() > 1 || watch_elsewhere) {
+    c.out.Error(
+        "CROSSSLOT Keys in request don't hash to the same slot (MULTI/EXEC is atomic within one "
+        "shard; use a hash tag {...}). Nothing was executed.");
     return;
   }
   constexpr int kMaxAttempts = 64;
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     TxnStore txn(&c.store);
+    // WATCH: a key changed (or expired) since it was watched fails EXEC; the versions read here
+    // are conditions of the commit, so a change until then is caught too.
+    for (const auto& w : watched) {
+      auto r = txn.Get(w.key);
+      if (!r.ok()) {
+        c.out.Error(StoreError(r.status()) + " (nothing was executed)");
+        return;
+      }
+      uint64_t version = r->has_value() ? (*r)->version : 0;
+      bool live = false;
+      if (r->has_value()) {
+        int64_t exp = DecodeValue((*r)->value).expire_at_ms;
+        live = exp == 0 || exp > c.state.NowMs();
+      }
+      if (version != w.version || (w.live && !live)) {
+        c.out.NullArray();
+        return;
+      }
+    }
     std::string replies;
     ReplyWriter w(&replies, s.proto);
     w.Array(queue.size());

@@ -4,119 +4,10 @@
 
 #include "asymnvm/kv.h"
 #include "kv/resp/commands.h"
-#include "kv/resp/types.h"
+#include "kv/resp/data_util.h"
 #include "kv/resp/value.h"
 
 namespace asymnvm::kv::resp::handlers {
-namespace {
-
-constexpr int kMaxCasAttempts = 1000;
-
-struct Current {
-  bool exists = false;  // present and not expired
-  std::string data;
-  int64_t expire_at = 0;
-  uint64_t version = 0;  // the stored version, also for an expired value (0: nothing stored)
-  uint8_t type = 0;      // 0: a string; else a hash, list, set or sorted set (types.h)
-};
-
-// Replies WRONGTYPE when `cur` is a live value other than a string.
-bool NotString(CommandContext& c, const Current& cur) {
-  if (!cur.exists || cur.type == 0) return false;
-  c.out.Error(std::string(kErrWrongType));
-  return true;
-}
-
-Result<Current> ReadCurrent(CommandContext& c, std::string_view key) {
-  auto r = c.store.Get(key);
-  if (!r.ok()) return r.status();
-  Current cur;
-  if (!r->has_value()) return cur;
-  cur.version = (*r)->version;
-  DecodedValue d = DecodeValue((*r)->value);
-  if (d.expire_at_ms != 0 && d.expire_at_ms <= c.state.NowMs()) return cur;
-  cur.exists = true;
-  cur.data.assign(d.data);
-  cur.expire_at = d.expire_at_ms;
-  cur.type = d.type;
-  return cur;
-}
-
-enum class Action { kNone, kPut, kDelete };
-struct Mutation {
-  Action action = Action::kNone;
-  std::string data;
-  int64_t expire_at = 0;
-  uint8_t type = 0;  // EXPIRE/PERSIST keep a collection's metadata frame
-};
-
-// Reads `key`, asks fn(cur, &mutation) what to write (fn returns false after replying an error),
-// and writes it conditionally on the version read, re-reading on a concurrent change. Returns true
-// when the handler should now write its success reply.
-template <typename Fn>
-bool ReadModifyWrite(CommandContext& c, std::string_view key, Fn&& fn) {
-  for (int attempt = 0; attempt < kMaxCasAttempts; ++attempt) {
-    auto cur = ReadCurrent(c, key);
-    if (!cur.ok()) {
-      c.out.Error(StoreError(cur.status()));
-      return false;
-    }
-    Mutation m;
-    if (!fn(*cur, &m)) return false;
-    if (m.action == Action::kNone) return true;
-    if (m.action == Action::kDelete) {
-      auto d = c.store.Delete(key);
-      if (!d.ok()) {
-        c.out.Error(StoreError(d.status()));
-        return false;
-      }
-      return true;
-    }
-    auto p = c.store.PutIf(key, EncodeValue(m.data, m.expire_at, m.type), cur->version);
-    if (!p.ok()) {
-      c.out.Error(StoreError(p.status()));
-      return false;
-    }
-    if (p->has_value()) return true;
-  }
-  c.out.Error("TRYAGAIN the key kept changing; nothing was written");
-  return false;
-}
-
-// Parses an expiry argument into an absolute Unix-ms deadline; false after replying an error.
-bool ParseExpiry(CommandContext& c, std::string_view arg, int64_t unit_ms, bool absolute,
-                 std::string_view cmd, int64_t* deadline) {
-  int64_t v = 0;
-  if (!ParseInt64(arg, &v)) {
-    c.out.Error(std::string(kErrNotInteger));
-    return false;
-  }
-  std::string err = "ERR invalid expire time in '" + std::string(cmd) + "' command";
-  if (unit_ms > 1 && (v > INT64_MAX / unit_ms || v < INT64_MIN / unit_ms)) {
-    c.out.Error(err);
-    return false;
-  }
-  int64_t ms = v * unit_ms;
-  if (!absolute) {
-    int64_t now = c.state.NowMs();
-    if ((ms > 0 && now > INT64_MAX - ms)) {
-      c.out.Error(err);
-      return false;
-    }
-    ms += now;
-  }
-  *deadline = ms;
-  return true;
-}
-
-// Whether a scanned value is live (not expired) at `now`.
-bool Live(const Store::ScanPage& page, size_t i, int64_t now) {
-  if (i >= page.values.size()) return true;
-  int64_t exp = DecodeValue(page.values[i]).expire_at_ms;
-  return exp == 0 || exp > now;
-}
-
-}  // namespace
 
 void Get(CommandContext& c, const std::vector<std::string>& a) {
   auto cur = ReadCurrent(c, a[1]);
@@ -415,9 +306,12 @@ void FlushAll(CommandContext& c, const std::vector<std::string>& a) {
 }
 
 void Expire(CommandContext& c, const std::vector<std::string>& a) {
-  bool ms = EqualsNoCase(a[0], "pexpire");
+  std::string name = a[0];
+  for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  const bool ms = name == "pexpire" || name == "pexpireat";
+  const bool absolute = name == "expireat" || name == "pexpireat";
   int64_t deadline = 0;
-  if (!ParseExpiry(c, a[2], ms ? 1 : 1000, false, ms ? "pexpire" : "expire", &deadline)) return;
+  if (!ParseExpiry(c, a[2], ms ? 1 : 1000, absolute, name, &deadline)) return;
   bool nx = false, xx = false, gt = false, lt = false;
   for (size_t i = 3; i < a.size(); ++i) {
     if (EqualsNoCase(a[i], "NX")) {

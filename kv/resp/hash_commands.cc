@@ -488,11 +488,4 @@ void HScan(CommandContext& c, const std::vector<std::string>& a) {
   });
 }
 
-void Type(CommandContext& c, const std::vector<std::string>& a) {
-  CollTx tx(c.store, c.state.NowMs());
-  auto r = tx.Open(a[1]);
-  if (!r.ok()) return c.out.Error(TxError(r.status()));
-  c.out.Simple(TypeName((*r)->type));
-}
-
 }  // namespace asymnvm::kv::resp::handlers

@@ -110,32 +110,45 @@ class KvClientStore final : public Store {
       if (shard >= shards) return Status::InvalidArgument("invalid cursor");
     }
     uint32_t n = static_cast<uint32_t>(std::min<size_t>(std::max<size_t>(count, 1), kMaxScanCount));
-    auto r = cl->Scan(shard, hc, n);
-    if (!r.ok()) return r.status();
-    ScanPage page;
-    page.keys.reserve(r->items.size());
-    page.values.reserve(r->items.size());
-    for (auto& it : r->items) {
-      page.keys.push_back(std::move(it.key));
-      page.values.push_back(std::move(it.value));
-    }
-    if (r->done) {
-      page.next_cursor = shard + 1 < shards ? EncodeCursor(shard + 1, 0) : 0;
-    } else {
-      uint64_t next = r->next_cursor;
-      if (((next >> 8) << 8) <= hc) {
-        // More than a page of keys share the cursor's top 56 hash bits: step past them (they may
-        // be missed by this scan; see doc/resp.md §SCAN).
-        LOG_WARN("resp", "SCAN cursor precision: stepping past hash prefix " << (hc >> 8));
-        next = ((hc >> 8) + 1) << 8;
-        if (next == 0) {
-          page.next_cursor = shard + 1 < shards ? EncodeCursor(shard + 1, 0) : 0;
-          return page;
+    // The KV cursor is the next key hash (64 bits); ours keeps its top 56. A page therefore ends
+    // at a hash boundary the cursor can name exactly: items at or past the last item's 256-hash
+    // bucket are left for the next page, so no key is returned twice on a static keyspace
+    // (doc/resp.md §SCAN). A page whose every item shares one bucket asks for more.
+    for (;;) {
+      auto r = cl->Scan(shard, hc, n);
+      if (!r.ok()) return r.status();
+      ScanPage page;
+      uint64_t boundary = 0;  // items with a hash below it go out now
+      bool whole = r->done;
+      if (!whole) {
+        boundary = (r->next_cursor >> 8) << 8;
+        if (boundary <= hc) {
+          if (n < kMaxScanCount) {
+            n = static_cast<uint32_t>(std::min<size_t>(size_t{n} * 4, kMaxScanCount));
+            continue;
+          }
+          // More than kMaxScanCount keys in one bucket of 256 hashes: step past it (they may be
+          // missed by this scan; never seen with 64-bit hashes).
+          LOG_WARN("resp", "SCAN cursor precision: stepping past hash prefix " << (hc >> 8));
+          whole = true;
+          boundary = ((hc >> 8) + 1) << 8;
+          if (boundary == 0) boundary = UINT64_MAX;
         }
       }
-      page.next_cursor = EncodeCursor(shard, next);
+      page.keys.reserve(r->items.size());
+      page.values.reserve(r->items.size());
+      for (auto& it : r->items) {
+        if (!r->done && !whole && kv::KeyHash(it.key) >= boundary) continue;
+        page.keys.push_back(std::move(it.key));
+        page.values.push_back(std::move(it.value));
+      }
+      if (r->done || (whole && boundary == UINT64_MAX)) {
+        page.next_cursor = shard + 1 < shards ? EncodeCursor(shard + 1, 0) : 0;
+      } else {
+        page.next_cursor = EncodeCursor(shard, boundary);
+      }
+      return page;
     }
-    return page;
   }
   uint32_t ShardOf(std::string_view key) override {
     auto c = C();

@@ -25,15 +25,7 @@ bool IsSpace(char c) {
 }  // namespace
 
 void RequestParser::Append(const char* data, size_t len) {
-  if (fatal_) return;
-  // Skipping a rejected bulk with nothing buffered in front of it: drop bytes without copying.
-  if (state_ == State::kSkipBody && pos_ == buf_.size() && skip_left_ > 0) {
-    size_t n = static_cast<size_t>(std::min<uint64_t>(skip_left_, len));
-    skip_left_ -= n;
-    data += n;
-    len -= n;
-  }
-  if (len == 0) return;
+  if (fatal_ || len == 0) return;
   Compact();
   buf_.append(data, len);
 }
@@ -86,12 +78,6 @@ int RequestParser::ReadLength(char prefix, int64_t* value) {
   return 1;
 }
 
-RequestParser::Kind RequestParser::RejectAfterSkip() {
-  rejecting_ = false;
-  cur_.argv.clear();
-  return Kind::kReject;
-}
-
 RequestParser::Kind RequestParser::Next(Request* out) {
   if (fatal_) return Kind::kFatal;
   for (;;) {
@@ -110,25 +96,18 @@ RequestParser::Kind RequestParser::Next(Request* out) {
         if (r == 0) return Kind::kNeedMore;
         if (r < 0) return Fail("invalid multibulk length");
         if (n <= 0) continue;  // "*0" and "*-1" carry no command (as in Redis)
-        if (n > limits_.max_skippable_array_len) return Fail("invalid multibulk length");
+        if (n > limits_.max_array_len) return Fail("invalid multibulk length");
         cur_.argv.clear();
         cur_.is_inline = false;
         request_bytes_ = 0;
         args_left_ = n;
-        if (n > limits_.max_array_len) {
-          rejecting_ = true;
-          message_ = "ERR Protocol error: " + std::to_string(n) +
-                     " arguments exceed the limit of " + std::to_string(limits_.max_array_len);
-        } else {
-          cur_.argv.reserve(static_cast<size_t>(std::min<int64_t>(n, 1024)));
-        }
+        cur_.argv.reserve(static_cast<size_t>(std::min<int64_t>(n, 1024)));
         state_ = State::kArgLen;
         continue;
       }
       case State::kArgLen: {
         if (args_left_ == 0) {
           state_ = State::kIdle;
-          if (rejecting_) return RejectAfterSkip();
           *out = std::move(cur_);
           cur_ = Request{};
           return Kind::kCommand;
@@ -144,25 +123,15 @@ RequestParser::Kind RequestParser::Next(Request* out) {
           }
           return Fail("invalid bulk length");
         }
-        if (len < 0) return Fail("invalid bulk length");
-        if (!rejecting_ && len > limits_.max_bulk_len) {
-          rejecting_ = true;
-          message_ = "ERR Protocol error: bulk length " + std::to_string(len) +
-                     " exceeds proto-max-bulk-len " + std::to_string(limits_.max_bulk_len);
-        } else if (!rejecting_ &&
-                   request_bytes_ + static_cast<uint64_t>(len) > limits_.max_request_bytes) {
-          rejecting_ = true;
-          message_ = "ERR Protocol error: command larger than " +
-                     std::to_string(limits_.max_request_bytes) + " bytes";
+        // Redis: a negative length or one above proto-max-bulk-len is "invalid bulk length"
+        // and the connection is closed (the payload is never read).
+        if (len < 0 || len > limits_.max_bulk_len) return Fail("invalid bulk length");
+        if (request_bytes_ + static_cast<uint64_t>(len) > limits_.max_request_bytes) {
+          return Fail("command larger than " + std::to_string(limits_.max_request_bytes) +
+                      " bytes");
         }
-        if (rejecting_) {
-          cur_.argv.clear();
-          skip_left_ = static_cast<uint64_t>(len) + 2;
-          state_ = State::kSkipBody;
-        } else {
-          bulk_len_ = len;
-          state_ = State::kArgBody;
-        }
+        bulk_len_ = len;
+        state_ = State::kArgBody;
         continue;
       }
       case State::kArgBody: {
@@ -178,19 +147,6 @@ RequestParser::Kind RequestParser::Next(Request* out) {
         cur_.argv.emplace_back(buf_.data() + pos_, static_cast<size_t>(bulk_len_));
         request_bytes_ += static_cast<size_t>(bulk_len_);
         pos_ += need;
-        --args_left_;
-        state_ = State::kArgLen;
-        continue;
-      }
-      case State::kSkipBody: {
-        size_t avail = buf_.size() - pos_;
-        size_t n = static_cast<size_t>(std::min<uint64_t>(skip_left_, avail));
-        pos_ += n;
-        skip_left_ -= n;
-        if (skip_left_ > 0) {
-          Compact();
-          return Kind::kNeedMore;
-        }
         --args_left_;
         state_ = State::kArgLen;
         continue;
@@ -216,10 +172,7 @@ RequestParser::Kind RequestParser::ParseInline(Request* out, bool* blank) {
     std::vector<std::string> args;
     bool balanced = SplitInlineArgs(line, &args);
     pos_ += line_len + 1;
-    if (!balanced) {
-      message_ = "ERR Protocol error: unbalanced quotes in request";
-      return Kind::kReject;
-    }
+    if (!balanced) return Fail("unbalanced quotes in request");
     if (args.empty()) {  // blank line (telnet users send these): nothing to run
       *blank = true;
       return Kind::kNeedMore;

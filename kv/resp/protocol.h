@@ -14,17 +14,15 @@
 
 namespace asymnvm::kv::resp {
 
-// Limits a hostile or buggy peer runs into. Exceeding a length limit whose framing is still known
-// (a well-formed length that is merely too large) costs the peer one error reply: the parser skips
-// the rest of that command without buffering it and the connection survives. A malformed frame
-// (bad length digits, wrong type byte, over-long inline line) cannot be resynchronised: the peer
-// gets one error reply and the connection is closed.
+// Limits a hostile or buggy peer runs into. As in Redis (networking.c), exceeding one and a
+// malformed frame (bad length digits, wrong type byte, over-long inline line, unbalanced quotes)
+// are answered at once with Redis's "Protocol error" text and the connection is closed: the
+// payload behind an oversized length is never waited for.
 struct ParserLimits {
-  int64_t max_bulk_len = 512LL << 20;                  // proto-max-bulk-len (Redis default 512 MiB)
-  int64_t max_array_len = 1 << 20;                     // arguments per command
-  size_t max_inline_len = 64 << 10;                    // an inline command line, without its "\r\n"
-  size_t max_request_bytes = 512ULL << 20;             // all arguments of one command together
-  int64_t max_skippable_array_len = int64_t{1} << 31;  // above: close instead of skipping
+  int64_t max_bulk_len = 512LL << 20;       // proto-max-bulk-len (Redis default 512 MiB)
+  int64_t max_array_len = 1 << 20;          // arguments per command
+  size_t max_inline_len = 64 << 10;         // an inline command line, without its "\r\n"
+  size_t max_request_bytes = 512ULL << 20;  // all arguments of one command together
 };
 
 struct Request {
@@ -37,30 +35,27 @@ class RequestParser {
   enum class Kind {
     kNeedMore,  // no complete command buffered: append more input
     kCommand,   // *out holds a command
-    kReject,    // a command was consumed but refused (message() says why); keep the connection
     kFatal,     // the stream cannot be parsed further: reply message() and close
   };
 
   explicit RequestParser(ParserLimits limits = {}) : limits_(limits) {}
 
-  // Appends received bytes. While a rejected command's payload is being skipped, bytes are
-  // dropped instead of buffered.
+  // Appends received bytes (ignored after kFatal).
   void Append(const char* data, size_t len);
 
   // Extracts the next event; call until kNeedMore. After kFatal every call returns kFatal.
   Kind Next(Request* out);
 
-  // The error text (without the leading '-' or "\r\n") of the last kReject / kFatal.
+  // The error text (without the leading '-' or "\r\n") of kFatal.
   const std::string& message() const { return message_; }
 
   // Bytes buffered and not yet consumed (for the per-connection input limit and INFO).
   size_t buffered() const { return buf_.size() - pos_; }
 
  private:
-  enum class State { kIdle, kArgLen, kArgBody, kSkipBody };
+  enum class State { kIdle, kArgLen, kArgBody };
   Kind ParseInline(Request* out, bool* blank);
   Kind Fail(std::string msg);
-  Kind RejectAfterSkip();
   // Reads one "<prefix><int>\r\n" line at pos_; returns 0 need more, 1 parsed, -1 malformed.
   int ReadLength(char prefix, int64_t* value);
   void Compact();
@@ -75,8 +70,6 @@ class RequestParser {
   int64_t args_left_ = 0;
   int64_t bulk_len_ = 0;
   size_t request_bytes_ = 0;
-  bool rejecting_ = false;  // the current command is being skipped; message_ says why
-  uint64_t skip_left_ = 0;  // payload bytes (incl. "\r\n") of the current skipped bulk
   Request cur_;
 };
 
@@ -91,6 +84,7 @@ class ReplyWriter {
  public:
   explicit ReplyWriter(std::string* out, int proto = 2) : out_(out), proto_(proto) {}
   int proto() const { return proto_; }
+  std::string* buffer() const { return out_; }
   void set_proto(int p) { proto_ = p; }
 
   void Simple(std::string_view s);    // +s ; CR/LF in s are replaced by spaces

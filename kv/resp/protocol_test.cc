@@ -15,9 +15,8 @@ using Args = std::vector<std::string>;
 // Feeds `input` (optionally one byte at a time) and collects every event.
 struct Events {
   std::vector<Args> commands;
-  std::vector<std::string> rejects;
   std::string fatal;
-  std::vector<char> order;  // 'c' command, 'r' reject, 'f' fatal
+  std::vector<char> order;  // 'c' command, 'f' fatal
 };
 
 Events Parse(const std::string& input, bool bytewise = false, ParserLimits limits = {}) {
@@ -31,9 +30,6 @@ Events Parse(const std::string& input, bool bytewise = false, ParserLimits limit
       if (k == Kind::kCommand) {
         ev.commands.push_back(r.argv);
         ev.order.push_back('c');
-      } else if (k == Kind::kReject) {
-        ev.rejects.push_back(p.message());
-        ev.order.push_back('r');
       } else {
         ev.fatal = p.message();
         ev.order.push_back('f');
@@ -75,33 +71,49 @@ TEST(RespParser, BinarySafeBulk_KeepsCrLfAndNul) {
   EXPECT_EQ(ev.commands[0][1], v);
 }
 
-TEST(RespParser, OversizedBulk_RejectedSkippedAndConnectionSurvives) {
+// Redis's networking.c: every limit is answered at once (the payload behind an oversized length
+// is never waited for) and the connection closes; the commands before it still run.
+TEST(RespParser, OversizedBulk_FatalAtOnceWithRedisText) {
   ParserLimits l;
   l.max_bulk_len = 8;
-  std::string big(100, 'x');
-  std::string in = "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$100\r\n" + big + "\r\n*1\r\n$4\r\nPING\r\n";
   for (bool bytewise : {false, true}) {
-    auto ev = Parse(in, bytewise, l);
-    ASSERT_EQ(ev.order, (std::vector<char>{'r', 'c'})) << bytewise;
-    EXPECT_NE(ev.rejects[0].find("exceeds proto-max-bulk-len 8"), std::string::npos);
-    EXPECT_EQ(ev.commands[0], (Args{"PING"}));
+    // Only the header: the payload never comes (Redis's "$2000000000" test).
+    auto ev = Parse("PING\r\n*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$100\r\n", bytewise, l);
+    ASSERT_EQ(ev.order, (std::vector<char>{'c', 'f'})) << bytewise;
+    EXPECT_EQ(ev.fatal, "ERR Protocol error: invalid bulk length");
   }
+  EXPECT_EQ(Parse("*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$2000000000\r\n").fatal,
+            "ERR Protocol error: invalid bulk length");
 }
 
-TEST(RespParser, TooManyArguments_RejectedAndConnectionSurvives) {
+TEST(RespParser, TooManyArguments_FatalInvalidMultibulkLength) {
   ParserLimits l;
   l.max_array_len = 2;
-  std::string in = "*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\nPING\r\n";
-  auto ev = Parse(in, true, l);
-  ASSERT_EQ(ev.order, (std::vector<char>{'r', 'c'}));
-  EXPECT_NE(ev.rejects[0].find("3 arguments exceed"), std::string::npos);
+  auto ev = Parse("*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\nPING\r\n", true, l);
+  ASSERT_EQ(ev.order, (std::vector<char>{'f'}));
+  EXPECT_EQ(ev.fatal, "ERR Protocol error: invalid multibulk length");
+  EXPECT_EQ(Parse("*3000000000\r\n").fatal, "ERR Protocol error: invalid multibulk length");
 }
 
-TEST(RespParser, RequestBytesLimit_Rejected) {
+TEST(RespParser, RequestBytesLimit_Fatal) {
   ParserLimits l;
   l.max_request_bytes = 10;
   auto ev = Parse("*2\r\n$6\r\nabcdef\r\n$6\r\nghijkl\r\n*1\r\n$4\r\nPING\r\n", false, l);
-  ASSERT_EQ(ev.order, (std::vector<char>{'r', 'c'}));
+  ASSERT_EQ(ev.order, (std::vector<char>{'f'}));
+  EXPECT_EQ(ev.fatal, "ERR Protocol error: command larger than 10 bytes");
+}
+
+// The texts of the suite's unit/protocol.
+TEST(RespParser, RedisSuiteFrames_RedisTexts) {
+  EXPECT_EQ(Parse("*3\r\n$3\r\nSET\r\n$1\r\nx\r\nfooz\r\n").fatal,
+            "ERR Protocol error: expected '$', got 'f'");
+  EXPECT_EQ(Parse("*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$-10\r\n").fatal,
+            "ERR Protocol error: invalid bulk length");
+  EXPECT_EQ(Parse("*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$blabla\r\n").fatal,
+            "ERR Protocol error: invalid bulk length");
+  EXPECT_EQ(Parse("*1\r\nfoo\r\n").fatal, "ERR Protocol error: expected '$', got 'f'");
+  auto ev = Parse("*-10\r\n\r\nPING\r\n");
+  EXPECT_EQ(ev.order, (std::vector<char>{'c'}));
 }
 
 TEST(RespParser, MalformedLengths_AreFatalWithClearMessage) {
@@ -139,10 +151,10 @@ TEST(RespParser, InlineQuotesAndBlankLines) {
   EXPECT_EQ(ev.commands[1], (Args{"ECHO", "x"}));
 }
 
-TEST(RespParser, InlineUnbalancedQuotes_RejectedConnectionSurvives) {
-  auto ev = Parse("SET \"abc\r\nPING\r\n");
-  ASSERT_EQ(ev.order, (std::vector<char>{'r', 'c'}));
-  EXPECT_EQ(ev.rejects[0], "ERR Protocol error: unbalanced quotes in request");
+TEST(RespParser, InlineUnbalancedQuotes_Fatal) {
+  auto ev = Parse("PING\r\nset \"\"\"test-key\"\"\" test-value\r\nPING\r\n");
+  ASSERT_EQ(ev.order, (std::vector<char>{'c', 'f'}));
+  EXPECT_EQ(ev.fatal, "ERR Protocol error: unbalanced quotes in request");
 }
 
 TEST(RespParser, EmptyAndNullMultibulk_CarryNoCommand) {

@@ -39,9 +39,9 @@ constexpr size_t kMaxBatch = 256;     // commands per worker batch
 
 // One parsed input event waiting to run.
 struct Pending {
-  enum Kind { kCommand, kReject, kFatal } kind = kCommand;
+  enum Kind { kCommand, kFatal } kind = kCommand;
   std::vector<std::string> argv;  // kCommand
-  std::string message;            // kReject / kFatal
+  std::string message;            // kFatal
   bool slow = false;  // a fast-path section found a key not served locally: take the workers
 };
 
@@ -277,7 +277,7 @@ class Loop {
       return false;
     }
     const CommandSpec* spec = FindCommand(p.argv[0]);
-    if (spec == nullptr || spec->first_key <= 0 || (spec->flags & (kInline | kNoTxn | kBatch))) {
+    if (spec == nullptr || spec->first_key <= 0 || (spec->flags & (kInline | kNoTxn | kSlowPath))) {
       return false;
     }
     auto keys = CommandKeys(*spec, p.argv);
@@ -458,7 +458,7 @@ class Loop {
       if (k == RequestParser::Kind::kCommand) {
         p.argv = std::move(req.argv);
       } else {
-        p.kind = k == RequestParser::Kind::kReject ? Pending::kReject : Pending::kFatal;
+        p.kind = Pending::kFatal;
         p.message = c.parser.message();
       }
       c.pending.push_back(std::move(p));
@@ -467,16 +467,12 @@ class Loop {
     while (!c.busy && !c.pending.empty()) {
       Pending& p = c.pending.front();
       if (p.kind != Pending::kCommand) {
+        // A protocol error: the reply, then the connection closes (as Redis).
         ReplyWriter(&c.out, c.session.proto).Error(p.message);
-        if (c.session.in_multi) c.session.multi_failed = true;
-        if (p.kind == Pending::kFatal) {
-          LOG_INFO(kLog, "closing " << c.session.peer << ": " << p.message);
-          c.closing = true;
-          c.pending.clear();
-          return true;
-        }
-        c.pending.pop_front();
-        continue;
+        LOG_INFO(kLog, "closing " << c.session.peer << ": " << p.message);
+        c.closing = true;
+        c.pending.clear();
+        return true;
       }
       if (RunsInline(c.session, p.argv)) {
         dispatcher_.Execute(c.session, p.argv, &c.out);

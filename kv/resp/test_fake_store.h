@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 
+#include "asymnvm/kv.h"
 #include "kv/resp/store.h"
 
 namespace asymnvm::kv::resp::testing {
@@ -91,7 +92,7 @@ class FakeStore final : public Store {
     return page;
   }
   uint32_t ShardOf(std::string_view key) override {
-    return static_cast<uint32_t>(std::hash<std::string_view>()(key) % shards_);
+    return static_cast<uint32_t>(std::hash<std::string_view>()(kv::HashTag(key)) % shards_);
   }
   Result<bool> CommitBatch(const std::vector<BatchWrite>& writes) override {
     std::lock_guard<std::mutex> l(mu_);

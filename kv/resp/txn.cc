@@ -50,6 +50,19 @@ Result<bool> TxnStore::Delete(std::string_view key) {
   return existed;
 }
 
+Result<bool> TxnStore::CommitBatch(const std::vector<BatchWrite>& writes) {
+  for (const auto& w : writes) {
+    auto cur = Load(w.key);
+    if (!cur.ok()) return cur.status();  // also records the version EXEC's batch is conditional on
+    if (w.unconditional) continue;       // a type's sub-record (store.h BatchWrite)
+    if ((cur->has_value() ? (*cur)->version : 0) != w.expected_version) return false;
+  }
+  for (const auto& w : writes) {
+    if (!w.check_only) writes_[w.key] = Written{w.value, next_version_++};
+  }
+  return true;
+}
+
 Result<bool> TxnStore::Commit() {
   if (writes_.empty()) return true;
   std::vector<BatchWrite> batch;

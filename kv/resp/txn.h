@@ -29,9 +29,9 @@ class TxnStore final : public Store {
     return Status::NotSupported("SCAN inside MULTI");
   }
   uint32_t ShardOf(std::string_view key) override { return base_->ShardOf(key); }
-  Result<bool> CommitBatch(const std::vector<BatchWrite>&) override {
-    return Status::NotSupported("nested batch");
-  }
+  // A multi-key command inside EXEC (its own overlay committing into this one): the writes join
+  // this transaction's, each conditional on the version it names.
+  Result<bool> CommitBatch(const std::vector<BatchWrite>& writes) override;
   Result<int64_t> DurableReplicas() override { return base_->DurableReplicas(); }
 
   // Applies the buffered writes atomically. false: a key changed since it was read (re-run).

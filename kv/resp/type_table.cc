@@ -1,5 +1,5 @@
 // The dispatch entries of the type commands (types.h), appended to CommandTable() (commands.cc).
-// Writes carry kBatch: several records committed as one atomic batch through the KV client,
+// Writes carry kSlowPath: several records committed as one atomic batch through the KV client,
 // never on the fast path (whose section has no atomic batch).
 #include "kv/resp/types.h"
 
@@ -8,7 +8,7 @@ namespace asymnvm::kv::resp {
 namespace h = handlers;
 
 void AppendTypeCommands(std::vector<CommandSpec>* t) {
-  constexpr uint32_t kW = kWrite | kBatch;
+  constexpr uint32_t kW = kWrite | kSlowPath;
   const std::vector<CommandSpec> specs = {
       {"hdel", -3, kW | kFast, 1, 1, 1, "hash", "2.0.0",
        "Deletes one or more fields and their values from a hash. Deletes the hash if no fields "
@@ -139,8 +139,6 @@ void AppendTypeCommands(std::vector<CommandSpec>* t) {
       {"sunionstore", -3, kW, 1, -1, 1, "set", "1.0.0",
        "Stores the union of multiple sets in a key.",
        "keys in one shard (hash tag) unless one server leads every shard", h::SCombineStore},
-      {"type", 2, kReadonly | kFast, 1, 1, 1, "generic", "1.0.0",
-       "Determines the type of value stored at a key.", "", h::Type},
   };
   for (const auto& s : specs) {
     bool present = false;

@@ -168,7 +168,6 @@ void HIncrBy(CommandContext&, const std::vector<std::string>&);
 void HIncrByFloat(CommandContext&, const std::vector<std::string>&);
 void HRandField(CommandContext&, const std::vector<std::string>&);
 void HScan(CommandContext&, const std::vector<std::string>&);
-void Type(CommandContext&, const std::vector<std::string>&);
 // set_commands.cc
 void SAdd(CommandContext&, const std::vector<std::string>&);
 void SRem(CommandContext&, const std::vector<std::string>&);

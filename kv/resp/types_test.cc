@@ -192,6 +192,40 @@ TEST_F(Types, WrongTypeBothWays) {
   EXPECT_EQ(One({"TYPE", "h"}), "string");
 }
 
+// The string and keyspace commands of string_commands.cc / keyspace_commands.cc on collections:
+// WRONGTYPE as Redis, TYPE and OBJECT ENCODING from the metadata record, sub-records never
+// listed, RENAME/COPY refused (they would move the metadata record only).
+TEST_F(Types, StringAndKeyspaceCommandsOnCollections) {
+  const std::string kWrong = "-WRONGTYPE Operation against a key holding the wrong kind of value";
+  EXPECT_EQ(One({"HSET", "h", "f", "v", "g", "w"}), "2");
+  EXPECT_EQ(One({"RPUSH", "l", "a", "b"}), "2");
+  EXPECT_EQ(One({"SADD", "s", "m"}), "1");
+  for (const std::string k : {"h", "l", "s"}) {
+    EXPECT_EQ(One({"GETRANGE", k, "0", "-1"}), kWrong) << k;
+    EXPECT_EQ(One({"SETRANGE", k, "0", "x"}), kWrong) << k;
+    EXPECT_EQ(One({"GETDEL", k}), kWrong) << k;
+    EXPECT_EQ(One({"GETEX", k, "PERSIST"}), kWrong) << k;
+    EXPECT_EQ(One({"BITCOUNT", k}), kWrong) << k;
+    EXPECT_EQ(One({"SETBIT", k, "1", "1"}), kWrong) << k;
+    EXPECT_EQ(One({"INCRBYFLOAT", k, "1.5"}), kWrong) << k;
+    EXPECT_EQ(One({"RENAME", k, k + "2"}).rfind("-ERR RENAME of a ", 0), 0u) << k;
+    EXPECT_EQ(One({"COPY", k, k + "2"}).rfind("-ERR COPY of a ", 0), 0u) << k;
+  }
+  EXPECT_EQ(One({"TYPE", "h"}), "hash");
+  EXPECT_EQ(One({"TYPE", "l"}), "list");
+  EXPECT_EQ(One({"TYPE", "s"}), "set");
+  EXPECT_EQ(One({"OBJECT", "ENCODING", "l"}), "quicklist");
+  EXPECT_EQ(One({"HLEN", "h"}), "2") << "nothing was changed";
+  EXPECT_EQ(One({"EXISTS", "h2", "l2", "s2"}), "0") << "nothing was copied";
+  EXPECT_EQ(One({"SET", "str", "x"}), "OK");
+  EXPECT_EQ(One({"DBSIZE"}), "4") << "sub-records are not keys";
+  auto keys = R({"KEYS", "*"});
+  std::sort(keys.begin(), keys.end());
+  EXPECT_EQ(keys, (std::vector<std::string>{"h", "l", "s", "str"}));
+  EXPECT_EQ(R({"SCAN", "0", "COUNT", "1000", "TYPE", "list"}),
+            (std::vector<std::string>{"0", "l"}));
+}
+
 TEST_F(Types, DeleteAndExpireStartANewIncarnation) {
   EXPECT_EQ(One({"HSET", "h", "a", "1", "b", "2"}), "2");
   EXPECT_EQ(One({"DEL", "h"}), "1");

@@ -194,6 +194,11 @@ class MirrorSuite : public Suite {
                         return s2.TxWrite(st);
                       });
     ASYMNVM_ASSIGN_OR_RETURN(Json st0, DaemonStatus(be->address()));
+    uint64_t mirror_syncs0 = 0;  // the first mirror's syncs before the timed updates
+    if (!ms.empty()) {
+      auto m0 = DaemonStatus(ms[0]->address());
+      if (m0.ok()) mirror_syncs0 = m0->value("pm_syncs", 0ull);
+    }
     std::map<uint64_t, uint8_t> acked;  // register → last acknowledged fill byte
     std::mt19937_64 rng(common.seed);
     auto update = [&](uint64_t u) -> Status {
@@ -242,7 +247,12 @@ class MirrorSuite : public Suite {
     rec["mirror_pm_mode"] = mirror_pm_mode_;
     if (!ms.empty()) {
       auto m1 = DaemonStatus(ms[0]->address());
-      if (m1.ok()) rec["mirror_pm_syncs"] = m1->value("pm_syncs", 0ull);
+      if (m1.ok()) {
+        rec["mirror_pm_syncs"] = m1->value("pm_syncs", 0ull);
+        rec["mirror_pm_syncs_per_op"] =
+            static_cast<double>(m1->value("pm_syncs", 0ull) - mirror_syncs0) /
+            static_cast<double>(updates_);
+      }
     }
     rec["primary_pm_syncs_per_op"] =
         static_cast<double>(st1.value("pm_syncs", 0ull) - st0.value("pm_syncs", 0ull)) /

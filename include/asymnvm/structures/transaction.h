@@ -15,14 +15,16 @@
 // the one transaction and fences it before returning.
 //
 // Locks stay held after Commit for up to DatabaseOptions::hold_txns transactions (the writer of
-// §6 keeps its lock; batching at rcb needs it), and are released earlier when a transaction
-// needs a lock set that is not held: held locks that sort after the first missing one are
-// released first, so every front-end acquires in one global order (no deadlock).
+// §6 keeps its lock; batching at rcb needs it). A transaction that needs a lock sorting before
+// one it holds first tries it with one CAS and no waiting; only when another front-end holds it
+// are the held locks that sort after the first missing one released, so every front-end WAITS
+// for locks in one global order (no deadlock: a try never waits).
 //
-// A read-only transaction (Read) runs its body with no locks: under the transaction root's
-// sequence word (every committed transaction's memory-log transaction brackets it), retried while
-// a transaction applies; or directly through the page cache when this front-end already holds
-// every lock it needs.
+// A read-only transaction (Read) runs directly through the page cache when this front-end holds
+// every lock it needs — with DatabaseOptions::read_locks (default) after trying the missing ones
+// without waiting — and otherwise with no locks, under the transaction root's sequence word
+// (every committed transaction's memory-log transaction brackets it), retried while a
+// transaction applies.
 //
 // Thread safety: like its Session, one thread at a time.
 #pragma once
@@ -57,10 +59,19 @@ struct DatabaseOptions {
   // Locks are released after this many transactions (read or write) since they were taken;
   // 0 = only when another lock set is needed or at ReleaseLocks / close.
   uint32_t hold_txns = 64;
+  // A read-only transaction whose tables are not all held tries to take the missing locks,
+  // each with one CAS and no waiting; when it gets them it runs through the cache (no seqlock
+  // round trips), and so do later ones while the locks are held (hold_txns). A lock another
+  // front-end holds is not tried again for the next hold_txns read-only transactions. False:
+  // read-only transactions never lock (always the seqlock path unless every lock is held).
+  bool read_locks = true;
 };
 
 struct TxnCounters {
   uint64_t commits = 0, lock_aborts = 0, read_retries = 0, replayed = 0;
+  // Locks tried with one CAS and no waiting (out of name order, or for a read-only
+  // transaction): taken, and found held by another front-end.
+  uint64_t try_locks = 0, try_lock_misses = 0;
 };
 
 class Database;
@@ -144,6 +155,9 @@ class Database {
   friend class Txn;
   Database(frontend::Session& s, DatabaseOptions o);
   Status AcquireFor(const std::vector<size_t>& tables);
+  // Takes table t's writer lock: waiting up to lock_timeout (wait) or with one CAS (*taken false
+  // when another front-end holds it). The caller refreshes the table's writer handle.
+  Status TakeLock(size_t t, bool wait, bool* taken);
   Status Release(size_t t);
   void SetInTxn(bool on);
   Status ReplayTxn(const frontend::RecoveredOp& op);
@@ -156,6 +170,7 @@ class Database {
   std::vector<size_t> order_;  // table indexes in name order
   std::vector<bool> held_;     // by table index
   uint32_t since_lock_ = 0;
+  uint32_t read_try_skip_ = 0;  // read-only transactions left before locks are tried again
   bool open_txn_ = false;
   bool read_direct_ = false;  // Read through the writer handles (every lock held)
   Status broken_ = Status::Ok();

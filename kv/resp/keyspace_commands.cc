@@ -1,0 +1,398 @@
+// Keyspace commands beyond data_commands.cc's: RENAME, RENAMENX, COPY, KEYS, TYPE, UNLINK, TOUCH,
+// OBJECT, EXPIREAT/PEXPIREAT, EXPIRETIME/PEXPIRETIME, FLUSHDB, WATCH/UNWATCH, and the server
+// commands a Redis client or the Redis test suite sends to any server: FUNCTION (no scripting
+// here), SAVE, SHUTDOWN. Semantics and error texts follow Redis 7 (db.c, expire.c, multi.c).
+#include <random>
+
+#include "asymnvm/kv.h"
+#include "kv/resp/commands.h"
+#include "kv/resp/data_util.h"
+#include "kv/resp/types.h"
+
+namespace asymnvm::kv::resp::handlers {
+namespace {
+
+// The raw stored bytes of a live key (its TTL frame included), for RENAME and COPY.
+struct RawCurrent {
+  bool exists = false;
+  std::string raw;
+  uint8_t type = 0;  // 0: a string; else a collection's metadata record (types.h)
+};
+
+// RENAME and COPY move only a string: a hash, list or set is a metadata record plus sub-records
+// named by the key (doc/types.md), so copying the metadata alone would share or orphan them.
+std::string CollectionRefused(std::string_view cmd, uint8_t type) {
+  return "ERR " + std::string(cmd) + " of a " + TypeName(static_cast<KeyType>(type)) +
+         " is not supported: its elements are separate records (doc/types.md)";
+}
+
+Result<RawCurrent> ReadRaw(CommandContext& c, std::string_view key) {
+  auto r = c.store.Get(key);
+  if (!r.ok()) return r.status();
+  RawCurrent cur;
+  if (!r->has_value()) return cur;
+  DecodedValue d = DecodeValue((*r)->value);
+  if (d.expire_at_ms != 0 && d.expire_at_ms <= c.state.NowMs()) return cur;
+  cur.exists = true;
+  cur.type = d.type;
+  cur.raw = std::move((*r)->value);
+  return cur;
+}
+
+// RENAME and RENAMENX. Redis: a missing source is "ERR no such key"; renaming a key to itself
+// succeeds (RENAME OK, RENAMENX 0) without changing it.
+void RenameGeneric(CommandContext& c, const std::vector<std::string>& a, bool nx) {
+  const std::string& src = a[1];
+  const std::string& dst = a[2];
+  if (!OneShard(c, {src, dst})) return c.out.Error(std::string(kErrCrossSlot));
+  enum { kNoKey, kSame, kExists, kDone, kCollection } outcome = kNoKey;
+  uint8_t type = 0;
+  bool ok = Atomically(c, [&](CommandContext& t) {
+    auto s = ReadRaw(t, src);
+    if (!s.ok()) {
+      t.out.Error(StoreError(s.status()));
+      return false;
+    }
+    if (!s->exists) {
+      outcome = kNoKey;
+      return true;
+    }
+    if (s->type != 0) {
+      outcome = kCollection;
+      type = s->type;
+      return true;
+    }
+    if (src == dst) {
+      outcome = kSame;
+      return true;
+    }
+    if (nx) {
+      auto d = ReadCurrent(t, dst);
+      if (!d.ok()) {
+        t.out.Error(StoreError(d.status()));
+        return false;
+      }
+      if (d->exists) {
+        outcome = kExists;
+        return true;
+      }
+    }
+    auto p = t.store.Put(dst, s->raw);
+    auto del = p.ok() ? t.store.Delete(src) : Result<bool>(p.status());
+    if (!del.ok()) {
+      t.out.Error(StoreError(del.status()));
+      return false;
+    }
+    outcome = kDone;
+    return true;
+  });
+  if (!ok) return;
+  if (outcome == kNoKey) return c.out.Error("ERR no such key");
+  if (outcome == kCollection)
+    return c.out.Error(CollectionRefused(nx ? "RENAMENX" : "RENAME", type));
+  if (nx) return c.out.Integer(outcome == kDone ? 1 : 0);
+  c.out.Ok();
+}
+
+std::string ObjectEncoding(const std::string& v) {
+  int64_t n = 0;
+  if (v.size() <= 20 && ParseInt64(v, &n)) return "int";
+  return v.size() <= 44 ? "embstr" : "raw";
+}
+
+}  // namespace
+
+void Rename(CommandContext& c, const std::vector<std::string>& a) { RenameGeneric(c, a, false); }
+void RenameNx(CommandContext& c, const std::vector<std::string>& a) { RenameGeneric(c, a, true); }
+
+void Copy(CommandContext& c, const std::vector<std::string>& a) {
+  bool replace = false;
+  for (size_t i = 3; i < a.size(); ++i) {
+    if (EqualsNoCase(a[i], "REPLACE")) {
+      replace = true;
+    } else if (EqualsNoCase(a[i], "DB") && i + 1 < a.size()) {
+      int64_t db = 0;
+      if (!ParseInt64(a[i + 1], &db)) return c.out.Error(std::string(kErrNotInteger));
+      if (db != 0) return c.out.Error("ERR DB index is out of range");
+      ++i;
+    } else {
+      return c.out.Error(std::string(kErrSyntax));
+    }
+  }
+  if (a[1] == a[2]) return c.out.Error("ERR source and destination objects are the same");
+  if (!OneShard(c, {a[1], a[2]})) return c.out.Error(std::string(kErrCrossSlot));
+  bool copied = false;
+  uint8_t type = 0;
+  bool ok = Atomically(c, [&](CommandContext& t) {
+    copied = false;
+    type = 0;
+    auto s = ReadRaw(t, a[1]);
+    if (!s.ok()) {
+      t.out.Error(StoreError(s.status()));
+      return false;
+    }
+    if (!s->exists) return true;
+    if (s->type != 0) {
+      type = s->type;
+      return true;
+    }
+    auto d = ReadCurrent(t, a[2]);
+    if (!d.ok()) {
+      t.out.Error(StoreError(d.status()));
+      return false;
+    }
+    if (d->exists && !replace) return true;
+    auto p = t.store.Put(a[2], s->raw);
+    if (!p.ok()) {
+      t.out.Error(StoreError(p.status()));
+      return false;
+    }
+    copied = true;
+    return true;
+  });
+  if (!ok) return;
+  if (type != 0) return c.out.Error(CollectionRefused("COPY", type));
+  c.out.Integer(copied ? 1 : 0);
+}
+
+void Keys(CommandContext& c, const std::vector<std::string>& a) {
+  const std::string& pattern = a[1];
+  const bool all = pattern == "*";
+  std::vector<std::string> keys;
+  uint64_t cursor = 0;
+  do {
+    auto page = c.store.Scan(cursor, 1000);
+    if (!page.ok()) return c.out.Error(StoreError(page.status()));
+    int64_t now = c.state.NowMs();
+    for (size_t i = 0; i < page->keys.size(); ++i) {
+      if (kv::IsRoutedKey(page->keys[i])) continue;  // a collection's sub-record (doc/types.md)
+      if ((all || GlobMatch(pattern, page->keys[i])) && Live(*page, i, now)) {
+        keys.push_back(std::move(page->keys[i]));
+      }
+    }
+    cursor = page->next_cursor;
+  } while (cursor != 0);
+  c.out.Array(keys.size());
+  for (const auto& k : keys) c.out.Bulk(k);
+}
+
+void RandomKey(CommandContext& c, const std::vector<std::string>&) {
+  // Reservoir sampling over a full SCAN (O(N), as KEYS): every live key equally likely.
+  std::string pick;
+  uint64_t seen = 0;
+  uint64_t cursor = 0;
+  std::mt19937_64 rng(std::random_device{}());
+  do {
+    auto page = c.store.Scan(cursor, 1000);
+    if (!page.ok()) return c.out.Error(StoreError(page.status()));
+    int64_t now = c.state.NowMs();
+    for (size_t i = 0; i < page->keys.size(); ++i) {
+      if (!Live(*page, i, now) || kv::IsRoutedKey(page->keys[i])) continue;
+      if (rng() % ++seen == 0) pick = page->keys[i];
+    }
+    cursor = page->next_cursor;
+  } while (cursor != 0);
+  if (seen == 0) return c.out.Null();
+  c.out.Bulk(pick);
+}
+
+void Type(CommandContext& c, const std::vector<std::string>& a) {
+  auto cur = ReadCurrent(c, a[1]);
+  if (!cur.ok()) return c.out.Error(StoreError(cur.status()));
+  if (!cur->exists) return c.out.Simple("none");
+  // A collection's metadata record names its type (doc/types.md); any other value is a string.
+  c.out.Simple(cur->type == 0 ? "string" : TypeName(static_cast<KeyType>(cur->type)));
+}
+
+void Touch(CommandContext& c, const std::vector<std::string>& a) {
+  int64_t n = 0;
+  for (size_t i = 1; i < a.size(); ++i) {
+    auto cur = ReadCurrent(c, a[i]);
+    if (!cur.ok()) return c.out.Error(StoreError(cur.status()));
+    n += cur->exists ? 1 : 0;
+  }
+  c.out.Integer(n);
+}
+
+void Object(CommandContext& c, const std::vector<std::string>& a) {
+  const std::string& sub = a[1];
+  if (EqualsNoCase(sub, "HELP") && a.size() == 2) {
+    static const char* kHelp[] = {
+        "OBJECT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "ENCODING <key>",
+        "    Return the kind of internal representation used in order to store the value",
+        "    associated with a <key>.",
+        "FREQ <key>",
+        "    Return the access frequency index of the <key>. The returned integer is",
+        "    proportional to the logarithm of the recent access frequency of the key.",
+        "IDLETIME <key>",
+        "    Return the idle time of the <key>, that is the approximated number of",
+        "    seconds elapsed since the last access to the key.",
+        "REFCOUNT <key>",
+        "    Return the number of references of the value associated with the specified",
+        "    <key>.",
+        "HELP",
+        "    Print this help."};
+    c.out.Array(sizeof(kHelp) / sizeof(kHelp[0]));
+    for (const char* l : kHelp) c.out.Simple(l);
+    return;
+  }
+  bool known = EqualsNoCase(sub, "ENCODING") || EqualsNoCase(sub, "REFCOUNT") ||
+               EqualsNoCase(sub, "IDLETIME") || EqualsNoCase(sub, "FREQ");
+  if (!known || a.size() != 3) {
+    return c.out.Error("ERR unknown subcommand or wrong number of arguments for '" +
+                       sub.substr(0, 128) + "'. Try OBJECT HELP.");
+  }
+  auto cur = ReadCurrent(c, a[2]);
+  if (!cur.ok()) return c.out.Error(StoreError(cur.status()));
+  if (!cur->exists) return c.out.Null();
+  if (EqualsNoCase(sub, "ENCODING")) {
+    // A collection: the encoding Redis uses for a large one (its records are a hash table here).
+    if (cur->type != 0) {
+      return c.out.Bulk(static_cast<KeyType>(cur->type) == KeyType::kList ? "quicklist"
+                                                                          : "hashtable");
+    }
+    return c.out.Bulk(ObjectEncoding(cur->data));
+  }
+  if (EqualsNoCase(sub, "REFCOUNT")) return c.out.Integer(1);
+  if (EqualsNoCase(sub, "IDLETIME")) return c.out.Integer(0);
+  c.out.Error(
+      "ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note "
+      "that when switching between policies at runtime LRU and LFU data will take some time to "
+      "adjust.");
+}
+
+void ExpireTime(CommandContext& c, const std::vector<std::string>& a) {
+  bool ms = EqualsNoCase(a[0], "pexpiretime");
+  auto cur = ReadCurrent(c, a[1]);
+  if (!cur.ok()) return c.out.Error(StoreError(cur.status()));
+  if (!cur->exists) return c.out.Integer(-2);
+  if (cur->expire_at == 0) return c.out.Integer(-1);
+  c.out.Integer(ms ? cur->expire_at : cur->expire_at / 1000);
+}
+
+void Watch(CommandContext& c, const std::vector<std::string>& a) {
+  if (c.session.in_multi) return c.out.Error("ERR WATCH inside MULTI is not allowed");
+  for (size_t i = 1; i < a.size(); ++i) {
+    bool seen = false;
+    for (const auto& w : c.session.watched) seen = seen || w.key == a[i];
+    if (seen) continue;
+    auto cur = ReadCurrent(c, a[i]);
+    if (!cur.ok()) return c.out.Error(StoreError(cur.status()));
+    c.session.watched.push_back({a[i], cur->version, cur->exists});
+  }
+  c.out.Ok();
+}
+
+void Unwatch(CommandContext& c, const std::vector<std::string>&) {
+  c.session.watched.clear();
+  c.out.Ok();
+}
+
+void Function(CommandContext& c, const std::vector<std::string>& a) {
+  const std::string& sub = a[1];
+  if (EqualsNoCase(sub, "FLUSH")) {
+    if (a.size() > 3 ||
+        (a.size() == 3 && !EqualsNoCase(a[2], "ASYNC") && !EqualsNoCase(a[2], "SYNC"))) {
+      return c.out.Error("ERR FUNCTION FLUSH only supports SYNC|ASYNC option");
+    }
+    return c.out.Ok();  // no scripting: there is never a library to remove
+  }
+  if (EqualsNoCase(sub, "LIST")) {
+    for (size_t i = 2; i < a.size(); ++i) {
+      if (EqualsNoCase(a[i], "WITHCODE")) continue;
+      if (EqualsNoCase(a[i], "LIBRARYNAME") && i + 1 < a.size()) {
+        ++i;
+        continue;
+      }
+      return c.out.Error("ERR Unknown argument " + a[i].substr(0, 128));
+    }
+    return c.out.Array(0);
+  }
+  if (EqualsNoCase(sub, "STATS")) {
+    c.out.Map(2);
+    c.out.Bulk("running_script");
+    c.out.Null();
+    c.out.Bulk("engines");
+    c.out.Map(0);
+    return;
+  }
+  c.out.Error("ERR unknown subcommand '" + sub.substr(0, 128) +
+              "'. This server has no scripting: FUNCTION FLUSH, LIST and STATS only.");
+}
+
+void Save(CommandContext& c, const std::vector<std::string>&) {
+  // Every acknowledged write is already durable in the pool (and on every live backup).
+  c.out.Ok();
+}
+
+void Shutdown(CommandContext& c, const std::vector<std::string>&) {
+  c.out.Error(
+      "ERR SHUTDOWN is not served by the gateway: stop asymnvm-kv itself (SIGTERM); every "
+      "acknowledged write is already durable");
+}
+
+std::vector<CommandSpec> KeyspaceCommandSpecs() {
+  // name, arity, flags, first/last/step key, group, since, summary, notes, handler, subcommands
+  return {
+      {"copy", -3, kWrite | kSlowPath, 1, 2, 1, "generic", "6.2.0",
+       "Copies the value of a key to a new key.",
+       "DB 0 only; REPLACE; one conditional batch: both keys must share a shard (a hash tag "
+       "`{...}`), else -CROSSSLOT",
+       Copy},
+      {"expireat", -3, kWrite | kFast, 1, 1, 1, "generic", "1.2.0",
+       "Sets the expiration time of a key to a Unix timestamp.", "as EXPIRE", Expire},
+      {"expiretime", 2, kReadonly | kFast, 1, 1, 1, "generic", "7.0.0",
+       "Returns the expiration time of a key as a Unix timestamp.", "", ExpireTime},
+      {"flushdb", -1, kWrite | kNoTxn, 0, 0, 0, "server", "1.0.0",
+       "Remove all keys from the current database.", "as FLUSHALL (one database)", FlushAll},
+      {"function", -2, kInline, 0, 0, 0, "scripting", "7.0.0", "A container for function commands.",
+       "no scripting: FLUSH (OK), LIST (empty), STATS; others are errors", Function,
+       "flush list stats"},
+      {"keys", 2, kReadonly | kNoTxn, 0, 0, 0, "generic", "1.0.0",
+       "Returns all key names that match a pattern.",
+       "a full SCAN of every shard (O(N)), on a worker thread", Keys},
+      {"object", -2, kReadonly, 2, 2, 1, "generic", "2.2.3",
+       "A container for object introspection commands.",
+       "ENCODING (int, embstr or raw by the value, as Redis would choose), REFCOUNT (1), IDLETIME "
+       "(0); FREQ is Redis's no-LFU error",
+       Object, "encoding refcount idletime freq help"},
+      {"pexpireat", -3, kWrite | kFast, 1, 1, 1, "generic", "2.6.0",
+       "Sets the expiration time of a key to a Unix milliseconds timestamp.", "as EXPIRE", Expire},
+      {"pexpiretime", 2, kReadonly | kFast, 1, 1, 1, "generic", "7.0.0",
+       "Returns the expiration time of a key as a Unix milliseconds timestamp.", "", ExpireTime},
+      {"randomkey", 1, kReadonly | kNoTxn, 0, 0, 0, "generic", "1.0.0",
+       "Returns a random key name from the database.",
+       "a full SCAN of every shard (O(N)), one key picked uniformly", RandomKey},
+      {"rename", 3, kWrite | kSlowPath, 1, 2, 1, "generic", "1.0.0",
+       "Renames a key and overwrites the destination.",
+       "keeps the TTL; one conditional batch: both keys must share a shard (a hash tag `{...}`), "
+       "else -CROSSSLOT",
+       Rename},
+      {"renamenx", 3, kWrite | kSlowPath, 1, 2, 1, "generic", "1.0.0",
+       "Renames a key only when the target key name doesn't exist.", "as RENAME", RenameNx},
+      {"save", 1, kAdmin | kNoTxn, 0, 0, 0, "server", "1.0.0",
+       "Synchronously saves the database(s) to disk.",
+       "OK at once: every acknowledged write is already durable", Save},
+      {"shutdown", -1, kAdmin | kNoTxn | kInline, 0, 0, 0, "server", "1.0.0",
+       "Synchronously saves the database(s) to disk and shuts down the server.",
+       "an error: stop asymnvm-kv itself (SIGTERM)", Shutdown},
+      {"touch", -2, kReadonly | kFast, 1, -1, 1, "generic", "3.2.1",
+       "Returns the number of existing keys out of those specified after updating the time they "
+       "were last accessed.",
+       "counts the existing keys (no access time is kept)", Touch},
+      {"type", 2, kReadonly | kFast, 1, 1, 1, "generic", "1.0.0",
+       "Determines the type of value stored at a key.", "", Type},
+      {"unlink", -2, kWrite | kFast, 1, -1, 1, "generic", "4.0.0",
+       "Asynchronously deletes one or more keys.", "as DEL (synchronous)", Del},
+      {"unwatch", 1, kFast | kNoMulti | kInline, 0, 0, 0, "transactions", "2.2.0",
+       "Forgets about watched keys of a transaction.", "", Unwatch},
+      {"watch", -2, kFast | kNoMulti, 1, -1, 1, "transactions", "2.2.0",
+       "Monitors changes to keys to determine the execution of a transaction.",
+       "the versions read are conditions of EXEC's batch: the watched keys must share the "
+       "transaction's shard",
+       Watch},
+  };
+}
+
+}  // namespace asymnvm::kv::resp::handlers

@@ -523,7 +523,10 @@ class ShmExtension final : public soft::Extension {
     int e = pthread_mutex_init(Alive(), &attr);
     pthread_mutexattr_destroy(&attr);
     if (e != 0) return Status::IoError("shm fabric: pthread_mutex_init", e);
-    for (uint32_t i = kSlots; i > 0; i--) free_slots_.push_back(i - 1);
+    {
+      MutexLock lock(mu_);
+      for (uint32_t i = kSlots; i > 0; i--) free_slots_.push_back(i - 1);
+    }
     std::random_device rd;
     char name[64];
     std::snprintf(name, sizeof name, "asymnvm-shm/%d/%08x%08x", static_cast<int>(::getpid()), rd(),

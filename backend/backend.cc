@@ -21,6 +21,7 @@
 #include "backend/applier.h"
 #include "backend/deferred_frees.h"
 #include "backend/log_format.h"
+#include "backend/metrics.h"
 #include "backend/naming.h"
 #include "backend/replication.h"
 #include "backend/rpc.h"
@@ -836,7 +837,13 @@ struct Backend::Impl : public OpLogSource {
 
   Status Handle(const oq::RequestContext& ctx, std::span<const uint8_t> payload,
                 std::vector<uint8_t>* response) {
+    const auto t0 = std::chrono::steady_clock::now();
     Status st = HandleRequest(ctx, payload, response);
+    request_metrics.Record(
+        ctx.type,
+        static_cast<uint64_t>(
+            std::chrono::nanoseconds(std::chrono::steady_clock::now() - t0).count()),
+        payload.size(), response->size(), st.ok());
     // The queue position after this request (what the OQ worker's ReqToExecute becomes): a
     // checkpoint taken from now on covers it.
     const uint64_t end =
@@ -1419,6 +1426,15 @@ struct Backend::Impl : public OpLogSource {
     j["pm_sync_bytes"] = s.pm_sync_bytes;
     j["checkpoints"] = s.checkpoints;
     j["checkpoint_bytes"] = s.checkpoint_bytes;
+    {
+      MutexLock lock(mu);
+      j["checkpoint_lag_txns"] = redo ? s.txns_applied - std::min(s.txns_applied, ckpt_txns) : 0;
+    }
+    if (server) {
+      const oq::ServerStats q = server->stats();
+      j["oq"] = {
+          {"connections", q.connections}, {"executed", q.executed}, {"rnr_seen", q.rnr_seen}};
+    }
     if (repl) {
       j["mirror_mode"] = repl->async() ? "async" : "sync";
       j["mirrors"] = nlohmann::ordered_json::array();
@@ -1463,6 +1479,8 @@ struct Backend::Impl : public OpLogSource {
   }
 
   bool skip_final_checkpoint = false;  // TEST_CrashAndClose
+  // Per request type counts, bytes and latency (Handle; the metrics endpoint reads them).
+  metrics::RequestMetrics request_metrics{RequestTypeNames()};
 
   void Stop() {
     if (stop.exchange(true)) return;
@@ -1525,6 +1543,7 @@ std::string Backend::log_address() const { return impl_->receiver->address(); }
 const Layout& Backend::layout() const { return impl_->layout; }
 BackendStats Backend::stats() const { return impl_->Stats(); }
 std::string Backend::StatusJson() const { return impl_->StatusJson(); }
+const metrics::RequestMetrics& Backend::request_metrics() const { return impl_->request_metrics; }
 void Backend::Stop() { impl_->Stop(); }
 Status Backend::AddMirror(const std::string& address) {
   if (!impl_->repl) {

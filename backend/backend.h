@@ -34,6 +34,7 @@
 
 #include "alloc/backend_allocator.h"
 #include "asymnvm/fabric.h"
+#include "asymnvm/metrics.h"
 #include "asymnvm/pm.h"
 #include "asymnvm/status.h"
 #include "backend/layout.h"
@@ -129,6 +130,8 @@ class Backend {
   const Layout& layout() const;
   BackendStats stats() const;
   std::string StatusJson() const;  // what `asymnvm-ctl status` prints
+  // Requests by type: counts, bytes, latency (backend/metrics.h writes them for Prometheus).
+  const metrics::RequestMetrics& request_metrics() const;
   // Forwards to one more mirror from now on (a mirror that announced itself in the group while
   // this back-end serves; doc/mirror.md §Joining). kFailedPrecondition when the back-end was
   // started without replication (neither replication.mirrors nor replication.joinable), else

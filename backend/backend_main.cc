@@ -3,7 +3,7 @@
 //   asymnvm-backend --pool PATH [--size SIZE] [--listen ADDR] [--log-listen ADDR]
 //                   [--fabric soft|verbs|auto] [--pm-mode auto|msync|flush]
 //                   [--secret-file PATH] [--handshake-timeout-ms MS] [--max-pending-handshakes N]
-//                   [--log-level L] [--coord URI] [--config FILE]
+//                   [--log-level L] [--coord URI] [--config FILE] [--metrics-listen HOST:PORT]
 //
 // The cluster secret comes from --secret-file, else ASYMNVM_SECRET_FILE / ASYMNVM_SECRET, else the
 // built-in default, which is only accepted for loopback listen addresses (doc/fabric.md).
@@ -43,10 +43,13 @@
 #include <thread>
 
 #include "asymnvm/coord.h"
+#include "asymnvm/metrics.h"
 #include "asymnvm/pm.h"
 #include "backend/backend.h"
+#include "backend/metrics.h"
 #include "backend/registration.h"
 #include "common/logging.h"
+#include "common/service.h"
 #include "mirror/group.h"
 #include "mirror/primary_role.h"
 
@@ -194,6 +197,10 @@ int main(int argc, char** argv) {
   app.add_flag("--TEST-skip-mirror-flush", test_skip_mirror_flush,
                "tests only: barriers do not wait for the mirrors' FLUSH (loses data)")
       ->group("");  // hidden
+  std::string metrics_listen;
+  app.add_option("--metrics-listen", metrics_listen,
+                 "serve Prometheus metrics (GET /metrics) at HOST:PORT; off unless given "
+                 "(doc/operations.md)");
   app.add_option("--log-level", log_level, "debug|info|warn|error|off")
       ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
@@ -237,6 +244,19 @@ int main(int argc, char** argv) {
         return 1;
       }
     }
+  }
+
+  // Bound before anything else starts, so a taken port is a start-up error; collectors join once
+  // the back-end serves (a scrape before that returns only the process facts).
+  std::unique_ptr<metrics::Exposer> exposer;
+  if (!metrics_listen.empty()) {
+    auto e = metrics::Exposer::Start(metrics_listen);
+    if (!e.ok()) {
+      std::cerr << "asymnvm-backend: --metrics-listen: " << e.status().message() << "\n";
+      return 1;
+    }
+    exposer = std::move(e).value();
+    exposer->Add([](metrics::Writer& w) { metrics::WriteProcessInfo(w, "backend"); });
   }
 
   sigset_t stop_set;
@@ -461,9 +481,25 @@ int main(int argc, char** argv) {
     LOG_INFO("backend", "registered " << mirror::GroupPath(*uuid) << "/primary at " << coord_uri
                                       << " (term " << role->term() << ")");
   }
-  std::cout << "listening " << (*be)->address() << "\nlog " << (*be)->log_address() << std::endl;
+  if (exposer) {
+    const backend::Backend* bp = be->get();
+    const mirror::PrimaryRole* rp = role.get();
+    exposer->Add([bp, rp](metrics::Writer& w) {
+      backend::WriteMetrics(*bp, w);
+      if (rp != nullptr) {
+        w.Gauge("asymnvm_backend_group_term",
+                "Term of the back-end group this primary serves (rises with each promotion)",
+                static_cast<double>(rp->term()));
+      }
+    });
+  }
+  std::cout << "listening " << (*be)->address() << "\nlog " << (*be)->log_address()
+            << (exposer ? "\nmetrics " + exposer->address() : "") << std::endl;
+  NotifyReady("serving " + o.pool_path + " at " + (*be)->address());
   int sig = 0;
   sigwait(&stop_set, &sig);
+  NotifyStopping();
+  exposer.reset();  // no scrape reads the back-end while it stops
   if (role) {
     // An operator's stop is not a failure: empty the in-sync set first so no mirror takes over
     // (they are caught up when this primary starts again); then unregister.

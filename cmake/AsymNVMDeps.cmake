@@ -4,6 +4,8 @@ find_package(PkgConfig REQUIRED)
 find_package(Threads REQUIRED)
 pkg_check_modules(PMEM REQUIRED IMPORTED_TARGET libpmem)
 pkg_check_modules(IBVERBS REQUIRED IMPORTED_TARGET libibverbs)
+# sd_notify for systemd units with Type=notify (common/service.h).
+pkg_check_modules(SYSTEMD REQUIRED IMPORTED_TARGET libsystemd)
 find_package(OpenSSL REQUIRED COMPONENTS Crypto)
 find_package(nlohmann_json 3 REQUIRED)
 find_package(CLI11 QUIET CONFIG)
@@ -28,3 +30,6 @@ target_link_libraries(asymnvm_dep_xxhash INTERFACE ${XXHASH_LIB})
 if(ASYMNVM_BUILD_BENCH)
   find_package(benchmark REQUIRED)
 endif()
+
+# Prometheus metrics (doc/operations.md): the exposer (pull) and core of Debian's prometheus-cpp-dev.
+find_package(prometheus-cpp CONFIG REQUIRED)

@@ -7,11 +7,13 @@
 //              [--replication rowan|rpc|rwrite|batch|share] [--rlog-listen ADDR]
 //              [--secret-file PATH] [--log-level L] [--config FILE]
 //              [--rebalance-threshold F] [--rebalance-period-ms N] [--rebalance-*]
+//              [--metrics-listen HOST:PORT]
 //
 // With a coordinator (default: dir:<pool dir>/coord) the server joins the replicated cluster
 // <cluster> (doc/kv.md §Replication); with --coord none it serves every shard of its pool alone.
 // Prints "listening <oq address>" and "log <b-log address>" (then "rdmp <address>" for the
-// server-bypass endpoint and "resp HOST:PORT" for the Redis gateway, doc/resp.md; all in one write)
+// server-bypass endpoint, "resp HOST:PORT" for the Redis gateway, doc/resp.md, and "metrics
+// HOST:PORT" with --metrics-listen, doc/operations.md; all in one write)
 // as the first stdout lines once it serves (registered as
 // /asymnvm/kv/<cluster>/servers/<pool-uuid>, ephemeral), serves until SIGTERM/SIGINT, then stops
 // cleanly (everything acknowledged is already durable) and exits 0. Exit codes: 0 clean stop, 1
@@ -25,11 +27,85 @@
 #include <iostream>
 
 #include "asymnvm/coord.h"
+#include "asymnvm/metrics.h"
 #include "common/logging.h"
+#include "common/service.h"
+#include "kv/resp/commands.h"
 #include "kv/resp/gateway.h"
 #include "kv/server.h"
 
 using namespace asymnvm;
+
+namespace {
+
+// asymnvm-kv's Prometheus collector (doc/operations.md §Metrics): the server's stats, its
+// requests by type, and the Redis gateway's counters.
+void WriteKvMetrics(const kv::Server& server, const kv::resp::Server* gateway, metrics::Writer& w) {
+  const kv::ServerStats s = server.stats();
+  auto c = [&](const std::string& name, const char* help, uint64_t v) {
+    w.Counter("asymnvm_kv_" + name, help, static_cast<double>(v));
+  };
+  auto g = [&](const std::string& name, const char* help, uint64_t v) {
+    w.Gauge("asymnvm_kv_" + name, help, static_cast<double>(v));
+  };
+  g("keys", "Live keys in this server's pool (its shards, primary and backup)", s.store.keys);
+  g("tombstones", "Deleted keys not yet cleaned", s.store.tombstones);
+  g("segments", "Log segments of the store", s.store.segments);
+  g("free_segments", "Free log segments", s.store.free_segments);
+  g("live_bytes", "Footprint of the live entries", s.store.live_bytes);
+  c("appended_bytes_total", "Entry bytes appended (cleaner copies included)",
+    s.store.appended_bytes);
+  c("gc_copied_bytes_total", "Bytes the cleaner copied", s.store.gc_copied_bytes);
+  c("gc_segments_freed_total", "Segments the cleaner freed", s.store.gc_segments_freed);
+  c("rejected_requests_total", "Malformed or misrouted requests answered with an error",
+    s.rejected);
+  c("nilext_dropped_total", "Nil-externalizing requests that failed (no reply channel)",
+    s.nilext_dropped);
+  w.Counter("asymnvm_pm_syncs_total", "Pool msync calls (0 in flush mode)",
+            static_cast<double>(s.pm_syncs), {{"component", "kv"}});
+  w.Counter("asymnvm_pm_sync_bytes_total", "Bytes of the pool made durable by msync",
+            static_cast<double>(s.pm_sync_bytes), {{"component", "kv"}});
+  g("shard_map_epoch", "Epoch of the shard map this server follows (cluster mode)", s.map_epoch);
+  c("backup_digested_total", "B-log entries applied as a backup", s.digested);
+  c("catchups_total", "Joining backups brought in sync by this server", s.catchups);
+  c("replicated_writes_total", "Writes this primary replicated to its backups",
+    s.replicated_writes);
+  c("replication_round_trips_total", "Replication doorbells, summed over the backups",
+    s.replication_round_trips);
+  c("replication_bytes_total", "Replication wire bytes (both directions)", s.replication_bytes);
+  c("rdmp_reserved_total", "Server-bypass slots reserved", s.rdmp_reserved);
+  c("rdmp_published_total", "Server-bypass slots published", s.rdmp_published);
+  c("rdmp_revoked_total", "Server-bypass connections revoked", s.rdmp_revoked);
+  server.request_metrics().Write(w, "asymnvm_kv");
+  if (gateway != nullptr) {
+    const kv::resp::GatewayState& st = gateway->state();
+    w.Gauge("asymnvm_resp_connected_clients", "Redis clients connected now",
+            static_cast<double>(st.connected_clients.load()));
+    w.Counter("asymnvm_resp_connections_total", "Redis connections accepted",
+              static_cast<double>(st.total_connections.load()));
+    w.Counter("asymnvm_resp_rejected_connections_total", "Redis connections refused (maxclients)",
+              static_cast<double>(st.rejected_connections.load()));
+    w.Counter("asymnvm_resp_fast_path_commands_total",
+              "Commands run by a gateway loop on this server's own shards",
+              static_cast<double>(st.fast_path_commands.load()));
+    w.Counter("asymnvm_resp_fast_path_commits_total", "Group commits of the fast path",
+              static_cast<double>(st.fast_path_commits.load()));
+    const auto& table = kv::resp::CommandTable();
+    // INFO commandstats' counters (one place): run calls plus calls refused before running.
+    for (size_t i = 0; i < table.size() && i < kv::resp::GatewayState::kMaxCommands; i++) {
+      const auto& cs = st.command_stats[i];
+      const int64_t n =
+          cs.calls.load(std::memory_order_relaxed) + cs.rejected.load(std::memory_order_relaxed);
+      if (n == 0) continue;  // ~200 commands: only those used
+      w.Counter("asymnvm_resp_commands_total", "Redis commands called, by name",
+                static_cast<double>(n), {{"command", std::string(table[i].name)}});
+    }
+    w.Counter("asymnvm_resp_commands_all_total", "Redis commands processed (all names)",
+              static_cast<double>(st.total_commands.load()));
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"asymnvm-kv: Rowan-KV server (log-structured PM key-value store)"};
@@ -150,6 +226,10 @@ int main(int argc, char** argv) {
   bool no_spread = false;
   app.add_flag("--no-spread-primaries", no_spread,
                "do not move primaries back onto returning servers");
+  std::string metrics_listen;
+  app.add_option("--metrics-listen", metrics_listen,
+                 "serve Prometheus metrics (GET /metrics) at HOST:PORT; off unless given "
+                 "(doc/operations.md)");
   app.add_option("--log-level", log_level, "debug|info|warn|error|off")
       ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
@@ -230,6 +310,17 @@ int main(int argc, char** argv) {
     }
   }
 
+  std::unique_ptr<metrics::Exposer> exposer;
+  if (!metrics_listen.empty()) {
+    auto e = metrics::Exposer::Start(metrics_listen);
+    if (!e.ok()) {
+      std::cerr << "asymnvm-kv: --metrics-listen: " << e.status().message() << "\n";
+      return 1;
+    }
+    exposer = std::move(e).value();
+    exposer->Add([](metrics::Writer& w) { metrics::WriteProcessInfo(w, "kv"); });
+  }
+
   sigset_t stop_set;
   sigemptyset(&stop_set);
   sigaddset(&stop_set, SIGTERM);
@@ -290,14 +381,22 @@ int main(int argc, char** argv) {
     }
     gateway = std::move(gw).value();
   }
+  if (exposer) {
+    const kv::Server* sp = server->get();
+    const kv::resp::Server* gp = gateway.get();
+    exposer->Add([sp, gp](metrics::Writer& w) { WriteKvMetrics(*sp, gp, w); });
+  }
   // One write: a parent that reads only the first line and closes the pipe must not make a
   // later line raise SIGPIPE.
   std::cout << "listening " << (*server)->address() << "\nlog " << (*server)->rowan_address()
             << ((*server)->rdmp_address().empty() ? "" : "\nrdmp " + (*server)->rdmp_address())
             << (gateway ? "\nresp " + resp_bind + ":" + std::to_string(gateway->port()) : "")
-            << std::endl;
+            << (exposer ? "\nmetrics " + exposer->address() : "") << std::endl;
+  NotifyReady("serving " + o.pool_path + " at " + (*server)->address());
   int sig = 0;
   sigwait(&stop_set, &sig);
+  NotifyStopping();
+  exposer.reset();  // no scrape reads the server while it stops
   if (gateway) gateway->Stop();
   (*server)->Stop();
   auto st = (*server)->stats();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <limits>
@@ -160,6 +161,19 @@ struct Server::Impl {
   std::unique_ptr<Mutex[]> exec;
   std::unique_ptr<LocalSyncs> local_syncs = std::make_unique<LocalSyncs>();
   std::atomic<uint64_t> requests{0}, rejected{0}, nilext_dropped{0};
+  // Per request type counts, bytes and latency (the metrics endpoint, doc/operations.md).
+  metrics::RequestMetrics request_metrics{{{wire::kPut, "put"},
+                                           {wire::kGet, "get"},
+                                           {wire::kDelete, "delete"},
+                                           {wire::kPutIf, "put_if"},
+                                           {wire::kIncr, "incr"},
+                                           {wire::kScan, "scan"},
+                                           {wire::kInfo, "info"},
+                                           {wire::kPutChunk, "put_chunk"},
+                                           {wire::kPutLarge, "put_large"},
+                                           {wire::kReserve, "reserve"},
+                                           {wire::kPublish, "publish"},
+                                           {wire::kBatch, "batch"}}};
   std::thread cleaner;
   Mutex mu;
   std::condition_variable cv;
@@ -177,6 +191,7 @@ Status Server::Impl::Handle(const oq::RequestContext& ctx, std::span<const uint8
                             std::vector<uint8_t>* response) {
   requests++;
   tls_worker = static_cast<int>(ctx.worker);
+  const auto t0 = std::chrono::steady_clock::now();
   MutexLock exec_lock(exec[ctx.worker]);
   Status st;
   auto r = wire::DecodeRequest(ctx.type, payload);
@@ -194,6 +209,11 @@ Status Server::Impl::Handle(const oq::RequestContext& ctx, std::span<const uint8
                                              << ") failed: " << st.ToString());
     }
   }
+  request_metrics.Record(
+      ctx.type,
+      static_cast<uint64_t>(
+          std::chrono::nanoseconds(std::chrono::steady_clock::now() - t0).count()),
+      payload.size(), response->size(), st.ok());
   return st;
 }
 
@@ -963,13 +983,17 @@ std::string Server::remote_log_address() const {
 std::string Server::pool_uuid() const { return pm::UuidToString(impl_->pool->superblock().uuid); }
 const format::ServerHeader& Server::geometry() const { return impl_->store->geometry(); }
 
+const metrics::RequestMetrics& Server::request_metrics() const { return impl_->request_metrics; }
+
 ServerStats Server::stats() const {
   ServerStats s;
   s.store = impl_->store->stats();
   s.requests = impl_->requests;
   s.rejected = impl_->rejected;
   s.nilext_dropped = impl_->nilext_dropped;
-  s.pm_syncs = impl_->pool->sync_stats().syncs;
+  const pm::SyncStats ss = impl_->pool->sync_stats();
+  s.pm_syncs = ss.syncs;
+  s.pm_sync_bytes = ss.bytes;
   if (impl_->agent) {
     s.map_epoch = impl_->agent->epoch();
     s.digested = impl_->agent->digested() +

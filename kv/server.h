@@ -19,6 +19,7 @@
 #include <string_view>
 
 #include "asymnvm/fabric.h"
+#include "asymnvm/metrics.h"
 #include "asymnvm/pm.h"
 #include "asymnvm/status.h"
 #include "fabric/oq/oq.h"
@@ -101,6 +102,9 @@ struct ServerStats {
   uint64_t rdmp_settled = 0;             // ... ended by the server (client gone or too slow)
   uint64_t rdmp_revoked = 0;             // bypass connections closed for an expired reservation
   uint64_t rdmp_located = 0;  // GETs answered with a location (the client reads one-sidedly)
+
+  // pm::SyncStats of the pool, with pm_syncs above (the metrics' asymnvm_pm_sync_*).
+  uint64_t pm_sync_bytes = 0;
 };
 
 // Max request / response payload the server's OQ accepts (key + value + headers).
@@ -157,6 +161,8 @@ class Server {
   std::string pool_uuid() const;
   const format::ServerHeader& geometry() const;
   ServerStats stats() const;
+  // Requests by type: counts, bytes, latency (asymnvm-kv --metrics-listen writes them).
+  const metrics::RequestMetrics& request_metrics() const;
   void Stop();  // idempotent
   // Starts a LocalSection (blocks while an OQ worker executes a request). Call only while the
   // server runs (before Stop).

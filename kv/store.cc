@@ -16,8 +16,17 @@ using format::EntryType;
 
 uint64_t KeyHash(std::string_view key) { return Hash64(key.data(), key.size(), 0x6b76); }
 
+uint64_t RouteHash(std::string_view key) {
+  if (!IsRoutedKey(key)) return KeyHash(HashTag(key));  // Redis Cluster's {tag} rule
+  uint64_t r = 0;
+  for (size_t i = 0; i < 8; i++) {
+    r |= static_cast<uint64_t>(static_cast<uint8_t>(key[kRoutedKeyMagic.size() + i])) << (8 * i);
+  }
+  return r;
+}
+
 uint32_t ShardOf(std::string_view key, uint32_t shards) {
-  return shards == 0 ? 0 : static_cast<uint32_t>(KeyHash(HashTag(key)) % shards);
+  return shards == 0 ? 0 : static_cast<uint32_t>(RouteHash(key) % shards);
 }
 
 uint32_t Store::WorkerOf(uint32_t shard, uint32_t workers) {

@@ -5,21 +5,22 @@
 //                  [--serve-listen ADDR] [--serve-log-listen ADDR] [--pm-mode auto|msync|flush]
 //                  [--secret-file PATH] [--handshake-timeout-ms MS] [--size SIZE]
 //                  [--mirror ADDR]... [--mirror-mode sync|async] [--log-level L] [--config FILE]
+//                  [--metrics-listen HOST:PORT]
 //
 // Serves a primary (asymnvm-backend --mirror ADDR) that copies its pool here and then forwards
-// every persisted range; prints "listening <control address>" and "data <data address>" (the
-// only stdout output), serves until SIGTERM/SIGINT and exits 0. Once in sync it registers the
-// ephemeral /asymnvm/groups/<uuid>/mirrors/<name> and watches the group's primary node: when it is
-// gone for --promotion-timeout-ms and this mirror is in the group's in-sync set, it takes the next
-// term (a CAS on /asymnvm/groups/<uuid>/state), starts a back-end on its pool (recovery as after a
-// crash of the primary), registers itself as the group's primary and serves front-ends until
-// SIGTERM (stderr: "promoted: term N, listening A, log L"). Once promoted it forwards to the
-// mirrors named by --mirror (repeatable; e.g. the old primary's rejoin address: an asymnvm-mirror
-// started there later is attached and copied by the promoted primary while it serves, the manager
-// retrying every 500 ms), like asymnvm-backend --mirror; a SIGTERM then empties the group's
-// in-sync set first (an operator's stop never promotes one of them).
-// Exit codes: 0 clean stop, 1 start-up failure (pool, fabric, coordinator, secret) or a failed
-// promotion, 2 bad command line.
+// every persisted range; prints "listening <control address>" and "data <data address>" (and
+// "metrics HOST:PORT" with --metrics-listen; the only stdout output), serves until SIGTERM/SIGINT
+// and exits 0. Once in sync it registers the ephemeral /asymnvm/groups/<uuid>/mirrors/<name> and
+// watches the group's primary node: when it is gone for --promotion-timeout-ms and this mirror is
+// in the group's in-sync set, it takes the next term (a CAS on /asymnvm/groups/<uuid>/state),
+// starts a back-end on its pool (recovery as after a crash of the primary), registers itself as the
+// group's primary and serves front-ends until SIGTERM (stderr: "promoted: term N, listening A, log
+// L"). Once promoted it forwards to the mirrors named by --mirror (repeatable; e.g. the old
+// primary's rejoin address: an asymnvm-mirror started there later is attached and copied by the
+// promoted primary while it serves, the manager retrying every 500 ms), like asymnvm-backend
+// --mirror; a SIGTERM then empties the group's in-sync set first (an operator's stop never promotes
+// one of them). Exit codes: 0 clean stop, 1 start-up failure (pool, fabric, coordinator, secret) or
+// a failed promotion, 2 bad command line.
 #include <signal.h>
 #include <unistd.h>
 
@@ -30,12 +31,16 @@
 #include <filesystem>
 #include <iostream>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "asymnvm/coord.h"
+#include "asymnvm/metrics.h"
 #include "asymnvm/pm.h"
 #include "backend/backend.h"
+#include "backend/metrics.h"
 #include "common/logging.h"
+#include "common/service.h"
 #include "common/thread_annotations.h"
 #include "mirror/group.h"
 #include "mirror/mirror_server.h"
@@ -307,6 +312,10 @@ int main(int argc, char** argv) {
   app.add_option("--handshake-timeout-ms", handshake_ms, "per-peer connection set-up deadline")
       ->check(CLI::Range(1u, 600000u))
       ->capture_default_str();
+  std::string metrics_listen;
+  app.add_option("--metrics-listen", metrics_listen,
+                 "serve Prometheus metrics (GET /metrics) at HOST:PORT; off unless given "
+                 "(doc/operations.md)");
   app.add_option("--log-level", log_level, "debug|info|warn|error|off")
       ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
@@ -345,6 +354,16 @@ int main(int argc, char** argv) {
         return 1;
       }
     }
+  }
+  std::unique_ptr<metrics::Exposer> exposer;
+  if (!metrics_listen.empty()) {
+    auto e = metrics::Exposer::Start(metrics_listen);
+    if (!e.ok()) {
+      std::cerr << "asymnvm-mirror: --metrics-listen: " << e.status().message() << "\n";
+      return 1;
+    }
+    exposer = std::move(e).value();
+    exposer->Add([](metrics::Writer& w) { metrics::WriteProcessInfo(w, "mirror"); });
   }
   ::signal(SIGPIPE, SIG_IGN);
   sigset_t stop_set;
@@ -391,10 +410,41 @@ int main(int argc, char** argv) {
     }
   }
   std::thread watcher([dp] { dp->Watch(); });
+  if (exposer) {
+    // The mirror's status (what `asymnvm-ctl status` prints) and, once promoted, the back-end's.
+    exposer->Add([dp](metrics::Writer& w) {
+      const auto j = nlohmann::json::parse(dp->server->StatusJson());
+      const std::string state = j.value("state", "");
+      for (const char* s : {"empty", "syncing", "in-sync"}) {
+        w.Gauge("asymnvm_mirror_state", "State of this mirror's copy (one-hot)", state == s ? 1 : 0,
+                {{"state", s}});
+      }
+      w.Gauge("asymnvm_mirror_term", "Group term of the copy", j.value("term", 0.0));
+      w.Counter("asymnvm_mirror_hellos_total", "Full-copy starts by a primary",
+                j.value("hellos", 0.0));
+      w.Counter("asymnvm_mirror_synced_total", "Copies the primary reported complete",
+                j.value("syncs", 0.0));
+      w.Counter("asymnvm_mirror_received_bytes_total", "Wire bytes received from the primary",
+                j.value("bytes_in", 0.0));
+      w.Counter("asymnvm_mirror_remote_ops_total", "One-sided writes/flushes the NIC served",
+                j.value("remote_ops_served", 0.0));
+      w.Counter("asymnvm_pm_syncs_total", "Pool msync calls (0 in flush mode)",
+                j.value("pm_syncs", 0.0), {{"component", "mirror"}});
+      w.Counter("asymnvm_pm_sync_bytes_total", "Bytes of the pool made durable by msync",
+                j.value("pm_sync_bytes", 0.0), {{"component", "mirror"}});
+      const bool promoted = dp->promoted.load();
+      w.Counter("asymnvm_mirror_promotions_total", "Failovers: this mirror promoted to primary",
+                promoted ? 1 : 0);
+      if (promoted) backend::WriteMetrics(*dp->backend, w);
+    });
+  }
   std::cout << "listening " << d.server->address() << "\ndata " << d.server->data_address()
-            << std::endl;
+            << (exposer ? "\nmetrics " + exposer->address() : "") << std::endl;
+  NotifyReady("mirror " + d.mo.pool_path + " at " + d.server->address());
   int sig = 0;
   sigwait(&stop_set, &sig);
+  NotifyStopping();
+  exposer.reset();
   if (sig == SIGUSR1) {
     // --TEST-crash-sim: the machine loses power. Whatever the watcher does meanwhile, nothing is
     // acknowledged after this point and the process ends without any clean-up.

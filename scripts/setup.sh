@@ -8,6 +8,7 @@ pkgs=(build-essential cmake pkg-config git
       libzookeeper-mt-dev zookeeper default-jre-headless libtbb-dev redis-tools redis-server
       libgtest-dev libgmock-dev libbenchmark-dev
       libcli11-dev nlohmann-json3-dev libxxhash-dev libisal-dev libssl-dev
+      prometheus-cpp-dev prometheus libsystemd-dev
       clang libclang-rt-14-dev clang-format gnuplot-nox python3 ccache tcl)
 missing=()
 for p in "${pkgs[@]}"; do

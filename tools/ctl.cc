@@ -563,8 +563,12 @@ int RunCtl(const std::vector<std::string>& args, std::ostream& out, std::ostream
   if (!args.empty() && args[0] == "coord") {
     return RunCtlCoord(std::vector<std::string>(args.begin() + 1, args.end()), out, err);
   }
+  if (!args.empty() && args[0] == "cluster") {
+    return RunCtlCluster(std::vector<std::string>(args.begin() + 1, args.end()), out, err);
+  }
   CLI::App app{
-      "asymnvm-ctl: inspect and check AsymNVM back-ends and pools (and: asymnvm-ctl coord --help)"};
+      "asymnvm-ctl: inspect and check AsymNVM back-ends and pools (and: asymnvm-ctl coord --help, "
+      "asymnvm-ctl cluster --help)"};
   app.require_subcommand(1);
   std::string address, pool_path, secret_file;
   bool json = false;

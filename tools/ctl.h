@@ -8,6 +8,9 @@
 //   asymnvm-ctl gc POOL [--json] [--dry-run] [--pm-mode M]
 //                                                      free the leaked blocks of a stopped pool
 //   asymnvm-ctl coord ls|get|set|rm URI PATH ...        read / edit coordinator nodes
+//   asymnvm-ctl cluster --coord URI [--json]            everything the coordinator knows: groups,
+//                                                      KV shards, front-ends (exit 7/8/9: degraded
+//                                                      / unprotected / unavailable; ctl_cluster.cc)
 //   asymnvm-ctl diff POOL_A POOL_B [--json]             compare two stopped pools region by region
 //                                                      (a primary and its mirror; exit 4 if they
 //                                                      differ)
@@ -132,6 +135,8 @@ void PrintPoolReport(const PoolReport& r, std::ostream& out);
 
 // `asymnvm-ctl coord ls|get|set|rm URI PATH ...` (tools/ctl_coord.cc; args exclude "coord").
 int RunCtlCoord(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+// `asymnvm-ctl cluster ...` (tools/ctl_cluster.cc; doc/operations.md §Cluster view).
+int RunCtlCluster(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 // The whole command line (args exclude the program name). Returns the exit code above.
 int RunCtl(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);

@@ -213,8 +213,22 @@ inline std::string_view HashTag(std::string_view key) {
   if (close == std::string_view::npos || close == open + 1) return key;
   return key.substr(open + 1, close - open - 1);
 }
-// The shard of `key` among `shards` shards (the same function the servers use): the hash of its
-// hash tag.
+// A routed key: kRoutedKeyMagic, then 8 little-endian bytes R, then anything. It lives in shard
+// R % shards instead of its own hash's (the RESP gateway's sub-records of a hash, list, set or
+// sorted set carry RouteHash of their Redis key, so a command's records share one shard and commit
+// as one batch: doc/types.md). Such keys are internal: SCAN and DBSIZE of the gateway skip them.
+inline constexpr std::string_view kRoutedKeyMagic =
+    "\xFF\xFE"
+    "AS";
+inline bool IsRoutedKey(std::string_view key) {
+  return key.size() >= kRoutedKeyMagic.size() + 8 &&
+         key.substr(0, kRoutedKeyMagic.size()) == kRoutedKeyMagic;
+}
+// The 64-bit value ShardOf takes modulo the shard count: for a routed key its 8 bytes R, else
+// KeyHash(HashTag(key)).
+uint64_t RouteHash(std::string_view key);
+// The shard of `key` among `shards` shards (the same function the servers use): RouteHash(key)
+// modulo shards, so the hash of its hash tag for an ordinary key.
 uint32_t ShardOf(std::string_view key, uint32_t shards);
 // The 64-bit key hash Scan orders by.
 uint64_t KeyHash(std::string_view key);

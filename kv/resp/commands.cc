@@ -6,6 +6,7 @@
 #include <chrono>
 #include <unordered_map>
 
+#include "kv/resp/types.h"
 #include "kv/resp/value.h"
 
 namespace asymnvm::kv::resp {
@@ -115,7 +116,10 @@ std::vector<CommandSpec> CoreCommandSpecs() {
        "1.0.0", "Closes the connection.", "", h::Quit},
       {"scan", -2, kReadonly | kNoTxn, 0, 0, 0, "generic", "2.8.0",
        "Iterates over the key names in the database.",
-       "MATCH, COUNT, TYPE string; the cursor encodes the shard and the position in it", h::Scan},
+       "MATCH, COUNT, TYPE (string, hash, list, set); the cursor encodes the shard and the "
+       "position "
+       "in it; a collection's sub-records are never returned",
+       h::Scan},
       {"select", 2, kFast | kLoading | kStale | kInline, 0, 0, 0, "connection", "1.0.0",
        "Changes the selected database.", "only database 0 exists", h::Select},
       {"set", -3, kWrite, 1, 1, 1, "string", "1.0.0",
@@ -151,6 +155,7 @@ const std::vector<CommandSpec>& CommandTable() {
     for (auto more : {h::StringCommandSpecs, h::KeyspaceCommandSpecs}) {
       for (auto& spec : more()) t.push_back(spec);
     }
+    AppendTypeCommands(&t);  // hashes, lists, sets (type_table.cc)
     std::sort(t.begin(), t.end(), [](const CommandSpec& a, const CommandSpec& b) {
       return std::string_view(a.name) < std::string_view(b.name);
     });
@@ -165,7 +170,9 @@ size_t CommandIndex(const CommandSpec& spec) {
 
 const std::vector<UnsupportedSpec>& UnsupportedCommands() {
   static const std::vector<UnsupportedSpec> list = {
-      {"lists, hashes, sets, sorted sets, streams", "the store holds strings only"},
+      {"sorted sets (ZADD ...), streams", "not yet (doc/types.md)"},
+      {"blpop / brpop / blmove / brpoplpush / blmpop",
+       "blocking pops are not built: a worker would block (doc/types.md)"},
       {"pub/sub, scripting (EVAL, FUNCTION LOAD)", "not planned"},
       {"bgsave, bgrewriteaof, replicaof", "persistence and replication are the KV server's own"},
       {"select N (N > 0), swapdb, move", "only database 0"},

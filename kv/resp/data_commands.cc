@@ -2,6 +2,7 @@
 // expired value reads as absent, and the next write replaces it conditionally on its version.
 #include <cctype>
 
+#include "asymnvm/kv.h"
 #include "kv/resp/commands.h"
 #include "kv/resp/data_util.h"
 #include "kv/resp/value.h"
@@ -11,6 +12,7 @@ namespace asymnvm::kv::resp::handlers {
 void Get(CommandContext& c, const std::vector<std::string>& a) {
   auto cur = ReadCurrent(c, a[1]);
   if (!cur.ok()) return c.out.Error(StoreError(cur.status()));
+  if (NotString(c, *cur)) return;
   if (cur->exists) {
     c.out.Bulk(cur->data);
   } else {
@@ -58,6 +60,7 @@ void Set(CommandContext& c, const std::vector<std::string>& a) {
   bool wrote = false, had_old = false;
   std::string old;
   bool ok = ReadModifyWrite(c, key, [&](const Current& cur, Mutation* m) {
+    if (get && NotString(c, cur)) return false;
     had_old = cur.exists;
     old = cur.data;
     wrote = false;
@@ -102,7 +105,7 @@ void MGet(CommandContext& c, const std::vector<std::string>& a) {
   for (size_t i = 1; i < a.size(); ++i) {
     auto cur = ReadCurrent(c, a[i]);
     if (!cur.ok()) return c.out.Error(StoreError(cur.status()));
-    if (cur->exists) {
+    if (cur->exists && cur->type == 0) {
       w.Bulk(cur->data);
     } else {
       w.Null();
@@ -159,6 +162,7 @@ void IncrFamily(CommandContext& c, const std::vector<std::string>& a) {
   if (fast->has_value()) return c.out.Integer(**fast);
   int64_t result = 0;
   bool ok = ReadModifyWrite(c, a[1], [&](const Current& cur, Mutation* m) {
+    if (NotString(c, cur)) return false;
     int64_t v = 0;
     if (cur.exists && !ParseInt64(cur.data, &v)) {
       c.out.Error(std::string(kErrNotInteger));
@@ -180,6 +184,7 @@ void IncrFamily(CommandContext& c, const std::vector<std::string>& a) {
 void Append(CommandContext& c, const std::vector<std::string>& a) {
   size_t len = 0;
   bool ok = ReadModifyWrite(c, a[1], [&](const Current& cur, Mutation* m) {
+    if (NotString(c, cur)) return false;
     m->action = Action::kPut;
     m->data = cur.data + a[2];
     m->expire_at = cur.expire_at;
@@ -192,6 +197,7 @@ void Append(CommandContext& c, const std::vector<std::string>& a) {
 void StrLen(CommandContext& c, const std::vector<std::string>& a) {
   auto cur = ReadCurrent(c, a[1]);
   if (!cur.ok()) return c.out.Error(StoreError(cur.status()));
+  if (NotString(c, *cur)) return;
   c.out.Integer(static_cast<int64_t>(cur->exists ? cur->data.size() : 0));
 }
 
@@ -199,6 +205,7 @@ void GetSet(CommandContext& c, const std::vector<std::string>& a) {
   bool had = false;
   std::string old;
   bool ok = ReadModifyWrite(c, a[1], [&](const Current& cur, Mutation* m) {
+    if (NotString(c, cur)) return false;
     had = cur.exists;
     old = cur.data;
     m->action = Action::kPut;
@@ -226,7 +233,8 @@ void Scan(CommandContext& c, const std::vector<std::string>& a) {
     }
   }
   std::string match;
-  bool has_match = false, type_mismatch = false;
+  bool has_match = false, has_type = false;
+  std::string type;
   int64_t count = 10;
   for (size_t i = 2; i < a.size(); i += 2) {
     if (i + 1 >= a.size()) return c.out.Error(std::string(kErrSyntax));
@@ -237,7 +245,8 @@ void Scan(CommandContext& c, const std::vector<std::string>& a) {
       if (!ParseInt64(a[i + 1], &count)) return c.out.Error(std::string(kErrNotInteger));
       if (count < 1) return c.out.Error(std::string(kErrSyntax));
     } else if (EqualsNoCase(a[i], "TYPE")) {
-      type_mismatch = !EqualsNoCase(a[i + 1], "string");
+      has_type = true;
+      type = a[i + 1];
     } else {
       return c.out.Error(std::string(kErrSyntax));
     }
@@ -246,11 +255,14 @@ void Scan(CommandContext& c, const std::vector<std::string>& a) {
   if (!page.ok()) return c.out.Error(StoreError(page.status()));
   std::vector<const std::string*> keys;
   int64_t now = c.state.NowMs();
-  if (!type_mismatch) {
-    for (size_t i = 0; i < page->keys.size(); ++i) {
-      const auto& k = page->keys[i];
-      if ((!has_match || GlobMatch(match, k)) && Live(*page, i, now)) keys.push_back(&k);
+  for (size_t i = 0; i < page->keys.size(); ++i) {
+    const auto& k = page->keys[i];
+    if (kv::IsRoutedKey(k)) continue;  // a sub-record of a hash, list, set (doc/types.md)
+    if (has_type && i < page->values.size() &&
+        !EqualsNoCase(type, TypeName(TypeOfValue(page->values[i])))) {
+      continue;
     }
+    if ((!has_match || GlobMatch(match, k)) && Live(*page, i, now)) keys.push_back(&k);
   }
   c.out.Array(2);
   c.out.Bulk(std::to_string(page->next_cursor));
@@ -265,7 +277,9 @@ void DbSize(CommandContext& c, const std::vector<std::string>&) {
     auto page = c.store.Scan(cursor, 1000);
     if (!page.ok()) return c.out.Error(StoreError(page.status()));
     int64_t now = c.state.NowMs();
-    for (size_t i = 0; i < page->keys.size(); ++i) n += Live(*page, i, now) ? 1 : 0;
+    for (size_t i = 0; i < page->keys.size(); ++i) {
+      n += Live(*page, i, now) && !kv::IsRoutedKey(page->keys[i]) ? 1 : 0;
+    }
     cursor = page->next_cursor;
   } while (cursor != 0);
   c.out.Integer(n);
@@ -331,6 +345,7 @@ void Expire(CommandContext& c, const std::vector<std::string>& a) {
     } else {
       m->action = Action::kPut;
       m->data = cur.data;
+      m->type = cur.type;
       m->expire_at = deadline;
     }
     return true;
@@ -355,6 +370,7 @@ void Persist(CommandContext& c, const std::vector<std::string>& a) {
     if (applied) {
       m->action = Action::kPut;
       m->data = cur.data;
+      m->type = cur.type;
     }
     return true;
   });

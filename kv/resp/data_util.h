@@ -12,6 +12,7 @@
 
 #include "kv/resp/commands.h"
 #include "kv/resp/txn.h"
+#include "kv/resp/types.h"
 #include "kv/resp/value.h"
 
 namespace asymnvm::kv::resp::handlers {
@@ -25,7 +26,16 @@ struct Current {
   std::string data;
   int64_t expire_at = 0;
   uint64_t version = 0;  // the stored version, also for an expired value (0: nothing stored)
+  uint8_t type = 0;      // 0: a string; else a hash, list, set or sorted set (types.h KeyType)
 };
+
+// Replies Redis's WRONGTYPE when `cur` is a live value other than a string (a collection's
+// metadata record: doc/types.md); the string commands call it before touching the value.
+inline bool NotString(CommandContext& c, const Current& cur) {
+  if (!cur.exists || cur.type == 0) return false;
+  c.out.Error(std::string(kErrWrongType));
+  return true;
+}
 
 inline Result<Current> ReadCurrent(CommandContext& c, std::string_view key) {
   auto r = c.store.Get(key);
@@ -38,6 +48,7 @@ inline Result<Current> ReadCurrent(CommandContext& c, std::string_view key) {
   cur.exists = true;
   cur.data.assign(d.data);
   cur.expire_at = d.expire_at_ms;
+  cur.type = d.type;
   return cur;
 }
 
@@ -46,6 +57,7 @@ struct Mutation {
   Action action = Action::kNone;
   std::string data;
   int64_t expire_at = 0;
+  uint8_t type = 0;  // EXPIRE/PERSIST keep a collection's metadata frame (cur.type)
 };
 
 // Reads `key`, asks fn(cur, &mutation) what to write (fn returns false after replying an error),
@@ -70,7 +82,7 @@ bool ReadModifyWrite(CommandContext& c, std::string_view key, Fn&& fn) {
       }
       return true;
     }
-    auto p = c.store.PutIf(key, EncodeValue(m.data, m.expire_at), cur->version);
+    auto p = c.store.PutIf(key, EncodeValue(m.data, m.expire_at, m.type), cur->version);
     if (!p.ok()) {
       c.out.Error(StoreError(p.status()));
       return false;

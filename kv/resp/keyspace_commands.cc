@@ -4,8 +4,10 @@
 // here), SAVE, SHUTDOWN. Semantics and error texts follow Redis 7 (db.c, expire.c, multi.c).
 #include <random>
 
+#include "asymnvm/kv.h"
 #include "kv/resp/commands.h"
 #include "kv/resp/data_util.h"
+#include "kv/resp/types.h"
 
 namespace asymnvm::kv::resp::handlers {
 namespace {
@@ -14,7 +16,15 @@ namespace {
 struct RawCurrent {
   bool exists = false;
   std::string raw;
+  uint8_t type = 0;  // 0: a string; else a collection's metadata record (types.h)
 };
+
+// RENAME and COPY move only a string: a hash, list or set is a metadata record plus sub-records
+// named by the key (doc/types.md), so copying the metadata alone would share or orphan them.
+std::string CollectionRefused(std::string_view cmd, uint8_t type) {
+  return "ERR " + std::string(cmd) + " of a " + TypeName(static_cast<KeyType>(type)) +
+         " is not supported: its elements are separate records (doc/types.md)";
+}
 
 Result<RawCurrent> ReadRaw(CommandContext& c, std::string_view key) {
   auto r = c.store.Get(key);
@@ -24,6 +34,7 @@ Result<RawCurrent> ReadRaw(CommandContext& c, std::string_view key) {
   DecodedValue d = DecodeValue((*r)->value);
   if (d.expire_at_ms != 0 && d.expire_at_ms <= c.state.NowMs()) return cur;
   cur.exists = true;
+  cur.type = d.type;
   cur.raw = std::move((*r)->value);
   return cur;
 }
@@ -34,7 +45,8 @@ void RenameGeneric(CommandContext& c, const std::vector<std::string>& a, bool nx
   const std::string& src = a[1];
   const std::string& dst = a[2];
   if (!OneShard(c, {src, dst})) return c.out.Error(std::string(kErrCrossSlot));
-  enum { kNoKey, kSame, kExists, kDone } outcome = kNoKey;
+  enum { kNoKey, kSame, kExists, kDone, kCollection } outcome = kNoKey;
+  uint8_t type = 0;
   bool ok = Atomically(c, [&](CommandContext& t) {
     auto s = ReadRaw(t, src);
     if (!s.ok()) {
@@ -43,6 +55,11 @@ void RenameGeneric(CommandContext& c, const std::vector<std::string>& a, bool nx
     }
     if (!s->exists) {
       outcome = kNoKey;
+      return true;
+    }
+    if (s->type != 0) {
+      outcome = kCollection;
+      type = s->type;
       return true;
     }
     if (src == dst) {
@@ -71,6 +88,8 @@ void RenameGeneric(CommandContext& c, const std::vector<std::string>& a, bool nx
   });
   if (!ok) return;
   if (outcome == kNoKey) return c.out.Error("ERR no such key");
+  if (outcome == kCollection)
+    return c.out.Error(CollectionRefused(nx ? "RENAMENX" : "RENAME", type));
   if (nx) return c.out.Integer(outcome == kDone ? 1 : 0);
   c.out.Ok();
 }
@@ -103,14 +122,20 @@ void Copy(CommandContext& c, const std::vector<std::string>& a) {
   if (a[1] == a[2]) return c.out.Error("ERR source and destination objects are the same");
   if (!OneShard(c, {a[1], a[2]})) return c.out.Error(std::string(kErrCrossSlot));
   bool copied = false;
+  uint8_t type = 0;
   bool ok = Atomically(c, [&](CommandContext& t) {
     copied = false;
+    type = 0;
     auto s = ReadRaw(t, a[1]);
     if (!s.ok()) {
       t.out.Error(StoreError(s.status()));
       return false;
     }
     if (!s->exists) return true;
+    if (s->type != 0) {
+      type = s->type;
+      return true;
+    }
     auto d = ReadCurrent(t, a[2]);
     if (!d.ok()) {
       t.out.Error(StoreError(d.status()));
@@ -125,7 +150,9 @@ void Copy(CommandContext& c, const std::vector<std::string>& a) {
     copied = true;
     return true;
   });
-  if (ok) c.out.Integer(copied ? 1 : 0);
+  if (!ok) return;
+  if (type != 0) return c.out.Error(CollectionRefused("COPY", type));
+  c.out.Integer(copied ? 1 : 0);
 }
 
 void Keys(CommandContext& c, const std::vector<std::string>& a) {
@@ -138,6 +165,7 @@ void Keys(CommandContext& c, const std::vector<std::string>& a) {
     if (!page.ok()) return c.out.Error(StoreError(page.status()));
     int64_t now = c.state.NowMs();
     for (size_t i = 0; i < page->keys.size(); ++i) {
+      if (kv::IsRoutedKey(page->keys[i])) continue;  // a collection's sub-record (doc/types.md)
       if ((all || GlobMatch(pattern, page->keys[i])) && Live(*page, i, now)) {
         keys.push_back(std::move(page->keys[i]));
       }
@@ -159,7 +187,7 @@ void RandomKey(CommandContext& c, const std::vector<std::string>&) {
     if (!page.ok()) return c.out.Error(StoreError(page.status()));
     int64_t now = c.state.NowMs();
     for (size_t i = 0; i < page->keys.size(); ++i) {
-      if (!Live(*page, i, now)) continue;
+      if (!Live(*page, i, now) || kv::IsRoutedKey(page->keys[i])) continue;
       if (rng() % ++seen == 0) pick = page->keys[i];
     }
     cursor = page->next_cursor;
@@ -171,7 +199,9 @@ void RandomKey(CommandContext& c, const std::vector<std::string>&) {
 void Type(CommandContext& c, const std::vector<std::string>& a) {
   auto cur = ReadCurrent(c, a[1]);
   if (!cur.ok()) return c.out.Error(StoreError(cur.status()));
-  c.out.Simple(cur->exists ? "string" : "none");
+  if (!cur->exists) return c.out.Simple("none");
+  // A collection's metadata record names its type (doc/types.md); any other value is a string.
+  c.out.Simple(cur->type == 0 ? "string" : TypeName(static_cast<KeyType>(cur->type)));
 }
 
 void Touch(CommandContext& c, const std::vector<std::string>& a) {
@@ -216,7 +246,14 @@ void Object(CommandContext& c, const std::vector<std::string>& a) {
   auto cur = ReadCurrent(c, a[2]);
   if (!cur.ok()) return c.out.Error(StoreError(cur.status()));
   if (!cur->exists) return c.out.Null();
-  if (EqualsNoCase(sub, "ENCODING")) return c.out.Bulk(ObjectEncoding(cur->data));
+  if (EqualsNoCase(sub, "ENCODING")) {
+    // A collection: the encoding Redis uses for a large one (its records are a hash table here).
+    if (cur->type != 0) {
+      return c.out.Bulk(static_cast<KeyType>(cur->type) == KeyType::kList ? "quicklist"
+                                                                          : "hashtable");
+    }
+    return c.out.Bulk(ObjectEncoding(cur->data));
+  }
   if (EqualsNoCase(sub, "REFCOUNT")) return c.out.Integer(1);
   if (EqualsNoCase(sub, "IDLETIME")) return c.out.Integer(0);
   c.out.Error(

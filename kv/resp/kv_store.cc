@@ -160,7 +160,11 @@ class KvClientStore final : public Store {
     // One atomic, version-conditional batch (kv::Client::Batch): every write or none.
     std::vector<kv::BatchOp> ops;
     ops.reserve(writes.size());
-    for (const auto& w : writes) ops.push_back({w.key, w.value, w.expected_version, w.check_only});
+    for (const auto& w : writes) {
+      std::optional<uint64_t> expected;
+      if (!w.unconditional) expected = w.expected_version;
+      ops.push_back({w.key, w.value, expected, w.check_only});
+    }
     ASYMNVM_ASSIGN_OR_RETURN(kv::BatchReply r, cl->Batch(ops));
     return r.applied;
   }

@@ -678,6 +678,7 @@ Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Server::~Server() { Stop(); }
 
 uint16_t Server::port() const { return impl_->port; }
+const GatewayState& Server::state() const { return impl_->state; }
 
 void Server::Stop() {
   if (!impl_ || impl_->stopped) return;

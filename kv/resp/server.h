@@ -60,6 +60,8 @@ class Server {
   Server& operator=(const Server&) = delete;
 
   uint16_t port() const;
+  // Counters of the gateway (connections, commands; read by the metrics endpoint).
+  const struct GatewayState& state() const;
   void Stop();
 
   struct Impl;

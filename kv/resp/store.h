@@ -29,7 +29,8 @@ struct BatchWrite {
   std::string key;
   uint64_t expected_version = 0;
   std::optional<std::string> value;
-  bool check_only = false;  // writes nothing: only the version condition (a read it depends on)
+  bool check_only = false;     // writes nothing: only the version condition (a read it depends on)
+  bool unconditional = false;  // no version condition (a type's sub-record: doc/types.md)
 };
 
 class Store {

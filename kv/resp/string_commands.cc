@@ -97,6 +97,7 @@ void GetEx(CommandContext& c, const std::vector<std::string>& a) {
   bool found = false;
   std::string value;
   bool ok = ReadModifyWrite(c, a[1], [&](const Current& cur, Mutation* m) {
+    if (NotString(c, cur)) return false;
     found = cur.exists;
     value = cur.data;
     if (!cur.exists) return true;
@@ -126,6 +127,7 @@ void GetDel(CommandContext& c, const std::vector<std::string>& a) {
       t.out.Error(StoreError(cur.status()));
       return false;
     }
+    if (NotString(t, *cur)) return false;
     found = cur->exists;
     value = cur->data;
     if (cur->version != 0) {  // also an expired value: delete it
@@ -163,6 +165,7 @@ void IncrByFloat(CommandContext& c, const std::vector<std::string>& a) {
   if (!ParseLongDouble(a[2], &incr)) return c.out.Error("ERR value is not a valid float");
   std::string result;
   bool ok = ReadModifyWrite(c, a[1], [&](const Current& cur, Mutation* m) {
+    if (NotString(c, cur)) return false;
     long double v = 0;
     if (cur.exists && !ParseLongDouble(cur.data, &v)) {
       c.out.Error("ERR value is not a valid float");
@@ -189,6 +192,7 @@ void GetRange(CommandContext& c, const std::vector<std::string>& a) {
   }
   auto cur = ReadCurrent(c, a[1]);
   if (!cur.ok()) return c.out.Error(StoreError(cur.status()));
+  if (NotString(c, *cur)) return;
   c.out.Bulk(cur->exists ? Range(cur->data, start, end) : std::string_view());
 }
 
@@ -202,6 +206,7 @@ void SetRange(CommandContext& c, const std::vector<std::string>& a) {
   }
   size_t len = 0;
   bool ok = ReadModifyWrite(c, a[1], [&](const Current& cur, Mutation* m) {
+    if (NotString(c, cur)) return false;
     len = cur.exists ? cur.data.size() : 0;
     if (v.empty()) return true;  // nothing to write; an absent key stays absent
     std::string data = cur.exists ? cur.data : std::string();
@@ -222,6 +227,7 @@ void GetBit(CommandContext& c, const std::vector<std::string>& a) {
   if (!ParseBitOffset(c, a[2], &off)) return;
   auto cur = ReadCurrent(c, a[1]);
   if (!cur.ok()) return c.out.Error(StoreError(cur.status()));
+  if (NotString(c, *cur)) return;
   size_t byte = static_cast<size_t>(off >> 3);
   int bit = 0;
   if (cur->exists && byte < cur->data.size()) {
@@ -239,6 +245,7 @@ void SetBit(CommandContext& c, const std::vector<std::string>& a) {
   }
   int old = 0;
   bool ok = ReadModifyWrite(c, a[1], [&](const Current& cur, Mutation* m) {
+    if (NotString(c, cur)) return false;
     std::string data = cur.exists ? cur.data : std::string();
     size_t byte = static_cast<size_t>(off >> 3);
     if (data.size() <= byte) data.resize(byte + 1, '\0');
@@ -274,6 +281,7 @@ void BitCount(CommandContext& c, const std::vector<std::string>& a) {
   }
   auto cur = ReadCurrent(c, a[1]);
   if (!cur.ok()) return c.out.Error(StoreError(cur.status()));
+  if (NotString(c, *cur)) return;
   if (!cur->exists) return c.out.Integer(0);
   const std::string& s = cur->data;
   const int64_t total = static_cast<int64_t>(s.size()) * (bits ? 8 : 1);
@@ -354,6 +362,7 @@ void Lcs(CommandContext& c, const std::vector<std::string>& a) {
   for (int k = 0; k < 2; ++k) {
     auto cur = ReadCurrent(c, a[1 + k]);
     if (!cur.ok()) return c.out.Error(StoreError(cur.status()));
+    if (NotString(c, *cur)) return;
     (k == 0 ? sa : sb) = cur->exists ? cur->data : std::string();
   }
   const size_t alen = sa.size(), blen = sb.size();

@@ -101,7 +101,7 @@ class FakeStore final : public Store {
     for (const auto& w : writes) {
       auto it = map_.find(w.key);
       uint64_t have = it == map_.end() ? 0 : it->second.version;
-      if (have != w.expected_version) return false;
+      if (!w.unconditional && have != w.expected_version) return false;
     }
     for (const auto& w : writes) {
       if (w.check_only) continue;

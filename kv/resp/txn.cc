@@ -53,7 +53,8 @@ Result<bool> TxnStore::Delete(std::string_view key) {
 Result<bool> TxnStore::CommitBatch(const std::vector<BatchWrite>& writes) {
   for (const auto& w : writes) {
     auto cur = Load(w.key);
-    if (!cur.ok()) return cur.status();
+    if (!cur.ok()) return cur.status();  // also records the version EXEC's batch is conditional on
+    if (w.unconditional) continue;       // a type's sub-record (store.h BatchWrite)
     if ((cur->has_value() ? (*cur)->version : 0) != w.expected_version) return false;
   }
   for (const auto& w : writes) {

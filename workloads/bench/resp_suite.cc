@@ -5,10 +5,12 @@
 //                  acknowledged write is on disk)
 //   redis-default  redis-server with its defaults (RDB snapshots only: acknowledged writes can be
 //                  lost)
-// Each is driven by `redis-benchmark -t ping_mbulk,set,get,incr -c CLIENTS -P {1,16} -n N --csv`
-// (PING shows the front door's own ceiling: no store call); a record per variant × command ×
-// pipeline depth with ops_per_sec, p50_us, p99_us (redis-benchmark's own figures). Processes are
-// started by this suite and stopped by their PID.
+// Each is driven by `redis-benchmark -t ping_mbulk,set,get,incr,hset,lpush,lpop,sadd -c CLIENTS
+// -P {1,16} -n N --csv` (PING shows the front door's own ceiling: no store call; the type commands
+// all hit one key each, redis-benchmark's own: every gateway write of it is an atomic batch
+// conditional on that key's metadata, so they contend; doc/types.md); a record per variant ×
+// command × pipeline depth with ops_per_sec, p50_us, p99_us (redis-benchmark's own figures).
+// Processes are started by this suite and stopped by their PID.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -36,6 +38,9 @@ namespace asymnvm::bench {
 namespace {
 
 namespace fs = std::filesystem;
+
+constexpr const char* kTests = "ping_mbulk,set,get,incr,hset,lpush,lpop,sadd";
+constexpr int kTestCount = 8;
 
 // Runs a command to completion, returns its stdout (stderr appended on failure).
 Result<std::string> RunTool(const std::vector<std::string>& args, const std::string& tmp) {
@@ -103,8 +108,8 @@ class RespSuite : public Suite {
     report->machine()["cores"] = MachineCores();
     report->machine()["provider"] = "soft";
     report->machine()["transport"] = "tcp";
-    report->AddHeader("redis-benchmark -t ping_mbulk,set,get,incr -c " + std::to_string(clients_) +
-                      " -n " + std::to_string(n) +
+    report->AddHeader(std::string("redis-benchmark -t ") + kTests + " -c " +
+                      std::to_string(clients_) + " -n " + std::to_string(n) +
                       " -P {1,16}; asymnvm = asymnvm-kv through its RESP gateway");
     Status st = Status::Ok();
     std::stringstream vs(variants_);
@@ -166,9 +171,8 @@ class RespSuite : public Suite {
     for (int pipeline : {1, 16}) {
       ASYMNVM_ASSIGN_OR_RETURN(
           std::string out,
-          RunTool({bench, "-p", std::to_string(port), "-t", "ping_mbulk,set,get,incr", "-n",
-                   std::to_string(n), "-c", std::to_string(clients_), "-P",
-                   std::to_string(pipeline), "--csv"},
+          RunTool({bench, "-p", std::to_string(port), "-t", kTests, "-n", std::to_string(n), "-c",
+                   std::to_string(clients_), "-P", std::to_string(pipeline), "--csv"},
                   dir));
       int parsed = 0;
       std::stringstream ls(out);
@@ -187,7 +191,7 @@ class RespSuite : public Suite {
         report->Add(std::move(rec));
         ++parsed;
       }
-      if (parsed != 4) {
+      if (parsed != kTestCount) {
         return Status::Internal(variant + ": redis-benchmark -P " + std::to_string(pipeline) +
                                 " gave " + std::to_string(parsed) + " results: " + out);
       }

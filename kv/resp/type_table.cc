@@ -1,0 +1,150 @@
+// The dispatch entries of the type commands (types.h), appended to CommandTable() (commands.cc).
+// Writes carry kSlowPath: several records committed as one atomic batch through the KV client,
+// never on the fast path (whose section has no atomic batch).
+#include "kv/resp/types.h"
+
+namespace asymnvm::kv::resp {
+
+namespace h = handlers;
+
+void AppendTypeCommands(std::vector<CommandSpec>* t) {
+  constexpr uint32_t kW = kWrite | kSlowPath;
+  const std::vector<CommandSpec> specs = {
+      {"hdel", -3, kW | kFast, 1, 1, 1, "hash", "2.0.0",
+       "Deletes one or more fields and their values from a hash. Deletes the hash if no fields "
+       "remain.",
+       "one atomic batch (doc/types.md)", h::HDel},
+      {"hexists", 3, kReadonly | kFast, 1, 1, 1, "hash", "2.0.0",
+       "Determines whether a field exists in a hash.", "", h::HExists},
+      {"hget", 3, kReadonly | kFast, 1, 1, 1, "hash", "2.0.0",
+       "Returns the value of a field in a hash.", "", h::HGet},
+      {"hgetall", 2, kReadonly, 1, 1, 1, "hash", "2.0.0",
+       "Returns all fields and values in a hash.", "one read per field (doc/types.md)", h::HGetAll},
+      {"hincrby", 4, kW | kFast, 1, 1, 1, "hash", "2.0.0",
+       "Increments the integer value of a field in a hash by a number. Uses 0 as initial value if "
+       "the field doesn't exist.",
+       "", h::HIncrBy},
+      {"hincrbyfloat", 4, kW | kFast, 1, 1, 1, "hash", "2.6.0",
+       "Increments the floating point value of a field by a number. Uses 0 as initial value if "
+       "the field doesn't exist.",
+       "", h::HIncrByFloat},
+      {"hkeys", 2, kReadonly, 1, 1, 1, "hash", "2.0.0", "Returns all fields in a hash.", "",
+       h::HGetAll},
+      {"hlen", 2, kReadonly | kFast, 1, 1, 1, "hash", "2.0.0",
+       "Returns the number of fields in a hash.", "", h::HLen},
+      {"hmget", -3, kReadonly | kFast, 1, 1, 1, "hash", "2.0.0",
+       "Returns the values of all fields in a hash.", "", h::HMGet},
+      {"hmset", -4, kW | kFast, 1, 1, 1, "hash", "2.0.0", "Sets the values of multiple fields.",
+       "at most 31 new fields per command (doc/types.md §Limits)", h::HSet},
+      {"hrandfield", -2, kReadonly, 1, 1, 1, "hash", "6.2.0",
+       "Returns one or more random fields from a hash.", "", h::HRandField},
+      {"hscan", -3, kReadonly, 1, 1, 1, "hash", "2.8.0",
+       "Iterates over fields and values of a hash.",
+       "cursor = 1 + the next slot, visited from the highest down: never repeats on a static "
+       "hash; NOVALUES supported",
+       h::HScan},
+      {"hset", -4, kW | kFast, 1, 1, 1, "hash", "2.0.0",
+       "Creates or modifies the value of a field in a hash.",
+       "one atomic batch; at most 31 new fields per command (doc/types.md §Limits)", h::HSet},
+      {"hsetnx", 4, kW | kFast, 1, 1, 1, "hash", "2.0.0",
+       "Sets the value of a field in a hash only when the field doesn't exist.", "", h::HSetNx},
+      {"hstrlen", 3, kReadonly | kFast, 1, 1, 1, "hash", "3.2.0",
+       "Returns the length of the value of a field.", "", h::HStrLen},
+      {"hvals", 2, kReadonly, 1, 1, 1, "hash", "2.0.0", "Returns all values in a hash.", "",
+       h::HGetAll},
+      {"lindex", 3, kReadonly, 1, 1, 1, "list", "1.0.0",
+       "Returns an element from a list by its index.", "two reads", h::LIndex},
+      {"linsert", 5, kW, 1, 1, 1, "list", "2.2.0",
+       "Inserts an element before or after another element in a list.",
+       "shifts the shorter side: at most ~60 moved elements per command (doc/types.md §Limits)",
+       h::LInsert},
+      {"llen", 2, kReadonly | kFast, 1, 1, 1, "list", "1.0.0", "Returns the length of a list.", "",
+       h::LLen},
+      {"lmove", 5, kW, 1, 2, 1, "list", "6.2.0",
+       "Returns an element after popping it from one list and pushing it to another. Deletes the "
+       "list if the last element was moved.",
+       "keys in one shard (hash tag) unless one server leads every shard", h::LMove},
+      {"lpop", -2, kW | kFast, 1, 1, 1, "list", "1.0.0",
+       "Returns the first elements in a list after removing it. Deletes the list if the last "
+       "element was popped.",
+       "at most ~60 elements per command", h::LPop},
+      {"lpos", -3, kReadonly, 1, 1, 1, "list", "6.0.6",
+       "Returns the index of matching elements in a list.", "", h::LPos},
+      {"lpush", -3, kW | kFast, 1, 1, 1, "list", "1.0.0",
+       "Prepends one or more elements to a list. Creates the key if it doesn't exist.",
+       "one atomic batch; at most 63 elements per command (doc/types.md §Limits)", h::LPush},
+      {"lpushx", -3, kW | kFast, 1, 1, 1, "list", "2.2.0",
+       "Prepends one or more elements to a list only when the list exists.", "", h::LPush},
+      {"lrange", 4, kReadonly, 1, 1, 1, "list", "1.0.0", "Returns a range of elements from a list.",
+       "one read per element", h::LRange},
+      {"lrem", 4, kW, 1, 1, 1, "list", "1.0.0",
+       "Removes elements from a list. Deletes the list if the last element was removed.",
+       "rewrites the list from the first removed element: bounded by one batch", h::LRem},
+      {"lset", 4, kW, 1, 1, 1, "list", "1.0.0",
+       "Sets the value of an element in a list by its index.", "", h::LSet},
+      {"ltrim", 4, kW, 1, 1, 1, "list", "1.0.0",
+       "Removes elements from both ends a list. Deletes the list if all elements were trimmed.",
+       "O(1) records beyond 48 trimmed elements (they become dead records)", h::LTrim},
+      {"rpop", -2, kW | kFast, 1, 1, 1, "list", "1.0.0",
+       "Returns and removes the last elements of a list. Deletes the list if the last element was "
+       "popped.",
+       "", h::LPop},
+      {"rpoplpush", 3, kW, 1, 2, 1, "list", "1.2.0",
+       "Returns the last element of a list after removing and pushing it to another list. Deletes "
+       "the list if the last element was popped.",
+       "as LMOVE", h::LMove},
+      {"rpush", -3, kW | kFast, 1, 1, 1, "list", "1.0.0",
+       "Appends one or more elements to a list. Creates the key if it doesn't exist.", "as LPUSH",
+       h::LPush},
+      {"rpushx", -3, kW | kFast, 1, 1, 1, "list", "2.2.0",
+       "Appends an element to a list only when the list exists.", "", h::LPush},
+      {"sadd", -3, kW | kFast, 1, 1, 1, "set", "1.0.0",
+       "Adds one or more members to a set. Creates the key if it doesn't exist.",
+       "one atomic batch; at most 31 new members per command (doc/types.md §Limits)", h::SAdd},
+      {"scard", 2, kReadonly | kFast, 1, 1, 1, "set", "1.0.0",
+       "Returns the number of members in a set.", "", h::SCard},
+      {"sdiff", -2, kReadonly, 1, -1, 1, "set", "1.0.0", "Returns the difference of multiple sets.",
+       "", h::SCombine},
+      {"sdiffstore", -3, kW, 1, -1, 1, "set", "1.0.0",
+       "Stores the difference of multiple sets in a key.",
+       "keys in one shard (hash tag) unless one server leads every shard", h::SCombineStore},
+      {"sinter", -2, kReadonly, 1, -1, 1, "set", "1.0.0", "Returns the intersect of multiple sets.",
+       "", h::SCombine},
+      {"sintercard", -3, kReadonly, 2, 2, 1, "set", "7.0.0",
+       "Returns the number of members of the intersect of multiple sets.", "", h::SInterCard},
+      {"sinterstore", -3, kW, 1, -1, 1, "set", "1.0.0",
+       "Stores the intersect of multiple sets in a key.",
+       "keys in one shard (hash tag) unless one server leads every shard", h::SCombineStore},
+      {"sismember", 3, kReadonly | kFast, 1, 1, 1, "set", "1.0.0",
+       "Determines whether a member belongs to a set.", "", h::SIsMember},
+      {"smembers", 2, kReadonly, 1, 1, 1, "set", "1.0.0", "Returns all members of a set.",
+       "one read per member (doc/types.md)", h::SMembers},
+      {"smismember", -3, kReadonly | kFast, 1, 1, 1, "set", "6.2.0",
+       "Determines whether multiple members belong to a set.", "", h::SIsMember},
+      {"smove", 4, kW | kFast, 1, 2, 1, "set", "1.0.0", "Moves a member from one set to another.",
+       "keys in one shard (hash tag) unless one server leads every shard", h::SMove},
+      {"spop", -2, kW | kFast, 1, 1, 1, "set", "1.0.0",
+       "Returns one or more random members from a set after removing them. Deletes the set if the "
+       "last member was popped.",
+       "at most 15 members per command unless it pops them all (doc/types.md §Limits)", h::SPop},
+      {"srandmember", -2, kReadonly, 1, 1, 1, "set", "1.0.0",
+       "Get one or multiple random members from a set", "", h::SRandMember},
+      {"srem", -3, kW | kFast, 1, 1, 1, "set", "1.0.0",
+       "Removes one or more members from a set. Deletes the set if the last member was removed.",
+       "", h::SRem},
+      {"sscan", -3, kReadonly, 1, 1, 1, "set", "2.8.0", "Iterates over members of a set.",
+       "as HSCAN", h::SScan},
+      {"sunion", -2, kReadonly, 1, -1, 1, "set", "1.0.0", "Returns the union of multiple sets.", "",
+       h::SCombine},
+      {"sunionstore", -3, kW, 1, -1, 1, "set", "1.0.0",
+       "Stores the union of multiple sets in a key.",
+       "keys in one shard (hash tag) unless one server leads every shard", h::SCombineStore},
+  };
+  for (const auto& s : specs) {
+    bool present = false;
+    for (const auto& e : *t) present = present || std::string_view(e.name) == s.name;
+    if (!present) t->push_back(s);
+  }
+}
+
+}  // namespace asymnvm::kv::resp

@@ -1,0 +1,308 @@
+// Record layouts and the per-command transaction of the type commands (types.h, doc/types.md).
+#include "kv/resp/types.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+
+#include "asymnvm/kv.h"
+#include "kv/resp/value.h"
+
+namespace asymnvm::kv::resp {
+namespace {
+
+void PutLe64(std::string* out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+uint64_t GetLe64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(p[i])) << (8 * i);
+  return v;
+}
+
+constexpr size_t kSubKeyHead = kv::kRoutedKeyMagic.size() + 8 + 8 + 1;
+
+}  // namespace
+
+const char* TypeName(KeyType t) {
+  switch (t) {
+    case KeyType::kString:
+      return "string";
+    case KeyType::kHash:
+      return "hash";
+    case KeyType::kList:
+      return "list";
+    case KeyType::kSet:
+      return "set";
+    case KeyType::kZset:
+      return "zset";
+    case KeyType::kNone:
+      break;
+  }
+  return "none";
+}
+
+KeyType TypeOfValue(std::string_view raw) {
+  DecodedValue d = DecodeValue(raw);
+  if (d.type == 0) return KeyType::kString;
+  if (d.type > static_cast<uint8_t>(KeyType::kZset)) return KeyType::kString;
+  return static_cast<KeyType>(d.type);
+}
+
+std::string EncodeMeta(const Meta& m) {
+  std::string out;
+  out.reserve(32);
+  PutLe64(&out, m.id);
+  PutLe64(&out, static_cast<uint64_t>(m.size));
+  PutLe64(&out, static_cast<uint64_t>(m.head));
+  PutLe64(&out, static_cast<uint64_t>(m.tail));
+  return out;
+}
+
+bool DecodeMeta(std::string_view p, Meta* m) {
+  if (p.size() != 32) return false;
+  m->id = GetLe64(p.data());
+  m->size = static_cast<int64_t>(GetLe64(p.data() + 8));
+  m->head = static_cast<int64_t>(GetLe64(p.data() + 16));
+  m->tail = static_cast<int64_t>(GetLe64(p.data() + 24));
+  return m->id != 0 && m->size >= 0;
+}
+
+std::string SubKey(std::string_view key, uint64_t id, char kind, std::string_view suffix) {
+  std::string out;
+  out.reserve(kSubKeyHead + suffix.size());
+  out.append(kv::kRoutedKeyMagic);
+  PutLe64(&out, kv::RouteHash(key));
+  PutLe64(&out, id);
+  out.push_back(kind);
+  out.append(suffix);
+  return out;
+}
+
+std::string EncodeI64(int64_t v) {
+  std::string s;
+  PutLe64(&s, static_cast<uint64_t>(v));
+  return s;
+}
+
+bool DecodeI64(std::string_view s, int64_t* v) {
+  if (s.size() < 8) return false;
+  *v = static_cast<int64_t>(GetLe64(s.data()));
+  return true;
+}
+
+std::string FieldKey(std::string_view key, uint64_t id, std::string_view field) {
+  return SubKey(key, id, 'f', field);
+}
+std::string SlotKey(std::string_view key, uint64_t id, int64_t slot) {
+  return SubKey(key, id, 's', EncodeI64(slot));
+}
+std::string ElemKey(std::string_view key, uint64_t id, int64_t seq) {
+  return SubKey(key, id, 'l', EncodeI64(seq));
+}
+
+size_t MaxFieldSize(std::string_view) { return kv::kMaxKeySize - kSubKeyHead; }
+
+uint64_t RandomU64() {
+  thread_local std::mt19937_64 rng([] {
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+           static_cast<uint64_t>(reinterpret_cast<uintptr_t>(&rd));
+  }());
+  return rng();
+}
+
+Result<Coll*> CollTx::Open(std::string_view key) {
+  for (auto& c : colls_) {
+    if (c->key == key) return c.get();
+  }
+  auto r = store_.Get(key);
+  if (!r.ok()) return r.status();
+  auto c = std::make_unique<Coll>();
+  c->key.assign(key);
+  if (r->has_value()) {
+    c->store_version = (*r)->version;
+    DecodedValue d = DecodeValue((*r)->value);
+    if (d.expire_at_ms == 0 || d.expire_at_ms > now_ms_) {
+      c->expire_at_ms = d.expire_at_ms;
+      if (d.type == 0 || d.type > static_cast<uint8_t>(KeyType::kZset)) {
+        c->type = KeyType::kString;
+      } else if (DecodeMeta(d.data, &c->meta)) {
+        c->type = static_cast<KeyType>(d.type);
+      } else {
+        return Status::Corruption("metadata record of a " +
+                                  std::string(TypeName(static_cast<KeyType>(d.type))) +
+                                  " does not decode");
+      }
+    }
+  }
+  colls_.push_back(std::move(c));
+  return colls_.back().get();
+}
+
+Result<Coll*> CollTx::OpenAs(std::string_view key, KeyType want, bool* wrongtype) {
+  *wrongtype = false;
+  auto c = Open(key);
+  if (!c.ok()) return c.status();
+  if ((*c)->type != KeyType::kNone && (*c)->type != want) {
+    *wrongtype = true;
+    return static_cast<Coll*>(nullptr);
+  }
+  return *c;
+}
+
+void CollTx::Create(Coll* c, KeyType t) {
+  c->type = t;
+  c->expire_at_ms = 0;
+  c->meta = Meta{};
+  c->meta.id = RandomU64() | 1;
+  c->changed = true;
+  c->deleted = false;
+}
+
+Result<std::optional<std::string>> CollTx::Get(const std::string& sub_key) {
+  auto it = staged_.find(sub_key);
+  if (it != staged_.end()) return it->second;
+  auto r = store_.Get(sub_key);
+  if (!r.ok()) return r.status();
+  if (!r->has_value()) return std::optional<std::string>();
+  return std::optional<std::string>(std::move((*r)->value));
+}
+
+void CollTx::Put(std::string sub_key, std::string value) {
+  staged_[std::move(sub_key)] = std::move(value);
+}
+
+void CollTx::Del(std::string sub_key) { staged_[std::move(sub_key)] = std::nullopt; }
+
+TxOutcome CollTx::Commit(ReplyWriter& out) {
+  std::vector<BatchWrite> writes;
+  size_t bytes = 0;
+  for (auto& c : colls_) {
+    BatchWrite w;
+    w.key = c->key;
+    w.expected_version = c->store_version;
+    if (c->changed && c->type != KeyType::kNone && c->meta.size == 0) c->deleted = true;
+    if (c->deleted) {
+      if (c->store_version == 0) {
+        w.check_only = true;
+      } else {
+        w.value = std::nullopt;
+      }
+    } else if (c->changed) {
+      w.value = EncodeValue(EncodeMeta(c->meta), c->expire_at_ms, static_cast<uint8_t>(c->type));
+      bytes += w.key.size() + w.value->size();
+    } else {
+      w.check_only = true;
+    }
+    writes.push_back(std::move(w));
+  }
+  for (auto& [k, v] : staged_) {
+    BatchWrite w;
+    w.key = k;
+    w.unconditional = true;
+    w.value = v;
+    bytes += k.size() + (v ? v->size() : 0) + 16;
+    writes.push_back(std::move(w));
+  }
+  if (writes.size() > kMaxTxRecords || bytes > kMaxTxBytes) {
+    out.Error("ERR the command would write " + std::to_string(writes.size()) + " records of " +
+              std::to_string(bytes) + " bytes; one atomic write holds at most " +
+              std::to_string(kMaxTxRecords) + " records of " + std::to_string(kMaxTxBytes) +
+              " bytes (doc/types.md §Limits)");
+    return TxOutcome::kError;
+  }
+  auto r = store_.CommitBatch(writes);
+  if (r.ok()) return *r ? TxOutcome::kCommitted : TxOutcome::kRetry;
+  if (r.status().code() != StatusCode::kNotSupported) {
+    out.Error(TxError(r.status()));
+    return TxOutcome::kError;
+  }
+  // Inside MULTI (the transaction overlay, txn.h): the overlay buffers these writes and EXEC
+  // commits them with the rest of the transaction as one batch, conditional on what it read.
+  for (const auto& w : writes) {
+    Status st;
+    if (w.check_only) continue;
+    if (!w.unconditional) {
+      if (w.value) {
+        auto p = store_.PutIf(w.key, *w.value, w.expected_version);
+        if (p.ok() && !p->has_value()) return TxOutcome::kRetry;
+        st = p.status();
+      } else {
+        st = store_.Delete(w.key).status();
+      }
+    } else if (w.value) {
+      st = store_.Put(w.key, *w.value).status();
+    } else {
+      st = store_.Delete(w.key).status();
+    }
+    if (!st.ok()) {
+      out.Error(TxError(st));
+      return TxOutcome::kError;
+    }
+  }
+  return TxOutcome::kCommitted;
+}
+
+Result<bool> CollTx::Unchanged() {
+  for (auto& c : colls_) {
+    auto r = store_.Get(c->key);
+    if (!r.ok()) return r.status();
+    uint64_t v = r->has_value() ? (*r)->version : 0;
+    if (v != c->store_version) return false;
+  }
+  return true;
+}
+
+std::string TxError(const Status& st) {
+  if (st.code() == StatusCode::kInvalidArgument &&
+      st.message().find("different shards") != std::string::npos) {
+    return "CROSSSLOT Keys in request don't hash to the same slot";
+  }
+  return StoreError(st);
+}
+
+bool ParseDouble(std::string_view s, double* out) {
+  if (s.empty() || s.size() > 300) return false;
+  std::string t(s);
+  if (std::isspace(static_cast<unsigned char>(t[0]))) return false;
+  char* end = nullptr;
+  errno = 0;
+  double v = std::strtod(t.c_str(), &end);
+  if (end != t.c_str() + t.size() || std::isnan(v)) return false;
+  if (errno == ERANGE && !std::isinf(v) && v != 0) return false;
+  *out = v;
+  return true;
+}
+
+bool ParseLongDouble(std::string_view s, long double* out) {
+  if (s.empty() || s.size() > 300) return false;
+  std::string t(s);
+  if (std::isspace(static_cast<unsigned char>(t[0]))) return false;
+  char* end = nullptr;
+  errno = 0;
+  long double v = std::strtold(t.c_str(), &end);
+  if (end != t.c_str() + t.size() || std::isnan(v)) return false;
+  if (errno == ERANGE && !std::isinf(v) && v != 0) return false;
+  *out = v;
+  return true;
+}
+
+std::string FormatDouble(long double v) {
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "%.17Lf", v);
+  // Trim trailing zeros and a trailing point, as Redis's ld2string (humanfriendly) does.
+  std::string s(buf);
+  if (s.find('.') != std::string::npos) {
+    while (!s.empty() && s.back() == '0') s.pop_back();
+    if (!s.empty() && s.back() == '.') s.pop_back();
+  }
+  if (s == "-0") s = "0";
+  return s;
+}
+
+}  // namespace asymnvm::kv::resp

@@ -1,0 +1,561 @@
+// Unit tests of the type commands (types.h) over the in-memory store double: replies, atomic
+// batches, retries on conflict, WRONGTYPE, expiry and deletion by incarnation, limits, and a
+// randomized comparison against a model.
+#include "kv/resp/types.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <set>
+
+#include "asymnvm/kv.h"
+#include "kv/resp/test_fake_store.h"
+
+namespace asymnvm::kv::resp {
+namespace {
+
+int64_t g_now_ms = 1'700'000'000'000;
+int64_t FakeClock() { return g_now_ms; }
+
+// Flattens a reply into its scalar items: bulk/simple strings and integers as text, nil as
+// "(nil)", errors as "-text"; arrays, maps and sets contribute their elements in order.
+size_t ParseInto(const std::string& s, size_t pos, std::vector<std::string>* out) {
+  size_t nl = s.find("\r\n", pos);
+  if (nl == std::string::npos) return std::string::npos;
+  char t = s[pos];
+  std::string head = s.substr(pos + 1, nl - pos - 1);
+  size_t after = nl + 2;
+  switch (t) {
+    case '+':
+    case ':':
+    case ',':
+      out->push_back(head);
+      return after;
+    case '-':
+      out->push_back("-" + head);
+      return after;
+    case '_':
+      out->push_back("(nil)");
+      return after;
+    case '$': {
+      long n = std::stol(head);
+      if (n < 0) {
+        out->push_back("(nil)");
+        return after;
+      }
+      out->push_back(s.substr(after, static_cast<size_t>(n)));
+      return after + static_cast<size_t>(n) + 2;
+    }
+    case '*':
+    case '~':
+    case '%': {
+      long n = std::stol(head);
+      if (n < 0) {
+        out->push_back("(nil)");
+        return after;
+      }
+      if (t == '%') n *= 2;
+      for (long i = 0; i < n; ++i) after = ParseInto(s, after, out);
+      return after;
+    }
+  }
+  return std::string::npos;
+}
+
+std::vector<std::string> Items(const std::string& reply) {
+  std::vector<std::string> v;
+  EXPECT_EQ(ParseInto(reply, 0, &v), reply.size()) << reply;
+  return v;
+}
+
+class Types : public ::testing::Test {
+ protected:
+  Types() : dispatcher_(&state_, &store_) {
+    state_.clock_ms = &FakeClock;
+    state_.run_id = std::string(40, 'a');
+  }
+  std::string Run(std::vector<std::string> argv) {
+    std::string out;
+    dispatcher_.Execute(session_, argv, &out);
+    return out;
+  }
+  std::vector<std::string> R(std::vector<std::string> argv) { return Items(Run(std::move(argv))); }
+  std::string One(std::vector<std::string> argv) {
+    auto v = R(std::move(argv));
+    EXPECT_EQ(v.size(), 1u);
+    return v.empty() ? "" : v[0];
+  }
+  // HGETALL as a map.
+  std::map<std::string, std::string> All(const std::string& key) {
+    auto v = R({"HGETALL", key});
+    std::map<std::string, std::string> m;
+    EXPECT_EQ(v.size() % 2, 0u);
+    for (size_t i = 0; i + 1 < v.size(); i += 2) EXPECT_TRUE(m.emplace(v[i], v[i + 1]).second);
+    return m;
+  }
+  size_t SubRecords() {
+    size_t n = 0;
+    for (const auto& [k, v] : store_.map()) n += kv::IsRoutedKey(k) ? 1 : 0;
+    return n;
+  }
+  GatewayState state_;
+  testing::FakeStore store_;
+  Dispatcher dispatcher_;
+  Session session_;
+};
+
+TEST_F(Types, Hash_SetGetDelLenAndReplies) {
+  EXPECT_EQ(One({"HSET", "h", "a", "1", "b", "2", "a", "3"}), "2") << "new fields counted once";
+  EXPECT_EQ(One({"HGET", "h", "a"}), "3") << "the last value of a repeated field wins";
+  EXPECT_EQ(One({"HGET", "h", "zz"}), "(nil)");
+  EXPECT_EQ(One({"HGET", "nosuch", "a"}), "(nil)");
+  EXPECT_EQ(One({"HLEN", "h"}), "2");
+  EXPECT_EQ(One({"HSET", "h", "b", "22"}), "0");
+  EXPECT_EQ(One({"HMSET", "h", "c", "3", "d", "4"}), "OK");
+  EXPECT_EQ(R({"HMGET", "h", "a", "x", "d"}), (std::vector<std::string>{"3", "(nil)", "4"}));
+  EXPECT_EQ(One({"HEXISTS", "h", "c"}), "1");
+  EXPECT_EQ(One({"HEXISTS", "h", "x"}), "0");
+  EXPECT_EQ(One({"HSTRLEN", "h", "b"}), "2");
+  EXPECT_EQ(One({"HSTRLEN", "h", "x"}), "0");
+  EXPECT_EQ(One({"TYPE", "h"}), "hash");
+  EXPECT_EQ(All("h"),
+            (std::map<std::string, std::string>{{"a", "3"}, {"b", "22"}, {"c", "3"}, {"d", "4"}}));
+  auto keys = R({"HKEYS", "h"});
+  EXPECT_EQ(std::set<std::string>(keys.begin(), keys.end()),
+            (std::set<std::string>{"a", "b", "c", "d"}));
+  auto vals = R({"HVALS", "h"});
+  EXPECT_EQ(std::multiset<std::string>(vals.begin(), vals.end()),
+            (std::multiset<std::string>{"3", "22", "3", "4"}));
+  EXPECT_EQ(One({"HDEL", "h", "a", "x", "a"}), "1");
+  EXPECT_EQ(One({"HLEN", "h"}), "3");
+  EXPECT_EQ(All("h"), (std::map<std::string, std::string>{{"b", "22"}, {"c", "3"}, {"d", "4"}}));
+  EXPECT_EQ(One({"HDEL", "h", "b", "c", "d"}), "3");
+  EXPECT_EQ(One({"EXISTS", "h"}), "0") << "an emptied hash is deleted";
+  EXPECT_EQ(One({"TYPE", "h"}), "none");
+  EXPECT_EQ(SubRecords(), 0u) << "removing fields removes their records";
+  EXPECT_EQ(Run({"HSET", "h", "a"}), "-ERR wrong number of arguments for 'hset' command\r\n");
+  EXPECT_EQ(Run({"HGETALL", "nosuch"}), "*0\r\n");
+}
+
+TEST_F(Types, Hash_EachWriteIsOneAtomicBatch) {
+  const int64_t before = store_.batches();
+  EXPECT_EQ(One({"HSET", "h", "f1", "1", "f2", "2", "f3", "3", "f4", "4", "f5", "5"}), "5");
+  EXPECT_EQ(store_.batches(), before + 1) << "5 fields: one batch";
+  EXPECT_EQ(store_.puts(), 0) << "no write outside the batch";
+}
+
+TEST_F(Types, Hash_FailedCommitWritesNothing) {
+  EXPECT_EQ(One({"HSET", "h", "a", "1"}), "1");
+  auto snapshot = store_.map();
+  int calls = 0;
+  store_.set_before_commit([&] {
+    // The first commit finds the hash changed by someone else (its metadata bumped): the command
+    // re-reads and retries; nothing of the first attempt is applied.
+    if (calls++ == 0) store_.Bump("h");
+  });
+  EXPECT_EQ(One({"HSET", "h", "b", "2", "c", "3"}), "2");
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(All("h"), (std::map<std::string, std::string>{{"a", "1"}, {"b", "2"}, {"c", "3"}}));
+  store_.set_before_commit(nullptr);
+}
+
+TEST_F(Types, Hash_BatchLimitRefusesWholeCommand) {
+  std::vector<std::string> argv = {"HSET", "h"};
+  for (int i = 0; i < 40; ++i) {
+    argv.push_back("f" + std::to_string(i));
+    argv.push_back("v");
+  }
+  std::string r = Run(argv);
+  EXPECT_EQ(r.rfind("-ERR the command would write", 0), 0u) << r;
+  EXPECT_TRUE(store_.map().empty()) << "nothing written";
+  argv.resize(2 + 2 * 31);
+  EXPECT_EQ(One(argv), "31") << "31 new fields fit one batch (1 + 2 * 31 records)";
+}
+
+TEST_F(Types, WrongTypeBothWays) {
+  const std::string kWrong = "-WRONGTYPE Operation against a key holding the wrong kind of value";
+  EXPECT_EQ(One({"SET", "s", "v"}), "OK");
+  EXPECT_EQ(One({"HSET", "s", "f", "v"}), kWrong);
+  EXPECT_EQ(One({"HGET", "s", "f"}), kWrong);
+  EXPECT_EQ(One({"HLEN", "s"}), kWrong);
+  EXPECT_EQ(One({"HGETALL", "s"}), kWrong);
+  EXPECT_EQ(One({"HSET", "h", "f", "v"}), "1");
+  EXPECT_EQ(One({"GET", "h"}), kWrong);
+  EXPECT_EQ(One({"APPEND", "h", "x"}), kWrong);
+  EXPECT_EQ(One({"INCR", "h"}), kWrong);
+  EXPECT_EQ(One({"STRLEN", "h"}), kWrong);
+  EXPECT_EQ(One({"TYPE", "s"}), "string");
+  EXPECT_EQ(One({"SET", "h", "plain"}), "OK") << "SET replaces a key of any type";
+  EXPECT_EQ(One({"GET", "h"}), "plain");
+  EXPECT_EQ(One({"TYPE", "h"}), "string");
+}
+
+// The string and keyspace commands of string_commands.cc / keyspace_commands.cc on collections:
+// WRONGTYPE as Redis, TYPE and OBJECT ENCODING from the metadata record, sub-records never
+// listed, RENAME/COPY refused (they would move the metadata record only).
+TEST_F(Types, StringAndKeyspaceCommandsOnCollections) {
+  const std::string kWrong = "-WRONGTYPE Operation against a key holding the wrong kind of value";
+  EXPECT_EQ(One({"HSET", "h", "f", "v", "g", "w"}), "2");
+  EXPECT_EQ(One({"RPUSH", "l", "a", "b"}), "2");
+  EXPECT_EQ(One({"SADD", "s", "m"}), "1");
+  for (const std::string k : {"h", "l", "s"}) {
+    EXPECT_EQ(One({"GETRANGE", k, "0", "-1"}), kWrong) << k;
+    EXPECT_EQ(One({"SETRANGE", k, "0", "x"}), kWrong) << k;
+    EXPECT_EQ(One({"GETDEL", k}), kWrong) << k;
+    EXPECT_EQ(One({"GETEX", k, "PERSIST"}), kWrong) << k;
+    EXPECT_EQ(One({"BITCOUNT", k}), kWrong) << k;
+    EXPECT_EQ(One({"SETBIT", k, "1", "1"}), kWrong) << k;
+    EXPECT_EQ(One({"INCRBYFLOAT", k, "1.5"}), kWrong) << k;
+    EXPECT_EQ(One({"RENAME", k, k + "2"}).rfind("-ERR RENAME of a ", 0), 0u) << k;
+    EXPECT_EQ(One({"COPY", k, k + "2"}).rfind("-ERR COPY of a ", 0), 0u) << k;
+  }
+  EXPECT_EQ(One({"TYPE", "h"}), "hash");
+  EXPECT_EQ(One({"TYPE", "l"}), "list");
+  EXPECT_EQ(One({"TYPE", "s"}), "set");
+  EXPECT_EQ(One({"OBJECT", "ENCODING", "l"}), "quicklist");
+  EXPECT_EQ(One({"HLEN", "h"}), "2") << "nothing was changed";
+  EXPECT_EQ(One({"EXISTS", "h2", "l2", "s2"}), "0") << "nothing was copied";
+  EXPECT_EQ(One({"SET", "str", "x"}), "OK");
+  EXPECT_EQ(One({"DBSIZE"}), "4") << "sub-records are not keys";
+  auto keys = R({"KEYS", "*"});
+  std::sort(keys.begin(), keys.end());
+  EXPECT_EQ(keys, (std::vector<std::string>{"h", "l", "s", "str"}));
+  EXPECT_EQ(R({"SCAN", "0", "COUNT", "1000", "TYPE", "list"}),
+            (std::vector<std::string>{"0", "l"}));
+}
+
+TEST_F(Types, DeleteAndExpireStartANewIncarnation) {
+  EXPECT_EQ(One({"HSET", "h", "a", "1", "b", "2"}), "2");
+  EXPECT_EQ(One({"DEL", "h"}), "1");
+  EXPECT_EQ(One({"HGET", "h", "a"}), "(nil)");
+  EXPECT_EQ(One({"HSET", "h", "c", "3"}), "1");
+  EXPECT_EQ(All("h"), (std::map<std::string, std::string>{{"c", "3"}}))
+      << "the old incarnation's fields are not visible";
+  EXPECT_EQ(One({"EXPIRE", "h", "10"}), "1");
+  EXPECT_EQ(One({"TTL", "h"}), "10");
+  EXPECT_EQ(One({"TYPE", "h"}), "hash") << "EXPIRE keeps the type";
+  EXPECT_EQ(One({"HSET", "h", "d", "4"}), "1");
+  EXPECT_EQ(One({"TTL", "h"}), "10") << "a write keeps the TTL";
+  g_now_ms += 11'000;
+  EXPECT_EQ(One({"HLEN", "h"}), "0");
+  EXPECT_EQ(One({"EXISTS", "h"}), "0");
+  EXPECT_EQ(One({"HSET", "h", "e", "5"}), "1");
+  EXPECT_EQ(All("h"), (std::map<std::string, std::string>{{"e", "5"}}));
+  EXPECT_EQ(One({"TTL", "h"}), "-1");
+  EXPECT_EQ(One({"EXPIRE", "h", "10"}), "1");
+  EXPECT_EQ(One({"PERSIST", "h"}), "1");
+  EXPECT_EQ(One({"TYPE", "h"}), "hash");
+}
+
+TEST_F(Types, Hash_Incr) {
+  EXPECT_EQ(One({"HINCRBY", "h", "n", "5"}), "5");
+  EXPECT_EQ(One({"HINCRBY", "h", "n", "-7"}), "-2");
+  EXPECT_EQ(One({"HINCRBY", "h", "n", "x"}), "-ERR value is not an integer or out of range");
+  EXPECT_EQ(One({"HSET", "h", "s", "abc", "big", "9223372036854775807"}), "2");
+  EXPECT_EQ(One({"HINCRBY", "h", "s", "1"}), "-ERR hash value is not an integer");
+  EXPECT_EQ(One({"HINCRBY", "h", "big", "1"}), "-ERR increment or decrement would overflow");
+  EXPECT_EQ(One({"HINCRBYFLOAT", "h", "f", "10.5"}), "10.5");
+  EXPECT_EQ(One({"HINCRBYFLOAT", "h", "f", "0.1"}), "10.6");
+  EXPECT_EQ(One({"HINCRBYFLOAT", "h", "n", "2"}), "0");
+  EXPECT_EQ(One({"HINCRBYFLOAT", "h", "s", "1"}), "-ERR hash value is not a float");
+  EXPECT_EQ(One({"HINCRBYFLOAT", "h", "f", "nan"}), "-ERR value is not a valid float");
+  EXPECT_EQ(One({"HSETNX", "h", "f", "1"}), "0");
+  EXPECT_EQ(One({"HSETNX", "h", "g", "1"}), "1");
+  EXPECT_EQ(One({"HGET", "h", "g"}), "1");
+}
+
+TEST_F(Types, Hash_ScanNeverMissesSurvivorsAndNeverRepeatsOnStaticHash) {
+  std::map<std::string, std::string> want;
+  for (int i = 0; i < 100; i += 20) {
+    std::vector<std::string> argv = {"HSET", "h"};
+    for (int j = i; j < i + 20; ++j) {
+      argv.push_back("f" + std::to_string(j));
+      argv.push_back(std::to_string(j));
+      want["f" + std::to_string(j)] = std::to_string(j);
+    }
+    EXPECT_EQ(One(argv), "20");
+  }
+  // Static: exactly every field once.
+  std::vector<std::string> seen;
+  std::string cursor = "0";
+  do {
+    auto v = R({"HSCAN", "h", cursor, "COUNT", "7"});
+    ASSERT_GE(v.size(), 1u);
+    cursor = v[0];
+    for (size_t i = 1; i + 1 < v.size(); i += 2) seen.push_back(v[i]);
+  } while (cursor != "0");
+  EXPECT_EQ(seen.size(), 100u);
+  EXPECT_EQ(std::set<std::string>(seen.begin(), seen.end()).size(), 100u);
+  // Deleting during the scan: every field present throughout is returned.
+  std::set<std::string> got;
+  cursor = "0";
+  int round = 0;
+  do {
+    auto v = R({"HSCAN", "h", cursor, "COUNT", "5"});
+    cursor = v[0];
+    for (size_t i = 1; i + 1 < v.size(); i += 2) got.insert(v[i]);
+    std::string victim = "f" + std::to_string((round++ * 37) % 100);
+    if (One({"HDEL", "h", victim}) == "1") want.erase(victim);
+  } while (cursor != "0");
+  for (const auto& [f, v] : want) EXPECT_TRUE(got.count(f)) << f << " was present throughout";
+  auto nov = R({"HSCAN", "h", "0", "COUNT", "1000", "MATCH", "f1*", "NOVALUES"});
+  for (size_t i = 1; i < nov.size(); ++i) EXPECT_EQ(nov[i].substr(0, 2), "f1");
+}
+
+TEST_F(Types, Hash_RandField) {
+  EXPECT_EQ(One({"HRANDFIELD", "nosuch"}), "(nil)");
+  EXPECT_EQ(One({"HSET", "h", "a", "1", "b", "2", "c", "3"}), "3");
+  auto f = One({"HRANDFIELD", "h"});
+  EXPECT_TRUE(f == "a" || f == "b" || f == "c") << f;
+  auto d = R({"HRANDFIELD", "h", "10"});
+  EXPECT_EQ(std::set<std::string>(d.begin(), d.end()), (std::set<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(d.size(), 3u) << "a positive count gives distinct fields";
+  EXPECT_EQ(R({"HRANDFIELD", "h", "-7"}).size(), 7u) << "a negative count may repeat";
+  auto wv = R({"HRANDFIELD", "h", "2", "WITHVALUES"});
+  ASSERT_EQ(wv.size(), 4u);
+  for (size_t i = 0; i < wv.size(); i += 2) {
+    EXPECT_EQ(wv[i + 1], std::string(1, static_cast<char>('1' + (wv[i][0] - 'a'))));
+  }
+}
+
+TEST_F(Types, Hash_InsideMultiExec) {
+  EXPECT_EQ(One({"MULTI"}), "OK");
+  EXPECT_EQ(One({"HSET", "h", "a", "1", "b", "2"}), "QUEUED");
+  EXPECT_EQ(One({"HINCRBY", "h", "a", "10"}), "QUEUED");
+  EXPECT_EQ(One({"HDEL", "h", "b"}), "QUEUED");
+  EXPECT_EQ(R({"EXEC"}), (std::vector<std::string>{"2", "11", "1"}));
+  EXPECT_EQ(All("h"), (std::map<std::string, std::string>{{"a", "11"}}));
+  EXPECT_EQ(One({"HLEN", "h"}), "1");
+}
+
+// Random HSET/HDEL/HINCRBY/DEL against a model; after each step HGETALL and HLEN agree with it.
+TEST_F(Types, Hash_RandomizedAgainstModel) {
+  std::mt19937 rng(7);
+  std::map<std::string, std::map<std::string, std::string>> model;
+  const std::vector<std::string> keys = {"h1", "h2", "h3"};
+  for (int step = 0; step < 600; ++step) {
+    const std::string& k = keys[rng() % keys.size()];
+    auto& m = model[k];
+    int op = static_cast<int>(rng() % 10);
+    if (op < 5) {
+      std::vector<std::string> argv = {"HSET", k};
+      int n = 1 + static_cast<int>(rng() % 4);
+      std::map<std::string, std::string> add;
+      for (int i = 0; i < n; ++i) {
+        std::string f = "f" + std::to_string(rng() % 12), v = std::to_string(rng() % 1000);
+        argv.push_back(f);
+        argv.push_back(v);
+        add[f] = v;
+      }
+      int64_t fresh = 0;
+      for (const auto& [f, v] : add) fresh += m.count(f) ? 0 : 1;
+      for (const auto& [f, v] : add) m[f] = v;
+      ASSERT_EQ(One(argv), std::to_string(fresh));
+    } else if (op < 8) {
+      std::vector<std::string> argv = {"HDEL", k};
+      std::set<std::string> del;
+      int n = 1 + static_cast<int>(rng() % 3);
+      for (int i = 0; i < n; ++i) {
+        std::string f = "f" + std::to_string(rng() % 12);
+        argv.push_back(f);
+        del.insert(f);
+      }
+      int64_t gone = 0;
+      for (const auto& f : del) gone += m.erase(f);
+      ASSERT_EQ(One(argv), std::to_string(gone));
+    } else if (op < 9) {
+      std::string f = "f" + std::to_string(rng() % 12);
+      int64_t cur = 0;
+      if (m.count(f) && !ParseInt64(m[f], &cur)) continue;
+      m[f] = std::to_string(cur + 3);
+      ASSERT_EQ(One({"HINCRBY", k, f, "3"}), m[f]);
+    } else {
+      ASSERT_EQ(One({"DEL", k}), m.empty() ? "0" : "1");
+      m.clear();
+    }
+    ASSERT_EQ(All(k), m) << "step " << step;
+    ASSERT_EQ(One({"HLEN", k}), std::to_string(m.size()));
+  }
+}
+
+std::set<std::string> AsSet(const std::vector<std::string>& v) {
+  return std::set<std::string>(v.begin(), v.end());
+}
+
+TEST_F(Types, Set_Commands) {
+  EXPECT_EQ(One({"SADD", "s", "a", "b", "c", "a"}), "3");
+  EXPECT_EQ(One({"SADD", "s", "a"}), "0");
+  EXPECT_EQ(One({"SCARD", "s"}), "3");
+  EXPECT_EQ(One({"SISMEMBER", "s", "b"}), "1");
+  EXPECT_EQ(One({"SISMEMBER", "s", "z"}), "0");
+  EXPECT_EQ(R({"SMISMEMBER", "s", "a", "z", "c"}), (std::vector<std::string>{"1", "0", "1"}));
+  EXPECT_EQ(AsSet(R({"SMEMBERS", "s"})), (std::set<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(One({"TYPE", "s"}), "set");
+  EXPECT_EQ(One({"SREM", "s", "a", "zz"}), "1");
+  EXPECT_EQ(AsSet(R({"SMEMBERS", "s"})), (std::set<std::string>{"b", "c"}));
+  EXPECT_EQ(One({"SADD", "t", "c", "d"}), "2");
+  EXPECT_EQ(AsSet(R({"SINTER", "s", "t"})), (std::set<std::string>{"c"}));
+  EXPECT_EQ(AsSet(R({"SUNION", "s", "t", "nosuch"})), (std::set<std::string>{"b", "c", "d"}));
+  EXPECT_EQ(AsSet(R({"SDIFF", "s", "t"})), (std::set<std::string>{"b"}));
+  EXPECT_EQ(R({"SINTER", "s", "nosuch"}).size(), 0u);
+  EXPECT_EQ(One({"SINTERCARD", "2", "s", "t"}), "1");
+  EXPECT_EQ(One({"SINTERCARD", "2", "s", "t", "LIMIT", "0"}), "1");
+  EXPECT_EQ(One({"SUNIONSTORE", "u", "s", "t"}), "3");
+  EXPECT_EQ(AsSet(R({"SMEMBERS", "u"})), (std::set<std::string>{"b", "c", "d"}));
+  EXPECT_EQ(One({"SET", "str", "x"}), "OK");
+  EXPECT_EQ(One({"SDIFFSTORE", "str", "s", "t"}), "1") << "a STORE replaces any type";
+  EXPECT_EQ(One({"TYPE", "str"}), "set");
+  EXPECT_EQ(One({"SINTERSTORE", "u", "s", "nosuch"}), "0");
+  EXPECT_EQ(One({"EXISTS", "u"}), "0") << "an empty result deletes the destination";
+  EXPECT_EQ(One({"SMOVE", "s", "t", "b"}), "1");
+  EXPECT_EQ(One({"SMOVE", "s", "t", "b"}), "0");
+  EXPECT_EQ(AsSet(R({"SMEMBERS", "t"})), (std::set<std::string>{"b", "c", "d"}));
+  EXPECT_EQ(One({"SMOVE", "s", "t", "c"}), "1");
+  EXPECT_EQ(One({"EXISTS", "s"}), "0") << "SMOVE of the last member deletes the source";
+  EXPECT_EQ(One({"SET", "x", "1"}), "OK");
+  EXPECT_EQ(One({"SADD", "x", "1"}),
+            "-WRONGTYPE Operation against a key holding the wrong kind of value");
+  EXPECT_EQ(One({"SINTER", "t", "x"}),
+            "-WRONGTYPE Operation against a key holding the wrong kind of value");
+  auto p = R({"SPOP", "t", "2"});
+  EXPECT_EQ(p.size(), 2u);
+  EXPECT_EQ(One({"SCARD", "t"}), "1");
+  auto last = One({"SPOP", "t"});
+  EXPECT_EQ(AsSet({p[0], p[1], last}), (std::set<std::string>{"b", "c", "d"}));
+  EXPECT_EQ(One({"EXISTS", "t"}), "0");
+  EXPECT_EQ(One({"SPOP", "t"}), "(nil)");
+  EXPECT_EQ(One({"SPOP", "t", "-1"}), "-ERR value is out of range, must be positive");
+  EXPECT_EQ(One({"SADD", "r", "a", "b", "c"}), "3");
+  EXPECT_EQ(AsSet(R({"SPOP", "r", "10"})), (std::set<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(One({"EXISTS", "r"}), "0");
+  EXPECT_EQ(One({"SADD", "r", "a", "b", "c"}), "3");
+  EXPECT_EQ(R({"SRANDMEMBER", "r", "-5"}).size(), 5u);
+  EXPECT_EQ(AsSet(R({"SRANDMEMBER", "r", "5"})), (std::set<std::string>{"a", "b", "c"}));
+  std::set<std::string> scanned;
+  std::string cursor = "0";
+  do {
+    auto v = R({"SSCAN", "r", cursor, "COUNT", "1"});
+    cursor = v[0];
+    for (size_t i = 1; i < v.size(); ++i) EXPECT_TRUE(scanned.insert(v[i]).second) << v[i];
+  } while (cursor != "0");
+  EXPECT_EQ(scanned, (std::set<std::string>{"a", "b", "c"}));
+}
+
+TEST_F(Types, List_Commands) {
+  EXPECT_EQ(One({"RPUSH", "l", "a", "b", "c"}), "3");
+  EXPECT_EQ(One({"LPUSH", "l", "z", "y"}), "5");
+  EXPECT_EQ(R({"LRANGE", "l", "0", "-1"}), (std::vector<std::string>{"y", "z", "a", "b", "c"}));
+  EXPECT_EQ(R({"LRANGE", "l", "-2", "100"}), (std::vector<std::string>{"b", "c"}));
+  EXPECT_EQ(R({"LRANGE", "l", "3", "1"}).size(), 0u);
+  EXPECT_EQ(One({"LLEN", "l"}), "5");
+  EXPECT_EQ(One({"LINDEX", "l", "0"}), "y");
+  EXPECT_EQ(One({"LINDEX", "l", "-1"}), "c");
+  EXPECT_EQ(One({"LINDEX", "l", "9"}), "(nil)");
+  EXPECT_EQ(One({"TYPE", "l"}), "list");
+  EXPECT_EQ(One({"LPOP", "l"}), "y");
+  EXPECT_EQ(One({"RPOP", "l"}), "c");
+  EXPECT_EQ(R({"LPOP", "l", "2"}), (std::vector<std::string>{"z", "a"}));
+  EXPECT_EQ(One({"LSET", "l", "0", "B"}), "OK");
+  EXPECT_EQ(One({"LSET", "l", "5", "B"}), "-ERR index out of range");
+  EXPECT_EQ(One({"LSET", "nosuch", "0", "B"}), "-ERR no such key");
+  EXPECT_EQ(One({"RPOP", "l"}), "B");
+  EXPECT_EQ(One({"EXISTS", "l"}), "0") << "popping the last element deletes the list";
+  EXPECT_EQ(One({"LPOP", "l"}), "(nil)");
+  EXPECT_EQ(Run({"LPOP", "l", "2"}), "*-1\r\n");
+  EXPECT_EQ(One({"LPUSHX", "l", "a"}), "0");
+  EXPECT_EQ(One({"RPUSH", "l", "a", "b", "a", "c", "a"}), "5");
+  EXPECT_EQ(One({"LREM", "l", "-2", "a"}), "2");
+  EXPECT_EQ(R({"LRANGE", "l", "0", "-1"}), (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(One({"LINSERT", "l", "BEFORE", "b", "x"}), "4");
+  EXPECT_EQ(One({"LINSERT", "l", "AFTER", "c", "y"}), "5");
+  EXPECT_EQ(One({"LINSERT", "l", "AFTER", "nope", "y"}), "-1");
+  EXPECT_EQ(R({"LRANGE", "l", "0", "-1"}), (std::vector<std::string>{"a", "x", "b", "c", "y"}));
+  EXPECT_EQ(One({"LPOS", "l", "c"}), "3");
+  EXPECT_EQ(One({"RPUSHX", "l", "c"}), "6");
+  EXPECT_EQ(R({"LPOS", "l", "c", "COUNT", "0"}), (std::vector<std::string>{"3", "5"}));
+  EXPECT_EQ(One({"LPOS", "l", "c", "RANK", "-1"}), "5");
+  EXPECT_EQ(One({"LTRIM", "l", "1", "-2"}), "OK");
+  EXPECT_EQ(R({"LRANGE", "l", "0", "-1"}), (std::vector<std::string>{"x", "b", "c", "y"}));
+  EXPECT_EQ(One({"RPOPLPUSH", "l", "m"}), "y");
+  EXPECT_EQ(One({"LMOVE", "l", "m", "LEFT", "RIGHT"}), "x");
+  EXPECT_EQ(R({"LRANGE", "m", "0", "-1"}), (std::vector<std::string>{"y", "x"}));
+  EXPECT_EQ(One({"LMOVE", "m", "m", "LEFT", "RIGHT"}), "y") << "a rotation";
+  EXPECT_EQ(R({"LRANGE", "m", "0", "-1"}), (std::vector<std::string>{"x", "y"}));
+  EXPECT_EQ(One({"LTRIM", "m", "5", "9"}), "OK");
+  EXPECT_EQ(One({"EXISTS", "m"}), "0");
+  EXPECT_EQ(One({"LPUSH", "h1", "x"}), "1");
+  EXPECT_EQ(One({"HSET", "h1", "f", "v"}),
+            "-WRONGTYPE Operation against a key holding the wrong kind of value");
+}
+
+// Random pushes, pops, LSET, LREM, LINSERT, LTRIM against a std::deque model.
+TEST_F(Types, List_RandomizedAgainstModel) {
+  std::mt19937 rng(11);
+  std::vector<std::string> m;
+  for (int step = 0; step < 500; ++step) {
+    const std::string v = std::to_string(rng() % 6);
+    switch (rng() % 8) {
+      case 0:
+        m.insert(m.begin(), v);
+        ASSERT_EQ(One({"LPUSH", "l", v}), std::to_string(m.size()));
+        break;
+      case 1:
+      case 2:
+        m.push_back(v);
+        ASSERT_EQ(One({"RPUSH", "l", v}), std::to_string(m.size()));
+        break;
+      case 3:
+        if (m.empty()) {
+          ASSERT_EQ(One({"LPOP", "l"}), "(nil)");
+        } else {
+          ASSERT_EQ(One({"LPOP", "l"}), m.front());
+          m.erase(m.begin());
+        }
+        break;
+      case 4: {
+        int64_t removed = 0;
+        std::vector<std::string> kept;
+        for (auto& e : m) {
+          if (e == v && removed < 1) {
+            ++removed;
+          } else {
+            kept.push_back(e);
+          }
+        }
+        m = kept;
+        ASSERT_EQ(One({"LREM", "l", "1", v}), std::to_string(removed));
+        break;
+      }
+      case 5: {
+        auto it = std::find(m.begin(), m.end(), v);
+        std::string want = m.empty() ? "0" : "-1";
+        if (it != m.end()) {
+          m.insert(it + 1, "n" + v);
+          want = std::to_string(m.size());
+        }
+        ASSERT_EQ(One({"LINSERT", "l", "AFTER", v, "n" + v}), want);
+        break;
+      }
+      case 6:
+        if (!m.empty()) {
+          size_t i = rng() % m.size();
+          m[i] = "s" + v;
+          ASSERT_EQ(One({"LSET", "l", std::to_string(i), "s" + v}), "OK");
+        }
+        break;
+      default:
+        if (m.size() > 20) {
+          m.erase(m.begin(), m.begin() + 2);
+          m.pop_back();
+          ASSERT_EQ(One({"LTRIM", "l", "2", "-2"}), "OK");
+        }
+    }
+    ASSERT_EQ(R({"LRANGE", "l", "0", "-1"}), m) << "step " << step;
+    ASSERT_EQ(One({"LLEN", "l"}), std::to_string(m.size()));
+  }
+}
+
+}  // namespace
+}  // namespace asymnvm::kv::resp

@@ -203,7 +203,11 @@ TEST(KvDigest, ABackupThatCannotApplyIsMarkedUnsyncedAndNeverPromoted) {
             // A backup the primary removes (its FLUSHes time out while its digest waits) rejoins
             // at once, as before the hold-off: this test is about what a rejoined backup that
             // cannot apply may become (never promoted), so it needs it back in the shard.
-            "--rejoin-backoff-ms", "0"};
+            "--rejoin-backoff-ms", "0",
+            // The backup must stay in the shard until the primary is killed below (it is the
+            // only one that can take over): a FLUSH slowed past the default 250 ms bound on a
+            // loaded machine would remove it first and leave the shard waiting for its primary.
+            "--backup-timeout-ms", "5000"};
   };
   auto zc = coord::Coordinator::Open(coord);
   ASSERT_TRUE(zc.ok()) << zc.status().ToString();

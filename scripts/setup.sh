@@ -9,7 +9,7 @@ pkgs=(build-essential cmake pkg-config git
       libgtest-dev libgmock-dev libbenchmark-dev
       libcli11-dev nlohmann-json3-dev libxxhash-dev libisal-dev libssl-dev
       prometheus-cpp-dev prometheus libsystemd-dev
-      clang libclang-rt-14-dev clang-format gnuplot-nox python3 ccache tcl)
+      clang libclang-rt-14-dev clang-format gnuplot-nox python3 ccache tcl iproute2)
 missing=()
 for p in "${pkgs[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

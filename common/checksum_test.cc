@@ -47,6 +47,25 @@ TEST(Result, HoldsValueOrError) {
   EXPECT_EQ(bad.status().code(), StatusCode::kNotFound);
 }
 
+// value() on an error and a Result built from an OK Status abort with a message in every build
+// type (this test runs in the RelWithDebInfo build, where assert() is compiled out).
+TEST(Result, MisuseFailsLoudlyInEveryBuild) {
+  EXPECT_DEATH(
+      {
+        Result<int> bad(Status::NotFound("no such key"));
+        std::fprintf(stderr, "%d\n", bad.value());
+      },
+      "value\\(\\) called on an error: NotFound: no such key");
+  EXPECT_DEATH(
+      {
+        Result<std::string> bad(Status::IoError("disk"));
+        std::string v = std::move(bad).value();
+        std::fprintf(stderr, "%s\n", v.c_str());
+      },
+      "called on an error: IoError: disk");
+  EXPECT_DEATH({ Result<int> r{Status::Ok()}; }, "from an OK Status");
+}
+
 TEST(CrashPoint, KillsProcessOnNthReach) {
   EXPECT_EXIT(
       {

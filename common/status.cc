@@ -1,5 +1,7 @@
 #include "asymnvm/status.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace asymnvm {
@@ -74,5 +76,20 @@ std::string Status::ToString() const {
   }
   return s;
 }
+
+namespace internal {
+
+void ResultValueOfError(const Status& status) {
+  std::fprintf(stderr, "asymnvm: fatal: Result::value() called on an error: %s\n",
+               status.ToString().c_str());
+  std::abort();
+}
+
+void ResultFromOkStatus() {
+  std::fprintf(stderr, "asymnvm: fatal: Result constructed from an OK Status without a value\n");
+  std::abort();
+}
+
+}  // namespace internal
 
 }  // namespace asymnvm

@@ -100,27 +100,36 @@ class [[nodiscard]] Status {
   std::unique_ptr<Rep> rep_;
 };
 
-// A value or an error. Access value() only when ok().
+namespace internal {
+// Fatal invariant checks of Result, in every build type: print what happened (with the Status) to
+// stderr and abort. value() on an error and a Result built from an OK Status are bugs in the
+// caller; continuing would read an empty optional (undefined behaviour) or lose the error.
+[[noreturn]] void ResultValueOfError(const Status& status);
+[[noreturn]] void ResultFromOkStatus();
+}  // namespace internal
+
+// A value or an error. Access value() only when ok(): value() on an error aborts the process
+// with the Status printed, in every build type (as does constructing a Result from an OK Status).
 template <typename T>
 class [[nodiscard]] Result {
  public:
   Result(T value) : value_(std::move(value)) {}         // NOLINT(runtime/explicit)
   Result(Status status) : status_(std::move(status)) {  // NOLINT(runtime/explicit)
-    assert(!status_.ok() && "Result constructed from an OK Status without a value");
+    if (__builtin_expect(status_.ok(), 0)) internal::ResultFromOkStatus();
   }
 
   bool ok() const { return value_.has_value(); }
   const Status& status() const { return status_; }
   T& value() & {
-    assert(ok());
+    CheckOk();
     return *value_;
   }
   const T& value() const& {
-    assert(ok());
+    CheckOk();
     return *value_;
   }
   T&& value() && {
-    assert(ok());
+    CheckOk();
     return std::move(*value_);
   }
   T* operator->() { return &value(); }
@@ -128,6 +137,10 @@ class [[nodiscard]] Result {
   T& operator*() & { return value(); }
 
  private:
+  void CheckOk() const {
+    if (__builtin_expect(!value_.has_value(), 0)) internal::ResultValueOfError(status_);
+  }
+
   std::optional<T> value_;
   Status status_;
 };

@@ -1,7 +1,7 @@
 // asymnvm-backend: the AsymNVM back-end daemon (doc/backend.md).
 //
 //   asymnvm-backend --pool PATH [--size SIZE] [--listen ADDR] [--log-listen ADDR]
-//                   [--fabric soft|verbs|auto] [--pm-mode auto|msync|flush]
+//                   [--fabric soft|shm|verbs|auto] [--pm-mode auto|msync|flush]
 //                   [--secret-file PATH] [--handshake-timeout-ms MS] [--max-pending-handshakes N]
 //                   [--log-level L] [--coord URI] [--config FILE] [--metrics-listen HOST:PORT]
 //
@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
   app.add_option("--log-listen", o.log_listen_address, "operation-log (Rowan b-log) address")
       ->capture_default_str();
   app.add_option("--fabric", provider, "fabric provider")
-      ->check(CLI::IsMember({"soft", "verbs", "auto"}))
+      ->check(CLI::IsMember({"soft", "shm", "verbs", "auto"}))
       ->capture_default_str();
   app.add_option("--pm-mode", pm_mode, "PM persistence mode")
       ->check(CLI::IsMember({"auto", "msync", "flush"}))

@@ -151,7 +151,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.01, 1.0))
       ->capture_default_str();
   app.add_option("--fabric", o.fabric.provider, "fabric provider")
-      ->check(CLI::IsMember({"soft", "verbs", "auto"}))
+      ->check(CLI::IsMember({"soft", "shm", "verbs", "auto"}))
       ->capture_default_str();
   app.add_option("--secret-file", o.fabric.secret_file,
                  "file holding the cluster secret (default: ASYMNVM_SECRET_FILE, ASYMNVM_SECRET, "

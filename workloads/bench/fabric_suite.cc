@@ -28,6 +28,7 @@
 
 #include "asymnvm/fabric.h"
 #include "asymnvm/pm.h"
+#include "asymnvm/shared_memory.h"
 #include "common/logging.h"
 #include "workloads/bench/bench.h"
 #include "workloads/bench/floor.h"
@@ -103,10 +104,11 @@ class BenchTarget {
       recv_area = area + kAreaBytes;
       persister = t->pool_->persister();
     } else {
-      t->area_mem_ = AllocBuffer(kAreaBytes);
+      // Shareable DRAM: the shm provider maps it into the initiator (plain memory to the others).
+      ASYMNVM_ASSIGN_OR_RETURN(t->area_mem_, fabric::SharedMemory::Allocate(kAreaBytes));
       t->recv_mem_ = AllocBuffer(size_t{kRecvBuffers} * kRecvBufferBytes);
-      if (!t->area_mem_ || !t->recv_mem_) return Status::ResourceExhausted("target: out of memory");
-      area = static_cast<uint8_t*>(t->area_mem_.get());
+      if (!t->recv_mem_) return Status::ResourceExhausted("target: out of memory");
+      area = t->area_mem_->data();
       recv_area = static_cast<uint8_t*>(t->recv_mem_.get());
     }
     ASYMNVM_ASSIGN_OR_RETURN(t->fabric_, Fabric::Open(fo));
@@ -193,7 +195,7 @@ class BenchTarget {
 
   std::unique_ptr<pm::Pool> pool_;
   std::string pool_path_;
-  Buffer area_mem_;
+  std::unique_ptr<fabric::SharedMemory> area_mem_;
   Buffer recv_mem_;
   uint8_t* recv_base_ = nullptr;
   std::unique_ptr<Fabric> fabric_;
@@ -474,8 +476,8 @@ class FabricSuite : public Suite {
     cmd->add_option("--providers", providers_,
                     "Providers to measure (verbs is skipped without a device)")
         ->delimiter(',')
-        ->check(CLI::IsMember({"soft", "verbs"}))
-        ->default_str("soft,verbs");
+        ->check(CLI::IsMember({"soft", "shm", "verbs"}))
+        ->default_str("soft,shm,verbs");
     cmd->add_option("--transports", transports_, "soft transports to measure")
         ->delimiter(',')
         ->check(CLI::IsMember({"tcp", "unix", "inproc"}))
@@ -811,7 +813,7 @@ class FabricSuite : public Suite {
     }
   }
 
-  std::vector<std::string> providers_{"soft", "verbs"};
+  std::vector<std::string> providers_{"soft", "shm", "verbs"};
   std::vector<std::string> transports_{"tcp", "unix", "inproc"};
   std::vector<std::string> ops_{"WRITE", "READ", "CAS", "SEND"};
   std::vector<uint32_t> sizes_{64, 4096};

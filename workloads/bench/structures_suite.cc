@@ -175,6 +175,10 @@ class StructuresSuite : public Suite {
     cmd->add_option("--sweep-structure", sweep_structure_, "structure of the sweeps")
         ->capture_default_str();
     cmd->add_option("--dir", dir_, "directory for the pool files")->capture_default_str();
+    cmd->add_option("--fabric", fabric_,
+                    "fabric provider of the back-end and the front-ends: soft (default) | shm "
+                    "(same host: one-sided operations on the shared pool, doc/fabric.md) | auto")
+        ->check(CLI::IsMember({"soft", "shm", "verbs", "auto"}));
     cmd->add_option("--pm-mode", pm_mode_,
                     "back-end persistence: flush (cache-line flush + fence, "
                     "the model of real PM) | msync (page write-back to the "
@@ -220,7 +224,7 @@ class StructuresSuite : public Suite {
 
   Status Run(const CommonOptions& common, Report* report) override {
     report->machine()["cores"] = MachineCores();
-    report->machine()["provider"] = "soft";
+    report->machine()["provider"] = fabric_;
     report->machine()["transport"] = "tcp";
     report->machine()["pm_mode"] = pm_mode_;
     if (common.quick) ops_ = std::min<uint64_t>(ops_, 600);
@@ -387,9 +391,9 @@ class StructuresSuite : public Suite {
     const std::string name = structures::KindName(cell.kind);
     const std::string pool = dir_ + "/asymnvm-bench-st-" + std::to_string(getpid()) + ".pool";
     std::filesystem::remove(pool);
-    ASYMNVM_ASSIGN_OR_RETURN(
-        auto be,
-        driver::BackendProcess::Start(backend_bin_, pool, "1G", {"--pm-mode", pm_mode_}, "warn"));
+    ASYMNVM_ASSIGN_OR_RETURN(auto be, driver::BackendProcess::Start(
+                                          backend_bin_, pool, "1G",
+                                          {"--pm-mode", pm_mode_, "--fabric", fabric_}, "warn"));
     const std::string local_pool = pool + ".local";
     struct Cleanup {
       std::string pool, local_pool;
@@ -411,6 +415,7 @@ class StructuresSuite : public Suite {
       backend::BackendOptions bo;
       bo.pool_path = local_pool;
       bo.pool_size = 1ull << 30;
+      bo.fabric.provider = fabric_;
       ASYMNVM_ASSIGN_OR_RETURN(bo.persist_mode, pm::ParsePersistMode(pm_mode_));
       static std::atomic<uint64_t> instance{0};
       const std::string tag = "asymnvm-bench-local-" + std::to_string(getpid()) + "-" +
@@ -439,6 +444,7 @@ class StructuresSuite : public Suite {
     std::vector<Fe> fes(static_cast<size_t>(frontends_));
     for (int i = 0; i < frontends_; i++) {
       frontend::SessionOptions so;
+      so.fabric.provider = fabric_;
       so.backends = {data_address};
       so.frontend_id = static_cast<uint64_t>(i + 1);
       so.level = cell.variant.level;
@@ -490,6 +496,7 @@ class StructuresSuite : public Suite {
     std::vector<Reader> readers(static_cast<size_t>(readers_));
     for (int i = 0; i < readers_; i++) {
       frontend::SessionOptions so;
+      so.fabric.provider = fabric_;
       so.backends = {data_address};
       so.frontend_id = static_cast<uint64_t>(1000 + i);
       so.level = cell.variant.level;
@@ -596,6 +603,7 @@ class StructuresSuite : public Suite {
   std::string dir_ = std::filesystem::temp_directory_path().string();
   std::string backend_bin_;
   std::string pm_mode_ = "flush";
+  std::string fabric_ = "soft";
   std::vector<Kind> kinds_;
   std::vector<Variant> variants_;
   Kind sweep_kind_ = Kind::kBPlusTree;

@@ -71,6 +71,10 @@ class TxnSuite : public Suite {
     cmd->add_option("--lock-timeout-ms", lock_ms_,
                     "per-lock deadline before a transaction aborts (default 200)");
     cmd->add_option("--dir", dir_, "directory for pool files (default /tmp)");
+    cmd->add_option("--fabric", fabric_,
+                    "fabric provider of the back-end and the front-ends: soft (default) | shm "
+                    "(same host: one-sided operations on the shared pool, doc/fabric.md) | auto")
+        ->check(CLI::IsMember({"soft", "shm", "verbs", "auto"}));
     cmd->add_option(
            "--pm-mode", pm_mode_,
            "persistence of the back-end pools: flush (PM's cost model, the paper's setting; "
@@ -90,6 +94,7 @@ class TxnSuite : public Suite {
                       " s per run, locks held for " + std::to_string(hold_) + " txns, pm-mode " +
                       pm_mode_);
     report->extra()["pm_mode"] = pm_mode_;
+    report->machine()["provider"] = fabric_;
     std::map<std::string, double> tput;
     bool all_ok = true;
     for (const std::string& lv : Split(levels_)) {
@@ -132,7 +137,8 @@ class TxnSuite : public Suite {
         dir_ + "/asymnvm-bench-" + wl->name() + "-" + std::to_string(getpid()) + ".pool";
     std::filesystem::remove(pool);
     ASYMNVM_ASSIGN_OR_RETURN(
-        auto be, driver::BackendProcess::Start(bin_, pool, "1G", {"--pm-mode", pm_mode_}, "warn"));
+        auto be, driver::BackendProcess::Start(
+                     bin_, pool, "1G", {"--pm-mode", pm_mode_, "--fabric", fabric_}, "warn"));
     struct Cleanup {
       std::string pool;
       std::unique_ptr<backend::Backend> local;
@@ -150,6 +156,7 @@ class TxnSuite : public Suite {
       backend::BackendOptions bo;
       bo.pool_path = pool + ".local";
       bo.pool_size = 1ull << 30;
+      bo.fabric.provider = fabric_;
       ASYMNVM_ASSIGN_OR_RETURN(bo.persist_mode, pm::ParsePersistMode(pm_mode_));
       const std::string tag =
           "asymnvm-bench-txn-" + std::to_string(getpid()) + "-" + level_name + std::to_string(nfe);
@@ -160,6 +167,7 @@ class TxnSuite : public Suite {
     }
     auto options = [&](uint64_t fe) {
       frontend::SessionOptions so;
+      so.fabric.provider = fabric_;
       so.backends = {data_address};
       so.frontend_id = fe;
       so.level = level;
@@ -356,6 +364,7 @@ class TxnSuite : public Suite {
   int lock_ms_ = 200;
   std::string dir_ = "/tmp";
   std::string pm_mode_ = "flush";
+  std::string fabric_ = "soft";
   std::string bin_;
 };
 

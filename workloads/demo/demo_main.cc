@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
   app.add_option("--data-dir", o.data_dir, "Directory of the PM pool file (created if missing)")
       ->capture_default_str();
   app.add_option("--fabric", o.fabric, "Fabric provider")
-      ->check(CLI::IsMember({"soft", "verbs", "auto"}))
+      ->check(CLI::IsMember({"soft", "shm", "verbs", "auto"}))
       ->capture_default_str();
   app.add_option("--transport", o.transport, "soft transport (tcp on 127.0.0.1:0)")
       ->check(CLI::IsMember({"tcp", "unix", "inproc"}))

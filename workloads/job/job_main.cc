@@ -2,6 +2,7 @@
 //
 //   asymnvm-job [--data-dir DIR] [--ops N] [--structures LIST] [--level L] [--pool-size SIZE]
 //               [--backends N] [--json FILE] [--fresh] [--pm-mode auto|flush|msync]
+//               [--fabric soft|shm|verbs|auto]
 //               [--backend-bin PATH] [--log-level L] [--show-runs] [--coord URI]
 //               [--mirrors N] [--mirror-mode sync|async] [--kill-primary-after K]
 //
@@ -265,6 +266,13 @@ int main(int argc, char** argv) {
                  "durable across power loss) | flush (cache-line flush: the cost model of real PM; "
                  "on a disk-backed file durable across process crashes only) | msync")
       ->check(CLI::IsMember({"auto", "flush", "msync"}))
+      ->capture_default_str();
+  std::string fabric_provider = "soft";
+  app.add_option("--fabric", fabric_provider,
+                 "fabric provider of the front-end and the back-ends: soft | shm (same host: "
+                 "one-sided operations are loads and stores on the shared pool, doc/fabric.md) | "
+                 "verbs | auto")
+      ->check(CLI::IsMember({"soft", "shm", "verbs", "auto"}))
       ->capture_default_str();
   uint32_t nmirrors = 0;
   std::string mirror_mode = "sync";
@@ -531,7 +539,8 @@ int main(int argc, char** argv) {
     std::cout << "asymnvm-job: " << (fs::exists(p) ? "reopening " : "creating ") << p;
     if (*serve != 0) std::cout << " (promoted: the group's state on the coordinator names it)";
     std::cout << "\n";
-    std::vector<std::string> bargs = {"--pm-mode", pm_mode, "--coord", coord_uri};
+    std::vector<std::string> bargs = {"--pm-mode", pm_mode,    "--coord",
+                                      coord_uri,   "--fabric", fabric_provider};
     mirror_first[i] = mirror_daemons.size();
     for (size_t m = 1; m < group_slots[i].size(); m++) {
       const std::string mp = slot_path(i, group_slots[i][m]);
@@ -557,6 +566,7 @@ int main(int argc, char** argv) {
 
   frontend::SessionOptions so;
   so.backends = addresses;
+  so.fabric.provider = fabric_provider;
   // The id is held by `identity` for the whole job: the Cluster's sessions (one per back-end,
   // same id) are opened with it given, not claimed again per session.
   so.frontend_id = held->id();

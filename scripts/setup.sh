@@ -2,7 +2,7 @@
 # Installs the Debian packages AsymNVM needs, only those that are missing.
 # Idempotent and non-interactive; a no-op (well under a second) when everything is present.
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config git
+pkgs=(build-essential cmake ninja-build pkg-config git
       libibverbs-dev ibverbs-providers librdmacm-dev
       libpmem-dev libpmemobj-dev libpmempool-dev pmdk-tools
       libzookeeper-mt-dev zookeeper default-jre-headless libtbb-dev redis-tools redis-server

@@ -49,7 +49,7 @@ set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_ASYMNVM_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_ASYMNVM_PACKAGE_DEPENDS "adduser | systemd")
 set(CPACK_DEBIAN_ASYMNVM_PACKAGE_CONTROL_EXTRA
-  ${ASYMNVM_PKG}/debian/postinst ${ASYMNVM_PKG}/debian/postrm)
+  ${ASYMNVM_PKG}/debian/postinst ${ASYMNVM_PKG}/debian/postrm ${ASYMNVM_PKG}/debian/conffiles)
 set(CPACK_DEBIAN_ASYMNVM_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 # The CMake package's consumers compile against these headers (include/asymnvm includes none of
 # the others' headers beyond the standard library, OpenSSL-free).

@@ -2,7 +2,8 @@
 # README command (2): install what is missing, check the format, build, and run every test suite:
 #   0. scripts/check-format.sh (clang-format with the repository's .clang-format);
 #   1. the default build (RelWithDebInfo);
-#   2. the CMake package: install to a staging prefix and build an application against it;
+#   2. the CMake package: install to a staging prefix and build an application against it; the
+#      Debian packages (tests/package/deb_test.sh: cpack, dpkg -x, the installed daemons and units);
 #   3. the default build's process suites: every ctest label but unit, conformance and long (crash,
 #      partition, ops, redis, ...: the daemons users run, as they are built for them);
 #   4. an ASan+UBSan build (-O1) running the unit and conformance suites;
@@ -48,6 +49,9 @@ cmake --build build/package-consumer -j"$JOBS" >/dev/null
 LD_LIBRARY_PATH="$ROOT/build/stage/lib" build/package-consumer/asymnvm_package_consumer
 LD_LIBRARY_PATH="$ROOT/build/stage/lib" build/package-consumer/asymnvm_sdk_consumer \
   "$ROOT/build/stage/bin/asymnvm-backend"
+
+step "Debian packages: cpack, unpacked with dpkg -x, installed binaries and CMake package, systemd units"
+tests/package/deb_test.sh build
 
 step "process suites (default build): ctest $DEFAULT_LABELS"
 # shellcheck disable=SC2086  # the label selection is several words

@@ -25,7 +25,6 @@ void Set(CommandContext& c, const std::vector<std::string>& a) {
   int64_t deadline = 0;
   for (size_t i = 3; i < a.size(); ++i) {
     const std::string& o = a[i];
-    bool more = i + 1 < a.size();
     if (EqualsNoCase(o, "NX") && !xx) {
       nx = true;
     } else if (EqualsNoCase(o, "XX") && !nx) {
@@ -34,17 +33,11 @@ void Set(CommandContext& c, const std::vector<std::string>& a) {
       get = true;
     } else if (EqualsNoCase(o, "KEEPTTL") && !has_expiry) {
       keepttl = true;
-    } else if (more && !has_expiry && !keepttl &&
-               (EqualsNoCase(o, "EX") || EqualsNoCase(o, "PX") || EqualsNoCase(o, "EXAT") ||
-                EqualsNoCase(o, "PXAT"))) {
-      bool secs = EqualsNoCase(o, "EX") || EqualsNoCase(o, "EXAT");
-      bool absolute = EqualsNoCase(o, "EXAT") || EqualsNoCase(o, "PXAT");
-      int64_t v = 0;
-      if (!ParseInt64(a[i + 1], &v)) return c.out.Error(std::string(kErrNotInteger));
-      if (v <= 0) return c.out.Error("ERR invalid expire time in 'set' command");
-      if (!ParseExpiry(c, a[i + 1], secs ? 1000 : 1, absolute, "set", &deadline)) return;
+    } else if (!has_expiry && !keepttl) {
+      ExpiryOption e = ParseExpiryOption(c, a, &i, "set", &deadline);
+      if (e == ExpiryOption::kAnswered) return;
+      if (e == ExpiryOption::kNotExpiry) return c.out.Error(std::string(kErrSyntax));
       has_expiry = true;
-      ++i;
     } else {
       return c.out.Error(std::string(kErrSyntax));
     }

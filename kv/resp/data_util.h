@@ -119,6 +119,35 @@ inline bool ParseExpiry(CommandContext& c, std::string_view arg, int64_t unit_ms
   return true;
 }
 
+// The expiry options SET and GETEX share (EX seconds, PX milliseconds, EXAT, PXAT: Redis's
+// parseExtendedStringArgumentsOrReply). When a[*i] is one of them and a value follows, the value
+// is parsed into *deadline (absolute Unix ms) and *i is moved past it. kNotExpiry: a[*i] is
+// something else (the caller decides); kAnswered: the value was bad and an error was replied.
+enum class ExpiryOption { kNotExpiry, kParsed, kAnswered };
+inline ExpiryOption ParseExpiryOption(CommandContext& c, const std::vector<std::string>& a,
+                                      size_t* i, std::string_view cmd, int64_t* deadline) {
+  const std::string& o = a[*i];
+  bool secs = EqualsNoCase(o, "EX") || EqualsNoCase(o, "EXAT");
+  bool absolute = EqualsNoCase(o, "EXAT") || EqualsNoCase(o, "PXAT");
+  if (*i + 1 >= a.size() || !(secs || absolute || EqualsNoCase(o, "PX"))) {
+    return ExpiryOption::kNotExpiry;
+  }
+  const std::string& arg = a[++*i];
+  int64_t v = 0;
+  if (!ParseInt64(arg, &v)) {
+    c.out.Error(std::string(kErrNotInteger));
+    return ExpiryOption::kAnswered;
+  }
+  if (v <= 0) {
+    c.out.Error("ERR invalid expire time in '" + std::string(cmd) + "' command");
+    return ExpiryOption::kAnswered;
+  }
+  if (!ParseExpiry(c, arg, secs ? 1000 : 1, absolute, cmd, deadline)) {
+    return ExpiryOption::kAnswered;
+  }
+  return ExpiryOption::kParsed;
+}
+
 // Whether a scanned value is live (not expired) at `now`.
 inline bool Live(const Store::ScanPage& page, size_t i, int64_t now) {
   if (i >= page.values.size()) return true;

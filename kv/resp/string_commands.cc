@@ -76,20 +76,13 @@ void GetEx(CommandContext& c, const std::vector<std::string>& a) {
   int64_t deadline = 0;
   for (size_t i = 2; i < a.size(); ++i) {
     const std::string& o = a[i];
-    bool more = i + 1 < a.size();
     if (EqualsNoCase(o, "PERSIST") && !has_expiry && !persist) {
       persist = true;
-    } else if (more && !has_expiry && !persist &&
-               (EqualsNoCase(o, "EX") || EqualsNoCase(o, "PX") || EqualsNoCase(o, "EXAT") ||
-                EqualsNoCase(o, "PXAT"))) {
-      bool secs = EqualsNoCase(o, "EX") || EqualsNoCase(o, "EXAT");
-      bool absolute = EqualsNoCase(o, "EXAT") || EqualsNoCase(o, "PXAT");
-      int64_t v = 0;
-      if (!ParseInt64(a[i + 1], &v)) return c.out.Error(std::string(kErrNotInteger));
-      if (v <= 0) return c.out.Error("ERR invalid expire time in 'getex' command");
-      if (!ParseExpiry(c, a[i + 1], secs ? 1000 : 1, absolute, "getex", &deadline)) return;
+    } else if (!has_expiry && !persist) {
+      ExpiryOption e = ParseExpiryOption(c, a, &i, "getex", &deadline);
+      if (e == ExpiryOption::kAnswered) return;
+      if (e == ExpiryOption::kNotExpiry) return c.out.Error(std::string(kErrSyntax));
       has_expiry = true;
-      ++i;
     } else {
       return c.out.Error(std::string(kErrSyntax));
     }

@@ -74,9 +74,15 @@ Status Session::WriterUnlock(const Structure& s) {
           " has op logs of an earlier session to replay first (Session::Replay); releasing the "
           "lock would let others write over a state those operations have not reached");
     }
+    // Forgotten before the fence and the CAS, whatever they return: when the connection breaks
+    // during them, the lock word may be free already (the CAS ran, its reply was lost) or still
+    // name us. Either way our next acquisition's CAS takes it (it accepts a word naming us), and
+    // nothing may take this entry as proof the lock is held: TryWriterLock trusted a stale entry
+    // after a back-end restart and a transaction ran without the lock, and the next release
+    // found the word free ("held by front-end 0").
+    m.held_locks.erase(s.lock_addr);
     ASYMNVM_RETURN_IF_ERROR(Fence());
     ASYMNVM_ASSIGN_OR_RETURN(uint64_t old, m.Cas(s.lock_addr, m.o.frontend_id, 0));
-    m.held_locks.erase(s.lock_addr);
     if (old != m.o.frontend_id) {
       return Status::FailedPrecondition("writer lock of '" + s.name + "' was held by front-end " +
                                         std::to_string(old));

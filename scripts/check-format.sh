@@ -13,6 +13,12 @@ if [ "${1:-}" = "--fix" ]; then
   "$CF" --style=file -i "${files[@]}"
   exit 0
 fi
+# One clang-format process for every file (one per file took most of a minute); only when it
+# finds a difference is each file checked alone, to name them.
+if "$CF" --style=file --dry-run -Werror "${files[@]}" >/dev/null 2>&1; then
+  echo "check-format: ${#files[@]} files formatted"
+  exit 0
+fi
 bad=()
 for f in "${files[@]}"; do
   if ! "$CF" --style=file --dry-run -Werror "$f" >/dev/null 2>&1; then bad+=("$f"); fi

@@ -14,8 +14,8 @@
 # running the unit suites (off by default: it doubles the run time); CTEST_ARGS replaces step 3's
 # label selection (e.g. CTEST_ARGS="-L long" runs the long campaigns, "-LE long" every default
 # suite in the default build).
-# Builds use Ninja, ccache and line-table debug information (-g1) when available (scripts/common.sh):
-# the cold run's time is in doc/testing.md.
+# Builds use Ninja, ccache and line-table debug information (-g1) when available (scripts/common.sh);
+# the stages' cold and warm times are in tests/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)

@@ -59,9 +59,12 @@ ctest --test-dir build $DEFAULT_LABELS --output-on-failure -j"$JOBS"
 
 if [ "${SKIP_ASAN:-0}" != 1 ]; then
   # -O1, as ASan's authors advise: the suites run about twice as fast as at -O0; assert()s stay on.
+  # GCC's -Wmaybe-uninitialized is not reliable at -O1 (it flagged the read after a [[noreturn]]
+  # check in Result::value()); the default build's -O2 keeps it as an error.
   step "ASan+UBSan build: unit and conformance suites"
   asymnvm_configure build-asan -DCMAKE_BUILD_TYPE=Debug -DASYMNVM_WERROR=ON \
-    -DCMAKE_C_FLAGS_DEBUG="-O1 -g" -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" -DASYMNVM_LINE_TABLES_ONLY=ON \
+    -DCMAKE_C_FLAGS_DEBUG="-O1 -g" -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g -Wno-maybe-uninitialized" \
+    -DASYMNVM_LINE_TABLES_ONLY=ON \
     -DASYMNVM_SANITIZE=address,undefined \
     -DASYMNVM_BUILD_BENCH=OFF
   cmake --build build-asan -j"$JOBS"

@@ -103,11 +103,25 @@ def compare(a, b, min_slip):
     return rows, missing
 
 
-def short_config(cfg):
+def varying_keys(rows):
+    """{(suite, variant): the config keys whose values differ between that variant's rows}: the
+    keys that tell its rows apart (a structure name, a batch size), printed first."""
+    by = {}
+    for r in rows:
+        by.setdefault((r["suite"], r["variant"]), []).append(r["config"])
+    out = {}
+    for key, cfgs in by.items():
+        names = sorted({k for c in cfgs for k in c})
+        out[key] = [k for k in names
+                    if len({json.dumps(c.get(k), sort_keys=True) for c in cfgs}) > 1]
+    return out
+
+
+def short_config(cfg, first=()):
     if not cfg:
         return ""
-    parts = [f"{k}={v}" for k, v in cfg.items()]
-    text = ",".join(parts)
+    keys = [k for k in first if k in cfg] + [k for k in cfg if k not in first]
+    text = ",".join(f"{k}={cfg[k]}" for k in keys)
     return text if len(text) <= 28 else text[:25] + "..."
 
 
@@ -138,6 +152,7 @@ def main():
     rows, missing = compare(a, b, args.min_slip / 100.0)
     headline = re.compile(r"^(ops_per_sec|p50_us|p99_us|round_trips_per_op|bytes_per_op)$|syncs|ratio")
     shown = [r for r in rows if args.all or r["slip"] or headline.search(r["figure"])]
+    varying = varying_keys(rows)
     print(f"{'suite':<11} {'variant':<22} {'config':<28} {'figure':<22} {'A':>10} {'B':>10} "
           f"{'B/A':>7} {'noise':>7}  verdict")
     for r in shown:
@@ -147,7 +162,7 @@ def main():
             worse = (1 - r["ratio"]) if r["better"] == "higher" else (r["ratio"] - 1)
             if abs(worse) <= max(r["noise"], args.min_slip / 100.0):
                 verdict = "within noise"
-        print(f"{r['suite']:<11} {r['variant'][:22]:<22} {short_config(r['config']):<28} "
+        print(f"{r['suite']:<11} {r['variant'][:22]:<22} {short_config(r['config'], varying[(r['suite'], r['variant'])]):<28} "
               f"{r['figure'][:22]:<22} {fmt(r['a_median']):>10} {fmt(r['b_median']):>10} "
               f"{fmt(r['ratio']):>7} {r['noise'] * 100:>6.1f}%  {verdict}")
     for key in missing:

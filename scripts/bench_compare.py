@@ -162,7 +162,8 @@ def main():
             worse = (1 - r["ratio"]) if r["better"] == "higher" else (r["ratio"] - 1)
             if abs(worse) <= max(r["noise"], args.min_slip / 100.0):
                 verdict = "within noise"
-        print(f"{r['suite']:<11} {r['variant'][:22]:<22} {short_config(r['config'], varying[(r['suite'], r['variant'])]):<28} "
+        config = short_config(r["config"], varying[(r["suite"], r["variant"])])
+        print(f"{r['suite']:<11} {r['variant'][:22]:<22} {config:<28} "
               f"{r['figure'][:22]:<22} {fmt(r['a_median']):>10} {fmt(r['b_median']):>10} "
               f"{fmt(r['ratio']):>7} {r['noise'] * 100:>6.1f}%  {verdict}")
     for key in missing:

@@ -155,7 +155,7 @@ const std::vector<CommandSpec>& CommandTable() {
     for (auto more : {h::StringCommandSpecs, h::KeyspaceCommandSpecs}) {
       for (auto& spec : more()) t.push_back(spec);
     }
-    AppendTypeCommands(&t);  // hashes, lists, sets (type_table.cc)
+    AppendTypeCommands(&t);  // hashes, lists, sets, sorted sets (type_table.cc)
     std::sort(t.begin(), t.end(), [](const CommandSpec& a, const CommandSpec& b) {
       return std::string_view(a.name) < std::string_view(b.name);
     });
@@ -170,8 +170,8 @@ size_t CommandIndex(const CommandSpec& spec) {
 
 const std::vector<UnsupportedSpec>& UnsupportedCommands() {
   static const std::vector<UnsupportedSpec> list = {
-      {"sorted sets (ZADD ...), streams", "not yet (doc/types.md)"},
-      {"blpop / brpop / blmove / brpoplpush / blmpop",
+      {"streams (XADD ...)", "not yet"},
+      {"blpop / brpop / blmove / brpoplpush / blmpop / bzpopmin / bzpopmax / bzmpop",
        "blocking pops are not built: a worker would block (doc/types.md)"},
       {"pub/sub, scripting (EVAL, FUNCTION LOAD)", "not planned"},
       {"bgsave, bgrewriteaof, replicaof", "persistence and replication are the KV server's own"},

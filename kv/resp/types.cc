@@ -1,12 +1,14 @@
 // Record layouts and the per-command transaction of the type commands (types.h, doc/types.md).
 #include "kv/resp/types.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <unordered_map>
 
 #include "asymnvm/kv.h"
 #include "kv/resp/value.h"
@@ -266,14 +268,15 @@ std::string TxError(const Status& st) {
 }
 
 bool ParseDouble(std::string_view s, double* out) {
-  if (s.empty() || s.size() > 300) return false;
+  // Redis's getDoubleFromObject: the whole text, no leading space, no NaN; an overflow to
+  // infinity or an underflow to zero is refused ("inf" itself is fine). No length limit.
+  if (s.empty() || std::isspace(static_cast<unsigned char>(s[0]))) return false;
   std::string t(s);
-  if (std::isspace(static_cast<unsigned char>(t[0]))) return false;
   char* end = nullptr;
   errno = 0;
   double v = std::strtod(t.c_str(), &end);
   if (end != t.c_str() + t.size() || std::isnan(v)) return false;
-  if (errno == ERANGE && !std::isinf(v) && v != 0) return false;
+  if (errno == ERANGE && (std::isinf(v) || std::fpclassify(v) == FP_ZERO)) return false;
   *out = v;
   return true;
 }
@@ -303,6 +306,114 @@ std::string FormatDouble(long double v) {
   }
   if (s == "-0") s = "0";
   return s;
+}
+
+Result<Coll*> OpenTyped(CollTx& tx, std::string_view key, KeyType want, ReplyWriter& w) {
+  bool wrong = false;
+  ASYMNVM_ASSIGN_OR_RETURN(Coll * c, tx.OpenAs(key, want, &wrong));
+  if (wrong) {
+    w.Error(kErrWrongType);
+    return static_cast<Coll*>(nullptr);
+  }
+  return c;
+}
+
+TxOutcome TxFail(ReplyWriter& out, const Status& st) {
+  out.Error(TxError(st));
+  return TxOutcome::kError;
+}
+
+bool MemberSizeOk(ReplyWriter& out, std::string_view key, std::string_view m) {
+  if (m.size() <= MaxFieldSize(key)) return true;
+  out.Error("ERR member of " + std::to_string(m.size()) + " bytes; members are at most " +
+            std::to_string(MaxFieldSize(key)) + " bytes here (doc/types.md §Limits)");
+  return false;
+}
+
+std::vector<int64_t> RandomSlots(int64_t n, int64_t k, bool distinct) {
+  std::vector<int64_t> out;
+  if (n <= 0) return out;
+  if (!distinct) {
+    for (int64_t i = 0; i < k; ++i) out.push_back(static_cast<int64_t>(RandomU64() % n));
+    return out;
+  }
+  // A partial Fisher-Yates shuffle over the slots, the permutation kept sparse.
+  k = std::min(k, n);
+  std::unordered_map<int64_t, int64_t> perm;
+  for (int64_t i = 0; i < k; ++i) {
+    int64_t j = i + static_cast<int64_t>(RandomU64() % static_cast<uint64_t>(n - i));
+    int64_t vi = perm.count(i) ? perm[i] : i, vj = perm.count(j) ? perm[j] : j;
+    perm[i] = vj;
+    perm[j] = vi;
+    out.push_back(vj);
+  }
+  return out;
+}
+
+Result<std::optional<SlotRef>> SlottedFind(CollTx& tx, const Coll& c, std::string_view member,
+                                           size_t payload_size) {
+  if (c.type == KeyType::kNone) return std::optional<SlotRef>();
+  auto r = tx.Get(FieldKey(c.key, c.meta.id, member));
+  if (!r.ok()) return r.status();
+  if (!r->has_value()) return std::optional<SlotRef>();
+  SlotRef ref;
+  if ((*r)->size() != 8 + payload_size || !DecodeI64(**r, &ref.slot) || ref.slot < 0 ||
+      ref.slot >= c.meta.size) {
+    return Status::Corruption(std::string(TypeName(c.type)) +
+                              " member record malformed or names a slot out of range");
+  }
+  ref.payload = (*r)->substr(8);
+  return std::optional<SlotRef>(std::move(ref));
+}
+
+Result<SlottedMember> SlottedAt(CollTx& tx, const Coll& c, int64_t slot, size_t payload_size) {
+  auto r = tx.Get(SlotKey(c.key, c.meta.id, slot));
+  if (!r.ok()) return r.status();
+  if (!r->has_value() || (*r)->size() < payload_size) {
+    return Status::Corruption(std::string(TypeName(c.type)) + " slot record missing or short");
+  }
+  SlottedMember m;
+  m.payload = (*r)->substr(0, payload_size);
+  m.member = (*r)->substr(payload_size);
+  return m;
+}
+
+void SlottedPut(CollTx& tx, Coll* c, std::string_view member, std::string_view payload,
+                std::optional<int64_t> slot) {
+  const int64_t s = slot ? *slot : c->meta.size++;
+  std::string field_rec = EncodeI64(s);
+  field_rec.append(payload);
+  std::string slot_rec(payload);
+  slot_rec.append(member);
+  tx.Put(FieldKey(c->key, c->meta.id, member), std::move(field_rec));
+  tx.Put(SlotKey(c->key, c->meta.id, s), std::move(slot_rec));
+  c->changed = true;
+}
+
+Result<bool> SlottedRemove(CollTx& tx, Coll* c, std::string_view member, size_t payload_size) {
+  ASYMNVM_ASSIGN_OR_RETURN(std::optional<SlotRef> ref, SlottedFind(tx, *c, member, payload_size));
+  if (!ref) return false;
+  const int64_t last = c->meta.size - 1;
+  if (ref->slot != last) {
+    ASYMNVM_ASSIGN_OR_RETURN(SlottedMember moved, SlottedAt(tx, *c, last, payload_size));
+    SlottedPut(tx, c, moved.member, moved.payload, ref->slot);
+  }
+  tx.Del(SlotKey(c->key, c->meta.id, last));
+  tx.Del(FieldKey(c->key, c->meta.id, member));
+  c->meta.size--;
+  c->changed = true;
+  return true;
+}
+
+Result<std::vector<SlottedMember>> SlottedAll(CollTx& tx, const Coll& c, size_t payload_size) {
+  std::vector<SlottedMember> out;
+  if (c.type == KeyType::kNone) return out;
+  out.reserve(static_cast<size_t>(c.meta.size));
+  for (int64_t i = 0; i < c.meta.size; ++i) {
+    ASYMNVM_ASSIGN_OR_RETURN(SlottedMember m, SlottedAt(tx, c, i, payload_size));
+    out.push_back(std::move(m));
+  }
+  return out;
 }
 
 }  // namespace asymnvm::kv::resp

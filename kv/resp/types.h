@@ -63,6 +63,19 @@ bool DecodeI64(std::string_view s, int64_t* v);
 // Longest field/member a sub-record key can carry for `key` (kv::kMaxKeySize bound).
 size_t MaxFieldSize(std::string_view key);
 
+// Slotted members: the layout sets and sorted sets share (doc/types.md §Records). Member m →
+// record 'f'+m holding its slot (8 bytes LE) then a fixed-size payload; slot i (0..size-1, dense)
+// → record 's'+i holding the payload then m. Payload: none for a set, the score (8 bytes) for a
+// sorted set. Removing a member moves the last slot's entry into the freed slot.
+struct SlotRef {
+  int64_t slot = 0;
+  std::string payload;
+};
+struct SlottedMember {
+  std::string member;
+  std::string payload;
+};
+
 // One collection of a CollTx.
 struct Coll {
   std::string key;
@@ -78,7 +91,8 @@ struct Coll {
 inline constexpr std::string_view kErrNotFloat = "ERR value is not a valid float";
 inline constexpr std::string_view kErrOutOfRange = "ERR value is out of range, must be positive";
 std::string TxError(const Status& st);
-// Parses a Redis double argument ("inf", "-inf", decimal); false for NaN or junk.
+// Parses a Redis double argument as getDoubleFromObject does ("inf", "-inf", decimal, any
+// length); false for NaN, junk, or a value that overflows or underflows to zero.
 bool ParseDouble(std::string_view s, double* out);
 // The same in long double precision (HINCRBYFLOAT computes in it, as Redis does).
 bool ParseLongDouble(std::string_view s, long double* out);
@@ -86,6 +100,10 @@ bool ParseLongDouble(std::string_view s, long double* out);
 std::string FormatDouble(long double v);
 // A random 64-bit number (incarnation ids, SPOP/SRANDMEMBER/HRANDFIELD).
 uint64_t RandomU64();
+
+// Random slots: k distinct of n (all when k >= n), or k with repetition (SRANDMEMBER,
+// ZRANDMEMBER, HRANDFIELD's count semantics).
+std::vector<int64_t> RandomSlots(int64_t n, int64_t k, bool distinct);
 
 enum class TxOutcome { kCommitted, kRetry, kError };
 
@@ -120,6 +138,26 @@ class CollTx {
   std::vector<std::unique_ptr<Coll>> colls_;
   std::map<std::string, std::optional<std::string>, std::less<>> staged_;
 };
+
+// The slotted-member operations (see SlotRef above); payload_size is the type's fixed payload.
+Result<std::optional<SlotRef>> SlottedFind(CollTx& tx, const Coll& c, std::string_view member,
+                                           size_t payload_size);
+Result<SlottedMember> SlottedAt(CollTx& tx, const Coll& c, int64_t slot, size_t payload_size);
+// Stages `member` with `payload`: at `slot` when the member is there (SlottedFind's slot), else
+// appended as a new member (size + 1).
+void SlottedPut(CollTx& tx, Coll* c, std::string_view member, std::string_view payload,
+                std::optional<int64_t> slot);
+// Removes `member`; whether it was there.
+Result<bool> SlottedRemove(CollTx& tx, Coll* c, std::string_view member, size_t payload_size);
+// Every member, in slot order (one read per member).
+Result<std::vector<SlottedMember>> SlottedAll(CollTx& tx, const Coll& c, size_t payload_size);
+
+// Opens `key` expecting type `want` (or absent): nullptr after replying WRONGTYPE on w.
+Result<Coll*> OpenTyped(CollTx& tx, std::string_view key, KeyType want, ReplyWriter& w);
+// For write commands: replies the store error on out; kError.
+TxOutcome TxFail(ReplyWriter& out, const Status& st);
+// Whether `member` fits a sub-record key of `key`; else replies the error (doc/types.md §Limits).
+bool MemberSizeOk(ReplyWriter& out, std::string_view key, std::string_view member);
 
 // Runs body(tx) until it commits (or replies an error); TRYAGAIN after too many conflicts. body
 // returns kCommitted when it has committed and written its reply, kRetry to start over, kError
@@ -193,6 +231,23 @@ void LRem(CommandContext&, const std::vector<std::string>&);
 void LInsert(CommandContext&, const std::vector<std::string>&);
 void LPos(CommandContext&, const std::vector<std::string>&);
 void LMove(CommandContext&, const std::vector<std::string>&);  // LMOVE RPOPLPUSH
+// zset_commands.cc
+void ZAdd(CommandContext&, const std::vector<std::string>&);  // ZADD ZINCRBY
+void ZRem(CommandContext&, const std::vector<std::string>&);
+void ZCard(CommandContext&, const std::vector<std::string>&);
+void ZScore(CommandContext&, const std::vector<std::string>&);
+void ZMScore(CommandContext&, const std::vector<std::string>&);
+void ZCount(CommandContext&, const std::vector<std::string>&);  // ZCOUNT ZLEXCOUNT
+void ZRange(CommandContext&, const std::vector<std::string>&);  // ZRANGE ZREVRANGE ZRANGEBY*...
+void ZRangeStore(CommandContext&, const std::vector<std::string>&);
+void ZRank(CommandContext&, const std::vector<std::string>&);      // ZRANK ZREVRANK
+void ZRemRange(CommandContext&, const std::vector<std::string>&);  // ZREMRANGEBY*
+void ZPop(CommandContext&, const std::vector<std::string>&);       // ZPOPMIN ZPOPMAX
+void ZMPop(CommandContext&, const std::vector<std::string>&);
+void ZRandMember(CommandContext&, const std::vector<std::string>&);
+void ZScan(CommandContext&, const std::vector<std::string>&);
+void ZCombine(CommandContext&, const std::vector<std::string>&);  // ZUNION ZINTER ZDIFF, *STORE,
+                                                                  // ZINTERCARD
 }  // namespace handlers
 
 // The type commands' dispatch entries (appended to CommandTable()).

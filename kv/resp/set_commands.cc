@@ -1,8 +1,7 @@
-// Redis set commands (doc/types.md §Sets). Member m of incarnation id: record 'f'+m → its slot
-// (8 bytes LE); record 's'+slot → m; slots 0..size-1 are dense (SREM moves the last slot into the
-// freed one).
+// Redis set commands (doc/types.md §Sets). A set is a slotted collection without payload
+// (types.h SlottedPut): member m of incarnation id → record 'f'+m holding its slot; slot i → record
+// 's'+i holding m; slots 0..size-1 are dense (SREM moves the last slot into the freed one).
 #include <algorithm>
-#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -11,112 +10,47 @@
 namespace asymnvm::kv::resp::handlers {
 namespace {
 
-Result<std::optional<int64_t>> MemberSlot(CollTx& tx, const Coll& s, std::string_view member) {
-  auto r = tx.Get(FieldKey(s.key, s.meta.id, member));
-  if (!r.ok()) return r.status();
-  if (!r->has_value()) return std::optional<int64_t>();
-  int64_t slot = 0;
-  if (!DecodeI64(**r, &slot) || slot < 0 || slot >= s.meta.size) {
-    return Status::Corruption("set member record names a slot out of range");
-  }
-  return std::optional<int64_t>(slot);
-}
+// A set is a slotted collection without payload (types.h SlottedFind ...).
+constexpr size_t kNoPayload = 0;
 
 Result<std::string> SlotMember(CollTx& tx, const Coll& s, int64_t slot) {
-  auto r = tx.Get(SlotKey(s.key, s.meta.id, slot));
-  if (!r.ok()) return r.status();
-  if (!r->has_value()) return Status::Corruption("set slot record missing");
-  return std::move(**r);
+  ASYMNVM_ASSIGN_OR_RETURN(SlottedMember m, SlottedAt(tx, s, slot, kNoPayload));
+  return std::move(m.member);
 }
 
 Result<bool> IsMember(CollTx& tx, const Coll& s, std::string_view member) {
-  if (s.type == KeyType::kNone) return false;
-  ASYMNVM_ASSIGN_OR_RETURN(std::optional<int64_t> slot, MemberSlot(tx, s, member));
-  return slot.has_value();
+  ASYMNVM_ASSIGN_OR_RETURN(std::optional<SlotRef> ref, SlottedFind(tx, s, member, kNoPayload));
+  return ref.has_value();
 }
 
 // Adds `member`; whether it is new.
 Result<bool> AddMember(CollTx& tx, Coll* s, std::string_view member) {
-  ASYMNVM_ASSIGN_OR_RETURN(std::optional<int64_t> slot, MemberSlot(tx, *s, member));
-  if (slot) return false;
-  int64_t n = s->meta.size++;
-  tx.Put(FieldKey(s->key, s->meta.id, member), EncodeI64(n));
-  tx.Put(SlotKey(s->key, s->meta.id, n), std::string(member));
-  s->changed = true;
+  ASYMNVM_ASSIGN_OR_RETURN(bool in, IsMember(tx, *s, member));
+  if (in) return false;
+  SlottedPut(tx, s, member, "", std::nullopt);
   return true;
 }
 
-// Removes `member`; whether it was there.
 Result<bool> RemoveMember(CollTx& tx, Coll* s, std::string_view member) {
-  if (s->type == KeyType::kNone) return false;
-  ASYMNVM_ASSIGN_OR_RETURN(std::optional<int64_t> slot, MemberSlot(tx, *s, member));
-  if (!slot) return false;
-  const int64_t last = s->meta.size - 1;
-  if (*slot != last) {
-    ASYMNVM_ASSIGN_OR_RETURN(std::string moved, SlotMember(tx, *s, last));
-    tx.Put(FieldKey(s->key, s->meta.id, moved), EncodeI64(*slot));
-    tx.Put(SlotKey(s->key, s->meta.id, *slot), std::move(moved));
-  }
-  tx.Del(SlotKey(s->key, s->meta.id, last));
-  tx.Del(FieldKey(s->key, s->meta.id, member));
-  s->meta.size--;
-  s->changed = true;
-  return true;
+  return SlottedRemove(tx, s, member, kNoPayload);
 }
 
 Result<std::vector<std::string>> Members(CollTx& tx, const Coll& s) {
+  ASYMNVM_ASSIGN_OR_RETURN(std::vector<SlottedMember> all, SlottedAll(tx, s, kNoPayload));
   std::vector<std::string> out;
-  if (s.type == KeyType::kNone) return out;
-  out.reserve(static_cast<size_t>(s.meta.size));
-  for (int64_t i = 0; i < s.meta.size; ++i) {
-    ASYMNVM_ASSIGN_OR_RETURN(std::string m, SlotMember(tx, s, i));
-    out.push_back(std::move(m));
-  }
+  out.reserve(all.size());
+  for (auto& m : all) out.push_back(std::move(m.member));
   return out;
 }
 
-// Opens `key` as a set; nullptr after writing WRONGTYPE to w (or with a Status error).
 Result<Coll*> OpenSet(CollTx& tx, std::string_view key, ReplyWriter& w) {
-  bool wrong = false;
-  ASYMNVM_ASSIGN_OR_RETURN(Coll * s, tx.OpenAs(key, KeyType::kSet, &wrong));
-  if (wrong) {
-    w.Error(kErrWrongType);
-    return static_cast<Coll*>(nullptr);
-  }
-  return s;
+  return OpenTyped(tx, key, KeyType::kSet, w);
 }
 
-// For write commands: the error replied, kError returned.
-TxOutcome Fail(CommandContext& c, const Status& st) {
-  c.out.Error(TxError(st));
-  return TxOutcome::kError;
-}
+TxOutcome Fail(CommandContext& c, const Status& st) { return TxFail(c.out, st); }
 
 bool CheckMemberSize(CommandContext& c, std::string_view key, std::string_view m) {
-  if (m.size() <= MaxFieldSize(key)) return true;
-  c.out.Error("ERR member of " + std::to_string(m.size()) + " bytes; members are at most " +
-              std::to_string(MaxFieldSize(key)) + " bytes here (doc/types.md §Limits)");
-  return false;
-}
-
-// Random distinct slots (k of n) or k slots with repetition.
-std::vector<int64_t> RandomSlots(int64_t n, int64_t k, bool distinct) {
-  std::vector<int64_t> out;
-  if (n <= 0) return out;
-  if (!distinct) {
-    for (int64_t i = 0; i < k; ++i) out.push_back(static_cast<int64_t>(RandomU64() % n));
-    return out;
-  }
-  k = std::min(k, n);
-  std::unordered_map<int64_t, int64_t> perm;
-  for (int64_t i = 0; i < k; ++i) {
-    int64_t j = i + static_cast<int64_t>(RandomU64() % static_cast<uint64_t>(n - i));
-    int64_t vi = perm.count(i) ? perm[i] : i, vj = perm.count(j) ? perm[j] : j;
-    perm[i] = vj;
-    perm[j] = vi;
-    out.push_back(vj);
-  }
-  return out;
+  return MemberSizeOk(c.out, key, m);
 }
 
 enum class SetOp { kInter, kUnion, kDiff };

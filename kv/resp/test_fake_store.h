@@ -22,6 +22,7 @@ class FakeStore final : public Store {
   Result<std::optional<StoredValue>> Get(std::string_view key) override {
     std::lock_guard<std::mutex> l(mu_);
     if (fail_) return Status::Unavailable("fake store down");
+    if (before_get_) before_get_(key);
     auto it = map_.find(key);
     if (it == map_.end()) return std::optional<StoredValue>();
     return std::optional<StoredValue>(it->second);
@@ -126,6 +127,9 @@ class FakeStore final : public Store {
   // "concurrently" by writing map() directly.
   void set_before_put_if(std::function<void(std::string_view)> f) { before_put_if_ = std::move(f); }
   void set_before_commit(std::function<void()> f) { before_commit_ = std::move(f); }
+  // Runs inside Get before the lookup (under the lock): lets a test move the whole map to a later
+  // state between two reads of one command, as a concurrent writer would.
+  void set_before_get(std::function<void(std::string_view)> f) { before_get_ = std::move(f); }
   std::map<std::string, StoredValue, std::less<>>& map() { return map_; }
   void Bump(const std::string& key) { map_[key].version = ++clock_; }
   int64_t puts() const { return puts_; }
@@ -141,6 +145,7 @@ class FakeStore final : public Store {
   int64_t puts_ = 0, batches_ = 0, incrs_ = 0;
   std::function<void(std::string_view)> before_put_if_;
   std::function<void()> before_commit_;
+  std::function<void(std::string_view)> before_get_;
   std::map<std::string, StoredValue, std::less<>> map_;
 };
 

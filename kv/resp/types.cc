@@ -318,7 +318,21 @@ Result<Coll*> OpenTyped(CollTx& tx, std::string_view key, KeyType want, ReplyWri
   return c;
 }
 
+constexpr std::string_view kStaleRead = "stale read: a concurrent writer moved the collection";
+
+bool IsStaleRead(const Status& st) {
+  return st.code() == StatusCode::kAborted && st.message() == kStaleRead;
+}
+
+Status CollTx::Inconsistent(std::string what) {
+  auto same = Unchanged();
+  if (!same.ok()) return same.status();
+  if (!*same) return Status::Aborted(kStaleRead);
+  return Status::Corruption(what);
+}
+
 TxOutcome TxFail(ReplyWriter& out, const Status& st) {
+  if (IsStaleRead(st)) return TxOutcome::kRetry;
   out.Error(TxError(st));
   return TxOutcome::kError;
 }
@@ -359,8 +373,8 @@ Result<std::optional<SlotRef>> SlottedFind(CollTx& tx, const Coll& c, std::strin
   SlotRef ref;
   if ((*r)->size() != 8 + payload_size || !DecodeI64(**r, &ref.slot) || ref.slot < 0 ||
       ref.slot >= c.meta.size) {
-    return Status::Corruption(std::string(TypeName(c.type)) +
-                              " member record malformed or names a slot out of range");
+    return tx.Inconsistent(std::string(TypeName(c.type)) +
+                           " member record malformed or names a slot out of range");
   }
   ref.payload = (*r)->substr(8);
   return std::optional<SlotRef>(std::move(ref));
@@ -370,7 +384,7 @@ Result<SlottedMember> SlottedAt(CollTx& tx, const Coll& c, int64_t slot, size_t 
   auto r = tx.Get(SlotKey(c.key, c.meta.id, slot));
   if (!r.ok()) return r.status();
   if (!r->has_value() || (*r)->size() < payload_size) {
-    return Status::Corruption(std::string(TypeName(c.type)) + " slot record missing or short");
+    return tx.Inconsistent(std::string(TypeName(c.type)) + " slot record missing or short");
   }
   SlottedMember m;
   m.payload = (*r)->substr(0, payload_size);

@@ -131,6 +131,10 @@ class CollTx {
   // multi-record read that saw the same version before and after is a snapshot, because every
   // write rewrites the metadata).
   Result<bool> Unchanged();
+  // A sub-record that contradicts the metadata read (a slot out of range, a missing slot): a
+  // stale read (IsStaleRead: the command starts over) when an opened metadata record moved since
+  // it was read — a concurrent writer committed between two reads — else Corruption(what).
+  Status Inconsistent(std::string what);
 
  private:
   Store& store_;
@@ -154,7 +158,10 @@ Result<std::vector<SlottedMember>> SlottedAll(CollTx& tx, const Coll& c, size_t 
 
 // Opens `key` expecting type `want` (or absent): nullptr after replying WRONGTYPE on w.
 Result<Coll*> OpenTyped(CollTx& tx, std::string_view key, KeyType want, ReplyWriter& w);
-// For write commands: replies the store error on out; kError.
+// Whether st is CollTx::Inconsistent's stale read (the command must start over).
+bool IsStaleRead(const Status& st);
+// For write commands: replies the store error on out; kError. A stale read replies nothing:
+// kRetry.
 TxOutcome TxFail(ReplyWriter& out, const Status& st);
 // Whether `member` fits a sub-record key of `key`; else replies the error (doc/types.md §Limits).
 bool MemberSizeOk(ReplyWriter& out, std::string_view key, std::string_view member);
@@ -183,6 +190,7 @@ void SnapshotRead(CommandContext& c, Body&& body) {
     std::string reply;
     ReplyWriter w(&reply, c.session.proto);
     Status st = body(tx, w);
+    if (IsStaleRead(st)) continue;
     if (!st.ok()) return c.out.Error(TxError(st));
     auto same = tx.Unchanged();
     if (!same.ok()) return c.out.Error(TxError(same.status()));

@@ -249,8 +249,9 @@ void Object(CommandContext& c, const std::vector<std::string>& a) {
   if (EqualsNoCase(sub, "ENCODING")) {
     // A collection: the encoding Redis uses for a large one (its records are a hash table here).
     if (cur->type != 0) {
-      return c.out.Bulk(static_cast<KeyType>(cur->type) == KeyType::kList ? "quicklist"
-                                                                          : "hashtable");
+      const KeyType t = static_cast<KeyType>(cur->type);
+      return c.out.Bulk(t == KeyType::kList ? "quicklist"
+                                            : (t == KeyType::kZset ? "skiplist" : "hashtable"));
     }
     return c.out.Bulk(ObjectEncoding(cur->data));
   }

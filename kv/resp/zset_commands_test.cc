@@ -46,6 +46,17 @@ TEST_F(Zset, AddScoreCardRemAndType) {
   EXPECT_EQ(One({"EXISTS", "z"}), "0") << "an emptied sorted set is deleted";
   EXPECT_EQ(SubRecords(), 0u) << "removing members removes their records";
   EXPECT_EQ(One({"ZADD", "z", "1", "a"}), "1");
+  EXPECT_EQ(One({"OBJECT", "ENCODING", "z"}), "skiplist");
+  EXPECT_EQ(One({"SET", "str", "v"}), "OK");
+  EXPECT_EQ(R({"SCAN", "0", "TYPE", "zset"}), (V{"0", "z"}));
+  EXPECT_EQ(One({"EXPIRE", "z", "10"}), "1");
+  EXPECT_EQ(One({"TTL", "z"}), "10");
+  EXPECT_EQ(One({"ZSCORE", "z", "a"}), "1") << "EXPIRE keeps the sorted set";
+  testing::g_now_ms += 11'000;
+  EXPECT_EQ(One({"EXISTS", "z"}), "0");
+  EXPECT_EQ(One({"ZCARD", "z"}), "0") << "expired";
+  EXPECT_EQ(One({"ZADD", "z", "2", "b"}), "1");
+  EXPECT_EQ(R({"ZRANGE", "z", "0", "-1"}), (V{"b"})) << "a new incarnation: a is gone";
   EXPECT_EQ(One({"DEL", "z"}), "1");
   EXPECT_EQ(One({"ZCARD", "z"}), "0");
 }

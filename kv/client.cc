@@ -1,6 +1,7 @@
 // The Rowan-KV client library (include/asymnvm/kv.h; routing and retries in doc/kv.md §Client).
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -72,6 +73,18 @@ struct Conn {
   Mutex mu;
   std::shared_ptr<oq::Client> oq ASYMNVM_GUARDED_BY(mu);  // null: not connected / broken
   uint32_t workers ASYMNVM_GUARDED_BY(mu) = 0;
+  // One connection attempt at a time, made without `mu`: the threads that need the server
+  // meanwhile wait for that attempt's outcome (`connected` signalled) instead of each making
+  // its own after it. To a stopped server (SIGSTOP: the kernel still accepts, nobody answers)
+  // an attempt takes the whole timeout; made in turn under `mu`, N threads waited N timeouts
+  // before any could re-read the map (pause-primary: 300 ms per probe thread, in series).
+  bool connecting ASYMNVM_GUARDED_BY(mu) = false;
+  uint64_t attempts ASYMNVM_GUARDED_BY(mu) = 0;  // finished attempts
+  Status last_failure ASYMNVM_GUARDED_BY(mu);    // of the latest finished attempt
+  // When an attempt last timed out: for one timeout after it, Connect answers that failure at
+  // once (the server is stopped or overloaded; the caller re-reads the map meanwhile).
+  std::chrono::steady_clock::time_point timed_out_at ASYMNVM_GUARDED_BY(mu);
+  std::condition_variable connected;
   // RDMP (learned from the server's Info on first use; reset with the connection).
   bool info_known ASYMNVM_GUARDED_BY(mu) = false;
   std::string bypass_address ASYMNVM_GUARDED_BY(mu);  // empty: the server offers no bypass
@@ -109,6 +122,14 @@ class ClientImpl : public Client {
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
+      auto watch = coord_->Watch(map_path_, coord::WatchKind::kNode, [this](const auto&) {
+        {
+          MutexLock l(map_wait_mu_);
+          map_changes_++;
+        }
+        map_changed_cv_.notify_all();
+      });
+      if (!watch.ok()) return watch.status().WithContext("kv client: watching " + map_path_);
       ReaderMutexLock l(route_mu_);
       shards_ = map_.shards;
       return Status::Ok();
@@ -480,6 +501,22 @@ class ClientImpl : public Client {
     return Status::Ok();
   }
 
+  uint64_t MapChanges() {
+    MutexLock l(map_wait_mu_);
+    return map_changes_;
+  }
+
+  // Sleeps `backoff`, or less when the map changes after `seen` was read (cluster mode).
+  void WaitBackoff(std::chrono::milliseconds backoff, uint64_t seen) {
+    if (!coord_) {
+      std::this_thread::sleep_for(backoff);
+      return;
+    }
+    MutexLock l(map_wait_mu_);
+    map_changed_cv_.wait_for(l.native(), backoff,
+                             [&]() ASYMNVM_REQUIRES(map_wait_mu_) { return map_changes_ != seen; });
+  }
+
   // The address serving `shard` now ("" when the map names no reachable server).
   std::string Route(uint32_t shard) {
     ReaderMutexLock l(route_mu_);
@@ -516,22 +553,56 @@ class ClientImpl : public Client {
   Result<std::shared_ptr<oq::Client>> Connect(Conn& c) {
     MutexLock l(c.mu);
     if (c.oq) return c.oq;
+    if (c.connecting) {
+      // Another thread is connecting: its outcome is this call's (a connection it made and
+      // that broke at once: this thread makes the next attempt).
+      const uint64_t attempt = c.attempts;
+      c.connected.wait(l.native(), [&]() ASYMNVM_REQUIRES(c.mu) { return c.attempts != attempt; });
+      if (c.oq) return c.oq;
+      if (!c.last_failure.ok()) return c.last_failure;
+      if (c.connecting) {
+        return Status(StatusCode::kConnectionError,
+                      "kv client: connection to " + c.address + " broke while connecting", 0,
+                      /*retryable=*/true);
+      }
+    }
+    if (c.last_failure.code() == StatusCode::kTimedOut &&
+        std::chrono::steady_clock::now() - c.timed_out_at < o_.timeout) {
+      return c.last_failure;
+    }
+    c.connecting = true;
+    l.unlock();
+    Result<std::shared_ptr<oq::Client>> r = ConnectOnce(c.address);
+    l.lock();
+    c.connecting = false;
+    c.attempts++;
+    if (r.ok()) {
+      c.workers = (*r)->server().workers;
+      c.oq = *r;
+      c.last_failure = Status::Ok();
+    } else {
+      c.last_failure = r.status();
+      if (r.status().code() == StatusCode::kTimedOut)
+        c.timed_out_at = std::chrono::steady_clock::now();
+    }
+    c.connected.notify_all();
+    return r;
+  }
+
+  Result<std::shared_ptr<oq::Client>> ConnectOnce(const std::string& address) {
     oq::ClientOptions co;
     co.fabric = fabric_.get();
     co.pd = pd_.get();
-    co.server_address = c.address;
+    co.server_address = address;
     co.durable = true;
     co.flush_calls = false;  // GET / conditional writes commit on their response (fabric/oq/oq.h)
     co.window = 16;
     co.timeout = o_.timeout;
     ASYMNVM_ASSIGN_OR_RETURN(std::unique_ptr<oq::Client> oq, oq::Client::Connect(co));
     if (!oq->server().durable) {
-      return Status::ProtocolError("kv client: " + c.address +
-                                   " is not a durable asymnvm-kv server");
+      return Status::ProtocolError("kv client: " + address + " is not a durable asymnvm-kv server");
     }
-    c.workers = oq->server().workers;
-    c.oq = std::shared_ptr<oq::Client>(std::move(oq));
-    return c.oq;
+    return std::shared_ptr<oq::Client>(std::move(oq));
   }
 
   void Broken(Conn& c, const std::shared_ptr<oq::Client>& which) {
@@ -764,6 +835,7 @@ class ClientImpl : public Client {
     const auto deadline = std::chrono::steady_clock::now() + o_.retry_deadline;
     auto backoff = std::chrono::milliseconds(5);
     for (;;) {
+      const uint64_t seen_changes = MapChanges();  // before the route is read
       const std::string address = Route(shard);
       Status st;
       if (address.empty()) {
@@ -800,7 +872,7 @@ class ClientImpl : public Client {
         return Status::Unavailable("kv: shard " + std::to_string(shard) + " unavailable (" +
                                    address + "): " + st.ToString());
       }
-      std::this_thread::sleep_for(backoff);
+      WaitBackoff(backoff, seen_changes);
       backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
       if (coord_) (void)RefreshMap();
     }
@@ -858,6 +930,12 @@ class ClientImpl : public Client {
   std::unique_ptr<fabric::ProtectionDomain> pd_;
   mutable Mutex conns_mu_;
   std::map<std::string, std::unique_ptr<Conn>> conns_ ASYMNVM_GUARDED_BY(conns_mu_);  // by address
+  // Bumped by the map watch (cluster mode): a request waiting out its backoff to re-read the map
+  // wakes at once when the map changes rather than after up to 200 ms. Declared before coord_,
+  // whose watch thread signals them until it is destroyed.
+  Mutex map_wait_mu_;
+  std::condition_variable map_changed_cv_;
+  uint64_t map_changes_ ASYMNVM_GUARDED_BY(map_wait_mu_) = 0;
   std::unique_ptr<coord::Coordinator> coord_;  // cluster mode
   std::string map_path_;
   SharedMutex route_mu_;

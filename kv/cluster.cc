@@ -163,15 +163,19 @@ bool ClusterAgent::HasBackups(uint32_t shard) const {
   return shard < map_.assignment.size() && !map_.assignment[shard].backups.empty();
 }
 
-Status ClusterAgent::EditMap(const std::function<bool(ShardMap*)>& edit) {
+Status ClusterAgent::EditMap(const std::function<bool(ShardMap*)>& edit, uint64_t* epoch) {
   for (int attempt = 0; attempt < 50; attempt++) {
     auto node = coord_->Get(map_path_);
     if (!node.ok()) return node.status();
     ASYMNVM_ASSIGN_OR_RETURN(ShardMap m, ShardMap::Decode(node->data));
+    if (epoch != nullptr) *epoch = m.epoch;
     if (!edit(&m)) return Status::Ok();
     m.epoch++;
     auto set = coord_->Set(map_path_, m.Encode(), node->version);
-    if (set.ok()) return Status::Ok();
+    if (set.ok()) {
+      if (epoch != nullptr) *epoch = m.epoch;
+      return Status::Ok();
+    }
     if (set.status().code() != StatusCode::kAborted) return set.status();
   }
   return Status::Aborted("kv cluster: the shard map kept changing");
@@ -199,6 +203,7 @@ Status ClusterAgent::Replicate(uint32_t worker, uint32_t shard, std::span<const 
   std::vector<std::pair<std::string, Status>> failed;
   // Post to every backup at once (SEND blocks + FLUSH per backup, one doorbell each).
   for (const auto& b : backups) {
+    if (Removed(b.uuid, shard)) continue;
     Status st;
     auto it = rep.senders.find(b.uuid);
     if (it == rep.senders.end()) {
@@ -210,7 +215,7 @@ Status ClusterAgent::Replicate(uint32_t worker, uint32_t shard, std::span<const 
         so.fabric = o_.fabric;
         so.pd = o_.pd;
         so.address = addr->second.rowan;
-        so.timeout = o_.replicate_timeout;
+        so.timeout = BackupConnectTimeout();
         so.cq = rep.cq.get();
         so.max_inline = 4096;   // every block of the default 4 KiB MTU goes inline
         so.max_send_wr = 2048;  // a 1 MiB entry is 257 blocks + a FLUSH
@@ -290,6 +295,20 @@ std::chrono::milliseconds ClusterAgent::BackupBound() const {
                                        : o_.replicate_timeout;
 }
 
+std::chrono::milliseconds ClusterAgent::BackupConnectTimeout() const {
+  // A connection takes a few round trips and a registration: four times the ack bound, at least
+  // a second (a loaded machine), never more than replicate_timeout.
+  return std::min(o_.replicate_timeout,
+                  std::max(4 * BackupBound(), std::chrono::milliseconds(1000)));
+}
+
+bool ClusterAgent::Removed(const std::string& backup, uint32_t shard) const {
+  if (!any_removed_.load(std::memory_order_acquire)) return false;
+  MutexLock l(removed_mu_);
+  auto it = removed_.find(backup);
+  return it != removed_.end() && it->second.shards.count(shard) != 0;
+}
+
 std::set<uint32_t> ClusterAgent::BackedBy(const std::string& backup, uint32_t shard) const {
   // Called with Lock() held. A backup that failed one write would fail the next write of every
   // other shard it backs, each after the bound: it leaves them all in one map edit.
@@ -308,22 +327,37 @@ Status ClusterAgent::RemoveBackup(const std::string& gone, const std::set<uint32
   LOG_WARN("kv", "replication to " << gone << " failed (" << why.ToString()
                                    << "); removing it from " << shards.size() << " shard(s)");
   const std::string self = o_.uuid;
-  Status e = EditMap([&](ShardMap* m) {
-    bool changed = false;
-    for (uint32_t shard : shards) {
-      if (shard >= m->assignment.size() || m->assignment[shard].primary != self) continue;
-      auto& bs = m->assignment[shard].backups;
-      const size_t n = bs.size();
-      bs.erase(std::remove_if(bs.begin(), bs.end(),
-                              [&](const ShardAssignment::Backup& x) { return x.uuid == gone; }),
-               bs.end());
-      changed |= bs.size() != n;
-    }
-    return changed;
-  });
+  std::set<uint32_t> led;  // of `shards`, those the coordinator's map says this server leads
+  uint64_t epoch = 0;
+  Status e = EditMap(
+      [&](ShardMap* m) {
+        bool changed = false;
+        led.clear();
+        for (uint32_t shard : shards) {
+          if (shard >= m->assignment.size() || m->assignment[shard].primary != self) continue;
+          led.insert(shard);
+          auto& bs = m->assignment[shard].backups;
+          const size_t n = bs.size();
+          bs.erase(std::remove_if(bs.begin(), bs.end(),
+                                  [&](const ShardAssignment::Backup& x) { return x.uuid == gone; }),
+                   bs.end());
+          changed |= bs.size() != n;
+        }
+        return changed;
+      },
+      &epoch);
   if (!e.ok()) {
     return Status::Unavailable("kv: backup " + gone +
                                " failed and the shard map could not be updated: " + e.ToString());
+  }
+  if (!led.empty()) {
+    // The coordinator's map no longer lists it for these shards: the writes that follow skip it
+    // until that map (or a later one) is adopted here.
+    MutexLock l(removed_mu_);
+    RemovedBackup& r = removed_[gone];
+    r.epoch = std::max(r.epoch, epoch);
+    r.shards.insert(led.begin(), led.end());
+    any_removed_.store(true, std::memory_order_release);
   }
   return Status::Ok();
 }
@@ -365,7 +399,7 @@ RemoteLogSender* ClusterAgent::BaseSender(uint32_t worker, const std::string& uu
   so.self_uuid = o_.uuid;
   so.thread = worker;
   so.shared = ring;
-  so.timeout = o_.replicate_timeout;
+  so.timeout = BackupConnectTimeout();
   auto s = RemoteLogSender::Connect(so);
   if (!s.ok()) {
     *st = s.status();
@@ -387,6 +421,7 @@ Status ClusterAgent::ReplicateBaseline(uint32_t worker, uint32_t shard,
   std::vector<std::pair<std::string, Status>> failed;
   std::vector<std::pair<std::string, RemoteLogSender*>> posted;
   for (const auto& b : map_.assignment[shard].backups) {
+    if (Removed(b.uuid, shard)) continue;
     Status st;
     RemoteLogSender* s = BaseSender(worker, b.uuid, &st);
     if (s != nullptr) st = s->Post(entry);
@@ -613,6 +648,13 @@ void ClusterAgent::Adopt(const ShardMap& m) {
   map_ = m;
   for (uint32_t s = 0; s < m.shards; s++) {
     roles_[s] = m.assignment[s].primary == o_.uuid ? Role::kPrimary : Role::kNone;
+  }
+  {
+    // This map reflects every removal up to its epoch (a later edit may have added the backup
+    // back as joining: it is then replicated to again).
+    MutexLock rl(removed_mu_);
+    std::erase_if(removed_, [&](const auto& kv) { return kv.second.epoch <= m.epoch; });
+    any_removed_.store(!removed_.empty(), std::memory_order_release);
   }
   l.unlock();
   {

@@ -143,12 +143,19 @@ class ClusterAgent {
   void Adopt(const ShardMap& m);
   void CatchUp(uint32_t shard, std::string backup, uint64_t epoch);
   // Compare-and-set edit of the map on the coordinator; `edit` returns false for "no change".
-  Status EditMap(const std::function<bool(ShardMap*)>& edit);
+  // *epoch (if given): the epoch of the map written, or of the map read when nothing changed.
+  Status EditMap(const std::function<bool(ShardMap*)>& edit, uint64_t* epoch = nullptr);
   void DigestLive();
   // Sets this server's backup slots unsynced in the map (an entry it could not apply).
   Status MarkSelfUnsynced(const Status& why);
   Status ReplicateBaseline(uint32_t worker, uint32_t shard, std::span<const uint8_t> entry);
   RemoteLogSender* BaseSender(uint32_t worker, const std::string& uuid, Status* st);
+  // True when this server removed `backup` from `shard` by a map edit it has not adopted yet
+  // (removed_): writes skip it rather than reconnect to it and wait the bound again.
+  bool Removed(const std::string& backup, uint32_t shard) const;
+  // The timeout of a write's connection to a backup: a stopped backup must not hold the write
+  // (and the map lock) for replicate_timeout.
+  std::chrono::milliseconds BackupConnectTimeout() const;
   // Removes `gone` from `shards` (this server primary) in the map; OK when done or not needed.
   Status RemoveBackup(const std::string& gone, const std::set<uint32_t>& shards, const Status& why);
 
@@ -181,7 +188,18 @@ class ClusterAgent {
   std::vector<std::thread> catch_threads_ ASYMNVM_GUARDED_BY(catch_mu_);
   Mutex rings_mu_;
   std::map<std::string, std::shared_ptr<SharedRing>> rings_ ASYMNVM_GUARDED_BY(rings_mu_);
-  Mutex digest_mu_;  // DigestLive vs the digest thread's scanner
+  // Backups removed from shards this server leads by its own map edits (RemoveBackup), until a
+  // map at least as recent as the edit is adopted: without it every later write of those shards
+  // reconnected to the stopped backup under the map lock, and the follower, waiting for that lock
+  // to adopt the very map that dropped the backup, let the lease lapse (pause-primary: 5 s).
+  struct RemovedBackup {
+    uint64_t epoch = 0;  // of the map the edit wrote (or found already without it)
+    std::set<uint32_t> shards;
+  };
+  mutable Mutex removed_mu_;
+  std::map<std::string, RemovedBackup> removed_ ASYMNVM_GUARDED_BY(removed_mu_);
+  std::atomic<bool> any_removed_{false};  // removed_ is not empty (the write path's fast check)
+  Mutex digest_mu_;                       // DigestLive vs the digest thread's scanner
   rowan::Scanner digest_scanner_ ASYMNVM_GUARDED_BY(digest_mu_);
   std::atomic<bool> stop_{false};
   Mutex adopt_mu_;

@@ -1,11 +1,12 @@
-// Redis hashes, lists and sets (doc/types.md) on a real replicated cluster: three asymnvm-kv
-// processes, rf 3, writers pipelining HSET (5 fields, each into a fresh hash), LPUSH and SADD
-// through the RESP gateways while the primary of a third of the shards is SIGKILLed. After the
-// failover, with an oracle of what each writer sent and what was acknowledged:
+// Redis hashes, lists, sets and sorted sets (doc/types.md) on a real replicated cluster: three
+// asymnvm-kv processes, rf 3, writers pipelining HSET (5 fields, each into a fresh hash), LPUSH,
+// SADD and ZADD through the RESP gateways while the primary of a third of the shards is SIGKILLed.
+// After the failover, with an oracle of what each writer sent and what was acknowledged:
 //  * every acknowledged element is there (HSET fields, list elements, set members);
 //  * no command is half-applied: each HSET's hash has all 5 fields or (only if unacknowledged)
 //    none; a list or set holds nothing that was never sent;
-//  * sizes agree with the elements: HLEN = 5, LLEN = LRANGE's length, SCARD = SMEMBERS' size;
+//  * sizes agree with the elements: HLEN = 5, LLEN = LRANGE's length, SCARD = SMEMBERS' size,
+//    ZCARD = ZRANGE's length; every sorted-set member has the score it was sent with, in order;
 //  * no list element appears twice (a write is never applied twice).
 #include <gtest/gtest.h>
 
@@ -48,28 +49,31 @@ struct Oracle {
   std::set<std::string> hash_acked, hash_sent;  // hash keys
   std::map<std::string, std::set<std::string>> list_acked, list_sent;
   std::map<std::string, std::set<std::string>> set_acked, set_sent;
+  std::map<std::string, std::set<std::string>> zset_acked;
+  std::map<std::string, std::map<std::string, int64_t>> zset_sent;  // member → its score
   std::atomic<int64_t> acked{0};
 };
 
 std::string FieldValue(const std::string& key, int f) { return key + "/v" + std::to_string(f); }
 
 // One writer: rounds of a pipeline of kDepth commands (HSET of 5 fields into a fresh hash, LPUSH
-// and SADD of a fresh element into this writer's list and set, in turn) until `stop` or until its
-// gateway stops answering. A reply other than the success reply leaves that command's outcome
-// unknown (it stays "sent", not "acknowledged").
+// SADD and ZADD of a fresh element into this writer's list, set and sorted set, in turn) until
+// `stop` or until its gateway stops answering. A reply other than the success reply leaves that
+// command's outcome unknown (it stays "sent", not "acknowledged").
 void Writer(uint16_t port, int id, Oracle* o, std::atomic<bool>* stop) {
   constexpr int kDepth = 12;
   TestClient c(port);
   if (!c.connected()) return;
   const std::string list = "l:" + std::to_string(id), set = "s:" + std::to_string(id);
+  const std::string zset = "z:" + std::to_string(id);
   for (int64_t n = 0; !stop->load(); n += kDepth) {
     std::string q;
-    std::vector<std::pair<int, std::string>> cmds;  // kind (0 hash, 1 list, 2 set), key/elem
+    std::vector<std::pair<int, std::string>> cmds;  // kind (0 hash, 1 list, 2 set, 3 zset), ...
     {
       std::lock_guard<std::mutex> l(o->mu);
       for (int j = 0; j < kDepth; j++) {
         const std::string tag = std::to_string(id) + ":" + std::to_string(n + j);
-        switch (j % 3) {
+        switch (j % 4) {
           case 0: {
             const std::string key = "h:" + tag;
             std::vector<std::string> argv = {"HSET", key};
@@ -87,10 +91,15 @@ void Writer(uint16_t port, int id, Oracle* o, std::atomic<bool>* stop) {
             o->list_sent[list].insert("e" + tag);
             cmds.emplace_back(1, "e" + tag);
             break;
-          default:
+          case 2:
             q += Cmd({"SADD", set, "m" + tag});
             o->set_sent[set].insert("m" + tag);
             cmds.emplace_back(2, "m" + tag);
+            break;
+          default:
+            q += Cmd({"ZADD", zset, std::to_string(n + j), "z" + tag});
+            o->zset_sent[zset]["z" + tag] = n + j;
+            cmds.emplace_back(3, "z" + tag);
         }
       }
     }
@@ -105,6 +114,8 @@ void Writer(uint16_t port, int id, Oracle* o, std::atomic<bool>* stop) {
         o->list_acked[list].insert(what);
       } else if (kind == 2 && r[j] == ":1\r\n") {
         o->set_acked[set].insert(what);
+      } else if (kind == 3 && r[j] == ":1\r\n") {
+        o->zset_acked[zset].insert(what);
       } else {
         continue;  // an error reply (the primary died under it): outcome unknown
       }
@@ -204,6 +215,33 @@ TEST(KvRespTypes, SigkillPrimaryDuringPipelines_AckedElementsSurviveNoHalfComman
     }
     if (call({"SCARD", set}) != ":" + std::to_string(items.size()) + "\r\n") fail("SCARD " + set);
   }
+  // Sorted sets: acknowledged ⊆ members ⊆ sent, each with its sent score, ascending; ZCARD agrees.
+  for (const auto& [zset, sent] : o.zset_sent) {
+    const std::string r = call({"ZRANGE", zset, "0", "-1", "WITHSCORES"});
+    if (!BulkArray(r, &items) || items.size() % 2 != 0) {
+      fail(zset + " ZRANGE -> " + r.substr(0, 200));
+      continue;
+    }
+    std::set<std::string> got;
+    int64_t prev = -1;
+    for (size_t i = 0; i + 1 < items.size(); i += 2) {
+      got.insert(items[i]);
+      auto it = sent.find(items[i]);
+      if (it == sent.end()) {
+        fail(zset + " holds " + items[i] + ", never sent");
+      } else if (items[i + 1] != std::to_string(it->second) || it->second < prev) {
+        fail(zset + " " + items[i] + " has score " + items[i + 1] + " or is out of order");
+      } else {
+        prev = it->second;
+      }
+    }
+    if (got.size() * 2 != items.size()) fail(zset + " holds a member twice");
+    for (const auto& m : o.zset_acked[zset]) {
+      if (!got.count(m)) fail("acknowledged ZADD " + zset + " " + m + " lost");
+    }
+    if (call({"ZCARD", zset}) != ":" + std::to_string(got.size()) + "\r\n") fail("ZCARD " + zset);
+  }
+  EXPECT_FALSE(o.zset_acked.empty()) << "no ZADD was acknowledged";
   EXPECT_EQ(bad, 0u) << "of " << o.hash_sent.size() << " HSETs (" << o.hash_acked.size()
                      << " acknowledged), " << o.acked.load() << " acknowledged commands";
   EXPECT_GT(o.acked.load(), at_kill) << "nothing was acknowledged after the SIGKILL";

@@ -39,7 +39,7 @@ Result<std::optional<int64_t>> FieldSlot(CollTx& tx, const Coll& h, std::string_
   if (!r->has_value()) return std::optional<int64_t>();
   int64_t slot = 0;
   if (!DecodeI64(**r, &slot) || slot < 0 || slot >= h.meta.size) {
-    return Corrupt("hash field record names a slot out of range");
+    return tx.Inconsistent("hash field record names a slot out of range");
   }
   return std::optional<int64_t>(slot);
 }
@@ -51,7 +51,7 @@ struct SlotEntry {
 Result<SlotEntry> ReadSlot(CollTx& tx, const Coll& h, int64_t slot) {
   auto r = tx.Get(SlotKey(h.key, h.meta.id, slot));
   if (!r.ok()) return r.status();
-  if (!r->has_value()) return Corrupt("hash slot record missing");
+  if (!r->has_value()) return tx.Inconsistent("hash slot record missing");
   std::string_view f, v;
   if (!DecodeHashSlot(**r, &f, &v)) return Corrupt("hash slot record malformed");
   return SlotEntry{std::string(f), std::string(v)};
@@ -141,8 +141,7 @@ void HSet(CommandContext& c, const std::vector<std::string>& a) {
     for (size_t i = 2; i < a.size(); i += 2) {
       auto r = SetField(tx, h, a[i], a[i + 1]);
       if (!r.ok()) {
-        c.out.Error(TxError(r.status()));
-        return TxOutcome::kError;
+        return TxFail(c.out, r.status());
       }
       added += *r ? 1 : 0;
     }
@@ -166,8 +165,7 @@ void HSetNx(CommandContext& c, const std::vector<std::string>& a) {
     if (h->store_version != 0 && !h->changed) {
       auto slot = FieldSlot(tx, *h, a[2]);
       if (!slot.ok()) {
-        c.out.Error(TxError(slot.status()));
-        return TxOutcome::kError;
+        return TxFail(c.out, slot.status());
       }
       if (slot->has_value()) {
         c.out.Integer(0);
@@ -176,8 +174,7 @@ void HSetNx(CommandContext& c, const std::vector<std::string>& a) {
     }
     auto r = SetField(tx, h, a[2], a[3]);
     if (!r.ok()) {
-      c.out.Error(TxError(r.status()));
-      return TxOutcome::kError;
+      return TxFail(c.out, r.status());
     }
     TxOutcome o = tx.Commit(c.out);
     if (o == TxOutcome::kCommitted) c.out.Integer(1);
@@ -265,8 +262,7 @@ void HDel(CommandContext& c, const std::vector<std::string>& a) {
       for (size_t i = 2; i < a.size(); ++i) {
         auto r = DelField(tx, h, a[i]);
         if (!r.ok()) {
-          c.out.Error(TxError(r.status()));
-          return TxOutcome::kError;
+          return TxFail(c.out, r.status());
         }
         removed += *r ? 1 : 0;
       }
@@ -310,14 +306,12 @@ void HIncrBy(CommandContext& c, const std::vector<std::string>& a) {
     int64_t cur = 0;
     auto slot = FieldSlot(tx, *h, a[2]);
     if (!slot.ok()) {
-      c.out.Error(TxError(slot.status()));
-      return TxOutcome::kError;
+      return TxFail(c.out, slot.status());
     }
     if (slot->has_value()) {
       auto e = ReadSlot(tx, *h, **slot);
       if (!e.ok()) {
-        c.out.Error(TxError(e.status()));
-        return TxOutcome::kError;
+        return TxFail(c.out, e.status());
       }
       if (!ParseInt64(e->value, &cur)) {
         c.out.Error("ERR hash value is not an integer");
@@ -331,8 +325,7 @@ void HIncrBy(CommandContext& c, const std::vector<std::string>& a) {
     const int64_t next = cur + delta;
     auto r = SetField(tx, h, a[2], std::to_string(next));
     if (!r.ok()) {
-      c.out.Error(TxError(r.status()));
-      return TxOutcome::kError;
+      return TxFail(c.out, r.status());
     }
     TxOutcome o = tx.Commit(c.out);
     if (o == TxOutcome::kCommitted) c.out.Integer(next);
@@ -352,14 +345,12 @@ void HIncrByFloat(CommandContext& c, const std::vector<std::string>& a) {
     long double cur = 0;
     auto slot = FieldSlot(tx, *h, a[2]);
     if (!slot.ok()) {
-      c.out.Error(TxError(slot.status()));
-      return TxOutcome::kError;
+      return TxFail(c.out, slot.status());
     }
     if (slot->has_value()) {
       auto e = ReadSlot(tx, *h, **slot);
       if (!e.ok()) {
-        c.out.Error(TxError(e.status()));
-        return TxOutcome::kError;
+        return TxFail(c.out, e.status());
       }
       long double v = 0;
       if (!ParseLongDouble(e->value, &v) || std::isinf(v)) {
@@ -376,8 +367,7 @@ void HIncrByFloat(CommandContext& c, const std::vector<std::string>& a) {
     std::string text = FormatDouble(next);
     auto r = SetField(tx, h, a[2], text);
     if (!r.ok()) {
-      c.out.Error(TxError(r.status()));
-      return TxOutcome::kError;
+      return TxFail(c.out, r.status());
     }
     TxOutcome o = tx.Commit(c.out);
     if (o == TxOutcome::kCommitted) c.out.Bulk(text);

@@ -12,10 +12,7 @@ namespace {
 // Records LTRIM deletes before it leaves the trimmed ones as dead records of the incarnation.
 constexpr int64_t kTrimDeleteMax = 48;
 
-TxOutcome Fail(CommandContext& c, const Status& st) {
-  c.out.Error(TxError(st));
-  return TxOutcome::kError;
-}
+TxOutcome Fail(CommandContext& c, const Status& st) { return TxFail(c.out, st); }
 
 Result<Coll*> OpenList(CollTx& tx, std::string_view key, ReplyWriter& w) {
   bool wrong = false;
@@ -32,7 +29,7 @@ int64_t Len(const Coll& l) { return l.type == KeyType::kNone ? 0 : l.meta.tail -
 Result<std::string> Elem(CollTx& tx, const Coll& l, int64_t index) {
   auto r = tx.Get(ElemKey(l.key, l.meta.id, l.meta.head + index));
   if (!r.ok()) return r.status();
-  if (!r->has_value()) return Status::Corruption("list element record missing");
+  if (!r->has_value()) return tx.Inconsistent("list element record missing");
   return std::move(**r);
 }
 
@@ -57,7 +54,7 @@ Result<std::string> Pop(CollTx& tx, Coll* l, bool left) {
   int64_t seq = left ? l->meta.head : l->meta.tail - 1;
   auto r = tx.Get(ElemKey(l->key, l->meta.id, seq));
   if (!r.ok()) return r.status();
-  if (!r->has_value()) return Status::Corruption("list element record missing");
+  if (!r->has_value()) return tx.Inconsistent("list element record missing");
   tx.Del(ElemKey(l->key, l->meta.id, seq));
   if (left) {
     l->meta.head++;

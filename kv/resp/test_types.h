@@ -98,6 +98,24 @@ class Types : public ::testing::Test {
     for (const auto& [k, v] : store_.map()) n += kv::IsRoutedKey(k) ? 1 : 0;
     return n;
   }
+  // Runs cmd from store state `before`, moving the store to state `after` at its first read of a
+  // sub-record (between its metadata read and the rest: a concurrent writer's commit).
+  using StoreMap = std::map<std::string, StoredValue, std::less<>>;
+  std::string RunAcrossChange(const StoreMap& before, const StoreMap& after,
+                              std::vector<std::string> cmd) {
+    store_.map() = before;
+    bool swapped = false;
+    store_.set_before_get([&](std::string_view key) {
+      if (!swapped && kv::IsRoutedKey(key)) {
+        swapped = true;
+        store_.map() = after;
+      }
+    });
+    std::string r = Run(std::move(cmd));
+    store_.set_before_get(nullptr);
+    EXPECT_TRUE(swapped) << "the command read no sub-record";
+    return r;
+  }
   GatewayState state_;
   FakeStore store_;
   Dispatcher dispatcher_;

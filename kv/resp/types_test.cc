@@ -163,6 +163,24 @@ TEST_F(Types, DeleteAndExpireStartANewIncarnation) {
   EXPECT_EQ(One({"TYPE", "h"}), "hash");
 }
 
+// A writer commits between a command's metadata read and its sub-record reads: the command starts
+// over on the new state instead of reporting corruption (CollTx::Inconsistent).
+TEST_F(Types, StaleReadsStartOver) {
+  EXPECT_EQ(One({"HSET", "h", "a", "1"}), "1");  // a in slot 0, size 1
+  EXPECT_EQ(One({"RPUSH", "l", "x", "y"}), "2");
+  auto before = store_.map();
+  EXPECT_EQ(One({"HSET", "h", "b", "2", "c", "3"}), "2");
+  EXPECT_EQ(One({"HDEL", "h", "a"}), "1");       // c moves to slot 0
+  EXPECT_EQ(One({"HSET", "h", "a", "4"}), "1");  // a in slot 2, size 3
+  EXPECT_EQ(One({"LPOP", "l"}), "x");            // x's record is gone
+  auto after = store_.map();
+  EXPECT_EQ(RunAcrossChange(before, after, {"HSET", "h", "a", "5"}), ":0\r\n");
+  EXPECT_EQ(One({"HGET", "h", "a"}), "5");
+  EXPECT_EQ(RunAcrossChange(before, after, {"HGET", "h", "a"}), "$1\r\n4\r\n");
+  EXPECT_EQ(RunAcrossChange(before, after, {"LPOP", "l"}), "$1\r\ny\r\n");
+  EXPECT_EQ(RunAcrossChange(before, after, {"LINDEX", "l", "0"}), "$1\r\ny\r\n");
+}
+
 TEST_F(Types, Hash_Incr) {
   EXPECT_EQ(One({"HINCRBY", "h", "n", "5"}), "5");
   EXPECT_EQ(One({"HINCRBY", "h", "n", "-7"}), "-2");

@@ -334,21 +334,7 @@ TEST_F(Zset, StaleReadBetweenMetadataAndMemberStartsOver) {
   EXPECT_EQ(One({"ZREM", "z", "b"}), "1");       // y moves into slot 0
   EXPECT_EQ(One({"ZADD", "z", "4", "b"}), "1");  // b in slot 2, size 3
   auto after = store_.map();
-  // Replays the state change between the first two reads of `cmd` (metadata, then a member).
-  auto replay = [&](const V& cmd) {
-    store_.map() = before;
-    bool swapped = false;
-    store_.set_before_get([&](std::string_view key) {
-      if (!swapped && kv::IsRoutedKey(key)) {
-        swapped = true;
-        store_.map() = after;
-      }
-    });
-    auto r = Run(cmd);
-    store_.set_before_get(nullptr);
-    EXPECT_TRUE(swapped);
-    return r;
-  };
+  auto replay = [&](const V& cmd) { return RunAcrossChange(before, after, cmd); };
   EXPECT_EQ(replay({"ZSCORE", "z", "b"}), "$1\r\n4\r\n") << "a read starts over";
   EXPECT_EQ(replay({"ZADD", "z", "10", "b"}), ":0\r\n") << "a write starts over";
   EXPECT_EQ(R({"ZRANGE", "z", "0", "-1", "WITHSCORES"}), (V{"x", "2", "y", "3", "b", "10"}));

@@ -16,6 +16,7 @@ namespace asymnvm::kv::resp::handlers {
 namespace {
 
 constexpr size_t kScoreSize = 8;  // the payload of a sorted set's member and slot records
+constexpr int64_t kMaxRandomReply = 1 << 24;  // ZRANDMEMBER with a negative count
 
 std::string EncodeScore(double v) {
   uint64_t bits = 0;
@@ -322,8 +323,9 @@ std::vector<const ZEntry*> SelectRange(const std::vector<ZEntry>& sorted, const 
     return by_score ? r.score.LteMax(e.score) : r.lex.LteMax(e.member);
   };
   if (by_score ? r.score.Empty() : r.lex.Empty()) return out;
-  if (by_score && r.offset > 0 && r.offset >= n) return out;
-  if (r.offset < 0) return out;  // Redis's skip loop consumes every member
+  // An offset past the end (or negative: Redis's skip loop then consumes every member) selects
+  // nothing; checked first so that the index arithmetic below cannot overflow.
+  if (r.offset < 0 || r.offset >= n) return out;
   int64_t i = 0;
   if (!r.reverse) {
     while (i < n && !gte_min(sorted[static_cast<size_t>(i)])) ++i;
@@ -795,6 +797,12 @@ void ZRandMember(CommandContext& c, const std::vector<std::string>& a) {
   }
   const bool uniq = l >= 0;
   const int64_t count = uniq ? l : -l;
+  // With repetition the reply has |count| members whatever the set's size; Redis streams such a
+  // reply until memory runs out. Here it is built whole first, so an absurd count is refused.
+  if (!uniq && count > kMaxRandomReply) {
+    return c.out.Error("ERR value is out of range: at most " + std::to_string(kMaxRandomReply) +
+                       " members per ZRANDMEMBER reply here");
+  }
   ZsetRead(c, a[1], [&](CollTx& tx, const Coll& z, ReplyWriter& w) -> Status {
     const int64_t n = SizeOf(z);
     if (n == 0 || count == 0) {

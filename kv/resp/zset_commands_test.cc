@@ -285,6 +285,11 @@ TEST_F(Zset, RandMemberAndScan) {
   EXPECT_EQ(Run({"ZRANDMEMBER", "nosuch", "3"}), "*0\r\n");
   EXPECT_EQ(One({"ZRANDMEMBER", "z", "1", "x"}), "-ERR syntax error");
   EXPECT_EQ(One({"ZRANDMEMBER", "z", "-9223372036854775808"}), "-ERR value is out of range");
+  EXPECT_EQ(
+      One({"ZRANDMEMBER", "z", "-4611686018427387903"}).rfind("-ERR value is out of range", 0), 0u)
+      << "a reply that could never be built is refused, not attempted";
+  EXPECT_EQ(R({"ZRANGEBYLEX", "z", "-", "+", "LIMIT", "9223372036854775807", "1"}), V{});
+  EXPECT_EQ(R({"ZREVRANGEBYSCORE", "z", "+inf", "-inf", "LIMIT", "9223372036854775807", "1"}), V{});
   // ZSCAN under deletions never misses a survivor; on a static set it never repeats.
   std::multiset<std::string> seen;
   std::string cursor = "0";

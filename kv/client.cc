@@ -111,7 +111,7 @@ class ClientImpl : public Client {
     const auto deadline = std::chrono::steady_clock::now() + o_.retry_deadline;
     if (!o_.coordinator.empty()) {
       // Cluster mode: routing follows the shard map the configuration manager keeps.
-      ASYMNVM_ASSIGN_OR_RETURN(coord_, coord::Coordinator::Open(o_.coordinator));
+      cluster_ = true;
       map_path_ = "/asymnvm/kv/" + o_.cluster + "/map";
       for (;;) {
         Status st = RefreshMap();
@@ -122,14 +122,6 @@ class ClientImpl : public Client {
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
-      auto watch = coord_->Watch(map_path_, coord::WatchKind::kNode, [this](const auto&) {
-        {
-          MutexLock l(map_wait_mu_);
-          map_changes_++;
-        }
-        map_changed_cv_.notify_all();
-      });
-      if (!watch.ok()) return watch.status().WithContext("kv client: watching " + map_path_);
       ReaderMutexLock l(route_mu_);
       shards_ = map_.shards;
       return Status::Ok();
@@ -478,7 +470,7 @@ class ClientImpl : public Client {
   uint32_t ShardOf(std::string_view key) const override { return kv::ShardOf(key, shards_); }
 
   Result<uint32_t> MinSyncedBackups() override {
-    if (!coord_) return uint32_t{0};
+    if (!cluster_) return uint32_t{0};
     ASYMNVM_RETURN_IF_ERROR(RefreshMap());
     ReaderMutexLock l(route_mu_);
     if (map_.assignment.empty()) return uint32_t{0};
@@ -492,8 +484,32 @@ class ClientImpl : public Client {
   }
 
  private:
+  // The coordinator session, opened (with the map watch) on first use and again after it expired:
+  // a client cut off from ZooKeeper longer than its session timeout otherwise never read a map
+  // again (the partition campaign's clients, once their host was isolated, stalled for good).
+  Result<std::shared_ptr<coord::Coordinator>> Coord() {
+    MutexLock l(coord_mu_);
+    if (coord_ && coord_->state() != coord::SessionState::kExpired) return coord_;
+    if (coord_) LOG_WARN("kv", "client: coordinator session expired; opening a new one");
+    coord_.reset();  // its watch thread ends here (the callback below touches only members
+                     // declared before coord_)
+    ASYMNVM_ASSIGN_OR_RETURN(std::shared_ptr<coord::Coordinator> c,
+                             coord::Coordinator::Open(o_.coordinator));
+    auto watch = c->Watch(map_path_, coord::WatchKind::kNode, [this](const auto&) {
+      {
+        MutexLock wl(map_wait_mu_);
+        map_changes_++;
+      }
+      map_changed_cv_.notify_all();
+    });
+    if (!watch.ok()) return watch.status().WithContext("kv client: watching " + map_path_);
+    coord_ = c;
+    return c;
+  }
+
   Status RefreshMap() {
-    auto node = coord_->Get(map_path_);
+    ASYMNVM_ASSIGN_OR_RETURN(std::shared_ptr<coord::Coordinator> coord, Coord());
+    auto node = coord->Get(map_path_);
     if (!node.ok()) return node.status();
     ASYMNVM_ASSIGN_OR_RETURN(ShardMap m, ShardMap::Decode(node->data));
     WriterMutexLock l(route_mu_);
@@ -508,7 +524,7 @@ class ClientImpl : public Client {
 
   // Sleeps `backoff`, or less when the map changes after `seen` was read (cluster mode).
   void WaitBackoff(std::chrono::milliseconds backoff, uint64_t seen) {
-    if (!coord_) {
+    if (!cluster_) {
       std::this_thread::sleep_for(backoff);
       return;
     }
@@ -520,7 +536,7 @@ class ClientImpl : public Client {
   // The address serving `shard` now ("" when the map names no reachable server).
   std::string Route(uint32_t shard) {
     ReaderMutexLock l(route_mu_);
-    if (!coord_) return o_.servers[shard % o_.servers.size()];
+    if (!cluster_) return o_.servers[shard % o_.servers.size()];
     if (shard >= map_.assignment.size()) return "";
     auto it = map_.servers.find(map_.assignment[shard].primary);
     return it == map_.servers.end() ? "" : it->second.oq;
@@ -534,7 +550,7 @@ class ClientImpl : public Client {
   // showed no backups could reach the old primary after the move and be lost, so only rf 1
   // shards take nilext PUTs.
   bool Replicated(uint32_t shard) {
-    if (!coord_) return cluster_member_;
+    if (!cluster_) return cluster_member_;
     ReaderMutexLock l(route_mu_);
     return shard < map_.assignment.size() &&
            (map_.rf > 1 || !map_.assignment[shard].backups.empty());
@@ -859,7 +875,7 @@ class ClientImpl : public Client {
             if (!safe && !NeverSent(st)) {
               // Outcome unknown: returned as is. The server may be stopped and its shards moved
               // (a timeout): the caller's next request must not go to it again on the old map.
-              if (coord_) (void)RefreshMap();
+              if (cluster_) (void)RefreshMap();
               return st;
             }
           }
@@ -874,7 +890,7 @@ class ClientImpl : public Client {
       }
       WaitBackoff(backoff, seen_changes);
       backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
-      if (coord_) (void)RefreshMap();
+      if (cluster_) (void)RefreshMap();
     }
   }
 
@@ -936,7 +952,9 @@ class ClientImpl : public Client {
   Mutex map_wait_mu_;
   std::condition_variable map_changed_cv_;
   uint64_t map_changes_ ASYMNVM_GUARDED_BY(map_wait_mu_) = 0;
-  std::unique_ptr<coord::Coordinator> coord_;  // cluster mode
+  bool cluster_ = false;  // routed by the coordinator's shard map (else: servers by address)
+  Mutex coord_mu_;
+  std::shared_ptr<coord::Coordinator> coord_ ASYMNVM_GUARDED_BY(coord_mu_);  // see Coord()
   std::string map_path_;
   SharedMutex route_mu_;
   ShardMap map_ ASYMNVM_GUARDED_BY(route_mu_);

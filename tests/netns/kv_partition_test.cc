@@ -173,6 +173,10 @@ class Rig {
   Proc& proc(int i) { return procs_[i]; }
 
   Result<ShardMap> Map() {
+    if (coord_->state() == coord::SessionState::kExpired) {
+      // The test's own session expired while its host ("cli") was cut off: a new one.
+      ASYMNVM_ASSIGN_OR_RETURN(coord_, coord::Coordinator::Open(coord_uri_));
+    }
     auto n = coord_->Get("/asymnvm/kv/default/map");
     if (!n.ok()) return n.status();
     return ShardMap::Decode(n->data);

@@ -142,11 +142,31 @@ Status ClusterAgent::CheckLease() const {
   const auto age = std::chrono::steady_clock::now().time_since_epoch() -
                    std::chrono::nanoseconds(confirmed_ns_.load());
   if (age * 3 < lease * 2) return Status::Ok();
+  fenced_refusals_.fetch_add(1, std::memory_order_relaxed);
   return Status::Unavailable(
       "kv: fenced: the coordinator last confirmed this server's shard map " +
       std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(age).count()) +
       " ms ago (2/3 of its " + std::to_string(lease.count()) +
       " ms session timeout passed): its shards may have moved");
+}
+
+std::chrono::milliseconds ClusterAgent::lease_age() const {
+  if (coord_->lease_timeout().count() <= 0) return std::chrono::milliseconds(0);
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now().time_since_epoch() -
+      std::chrono::nanoseconds(confirmed_ns_.load()));
+}
+
+std::vector<std::pair<uint32_t, uint32_t>> ClusterAgent::LedShards() const {
+  std::shared_lock l(mu_);
+  std::vector<std::pair<uint32_t, uint32_t>> out;
+  for (uint32_t s = 0; s < map_.assignment.size() && s < roles_.size(); s++) {
+    if (roles_[s] != Role::kPrimary) continue;
+    uint32_t synced = 0;
+    for (const auto& b : map_.assignment[s].backups) synced += b.synced ? 1 : 0;
+    out.push_back({s, synced});
+  }
+  return out;
 }
 
 Status ClusterAgent::CheckPrimary(uint32_t shard) const {
@@ -351,6 +371,7 @@ Status ClusterAgent::RemoveBackup(const std::string& gone, const std::set<uint32
                                " failed and the shard map could not be updated: " + e.ToString());
   }
   if (!led.empty()) {
+    backups_removed_.fetch_add(1, std::memory_order_relaxed);
     // The coordinator's map no longer lists it for these shards: the writes that follow skip it
     // until that map (or a later one) is adopted here.
     MutexLock l(removed_mu_);
@@ -639,6 +660,7 @@ void ClusterAgent::Adopt(const ShardMap& m) {
     }
   }
   if (!promoted.empty()) {
+    promotions_.fetch_add(promoted.size(), std::memory_order_relaxed);
     // Finish digesting what the old primary replicated here, then let versions continue above
     // anything an earlier epoch issued.
     DigestLive();

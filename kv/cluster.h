@@ -116,6 +116,16 @@ class ClusterAgent {
   uint64_t replicated_writes() const { return repl_writes_; }
   // Moves of a shard's primary this server committed as the old primary (Handoff).
   uint64_t handoffs() const { return handoffs_; }
+  // Shards this server took up as primary by adopting a map (failovers, moves, spreading back).
+  uint64_t promotions() const { return promotions_; }
+  // Requests refused because the lease had lapsed (CheckLease: "kv: fenced: ...").
+  uint64_t fenced_refusals() const { return fenced_refusals_; }
+  // Backups this primary removed from its shards after a failed or late replication.
+  uint64_t backups_removed() const { return backups_removed_; }
+  // Since the coordinator last confirmed this server's map (0 without a lease: embedded).
+  std::chrono::milliseconds lease_age() const;
+  // Per shard this server leads: its synced backups (the metrics' in-sync state).
+  std::vector<std::pair<uint32_t, uint32_t>> LedShards() const;
   // Manager: backups it found removed from a shard while alive (each held out for a while).
   uint64_t rejoin_holds() const { return rejoin_holds_; }
   // Manager: moves it planned to spread primaries back (PlanSpread).
@@ -214,6 +224,8 @@ class ClusterAgent {
   // (steady clock, ns): a request served under the lease saw every map up to then.
   std::atomic<int64_t> confirmed_ns_{0};
   std::atomic<uint64_t> repl_round_trips_{0}, repl_bytes_{0}, repl_writes_{0};
+  std::atomic<uint64_t> promotions_{0}, backups_removed_{0};
+  mutable std::atomic<uint64_t> fenced_refusals_{0};
   // Requests served per shard as primary (resharding statistics; relaxed, request path).
   std::unique_ptr<std::atomic<uint64_t>[]> served_;
   std::atomic<uint64_t> handoffs_{0};

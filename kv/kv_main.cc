@@ -73,6 +73,20 @@ void WriteKvMetrics(const kv::Server& server, const kv::resp::Server* gateway, m
   c("replication_round_trips_total", "Replication doorbells, summed over the backups",
     s.replication_round_trips);
   c("replication_bytes_total", "Replication wire bytes (both directions)", s.replication_bytes);
+  c("promotions_total", "Shards taken up as primary (failover, move, spreading back)",
+    s.promotions);
+  c("fenced_refusals_total", "Requests refused because the coordinator lease had lapsed",
+    s.fenced_refusals);
+  c("backups_removed_total", "Backups removed from led shards after a failed or late replication",
+    s.backups_removed);
+  w.Gauge("asymnvm_kv_lease_age_seconds",
+          "Since the coordinator last confirmed this server's shard map (0: no lease)",
+          static_cast<double>(s.lease_age_ms) / 1000.0);
+  g("shards_led", "Shards this server leads as primary", s.led_shards.size());
+  for (const auto& [shard, synced] : s.led_shards) {
+    w.Gauge("asymnvm_kv_synced_backups", "Synced backups of a shard this server leads",
+            static_cast<double>(synced), {{"shard", std::to_string(shard)}});
+  }
   c("rdmp_reserved_total", "Server-bypass slots reserved", s.rdmp_reserved);
   c("rdmp_published_total", "Server-bypass slots published", s.rdmp_published);
   c("rdmp_revoked_total", "Server-bypass connections revoked", s.rdmp_revoked);

@@ -1002,6 +1002,11 @@ ServerStats Server::stats() const {
     s.replicated_writes = impl_->agent->replicated_writes();
     s.replication_round_trips = impl_->agent->replication_round_trips();
     s.replication_bytes = impl_->agent->replication_bytes();
+    s.promotions = impl_->agent->promotions();
+    s.fenced_refusals = impl_->agent->fenced_refusals();
+    s.backups_removed = impl_->agent->backups_removed();
+    s.lease_age_ms = static_cast<uint64_t>(impl_->agent->lease_age().count());
+    s.led_shards = impl_->agent->LedShards();
   }
   if (impl_->bypass) {
     const auto b = impl_->bypass->stats();

@@ -17,6 +17,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "asymnvm/fabric.h"
 #include "asymnvm/metrics.h"
@@ -97,11 +99,17 @@ struct ServerStats {
   uint64_t replicated_writes = 0;        // writes this primary replicated to its backups
   uint64_t replication_round_trips = 0;  // their doorbells, summed over the backups
   uint64_t replication_bytes = 0;        // their wire bytes (both directions)
-  uint64_t rdmp_reserved = 0;            // server-bypass slots reserved
-  uint64_t rdmp_published = 0;           // ... published by the client's request
-  uint64_t rdmp_settled = 0;             // ... ended by the server (client gone or too slow)
-  uint64_t rdmp_revoked = 0;             // bypass connections closed for an expired reservation
-  uint64_t rdmp_located = 0;  // GETs answered with a location (the client reads one-sidedly)
+  uint64_t promotions = 0;               // shards taken up as primary (failover, move, spread)
+  uint64_t fenced_refusals = 0;          // requests refused: the lease had lapsed
+  uint64_t backups_removed = 0;          // backups removed after a failed or late replication
+  uint64_t lease_age_ms = 0;             // since the coordinator last confirmed the map
+  // Per shard this server leads: (shard, synced backups).
+  std::vector<std::pair<uint32_t, uint32_t>> led_shards;
+  uint64_t rdmp_reserved = 0;   // server-bypass slots reserved
+  uint64_t rdmp_published = 0;  // ... published by the client's request
+  uint64_t rdmp_settled = 0;    // ... ended by the server (client gone or too slow)
+  uint64_t rdmp_revoked = 0;    // bypass connections closed for an expired reservation
+  uint64_t rdmp_located = 0;    // GETs answered with a location (the client reads one-sidedly)
 
   // pm::SyncStats of the pool, with pm_syncs above (the metrics' asymnvm_pm_sync_*).
   uint64_t pm_sync_bytes = 0;

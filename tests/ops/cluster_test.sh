@@ -60,10 +60,24 @@ PID[b]=$!
 BADDR=$(wait_line "$T/b.out" listening) || fail "backend did not start"
 for i in 1 2 3; do
   "$KV" --pool "$T/k$i/pool" --size 64M --coord "$COORD" --cluster shop --rf 3 --shards 4 \
-    --resp-port -1 --log-level warn >"$T/k$i.out" 2>"$T/k$i.err" &
+    --resp-port -1 --metrics-listen 127.0.0.1:0 --log-level warn >"$T/k$i.out" 2>"$T/k$i.err" &
   PID[k$i]=$!
 done
-for i in 1 2 3; do wait_line "$T/k$i.out" listening >/dev/null || fail "kv $i did not start"; done
+declare -A KMET
+for i in 1 2 3; do
+  wait_line "$T/k$i.out" listening >/dev/null || fail "kv $i did not start"
+  KMET[$i]=$(wait_line "$T/k$i.out" metrics) || fail "kv $i printed no metrics address"
+done
+# metric SERVER NAME_WITH_LABELS: one series of a KV server's scrape (0 when absent).
+metric() {
+  curl -sf "http://${KMET[$1]}/metrics" | awk -v n="$2" '$1 == n { v = $2 } END { print v + 0 }'
+}
+# led_total SERVERS...: the shards the given servers say they lead, summed.
+led_total() {
+  local n=0 i
+  for i in "$@"; do n=$((n + $(metric "$i" asymnvm_kv_shards_led))); done
+  echo $n
+}
 wait_rc 0 || fail "cluster never became healthy (exit 0)"
 echo "=== healthy (exit 0)"
 cat "$T/view.txt"
@@ -82,6 +96,17 @@ assert len(k) == 1 and k[0]["rf"] == 3 and len(k[0]["shards"]) == 4, k
 for s in k[0]["shards"]:
     assert s["primary_live"] and s["synced_backups"] == 2, s
 PY
+# The servers' metrics say the same: every shard led once, each with 2 synced backups.
+for i in 1 2 3; do
+  out=$(curl -sf "http://${KMET[$i]}/metrics") || fail "scrape kv $i"
+  pc=$(promtool check metrics <<<"$out" 2>&1) || fail "promtool check metrics on kv $i: $pc"
+  if grep '^asymnvm_kv_synced_backups{' <<<"$out" | grep -qv ' 2$'; then
+    fail "kv $i: a led shard without 2 synced backups: $(grep synced_backups <<<"$out")"
+  fi
+done
+[ "$(led_total 1 2 3)" = 4 ] || fail "asymnvm_kv_shards_led sums to $(led_total 1 2 3), want 4"
+K3_LED=$(metric 3 asymnvm_kv_shards_led)
+PROMOTED0=$(($(metric 1 asymnvm_kv_promotions_total) + $(metric 2 asymnvm_kv_promotions_total)))
 
 kill -KILL "${PID[k3]}"
 wait "${PID[k3]}" 2>/dev/null || true
@@ -89,6 +114,15 @@ unset 'PID[k3]'
 wait_rc 7 || fail "one KV server killed: exit 7 (degraded) never came"
 echo "=== one KV server killed (exit 7)"
 cat "$T/view.txt"
+# Its shards failed over: the two survivors lead all 4 (once they adopted the new map), and count
+# the promotions.
+end=$((SECONDS + 120))
+while [ "$(led_total 1 2)" != 4 ] && [ $SECONDS -lt $end ]; do sleep 0.2; done
+[ "$(led_total 1 2)" = 4 ] || fail "after the kill the survivors lead $(led_total 1 2) shards"
+PROMOTED=$(($(metric 1 asymnvm_kv_promotions_total) + $(metric 2 asymnvm_kv_promotions_total)))
+[ $((PROMOTED - PROMOTED0)) -ge "$K3_LED" ] ||
+  fail "asymnvm_kv_promotions_total rose by $((PROMOTED - PROMOTED0)), kv 3 led $K3_LED"
+echo "metrics: kv 3 led $K3_LED shards; survivors' promotions_total +$((PROMOTED - PROMOTED0))"
 
 kill -KILL "${PID[m]}"
 wait "${PID[m]}" 2>/dev/null || true

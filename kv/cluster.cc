@@ -606,12 +606,11 @@ void ClusterAgent::FollowLoop() {
     if (node.ok()) confirmed_ns_ = sent.time_since_epoch().count();
     if (coord_->state() == coord::SessionState::kExpired) {
       // Its ephemeral node is gone and the manager moves its shards; a new session would make it
-      // a new member, which the restart does properly (it rejoins as a backup).
-      LOG_ERROR("kv",
-                "fenced: the coordinator session expired; exiting (status 5) so that a "
-                "restart rejoins this server as a backup");
-      std::fflush(nullptr);
-      std::_Exit(5);
+      // a new member, which a restart does properly (it rejoins as a backup). Every request is
+      // refused from now on (CheckLease); the owner decides what the process does.
+      LOG_ERROR("kv", "fenced: the coordinator session expired; this server serves nothing more");
+      if (o_.on_session_expired) o_.on_session_expired();
+      return;
     }
     if (node.ok()) HandoffReady();
     // (Re)start catch-ups of joining backups of our shards.

@@ -29,6 +29,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -76,6 +77,11 @@ struct AgentOptions {
   RemoteLogs* remote_logs = nullptr;
   RebalanceOptions rebalance;        // resharding (off unless rebalance.threshold > 0)
   uint32_t rejoin_backoff_ms = 500;  // first hold-off of a removed backup (RejoinBackoff); 0 off
+  // Called once, on the follower thread, when the coordinator session has expired: this server
+  // is no longer a member (its shards move) and refuses every request from then on (CheckLease).
+  // The library never ends the process; asymnvm-kv's main exits with status 5 here so that its
+  // restart rejoins as a backup (doc/kv.md §Fencing). Null: keep refusing.
+  std::function<void()> on_session_expired;
 };
 
 class ClusterAgent {

@@ -23,6 +23,8 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 
@@ -283,6 +285,13 @@ int main(int argc, char** argv) {
     return 2;
   };
   o.spread_primaries = !no_spread;
+  o.on_session_expired = [] {
+    // A new session would make this server a new member, which a restart does properly: it
+    // rejoins as a backup and is caught up (doc/kv.md §Fencing; systemd's Restart= does it).
+    LOG_ERROR("kv", "exiting (status 5) so that a restart rejoins this server as a backup");
+    std::fflush(nullptr);
+    std::_Exit(5);
+  };
   o.oq_policy = oq::ParsePolicy(oq_policy).value();               // checked by CLI11
   o.replication = kv::ParseReplicationMode(replication).value();  // checked by CLI11
   auto size = pm::ParseSize(size_text);

@@ -788,6 +788,7 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
     ao.backup_timeout = std::chrono::milliseconds(o.backup_timeout_ms);
     ao.session_timeout = std::chrono::milliseconds(o.session_timeout_ms);
     ao.spread_primaries = o.spread_primaries;
+    ao.on_session_expired = o.on_session_expired;
     ao.store = impl->store.get();
     ao.fabric = impl->fabric.get();
     ao.pd = impl->pd.get();

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -62,6 +63,9 @@ struct ServerOptions {
   uint32_t backup_timeout_ms = 250;
   uint32_t session_timeout_ms = 4000;
   bool spread_primaries = true;
+  // Cluster mode: called once when the coordinator session has expired (the server then refuses
+  // every request; AgentOptions::on_session_expired). asymnvm-kv exits with status 5 there.
+  std::function<void()> on_session_expired;
   // How a primary replicates to its backups (doc/kv.md §Baselines): rowan (the default) or one
   // of the paper's baselines. Fixed when the pool is created; every server of a cluster must use
   // the same. remote_log_listen: the baselines' endpoint (empty: derived from listen_address).

@@ -627,6 +627,29 @@ Status Base::CheckWritable() const {
   return Status::Ok();
 }
 
+Status Base::ReplayMapOp(const frontend::RecoveredOp& op, const VectorGather& gather_put,
+                         const VectorGather& gather_delete,
+                         const std::function<Status(const Key&, std::span<const uint8_t>)>& put,
+                         const std::function<Status(const Key&)>& del) {
+  if (op.op_type == kOpPutVector) return ReplayVector(op, gather_put);
+  if (op.op_type == kOpDeleteVector && gather_delete) return ReplayVector(op, gather_delete);
+  if (op.op_type == kOpPut || op.op_type == kOpDelete) {
+    Key key;
+    Value v;
+    Status st = DecodeKeyValue(op.payload, ksize(), &key, &v);
+    if (!st.ok()) return Status::Corruption(Describe(kind_, st_.name) + ": " + st.message());
+    if (op.op_type == kOpDelete) return del(key);
+    if (v.size() > vsize()) {
+      return Status::Corruption(Describe(kind_, st_.name) + ": replayed value of " +
+                                std::to_string(v.size()) + " bytes exceeds value_size " +
+                                std::to_string(vsize()));
+    }
+    return put(key, v);
+  }
+  return Status::Corruption(Describe(kind_, st_.name) + ": unknown op type " +
+                            std::to_string(op.op_type));
+}
+
 Status Base::CheckValue(std::span<const uint8_t> value) const {
   if (value.size() > opt_.value_size) {
     return Status::InvalidArgument(Describe(kind_, st_.name) + ": value of " +

@@ -51,6 +51,9 @@ inline size_t KeyValueValueOffset(const Key& key) {
 // key_size: the map's (0 = integer keys). kCorruption when the lengths do not match.
 Status DecodeKeyValue(std::span<const uint8_t> params, uint32_t key_size, Key* key, Value* value);
 
+// The op-log types of every map kind: a single put (parameters: EncodeKeyValue) and delete (the
+// key, EncodeKeyValue with an empty value).
+inline constexpr uint16_t kOpPut = 1, kOpDelete = 2;
 // Vector operations (Map::PutBatch; doc/structures.md "Vector operations"). Op type 3 of every
 // vectorized kind; its op-log parameters: count u32 | count × (key | len u32 | value bytes) in the
 // key encoding of EncodeKeyValue, keys strictly ascending.
@@ -187,6 +190,16 @@ class Base {
                          const std::function<Status(const KeyValue&)>& each);
   // Replays a type-3 op log: the recorded run, gathered again and applied whole.
   Status ReplayVector(const frontend::RecoveredOp& op, const VectorGather& gather);
+  // ReplayOp of the single-version maps (one place for the four kinds): a vector put or delete is
+  // re-gathered whole (ReplayVector with `gather_put` / `gather_delete`; an empty
+  // `gather_delete`: the kind logs no vector deletes), a single put or delete is decoded and
+  // re-applied with `put` / `del`. Every malformed record — undecodable, a value longer than
+  // value_size, an op type the kind never logs — is kCorruption: the op log was checked when it
+  // was written, so a bad one is damage, not bad input.
+  Status ReplayMapOp(const frontend::RecoveredOp& op, const VectorGather& gather_put,
+                     const VectorGather& gather_delete,
+                     const std::function<Status(const Key&, std::span<const uint8_t>)>& put,
+                     const std::function<Status(const Key&)>& del);
 
   // A read-only operation: the writer runs it directly (it sees its own writes); a reader runs
   // it under the seqlock (retried while the writer's transactions apply).

@@ -87,7 +87,6 @@ namespace {
 constexpr uint64_t kMagic = 0x5450424d564e5941ull;  // "AYNVMBPT"
 constexpr uint32_t kInternalTag = 0x4e495042;       // "BPIN"
 constexpr uint32_t kLeafTag = 0x464c5042;           // "BPLF"
-constexpr uint16_t kOpPut = 1, kOpDelete = 2;
 constexpr uint64_t kRoot = 8, kHeight = 16, kCount = 24, kFanout = 32, kFlags = 40,
                    kAnchorBytes = 48;
 constexpr uint64_t kNext = 8, kKeys = 16;
@@ -295,27 +294,14 @@ class BPlusTree final : public Map, public Base {
   }
 
   Status ReplayOp(const frontend::RecoveredOp& op) override {
-    if (op.op_type == kOpPutVector) {
-      return ReplayVector(op, [this](std::span<const KeyValue> run, VectorPlan* plan) {
-        return GatherWalk(run, plan);
-      });
-    }
-    if (op.op_type == kOpDeleteVector) {
-      return ReplayVector(op, [this](std::span<const KeyValue> run, VectorPlan* plan) {
-        return GatherDeleteWalk(run, plan);
-      });
-    }
-    Key key;
-    Value v;
-    ASYMNVM_RETURN_IF_ERROR(DecodeKeyValue(op.payload, ksize(), &key, &v));
-    if (op.op_type == kOpPut) {
-      if (v.size() > vsize())
-        return Status::Corruption(Describe(kind_, st_.name) + ": replayed value too long");
-      return DoPut(key, v);
-    }
-    if (op.op_type == kOpDelete) return DoDelete(key, /*replay=*/true);
-    return Status::Corruption(Describe(kind_, st_.name) + ": unknown op type " +
-                              std::to_string(op.op_type));
+    return ReplayMapOp(
+        op,
+        [this](std::span<const KeyValue> run, VectorPlan* plan) { return GatherWalk(run, plan); },
+        [this](std::span<const KeyValue> run, VectorPlan* plan) {
+          return GatherDeleteWalk(run, plan);
+        },
+        [this](const Key& key, std::span<const uint8_t> value) { return DoPut(key, value); },
+        [this](const Key& key) { return DoDelete(key, /*replay=*/true); });
   }
 
  private:

@@ -43,7 +43,6 @@ namespace asymnvm::structures::internal {
 namespace {
 
 constexpr uint64_t kMagic = 0x5453424d564e5941ull;  // "AYNVMBST"
-constexpr uint16_t kOpPut = 1, kOpDelete = 2;
 constexpr uint64_t kRoot = 8, kCount = 16, kAnchorBytes = 24;
 
 struct NodeHead {
@@ -257,27 +256,14 @@ class Bst final : public Map, public Base {
   }
 
   Status ReplayOp(const frontend::RecoveredOp& op) override {
-    if (op.op_type == kOpPutVector) {
-      return ReplayVector(op, [this](std::span<const KeyValue> run, VectorPlan* plan) {
-        return GatherWalk(run, plan);
-      });
-    }
-    if (op.op_type == kOpDeleteVector) {
-      return ReplayVector(op, [this](std::span<const KeyValue> run, VectorPlan* plan) {
-        return GatherDeleteWalk(run, plan);
-      });
-    }
-    Key key;
-    Value v;
-    ASYMNVM_RETURN_IF_ERROR(DecodeKeyValue(op.payload, ksize(), &key, &v));
-    if (op.op_type == kOpPut) {
-      if (v.size() > vsize())
-        return Status::Corruption(Describe(kind_, st_.name) + ": replayed value too long");
-      return DoPut(key, v);
-    }
-    if (op.op_type == kOpDelete) return DoDelete(key, /*replay=*/true);
-    return Status::Corruption(Describe(kind_, st_.name) + ": unknown op type " +
-                              std::to_string(op.op_type));
+    return ReplayMapOp(
+        op,
+        [this](std::span<const KeyValue> run, VectorPlan* plan) { return GatherWalk(run, plan); },
+        [this](std::span<const KeyValue> run, VectorPlan* plan) {
+          return GatherDeleteWalk(run, plan);
+        },
+        [this](const Key& key, std::span<const uint8_t> value) { return DoPut(key, value); },
+        [this](const Key& key) { return DoDelete(key, /*replay=*/true); });
   }
 
   int threshold() const { return levels_.n(); }

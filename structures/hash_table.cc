@@ -44,7 +44,6 @@ namespace asymnvm::structures::internal {
 namespace {
 
 constexpr uint64_t kMagic = 0x485341484d564e41ull;  // "ANVMHASH"
-constexpr uint16_t kOpPut = 1, kOpDelete = 2;
 constexpr uint64_t kBuckets = 8, kNBuckets = 16, kCount = 24, kAnchorBytes = 32;
 constexpr uint64_t kDefaultBuckets = 65536, kMaxBuckets = 1ull << 26;
 constexpr size_t kZeroChunk = 16 * 1024;  // bucket-array zeroing: bytes per transaction
@@ -238,21 +237,12 @@ class HashTable final : public Map, public Base {
   }
 
   Status ReplayOp(const frontend::RecoveredOp& op) override {
-    if (op.op_type == kOpPutVector) {
-      return ReplayVector(op, [this](std::span<const KeyValue> run, VectorPlan* plan) {
-        return GatherBatch(run, plan);
-      });
-    }
-    Key key;
-    Value v;
-    ASYMNVM_RETURN_IF_ERROR(DecodeKeyValue(op.payload, ksize(), &key, &v));
-    if (op.op_type == kOpPut) {
-      ASYMNVM_RETURN_IF_ERROR(CheckValue(v));
-      return DoPut(key, v);
-    }
-    if (op.op_type == kOpDelete) return DoDelete(key, /*replay=*/true);
-    return Status::Corruption(Describe(kind_, st_.name) + ": unknown op type " +
-                              std::to_string(op.op_type));
+    return ReplayMapOp(
+        op,
+        [this](std::span<const KeyValue> run, VectorPlan* plan) { return GatherBatch(run, plan); },
+        VectorGather{},
+        [this](const Key& key, std::span<const uint8_t> value) { return DoPut(key, value); },
+        [this](const Key& key) { return DoDelete(key, /*replay=*/true); });
   }
 
  private:

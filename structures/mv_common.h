@@ -55,7 +55,6 @@ inline constexpr uint32_t kValueMagic = 0x4c56564du;             // "MVVL"
 inline constexpr uint64_t kRootOff = 8, kCountOff = 16, kVersionOff = 24, kAnchorBytes = 32;
 inline constexpr uint32_t kHdr = 16;
 inline constexpr uint64_t kAddrMask = (1ull << 48) - 1;
-inline constexpr uint16_t kOpPut = 1, kOpDelete = 2;
 inline constexpr size_t kPublishBytes = 48 * 1024;  // memory logs of one publish
 inline constexpr uint32_t kBatchUpdates = 64;
 inline constexpr std::chrono::microseconds kDefaultGrace{5000};
@@ -232,6 +231,9 @@ class MvBase : public Map, public Base {
     Key key;
     Value v;
     ASYMNVM_RETURN_IF_ERROR(DecodeKeyValue(op.payload, ksize(), &key, &v));
+    if (op.op_type == kOpPut && v.size() > vsize()) {
+      return Status::Corruption(What() + ": replayed value too long");  // as Base::ReplayMapOp
+    }
     if (op.op_type == kOpPut) return DoPut(key, v, /*replay=*/true);
     if (op.op_type == kOpDelete) return DoDelete(key, /*replay=*/true);
     return Status::Corruption(Describe(kind_, st_.name) + ": unknown op type " +

@@ -43,7 +43,6 @@ namespace {
 
 constexpr uint64_t kMagic = 0x4b534c534d564e41ull;  // "ANVMSLSK"
 constexpr uint32_t kNodeMagic = 0x4c4b5350;         // "PSKL"
-constexpr uint16_t kOpPut = 1, kOpDelete = 2;
 constexpr uint64_t kMaxLevel = 8, kCount = 16, kLevel = 24, kHead = 32;
 constexpr uint64_t kDefaultMaxLevel = 20, kLevelCap = 64;
 constexpr uint32_t kCachedHeight = 2;  // initial T
@@ -322,26 +321,14 @@ class SkipList final : public Map, public Base {
   }
 
   Status ReplayOp(const frontend::RecoveredOp& op) override {
-    if (op.op_type == kOpPutVector) {
-      return ReplayVector(op, [this](std::span<const KeyValue> run, VectorPlan* plan) {
-        return GatherWalk(run, plan);
-      });
-    }
-    if (op.op_type == kOpDeleteVector) {
-      return ReplayVector(op, [this](std::span<const KeyValue> run, VectorPlan* plan) {
-        return GatherDeleteWalk(run, plan);
-      });
-    }
-    Key key;
-    Value v;
-    ASYMNVM_RETURN_IF_ERROR(DecodeKeyValue(op.payload, ksize(), &key, &v));
-    if (op.op_type == kOpPut) {
-      ASYMNVM_RETURN_IF_ERROR(CheckValue(v));
-      return DoPut(key, v);
-    }
-    if (op.op_type == kOpDelete) return DoDelete(key, /*replay=*/true);
-    return Status::Corruption(Describe(kind_, st_.name) + ": unknown op type " +
-                              std::to_string(op.op_type));
+    return ReplayMapOp(
+        op,
+        [this](std::span<const KeyValue> run, VectorPlan* plan) { return GatherWalk(run, plan); },
+        [this](std::span<const KeyValue> run, VectorPlan* plan) {
+          return GatherDeleteWalk(run, plan);
+        },
+        [this](const Key& key, std::span<const uint8_t> value) { return DoPut(key, value); },
+        [this](const Key& key) { return DoDelete(key, /*replay=*/true); });
   }
 
  private:

@@ -236,6 +236,42 @@ class FakeFetcher : public frontend::OpLogFetcher {
   std::vector<frontend::RecoveredOp> ops;
 };
 
+// A damaged op log (it was checked when written) replays as kCorruption in every kind, whatever
+// the damage: a value longer than value_size, a truncated record, an op type no kind logs.
+TEST_P(VectorTest, ReplayOfADamagedOpLogIsCorruptionInEveryKind) {
+  Options o;
+  o.value_size = 16;
+  {
+    auto s = OpenSession(21, Level::kRcb);
+    ASSERT_TRUE(OpenM(*s, "bad", o).ok());
+  }
+  struct Case {
+    const char* what;
+    uint16_t type;
+    std::vector<uint8_t> payload;
+  };
+  const std::vector<Case> cases = {
+      {"value over value_size", internal::kOpPut, internal::EncodeKeyValue(7, TestValue(7, 0, 17))},
+      {"truncated record", internal::kOpPut, {1, 2, 3}},
+      {"unknown op type", 9, internal::EncodeKeyValue(7, TestValue(7, 0, 4))},
+  };
+  for (const Case& c : cases) {
+    auto s = OpenSession(21, Level::kRcb);
+    RegisterReplays(*s);
+    auto m = OpenM(*s, "bad", o);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    FakeFetcher f;
+    frontend::RecoveredOp op;
+    op.op_seq = s->recovered_opn() + 1;
+    op.structure_id = (*m)->structure().id;
+    op.op_type = c.type;
+    op.payload = c.payload;
+    f.ops.push_back(op);
+    Status st = s->Replay(&f);
+    EXPECT_EQ(st.code(), StatusCode::kCorruption) << c.what << ": " << st.ToString();
+  }
+}
+
 TEST_P(VectorTest, ReplayReexecutesVectorOps) {
   std::map<uint64_t, Value> model;
   {

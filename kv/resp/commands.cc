@@ -28,8 +28,8 @@ std::vector<CommandSpec> CoreCommandSpecs() {
        h::Auth},
       {"client", -2, kNoMulti | kInline, 0, 0, 0, "connection", "2.4.0",
        "A container for client connection commands.",
-       "SETNAME, GETNAME, SETINFO (lib-name, lib-ver), ID, INFO; others are errors", h::Client,
-       "setname getname setinfo id info"},
+       "SETNAME, GETNAME, SETINFO (lib-name, lib-ver), ID, INFO, UNBLOCK; others are errors",
+       h::Client, "setname getname setinfo id info unblock"},
       {"command", -1, kLoading | kStale | kInline, 0, 0, 0, "server", "2.8.13",
        "Returns information about commands.",
        "COMMAND, COMMAND COUNT, COMMAND DOCS [name...], COMMAND INFO [name...], COMMAND LIST; "
@@ -152,7 +152,7 @@ std::vector<CommandSpec> CoreCommandSpecs() {
 const std::vector<CommandSpec>& CommandTable() {
   static const std::vector<CommandSpec> table = [] {
     std::vector<CommandSpec> t = CoreCommandSpecs();
-    for (auto more : {h::StringCommandSpecs, h::KeyspaceCommandSpecs}) {
+    for (auto more : {h::StringCommandSpecs, h::KeyspaceCommandSpecs, h::BlockingCommandSpecs}) {
       for (auto& spec : more()) t.push_back(spec);
     }
     AppendTypeCommands(&t);  // hashes, lists, sets, sorted sets (type_table.cc)
@@ -171,8 +171,6 @@ size_t CommandIndex(const CommandSpec& spec) {
 const std::vector<UnsupportedSpec>& UnsupportedCommands() {
   static const std::vector<UnsupportedSpec> list = {
       {"streams (XADD ...)", "not yet"},
-      {"blpop / brpop / blmove / brpoplpush / blmpop / bzpopmin / bzpopmax / bzmpop",
-       "blocking pops are not built: a worker would block (doc/types.md)"},
       {"pub/sub, scripting (EVAL, FUNCTION LOAD)", "not planned"},
       {"bgsave, bgrewriteaof, replicaof", "persistence and replication are the KV server's own"},
       {"select N (N > 0), swapdb, move", "only database 0"},
@@ -225,9 +223,9 @@ std::string GenerateCompatibilityTable() {
     if (*c.subcommands) name += " (" + Upper(c.subcommands) + ")";
     std::string flags;
     const std::pair<uint32_t, const char*> names[] = {
-        {kWrite, "write"},       {kReadonly, "readonly"}, {kFast, "fast"},
-        {kNoAuth, "no_auth"},    {kNoMulti, "no_multi"},  {kAdmin, "admin"},
-        {kNoTxn, "not in MULTI"}};
+        {kWrite, "write"},        {kReadonly, "readonly"}, {kFast, "fast"},
+        {kNoAuth, "no_auth"},     {kNoMulti, "no_multi"},  {kAdmin, "admin"},
+        {kNoTxn, "not in MULTI"}, {kBlocking, "blocking"}};
     for (auto [bit, n] : names) {
       if (c.flags & bit) flags += (flags.empty() ? "" : ", ") + std::string(n);
     }
@@ -439,7 +437,34 @@ void Dispatcher::Execute(Session& s, std::vector<std::string>& argv, std::string
     w.Simple("QUEUED");
     return;
   }
+  // The keys a write may have fed blocked clients on (EXEC: its queued writes), signalled after
+  // it ran — except by a blocked command's re-run that popped nothing (it would wake itself).
+  std::vector<std::string> fed;
+  if (spec->handler == h::Exec) {
+    for (const auto& q : s.queued) {
+      const CommandSpec* qs = FindCommand(q[0]);
+      if (qs == nullptr || !(qs->flags & kWrite)) continue;
+      for (auto& k : WrittenKeys(qs->name, q, CommandKeys(*qs, q))) fed.push_back(std::move(k));
+    }
+  } else if (spec->flags & kWrite) {
+    fed = WrittenKeys(spec->name, argv, CommandKeys(*spec, argv));
+  }
   Run(s, *spec, argv, *store_, w);
+  if (s.block && s.block->wait) return;
+  Signal(std::move(fed));
+}
+
+void Dispatcher::Signal(std::vector<std::string> keys) {
+  if (defer_signals_) {
+    for (auto& k : keys) deferred_.push_back(std::move(k));
+    return;
+  }
+  for (const auto& k : keys) state_->blocking.Signal(k);
+}
+
+void Dispatcher::FlushSignals() {
+  for (const auto& k : deferred_) state_->blocking.Signal(k);
+  deferred_.clear();
 }
 
 bool EqualsNoCase(std::string_view a, std::string_view b) {

@@ -11,11 +11,13 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "common/thread_annotations.h"
+#include "kv/resp/blocking.h"
 #include "kv/resp/protocol.h"
 #include "kv/resp/store.h"
 
@@ -34,6 +36,7 @@ enum CommandFlag : uint32_t {
   kNoTxn = 1u << 8,      // refused inside MULTI (whole-keyspace commands); not a Redis flag
   kInline = 1u << 9,     // never touches the store: runs on the event loop, not a worker
   kSlowPath = 1u << 10,  // commits a conditional batch: never on the fast path (store.h FastPath)
+  kBlocking = 1u << 11,  // "blocking": may park the connection (blocking.h); ends a worker batch
 };
 
 struct Session;
@@ -77,6 +80,7 @@ const std::vector<CommandSpec>& CommandTable();
 namespace handlers {
 std::vector<CommandSpec> StringCommandSpecs();    // string_commands.cc
 std::vector<CommandSpec> KeyspaceCommandSpecs();  // keyspace_commands.cc
+std::vector<CommandSpec> BlockingCommandSpecs();  // blocking_commands.cc
 }  // namespace handlers
 // The position of a command in CommandTable() (its INFO commandstats slot).
 size_t CommandIndex(const CommandSpec& spec);
@@ -119,6 +123,8 @@ struct GatewayState {
   // The clock EXPIRE/TTL and TIME read (Unix ms); tests inject a fake. nullptr: the system clock.
   int64_t (*clock_ms)() = nullptr;
   int64_t NowMs() const;
+  // Clients parked by blocking pops, and the wake-ups of their keys (blocking.h).
+  BlockingKeys blocking;
 
  private:
   mutable Mutex mu_;
@@ -145,6 +151,9 @@ struct Session {
     bool live = false;
   };
   std::vector<Watched> watched;
+  // A blocking command that found nothing to pop (blocking.h): set by its handler, kept while the
+  // connection is parked, cleared by the loop when it is served, times out or is unblocked.
+  std::shared_ptr<BlockRequest> block;
 };
 
 class Dispatcher {
@@ -164,10 +173,18 @@ class Dispatcher {
            ReplyWriter& w);
 
   Store& store() { return *store_; }
+  // Wake-ups of blocked clients (the keys a write ran on) are sent after each command, or, once
+  // deferred, held until FlushSignals (the fast path: after its section committed).
+  void DeferSignals() { defer_signals_ = true; }
+  void FlushSignals();
 
  private:
+  void Signal(std::vector<std::string> keys);
+
   GatewayState* state_;
   Store* store_;
+  bool defer_signals_ = false;
+  std::vector<std::string> deferred_;
 };
 
 // Error texts shared by handlers (Redis's wording, so clients recognise them).
@@ -249,6 +266,13 @@ void Unwatch(CommandContext&, const std::vector<std::string>&);
 void Function(CommandContext&, const std::vector<std::string>&);
 void Save(CommandContext&, const std::vector<std::string>&);
 void Shutdown(CommandContext&, const std::vector<std::string>&);
+// blocking_commands.cc
+void BPop(CommandContext&, const std::vector<std::string>&);    // BLPOP BRPOP
+void BLMove(CommandContext&, const std::vector<std::string>&);  // BLMOVE BRPOPLPUSH
+void LMPop(CommandContext&, const std::vector<std::string>&);   // LMPOP BLMPOP
+void BZPop(CommandContext&, const std::vector<std::string>&);   // BZPOPMIN BZPOPMAX
+void BZMPop(CommandContext&, const std::vector<std::string>&);
+void ClientUnblock(CommandContext&, const std::vector<std::string>&);  // CLIENT UNBLOCK
 }  // namespace handlers
 
 }  // namespace asymnvm::kv::resp

@@ -68,6 +68,7 @@ void WriteFlags(ReplyWriter& w, uint32_t flags) {
   if (flags & kStale) names.push_back("stale");
   if (flags & kNoMulti) names.push_back("no_multi");
   if (flags & kAdmin) names.push_back("admin");
+  if (flags & kBlocking) names.push_back("blocking");
   w.Set(names.size());
   for (const char* n : names) w.Simple(n);
 }
@@ -256,7 +257,7 @@ std::string InfoSection(CommandContext& c, const std::string& name) {
     s += "# Clients\r\n";
     s += "connected_clients:" + std::to_string(st.connected_clients.load()) + "\r\n";
     s += "maxclients:" + std::to_string(st.max_clients) + "\r\n";
-    s += "blocked_clients:0\r\n";
+    s += "blocked_clients:" + std::to_string(st.blocking.blocked()) + "\r\n";
   } else if (name == "memory") {
     // The gateway process's resident set (the data lives in the servers' PM pools).
     long pages = 0, resident = 0;
@@ -501,8 +502,10 @@ void Client(CommandContext& c, const std::vector<std::string>& a) {
                    " db=0 multi=" + std::to_string(s.in_multi ? s.queued.size() : -1) +
                    " resp=" + std::to_string(s.proto) + " lib-name=" + s.lib_name +
                    " lib-ver=" + s.lib_ver + "\n");
+  } else if (sub == "unblock" && (a.size() == 3 || a.size() == 4)) {
+    ClientUnblock(c, a);
   } else if (sub == "setname" || sub == "getname" || sub == "id" || sub == "setinfo" ||
-             sub == "info") {
+             sub == "info" || sub == "unblock") {
     c.out.Error("ERR wrong number of arguments for 'client|" + sub + "' command");
   } else {
     UnknownSubcommand(c, a[1], "CLIENT");

@@ -446,23 +446,87 @@ void LMove(CommandContext& c, const std::vector<std::string>& a) {
       return c.out.Error(std::string(kErrSyntax));
     }
   }
+  ListMove(c, a[1], a[2], from_left, to_left, false, nullptr);
+}
+
+// As Redis's lmoveGenericCommand: the source first (WRONGTYPE, or nil when empty), the
+// destination's type only when there is an element to move.
+void ListMove(CommandContext& c, const std::string& src_key, const std::string& dst_key,
+              bool from_left, bool to_left, bool skip_wrongtype, bool* empty) {
   RunTx(c, [&](CollTx& tx) {
-    auto src = OpenList(tx, a[1], c.out);
+    if (empty != nullptr) *empty = false;
+    bool wrong = false;
+    auto src = tx.OpenAs(src_key, KeyType::kList, &wrong);
     if (!src.ok()) return Fail(c, src.status());
-    if (*src == nullptr) return TxOutcome::kError;
-    auto dst = OpenList(tx, a[2], c.out);
-    if (!dst.ok()) return Fail(c, dst.status());
-    if (*dst == nullptr) return TxOutcome::kError;
-    if (Len(**src) == 0) {
-      c.out.Null();
+    if (wrong && !skip_wrongtype) {
+      c.out.Error(kErrWrongType);
+      return TxOutcome::kError;
+    }
+    if (wrong || Len(**src) == 0) {
+      if (empty != nullptr) {
+        *empty = true;
+      } else {
+        c.out.Null();
+      }
       return TxOutcome::kCommitted;
     }
+    auto dst = OpenList(tx, dst_key, c.out);
+    if (!dst.ok()) return Fail(c, dst.status());
+    if (*dst == nullptr) return TxOutcome::kError;
     auto e = Pop(tx, *src, from_left);
     if (!e.ok()) return Fail(c, e.status());
     if ((*dst)->type == KeyType::kNone) tx.Create(*dst, KeyType::kList);
     Push(tx, *dst, to_left, *e);
     TxOutcome o = tx.Commit(c.out);
     if (o == TxOutcome::kCommitted) c.out.Bulk(*e);
+    return o;
+  });
+}
+
+void ListPopFirst(CommandContext& c, const std::vector<std::string>& keys, bool left, int64_t count,
+                  bool skip_wrongtype, bool* empty) {
+  RunTx(c, [&](CollTx& tx) {
+    if (empty != nullptr) *empty = false;
+    Coll* l = nullptr;
+    for (const auto& k : keys) {
+      bool wrong = false;
+      auto r = tx.OpenAs(k, KeyType::kList, &wrong);
+      if (!r.ok()) return Fail(c, r.status());
+      if (wrong && skip_wrongtype) continue;
+      if (wrong) {
+        c.out.Error(kErrWrongType);
+        return TxOutcome::kError;
+      }
+      if (Len(**r) > 0) {
+        l = *r;
+        break;
+      }
+    }
+    if (l == nullptr) {
+      if (empty != nullptr) {
+        *empty = true;
+      } else {
+        c.out.NullArray();
+      }
+      return TxOutcome::kCommitted;
+    }
+    std::vector<std::string> popped;
+    const int64_t want = count < 0 ? 1 : count;
+    for (int64_t i = 0; i < want && Len(*l) > 0; ++i) {
+      auto e = Pop(tx, l, left);
+      if (!e.ok()) return Fail(c, e.status());
+      popped.push_back(std::move(*e));
+    }
+    TxOutcome o = tx.Commit(c.out);
+    if (o != TxOutcome::kCommitted) return o;
+    c.out.Array(2);
+    c.out.Bulk(l->key);
+    if (count < 0) {
+      c.out.Bulk(popped[0]);
+    } else {
+      c.out.Array(popped.size());
+      for (const auto& e : popped) c.out.Bulk(e);
+    }
     return o;
   });
 }

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -16,6 +17,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 #include <unordered_map>
@@ -59,6 +61,13 @@ struct Conn {
   bool busy = false;      // a batch is with the workers, or the connection waits for the fast path
   bool dead = false;      // closed while busy: drop the batch's output
   bool detached = false;  // removed from epoll (peer hung up while busy)
+  // A blocking pop that found nothing (session.block waits): registered with the gateway's
+  // BlockingKeys while parked; busy stays set, so no further command of the connection runs.
+  std::shared_ptr<Parked> parked;
+  bool rerun_in_flight = false;  // the blocked command is with a worker again
+  int64_t next_check_ms = 0;     // the next re-check for writes made elsewhere (first in line only)
+  int64_t check_interval_ms = 0;
+  std::optional<WakeReason> unblock;  // CLIENT UNBLOCK arrived while a re-run was in flight
   explicit Conn(const ParserLimits& l) : parser(l) {}
 };
 
@@ -164,6 +173,7 @@ class Loop {
         fast_(opts->fast_path.get()),
         dispatcher_(state, &no_store_) {}
   ~Loop() {
+    for (auto& c : parked_) state_->blocking.Unpark(c->parked);
     for (auto& [fd, c] : conns_) {
       ::close(fd);
       state_->connected_clients.fetch_sub(1);
@@ -206,6 +216,15 @@ class Loop {
     }
     Wake();
   }
+  // Called by BlockingKeys (any thread, its lock held): a parked connection should re-run its
+  // command, or was unblocked by CLIENT UNBLOCK.
+  void PostBlockEvent(std::weak_ptr<Conn> c, WakeReason why) {
+    {
+      MutexLock l(done_mu_);
+      block_events_.push_back({std::move(c), why});
+    }
+    Wake();
+  }
 
  private:
   // A Store for commands the loop runs itself: they never call it.
@@ -235,7 +254,7 @@ class Loop {
     while (!stop_.load()) {
       // Connections waiting for the fast path: collect what else is ready without blocking, so
       // that one section (one sync) covers them all, then run it.
-      const int timeout = fast_ready_.empty() ? -1 : 0;
+      const int timeout = fast_ready_.empty() ? NextTimerMs() : 0;
       int n = epoll_wait(ep_, events.data(), static_cast<int>(events.size()), timeout);
       if (n < 0) {
         if (errno == EINTR) continue;
@@ -249,6 +268,7 @@ class Loop {
           ssize_t r = ::read(wake_fd_, &v, sizeof v);
           (void)r;
           Completions();
+          BlockEvents();
           continue;
         }
         if (fd == listen_fd_) {
@@ -267,6 +287,7 @@ class Loop {
         if (!alive) Close(*c);
       }
       RunFast();
+      if (!parked_.empty()) Timers();
     }
   }
 
@@ -277,7 +298,8 @@ class Loop {
       return false;
     }
     const CommandSpec* spec = FindCommand(p.argv[0]);
-    if (spec == nullptr || spec->first_key <= 0 || (spec->flags & (kInline | kNoTxn | kSlowPath))) {
+    if (spec == nullptr || spec->first_key <= 0 ||
+        (spec->flags & (kInline | kNoTxn | kSlowPath | kBlocking))) {
       return false;
     }
     auto keys = CommandKeys(*spec, p.argv);
@@ -305,6 +327,7 @@ class Loop {
     {
       std::unique_ptr<FastSection> section = fast_->Begin();
       Dispatcher d(state_, &section->store());
+      d.DeferSignals();  // blocked clients are woken once the writes committed
       for (auto& cp : ready) {
         Conn& c = *cp;
         staged.push_back({&c, {}, 0});
@@ -326,6 +349,7 @@ class Loop {
         }
       }
       committed = section->Commit();
+      d.FlushSignals();
     }  // the section ends (the primary's workers run again) before the replies go out
     state_->fast_path_commits.fetch_add(1, std::memory_order_relaxed);
     for (size_t i = 0; i < staged.size(); i++) {
@@ -357,9 +381,11 @@ class Loop {
       std::shared_ptr<Conn> c = std::move(job->conn);
       std::string out = std::move(job->out);
       delete job;
-      c->busy = false;
+      c->rerun_in_flight = false;
       if (c->dead) continue;
       c->out += out;
+      if (c->session.block && StaysBlocked(c)) continue;
+      c->busy = false;
       if (c->session.close_after_reply) {
         c->closing = true;
         c->pending.clear();
@@ -438,6 +464,7 @@ class Loop {
       // flight, stop watching the socket (a hung-up socket stays readable: no busy polling); the
       // batch's completion flushes and closes.
       c.closing = true;
+      if (c.parked && !c.rerun_in_flight) return false;  // blocked: close (and unpark) now
       if (c.busy) {
         epoll_ctl(ep_, EPOLL_CTL_DEL, c.fd, nullptr);
         c.reading = c.writing = false;
@@ -499,11 +526,164 @@ class Loop {
              (job->commands.empty() || !FastCandidate(c.session, c.pending.front()))) {
         job->commands.push_back(std::move(c.pending.front().argv));
         c.pending.pop_front();
+        if (IsBlocking(job->commands.back())) break;  // it may park: run nothing behind it
       }
       c.busy = true;
       pool_->Submit(job);
     }
     return true;
+  }
+
+  static bool IsBlocking(const std::vector<std::string>& argv) {
+    const CommandSpec* spec = FindCommand(argv[0]);
+    return spec != nullptr && (spec->flags & kBlocking);
+  }
+
+  // --- Blocking pops (blocking.h). A parked connection stays busy; its command re-runs on a
+  // worker when BlockingKeys wakes it or (first in a key's line) on the re-check timer.
+
+  // After the connection's blocking command ran (c->session.block set): whether it stays parked.
+  // Otherwise the block is over (served, replied an error, timed out, unblocked, or the peer left)
+  // and the caller resumes the connection.
+  bool StaysBlocked(const std::shared_ptr<Conn>& cp) {
+    Conn& c = *cp;
+    BlockRequest& b = *c.session.block;
+    if (!b.wait || c.closing) {
+      EndBlock(c);
+      return false;
+    }
+    const int64_t now = SteadyMs();
+    if (c.unblock || (b.deadline_ms != 0 && now >= b.deadline_ms)) {
+      ReplyUnblocked(c, c.unblock.value_or(WakeReason::kTimeout));
+      EndBlock(c);
+      return false;
+    }
+    if (!c.parked) {
+      auto p = std::make_shared<Parked>();
+      p->client_id = c.session.id;
+      p->keys = b.keys;
+      p->wake = [this, w = std::weak_ptr<Conn>(cp)](WakeReason why) { PostBlockEvent(w, why); };
+      c.parked = std::move(p);
+      state_->blocking.Park(c.parked);
+      parked_.push_back(cp);
+      c.check_interval_ms = kRecheckFirstMs;
+      c.next_check_ms = now + c.check_interval_ms;
+    }
+    // A write that ran meanwhile (its signal may have come before the client was parked).
+    for (size_t i = 0; i < b.keys.size(); ++i) {
+      if (state_->blocking.Seq(b.keys[i]) != b.seqs[i]) {
+        Rerun(cp);
+        break;
+      }
+    }
+    return true;
+  }
+
+  void Rerun(const std::shared_ptr<Conn>& c) {
+    c->rerun_in_flight = true;
+    auto* job = new Job;
+    job->conn = c;
+    job->commands.push_back(c->session.block->argv);
+    pool_->Submit(job);
+  }
+
+  void ReplyUnblocked(Conn& c, WakeReason why) {
+    ReplyWriter w(&c.out, c.session.proto);
+    if (why == WakeReason::kError) {
+      w.Error("UNBLOCKED client unblocked via CLIENT UNBLOCK");
+    } else {
+      w.NullArray();  // Redis's reply to a timed-out blocking command, whatever its type
+    }
+  }
+
+  // Forgets the connection's registration (safe while a re-run is in flight: the session is not
+  // touched).
+  void Unpark(Conn& c) {
+    if (!c.parked) return;
+    state_->blocking.Unpark(c.parked);
+    c.parked.reset();
+    for (size_t i = 0; i < parked_.size(); ++i) {
+      if (parked_[i].get() == &c) {
+        parked_[i] = std::move(parked_.back());
+        parked_.pop_back();
+        break;
+      }
+    }
+  }
+
+  void EndBlock(Conn& c) {
+    Unpark(c);
+    c.session.block.reset();
+    c.unblock.reset();
+  }
+
+  void Resume(Conn& c) {
+    c.busy = false;
+    bool alive = Pump(c) && Flush(c);
+    if (!alive) Close(c);
+  }
+
+  void BlockEvents() {
+    std::vector<BlockEvent> events;
+    {
+      MutexLock l(done_mu_);
+      events.swap(block_events_);
+    }
+    for (auto& e : events) {
+      std::shared_ptr<Conn> c = e.conn.lock();
+      if (!c || c->dead || !c->parked) continue;
+      if (e.why == WakeReason::kRetry) {
+        if (!c->rerun_in_flight) Rerun(c);
+        continue;
+      }
+      if (c->rerun_in_flight) {
+        c->unblock = e.why;  // decided when the re-run completes (it may have been served)
+        continue;
+      }
+      ReplyUnblocked(*c, e.why);
+      EndBlock(*c);
+      Resume(*c);
+    }
+  }
+
+  // Deadlines and re-checks of parked connections.
+  void Timers() {
+    const int64_t now = SteadyMs();
+    std::vector<std::shared_ptr<Conn>> due;
+    for (auto& c : parked_) {
+      if (c->rerun_in_flight) continue;
+      const int64_t deadline = c->session.block->deadline_ms;
+      if ((deadline != 0 && now >= deadline) || now >= c->next_check_ms) due.push_back(c);
+    }
+    for (auto& c : due) {
+      if (c->dead || !c->parked || c->rerun_in_flight) continue;
+      const int64_t deadline = c->session.block->deadline_ms;
+      if (deadline != 0 && now >= deadline) {
+        ReplyUnblocked(*c, WakeReason::kTimeout);
+        EndBlock(*c);
+        Resume(*c);
+        continue;
+      }
+      c->check_interval_ms = std::min(c->check_interval_ms * 2, kRecheckMaxMs);
+      c->next_check_ms = now + c->check_interval_ms;
+      // Only the first in a line re-checks: the others are woken in turn as it is served (FIFO).
+      if (state_->blocking.IsFirst(*c->parked)) Rerun(c);
+    }
+  }
+
+  // epoll_wait's timeout: until the nearest deadline or re-check of a parked connection.
+  int NextTimerMs() const {
+    if (parked_.empty()) return -1;
+    const int64_t now = SteadyMs();
+    int64_t next = INT64_MAX;
+    for (const auto& c : parked_) {
+      if (c->rerun_in_flight) continue;
+      next = std::min(next, c->next_check_ms);
+      const int64_t deadline = c->session.block->deadline_ms;
+      if (deadline != 0) next = std::min(next, deadline);
+    }
+    if (next == INT64_MAX) return -1;
+    return static_cast<int>(std::clamp<int64_t>(next - now, 0, 1000));
   }
 
   bool RunsInline(const Session& s, const std::vector<std::string>& argv) {
@@ -554,6 +734,7 @@ class Loop {
     if (c.dead) return;
     c.dead = true;
     int fd = c.fd;
+    Unpark(c);
     epoll_ctl(ep_, EPOLL_CTL_DEL, fd, nullptr);
     ::close(fd);
     state_->connected_clients.fetch_sub(1);
@@ -567,6 +748,12 @@ class Loop {
   FastPath* fast_;
   // Connections whose next commands wait for this pass's fast-path section (each is busy).
   std::vector<std::shared_ptr<Conn>> fast_ready_;
+  // Parked connections (blocking pops), and the wake-ups BlockingKeys posted for them.
+  std::vector<std::shared_ptr<Conn>> parked_;
+  struct BlockEvent {
+    std::weak_ptr<Conn> conn;
+    WakeReason why;
+  };
   NoStore no_store_;
   Dispatcher dispatcher_;
   int ep_ = -1;
@@ -576,6 +763,7 @@ class Loop {
   std::unordered_map<int, std::shared_ptr<Conn>> conns_;
   Mutex done_mu_;
   std::vector<Job*> done_ ASYMNVM_GUARDED_BY(done_mu_);
+  std::vector<BlockEvent> block_events_ ASYMNVM_GUARDED_BY(done_mu_);
 };
 
 struct Server::Impl {

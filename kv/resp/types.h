@@ -239,6 +239,17 @@ void LRem(CommandContext&, const std::vector<std::string>&);
 void LInsert(CommandContext&, const std::vector<std::string>&);
 void LPos(CommandContext&, const std::vector<std::string>&);
 void LMove(CommandContext&, const std::vector<std::string>&);  // LMOVE RPOPLPUSH
+// The pops the blocking commands are built on (blocking_commands.cc). `empty` null: as the plain
+// command (nil when every key is empty). Non-null: nothing is replied when there is nothing to pop
+// (*empty = true); skip_wrongtype: a source key of another type counts as empty (a re-run of a
+// blocked command, which Redis wakes only for a key of its type).
+// LMOVE: the source first (WRONGTYPE / empty), the destination's type only when moving.
+void ListMove(CommandContext& c, const std::string& src, const std::string& dst, bool from_left,
+              bool to_left, bool skip_wrongtype, bool* empty);
+// From the first non-empty list of `keys`: count -1 one element, replied [key, element] (BLPOP);
+// count >= 1 up to count, replied [key, [elements]] (LMPOP).
+void ListPopFirst(CommandContext& c, const std::vector<std::string>& keys, bool left, int64_t count,
+                  bool skip_wrongtype, bool* empty);
 // zset_commands.cc
 void ZAdd(CommandContext&, const std::vector<std::string>&);  // ZADD ZINCRBY
 void ZRem(CommandContext&, const std::vector<std::string>&);
@@ -252,6 +263,11 @@ void ZRank(CommandContext&, const std::vector<std::string>&);      // ZRANK ZREV
 void ZRemRange(CommandContext&, const std::vector<std::string>&);  // ZREMRANGEBY*
 void ZPop(CommandContext&, const std::vector<std::string>&);       // ZPOPMIN ZPOPMAX
 void ZMPop(CommandContext&, const std::vector<std::string>&);
+// From the first non-empty sorted set of `keys`: count -1 one member, replied [key, member, score]
+// (BZPOPMIN); count >= 1, replied [key, [[member, score]...]] (ZMPOP). `empty`/skip_wrongtype as
+// ListPopFirst.
+void ZsetPopFirst(CommandContext& c, const std::vector<std::string>& keys, bool max, int64_t count,
+                  bool skip_wrongtype, bool* empty);
 void ZRandMember(CommandContext&, const std::vector<std::string>&);
 void ZScan(CommandContext&, const std::vector<std::string>&);
 void ZCombine(CommandContext&, const std::vector<std::string>&);  // ZUNION ZINTER ZDIFF, *STORE,

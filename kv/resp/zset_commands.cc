@@ -402,18 +402,32 @@ void ZsetRead(CommandContext& c, std::string_view key, Body&& body) {
 
 // ZPOPMIN/ZPOPMAX/ZMPOP (Redis's genericZpopCommand): pops from the first non-empty key.
 // count -1: no count given (one member, flat reply).
+// For the blocking pops (ZsetPopFirst): `empty` non-null: nothing is replied when every key is
+// empty (*empty = true); skip_wrong: a key of another type counts as empty; flat_key: one member
+// replied as [key, member, score] (BZPOPMIN).
 void PopGeneric(CommandContext& c, const std::vector<std::string>& keys, bool max, int64_t count,
-                bool emit_key, bool nested, bool nil_when_empty) {
+                bool emit_key, bool nested, bool nil_when_empty, bool* empty = nullptr,
+                bool skip_wrong = false, bool flat_key = false) {
   RunTx(c, [&](CollTx& tx) {
     Coll* z = nullptr;
+    if (empty != nullptr) *empty = false;
     for (const auto& k : keys) {
-      auto r = OpenTyped(tx, k, KeyType::kZset, c.out);
+      bool wrong = false;
+      auto r = tx.OpenAs(k, KeyType::kZset, &wrong);
       if (!r.ok()) return TxFail(c.out, r.status());
-      if (*r == nullptr) return TxOutcome::kError;
+      if (wrong && skip_wrong) continue;
+      if (wrong) {
+        c.out.Error(kErrWrongType);
+        return TxOutcome::kError;
+      }
       if ((*r)->type != KeyType::kNone) {
         z = *r;
         break;
       }
+    }
+    if (z == nullptr && empty != nullptr) {
+      *empty = true;
+      return TxOutcome::kCommitted;
     }
     if (z == nullptr) {
       if (nil_when_empty) {
@@ -437,6 +451,13 @@ void PopGeneric(CommandContext& c, const std::vector<std::string>& keys, bool ma
     if (!st.ok()) return TxFail(c.out, st);
     TxOutcome o = tx.Commit(c.out);
     if (o != TxOutcome::kCommitted) return o;
+    if (flat_key) {
+      c.out.Array(3);
+      c.out.Bulk(z->key);
+      c.out.Bulk(popped[0]->member);
+      ReplyScore(c.out, popped[0]->score);
+      return o;
+    }
     if (emit_key) {
       c.out.Array(2);
       c.out.Bulk(z->key);
@@ -771,6 +792,15 @@ void ZMPop(CommandContext& c, const std::vector<std::string>& a) {
   }
   std::vector<std::string> keys(a.begin() + 2, a.begin() + static_cast<long>(where));
   PopGeneric(c, keys, max, count < 0 ? 1 : count, true, true, true);
+}
+
+void ZsetPopFirst(CommandContext& c, const std::vector<std::string>& keys, bool max, int64_t count,
+                  bool skip_wrongtype, bool* empty) {
+  if (count < 0) {
+    PopGeneric(c, keys, max, 1, false, false, false, empty, skip_wrongtype, true);
+  } else {
+    PopGeneric(c, keys, max, count, true, true, true, empty, skip_wrongtype, false);
+  }
 }
 
 void ZRandMember(CommandContext& c, const std::vector<std::string>& a) {

@@ -1,0 +1,128 @@
+#include "kv/resp/blocking.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+
+namespace asymnvm::kv::resp {
+
+BlockingKeys::BlockingKeys() {
+  for (auto& s : seq_) s.store(0, std::memory_order_relaxed);
+}
+
+size_t BlockingKeys::Bucket(std::string_view key) {
+  return std::hash<std::string_view>()(key) % kSeqBuckets;
+}
+
+uint64_t BlockingKeys::Seq(std::string_view key) const { return seq_[Bucket(key)].load(); }
+
+void BlockingKeys::Signal(std::string_view key) {
+  // Sequentially consistent with Park's count: a client that parks after this bump sees it
+  // (its re-check), one that parked before is found below.
+  seq_[Bucket(key)].fetch_add(1);
+  if (parked_.load() == 0) return;
+  MutexLock l(mu_);
+  auto it = lines_.find(std::string(key));
+  if (it == lines_.end() || it->second.empty()) return;
+  it->second.front()->wake(WakeReason::kRetry);
+}
+
+void BlockingKeys::Park(const std::shared_ptr<Parked>& p) {
+  MutexLock l(mu_);
+  if (!by_id_.emplace(p->client_id, p).second) return;
+  for (const auto& k : p->keys) {
+    auto& line = lines_[k];
+    if (std::find(line.begin(), line.end(), p) == line.end()) line.push_back(p);
+  }
+  parked_.fetch_add(1);
+}
+
+void BlockingKeys::Unpark(const std::shared_ptr<Parked>& p) {
+  MutexLock l(mu_);
+  auto id = by_id_.find(p->client_id);
+  if (id == by_id_.end() || id->second != p) return;
+  by_id_.erase(id);
+  for (const auto& k : p->keys) {
+    auto it = lines_.find(k);
+    if (it == lines_.end()) continue;
+    auto& line = it->second;
+    line.erase(std::remove(line.begin(), line.end(), p), line.end());
+    if (line.empty()) lines_.erase(it);
+  }
+  parked_.fetch_sub(1);
+}
+
+bool BlockingKeys::IsFirst(const Parked& p) const {
+  MutexLock l(mu_);
+  for (const auto& k : p.keys) {
+    auto it = lines_.find(k);
+    if (it != lines_.end() && !it->second.empty() && it->second.front().get() == &p) return true;
+  }
+  return false;
+}
+
+bool BlockingKeys::Unblock(uint64_t client_id, WakeReason why) {
+  MutexLock l(mu_);
+  auto it = by_id_.find(client_id);
+  if (it == by_id_.end() || it->second->unblocked) return false;
+  it->second->unblocked = true;
+  it->second->wake(why);
+  return true;
+}
+
+int64_t SteadyMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string ParseBlockTimeout(std::string_view arg, int64_t* ms) {
+  // As Redis's getTimeoutFromObjectOrReply: strtold over the whole argument (no spaces, no NaN).
+  static const std::string kNotFloat = "ERR timeout is not a float or out of range";
+  if (arg.empty() || arg.size() > 256 || std::isspace(static_cast<unsigned char>(arg[0]))) {
+    return kNotFloat;
+  }
+  std::string s(arg);
+  char* end = nullptr;
+  errno = 0;
+  long double v = std::strtold(s.c_str(), &end);
+  if (end != s.c_str() + s.size() || errno == ERANGE || std::isnan(v)) return kNotFloat;
+  v *= 1000.0L;
+  if (v > static_cast<long double>(LLONG_MAX)) return "ERR timeout is out of range";
+  const long double r = std::ceil(v);
+  if (r < 0) return "ERR timeout is negative";
+  // Redis also refuses a deadline past LLONG_MAX ms of Unix time.
+  if (r > static_cast<long double>(LLONG_MAX - 4'000'000'000'000LL)) {
+    return "ERR timeout is out of range";
+  }
+  *ms = static_cast<int64_t>(r);
+  return "";
+}
+
+std::vector<std::string> WrittenKeys(std::string_view name, const std::vector<std::string>& argv,
+                                     const std::vector<std::string_view>& spec_keys) {
+  std::vector<std::string> keys;
+  const bool mpop = name.size() >= 4 && (name.substr(name.size() - 4) == "mpop" ||
+                                         name.substr(name.size() - 4) == "MPOP");
+  if (mpop) {
+    // [B]LMPOP / [B]ZMPOP [timeout] numkeys key...: the word before the first key is numkeys.
+    const size_t blocking = (name[0] == 'b' || name[0] == 'B') ? 1 : 0;
+    const size_t nk = 1 + blocking;
+    if (argv.size() > nk) {
+      char* end = nullptr;
+      long n = std::strtol(argv[nk].c_str(), &end, 10);
+      for (long i = 0; n > 0 && i < n && nk + 1 + static_cast<size_t>(i) < argv.size(); ++i) {
+        keys.push_back(argv[nk + 1 + static_cast<size_t>(i)]);
+      }
+    }
+    return keys;
+  }
+  for (auto k : spec_keys) keys.emplace_back(k);
+  return keys;
+}
+
+}  // namespace asymnvm::kv::resp

@@ -1,0 +1,258 @@
+// Blocking pops on a real gateway (epoll loops, worker pool) over the in-memory FakeStore.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "kv/resp/server.h"
+#include "kv/resp/test_client.h"
+#include "kv/resp/test_fake_store.h"
+
+namespace asymnvm::kv::resp {
+namespace {
+
+using testing::FakeStore;
+using testing::TestClient;
+
+// Forwards to one shared FakeStore (each worker gets its own Store object).
+class SharedStore final : public Store {
+ public:
+  explicit SharedStore(Store* s) : s_(s) {}
+  Result<std::optional<StoredValue>> Get(std::string_view k) override { return s_->Get(k); }
+  Result<uint64_t> Put(std::string_view k, std::string_view v) override { return s_->Put(k, v); }
+  Result<std::optional<uint64_t>> PutIf(std::string_view k, std::string_view v,
+                                        uint64_t e) override {
+    return s_->PutIf(k, v, e);
+  }
+  Result<bool> Delete(std::string_view k) override { return s_->Delete(k); }
+  Result<std::optional<int64_t>> Incr(std::string_view k, int64_t d) override {
+    return s_->Incr(k, d);
+  }
+  Result<ScanPage> Scan(uint64_t c, size_t n) override { return s_->Scan(c, n); }
+  uint32_t ShardOf(std::string_view k) override { return s_->ShardOf(k); }
+  Result<bool> CommitBatch(const std::vector<BatchWrite>& w) override { return s_->CommitBatch(w); }
+  Result<int64_t> DurableReplicas() override { return s_->DurableReplicas(); }
+
+ private:
+  Store* s_;
+};
+
+std::string Bulk(const std::string& s) {
+  return "$" + std::to_string(s.size()) + "\r\n" + s + "\r\n";
+}
+
+class Blocking : public ::testing::Test {
+ protected:
+  std::unique_ptr<Server> Start(int workers = 4) {
+    ServerOptions o;
+    o.port = 0;
+    o.workers = workers;
+    o.store_factory = [this]() -> Result<std::unique_ptr<Store>> {
+      return std::unique_ptr<Store>(new SharedStore(&store_));
+    };
+    auto s = Server::Start(std::move(o));
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return s.ok() ? std::move(s).value() : nullptr;
+  }
+  void SetUp() override {
+    server_ = Start();
+    ASSERT_NE(server_, nullptr);
+  }
+  // Waits (generously, polling with a sleep) until the gateway counts `n` blocked clients.
+  bool WaitBlocked(int64_t n, Server* server = nullptr) {
+    server = server ? server : server_.get();
+    TestClient probe(server->port());
+    const std::string want = "blocked_clients:" + std::to_string(n) + "\r\n";
+    for (int i = 0; i < 2000; ++i) {
+      if (probe.Call("INFO clients").find(want) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+  FakeStore store_;
+  std::unique_ptr<Server> server_;
+};
+
+TEST_F(Blocking, ServedAtOnceWhenDataIsThere) {
+  TestClient c(server_->port());
+  ASSERT_EQ(c.Call("RPUSH l a b c d e"), ":5\r\n");
+  EXPECT_EQ(c.Call("BLPOP none l 0"), "*2\r\n" + Bulk("l") + Bulk("a"));
+  EXPECT_EQ(c.Call("BRPOP l 0"), "*2\r\n" + Bulk("l") + Bulk("e"));
+  EXPECT_EQ(c.Call("BLMPOP 0 2 none l RIGHT COUNT 2"),
+            "*2\r\n" + Bulk("l") + "*2\r\n" + Bulk("d") + Bulk("c"));
+  EXPECT_EQ(c.Call("LMPOP 1 none LEFT"), "*-1\r\n");
+  EXPECT_EQ(c.Call("BLMOVE l m LEFT RIGHT 0"), Bulk("b"));
+  EXPECT_EQ(c.Call("BRPOPLPUSH m l 0"), Bulk("b"));
+  EXPECT_EQ(c.Call("LRANGE l 0 -1"), "*1\r\n" + Bulk("b"));
+  ASSERT_EQ(c.Call("ZADD z 1 a 2 b 3 c 4 d"), ":4\r\n");
+  EXPECT_EQ(c.Call("BZPOPMIN none z 0"), "*3\r\n" + Bulk("z") + Bulk("a") + Bulk("1"));
+  EXPECT_EQ(c.Call("BZPOPMAX z 0"), "*3\r\n" + Bulk("z") + Bulk("d") + Bulk("4"));
+  EXPECT_EQ(c.Call("BZMPOP 0 1 z MIN COUNT 5"), "*2\r\n" + Bulk("z") + "*2\r\n*2\r\n" + Bulk("b") +
+                                                    Bulk("2") + "*2\r\n" + Bulk("c") + Bulk("3"));
+  EXPECT_EQ(c.Call("EXISTS z"), ":0\r\n");
+}
+
+TEST_F(Blocking, TimesOutWithNullAfterTheTimeout) {
+  TestClient c(server_->port());
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(c.Call("BLPOP none 0.2"), "*-1\r\n");
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(200));
+  t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(c.Call("BLMOVE none other LEFT LEFT 0.05"), "*-1\r\n");
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(50));
+  ASSERT_NE(c.Call("HELLO 3"), "");
+  EXPECT_EQ(c.Call("BZPOPMIN none 0.01"), "_\r\n");
+  EXPECT_EQ(c.Call("BZMPOP 0.01 1 none MAX"), "_\r\n");
+  EXPECT_EQ(c.Call("PING"), "+PONG\r\n");  // the connection is usable after a timeout
+}
+
+TEST_F(Blocking, PushFromAnotherConnectionWakesTheBlockedClient_PipelineWaits) {
+  TestClient blocked(server_->port()), pusher(server_->port());
+  // The PING behind the BLPOP is not answered while the BLPOP is blocked.
+  ASSERT_TRUE(blocked.Send("BLPOP l 0\r\nPING\r\n"));
+  ASSERT_TRUE(WaitBlocked(1));
+  EXPECT_EQ(pusher.Call("RPUSH l x y"), ":2\r\n");
+  auto r = blocked.Read(2);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0], "*2\r\n" + Bulk("l") + Bulk("x"));
+  EXPECT_EQ(r[1], "+PONG\r\n");
+  EXPECT_EQ(pusher.Call("LRANGE l 0 -1"), "*1\r\n" + Bulk("y"));
+  // A sorted set, woken by ZADD; BLMOVE's push wakes a client blocked on its destination.
+  TestClient b2(server_->port());
+  ASSERT_TRUE(blocked.Send("BZPOPMAX z 0\r\n"));
+  ASSERT_TRUE(b2.Send("BLPOP dst 0\r\n"));
+  ASSERT_TRUE(WaitBlocked(2));
+  EXPECT_EQ(pusher.Call("ZADD z 5 five"), ":1\r\n");
+  EXPECT_EQ(blocked.Read(1).at(0), "*3\r\n" + Bulk("z") + Bulk("five") + Bulk("5"));
+  EXPECT_EQ(pusher.Call("LMOVE l dst LEFT LEFT"), Bulk("y"));
+  EXPECT_EQ(b2.Read(1).at(0), "*2\r\n" + Bulk("dst") + Bulk("y"));
+  EXPECT_TRUE(WaitBlocked(0));
+}
+
+TEST_F(Blocking, LongestWaitingClientIsServedFirst) {
+  TestClient first(server_->port()), second(server_->port()), pusher(server_->port());
+  ASSERT_TRUE(first.Send("BRPOP q 0\r\n"));
+  ASSERT_TRUE(WaitBlocked(1));
+  ASSERT_TRUE(second.Send("BRPOP q 0\r\n"));
+  ASSERT_TRUE(WaitBlocked(2));
+  EXPECT_EQ(pusher.Call("LPUSH q one"), ":1\r\n");
+  EXPECT_EQ(first.Read(1).at(0), "*2\r\n" + Bulk("q") + Bulk("one"));
+  ASSERT_TRUE(WaitBlocked(1));
+  EXPECT_EQ(pusher.Call("LPUSH q two"), ":1\r\n");
+  EXPECT_EQ(second.Read(1).at(0), "*2\r\n" + Bulk("q") + Bulk("two"));
+  // One push of two elements serves both waiters, in order.
+  ASSERT_TRUE(first.Send("BLPOP q 0\r\n"));
+  ASSERT_TRUE(WaitBlocked(1));
+  ASSERT_TRUE(second.Send("BLPOP q 0\r\n"));
+  ASSERT_TRUE(WaitBlocked(2));
+  EXPECT_EQ(pusher.Call("RPUSH q a b"), ":2\r\n");
+  EXPECT_EQ(first.Read(1).at(0), "*2\r\n" + Bulk("q") + Bulk("a"));
+  EXPECT_EQ(second.Read(1).at(0), "*2\r\n" + Bulk("q") + Bulk("b"));
+}
+
+TEST_F(Blocking, DisconnectWhileBlockedFreesTheClient) {
+  {
+    TestClient gone(server_->port());
+    ASSERT_TRUE(gone.Send("BLPOP d 0\r\n"));
+    ASSERT_TRUE(WaitBlocked(1));
+  }  // closed while blocked
+  ASSERT_TRUE(WaitBlocked(0));
+  TestClient c(server_->port());
+  EXPECT_EQ(c.Call("RPUSH d x"), ":1\r\n");
+  EXPECT_EQ(c.Call("LLEN d"), ":1\r\n");  // nobody took it
+}
+
+TEST_F(Blocking, BlockedClientsHoldNoWorker) {
+  auto one = Start(1);  // a single worker: a blocked client holding it would stall the rest
+  ASSERT_NE(one, nullptr);
+  std::vector<std::unique_ptr<TestClient>> blocked;
+  for (int i = 0; i < 3; ++i) {
+    blocked.push_back(std::make_unique<TestClient>(one->port()));
+    ASSERT_TRUE(blocked.back()->Send("BLPOP k" + std::to_string(i) + " 0\r\n"));
+  }
+  ASSERT_TRUE(WaitBlocked(3, one.get()));
+  TestClient c(one->port());
+  EXPECT_EQ(c.Call("SET s v"), "+OK\r\n");
+  EXPECT_EQ(c.Call("GET s"), Bulk("v"));
+  EXPECT_EQ(c.Call("RPUSH k1 v"), ":1\r\n");
+  EXPECT_EQ(blocked[1]->Read(1).at(0), "*2\r\n" + Bulk("k1") + Bulk("v"));
+  one->Stop();  // does not hang on the two still blocked
+}
+
+TEST_F(Blocking, PushThroughAnotherGatewayIsNoticed) {
+  auto other = Start();  // a second gateway onto the same store (another server of the cluster)
+  ASSERT_NE(other, nullptr);
+  TestClient blocked(server_->port()), pusher(other->port());
+  ASSERT_TRUE(blocked.Send("BLPOP x 0\r\n"));
+  ASSERT_TRUE(WaitBlocked(1));
+  EXPECT_EQ(pusher.Call("RPUSH x far"), ":1\r\n");
+  EXPECT_EQ(blocked.Read(1).at(0), "*2\r\n" + Bulk("x") + Bulk("far"));
+}
+
+TEST_F(Blocking, WrongType) {
+  TestClient c(server_->port());
+  ASSERT_EQ(c.Call("SET s v"), "+OK\r\n");
+  const std::string wrong =
+      "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n";
+  EXPECT_EQ(c.Call("BLPOP s 0"), wrong);
+  EXPECT_EQ(c.Call("BLPOP none s 0"), wrong);
+  EXPECT_EQ(c.Call("BLMPOP 0 1 s LEFT"), wrong);
+  EXPECT_EQ(c.Call("BZPOPMIN s 0"), wrong);
+  EXPECT_EQ(c.Call("BZMPOP 0 1 s MIN"), wrong);
+  EXPECT_EQ(c.Call("BRPOPLPUSH s l 0"), wrong);
+  // A wrong destination matters only once there is an element to move (as Redis).
+  EXPECT_EQ(c.Call("BRPOPLPUSH empty s 0.01"), "*-1\r\n");
+  TestClient pusher(server_->port());
+  ASSERT_TRUE(c.Send("BRPOPLPUSH src s 0\r\n"));
+  ASSERT_TRUE(WaitBlocked(1));
+  EXPECT_EQ(pusher.Call("RPUSH src e"), ":1\r\n");
+  EXPECT_EQ(c.Read(1).at(0), wrong);
+  EXPECT_EQ(pusher.Call("LRANGE src 0 -1"), "*1\r\n" + Bulk("e"));
+}
+
+TEST_F(Blocking, BadTimeoutsAndArguments) {
+  TestClient c(server_->port());
+  EXPECT_EQ(c.Call("BLPOP l abc"), "-ERR timeout is not a float or out of range\r\n");
+  EXPECT_EQ(c.Call("BRPOP l -1"), "-ERR timeout is negative\r\n");
+  EXPECT_EQ(c.Call("BZPOPMIN l -0.5"), "-ERR timeout is negative\r\n");
+  EXPECT_EQ(c.Call("BLPOP l 0x7FFFFFFFFFFFFF"), "-ERR timeout is out of range\r\n");
+  EXPECT_EQ(c.Call("BLMPOP nan 1 l LEFT"), "-ERR timeout is not a float or out of range\r\n");
+  EXPECT_EQ(c.Call("BLMPOP 0 0 l LEFT"), "-ERR numkeys should be greater than 0\r\n");
+  EXPECT_EQ(c.Call("BLMPOP 0 1 l UP"), "-ERR syntax error\r\n");
+  EXPECT_EQ(c.Call("BZMPOP 0 1 l MIN COUNT 0"), "-ERR count should be greater than 0\r\n");
+  EXPECT_EQ(c.Call("BLMOVE a b UP LEFT 0"), "-ERR syntax error\r\n");
+  EXPECT_EQ(c.Call("BLPOP l"), "-ERR wrong number of arguments for 'blpop' command\r\n");
+  EXPECT_EQ(c.Call("CLIENT UNBLOCK 1 MAYBE"),
+            "-ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR\r\n");
+  EXPECT_EQ(c.Call("CLIENT UNBLOCK 999999"), ":0\r\n");
+}
+
+TEST_F(Blocking, InsideMultiNeverBlocks) {
+  TestClient c(server_->port());
+  ASSERT_EQ(c.Call("MULTI"), "+OK\r\n");  // keys of one shard (the fake store has two)
+  EXPECT_EQ(c.Call("BLPOP {t}none 0"), "+QUEUED\r\n");
+  EXPECT_EQ(c.Call("BLMOVE {t}none {t}x LEFT LEFT 0"), "+QUEUED\r\n");
+  EXPECT_EQ(c.Call("BZPOPMIN {t}none 0"), "+QUEUED\r\n");
+  EXPECT_EQ(c.Call("RPUSH {t}l v"), "+QUEUED\r\n");
+  EXPECT_EQ(c.Call("BRPOP {t}l 0"), "+QUEUED\r\n");
+  EXPECT_EQ(c.Call("EXEC"), "*5\r\n*-1\r\n$-1\r\n*-1\r\n:1\r\n*2\r\n" + Bulk("{t}l") + Bulk("v"));
+}
+
+TEST_F(Blocking, ClientUnblock) {
+  TestClient blocked(server_->port()), admin(server_->port());
+  const std::string id = blocked.Call("CLIENT ID").substr(1, std::string::npos);
+  ASSERT_TRUE(blocked.Send("BLPOP u 0\r\n"));
+  ASSERT_TRUE(WaitBlocked(1));
+  EXPECT_EQ(admin.Call("CLIENT UNBLOCK " + id.substr(0, id.size() - 2)), ":1\r\n");
+  EXPECT_EQ(blocked.Read(1).at(0), "*-1\r\n");
+  ASSERT_TRUE(blocked.Send("BZPOPMIN u 0\r\n"));
+  ASSERT_TRUE(WaitBlocked(1));
+  EXPECT_EQ(admin.Call("CLIENT UNBLOCK " + id.substr(0, id.size() - 2) + " ERROR"), ":1\r\n");
+  EXPECT_EQ(blocked.Read(1).at(0), "-UNBLOCKED client unblocked via CLIENT UNBLOCK\r\n");
+  EXPECT_EQ(admin.Call("CLIENT UNBLOCK " + id.substr(0, id.size() - 2)), ":0\r\n");
+}
+
+}  // namespace
+}  // namespace asymnvm::kv::resp

@@ -389,10 +389,14 @@ Status ClusterAgent::RemoveBackup(const std::string& gone, const std::set<uint32
   }
   if (shards.count(write_shard) != 0 && led.count(write_shard) == 0) {
     // The shard moved (a failover or a handoff) while this write waited for the backup: its new
-    // primary may lack the write, which therefore must not be acknowledged.
-    return Status::Unavailable("kv: not primary for shard " + std::to_string(write_shard) +
-                               ": the coordinator's map (epoch " + std::to_string(epoch) +
-                               ") names another primary");
+    // primary may lack the write, which therefore must not be acknowledged. Nor may it be refused
+    // as "not primary" (that says nothing was applied, and the client would resend it): the
+    // backups that acknowledged it hold it, so its outcome is unknown.
+    return Status::Unavailable("kv: shard " + std::to_string(write_shard) +
+                               " moved while this write waited for a failed backup (the "
+                               "coordinator's map, epoch " +
+                               std::to_string(epoch) +
+                               ", names another primary): its outcome is unknown");
   }
   return Status::Ok();
 }

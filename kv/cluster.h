@@ -184,8 +184,8 @@ class ClusterAgent {
   std::chrono::milliseconds BackupConnectTimeout() const;
   // Removes `gone` from `shards` (this server primary) in the map; OK when done or not needed.
   // A write of `write_shard` (one of `shards`) is acknowledged only if the coordinator's map still
-  // names this server its primary: else kUnavailable "not primary" (the shard moved while the
-  // write waited for the backup; its new primary may lack the write).
+  // names this server its primary: else kUnavailable, outcome unknown (the shard moved while the
+  // write waited for the backup; its new primary may lack the write, and backups may hold it).
   Status RemoveBackup(const std::string& gone, const std::set<uint32_t>& shards, const Status& why,
                       uint32_t write_shard = UINT32_MAX);
 

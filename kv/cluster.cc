@@ -223,7 +223,10 @@ Status ClusterAgent::Replicate(uint32_t worker, uint32_t shard, std::span<const 
   std::vector<std::pair<std::string, Status>> failed;
   // Post to every backup at once (SEND blocks + FLUSH per backup, one doorbell each).
   for (const auto& b : backups) {
-    if (Removed(b.uuid, shard)) continue;
+    if (Removed(b.uuid, shard)) {
+      VoidCatchUp(shard, b.uuid);  // this write misses it: a catch-up of it must not count
+      continue;
+    }
     Status st;
     auto it = rep.senders.find(b.uuid);
     if (it == rep.senders.end()) {
@@ -460,7 +463,10 @@ Status ClusterAgent::ReplicateBaseline(uint32_t worker, uint32_t shard,
   std::vector<std::pair<std::string, Status>> failed;
   std::vector<std::pair<std::string, RemoteLogSender*>> posted;
   for (const auto& b : map_.assignment[shard].backups) {
-    if (Removed(b.uuid, shard)) continue;
+    if (Removed(b.uuid, shard)) {
+      VoidCatchUp(shard, b.uuid);  // this write misses it: a catch-up of it must not count
+      continue;
+    }
     Status st;
     RemoteLogSender* s = BaseSender(worker, b.uuid, &st);
     if (s != nullptr) st = s->Post(entry);

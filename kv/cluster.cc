@@ -223,7 +223,10 @@ Status ClusterAgent::Replicate(uint32_t worker, uint32_t shard, std::span<const 
   std::vector<std::pair<std::string, Status>> failed;
   // Post to every backup at once (SEND blocks + FLUSH per backup, one doorbell each).
   for (const auto& b : backups) {
-    if (Removed(b.uuid, shard)) continue;
+    if (Removed(b.uuid, shard)) {
+      VoidCatchUp(shard, b.uuid);  // this write misses it: a catch-up of it must not count
+      continue;
+    }
     Status st;
     auto it = rep.senders.find(b.uuid);
     if (it == rep.senders.end()) {
@@ -297,7 +300,9 @@ Status ClusterAgent::Replicate(uint32_t worker, uint32_t shard, std::span<const 
     auto it = rep.senders.find(gone);
     if (it != rep.senders.end()) rep.counted.erase(it->second.get());
     rep.senders.erase(gone);
-    ASYMNVM_RETURN_IF_ERROR(RemoveBackup(gone, BackedBy(gone, shard), st));
+    const std::set<uint32_t> shards = BackedBy(gone, shard);
+    for (uint32_t s : shards) VoidCatchUp(s, gone);
+    ASYMNVM_RETURN_IF_ERROR(RemoveBackup(gone, shards, st, shard));
   }
   return Status::Ok();
 }
@@ -342,8 +347,13 @@ std::set<uint32_t> ClusterAgent::BackedBy(const std::string& backup, uint32_t sh
   return shards;
 }
 
+void ClusterAgent::VoidCatchUp(uint32_t shard, const std::string& backup) {
+  MutexLock l(catch_mu_);
+  catch_void_[{shard, backup}]++;
+}
+
 Status ClusterAgent::RemoveBackup(const std::string& gone, const std::set<uint32_t>& shards,
-                                  const Status& why) {
+                                  const Status& why, uint32_t write_shard) {
   LOG_WARN("kv", "replication to " << gone << " failed (" << why.ToString()
                                    << "); removing it from " << shards.size() << " shard(s)");
   const std::string self = o_.uuid;
@@ -379,6 +389,17 @@ Status ClusterAgent::RemoveBackup(const std::string& gone, const std::set<uint32
     r.epoch = std::max(r.epoch, epoch);
     r.shards.insert(led.begin(), led.end());
     any_removed_.store(true, std::memory_order_release);
+  }
+  if (shards.count(write_shard) != 0 && led.count(write_shard) == 0) {
+    // The shard moved (a failover or a handoff) while this write waited for the backup: its new
+    // primary may lack the write, which therefore must not be acknowledged. Nor may it be refused
+    // as "not primary" (that says nothing was applied, and the client would resend it): the
+    // backups that acknowledged it hold it, so its outcome is unknown.
+    return Status::Unavailable("kv: shard " + std::to_string(write_shard) +
+                               " moved while this write waited for a failed backup (the "
+                               "coordinator's map, epoch " +
+                               std::to_string(epoch) +
+                               ", names another primary): its outcome is unknown");
   }
   return Status::Ok();
 }
@@ -442,7 +463,10 @@ Status ClusterAgent::ReplicateBaseline(uint32_t worker, uint32_t shard,
   std::vector<std::pair<std::string, Status>> failed;
   std::vector<std::pair<std::string, RemoteLogSender*>> posted;
   for (const auto& b : map_.assignment[shard].backups) {
-    if (Removed(b.uuid, shard)) continue;
+    if (Removed(b.uuid, shard)) {
+      VoidCatchUp(shard, b.uuid);  // this write misses it: a catch-up of it must not count
+      continue;
+    }
     Status st;
     RemoteLogSender* s = BaseSender(worker, b.uuid, &st);
     if (s != nullptr) st = s->Post(entry);
@@ -468,7 +492,8 @@ Status ClusterAgent::ReplicateBaseline(uint32_t worker, uint32_t shard,
     if (it != rep.base.end()) rep.counted.erase(it->second.sender.get());
     rep.base.erase(gone);
     rep.staged.erase(gone);
-    ASYMNVM_RETURN_IF_ERROR(RemoveBackup(gone, shards, st));
+    for (uint32_t s : shards) VoidCatchUp(s, gone);
+    ASYMNVM_RETURN_IF_ERROR(RemoveBackup(gone, shards, st, shard));
   }
   return Status::Ok();
 }
@@ -488,6 +513,7 @@ void ClusterAgent::FlushBatch(uint32_t worker) {
     if (st.ok()) continue;
     rep.counted.erase(it->second.sender.get());
     rep.base.erase(it);
+    for (uint32_t s : shards) VoidCatchUp(s, uuid);
     Status e = RemoveBackup(uuid, shards, st);
     if (!e.ok()) {
       LOG_ERROR("kv", "batch replication: " << e.ToString()
@@ -622,8 +648,9 @@ void ClusterAgent::FollowLoop() {
           if (b.synced) continue;
           MutexLock cl(catch_mu_);
           if (catching_.insert({s, b.uuid}).second) {
+            const uint64_t gen = catch_void_[{s, b.uuid}];
             catch_threads_.emplace_back(
-                [this, s, u = b.uuid, e = map_.epoch] { CatchUp(s, u, e); });
+                [this, s, u = b.uuid, e = map_.epoch, gen] { CatchUp(s, u, e, gen); });
           }
         }
       }
@@ -666,6 +693,19 @@ void ClusterAgent::Adopt(const ShardMap& m) {
     for (uint32_t s : promoted) o_.store->RaiseVersionFloor(s, m.epoch << 40);
   }
   std::unique_lock l(mu_);
+  {
+    // A backup being caught up that this map drops (or a shard this server no longer leads):
+    // writes stop going to it, so that catch-up cannot mark it synced even if it is added back.
+    MutexLock cl(catch_mu_);
+    for (const auto& [s, u] : catching_) {
+      bool listed = false;
+      if (s < m.shards && m.assignment[s].primary == o_.uuid) {
+        for (const auto& b : m.assignment[s].backups) listed |= b.uuid == u;
+      }
+      if (!listed) catch_void_[{s, u}]++;
+    }
+  }
+  DropStaleSenders(m);
   map_ = m;
   for (uint32_t s = 0; s < m.shards; s++) {
     roles_[s] = m.assignment[s].primary == o_.uuid ? Role::kPrimary : Role::kNone;
@@ -705,7 +745,35 @@ void ClusterAgent::Adopt(const ShardMap& m) {
                                             << " shards promoted here)");
 }
 
-void ClusterAgent::CatchUp(uint32_t shard, std::string backup, uint64_t epoch) {
+void ClusterAgent::DropStaleSenders(const ShardMap& next) {
+  std::set<std::string> added;
+  for (uint32_t s = 0; s < next.assignment.size(); s++) {
+    if (next.assignment[s].primary != o_.uuid) continue;
+    for (const auto& b : next.assignment[s].backups) {
+      bool listed = false;
+      if (s < map_.assignment.size() && map_.assignment[s].primary == o_.uuid) {
+        for (const auto& o : map_.assignment[s].backups) listed |= o.uuid == b.uuid;
+      }
+      if (!listed) added.insert(b.uuid);
+    }
+  }
+  for (auto& rep : reps_) {
+    for (const auto& u : added) {
+      if (auto it = rep.senders.find(u); it != rep.senders.end()) {
+        rep.counted.erase(it->second.get());
+        rep.senders.erase(it);
+      }
+      auto it = rep.base.find(u);
+      if (it != rep.base.end() && rep.staged.count(u) == 0) {
+        rep.counted.erase(it->second.sender.get());
+        rep.base.erase(it);
+      }
+    }
+  }
+}
+
+void ClusterAgent::CatchUp(uint32_t shard, std::string backup, uint64_t epoch,
+                           uint64_t generation) {
   auto done = [&] {
     MutexLock l(catch_mu_);
     catching_.erase({shard, backup});
@@ -741,20 +809,41 @@ void ClusterAgent::CatchUp(uint32_t shard, std::string backup, uint64_t epoch) {
   const int64_t us = std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::microseconds>(
                                               std::chrono::steady_clock::now() - t0)
                                               .count());
+  bool marked = false;
   if (st.ok()) {
+    // Test hooks (tests/kv/kv_fence_test.cc KvRejoin): hold a finished stream before marking, and
+    // (negative control) mark without the check below.
+    if (const char* hold = std::getenv("ASYMNVM_TEST_CATCHUP_HOLD_MS")) {
+      for (int i = std::atoi(hold) / 10; i > 0 && !stop_; i--) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+    const bool check = std::getenv("ASYMNVM_TEST_DISABLE_CATCHUP_VOID") == nullptr;
     const std::string self = o_.uuid;
     st = EditMap([&](ShardMap* m) {
+      marked = false;
       if (shard >= m->assignment.size() || m->assignment[shard].primary != self) return false;
+      {
+        // A write since the start that did not reach the backup (it failed, or the backup left
+        // the shard meanwhile and came back): the stream may lack it.
+        MutexLock l(catch_mu_);
+        if (check && catch_void_[{shard, backup}] != generation) return false;
+      }
       for (auto& b : m->assignment[shard].backups) {
         if (b.uuid == backup && !b.synced) {
           b.synced = true;
+          marked = true;
           return true;
         }
       }
       return false;
     });
   }
-  if (st.ok()) {
+  if (st.ok() && !marked) {
+    LOG_INFO("kv", "catch-up of shard " << shard << " to " << backup
+                                        << ": not marked synced (it left the shard, or a write "
+                                           "missed it meanwhile); the next map round retries");
+  } else if (st.ok()) {
     catchups_done_++;
     LOG_INFO("kv", "catch-up of shard " << shard << " to " << backup << ": " << n << " entries ("
                                         << bytes << " B) in " << us / 1000 << " ms ("

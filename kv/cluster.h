@@ -157,11 +157,21 @@ class ClusterAgent {
   // Commits planned moves of shards this server is primary of whose target is synced.
   void HandoffReady();
   void Adopt(const ShardMap& m);
-  void CatchUp(uint32_t shard, std::string backup, uint64_t epoch);
+  // `generation`: catch_void_ of (shard, backup) when the catch-up was started; a change by the
+  // end means a write may have missed the backup, and it is not marked synced.
+  void CatchUp(uint32_t shard, std::string backup, uint64_t epoch, uint64_t generation);
+  // A write of `shard` was not replicated to `backup` (it failed, or the backup left the shard):
+  // a catch-up of it that is running cannot mark it synced (catch_void_).
+  void VoidCatchUp(uint32_t shard, const std::string& backup);
   // Compare-and-set edit of the map on the coordinator; `edit` returns false for "no change".
   // *epoch (if given): the epoch of the map written, or of the map read when nothing changed.
   Status EditMap(const std::function<bool(ShardMap*)>& edit, uint64_t* epoch = nullptr);
   void DigestLive();
+  // Called by Adopt (map lock held exclusively): a backup that `next` adds to a shard this server
+  // leads may be a restarted process at the old address; the workers' connections to it were to
+  // the old one (their first write would fail and remove the backup it just caught up), so they
+  // are dropped and the next write connects afresh.
+  void DropStaleSenders(const ShardMap& next);
   // Sets this server's backup slots unsynced in the map (an entry it could not apply).
   Status MarkSelfUnsynced(const Status& why);
   Status ReplicateBaseline(uint32_t worker, uint32_t shard, std::span<const uint8_t> entry);
@@ -173,7 +183,11 @@ class ClusterAgent {
   // (and the map lock) for replicate_timeout.
   std::chrono::milliseconds BackupConnectTimeout() const;
   // Removes `gone` from `shards` (this server primary) in the map; OK when done or not needed.
-  Status RemoveBackup(const std::string& gone, const std::set<uint32_t>& shards, const Status& why);
+  // A write of `write_shard` (one of `shards`) is acknowledged only if the coordinator's map still
+  // names this server its primary: else kUnavailable, outcome unknown (the shard moved while the
+  // write waited for the backup; its new primary may lack the write, and backups may hold it).
+  Status RemoveBackup(const std::string& gone, const std::set<uint32_t>& shards, const Status& why,
+                      uint32_t write_shard = UINT32_MAX);
 
   enum class Role : uint8_t { kNone, kPrimary };
   AgentOptions o_;
@@ -201,6 +215,8 @@ class ClusterAgent {
   std::vector<WorkerReplication> reps_;
   Mutex catch_mu_;
   std::set<std::pair<uint32_t, std::string>> catching_ ASYMNVM_GUARDED_BY(catch_mu_);
+  // Per (shard, backup): bumped whenever a write of the shard was not replicated to the backup.
+  std::map<std::pair<uint32_t, std::string>, uint64_t> catch_void_ ASYMNVM_GUARDED_BY(catch_mu_);
   std::vector<std::thread> catch_threads_ ASYMNVM_GUARDED_BY(catch_mu_);
   Mutex rings_mu_;
   std::map<std::string, std::shared_ptr<SharedRing>> rings_ ASYMNVM_GUARDED_BY(rings_mu_);

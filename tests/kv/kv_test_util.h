@@ -61,11 +61,14 @@ inline SpawnSpec KvSpec(const std::vector<std::string>& args, const char* level)
   return s;
 }
 
-// Starts asymnvm-kv with `args`; waits for its first stdout line (or its exit).
-inline Proc StartKv(const std::vector<std::string>& args) {
+// Starts asymnvm-kv with `args` (and `env` added to its environment); waits for its first stdout
+// line (or its exit).
+inline Proc StartKv(const std::vector<std::string>& args,
+                    const std::vector<std::pair<std::string, std::string>>& env = {}) {
   int out[2];
   EXPECT_EQ(pipe2(out, O_CLOEXEC), 0);
   SpawnSpec s = KvSpec(args, "warn");
+  s.env.insert(s.env.end(), env.begin(), env.end());
   s.out = SpawnSpec::Out::kFd;
   s.out_fd = out[1];
   std::string error;

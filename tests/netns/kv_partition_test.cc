@@ -36,6 +36,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <random>
@@ -59,6 +60,7 @@ constexpr int kServers = 3;
 constexpr int kKeys = 12;
 
 std::string Kv(int i) { return "kv" + std::to_string(i); }
+double Ms(int64_t ns) { return static_cast<double>(ns) / 1e6; }
 
 struct Op {
   testing::RegisterOp op;
@@ -354,6 +356,52 @@ class Rig {
     return st;
   }
   std::string log(int i) const { return (dir_ / (Kv(i) + ".log.0")).string(); }
+  // After a failed check: the ops on the key it names (the last 120, by invocation), the cuts, and
+  // the tail of every server log, so that a failure seen once (in CI) can be read afterwards.
+  void DumpFailure(const Status& lin) {
+    const std::string& msg = lin.message();
+    const auto at = msg.find("key ");
+    if (at != std::string::npos) {
+      const uint64_t key = std::strtoull(msg.c_str() + at + 4, nullptr, 10);
+      std::vector<Op> ops;
+      for (const auto& o : history()) {
+        if (o.op.key == key) ops.push_back(o);
+      }
+      std::sort(ops.begin(), ops.end(),
+                [](const Op& x, const Op& y) { return x.op.invoke_ns < y.op.invoke_ns; });
+      const size_t from = ops.size() > 120 ? ops.size() - 120 : 0;
+      std::printf("history of key %llu (%zu ops, the last %zu; ms since the network came up):\n",
+                  static_cast<unsigned long long>(key), ops.size(), ops.size() - from);
+      for (size_t i = from; i < ops.size(); i++) {
+        const auto& o = ops[i].op;
+        const bool done = o.response_ns != testing::kNoResponse;
+        std::printf("  client %d %s %s%llu (c%llu #%llu) [%.3f, %s] via %s\n", o.client,
+                    o.is_write ? "write" : "read", o.is_write ? "" : "-> ",
+                    static_cast<unsigned long long>(o.value),
+                    static_cast<unsigned long long>(o.value >> 40),
+                    static_cast<unsigned long long>(o.value & ((uint64_t{1} << 40) - 1)),
+                    Ms(o.invoke_ns), done ? std::to_string(Ms(o.response_ns)).c_str() : "none",
+                    ops[i].server < 0 ? "map" : Kv(ops[i].server).c_str());
+      }
+    }
+    for (const auto& e : net_->events()) {
+      std::printf("net %.3f ms: %s %s-%s\n", Ms(e.at_ns), e.cut ? "cut" : "heal", e.a.c_str(),
+                  e.b.c_str());
+    }
+    for (int i = 0; i < kServers; i++) {
+      for (int n = 0; n < starts_[i]; n++) {
+        const auto path = dir_ / (Kv(i) + ".log." + std::to_string(n));
+        std::ifstream in(path);
+        std::vector<std::string> lines;
+        for (std::string line; std::getline(in, line);) lines.push_back(line);
+        const size_t first = lines.size() > 60 ? lines.size() - 60 : 0;
+        std::printf("--- %s (last %zu of %zu lines)\n", path.filename().c_str(),
+                    lines.size() - first, lines.size());
+        for (size_t k = first; k < lines.size(); k++) std::printf("%s\n", lines[k].c_str());
+      }
+    }
+    std::fflush(stdout);
+  }
 
  private:
   uint32_t shards_;
@@ -381,8 +429,6 @@ class Rig {
     if (!why.empty()) GTEST_SKIP() << "partition tests need " << why; \
     ASSERT_TRUE((rig).ok());                                          \
   } while (0)
-
-double Ms(int64_t ns) { return static_cast<double>(ns) / 1e6; }
 
 // Scenario 1 (and its negative control). Returns the failures it found instead of asserting
 // them, so the negative control can require them.
@@ -520,6 +566,7 @@ TEST(KvPartition, PrimaryCutFromCoordinatorAndBackups) {
   ASSERT_NO_FATAL_FAILURE(RunPrimaryCut(rig, /*expect_fenced=*/true, &r));
   SCOPED_TRACE("seed " + std::to_string(rig.seed()));
   EXPECT_TRUE(r.linearizable.ok()) << r.linearizable.ToString() << " (" << r.ops << " ops)";
+  if (!r.linearizable.ok()) rig.DumpFailure(r.linearizable);
   ASSERT_GE(r.new_first_ack_ns, 0) << "the new primary acknowledged no direct read";
   EXPECT_LT(r.old_last_ack_ns, r.new_first_ack_ns)
       << "the isolated primary acknowledged a read after the new primary did";
@@ -590,6 +637,7 @@ TEST(KvPartition, BackupIsolated) {
   Status lin = rig.Check();
   const auto h = rig.history();
   EXPECT_TRUE(lin.ok()) << lin.ToString() << " (" << h.size() << " ops)";
+  if (!lin.ok()) rig.DumpFailure(lin);
   // The stall: the longest gap without an acknowledged write after the cut took effect (from the
   // cut to the first acknowledgement, then between acknowledgements), the longest acknowledged
   // write, and the writes that failed (outcome unknown) during the partition.
@@ -677,6 +725,7 @@ TEST(KvPartition, ManagerIsolated) {
   Status lin = rig.Check();
   const auto h = rig.history();
   EXPECT_TRUE(lin.ok()) << lin.ToString() << " (" << h.size() << " ops)";
+  if (!lin.ok()) rig.DumpFailure(lin);
   char buf[256];
   std::snprintf(buf, sizeof buf,
                 "cut_to_new_manager_ms=%.0f cut_to_shards_moved_ms=%.0f "
@@ -756,6 +805,7 @@ TEST(KvPartitionCampaign, SeededNemesisCutsAndHealsRandomLinks) {
   Status lin = rig.Check();
   const auto h = rig.history();
   EXPECT_TRUE(lin.ok()) << lin.ToString() << " (" << h.size() << " ops)";
+  if (!lin.ok()) rig.DumpFailure(lin);
   char buf[200];
   std::snprintf(buf, sizeof buf, "rounds=%llu fenced_exits=%zu nemesis_seed=%llu elapsed_s=%.0f",
                 static_cast<unsigned long long>(rounds), fenced,

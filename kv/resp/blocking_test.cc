@@ -224,6 +224,7 @@ TEST_F(Blocking, BadTimeoutsAndArguments) {
   EXPECT_EQ(c.Call("BZMPOP 0 1 l MIN COUNT 0"), "-ERR count should be greater than 0\r\n");
   EXPECT_EQ(c.Call("BLMOVE a b UP LEFT 0"), "-ERR syntax error\r\n");
   EXPECT_EQ(c.Call("BLPOP l"), "-ERR wrong number of arguments for 'blpop' command\r\n");
+  EXPECT_EQ(c.Call("LPOP l 1 2"), "-ERR wrong number of arguments for 'lpop' command\r\n");
   EXPECT_EQ(c.Call("CLIENT UNBLOCK 1 MAYBE"),
             "-ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR\r\n");
   EXPECT_EQ(c.Call("CLIENT UNBLOCK 999999"), ":0\r\n");

@@ -129,7 +129,7 @@ void LPop(CommandContext& c, const std::vector<std::string>& a) {
   const bool left = a[0][0] == 'l' || a[0][0] == 'L';
   const bool has_count = a.size() >= 3;
   int64_t count = 1;
-  if (a.size() > 3) return c.out.Error(std::string(kErrSyntax));
+  if (a.size() > 3) return c.out.Error(ArityError(a[0]));  // as Redis (arity is -2)
   if (has_count && (!ParseInt64(a[2], &count) || count < 0)) {
     return c.out.Error(std::string(kErrOutOfRange));
   }

@@ -20,15 +20,41 @@ size_t BlockingKeys::Bucket(std::string_view key) {
 
 uint64_t BlockingKeys::Seq(std::string_view key) const { return seq_[Bucket(key)].load(); }
 
-void BlockingKeys::Signal(std::string_view key) {
+void BlockingKeys::Bump(std::string_view key) {
   // Sequentially consistent with Park's count: a client that parks after this bump sees it
-  // (its re-check), one that parked before is found below.
+  // (its re-check), one that parked before is found by the caller.
   seq_[Bucket(key)].fetch_add(1);
+}
+
+void BlockingKeys::Signal(std::string_view key) {
+  Bump(key);
   if (parked_.load() == 0) return;
   MutexLock l(mu_);
   auto it = lines_.find(std::string(key));
-  if (it == lines_.end() || it->second.empty()) return;
+  if (it == lines_.end() || it->second.empty() || it->second.front()->claimed) return;
   it->second.front()->wake(WakeReason::kRetry);
+}
+
+std::shared_ptr<Parked> BlockingKeys::ClaimFirst(std::string_view key) {
+  if (parked_.load() == 0) return nullptr;
+  MutexLock l(mu_);
+  auto it = lines_.find(std::string(key));
+  if (it == lines_.end() || it->second.empty() || it->second.front()->claimed) return nullptr;
+  it->second.front()->claimed = true;
+  return it->second.front();
+}
+
+bool BlockingKeys::TryClaim(const std::shared_ptr<Parked>& p) {
+  MutexLock l(mu_);
+  auto id = by_id_.find(p->client_id);
+  if (id == by_id_.end() || id->second != p || p->claimed) return false;
+  p->claimed = true;
+  return true;
+}
+
+void BlockingKeys::Release(const std::shared_ptr<Parked>& p) {
+  MutexLock l(mu_);
+  p->claimed = false;
 }
 
 void BlockingKeys::Park(const std::shared_ptr<Parked>& p) {

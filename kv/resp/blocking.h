@@ -3,10 +3,15 @@
 // every key is empty its handler leaves a BlockRequest in the session instead of a reply, and the
 // connection's event loop parks it: no thread is held, the connection reads no further command,
 // and the registry below remembers it in the FIFO line of each of its keys. A write through this
-// gateway signals its keys after it ran (Dispatcher::Execute): the first client in a key's line
-// re-runs its command (as Redis 7 re-executes a blocked command); a served pop signals its keys
-// again, which wakes the next one in line. Writes through other gateways are noticed by an adaptive
-// re-check (10 ms doubling to 200 ms) of the first client in each line.
+// gateway signals its keys after it ran (Dispatcher::Execute), and the worker that ran it re-runs
+// the command of the first client in each such key's line before the write's own reply leaves (as
+// Redis 7 re-executes a blocked command before the pushing client's next command); a served pop
+// signals its keys again, which serves the next one in line. Writes through other gateways are
+// noticed by an adaptive re-check (10 ms doubling to 200 ms) of the first client in each line.
+//
+// Ownership of a parked client's session: whoever claims it (TryClaim / ClaimFirst: the worker
+// serving it, or its loop for a re-run, a timeout or CLIENT UNBLOCK) until its loop has seen the
+// outcome and released it.
 //
 // Lost wake-ups: each key hashes to a sequence counter that every signal bumps (before it looks
 // for parked clients); a command reads its keys' counters before it tries to pop, and the loop
@@ -30,6 +35,8 @@
 
 namespace asymnvm::kv::resp {
 
+class Dispatcher;
+
 // Left in Session::block by a blocking command that found nothing to pop.
 struct BlockRequest {
   std::vector<std::string> argv;  // the command, re-run on every wake
@@ -47,7 +54,11 @@ struct Parked {
   std::vector<std::string> keys;
   // Called with the registry's lock held: must only queue the event and wake the loop.
   std::function<void(WakeReason)> wake;
+  // Re-runs the client's command on the calling worker (which claimed it) and hands the outcome to
+  // its loop; true when it was served (popped or replied an error).
+  std::function<bool(Dispatcher&)> run;
   bool unblocked = false;  // CLIENT UNBLOCK already asked (guarded by the registry's mutex)
+  bool claimed = false;    // its session is in use (guarded by the registry's mutex)
 };
 
 class BlockingKeys {
@@ -55,11 +66,19 @@ class BlockingKeys {
   BlockingKeys();
   // The sequence counter of `key` (moves on every Signal of a key that hashes alike).
   uint64_t Seq(std::string_view key) const;
-  // After a write to `key` ran: bumps its counter and wakes the first client parked on it.
+  // After a write to `key` ran: bumps its counter.
+  void Bump(std::string_view key);
+  // Bump, then wakes (WakeReason::kRetry to its loop) the first client parked on `key` unless it
+  // is claimed.
   void Signal(std::string_view key);
+  // The first client parked on `key`, claimed; null when there is none or it is claimed already.
+  std::shared_ptr<Parked> ClaimFirst(std::string_view key);
+  // Claims p; false when it is claimed or no longer parked.
+  bool TryClaim(const std::shared_ptr<Parked>& p);
+  void Release(const std::shared_ptr<Parked>& p);
   // Puts p at the end of each of its keys' lines (no-op when already parked).
   void Park(const std::shared_ptr<Parked>& p);
-  void Unpark(const std::shared_ptr<Parked>& p);
+  void Unpark(const std::shared_ptr<Parked>& p);  // idempotent
   // Whether p is first in the line of one of its keys (only those re-check on a timer).
   bool IsFirst(const Parked& p) const;
   // CLIENT UNBLOCK: wakes the client with `why` (kTimeout or kError); false when it is not blocked

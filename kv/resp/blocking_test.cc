@@ -152,6 +152,41 @@ TEST_F(Blocking, LongestWaitingClientIsServedFirst) {
   EXPECT_EQ(second.Read(1).at(0), "*2\r\n" + Bulk("q") + Bulk("b"));
 }
 
+// As Redis: the clients a write unblocks are served before the write's reply leaves, so what the
+// pusher reads next already reflects the whole chain.
+TEST_F(Blocking, ChainIsServedBeforeThePushReplies) {
+  TestClient rd1(server_->port()), rd2(server_->port()), c(server_->port());
+  ASSERT_TRUE(rd1.Send("BLMOVE l1 l2 RIGHT LEFT 0\r\n"));
+  ASSERT_TRUE(WaitBlocked(1));
+  ASSERT_TRUE(rd2.Send("BLMOVE l2 l3 LEFT RIGHT 0\r\n"));
+  ASSERT_TRUE(WaitBlocked(2));
+  EXPECT_EQ(c.Call("RPUSH l1 foo"), ":1\r\n");
+  EXPECT_EQ(c.Call("LRANGE l1 0 -1"), "*0\r\n");
+  EXPECT_EQ(c.Call("LRANGE l2 0 -1"), "*0\r\n");
+  EXPECT_EQ(c.Call("LRANGE l3 0 -1"), "*1\r\n" + Bulk("foo"));
+  EXPECT_EQ(rd1.Read(1).at(0), Bulk("foo"));
+  EXPECT_EQ(rd2.Read(1).at(0), Bulk("foo"));
+}
+
+// A client pipelining a push and a blocking pop does not take the element from the client that
+// was already waiting.
+TEST_F(Blocking, PipelinedPushAndPopKeepFairness) {
+  TestClient rd1(server_->port()), rd2(server_->port()), c(server_->port());
+  ASSERT_EQ(c.Call("CONFIG RESETSTAT"), "+OK\r\n");
+  ASSERT_TRUE(rd1.Send("BLPOP m 0\r\n"));
+  ASSERT_TRUE(WaitBlocked(1));
+  ASSERT_TRUE(rd2.Send("LPUSH m 1\r\nBLPOP m 0\r\n"));
+  auto r1 = rd1.Read(1);
+  ASSERT_EQ(r1.size(), 1u);
+  EXPECT_EQ(r1[0], "*2\r\n" + Bulk("m") + Bulk("1"));
+  EXPECT_EQ(rd2.Read(1).at(0), ":1\r\n");
+  ASSERT_TRUE(WaitBlocked(1));
+  EXPECT_EQ(c.Call("LPUSH m 2"), ":1\r\n");
+  EXPECT_EQ(rd2.Read(1).at(0), "*2\r\n" + Bulk("m") + Bulk("2"));
+  // Each blocking command counted once however often it re-ran.
+  EXPECT_NE(c.Call("INFO commandstats").find("cmdstat_blpop:calls=2,"), std::string::npos);
+}
+
 TEST_F(Blocking, DisconnectWhileBlockedFreesTheClient) {
   {
     TestClient gone(server_->port());

@@ -404,7 +404,7 @@ std::vector<std::pair<std::string, std::string>> GatewayState::ConfigOverrides()
 
 void Dispatcher::Execute(Session& s, std::vector<std::string>& argv, std::string* out) {
   if (argv.empty()) return;
-  state_->total_commands.fetch_add(1, std::memory_order_relaxed);
+  if (!s.block) state_->total_commands.fetch_add(1, std::memory_order_relaxed);
   ReplyWriter w(out, s.proto);
   const size_t start = out->size();
   const CommandSpec* spec = FindCommand(argv[0]);
@@ -459,7 +459,25 @@ void Dispatcher::Signal(std::vector<std::string> keys) {
     for (auto& k : keys) deferred_.push_back(std::move(k));
     return;
   }
-  for (const auto& k : keys) state_->blocking.Signal(k);
+  if (!serve_blocked_) {
+    for (const auto& k : keys) state_->blocking.Signal(k);
+    return;
+  }
+  for (auto& k : keys) {
+    state_->blocking.Bump(k);
+    serve_queue_.push_back(std::move(k));
+  }
+  if (serving_) return;  // a served client's own writes: the loop below takes them
+  serving_ = true;
+  // Each key's first client re-runs here; one served feeds its keys (the next in line) back in.
+  // Bounded: a client served is unparked, so each round serves a different one.
+  for (size_t i = 0; i < serve_queue_.size() && i < 100000; ++i) {
+    std::shared_ptr<Parked> p = state_->blocking.ClaimFirst(serve_queue_[i]);
+    if (p == nullptr) continue;
+    if (p->run(*this)) state_->blocking.Unpark(p);
+  }
+  serve_queue_.clear();
+  serving_ = false;
 }
 
 void Dispatcher::FlushSignals() {
@@ -522,11 +540,12 @@ void Dispatcher::Run(Session& s, const CommandSpec& spec, const std::vector<std:
   const size_t start = out->size();
   const auto t0 = std::chrono::steady_clock::now();
   CommandContext ctx{s, *state_, store, w, *this};
+  const bool rerun = s.block != nullptr;  // a blocked command again: Redis counts it once
   spec.handler(ctx, argv);
   const size_t i = CommandIndex(spec);
   if (i < GatewayState::kMaxCommands) {
     auto& st = state_->command_stats[i];
-    st.calls.fetch_add(1, std::memory_order_relaxed);
+    if (!rerun) st.calls.fetch_add(1, std::memory_order_relaxed);
     st.usec.fetch_add(
         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
             .count(),

@@ -174,9 +174,12 @@ class Dispatcher {
 
   Store& store() { return *store_; }
   // Wake-ups of blocked clients (the keys a write ran on) are sent after each command, or, once
-  // deferred, held until FlushSignals (the fast path: after its section committed).
+  // deferred, held until FlushSignals (the fast path: after its section committed). A worker's
+  // dispatcher (ServeBlockedHere) serves them itself, before the write's reply leaves (Redis's
+  // order); others post them to the blocked clients' loops.
   void DeferSignals() { defer_signals_ = true; }
   void FlushSignals();
+  void ServeBlockedHere() { serve_blocked_ = true; }
 
  private:
   void Signal(std::vector<std::string> keys);
@@ -185,6 +188,9 @@ class Dispatcher {
   Store* store_;
   bool defer_signals_ = false;
   std::vector<std::string> deferred_;
+  bool serve_blocked_ = false;
+  bool serving_ = false;                  // inside Signal's serving loop: queue, do not recurse
+  std::vector<std::string> serve_queue_;  // keys still to serve (FIFO)
 };
 
 // Error texts shared by handlers (Redis's wording, so clients recognise them).

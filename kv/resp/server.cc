@@ -64,7 +64,9 @@ struct Conn {
   // A blocking pop that found nothing (session.block waits): registered with the gateway's
   // BlockingKeys while parked; busy stays set, so no further command of the connection runs.
   std::shared_ptr<Parked> parked;
-  bool rerun_in_flight = false;  // the blocked command is with a worker again
+  bool rerun_in_flight = false;  // the loop sent the blocked command to a worker again
+  bool awaiting = false;         // its deadline passed while a worker had it: decided on completion
+  int64_t deadline_ms = 0;       // BlockRequest::deadline_ms, for the loop's timers
   int64_t next_check_ms = 0;     // the next re-check for writes made elsewhere (first in line only)
   int64_t check_interval_ms = 0;
   std::optional<WakeReason> unblock;  // CLIENT UNBLOCK arrived while a re-run was in flight
@@ -137,6 +139,7 @@ class WorkerPool {
  private:
   void Run(Store* store) {
     Dispatcher dispatcher(state_, store);
+    dispatcher.ServeBlockedHere();  // writes serve the clients blocked on their keys (blocking.h)
     for (;;) {
       Job* job = nullptr;
       {
@@ -382,9 +385,14 @@ class Loop {
       std::string out = std::move(job->out);
       delete job;
       c->rerun_in_flight = false;
+      c->awaiting = false;
       if (c->dead) continue;
       c->out += out;
-      if (c->session.block && StaysBlocked(c)) continue;
+      if (c->session.block && StaysBlocked(c)) {
+        // Parked; the replies of the batch's commands before the blocking one still go out.
+        if (!Flush(*c)) Close(*c);
+        continue;
+      }
       c->busy = false;
       if (c->session.close_after_reply) {
         c->closing = true;
@@ -464,7 +472,7 @@ class Loop {
       // flight, stop watching the socket (a hung-up socket stays readable: no busy polling); the
       // batch's completion flushes and closes.
       c.closing = true;
-      if (c.parked && !c.rerun_in_flight) return false;  // blocked: close (and unpark) now
+      if (c.parked) return false;  // blocked: close (and unpark) now; a re-run's outcome is dropped
       if (c.busy) {
         epoll_ctl(ep_, EPOLL_CTL_DEL, c.fd, nullptr);
         c.reading = c.writing = false;
@@ -544,7 +552,7 @@ class Loop {
 
   // After the connection's blocking command ran (c->session.block set): whether it stays parked.
   // Otherwise the block is over (served, replied an error, timed out, unblocked, or the peer left)
-  // and the caller resumes the connection.
+  // and the caller resumes the connection. The loop owns the session here: no claim is out.
   bool StaysBlocked(const std::shared_ptr<Conn>& cp) {
     Conn& c = *cp;
     BlockRequest& b = *c.session.block;
@@ -558,27 +566,49 @@ class Loop {
       EndBlock(c);
       return false;
     }
+    // Copied first: once parked or released, a worker may claim the session.
+    const std::vector<std::string> keys = b.keys;
+    const std::vector<uint64_t> seqs = b.seqs;
+    c.deadline_ms = b.deadline_ms;
     if (!c.parked) {
       auto p = std::make_shared<Parked>();
       p->client_id = c.session.id;
       p->keys = b.keys;
       p->wake = [this, w = std::weak_ptr<Conn>(cp)](WakeReason why) { PostBlockEvent(w, why); };
-      c.parked = std::move(p);
-      state_->blocking.Park(c.parked);
+      p->run = [this, w = std::weak_ptr<Conn>(cp)](Dispatcher& d) { return ServeOnWorker(w, d); };
+      c.parked = p;
       parked_.push_back(cp);
       c.check_interval_ms = kRecheckFirstMs;
       c.next_check_ms = now + c.check_interval_ms;
+      state_->blocking.Park(p);
+    } else {
+      state_->blocking.Release(c.parked);
     }
     // A write that ran meanwhile (its signal may have come before the client was parked).
-    for (size_t i = 0; i < b.keys.size(); ++i) {
-      if (state_->blocking.Seq(b.keys[i]) != b.seqs[i]) {
-        Rerun(cp);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (state_->blocking.Seq(keys[i]) != seqs[i]) {
+        if (state_->blocking.TryClaim(c.parked)) Rerun(cp);
         break;
       }
     }
     return true;
   }
 
+  // Parked::run, on the worker that claimed the client: its command again, the outcome to its loop
+  // as a completed batch. Whether it was served.
+  bool ServeOnWorker(const std::weak_ptr<Conn>& w, Dispatcher& d) {
+    std::shared_ptr<Conn> c = w.lock();
+    if (!c) return true;  // gone
+    auto* job = new Job;
+    job->conn = c;
+    std::vector<std::string> argv = c->session.block->argv;
+    d.Execute(c->session, argv, &job->out);
+    const bool served = !c->session.block->wait;
+    Complete(job);
+    return served;
+  }
+
+  // Sends the blocked command to a worker again; the caller holds the claim.
   void Rerun(const std::shared_ptr<Conn>& c) {
     c->rerun_in_flight = true;
     auto* job = new Job;
@@ -633,11 +663,11 @@ class Loop {
       std::shared_ptr<Conn> c = e.conn.lock();
       if (!c || c->dead || !c->parked) continue;
       if (e.why == WakeReason::kRetry) {
-        if (!c->rerun_in_flight) Rerun(c);
+        if (state_->blocking.TryClaim(c->parked)) Rerun(c);
         continue;
       }
-      if (c->rerun_in_flight) {
-        c->unblock = e.why;  // decided when the re-run completes (it may have been served)
+      if (!state_->blocking.TryClaim(c->parked)) {
+        c->unblock = e.why;  // decided when the run in flight completes (it may be served)
         continue;
       }
       ReplyUnblocked(*c, e.why);
@@ -651,14 +681,18 @@ class Loop {
     const int64_t now = SteadyMs();
     std::vector<std::shared_ptr<Conn>> due;
     for (auto& c : parked_) {
-      if (c->rerun_in_flight) continue;
-      const int64_t deadline = c->session.block->deadline_ms;
-      if ((deadline != 0 && now >= deadline) || now >= c->next_check_ms) due.push_back(c);
+      if (c->rerun_in_flight || c->awaiting) continue;
+      if ((c->deadline_ms != 0 && now >= c->deadline_ms) || now >= c->next_check_ms) {
+        due.push_back(c);
+      }
     }
     for (auto& c : due) {
-      if (c->dead || !c->parked || c->rerun_in_flight) continue;
-      const int64_t deadline = c->session.block->deadline_ms;
-      if (deadline != 0 && now >= deadline) {
+      if (c->dead || !c->parked) continue;
+      if (c->deadline_ms != 0 && now >= c->deadline_ms) {
+        if (!state_->blocking.TryClaim(c->parked)) {
+          c->awaiting = true;  // a worker runs it: its completion decides
+          continue;
+        }
         ReplyUnblocked(*c, WakeReason::kTimeout);
         EndBlock(*c);
         Resume(*c);
@@ -666,8 +700,8 @@ class Loop {
       }
       c->check_interval_ms = std::min(c->check_interval_ms * 2, kRecheckMaxMs);
       c->next_check_ms = now + c->check_interval_ms;
-      // Only the first in a line re-checks: the others are woken in turn as it is served (FIFO).
-      if (state_->blocking.IsFirst(*c->parked)) Rerun(c);
+      // Only the first in a line re-checks: the others are served in turn after it (FIFO).
+      if (state_->blocking.IsFirst(*c->parked) && state_->blocking.TryClaim(c->parked)) Rerun(c);
     }
   }
 
@@ -677,10 +711,9 @@ class Loop {
     const int64_t now = SteadyMs();
     int64_t next = INT64_MAX;
     for (const auto& c : parked_) {
-      if (c->rerun_in_flight) continue;
+      if (c->rerun_in_flight || c->awaiting) continue;
       next = std::min(next, c->next_check_ms);
-      const int64_t deadline = c->session.block->deadline_ms;
-      if (deadline != 0) next = std::min(next, deadline);
+      if (c->deadline_ms != 0) next = std::min(next, c->deadline_ms);
     }
     if (next == INT64_MAX) return -1;
     return static_cast<int>(std::clamp<int64_t>(next - now, 0, 1000));

@@ -485,6 +485,17 @@ void ListMove(CommandContext& c, const std::string& src_key, const std::string& 
 
 void ListPopFirst(CommandContext& c, const std::vector<std::string>& keys, bool left, int64_t count,
                   bool skip_wrongtype, bool* empty) {
+  if (keys.size() > 1) {
+    // One key at a time: a transaction's condition covers only the key it pops, so the keys may
+    // be in different shards (led by different servers).
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const bool last = i + 1 == keys.size();
+      bool none = false;
+      ListPopFirst(c, {keys[i]}, left, count, skip_wrongtype, last ? empty : &none);
+      if (!none) return;  // popped, replied an error, or the last key answered
+    }
+    return;
+  }
   RunTx(c, [&](CollTx& tx) {
     if (empty != nullptr) *empty = false;
     Coll* l = nullptr;

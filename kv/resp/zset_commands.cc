@@ -408,6 +408,18 @@ void ZsetRead(CommandContext& c, std::string_view key, Body&& body) {
 void PopGeneric(CommandContext& c, const std::vector<std::string>& keys, bool max, int64_t count,
                 bool emit_key, bool nested, bool nil_when_empty, bool* empty = nullptr,
                 bool skip_wrong = false, bool flat_key = false) {
+  if (keys.size() > 1) {
+    // One key at a time: a transaction's condition covers only the key it pops, so the keys may
+    // be in different shards (led by different servers).
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const bool last = i + 1 == keys.size();
+      bool none = false;
+      PopGeneric(c, {keys[i]}, max, count, emit_key, nested, nil_when_empty, last ? empty : &none,
+                 skip_wrong, flat_key);
+      if (!none) return;  // popped, replied an error, or the last key answered
+    }
+    return;
+  }
   RunTx(c, [&](CollTx& tx) {
     Coll* z = nullptr;
     if (empty != nullptr) *empty = false;

@@ -130,6 +130,9 @@ void EncodeEntry(const EntryHeader& h, std::string_view key, std::string_view va
   PutLe32(out, Crc32c(out + 4, kEntryHeaderSize - 4 + key.size() + value.size()));
 }
 
+uint64_t PeekEntryVersion(const uint8_t* entry) { return GetLe64(entry + 16); }
+uint64_t PeekEntryGeneration(const uint8_t* entry) { return GetLe64(entry + 24); }
+
 Status DecodeEntry(const uint8_t* in, size_t avail, uint64_t generation, EntryHeader* h) {
   if (avail < kEntryHeaderSize) return Status::NotFound("entry: no room");
   EntryHeader r;

@@ -117,6 +117,10 @@ void EncodeEntry(const EntryHeader& h, std::string_view key, std::string_view va
 // kPutBypass entry whose header and key validate is OK (its footprint is known) with
 // h->persisted saying whether its value counts.
 Status DecodeEntry(const uint8_t* in, size_t avail, uint64_t generation, EntryHeader* h);
+// Single fields of an entry header, unchecked: for an entry already decoded, or one whose
+// generation is needed to decode it (a replica carries its primary's segment generation).
+uint64_t PeekEntryVersion(const uint8_t* entry);
+uint64_t PeekEntryGeneration(const uint8_t* entry);
 inline std::string_view EntryKey(const uint8_t* entry, const EntryHeader& h) {
   return {reinterpret_cast<const char*>(entry + kEntryHeaderSize), h.key_len};
 }

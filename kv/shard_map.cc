@@ -6,6 +6,23 @@
 
 namespace asymnvm::kv {
 
+std::string EncodeServerNode(const ServerAddr& a) {
+  std::string data = "oq " + a.oq + "\nrowan " + a.rowan + "\n";
+  if (!a.base.empty()) data += "base " + a.base + "\n";
+  return data;
+}
+
+bool DecodeServerNode(const std::string& data, ServerAddr* a) {
+  std::istringstream in(data);
+  std::string k, v;
+  while (in >> k >> v) {
+    if (k == "oq") a->oq = v;
+    if (k == "rowan") a->rowan = v;
+    if (k == "base") a->base = v;
+  }
+  return !a->oq.empty() && !a->rowan.empty();
+}
+
 std::string ShardMap::Encode() const {
   std::ostringstream o;
   o << "epoch " << epoch << "\nshards " << shards << "\nrf " << rf << "\n";

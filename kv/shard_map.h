@@ -32,6 +32,11 @@ struct ServerAddr {
   std::string base;   // remote-log endpoint of the rpc/rwrite/batch/share baselines ("" none)
 };
 
+// A server's registration node (servers/<uuid>, ephemeral): "oq <addr>\nrowan <addr>\n" and, in
+// the baseline modes, "base <addr>\n". Decode is false without both oq and rowan.
+std::string EncodeServerNode(const ServerAddr& a);
+bool DecodeServerNode(const std::string& data, ServerAddr* a);
+
 struct ShardAssignment {
   std::string primary;
   struct Backup {

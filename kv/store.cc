@@ -596,8 +596,7 @@ Status Store::ApplyReplica(std::span<const uint8_t> entry) {
   EntryHeader h;
   if (entry.size() < format::kEntryHeaderSize) return Status::Corruption("kv replica: short entry");
   // Validate against the generation the entry carries (the primary's segment).
-  uint64_t gen = 0;
-  for (int i = 0; i < 8; i++) gen |= uint64_t{entry[24 + i]} << (8 * i);
+  const uint64_t gen = format::PeekEntryGeneration(entry.data());
   if (!format::DecodeEntry(entry.data(), entry.size(), gen, &h).ok() ||
       h.type == EntryType::kPutBypass) {
     return Status::Corruption("kv replica: entry fails its checksum or lengths");

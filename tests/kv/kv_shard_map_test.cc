@@ -319,5 +319,21 @@ TEST(KvShardMap, PlanSpreadNeedsASyncedBackupBelowTheLimit) {
   EXPECT_FALSE(PlanSpread(Initial(1), kLive, 0, &next, &why));
 }
 
+TEST(KvShardMap, ServerNodeRoundTripsAndNeedsBothAddresses) {
+  ServerAddr a{"tcp://10.0.0.1:7000", "tcp://10.0.0.1:7002", ""};
+  ServerAddr d;
+  ASSERT_TRUE(DecodeServerNode(EncodeServerNode(a), &d));
+  EXPECT_EQ(d.oq, a.oq);
+  EXPECT_EQ(d.rowan, a.rowan);
+  EXPECT_EQ(d.base, "");
+  a.base = "tcp://10.0.0.1:7003";
+  ServerAddr e;
+  ASSERT_TRUE(DecodeServerNode(EncodeServerNode(a), &e));
+  EXPECT_EQ(e.base, a.base);
+  ServerAddr f;
+  EXPECT_FALSE(DecodeServerNode("oq tcp://10.0.0.1:7000\n", &f));
+  EXPECT_FALSE(DecodeServerNode("", &f));
+}
+
 }  // namespace
 }  // namespace asymnvm::kv

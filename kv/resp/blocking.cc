@@ -100,6 +100,11 @@ bool BlockingKeys::Unblock(uint64_t client_id, WakeReason why) {
   return true;
 }
 
+bool BlockingKeys::IsBlocked(uint64_t client_id) const {
+  MutexLock l(mu_);
+  return by_id_.count(client_id) != 0;
+}
+
 int64_t SteadyMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::steady_clock::now().time_since_epoch())

@@ -85,6 +85,8 @@ class BlockingKeys {
   // here (or was already unblocked).
   bool Unblock(uint64_t client_id, WakeReason why);
   int64_t blocked() const { return parked_.load(); }
+  // Whether the client is parked here (CLIENT LIST's flag b).
+  bool IsBlocked(uint64_t client_id) const;
 
  private:
   static constexpr size_t kSeqBuckets = 4096;

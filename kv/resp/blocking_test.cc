@@ -1,10 +1,13 @@
 // Blocking pops on a real gateway (epoll loops, worker pool) over the in-memory FakeStore.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "kv/resp/server.h"
 #include "kv/resp/test_client.h"
@@ -288,6 +291,160 @@ TEST_F(Blocking, ClientUnblock) {
   EXPECT_EQ(admin.Call("CLIENT UNBLOCK " + id.substr(0, id.size() - 2) + " ERROR"), ":1\r\n");
   EXPECT_EQ(blocked.Read(1).at(0), "-UNBLOCKED client unblocked via CLIENT UNBLOCK\r\n");
   EXPECT_EQ(admin.Call("CLIENT UNBLOCK " + id.substr(0, id.size() - 2)), ":0\r\n");
+}
+
+// --- CLIENT LIST / CLIENT INFO (doc/resp.md §CLIENT LIST).
+
+// The id of the connection (CLIENT ID).
+std::string IdOf(TestClient& c) {
+  std::string r = c.Call("CLIENT ID");
+  return r.size() > 3 ? r.substr(1, r.size() - 3) : "";
+}
+
+// The text of a bulk reply ("$n\r\n...\r\n").
+std::string BulkText(const std::string& r) {
+  size_t nl = r.find("\r\n");
+  if (r.empty() || r[0] != '$' || nl == std::string::npos || r.size() < nl + 4)
+    return "<" + r + ">";
+  return r.substr(nl + 2, r.size() - nl - 4);
+}
+
+// One CLIENT LIST line as (field, value) pairs in order.
+std::vector<std::pair<std::string, std::string>> Fields(const std::string& line) {
+  std::vector<std::pair<std::string, std::string>> out;
+  size_t pos = 0;
+  while (pos < line.size()) {
+    size_t sp = line.find(' ', pos);
+    if (sp == std::string::npos) sp = line.size();
+    std::string f = line.substr(pos, sp - pos);
+    size_t eq = f.find('=');
+    out.push_back({f.substr(0, eq), eq == std::string::npos ? "" : f.substr(eq + 1)});
+    pos = sp + 1;
+  }
+  return out;
+}
+
+std::string Field(const std::string& line, const std::string& name) {
+  for (auto& [k, v] : Fields(line)) {
+    if (k == name) return v;
+  }
+  return "<no " + name + ">";
+}
+
+TEST_F(Blocking, ClientList_RedisLineFormat) {
+  TestClient a(server_->port()), b(server_->port());
+  const std::string ida = IdOf(a), idb = IdOf(b);
+  ASSERT_EQ(a.Call("CLIENT SETNAME app"), "+OK\r\n");
+  ASSERT_EQ(a.Call("CLIENT SETINFO LIB-NAME mylib"), "+OK\r\n");
+  ASSERT_EQ(a.Call("CLIENT SETINFO LIB-VER 1.2"), "+OK\r\n");
+  const std::string text = BulkText(b.Call("CLIENT LIST ID " + ida + " " + idb));
+  ASSERT_EQ(std::count(text.begin(), text.end(), '\n'), 2) << text;
+  ASSERT_EQ(text.back(), '\n');
+  const std::string la = text.substr(0, text.find('\n'));
+  const std::string lb = text.substr(text.find('\n') + 1, text.size() - text.find('\n') - 2);
+  // Redis's field order (the fields the gateway has honest values for).
+  std::vector<std::string> names;
+  for (auto& [k, v] : Fields(la)) names.push_back(k);
+  EXPECT_EQ(names, (std::vector<std::string>{"id", "addr", "laddr", "fd", "name", "age", "idle",
+                                             "flags", "db", "sub", "psub", "ssub", "multi", "cmd",
+                                             "user", "redir", "resp", "lib-name", "lib-ver"}));
+  EXPECT_EQ(Field(la, "id"), ida);
+  EXPECT_EQ(Field(la, "addr").rfind("127.0.0.1:", 0), 0u) << la;
+  EXPECT_EQ(Field(la, "laddr"), "127.0.0.1:" + std::to_string(server_->port()));
+  EXPECT_EQ(Field(la, "name"), "app");
+  EXPECT_EQ(Field(la, "flags"), "N");
+  EXPECT_EQ(Field(la, "multi"), "-1");
+  EXPECT_EQ(Field(la, "cmd"), "client|setinfo");
+  EXPECT_EQ(Field(la, "resp"), "2");
+  EXPECT_EQ(Field(la, "lib-name"), "mylib");
+  EXPECT_EQ(Field(la, "lib-ver"), "1.2");
+  EXPECT_EQ(Field(lb, "id"), idb);
+  EXPECT_EQ(Field(lb, "name"), "");
+  EXPECT_EQ(Field(lb, "cmd"), "client|list");
+  EXPECT_NE(Field(la, "fd"), Field(lb, "fd"));
+  // CLIENT INFO: the caller's own line; MULTI shows flag x and the queued count; HELLO 3: resp=3.
+  const std::string info = BulkText(a.Call("CLIENT INFO"));
+  EXPECT_EQ(Field(info, "id"), ida);
+  EXPECT_EQ(Field(info, "cmd"), "client|info");
+  EXPECT_EQ(info.back(), '\n');
+  ASSERT_EQ(a.Call("MULTI"), "+OK\r\n");
+  ASSERT_EQ(a.Call("GET k"), "+QUEUED\r\n");
+  std::string l = BulkText(b.Call("CLIENT LIST ID " + ida));
+  EXPECT_EQ(Field(l, "flags"), "x") << l;
+  EXPECT_EQ(Field(l, "multi"), "1");
+  EXPECT_EQ(Field(l, "cmd"), "get");
+  ASSERT_EQ(a.Call("EXEC"), "*1\r\n$-1\r\n");
+  l = BulkText(b.Call("CLIENT LIST ID " + ida));
+  EXPECT_EQ(Field(l, "flags"), "N");
+  EXPECT_EQ(Field(l, "multi"), "-1");
+  EXPECT_EQ(Field(l, "cmd"), "exec");
+  ASSERT_NE(a.Call("HELLO 3"), "");
+  EXPECT_EQ(Field(BulkText(b.Call("CLIENT LIST ID " + ida)), "resp"), "3");
+}
+
+TEST_F(Blocking, ClientList_BlockedClientHasFlagB) {
+  // Valkey's "BRPOPLPUSH does not affect WATCH while still blocked", in miniature.
+  TestClient blocked(server_->port()), watching(server_->port()), r(server_->port());
+  const std::string idb = IdOf(blocked), idw = IdOf(watching);
+  ASSERT_EQ(r.Call("SET somekey{t} v"), "+OK\r\n");
+  ASSERT_TRUE(blocked.Send("BRPOPLPUSH src{t} dst{t} 0\r\n"));
+  ASSERT_TRUE(WaitBlocked(1));
+  std::string l = BulkText(r.Call("CLIENT LIST ID " + idb));
+  EXPECT_EQ(Field(l, "flags"), "b") << l;
+  EXPECT_EQ(Field(l, "cmd"), "brpoplpush");
+  ASSERT_EQ(watching.Call("WATCH dst{t}"), "+OK\r\n");
+  ASSERT_EQ(watching.Call("MULTI"), "+OK\r\n");
+  ASSERT_EQ(watching.Call("GET somekey{t}"), "+QUEUED\r\n");
+  EXPECT_EQ(watching.Call("EXEC"), "*1\r\n" + Bulk("v"));
+  const std::string all = BulkText(r.Call("CLIENT LIST"));
+  size_t execs = 0;
+  for (size_t p = all.find("cmd=exec "); p != std::string::npos; p = all.find("cmd=exec ", p + 1)) {
+    ++execs;
+  }
+  EXPECT_EQ(execs, 1u) << all;
+  EXPECT_NE(all.find("id=" + idw + " "), std::string::npos);
+  EXPECT_EQ(r.Call("LPUSH src{t} e"), ":1\r\n");
+  EXPECT_EQ(blocked.Read(1).at(0), Bulk("e"));
+  l = BulkText(r.Call("CLIENT LIST ID " + idb));
+  EXPECT_EQ(Field(l, "flags"), "N") << l;
+}
+
+TEST_F(Blocking, ClientList_FiltersAndErrors) {
+  TestClient a(server_->port()), b(server_->port());
+  const std::string ida = IdOf(a), idb = IdOf(b);
+  const std::string normal = BulkText(a.Call("CLIENT LIST TYPE NORMAL"));
+  EXPECT_NE(normal.find("id=" + ida + " "), std::string::npos) << normal;
+  EXPECT_NE(normal.find("id=" + idb + " "), std::string::npos) << normal;
+  for (const char* t : {"master", "replica", "slave", "pubsub"}) {
+    EXPECT_EQ(a.Call(std::string("CLIENT LIST TYPE ") + t), "$0\r\n\r\n") << t;
+  }
+  const std::string only_b = BulkText(a.Call("CLIENT LIST ID " + idb + " 0 -1 999999"));
+  EXPECT_EQ(only_b.find('\n'), only_b.size() - 1) << only_b;
+  EXPECT_EQ(Field(only_b, "id"), idb);
+  EXPECT_EQ(a.Call("CLIENT LIST ID 999999"), "$0\r\n\r\n");
+  EXPECT_EQ(a.Call("CLIENT LIST TYPE foo"), "-ERR Unknown client type 'foo'\r\n");
+  EXPECT_EQ(a.Call("CLIENT LIST ID abc"), "-ERR Invalid client ID\r\n");
+  EXPECT_EQ(a.Call("CLIENT LIST ID " + ida + " x"), "-ERR Invalid client ID\r\n");
+  EXPECT_EQ(a.Call("CLIENT LIST ID 1 TYPE normal"), "-ERR Invalid client ID\r\n");
+  EXPECT_EQ(a.Call("CLIENT LIST ID"), "-ERR syntax error\r\n");
+  EXPECT_EQ(a.Call("CLIENT LIST TYPE"), "-ERR syntax error\r\n");
+  EXPECT_EQ(a.Call("CLIENT LIST TYPE normal extra"), "-ERR syntax error\r\n");
+  EXPECT_EQ(a.Call("CLIENT LIST foo"), "-ERR syntax error\r\n");
+  EXPECT_EQ(a.Call("CLIENT INFO x"),
+            "-ERR wrong number of arguments for 'client|info' command\r\n");
+  // A closed connection leaves the list (its loop sees the hang-up asynchronously: poll).
+  std::string idg;
+  {
+    TestClient gone(server_->port());
+    idg = IdOf(gone);
+    ASSERT_EQ(Field(BulkText(a.Call("CLIENT LIST ID " + idg)), "id"), idg);
+  }
+  bool left = false;
+  for (int i = 0; i < 2000 && !left; ++i) {
+    left = a.Call("CLIENT LIST ID " + idg) == "$0\r\n\r\n";
+    if (!left) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(left);
 }
 
 }  // namespace

@@ -28,8 +28,9 @@ std::vector<CommandSpec> CoreCommandSpecs() {
        h::Auth},
       {"client", -2, kNoMulti | kInline, 0, 0, 0, "connection", "2.4.0",
        "A container for client connection commands.",
-       "SETNAME, GETNAME, SETINFO (lib-name, lib-ver), ID, INFO, UNBLOCK; others are errors",
-       h::Client, "setname getname setinfo id info unblock"},
+       "SETNAME, GETNAME, SETINFO (lib-name, lib-ver), ID, INFO, LIST (TYPE, ID; the fields "
+       "doc/resp.md §CLIENT LIST names), UNBLOCK; others are errors",
+       h::Client, "setname getname setinfo id info list unblock"},
       {"command", -1, kLoading | kStale | kInline, 0, 0, 0, "server", "2.8.13",
        "Returns information about commands.",
        "COMMAND, COMMAND COUNT, COMMAND DOCS [name...], COMMAND INFO [name...], COMMAND LIST; "
@@ -367,6 +368,25 @@ bool GlobMatch(std::string_view p, std::string_view s, bool nocase) {
   return pi == p.size();
 }
 
+void ClientRegistry::Add(std::shared_ptr<ClientRecord> r) {
+  MutexLock l(mu_);
+  const uint64_t id = r->id;
+  by_id_[id] = std::move(r);
+}
+
+void ClientRegistry::Remove(uint64_t id) {
+  MutexLock l(mu_);
+  by_id_.erase(id);
+}
+
+std::vector<std::shared_ptr<ClientRecord>> ClientRegistry::All() const {
+  MutexLock l(mu_);
+  std::vector<std::shared_ptr<ClientRecord>> out;
+  out.reserve(by_id_.size());
+  for (const auto& [id, r] : by_id_) out.push_back(r);
+  return out;
+}
+
 void GatewayState::CountError(std::string_view reply) {
   if (reply.size() < 2 || reply[0] != '-') return;
   size_t end = reply.find_first_of(" \r", 1);
@@ -408,6 +428,43 @@ void Dispatcher::Execute(Session& s, std::vector<std::string>& argv, std::string
   ReplyWriter w(out, s.proto);
   const size_t start = out->size();
   const CommandSpec* spec = FindCommand(argv[0]);
+  // CLIENT LIST's view (not for a blocked command's re-run: the client sent nothing new): the
+  // command now, the session's state once it ran (however it returns).
+  struct RecordSync {
+    Session& s;
+    const CommandSpec* spec;
+    ~RecordSync() {
+      ClientRecord* r = s.record.get();
+      if (r == nullptr) return;
+      r->multi.store(s.in_multi ? static_cast<int64_t>(s.queued.size()) : -1,
+                     std::memory_order_relaxed);
+      r->resp.store(s.proto, std::memory_order_relaxed);
+      r->closing.store(s.close_after_reply, std::memory_order_relaxed);
+      if (spec != nullptr && (spec->handler == h::Client || spec->handler == h::Hello)) {
+        MutexLock l(r->mu);
+        r->name = s.name;
+        r->lib_name = s.lib_name;
+        r->lib_ver = s.lib_ver;
+      }
+    }
+  } record_sync{s, spec};
+  if (s.record != nullptr && !s.block) {
+    s.record->last_ms.store(SteadyMs(), std::memory_order_relaxed);
+    if (spec != nullptr) {
+      MutexLock l(s.record->mu);
+      s.record->cmd.assign(spec->name);
+      if (spec->subcommands[0] != '\0' && argv.size() > 1 && argv[1].size() <= 32) {
+        std::string sub = " ";
+        for (char ch : argv[1])
+          sub.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(ch))));
+        sub.push_back(' ');
+        std::string words = std::string(" ") + spec->subcommands + " ";
+        if (words.find(sub) != std::string::npos) {
+          s.record->cmd += "|" + sub.substr(1, sub.size() - 2);
+        }
+      }
+    }
+  }
   // A command refused before it runs: Redis counts it as rejected (and its error).
   auto reject = [&](std::string_view msg) {
     if (s.in_multi) s.multi_failed = true;
@@ -506,6 +563,11 @@ void Dispatcher::ExecuteAll(Session& s, std::vector<std::vector<std::string>>& c
     size_t j = i;
     while (j < cmds.size() && plain_set(cmds[j])) j++;
     if (j - i >= 2) {
+      if (s.record != nullptr) {
+        s.record->last_ms.store(SteadyMs(), std::memory_order_relaxed);
+        MutexLock l(s.record->mu);
+        s.record->cmd.assign("set");
+      }
       std::vector<std::string> encoded;
       encoded.reserve(j - i);
       std::vector<std::pair<std::string_view, std::string_view>> kvs;

@@ -90,6 +90,37 @@ const CommandSpec* FindCommand(std::string_view name);  // case-insensitive
 // doc/resp.md's generated section (between the BEGIN/END markers).
 std::string GenerateCompatibilityTable();
 
+// A connection as CLIENT LIST and CLIENT INFO report it (doc/resp.md §CLIENT LIST). Its loop
+// registers it at accept and removes it at close; whoever runs the connection's commands (its loop
+// or a worker, one at a time) updates it in Dispatcher::Execute; CLIENT LIST reads it from any
+// loop.
+struct ClientRecord {
+  uint64_t id = 0;
+  int fd = -1;
+  std::string addr, laddr;           // "ip:port" of the peer and of our end; fixed at accept
+  int64_t created_ms = 0;            // SteadyMs() at accept
+  std::atomic<int64_t> last_ms{0};   // SteadyMs() when its last command arrived
+  std::atomic<int64_t> multi{-1};    // commands queued in MULTI; -1 outside MULTI
+  std::atomic<int> resp{2};          // protocol version (HELLO)
+  std::atomic<bool> closing{false};  // QUIT or a fatal error: closes after the reply
+  mutable Mutex mu;
+  std::string cmd ASYMNVM_GUARDED_BY(mu);  // the last command ("client|list" for a container)
+  std::string name ASYMNVM_GUARDED_BY(mu), lib_name ASYMNVM_GUARDED_BY(mu),
+      lib_ver ASYMNVM_GUARDED_BY(mu);
+};
+
+// Every connected client of the gateway, by id.
+class ClientRegistry {
+ public:
+  void Add(std::shared_ptr<ClientRecord> r);
+  void Remove(uint64_t id);
+  std::vector<std::shared_ptr<ClientRecord>> All() const;  // in id (connection) order
+
+ private:
+  mutable Mutex mu_;
+  std::map<uint64_t, std::shared_ptr<ClientRecord>> by_id_ ASYMNVM_GUARDED_BY(mu_);
+};
+
 struct GatewayState {
   std::string cluster_secret;  // empty: AUTH not required
   std::string run_id;          // 40 hex characters, fixed for the process
@@ -125,6 +156,8 @@ struct GatewayState {
   int64_t NowMs() const;
   // Clients parked by blocking pops, and the wake-ups of their keys (blocking.h).
   BlockingKeys blocking;
+  // Connected clients (CLIENT LIST).
+  ClientRegistry clients;
 
  private:
   mutable Mutex mu_;
@@ -154,6 +187,8 @@ struct Session {
   // A blocking command that found nothing to pop (blocking.h): set by its handler, kept while the
   // connection is parked, cleared by the loop when it is served, times out or is unblocked.
   std::shared_ptr<BlockRequest> block;
+  // What CLIENT LIST shows of this connection (null for a session no loop registered).
+  std::shared_ptr<ClientRecord> record;
 };
 
 class Dispatcher {

@@ -464,6 +464,67 @@ void Select(CommandContext& c, const std::vector<std::string>& a) {
   }
 }
 
+// One line of CLIENT LIST / CLIENT INFO in Redis's format (its field order), the fields the
+// gateway has an honest value for (doc/resp.md §CLIENT LIST).
+static std::string ClientLine(const GatewayState& st, const ClientRecord& r, int64_t now_ms) {
+  std::string name, cmd, lib_name, lib_ver;
+  {
+    MutexLock l(r.mu);
+    name = r.name;
+    cmd = r.cmd.empty() ? "NULL" : r.cmd;
+    lib_name = r.lib_name;
+    lib_ver = r.lib_ver;
+  }
+  const int64_t multi = r.multi.load(std::memory_order_relaxed);
+  std::string flags;
+  if (st.blocking.IsBlocked(r.id)) flags += 'b';
+  if (r.closing.load(std::memory_order_relaxed)) flags += 'c';
+  if (multi >= 0) flags += 'x';
+  if (flags.empty()) flags = "N";
+  const int64_t age = std::max<int64_t>(0, now_ms - r.created_ms) / 1000;
+  const int64_t idle =
+      std::max<int64_t>(0, now_ms - r.last_ms.load(std::memory_order_relaxed)) / 1000;
+  return "id=" + std::to_string(r.id) + " addr=" + r.addr + " laddr=" + r.laddr +
+         " fd=" + std::to_string(r.fd) + " name=" + name + " age=" + std::to_string(age) +
+         " idle=" + std::to_string(idle) + " flags=" + flags +
+         " db=0 sub=0 psub=0 ssub=0 multi=" + std::to_string(multi) + " cmd=" + cmd +
+         " user=default redir=-1 resp=" + std::to_string(r.resp.load(std::memory_order_relaxed)) +
+         " lib-name=" + lib_name + " lib-ver=" + lib_ver + "\n";
+}
+
+// CLIENT LIST [TYPE NORMAL|MASTER|REPLICA|PUBSUB] [ID id ...], as Redis 7 parses it.
+static void ClientList(CommandContext& c, const std::vector<std::string>& a) {
+  bool all = true;  // TYPE normal, or no filter: every client here is a normal one
+  std::set<uint64_t> ids;
+  bool by_id = false;
+  if (a.size() == 4 && EqualsNoCase(a[2], "type")) {
+    const std::string t = Lower(a[3]);
+    if (t == "master" || t == "replica" || t == "slave" || t == "pubsub") {
+      all = false;  // no replication links or subscribers are clients of the gateway
+    } else if (t != "normal") {
+      return c.out.Error("ERR Unknown client type '" + a[3] + "'");
+    }
+  } else if (a.size() > 3 && EqualsNoCase(a[2], "id")) {
+    by_id = true;
+    for (size_t i = 3; i < a.size(); ++i) {
+      int64_t id = 0;
+      if (!ParseInt64(a[i], &id)) return c.out.Error("ERR Invalid client ID");
+      if (id > 0) ids.insert(static_cast<uint64_t>(id));
+    }
+  } else if (a.size() != 2) {
+    return c.out.Error(std::string(kErrSyntax));
+  }
+  std::string text;
+  if (all) {
+    const int64_t now = SteadyMs();
+    for (const auto& r : c.state.clients.All()) {
+      if (by_id && ids.count(r->id) == 0) continue;
+      text += ClientLine(c.state, *r, now);
+    }
+  }
+  c.out.Verbatim(text);
+}
+
 void Client(CommandContext& c, const std::vector<std::string>& a) {
   std::string sub = Lower(a[1]);
   auto& s = c.session;
@@ -498,10 +559,23 @@ void Client(CommandContext& c, const std::vector<std::string>& a) {
     }
     c.out.Ok();
   } else if (sub == "info" && a.size() == 2) {
-    c.out.Verbatim("id=" + std::to_string(s.id) + " addr=" + s.peer + " name=" + s.name +
-                   " db=0 multi=" + std::to_string(s.in_multi ? s.queued.size() : -1) +
-                   " resp=" + std::to_string(s.proto) + " lib-name=" + s.lib_name +
-                   " lib-ver=" + s.lib_ver + "\n");
+    if (s.record != nullptr) return c.out.Verbatim(ClientLine(c.state, *s.record, SteadyMs()));
+    ClientRecord r;  // a session no loop registered (tests): what the session knows
+    r.id = s.id;
+    r.addr = s.peer;
+    r.created_ms = r.last_ms = SteadyMs();
+    r.multi = s.in_multi ? static_cast<int64_t>(s.queued.size()) : -1;
+    r.resp = s.proto;
+    {
+      MutexLock l(r.mu);
+      r.cmd = "client|info";
+      r.name = s.name;
+      r.lib_name = s.lib_name;
+      r.lib_ver = s.lib_ver;
+    }
+    c.out.Verbatim(ClientLine(c.state, r, r.created_ms));
+  } else if (sub == "list") {
+    ClientList(c, a);
   } else if (sub == "unblock" && (a.size() == 3 || a.size() == 4)) {
     ClientUnblock(c, a);
   } else if (sub == "setname" || sub == "getname" || sub == "id" || sub == "setinfo" ||

@@ -79,10 +79,13 @@ struct Job {
   std::string out;
 };
 
-std::string PeerName(int fd) {
+// "ip:port" of the socket's peer, or (local) of its own end.
+std::string PeerName(int fd, bool local = false) {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
-  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "?";
+  int r = local ? getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len)
+                : getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len);
+  if (r != 0) return "?";
   char host[INET6_ADDRSTRLEN] = "?";
   uint16_t port = 0;
   if (ss.ss_family == AF_INET) {
@@ -179,6 +182,7 @@ class Loop {
     for (auto& c : parked_) state_->blocking.Unpark(c->parked);
     for (auto& [fd, c] : conns_) {
       ::close(fd);
+      state_->clients.Remove(c->session.id);
       state_->connected_clients.fetch_sub(1);
     }
     for (Job* j : done_) delete j;
@@ -432,6 +436,14 @@ class Loop {
       c->loop = this;
       c->session.id = state_->next_client_id.fetch_add(1);
       c->session.peer = PeerName(fd);
+      auto rec = std::make_shared<ClientRecord>();
+      rec->id = c->session.id;
+      rec->fd = fd;
+      rec->addr = c->session.peer;
+      rec->laddr = PeerName(fd, /*local=*/true);
+      rec->created_ms = SteadyMs();
+      rec->last_ms.store(rec->created_ms);
+      c->session.record = rec;
       epoll_event ev{};
       ev.events = EPOLLIN | EPOLLRDHUP;
       ev.data.fd = fd;
@@ -441,6 +453,7 @@ class Loop {
         continue;
       }
       state_->connected_clients.fetch_add(1);
+      state_->clients.Add(std::move(rec));
       conns_.emplace(fd, std::move(c));
     }
   }
@@ -770,6 +783,7 @@ class Loop {
     Unpark(c);
     epoll_ctl(ep_, EPOLL_CTL_DEL, fd, nullptr);
     ::close(fd);
+    state_->clients.Remove(c.session.id);
     state_->connected_clients.fetch_sub(1);
     conns_.erase(fd);  // a batch in flight keeps the Conn alive until it completes
   }

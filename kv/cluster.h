@@ -170,7 +170,7 @@ class ClusterAgent {
   // Called by Adopt (map lock held exclusively): a backup that `next` adds to a shard this server
   // leads may be a restarted process at the old address; the workers' connections to it were to
   // the old one (their first write would fail and remove the backup it just caught up), so they
-  // are dropped and the next write connects afresh.
+  // are dropped and the next write connects afresh (Rowan replication; the baselines keep theirs).
   void DropStaleSenders(const ShardMap& next);
   // Sets this server's backup slots unsynced in the map (an entry it could not apply).
   Status MarkSelfUnsynced(const Status& why);

@@ -352,16 +352,15 @@ void ClusterAgent::DropStaleSenders(const ShardMap& next) {
       if (!listed) added.insert(b.uuid);
     }
   }
+  // Rowan senders only: a worker touches them in Replicate alone, under the map lock held here.
+  // (The baselines' senders are not dropped: batch mode awaits them in FlushBatch outside the map
+  // lock, and share mode's senders of one backup share a ring that a fresh sender must not join.)
+  if (o_.mode != ReplicationMode::kRowan) return;
   for (auto& rep : reps_) {
     for (const auto& u : added) {
       if (auto it = rep.senders.find(u); it != rep.senders.end()) {
         rep.counted.erase(it->second.get());
         rep.senders.erase(it);
-      }
-      auto it = rep.base.find(u);
-      if (it != rep.base.end() && rep.staged.count(u) == 0) {
-        rep.counted.erase(it->second.sender.get());
-        rep.base.erase(it);
       }
     }
   }

@@ -405,9 +405,9 @@ void RunCatchUpMissedAWrite(bool check, std::string* during, std::string* before
   const std::string coord = "dir:" + d.File("coord");
   auto zc = coord::Coordinator::Open(coord);
   ASSERT_TRUE(zc.ok()) << zc.status().ToString();
-  // Every catch-up holds its finished stream 5 s before marking its backup synced: the window in
+  // Every catch-up holds its finished stream 6 s before marking its backup synced: the window in
   // which the write below misses the backup and the manager adds it back.
-  std::vector<std::pair<std::string, std::string>> env{{"ASYMNVM_TEST_CATCHUP_HOLD_MS", "5000"}};
+  std::vector<std::pair<std::string, std::string>> env{{"ASYMNVM_TEST_CATCHUP_HOLD_MS", "6000"}};
   if (!check) env.push_back({"ASYMNVM_TEST_DISABLE_CATCHUP_VOID", "1"});
   auto args = [&](int i) {
     auto a = Args(d, i, coord);
@@ -449,14 +449,14 @@ void RunCatchUpMissedAWrite(bool check, std::string* during, std::string* before
   procs[b] = StartKv(args(b), env);
   ASSERT_GT(procs[b].pid, 0);
   ASSERT_TRUE(testutil::WaitFor([&] { return backup_state() == 0; }, 60s));
-  std::this_thread::sleep_for(500ms);
+  std::this_thread::sleep_for(1500ms);  // the stream (two entries) is over; the hold is not
   // A write misses it: stopped past the backup bound, it is removed before the PUT is
   // acknowledged; woken, it is added back at once (no rejoin hold-off) while that catch-up holds.
   ASSERT_TRUE(testutil::StopAndWait(procs[b].pid));
   Status st = (*c)->Put("during", "2");
   kill(procs[b].pid, SIGCONT);
   ASSERT_TRUE(st.ok()) << st.ToString();
-  // Synced (by that catch-up without the check; by a fresh one, which holds 5 s too, with it).
+  // Synced (by that catch-up without the check; by a fresh one, which holds 6 s too, with it).
   ASSERT_TRUE(testutil::WaitFor([&] { return backup_state() == 1; }, 60s))
       << "the backup never became synced again";
   // The primary dies: the backup takes the shard over and serves what it holds.

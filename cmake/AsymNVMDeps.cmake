@@ -6,7 +6,7 @@ pkg_check_modules(PMEM REQUIRED IMPORTED_TARGET libpmem)
 pkg_check_modules(IBVERBS REQUIRED IMPORTED_TARGET libibverbs)
 # sd_notify for systemd units with Type=notify (common/service.h).
 pkg_check_modules(SYSTEMD REQUIRED IMPORTED_TARGET libsystemd)
-find_package(OpenSSL REQUIRED COMPONENTS Crypto)
+find_package(OpenSSL REQUIRED COMPONENTS Crypto SSL)
 find_package(nlohmann_json 3 REQUIRED)
 find_package(CLI11 QUIET CONFIG)
 if(NOT CLI11_FOUND)

@@ -7,12 +7,14 @@
 //              [--replication rowan|rpc|rwrite|batch|share] [--rlog-listen ADDR]
 //              [--secret-file PATH] [--log-level L] [--config FILE]
 //              [--rebalance-threshold F] [--rebalance-period-ms N] [--rebalance-*]
-//              [--metrics-listen HOST:PORT]
+//              [--metrics-listen HOST:PORT] [--tls-port PORT --tls-cert-file F --tls-key-file F
+//              [--tls-ca-cert-file F] [--tls-auth-clients yes|no|optional]]
 //
 // With a coordinator (default: dir:<pool dir>/coord) the server joins the replicated cluster
 // <cluster> (doc/kv.md §Replication); with --coord none it serves every shard of its pool alone.
 // Prints "listening <oq address>" and "log <b-log address>" (then "rdmp <address>" for the
-// server-bypass endpoint, "resp HOST:PORT" for the Redis gateway, doc/resp.md, and "metrics
+// server-bypass endpoint, "resp HOST:PORT" for the Redis gateway, doc/resp.md, "tls HOST:PORT"
+// for its TLS port (doc/resp.md §TLS), and "metrics
 // HOST:PORT" with --metrics-listen, doc/operations.md; all in one write)
 // as the first stdout lines once it serves (registered as
 // /asymnvm/kv/<cluster>/servers/<pool-uuid>, ephemeral), serves until SIGTERM/SIGINT, then stops
@@ -34,6 +36,7 @@
 #include "common/service.h"
 #include "kv/resp/commands.h"
 #include "kv/resp/gateway.h"
+#include "kv/resp/tls.h"
 #include "kv/server.h"
 
 using namespace asymnvm;
@@ -275,6 +278,25 @@ int main(int argc, char** argv) {
                  "(doc/resp.md §Fast path); off: every command through the KV client")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
+  // TLS on the Redis gateway, as Redis's options (doc/resp.md §TLS).
+  int tls_port = -1;
+  kv::resp::TlsOptions tls_options;
+  std::string tls_auth_clients = "yes";
+  app.add_option("--tls-port", tls_port,
+                 "Redis gateway TLS port, in addition to --resp-port (-1 disables that one); "
+                 "0 = ephemeral; taken: an ephemeral one (printed as \"tls HOST:PORT\"); off "
+                 "unless given")
+      ->check(CLI::Range(-1, 65535));
+  app.add_option("--tls-cert-file", tls_options.cert_file,
+                 "PEM certificate (chain) of the TLS port");
+  app.add_option("--tls-key-file", tls_options.key_file, "PEM private key (unencrypted) of it");
+  app.add_option("--tls-ca-cert-file", tls_options.ca_cert_file,
+                 "PEM CA bundle that client certificates must chain to");
+  app.add_option("--tls-auth-clients", tls_auth_clients,
+                 "yes: clients need a certificate signed by the CA; no: none asked for; optional: "
+                 "verified if presented")
+      ->check(CLI::IsMember({"yes", "no", "optional"}))
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -317,6 +339,20 @@ int main(int argc, char** argv) {
     return usage("--rebalance-*: " + rb.message());
   }
   o.fabric.handshake_timeout = std::chrono::milliseconds(handshake_ms);
+  // The TLS context first: a bad certificate or key stops the start before the pool opens.
+  std::shared_ptr<const kv::resp::TlsContext> tls;
+  if (tls_port >= 0) {
+    if (tls_options.cert_file.empty() || tls_options.key_file.empty()) {
+      return usage("--tls-port needs --tls-cert-file and --tls-key-file");
+    }
+    tls_options.auth_clients = kv::resp::ParseTlsAuthClients(tls_auth_clients).value();  // checked
+    auto ctx = kv::resp::TlsContext::Create(tls_options);
+    if (!ctx.ok()) {
+      std::cerr << "asymnvm-kv: TLS: " << ctx.status().message() << "\n";
+      return 1;
+    }
+    tls = std::move(ctx).value();
+  }
   LogLevel level;
   ParseLogLevel(log_level, &level);
   SetLogLevel(level);
@@ -371,7 +407,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::unique_ptr<kv::resp::Server> gateway;
-  if (resp_port >= 0) {
+  if (resp_port >= 0 || tls) {
     kv::resp::KvGatewayOptions g;
     g.client.fabric = o.fabric;
     if (!o.coordinator.empty()) {
@@ -381,7 +417,10 @@ int main(int argc, char** argv) {
       g.client.servers = {(*server)->address()};
     }
     g.server.bind_address = resp_bind;
-    g.server.port = static_cast<uint16_t>(resp_port);
+    g.server.listen_plain = resp_port >= 0;
+    g.server.port = static_cast<uint16_t>(std::max(resp_port, 0));
+    g.server.tls = tls;
+    g.server.tls_port = static_cast<uint16_t>(std::max(tls_port, 0));
     g.server.loop_threads = resp_threads;
     g.server.workers = resp_workers;
     g.kv_clients = resp_kv_clients;
@@ -413,7 +452,11 @@ int main(int argc, char** argv) {
   // later line raise SIGPIPE.
   std::cout << "listening " << (*server)->address() << "\nlog " << (*server)->rowan_address()
             << ((*server)->rdmp_address().empty() ? "" : "\nrdmp " + (*server)->rdmp_address())
-            << (gateway ? "\nresp " + resp_bind + ":" + std::to_string(gateway->port()) : "")
+            << (gateway && resp_port >= 0
+                    ? "\nresp " + resp_bind + ":" + std::to_string(gateway->port())
+                    : "")
+            << (gateway && tls ? "\ntls " + resp_bind + ":" + std::to_string(gateway->tls_port())
+                               : "")
             << (exposer ? "\nmetrics " + exposer->address() : "") << std::endl;
   NotifyReady("serving " + o.pool_path + " at " + (*server)->address());
   int sig = 0;

@@ -7,7 +7,7 @@ pkgs=(build-essential cmake ninja-build pkg-config git
       libpmem-dev libpmemobj-dev libpmempool-dev pmdk-tools
       libzookeeper-mt-dev zookeeper default-jre-headless libtbb-dev redis-tools redis-server
       libgtest-dev libgmock-dev libbenchmark-dev
-      libcli11-dev nlohmann-json3-dev libxxhash-dev libisal-dev libssl-dev
+      libcli11-dev nlohmann-json3-dev libxxhash-dev libisal-dev libssl-dev openssl
       prometheus-cpp-dev prometheus libsystemd-dev
       clang libclang-rt-14-dev clang-format gnuplot-nox python3 ccache tcl iproute2)
 missing=()

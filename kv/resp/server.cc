@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -26,6 +27,7 @@
 #include "common/logging.h"
 #include "common/thread_annotations.h"
 #include "kv/resp/commands.h"
+#include "kv/resp/tls.h"
 
 namespace asymnvm::kv::resp {
 
@@ -50,6 +52,7 @@ struct Pending {
 struct Conn {
   int fd = -1;
   Loop* loop = nullptr;
+  std::unique_ptr<Transport> io;  // every byte in and out of the connection (plain or TLS)
   RequestParser parser;
   Session session;  // touched by a worker only while `busy`
   std::deque<Pending> pending;
@@ -61,6 +64,7 @@ struct Conn {
   bool busy = false;      // a batch is with the workers, or the connection waits for the fast path
   bool dead = false;      // closed while busy: drop the batch's output
   bool detached = false;  // removed from epoll (peer hung up while busy)
+  bool revisit = false;   // queued to read input TLS already decrypted (Loop::revisit_)
   // A blocking pop that found nothing (session.block waits): registered with the gateway's
   // BlockingKeys while parked; busy stays set, so no further command of the connection runs.
   std::shared_ptr<Parked> parked;
@@ -171,10 +175,13 @@ class WorkerPool {
 
 class Loop {
  public:
-  Loop(GatewayState* state, const ServerOptions* opts, int listen_fd, WorkerPool* pool)
+  // listen_fd / tls_listen_fd: -1 when that port is off.
+  Loop(GatewayState* state, const ServerOptions* opts, int listen_fd, int tls_listen_fd,
+       WorkerPool* pool)
       : state_(state),
         opts_(opts),
         listen_fd_(listen_fd),
+        tls_listen_fd_(tls_listen_fd),
         pool_(pool),
         fast_(opts->fast_path.get()),
         dispatcher_(state, &no_store_) {}
@@ -200,10 +207,12 @@ class Loop {
     ev.data.fd = wake_fd_;
     if (epoll_ctl(ep_, EPOLL_CTL_ADD, wake_fd_, &ev) != 0)
       return Status::IoError("epoll_ctl", errno);
-    ev.events = EPOLLIN | EPOLLEXCLUSIVE;
-    ev.data.fd = listen_fd_;
-    if (epoll_ctl(ep_, EPOLL_CTL_ADD, listen_fd_, &ev) != 0)
-      return Status::IoError("epoll_ctl", errno);
+    for (int lfd : {listen_fd_, tls_listen_fd_}) {
+      if (lfd < 0) continue;
+      ev.events = EPOLLIN | EPOLLEXCLUSIVE;
+      ev.data.fd = lfd;
+      if (epoll_ctl(ep_, EPOLL_CTL_ADD, lfd, &ev) != 0) return Status::IoError("epoll_ctl", errno);
+    }
     return Status::Ok();
   }
 
@@ -257,11 +266,19 @@ class Loop {
   }
 
   void Run() {
+    // OpenSSL writes to the socket with write(2) (no MSG_NOSIGNAL): a peer that reset the
+    // connection must give EPIPE, not kill the process. Blocked, a SIGPIPE stays pending on this
+    // thread and is never delivered.
+    sigset_t pipe_set;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, nullptr);
     std::vector<epoll_event> events(128);
     while (!stop_.load()) {
       // Connections waiting for the fast path: collect what else is ready without blocking, so
-      // that one section (one sync) covers them all, then run it.
-      const int timeout = fast_ready_.empty() ? NextTimerMs() : 0;
+      // that one section (one sync) covers them all, then run it. The same for connections with
+      // input TLS already decrypted (epoll does not see it).
+      const int timeout = fast_ready_.empty() && revisit_.empty() ? NextTimerMs() : 0;
       int n = epoll_wait(ep_, events.data(), static_cast<int>(events.size()), timeout);
       if (n < 0) {
         if (errno == EINTR) continue;
@@ -278,8 +295,8 @@ class Loop {
           BlockEvents();
           continue;
         }
-        if (fd == listen_fd_) {
-          Accept();
+        if (fd == listen_fd_ || fd == tls_listen_fd_) {
+          Accept(fd);
           continue;
         }
         auto it = conns_.find(fd);
@@ -290,9 +307,13 @@ class Loop {
         if (e & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) {
           alive = OnReadable(*c, (e & (EPOLLHUP | EPOLLERR)) != 0);
         }
-        if (alive && (e & EPOLLOUT)) alive = Flush(*c);
+        // EPOLLOUT: output to flush, or a TLS read (the handshake) waiting to write.
+        if (alive && (e & EPOLLOUT)) {
+          alive = c->io->ReadWantsWrite() ? OnReadable(*c, false) : Flush(*c);
+        }
         if (!alive) Close(*c);
       }
+      Revisit();
       RunFast();
       if (!parked_.empty()) Timers();
     }
@@ -407,12 +428,12 @@ class Loop {
     }
   }
 
-  void Accept() {
+  void Accept(int lfd) {
+    const bool tls = lfd == tls_listen_fd_;
     for (;;) {
       sockaddr_storage ss{};
       socklen_t len = sizeof ss;
-      int fd =
-          accept4(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      int fd = accept4(lfd, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EINTR) continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK) {
@@ -422,9 +443,12 @@ class Loop {
       }
       state_->total_connections.fetch_add(1);
       if (state_->connected_clients.load() >= opts_->max_clients) {
+        // (On the TLS port a plaintext reply would be garbage to the client: just close.)
         static const char kMsg[] = "-ERR max number of clients reached\r\n";
-        ssize_t r = ::send(fd, kMsg, sizeof kMsg - 1, MSG_NOSIGNAL);
-        (void)r;
+        if (!tls) {
+          ssize_t r = ::send(fd, kMsg, sizeof kMsg - 1, MSG_NOSIGNAL);
+          (void)r;
+        }
         ::close(fd);
         state_->rejected_connections.fetch_add(1);
         continue;
@@ -432,6 +456,17 @@ class Loop {
       int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       auto c = std::make_shared<Conn>(opts_->limits);
+      if (tls) {
+        auto io = opts_->tls->NewServerTransport(fd);
+        if (!io.ok()) {
+          LOG_WARN(kLog, "TLS connection: " << io.status().ToString());
+          ::close(fd);
+          continue;
+        }
+        c->io = std::move(io).value();
+      } else {
+        c->io = Transport::Plain(fd);
+      }
       c->fd = fd;
       c->loop = this;
       c->session.id = state_->next_client_id.fetch_add(1);
@@ -463,22 +498,28 @@ class Loop {
   bool OnReadable(Conn& c, bool hangup) {
     bool eof = false;
     char buf[kReadChunk];
-    for (int i = 0; i < kReadsPerEvent && !c.closing && (c.reading || hangup); ++i) {
-      ssize_t r = ::recv(c.fd, buf, sizeof buf, 0);
-      if (r > 0) {
-        c.parser.Append(buf, static_cast<size_t>(r));
+    Transport& io = *c.io;
+    for (int i = 0; i < kReadsPerEvent && !c.closing &&
+                    (c.reading || hangup || io.ReadWantsWrite() || io.WriteWantsRead());
+         ++i) {
+      const Transport::IoResult r = io.Read(buf, sizeof buf);
+      if (r.io == Transport::Io::kOk) {
+        c.parser.Append(buf, r.n);
         if (!Pump(c)) return false;
-        if (static_cast<size_t>(r) < sizeof buf) break;
+        // A short plain read emptied the socket; TLS returns one record (<= 16 KiB) per read.
+        if (!io.tls() && r.n < sizeof buf) break;
         if (c.pending.size() >= kMaxPending) break;
         continue;
       }
-      if (r == 0) {
+      if (r.io == Transport::Io::kEof) {
         eof = true;
         break;
       }
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      return false;  // ECONNRESET and friends
+      if (r.io == Transport::Io::kAgain) break;
+      // ECONNRESET and friends; on TLS a failed handshake (no or a refused client certificate,
+      // not TLS at all) or a protocol error, worth a line.
+      if (io.tls()) LOG_INFO(kLog, "closing " << c.session.peer << ": " << io.error());
+      return false;
     }
     if (eof) {
       // The peer will send nothing more: answer what it sent, then close. While a batch is in
@@ -741,14 +782,17 @@ class Loop {
 
   // Writes pending output; arms EPOLLOUT / disarms EPOLLIN as needed. false: close now.
   bool Flush(Conn& c) {
+    Transport& io = *c.io;
     while (c.out_off < c.out.size()) {
-      ssize_t w = ::send(c.fd, c.out.data() + c.out_off, c.out.size() - c.out_off, MSG_NOSIGNAL);
-      if (w > 0) {
-        c.out_off += static_cast<size_t>(w);
+      const Transport::IoResult w = io.Write(c.out.data() + c.out_off, c.out.size() - c.out_off);
+      if (w.io == Transport::Io::kOk && w.n > 0) {
+        c.out_off += w.n;
         continue;
       }
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      if (w.io == Transport::Io::kAgain) break;
+      if (io.tls() && w.io == Transport::Io::kError) {
+        LOG_INFO(kLog, "closing " << c.session.peer << ": " << io.error());
+      }
       return false;
     }
     if (c.out_off == c.out.size()) {
@@ -760,9 +804,10 @@ class Loop {
       c.out_off = 0;
     }
     size_t unsent = c.out.size() - c.out_off;
-    bool want_write = unsent > 0;
+    bool want_write = unsent > 0 || io.ReadWantsWrite();
     bool want_read =
-        !c.closing && unsent <= opts_->max_output_bytes && c.pending.size() < kMaxPending;
+        (!c.closing && unsent <= opts_->max_output_bytes && c.pending.size() < kMaxPending) ||
+        io.WriteWantsRead();
     if (c.detached) return !want_write;  // cannot wait for writability: give up on the rest
     if (want_write != c.writing || want_read != c.reading) {
       epoll_event ev{};
@@ -773,7 +818,28 @@ class Loop {
       c.writing = want_write;
       c.reading = want_read;
     }
+    // Input TLS decrypted but the connection did not take (fairness, a full pipeline, paused
+    // reading): epoll will not report it, so the loop comes back at the end of this pass.
+    if (c.reading && !c.closing && !c.revisit && io.HasBufferedInput()) {
+      auto it = conns_.find(c.fd);
+      if (it != conns_.end()) {
+        c.revisit = true;
+        revisit_.push_back(it->second);
+      }
+    }
     return true;
+  }
+
+  void Revisit() {
+    if (revisit_.empty()) return;
+    std::vector<std::shared_ptr<Conn>> conns;
+    conns.swap(revisit_);
+    for (auto& cp : conns) {
+      Conn& c = *cp;
+      c.revisit = false;
+      if (c.dead || !c.reading) continue;
+      if (!OnReadable(c, false)) Close(c);
+    }
   }
 
   void Close(Conn& c) {
@@ -782,6 +848,7 @@ class Loop {
     int fd = c.fd;
     Unpark(c);
     epoll_ctl(ep_, EPOLL_CTL_DEL, fd, nullptr);
+    c.io->Shutdown();  // TLS: close_notify, if it can go without waiting
     ::close(fd);
     state_->clients.Remove(c.session.id);
     state_->connected_clients.fetch_sub(1);
@@ -791,10 +858,13 @@ class Loop {
   GatewayState* state_;
   const ServerOptions* opts_;
   int listen_fd_;
+  int tls_listen_fd_;
   WorkerPool* pool_;
   FastPath* fast_;
   // Connections whose next commands wait for this pass's fast-path section (each is busy).
   std::vector<std::shared_ptr<Conn>> fast_ready_;
+  // Connections with decrypted TLS input to read at the end of this pass (Conn::revisit).
+  std::vector<std::shared_ptr<Conn>> revisit_;
   // Parked connections (blocking pops), and the wake-ups BlockingKeys posted for them.
   std::vector<std::shared_ptr<Conn>> parked_;
   struct BlockEvent {
@@ -817,13 +887,16 @@ struct Server::Impl {
   ServerOptions opts;
   GatewayState state;
   int listen_fd = -1;
+  int tls_listen_fd = -1;
   uint16_t port = 0;
+  uint16_t tls_port = 0;
   std::unique_ptr<WorkerPool> pool;
   std::vector<std::unique_ptr<Loop>> loops;
   bool stopped = false;
 
   ~Impl() {
     if (listen_fd >= 0) ::close(listen_fd);
+    if (tls_listen_fd >= 0) ::close(tls_listen_fd);
   }
 };
 
@@ -876,17 +949,31 @@ Result<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
     return Status::InvalidArgument("workers must be 1..4096");
   }
   if (!options.store_factory) return Status::InvalidArgument("no store factory");
+  if (!options.listen_plain && !options.tls) {
+    return Status::InvalidArgument("neither a plain nor a TLS port to listen on");
+  }
   auto impl = std::make_unique<Impl>();
   impl->opts = std::move(options);
   auto& o = impl->opts;
-  auto fd = Listen(o.bind_address, o.port, &impl->port);
-  if (!fd.ok()) {
-    if (!o.fallback_to_ephemeral || fd.status().sys_errno() != EADDRINUSE) return fd.status();
-    LOG_INFO(kLog, "port " << o.port << " is taken; listening on an ephemeral port");
-    fd = Listen(o.bind_address, 0, &impl->port);
+  auto listen = [&o](uint16_t port, uint16_t* bound) -> Result<int> {
+    auto fd = Listen(o.bind_address, port, bound);
+    if (!fd.ok()) {
+      if (!o.fallback_to_ephemeral || fd.status().sys_errno() != EADDRINUSE) return fd.status();
+      LOG_INFO(kLog, "port " << port << " is taken; listening on an ephemeral port");
+      fd = Listen(o.bind_address, 0, bound);
+    }
+    return fd;
+  };
+  if (o.listen_plain) {
+    auto fd = listen(o.port, &impl->port);
     if (!fd.ok()) return fd.status();
+    impl->listen_fd = *fd;
   }
-  impl->listen_fd = *fd;
+  if (o.tls) {
+    auto fd = listen(o.tls_port, &impl->tls_port);
+    if (!fd.ok()) return fd.status().WithContext("TLS port");
+    impl->tls_listen_fd = *fd;
+  }
   auto& st = impl->state;
   st.cluster_secret = o.cluster_secret;
   st.run_id = RandomRunId();
@@ -898,7 +985,8 @@ Result<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   st.proto_max_bulk_len = o.limits.max_bulk_len;
   impl->pool = std::make_unique<WorkerPool>(&st);
   for (int i = 0; i < o.loop_threads; ++i) {
-    auto loop = std::make_unique<Loop>(&st, &o, impl->listen_fd, impl->pool.get());
+    auto loop =
+        std::make_unique<Loop>(&st, &o, impl->listen_fd, impl->tls_listen_fd, impl->pool.get());
     ASYMNVM_RETURN_IF_ERROR(loop->Init());
     impl->loops.push_back(std::move(loop));
   }
@@ -913,6 +1001,7 @@ Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Server::~Server() { Stop(); }
 
 uint16_t Server::port() const { return impl_->port; }
+uint16_t Server::tls_port() const { return impl_->tls_port; }
 const GatewayState& Server::state() const { return impl_->state; }
 
 void Server::Stop() {

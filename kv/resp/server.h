@@ -24,11 +24,18 @@
 
 namespace asymnvm::kv::resp {
 
+class TlsContext;
+
 struct ServerOptions {
   std::string bind_address = "127.0.0.1";
   uint16_t port = 6379;
+  bool listen_plain = true;  // false: no plain-TCP port (only the TLS one; Redis's port 0)
   // When `port` is taken (or 0), listen on an ephemeral port instead; port() tells which.
   bool fallback_to_ephemeral = true;
+  // TLS (tls.h, doc/resp.md §TLS): with a context, a second listening socket on tls_port (0: an
+  // ephemeral one; taken: as `port`) whose connections speak TLS; same loops, same commands.
+  std::shared_ptr<const TlsContext> tls;
+  uint16_t tls_port = 0;
   int loop_threads = 2;
   int workers = 32;  // store-calling threads (they block on the store, not on the CPU)
   ParserLimits limits = DefaultGatewayLimits();
@@ -59,7 +66,8 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
-  uint16_t port() const;
+  uint16_t port() const;      // 0: no plain port (listen_plain false)
+  uint16_t tls_port() const;  // 0: no TLS port
   // Counters of the gateway (connections, commands; read by the metrics endpoint).
   const struct GatewayState& state() const;
   void Stop();

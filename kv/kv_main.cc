@@ -286,7 +286,7 @@ int main(int argc, char** argv) {
                  "Redis gateway TLS port, in addition to --resp-port (-1 disables that one); "
                  "0 = ephemeral; taken: an ephemeral one (printed as \"tls HOST:PORT\"); off "
                  "unless given")
-      ->check(CLI::Range(-1, 65535));
+      ->check(CLI::Range(0, 65535));
   app.add_option("--tls-cert-file", tls_options.cert_file,
                  "PEM certificate (chain) of the TLS port");
   app.add_option("--tls-key-file", tls_options.key_file, "PEM private key (unencrypted) of it");

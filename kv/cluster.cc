@@ -222,14 +222,17 @@ void ClusterAgent::FollowLoop() {
         }
       }
     }
-    auto period = std::chrono::milliseconds(200);
-    const auto lease = coord_->lease_timeout();
-    if (lease.count() > 0) period = std::min(period, lease / 6);  // renew well inside 2/3
-    MutexLock l(wake_mu_);
-    wake_cv_.wait_for(l.native(), period,
-                      [&]() ASYMNVM_REQUIRES(wake_mu_) { return wake_seq_ != seen || stop_; });
-    seen = wake_seq_;
+    WaitWake(std::chrono::milliseconds(200), &seen);
   }
+}
+
+void ClusterAgent::WaitWake(std::chrono::milliseconds period, uint64_t* seen) {
+  const auto lease = coord_->lease_timeout();
+  if (lease.count() > 0) period = std::min(period, lease / 6);
+  MutexLock l(wake_mu_);
+  wake_cv_.wait_for(l.native(), period,
+                    [&]() ASYMNVM_REQUIRES(wake_mu_) { return wake_seq_ != *seen || stop_; });
+  *seen = wake_seq_;
 }
 
 void ClusterAgent::Adopt(const ShardMap& m) {

@@ -142,6 +142,10 @@ class ClusterAgent {
   Status Init();
   void ManagerLoop();
   void FollowLoop();
+  // The tail of both loops: sleeps until Wake() or `period` (capped at a sixth of the coordinator
+  // lease, so that renewals land well inside two thirds of it); `*seen` is the wake sequence last
+  // acted on.
+  void WaitWake(std::chrono::milliseconds period, uint64_t* seen);
   void DigestLoop();
   void LoadLoop();
   // Manager: one resharding decision over the current map (written with its node version).

@@ -87,12 +87,7 @@ void ClusterAgent::ManagerLoop() {
     if (o_.rebalance.enabled()) {
       period = std::min(period, std::chrono::milliseconds(o_.rebalance.period_ms));
     }
-    const auto lease = coord_->lease_timeout();
-    if (lease.count() > 0) period = std::min(period, lease / 6);  // renew well inside 2/3
-    MutexLock l(wake_mu_);
-    wake_cv_.wait_for(l.native(), period,
-                      [&]() ASYMNVM_REQUIRES(wake_mu_) { return wake_seq_ != seen || stop_; });
-    seen = wake_seq_;
+    WaitWake(period, &seen);
   }
 }
 

@@ -3,6 +3,7 @@
 // backups up, and the backup's digest of what its primaries replicated.
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
 #include <random>
 
 #include "common/logging.h"
@@ -406,8 +407,12 @@ void ClusterAgent::CatchUp(uint32_t shard, std::string backup, uint64_t epoch,
                                               .count());
   bool marked = false;
   if (st.ok()) {
-    // Test hooks (tests/kv/kv_fence_test.cc KvRejoin): hold a finished stream before marking, and
-    // (negative control) mark without the check below.
+    // Test hooks (tests/kv/kv_fence_test.cc KvCatchUp): hold a finished stream before marking,
+    // saying so with a line appended to a file (the test waits for it), and (negative control)
+    // mark without the check below.
+    if (const char* held = std::getenv("ASYMNVM_TEST_CATCHUP_HELD_FILE")) {
+      std::ofstream(held, std::ios::app) << shard << " " << backup << " " << n << "\n";
+    }
     if (const char* hold = std::getenv("ASYMNVM_TEST_CATCHUP_HOLD_MS")) {
       for (int i = std::atoi(hold) / 10; i > 0 && !stop_; i--) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));

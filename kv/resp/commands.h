@@ -301,6 +301,7 @@ void Type(CommandContext&, const std::vector<std::string>&);
 void RandomKey(CommandContext&, const std::vector<std::string>&);
 void Touch(CommandContext&, const std::vector<std::string>&);
 void Object(CommandContext&, const std::vector<std::string>&);
+void Memory(CommandContext&, const std::vector<std::string>&);
 void ExpireTime(CommandContext&, const std::vector<std::string>&);
 void Watch(CommandContext&, const std::vector<std::string>&);
 void Unwatch(CommandContext&, const std::vector<std::string>&);

@@ -270,6 +270,7 @@ std::string InfoSection(CommandContext& c, const std::string& name) {
     s += "used_memory:" + std::to_string(bytes) + "\r\n";
     s += "used_memory_human:" + std::to_string(bytes >> 20) + "M\r\n";
     s += "maxmemory:0\r\n";
+    s += "mem_allocator:libc\r\n";
   } else if (name == "persistence") {
     s += "# Persistence\r\n";
     s += "loading:0\r\n";

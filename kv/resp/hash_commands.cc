@@ -335,9 +335,8 @@ void HIncrBy(CommandContext& c, const std::vector<std::string>& a) {
 
 void HIncrByFloat(CommandContext& c, const std::vector<std::string>& a) {
   long double delta = 0;
-  if (!ParseLongDouble(a[3], &delta) || std::isinf(delta)) {
-    return c.out.Error(std::string(kErrNotFloat));
-  }
+  if (!ParseLongDouble(a[3], &delta)) return c.out.Error(std::string(kErrNotFloat));
+  if (std::isinf(delta)) return c.out.Error("ERR value is NaN or Infinity");  // as Redis 7
   if (!CheckFieldSize(c, a[1], a[2])) return;
   RunTx(c, [&](CollTx& tx) {
     Coll* h = OpenHash(c, tx, a[1], true);

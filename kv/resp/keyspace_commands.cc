@@ -1,10 +1,16 @@
 // Keyspace commands beyond data_commands.cc's: RENAME, RENAMENX, COPY, KEYS, TYPE, UNLINK, TOUCH,
-// OBJECT, EXPIREAT/PEXPIREAT, EXPIRETIME/PEXPIRETIME, FLUSHDB, WATCH/UNWATCH, and the server
-// commands a Redis client or the Redis test suite sends to any server: FUNCTION (no scripting
-// here), SAVE, SHUTDOWN. Semantics and error texts follow Redis 7 (db.c, expire.c, multi.c).
+// OBJECT, MEMORY, EXPIREAT/PEXPIREAT, EXPIRETIME/PEXPIRETIME, FLUSHDB, WATCH/UNWATCH, and the
+// server commands a Redis client or the Redis test suite sends to any server: FUNCTION (no
+// scripting here), SAVE, SHUTDOWN. Semantics and error texts follow Redis 7 (db.c, expire.c,
+// multi.c).
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <random>
 
 #include "asymnvm/kv.h"
+#include "kv/format.h"
 #include "kv/resp/commands.h"
 #include "kv/resp/data_util.h"
 #include "kv/resp/types.h"
@@ -92,6 +98,33 @@ void RenameGeneric(CommandContext& c, const std::vector<std::string>& a, bool nx
     return c.out.Error(CollectionRefused(nx ? "RENAMENX" : "RENAME", type));
   if (nx) return c.out.Integer(outcome == kDone ? 1 : 0);
   c.out.Ok();
+}
+
+// The log bytes of one sampled element of collection `m` (type t) of `key`: its records'
+// 64-byte-aligned entries (kv/format.h). 0 when the element is not there (a concurrent change).
+Result<size_t> ElementFootprint(CommandContext& c, std::string_view key, KeyType t, const Meta& m,
+                                int64_t i) {
+  const std::string sub =
+      t == KeyType::kList ? ElemKey(key, m.id, m.head + i) : SlotKey(key, m.id, i);
+  auto r = c.store.Get(sub);
+  if (!r.ok()) return r.status();
+  if (!r->has_value()) return size_t{0};
+  const std::string& v = (*r)->value;
+  size_t bytes = format::EntryFootprint(sub.size(), v.size());
+  if (t == KeyType::kList) return bytes;
+  // Its member record ('f' + field/member → slot and payload).
+  std::string_view member = v;
+  size_t payload = 0;
+  if (t == KeyType::kHash) {
+    uint32_t n = 0;
+    if (v.size() < 4) return bytes;
+    std::memcpy(&n, v.data(), 4);
+    member = std::string_view(v).substr(4, n);
+  } else if (t == KeyType::kZset) {
+    payload = 8;
+    member = std::string_view(v).substr(std::min<size_t>(8, v.size()));
+  }
+  return bytes + format::EntryFootprint(FieldKey(key, m.id, member).size(), 8 + payload);
 }
 
 std::string ObjectEncoding(const std::string& v) {
@@ -263,6 +296,98 @@ void Object(CommandContext& c, const std::vector<std::string>& a) {
       "adjust.");
 }
 
+// MEMORY (Redis 7 object.c): USAGE estimates a key's bytes as what its records take in the
+// store's logs (64-byte-aligned entries): a string exactly; a collection's metadata record plus
+// its elements' records, the first SAMPLES elements (default 5; 0: all) read and extrapolated
+// to its size as Redis does. STATS, DOCTOR, MALLOC-STATS and PURGE answer for this process.
+void Memory(CommandContext& c, const std::vector<std::string>& a) {
+  const std::string& sub = a[1];
+  if (EqualsNoCase(sub, "HELP") && a.size() == 2) {
+    static const char* kHelp[] = {
+        "MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "DOCTOR",
+        "    Return memory problems reports.",
+        "MALLOC-STATS",
+        "    Return internal statistics report from the memory allocator.",
+        "PURGE",
+        "    Attempt to purge dirty pages for reclamation by the allocator.",
+        "STATS",
+        "    Return information about the memory usage of the server.",
+        "USAGE <key> [SAMPLES <count>]",
+        "    Return memory in bytes used by <key> and its value. Nested values are",
+        "    sampled up to <count> times (default: 5, 0 means sample all).",
+        "HELP",
+        "    Print this help."};
+    c.out.Array(sizeof(kHelp) / sizeof(kHelp[0]));
+    for (const char* l : kHelp) c.out.Simple(l);
+    return;
+  }
+  if (EqualsNoCase(sub, "USAGE") && a.size() >= 3) {
+    int64_t samples = 5;
+    for (size_t i = 3; i < a.size(); ++i) {
+      if (EqualsNoCase(a[i], "SAMPLES") && i + 1 < a.size()) {
+        if (!ParseInt64(a[i + 1], &samples) || samples < 0) {
+          return c.out.Error(std::string(kErrNotInteger));
+        }
+        if (samples == 0) samples = INT64_MAX;
+        ++i;
+      } else {
+        return c.out.Error(std::string(kErrSyntax));
+      }
+    }
+    auto cur = ReadRaw(c, a[2]);
+    if (!cur.ok()) return c.out.Error(StoreError(cur.status()));
+    if (!cur->exists) return c.out.Null();
+    int64_t bytes = static_cast<int64_t>(format::EntryFootprint(a[2].size(), cur->raw.size()));
+    Meta m;
+    const auto t = static_cast<KeyType>(cur->type);
+    if (cur->type != 0 && DecodeMeta(DecodeValue(cur->raw).data, &m) && m.size > 0) {
+      const int64_t n = std::min(samples, m.size);
+      int64_t sampled = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        auto e = ElementFootprint(c, a[2], t, m, i);
+        if (!e.ok()) return c.out.Error(StoreError(e.status()));
+        sampled += static_cast<int64_t>(*e);
+      }
+      bytes += n == m.size ? sampled : sampled / n * m.size;
+    }
+    return c.out.Integer(bytes);
+  }
+  if (a.size() != 2) {
+    return c.out.Error("ERR unknown subcommand or wrong number of arguments for '" +
+                       sub.substr(0, 128) + "'. Try MEMORY HELP.");
+  }
+  if (EqualsNoCase(sub, "DOCTOR")) {
+    return c.out.Bulk(
+        "Hi Sam, I can't find any memory issue in your instance. The data lives in the servers' "
+        "persistent memory pools; see INFO memory for this process.");
+  }
+  if (EqualsNoCase(sub, "MALLOC-STATS")) {
+    return c.out.Bulk("Stats not supported for the current allocator");
+  }
+  if (EqualsNoCase(sub, "PURGE")) return c.out.Ok();
+  if (EqualsNoCase(sub, "STATS")) {
+    // This process's resident and peak resident set (/proc/self/status VmRSS, VmHWM).
+    int64_t rss = 0, peak = 0;
+    if (FILE* f = std::fopen("/proc/self/status", "r")) {
+      char line[256];
+      while (std::fgets(line, sizeof line, f) != nullptr) {
+        long kb = 0;
+        if (std::sscanf(line, "VmRSS: %ld kB", &kb) == 1) rss = kb * 1024;
+        if (std::sscanf(line, "VmHWM: %ld kB", &kb) == 1) peak = kb * 1024;
+      }
+      std::fclose(f);
+    }
+    c.out.Map(2);
+    c.out.Bulk("peak.allocated");
+    c.out.Integer(peak);
+    c.out.Bulk("total.allocated");
+    c.out.Integer(rss);
+    return;
+  }
+  c.out.Error("ERR unknown subcommand '" + sub.substr(0, 128) + "'. Try MEMORY HELP.");
+}
+
 void ExpireTime(CommandContext& c, const std::vector<std::string>& a) {
   bool ms = EqualsNoCase(a[0], "pexpiretime");
   auto cur = ReadCurrent(c, a[1]);
@@ -353,6 +478,11 @@ std::vector<CommandSpec> KeyspaceCommandSpecs() {
       {"keys", 2, kReadonly | kNoTxn, 0, 0, 0, "generic", "1.0.0",
        "Returns all key names that match a pattern.",
        "a full SCAN of every shard (O(N)), on a worker thread", Keys},
+      {"memory", -2, kReadonly, 2, 2, 1, "server", "4.0.0",
+       "A container for memory diagnostics commands.",
+       "USAGE: the key's records' bytes in the store's logs (a collection's elements sampled, "
+       "SAMPLES n, as Redis); STATS, DOCTOR, MALLOC-STATS, PURGE about the gateway process",
+       Memory, "usage stats doctor malloc-stats purge help"},
       {"object", -2, kReadonly, 2, 2, 1, "generic", "2.2.3",
        "A container for object introspection commands.",
        "ENCODING (int, embstr or raw by the value, as Redis would choose), REFCOUNT (1), IDLETIME "

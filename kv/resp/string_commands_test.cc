@@ -159,6 +159,16 @@ TEST_F(RespStrings, KeyspaceIntrospection) {
   EXPECT_EQ(Run("UNLINK a zz"), ":1\r\n");
   EXPECT_EQ(Run("OBJECT ENCODING b"), Bulk("int"));
   EXPECT_EQ(Run("OBJECT ENCODING zz"), "$-1\r\n");
+  // A string's bytes are its one entry in the log: 48-byte header + key + value, 64-aligned.
+  EXPECT_EQ(Run("MEMORY USAGE cc"), ":64\r\n");
+  EXPECT_EQ(Run("SET long " + std::string(100, 'v')), "+OK\r\n");
+  EXPECT_EQ(Run("MEMORY USAGE long SAMPLES 0"), ":192\r\n");
+  EXPECT_EQ(Run("MEMORY USAGE zz"), "$-1\r\n");
+  EXPECT_EQ(Run("MEMORY USAGE cc SAMPLES x"), "-ERR value is not an integer or out of range\r\n");
+  EXPECT_EQ(Run("MEMORY USAGE cc FOO"), "-ERR syntax error\r\n");
+  EXPECT_EQ(Run("MEMORY NOPE"), "-ERR unknown subcommand 'NOPE'. Try MEMORY HELP.\r\n");
+  EXPECT_EQ(Run("MEMORY PURGE"), "+OK\r\n");
+  EXPECT_EQ(Run("DEL long"), ":1\r\n");
   EXPECT_EQ(Run("EXPIREAT b 1800000000"), ":1\r\n");
   EXPECT_EQ(Run("EXPIRETIME b"), ":1800000000\r\n");
   EXPECT_EQ(Run("PEXPIRETIME b"), ":1800000000000\r\n");

@@ -149,4 +149,28 @@ class FakeStore final : public Store {
   std::map<std::string, StoredValue, std::less<>> map_;
 };
 
+// Forwards to one shared Store (a gateway gives each loop or worker thread its own Store
+// object; tests share one FakeStore among them).
+class SharedStore final : public Store {
+ public:
+  explicit SharedStore(Store* s) : s_(s) {}
+  Result<std::optional<StoredValue>> Get(std::string_view k) override { return s_->Get(k); }
+  Result<uint64_t> Put(std::string_view k, std::string_view v) override { return s_->Put(k, v); }
+  Result<std::optional<uint64_t>> PutIf(std::string_view k, std::string_view v,
+                                        uint64_t e) override {
+    return s_->PutIf(k, v, e);
+  }
+  Result<bool> Delete(std::string_view k) override { return s_->Delete(k); }
+  Result<std::optional<int64_t>> Incr(std::string_view k, int64_t d) override {
+    return s_->Incr(k, d);
+  }
+  Result<ScanPage> Scan(uint64_t c, size_t n) override { return s_->Scan(c, n); }
+  uint32_t ShardOf(std::string_view k) override { return s_->ShardOf(k); }
+  Result<bool> CommitBatch(const std::vector<BatchWrite>& w) override { return s_->CommitBatch(w); }
+  Result<int64_t> DurableReplicas() override { return s_->DurableReplicas(); }
+
+ private:
+  Store* s_;
+};
+
 }  // namespace asymnvm::kv::resp::testing

@@ -181,6 +181,20 @@ TEST_F(Types, StaleReadsStartOver) {
   EXPECT_EQ(RunAcrossChange(before, after, {"LINDEX", "l", "0"}), "$1\r\ny\r\n");
 }
 
+// MEMORY USAGE of a collection: its metadata record plus its elements' records (sampled).
+TEST_F(Types, MemoryUsageGrowsWithTheElements) {
+  EXPECT_EQ(One({"HSET", "h", "a", "1"}), "1");
+  const std::string one = One({"MEMORY", "USAGE", "h", "SAMPLES", "0"});
+  EXPECT_EQ(One({"HSET", "h", "b", "2", "c", "3"}), "2");
+  const std::string three = One({"MEMORY", "USAGE", "h", "SAMPLES", "0"});
+  EXPECT_GT(std::stoll(one), 0);
+  EXPECT_GT(std::stoll(three), std::stoll(one));
+  // Every element has the same size: sampling one extrapolates to the exact figure.
+  EXPECT_EQ(One({"MEMORY", "USAGE", "h", "SAMPLES", "1"}), three);
+  EXPECT_EQ(One({"RPUSH", "l", "x", "y"}), "2");
+  EXPECT_GT(std::stoll(One({"MEMORY", "USAGE", "l"})), 64);
+}
+
 TEST_F(Types, Hash_Incr) {
   EXPECT_EQ(One({"HINCRBY", "h", "n", "5"}), "5");
   EXPECT_EQ(One({"HINCRBY", "h", "n", "-7"}), "-2");
@@ -193,6 +207,7 @@ TEST_F(Types, Hash_Incr) {
   EXPECT_EQ(One({"HINCRBYFLOAT", "h", "n", "2"}), "0");
   EXPECT_EQ(One({"HINCRBYFLOAT", "h", "s", "1"}), "-ERR hash value is not a float");
   EXPECT_EQ(One({"HINCRBYFLOAT", "h", "f", "nan"}), "-ERR value is not a valid float");
+  EXPECT_EQ(One({"HINCRBYFLOAT", "h", "f", "+inf"}), "-ERR value is NaN or Infinity");
   EXPECT_EQ(One({"HSETNX", "h", "f", "1"}), "0");
   EXPECT_EQ(One({"HSETNX", "h", "g", "1"}), "1");
   EXPECT_EQ(One({"HGET", "h", "g"}), "1");

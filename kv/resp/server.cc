@@ -789,7 +789,12 @@ class Loop {
         c.out_off += w.n;
         continue;
       }
-      if (w.io == Transport::Io::kAgain) break;
+      if (w.io == Transport::Io::kAgain) {
+        // A TLS write waiting for input (renegotiation is off: not expected) while the connection
+        // reads no more would wait forever, or spin on a readable socket: drop it.
+        if (io.WriteWantsRead() && c.closing) return false;
+        break;
+      }
       if (io.tls() && w.io == Transport::Io::kError) {
         LOG_INFO(kLog, "closing " << c.session.peer << ": " << io.error());
       }

@@ -1,5 +1,7 @@
 #include "kv/resp/blocking.h"
 
+#include <strings.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -153,6 +155,13 @@ std::vector<std::string> WrittenKeys(std::string_view name, const std::vector<st
     return keys;
   }
   for (auto k : spec_keys) keys.emplace_back(k);
+  if (name == "sort" || name == "SORT") {  // SORT ... STORE destination
+    for (size_t i = 2; i + 1 < argv.size(); ++i) {
+      if (argv[i].size() == 5 && strncasecmp(argv[i].c_str(), "store", 5) == 0) {
+        keys.push_back(argv[i + 1]);
+      }
+    }
+  }
   return keys;
 }
 

@@ -153,7 +153,8 @@ std::vector<CommandSpec> CoreCommandSpecs() {
 const std::vector<CommandSpec>& CommandTable() {
   static const std::vector<CommandSpec> table = [] {
     std::vector<CommandSpec> t = CoreCommandSpecs();
-    for (auto more : {h::StringCommandSpecs, h::KeyspaceCommandSpecs, h::BlockingCommandSpecs}) {
+    for (auto more : {h::StringCommandSpecs, h::KeyspaceCommandSpecs, h::BlockingCommandSpecs,
+                      h::SortCommandSpecs}) {
       for (auto& spec : more()) t.push_back(spec);
     }
     AppendTypeCommands(&t);  // hashes, lists, sets, sorted sets (type_table.cc)

@@ -81,6 +81,7 @@ namespace handlers {
 std::vector<CommandSpec> StringCommandSpecs();    // string_commands.cc
 std::vector<CommandSpec> KeyspaceCommandSpecs();  // keyspace_commands.cc
 std::vector<CommandSpec> BlockingCommandSpecs();  // blocking_commands.cc
+std::vector<CommandSpec> SortCommandSpecs();      // sort_command.cc
 }  // namespace handlers
 // The position of a command in CommandTable() (its INFO commandstats slot).
 size_t CommandIndex(const CommandSpec& spec);

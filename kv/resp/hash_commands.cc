@@ -10,26 +10,6 @@
 namespace asymnvm::kv::resp::handlers {
 namespace {
 
-std::string EncodeHashSlot(std::string_view field, std::string_view value) {
-  std::string out;
-  out.reserve(4 + field.size() + value.size());
-  uint32_t n = static_cast<uint32_t>(field.size());
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
-  out.append(field);
-  out.append(value);
-  return out;
-}
-
-bool DecodeHashSlot(std::string_view raw, std::string_view* field, std::string_view* value) {
-  if (raw.size() < 4) return false;
-  uint32_t n = 0;
-  for (int i = 0; i < 4; ++i) n |= static_cast<uint32_t>(static_cast<uint8_t>(raw[i])) << (8 * i);
-  if (raw.size() - 4 < n) return false;
-  *field = raw.substr(4, n);
-  *value = raw.substr(4 + n);
-  return true;
-}
-
 Status Corrupt(std::string_view what) { return Status::Corruption(std::string(what)); }
 
 // The slot of `field`, or nullopt.

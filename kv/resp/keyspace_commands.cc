@@ -25,11 +25,54 @@ struct RawCurrent {
   uint8_t type = 0;  // 0: a string; else a collection's metadata record (types.h)
 };
 
-// RENAME and COPY move only a string: a hash, list or set is a metadata record plus sub-records
-// named by the key (doc/types.md), so copying the metadata alone would share or orphan them.
-std::string CollectionRefused(std::string_view cmd, uint8_t type) {
-  return "ERR " + std::string(cmd) + " of a " + TypeName(static_cast<KeyType>(type)) +
-         " is not supported: its elements are separate records (doc/types.md)";
+// COPY and RENAME of a hash, list, set or sorted set: its records are named by their key's route
+// (doc/types.md §Records), so the copy writes every one of them again under the destination's name
+// and a new incarnation, with the destination's metadata (the source's size and TTL) and, for
+// RENAME, the source's deletion in one conditional commit (in parts when large: CollTx::Commit).
+// O(N) where Redis's RENAME is O(1). Returns false, having replied nothing, when `src` holds no
+// collection (the caller's string path takes over); else it has replied: RENAME OK, RENAMENX and
+// COPY 1, or 0 when `dst` exists and may not be replaced.
+bool CopyCollection(CommandContext& c, const std::string& src, const std::string& dst, bool rename,
+                    bool replace) {
+  bool collection = true;
+  auto reply = [&](bool done) {
+    if (rename && replace) return c.out.Ok();
+    c.out.Integer(done ? 1 : 0);
+  };
+  RunTx(c, [&](CollTx& tx) {
+    auto s = tx.Open(src);
+    if (!s.ok()) return TxFail(c.out, s.status());
+    Coll* sc = *s;
+    if (sc->type == KeyType::kNone || sc->type == KeyType::kString) {
+      collection = false;
+      return TxOutcome::kCommitted;  // nothing written, nothing replied
+    }
+    if (src == dst) {
+      reply(false);
+      return TxOutcome::kCommitted;
+    }
+    auto d = tx.Open(dst);
+    if (!d.ok()) return TxFail(c.out, d.status());
+    Coll* dc = *d;
+    if (dc->type != KeyType::kNone && !replace) {
+      reply(false);
+      return TxOutcome::kCommitted;
+    }
+    tx.Create(dc, sc->type);
+    std::vector<std::pair<std::string, std::string>> records;
+    Status st = CollectionImage(tx, *sc, dst, dc->meta.id, &records);
+    if (!st.ok()) return TxFail(c.out, st);
+    const uint64_t id = dc->meta.id;
+    dc->meta = sc->meta;
+    dc->meta.id = id;
+    dc->expire_at_ms = sc->expire_at_ms;
+    for (auto& [k, v] : records) tx.Put(std::move(k), std::move(v));
+    if (rename) sc->deleted = true;
+    TxOutcome o = tx.Commit(c.out);
+    if (o == TxOutcome::kCommitted) reply(true);
+    return o;
+  });
+  return collection;
 }
 
 Result<RawCurrent> ReadRaw(CommandContext& c, std::string_view key) {
@@ -51,8 +94,8 @@ void RenameGeneric(CommandContext& c, const std::vector<std::string>& a, bool nx
   const std::string& src = a[1];
   const std::string& dst = a[2];
   if (!OneShard(c, {src, dst})) return c.out.Error(std::string(kErrCrossSlot));
+  if (CopyCollection(c, src, dst, /*rename=*/true, /*replace=*/!nx)) return;
   enum { kNoKey, kSame, kExists, kDone, kCollection } outcome = kNoKey;
-  uint8_t type = 0;
   bool ok = Atomically(c, [&](CommandContext& t) {
     auto s = ReadRaw(t, src);
     if (!s.ok()) {
@@ -63,9 +106,8 @@ void RenameGeneric(CommandContext& c, const std::vector<std::string>& a, bool nx
       outcome = kNoKey;
       return true;
     }
-    if (s->type != 0) {
+    if (s->type != 0) {  // it became a collection after CopyCollection looked
       outcome = kCollection;
-      type = s->type;
       return true;
     }
     if (src == dst) {
@@ -94,8 +136,7 @@ void RenameGeneric(CommandContext& c, const std::vector<std::string>& a, bool nx
   });
   if (!ok) return;
   if (outcome == kNoKey) return c.out.Error("ERR no such key");
-  if (outcome == kCollection)
-    return c.out.Error(CollectionRefused(nx ? "RENAMENX" : "RENAME", type));
+  if (outcome == kCollection) return c.out.Error(std::string(kErrTryAgain));
   if (nx) return c.out.Integer(outcome == kDone ? 1 : 0);
   c.out.Ok();
 }
@@ -116,10 +157,8 @@ Result<size_t> ElementFootprint(CommandContext& c, std::string_view key, KeyType
   std::string_view member = v;
   size_t payload = 0;
   if (t == KeyType::kHash) {
-    uint32_t n = 0;
-    if (v.size() < 4) return bytes;
-    std::memcpy(&n, v.data(), 4);
-    member = std::string_view(v).substr(4, n);
+    std::string_view value;
+    if (!DecodeHashSlot(v, &member, &value)) return bytes;
   } else if (t == KeyType::kZset) {
     payload = 8;
     member = std::string_view(v).substr(std::min<size_t>(8, v.size()));
@@ -154,19 +193,20 @@ void Copy(CommandContext& c, const std::vector<std::string>& a) {
   }
   if (a[1] == a[2]) return c.out.Error("ERR source and destination objects are the same");
   if (!OneShard(c, {a[1], a[2]})) return c.out.Error(std::string(kErrCrossSlot));
+  if (CopyCollection(c, a[1], a[2], /*rename=*/false, replace)) return;
   bool copied = false;
-  uint8_t type = 0;
+  bool collection = false;
   bool ok = Atomically(c, [&](CommandContext& t) {
     copied = false;
-    type = 0;
+    collection = false;
     auto s = ReadRaw(t, a[1]);
     if (!s.ok()) {
       t.out.Error(StoreError(s.status()));
       return false;
     }
     if (!s->exists) return true;
-    if (s->type != 0) {
-      type = s->type;
+    if (s->type != 0) {  // it became a collection after CopyCollection looked
+      collection = true;
       return true;
     }
     auto d = ReadCurrent(t, a[2]);
@@ -184,7 +224,7 @@ void Copy(CommandContext& c, const std::vector<std::string>& a) {
     return true;
   });
   if (!ok) return;
-  if (type != 0) return c.out.Error(CollectionRefused("COPY", type));
+  if (collection) return c.out.Error(std::string(kErrTryAgain));
   c.out.Integer(copied ? 1 : 0);
 }
 

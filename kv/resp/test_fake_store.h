@@ -99,6 +99,9 @@ class FakeStore final : public Store {
     std::lock_guard<std::mutex> l(mu_);
     if (fail_) return Status::Unavailable("fake store down");
     if (before_commit_) before_commit_();
+    if (writes.empty() || writes.size() > kv::kMaxBatchOps) {  // as kv::Client::Batch
+      return Status::InvalidArgument("kv batch: 1.." + std::to_string(kv::kMaxBatchOps) + " ops");
+    }
     for (const auto& w : writes) {
       auto it = map_.find(w.key);
       uint64_t have = it == map_.end() ? 0 : it->second.version;

@@ -84,6 +84,26 @@ std::string SubKey(std::string_view key, uint64_t id, char kind, std::string_vie
   return out;
 }
 
+std::string EncodeHashSlot(std::string_view field, std::string_view value) {
+  std::string out;
+  out.reserve(4 + field.size() + value.size());
+  uint32_t n = static_cast<uint32_t>(field.size());
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
+  out.append(field);
+  out.append(value);
+  return out;
+}
+
+bool DecodeHashSlot(std::string_view raw, std::string_view* field, std::string_view* value) {
+  if (raw.size() < 4) return false;
+  uint32_t n = 0;
+  for (int i = 0; i < 4; ++i) n |= static_cast<uint32_t>(static_cast<uint8_t>(raw[i])) << (8 * i);
+  if (raw.size() - 4 < n) return false;
+  *field = raw.substr(4, n);
+  *value = raw.substr(4 + n);
+  return true;
+}
+
 std::string EncodeI64(int64_t v) {
   std::string s;
   PutLe64(&s, static_cast<uint64_t>(v));
@@ -163,6 +183,7 @@ void CollTx::Create(Coll* c, KeyType t) {
   c->meta.id = RandomU64() | 1;
   c->changed = true;
   c->deleted = false;
+  c->fresh = true;
 }
 
 Result<std::optional<std::string>> CollTx::Get(const std::string& sub_key) {
@@ -211,11 +232,8 @@ TxOutcome CollTx::Commit(ReplyWriter& out) {
     writes.push_back(std::move(w));
   }
   if (writes.size() > kMaxTxRecords || bytes > kMaxTxBytes) {
-    out.Error("ERR the command would write " + std::to_string(writes.size()) + " records of " +
-              std::to_string(bytes) + " bytes; one atomic write holds at most " +
-              std::to_string(kMaxTxRecords) + " records of " + std::to_string(kMaxTxBytes) +
-              " bytes (doc/types.md §Limits)");
-    return TxOutcome::kError;
+    writes.resize(colls_.size());  // the metadata (and conditions) alone
+    return CommitInParts(out, std::move(writes));
   }
   auto r = store_.CommitBatch(writes);
   if (r.ok()) return *r ? TxOutcome::kCommitted : TxOutcome::kRetry;
@@ -247,6 +265,97 @@ TxOutcome CollTx::Commit(ReplyWriter& out) {
     }
   }
   return TxOutcome::kCommitted;
+}
+
+TxOutcome CollTx::CommitInParts(ReplyWriter& out, std::vector<BatchWrite> metas) {
+  // 1. The new state of each changed collection that stays, whole, under an incarnation no
+  //    metadata names yet: a fresh one of its own (Create), else a new one.
+  std::vector<std::pair<std::string, std::string>> records;
+  for (size_t i = 0; i < colls_.size(); ++i) {
+    Coll* c = colls_[i].get();
+    if (c->deleted || !c->changed) continue;
+    const uint64_t id = c->fresh ? c->meta.id : (RandomU64() | 1);
+    Status st = CollectionImage(*this, *c, c->key, id, &records);
+    if (!st.ok()) return TxFail(out, st);
+    c->meta.id = id;
+    metas[i].value =
+        EncodeValue(EncodeMeta(c->meta), c->expire_at_ms, static_cast<uint8_t>(c->type));
+  }
+  // 2. Those records in batches (a record over one batch's bytes alone); nothing reads them yet,
+  //    and a crash or a lost race below leaves them as a dead incarnation's (§Deletion).
+  size_t next = 0;
+  while (next < records.size()) {
+    std::vector<BatchWrite> part;
+    size_t bytes = 0;
+    while (next < records.size() && part.size() < kMaxTxRecords) {
+      const size_t b = records[next].first.size() + records[next].second.size() + 16;
+      if (!part.empty() && bytes + b > kMaxTxBytes) break;
+      BatchWrite w;
+      w.key = std::move(records[next].first);
+      w.value = std::move(records[next].second);
+      w.unconditional = true;
+      part.push_back(std::move(w));
+      bytes += b;
+      ++next;
+    }
+    Status st;
+    if (part.size() == 1 && bytes > kMaxTxBytes) {
+      st = store_.Put(part[0].key, *part[0].value).status();
+    } else {
+      auto r = store_.CommitBatch(part);
+      st = r.status();
+      if (st.code() == StatusCode::kNotSupported) {
+        // Inside MULTI: EXEC commits the whole transaction as one batch, so it must fit one.
+        out.Error("ERR the command would write more than " + std::to_string(kMaxTxRecords) +
+                  " records or " + std::to_string(kMaxTxBytes) +
+                  " bytes, more than one atomic write holds inside MULTI (doc/types.md §Limits)");
+        return TxOutcome::kError;
+      }
+    }
+    if (!st.ok()) {
+      out.Error(TxError(st));
+      return TxOutcome::kError;
+    }
+  }
+  // 3. The commit point: every metadata record, conditional on the versions read.
+  auto r = store_.CommitBatch(metas);
+  if (r.ok()) return *r ? TxOutcome::kCommitted : TxOutcome::kRetry;
+  out.Error(TxError(r.status()));
+  return TxOutcome::kError;
+}
+
+Status CollectionImage(CollTx& tx, const Coll& c, std::string_view key, uint64_t id,
+                       std::vector<std::pair<std::string, std::string>>* out) {
+  const uint64_t from = c.meta.id;
+  if (c.type == KeyType::kList) {
+    for (int64_t seq = c.meta.head; seq < c.meta.tail; ++seq) {
+      ASYMNVM_ASSIGN_OR_RETURN(std::optional<std::string> e, tx.Get(ElemKey(c.key, from, seq)));
+      if (!e) return tx.Inconsistent("list element " + std::to_string(seq) + " missing");
+      out->emplace_back(ElemKey(key, id, seq), std::move(*e));
+    }
+    return Status::Ok();
+  }
+  if (c.type != KeyType::kHash && c.type != KeyType::kSet && c.type != KeyType::kZset) {
+    return Status::InvalidArgument("not a collection");
+  }
+  const size_t payload = c.type == KeyType::kZset ? 8 : 0;
+  for (int64_t slot = 0; slot < c.meta.size; ++slot) {
+    ASYMNVM_ASSIGN_OR_RETURN(std::optional<std::string> rec, tx.Get(SlotKey(c.key, from, slot)));
+    if (!rec) return tx.Inconsistent("slot " + std::to_string(slot) + " missing");
+    std::string field = EncodeI64(slot);
+    std::string_view member;
+    if (c.type == KeyType::kHash) {
+      std::string_view value;
+      if (!DecodeHashSlot(*rec, &member, &value)) return Status::Corruption("hash slot malformed");
+    } else {
+      if (rec->size() < payload) return Status::Corruption("slot record malformed");
+      member = std::string_view(*rec).substr(payload);
+      field.append(rec->data(), payload);
+    }
+    out->emplace_back(FieldKey(key, id, member), std::move(field));
+    out->emplace_back(SlotKey(key, id, slot), std::move(*rec));
+  }
+  return Status::Ok();
 }
 
 Result<bool> CollTx::Unchanged() {

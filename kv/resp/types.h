@@ -58,6 +58,9 @@ std::string SubKey(std::string_view key, uint64_t id, char kind, std::string_vie
 std::string FieldKey(std::string_view key, uint64_t id, std::string_view field);
 std::string SlotKey(std::string_view key, uint64_t id, int64_t slot);
 std::string ElemKey(std::string_view key, uint64_t id, int64_t seq);
+// A hash's slot record: field length (4 bytes LE), field, value.
+std::string EncodeHashSlot(std::string_view field, std::string_view value);
+bool DecodeHashSlot(std::string_view raw, std::string_view* field, std::string_view* value);
 std::string EncodeI64(int64_t v);
 bool DecodeI64(std::string_view s, int64_t* v);
 // Longest field/member a sub-record key can carry for `key` (kv::kMaxKeySize bound).
@@ -85,10 +88,13 @@ struct Coll {
   Meta meta;
   bool changed = false;  // the metadata must be written
   bool deleted = false;  // the key must be deleted (emptied, or replaced by a STORE command)
+  bool fresh = false;    // made by Create in this transaction: no record of meta.id is stored yet
 };
 
 // Redis's errors for the type commands.
 inline constexpr std::string_view kErrNotFloat = "ERR value is not a valid float";
+inline constexpr std::string_view kErrTryAgain =
+    "TRYAGAIN the key kept changing; nothing was written";
 inline constexpr std::string_view kErrOutOfRange = "ERR value is out of range, must be positive";
 std::string TxError(const Status& st);
 // Parses a Redis double argument as getDoubleFromObject does ("inf", "-inf", decimal, any
@@ -124,8 +130,11 @@ class CollTx {
   void Del(std::string sub_key);
 
   // Commits every staged write and the changed metadata as one batch conditional on each opened
-  // collection's metadata version; kRetry when one changed since it was read (nothing written).
-  // kError after it replied an error on `out` (store failure, batch over the limits).
+  // collection's metadata version; kRetry when one changed since it was read (nothing visible
+  // written). kError after it replied an error on `out` (a store failure). A commit too large for
+  // one batch (kMaxTxRecords, kMaxTxBytes) writes each changed collection whole under a new
+  // incarnation first, in as many batches as it takes (invisible: no metadata names it yet), and
+  // then the metadata alone as the one conditional batch (doc/types.md §Large commands).
   TxOutcome Commit(ReplyWriter& out);
   // For reads: whether every opened collection's metadata is still the version read (a
   // multi-record read that saw the same version before and after is a snapshot, because every
@@ -137,11 +146,19 @@ class CollTx {
   Status Inconsistent(std::string what);
 
  private:
+  TxOutcome CommitInParts(ReplyWriter& out, std::vector<BatchWrite> metas);
+
   Store& store_;
   int64_t now_ms_;
   std::vector<std::unique_ptr<Coll>> colls_;
   std::map<std::string, std::optional<std::string>, std::less<>> staged_;
 };
+
+// The records of collection `c` as transaction `tx` sees it (its staged writes over the store),
+// named for `key` and incarnation `id`: what a copy of it under that name holds (COPY, RENAME, a
+// command too large for one batch). One read per element; a stale read when `c` moved meanwhile.
+Status CollectionImage(CollTx& tx, const Coll& c, std::string_view key, uint64_t id,
+                       std::vector<std::pair<std::string, std::string>>* out);
 
 // The slotted-member operations (see SlotRef above); payload_size is the type's fixed payload.
 Result<std::optional<SlotRef>> SlottedFind(CollTx& tx, const Coll& c, std::string_view member,
@@ -176,7 +193,7 @@ void RunTx(CommandContext& c, Body&& body) {
     TxOutcome o = body(tx);
     if (o != TxOutcome::kRetry) return;
   }
-  c.out.Error("TRYAGAIN the key kept changing; nothing was written");
+  c.out.Error(std::string(kErrTryAgain));
 }
 
 // A read of several records: runs body(tx, w) — which opens keys, reads, and writes its reply
@@ -200,6 +217,8 @@ void SnapshotRead(CommandContext& c, Body&& body) {
 }
 
 namespace handlers {
+// A sorted set's members by score (ties by member), as ZRANGE 0 -1 gives them (zset_commands.cc).
+Result<std::vector<std::string>> ZsetMembersByScore(CollTx& tx, const Coll& z);
 // hash_commands.cc
 void HSet(CommandContext&, const std::vector<std::string>&);
 void HSetNx(CommandContext&, const std::vector<std::string>&);

@@ -486,6 +486,14 @@ void PopGeneric(CommandContext& c, const std::vector<std::string>& keys, bool ma
 
 }  // namespace
 
+Result<std::vector<std::string>> ZsetMembersByScore(CollTx& tx, const Coll& z) {
+  ASYMNVM_ASSIGN_OR_RETURN(std::vector<ZEntry> v, Sorted(tx, z));
+  std::vector<std::string> out;
+  out.reserve(v.size());
+  for (auto& e : v) out.push_back(std::move(e.member));
+  return out;
+}
+
 void ZAdd(CommandContext& c, const std::vector<std::string>& a) {
   const bool zincrby = EqualsNoCase(a[0], "zincrby");
   bool nx = false, xx = false, gt = false, lt = false, ch = false, incr = zincrby;

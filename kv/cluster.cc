@@ -109,7 +109,18 @@ void ClusterAgent::WaitForAdoption(std::chrono::milliseconds timeout) {
                      [&]() ASYMNVM_REQUIRES(adopt_mu_) { return adopt_seq_ != seen || stop_; });
 }
 
+void ClusterAgent::Fence(const Status& why) {
+  if (self_fenced_.exchange(true)) return;
+  LOG_ERROR("kv", "fenced: " << why.message() << "; this server serves nothing more");
+  if (o_.on_fenced) o_.on_fenced(why);
+}
+
 Status ClusterAgent::CheckLease() const {
+  if (self_fenced_.load(std::memory_order_relaxed)) {
+    return Status::Unavailable(
+        "kv: fenced: this server stopped serving (its coordinator session expired, or it could "
+        "not record a failed backup)");
+  }
   if (coord_->state() == coord::SessionState::kExpired) {
     return Status::Unavailable(
         "kv: fenced: this server's coordinator session expired (its shards have moved)");
@@ -201,8 +212,7 @@ void ClusterAgent::FollowLoop() {
       // Its ephemeral node is gone and the manager moves its shards; a new session would make it
       // a new member, which a restart does properly (it rejoins as a backup). Every request is
       // refused from now on (CheckLease); the owner decides what the process does.
-      LOG_ERROR("kv", "fenced: the coordinator session expired; this server serves nothing more");
-      if (o_.on_session_expired) o_.on_session_expired();
+      Fence(Status::Unavailable("the coordinator session expired"));
       return;
     }
     if (node.ok()) HandoffReady();

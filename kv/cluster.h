@@ -77,11 +77,13 @@ struct AgentOptions {
   RemoteLogs* remote_logs = nullptr;
   RebalanceOptions rebalance;        // resharding (off unless rebalance.threshold > 0)
   uint32_t rejoin_backoff_ms = 500;  // first hold-off of a removed backup (RejoinBackoff); 0 off
-  // Called once, on the follower thread, when the coordinator session has expired: this server
-  // is no longer a member (its shards move) and refuses every request from then on (CheckLease).
-  // The library never ends the process; asymnvm-kv's main exits with status 5 here so that its
+  // Called once when this server stops serving for good, and it then refuses every request
+  // (CheckLease): on the follower thread when the coordinator session has expired (it is no
+  // longer a member; its shards move), or on a worker when batch replication failed and the
+  // failed backup could not be removed from the map (its replies are dropped: FlushBatch). The
+  // library never ends the process; asymnvm-kv's main exits with status 5 here so that its
   // restart rejoins as a backup (doc/kv.md §Fencing). Null: keep refusing.
-  std::function<void()> on_session_expired;
+  std::function<void(const Status& why)> on_fenced;
 };
 
 class ClusterAgent {
@@ -103,9 +105,10 @@ class ClusterAgent {
   Status Replicate(uint32_t worker, uint32_t shard, std::span<const uint8_t> entry);
   // Batch mode: WRITEs what `worker` staged and awaits the FLUSHes; called by the worker before
   // any reply of its batch of requests leaves (no map lock needed). A backup that fails is removed
-  // from the shards it was staged for; if the map cannot be updated the process aborts (the
-  // replies are already decided).
-  void FlushBatch(uint32_t worker);
+  // from the shards it was staged for. If the map cannot be updated the writes are durable on
+  // fewer replicas than the map says: this server fences itself (Fence) and the error tells the
+  // caller to drop the batch's replies.
+  Status FlushBatch(uint32_t worker);
 
   uint64_t epoch() const;
   // Blocks until the next map adoption or `timeout` (a worker holding an acknowledged nilext
@@ -238,6 +241,10 @@ class ClusterAgent {
   Mutex digest_mu_;                       // DigestLive vs the digest thread's scanner
   rowan::Scanner digest_scanner_ ASYMNVM_GUARDED_BY(digest_mu_);
   std::atomic<bool> stop_{false};
+  // Set once by Fence: every request is refused from then on (CheckLease).
+  std::atomic<bool> self_fenced_{false};
+  // Stops serving for good: self_fenced_, then the owner's on_fenced (once).
+  void Fence(const Status& why);
   Mutex adopt_mu_;
   std::condition_variable adopt_cv_;
   uint64_t adopt_seq_ ASYMNVM_GUARDED_BY(adopt_mu_) = 0;

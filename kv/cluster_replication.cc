@@ -173,6 +173,10 @@ Status ClusterAgent::RemoveBackup(const std::string& gone, const std::set<uint32
                                   const Status& why, uint32_t write_shard) {
   LOG_WARN("kv", "replication to " << gone << " failed (" << why.ToString()
                                    << "); removing it from " << shards.size() << " shard(s)");
+  // Test hook (tests/kv/kv_fence_test.cc KvBatchFence): the map cannot be written.
+  if (std::getenv("ASYMNVM_TEST_FAIL_REMOVE_BACKUP") != nullptr) {
+    return Status::Unavailable("test hook: the shard map cannot be written");
+  }
   const std::string self = o_.uuid;
   std::set<uint32_t> led;  // of `shards`, those the coordinator's map says this server leads
   uint64_t epoch = 0;
@@ -315,10 +319,10 @@ Status ClusterAgent::ReplicateBaseline(uint32_t worker, uint32_t shard,
   return Status::Ok();
 }
 
-void ClusterAgent::FlushBatch(uint32_t worker) {
-  if (o_.mode != ReplicationMode::kBatch || worker >= reps_.size()) return;
+Status ClusterAgent::FlushBatch(uint32_t worker) {
+  if (o_.mode != ReplicationMode::kBatch || worker >= reps_.size()) return Status::Ok();
   WorkerReplication& rep = reps_[worker];
-  if (rep.staged.empty()) return;
+  if (rep.staged.empty()) return Status::Ok();
   const auto deadline = std::chrono::steady_clock::now() + BackupBound();
   std::map<std::string, std::set<uint32_t>> staged;
   staged.swap(rep.staged);
@@ -333,12 +337,16 @@ void ClusterAgent::FlushBatch(uint32_t worker) {
     for (uint32_t s : shards) VoidCatchUp(s, uuid);
     Status e = RemoveBackup(uuid, shards, st);
     if (!e.ok()) {
-      LOG_ERROR("kv", "batch replication: " << e.ToString()
-                                            << "; stopping (replies of unreplicated writes are "
-                                               "decided)");
-      std::abort();
+      // The batch's writes are on fewer replicas than the map says, and the map cannot say so:
+      // none of its replies may leave, and this server may serve nothing more (a later read
+      // would show writes a promotion of that backup loses).
+      Fence(e.WithContext("batch replication to " + uuid +
+                          " failed and the backup could not be "
+                          "removed from the map"));
+      return e;
     }
   }
+  return Status::Ok();
 }
 
 void ClusterAgent::DropStaleSenders(const ShardMap& next) {

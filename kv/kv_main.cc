@@ -307,7 +307,7 @@ int main(int argc, char** argv) {
     return 2;
   };
   o.spread_primaries = !no_spread;
-  o.on_session_expired = [] {
+  o.on_fenced = [](const Status&) {
     // A new session would make this server a new member, which a restart does properly: it
     // rejoins as a backup and is caught up (doc/kv.md §Fencing; systemd's Restart= does it).
     LOG_ERROR("kv", "exiting (status 5) so that a restart rejoins this server as a backup");

@@ -762,8 +762,9 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
     MutexLock l(raw->exec[worker]);
     raw->store->SyncDeferred(worker);
     if (raw->replication == ReplicationMode::kBatch) {
-      if (ClusterAgent* a = raw->agent_ptr.load()) a->FlushBatch(worker);
+      if (ClusterAgent* a = raw->agent_ptr.load()) return a->FlushBatch(worker).ok();
     }
+    return true;
   };
   auto server = oq::Server::Start(
       qo, [raw](const oq::RequestContext& ctx, std::span<const uint8_t> payload,
@@ -788,7 +789,7 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
     ao.backup_timeout = std::chrono::milliseconds(o.backup_timeout_ms);
     ao.session_timeout = std::chrono::milliseconds(o.session_timeout_ms);
     ao.spread_primaries = o.spread_primaries;
-    ao.on_session_expired = o.on_session_expired;
+    ao.on_fenced = o.on_fenced;
     ao.store = impl->store.get();
     ao.fabric = impl->fabric.get();
     ao.pd = impl->pd.get();
@@ -914,11 +915,15 @@ class LocalSectionImpl final : public LocalSection {
     // these writes in between wait for it before replying.
     store_->SetSharedLog(UINT32_MAX);
     uint64_t ticket = 0;
+    Status replicated;  // batch mode: the first failure (the server has fenced itself)
     if (uncommitted_) {
       for (uint32_t w = 0; w < geo_.workers; w++) {
         if (others_deferred_[w]) continue;
         store_->HandOffDeferred(w);
-        if (batch_replication_ && agent_ != nullptr) agent_->FlushBatch(w);
+        if (batch_replication_ && agent_ != nullptr) {
+          Status st = agent_->FlushBatch(w);
+          if (replicated.ok()) replicated = std::move(st);
+        }
       }
       ticket = syncs_->Issue();
     }
@@ -929,7 +934,7 @@ class LocalSectionImpl final : public LocalSection {
       syncs_->Done(ticket);
     }
     syncs_->WaitUpTo(wait_for_);
-    return Status::Ok();
+    return replicated;
   }
 
  private:

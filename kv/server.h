@@ -63,9 +63,10 @@ struct ServerOptions {
   uint32_t backup_timeout_ms = 250;
   uint32_t session_timeout_ms = 4000;
   bool spread_primaries = true;
-  // Cluster mode: called once when the coordinator session has expired (the server then refuses
-  // every request; AgentOptions::on_session_expired). asymnvm-kv exits with status 5 there.
-  std::function<void()> on_session_expired;
+  // Cluster mode: called once when this server stops serving for good (AgentOptions::on_fenced:
+  // its coordinator session expired, or it could neither replicate writes nor record the failed
+  // backup). asymnvm-kv exits with status 5 there.
+  std::function<void(const Status& why)> on_fenced;
   // How a primary replicates to its backups (doc/kv.md §Baselines): rowan (the default) or one
   // of the paper's baselines. Fixed when the pool is created; every server of a cluster must use
   // the same. remote_log_listen: the baselines' endpoint (empty: derived from listen_address).

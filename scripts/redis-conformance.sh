@@ -111,12 +111,15 @@ run_unit() {  # server-name port unit baseport (the runners' own ports: distinct
       --tags -needs:config-maxmemory --tags -needs:save --tags -needs:reset ) >"$log" 2>&1 || true
 }
 
+# The runners' own listening ports start at these bases; an offset per run keeps two runs of this
+# script at once (ctest -j2) off each other's ports (the suite takes a free one in a window of 32).
+port_off=$(( ($$ % 20) * 100 ))
 for unit in $units; do
   echo "running unit/$unit ..." >&2
   # The two servers at once: they are independent and the suite mostly waits on round trips.
-  run_unit redis "$rport" "$unit" 21111 &
+  run_unit redis "$rport" "$unit" $((21111 + port_off)) &
   rp=$!
-  run_unit asymnvm "$kport" "$unit" 23111
+  run_unit asymnvm "$kport" "$unit" $((23111 + port_off))
   wait "$rp" || true
   if ! kill -0 "$kv_pid" 2>/dev/null; then echo "asymnvm-kv died during unit/$unit" >&2; fi
 done

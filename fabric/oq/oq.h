@@ -105,8 +105,9 @@ struct ServerOptions {
   std::function<void(uint32_t worker, uint64_t rte)> before_recycle;
   // Optional, any mode: runs on the worker thread before it posts the software responses of the
   // requests it executed (a group of them: one call per batch of responses) and must make those
-  // requests' effects durable — a handler may then defer its syncs to it (group commit).
-  std::function<void(uint32_t worker)> before_respond;
+  // requests' effects durable — a handler may then defer its syncs to it (group commit). False:
+  // it could not, and those responses are dropped (never sent; the clients' outcome is unknown).
+  std::function<bool(uint32_t worker)> before_respond;
   std::chrono::milliseconds accept_poll{100};  // how often acceptors check for Stop
 };
 

@@ -539,7 +539,13 @@ void Server::Impl::ReapSends(Worker& w, bool block) {
 
 void Server::Impl::SendPending(Worker& w) {
   if (w.pending.empty()) return;
-  if (o.before_respond) o.before_respond(w.index);
+  if (o.before_respond && !o.before_respond(w.index)) {
+    LOG_ERROR("oq", "worker " << w.index << ": " << w.pending.size()
+                              << " responses dropped: their effects could not be made durable");
+    for (size_t i = 0; i < w.pending.size(); i++) Bump(w, &WorkerStats::responses_failed);
+    w.pending.clear();
+    return;
+  }
   MutexLock lock(w.conn_mu);
   std::vector<Worker::Pending> keep;
   for (auto& p : w.pending) {

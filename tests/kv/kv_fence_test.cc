@@ -11,6 +11,9 @@
 //    bound, --backup-timeout-ms) is held out of the shard by the manager (--rejoin-backoff-ms)
 //    instead of being re-added at once, so a backup that cannot keep up does not stall the shard's
 //    writes over and over; with the hold-off off it rejoins and catches up.
+//  * KvBatchFence: in batch replication, a primary that can neither replicate a batch to a backup
+//    nor remove that backup from the map drops the batch's replies and fences itself (asymnvm-kv
+//    exits with status 5).
 //  * KvCatchUp: a restarted backup is being caught up when a write misses it (SIGSTOPped past the
 //    bound: removed) and it is added back at once; that catch-up, finished before the write, must
 //    not mark it synced (else, promoted, it lacks the acknowledged write); with the check off
@@ -489,6 +492,43 @@ TEST_F(KvCatchUp, WithoutTheCheckTheWriteIsLost) {
   ASSERT_NO_FATAL_FAILURE(RunCatchUpMissedAWrite(/*check=*/false, &during, &before));
   EXPECT_EQ(before, "1");
   EXPECT_EQ(during, "(absent)") << "the negative control did not lose the write";
+}
+
+// Batch replication (a Rowan baseline): a backup misses a batch's FLUSH and the primary cannot
+// write the map that removes it. The batch's replies must not leave (the write is on fewer
+// replicas than the map says) and the primary fences itself; asymnvm-kv then exits with status 5
+// (its on_fenced hook) — before, the library aborted the process.
+using KvBatchFence = TwoServers;
+
+TEST_F(KvBatchFence, AFailedBackupThatCannotBeRemovedFencesThePrimaryAndDropsTheReply) {
+  auto args = [&](int i) {
+    auto a = Args(d_, i, coord_);
+    a.insert(a.end(), {"--resp-port", "-1", "--replication", "batch"});
+    return a;
+  };
+  ASSERT_NO_FATAL_FAILURE(StartBoth(args, {{"ASYMNVM_TEST_FAIL_REMOVE_BACKUP", "1"}}));
+  ASSERT_TRUE(WaitBackupState(1));
+  ClientOptions co;
+  co.coordinator = coord_;
+  co.retry_deadline = 3s;
+  co.timeout = 3s;
+  auto c = Client::Open(co);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_TRUE((*c)->Put("before", "1").ok());
+  const int b = BackupIndex();
+  ASSERT_GE(b, 0);
+  const int a = 1 - b;
+  ASSERT_TRUE(testutil::StopAndWait(procs_[b].pid));
+  Status st = (*c)->Put("during", "2");  // its FLUSH times out; the map cannot say so
+  EXPECT_FALSE(st.ok()) << "a write on fewer replicas than the map says was acknowledged";
+  int status = 0;
+  ASSERT_TRUE(testutil::WaitFor(
+      [&] { return waitpid(procs_[a].pid, &status, WNOHANG) == procs_[a].pid; }, 60s))
+      << "the primary kept running after it could not account for a batch";
+  procs_[a].pid = -1;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 5)
+      << "not the daemon's fenced exit (status 5): " << status;
+  kill(procs_[b].pid, SIGCONT);
 }
 
 }  // namespace

@@ -19,14 +19,18 @@
 //     sync; table printed); the back-end goes on (asymnvm-txn run + check again).
 // Every wait polls a state with growing sleeps under a generous deadline.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -137,6 +141,7 @@ class Deployment {
         waitpid(pid, &st, 0);
       }
     }
+    for (auto& [name, fd] : notify_) close(fd);
     zk_.clear();
     net_.reset();
     if (std::getenv("ASYMNVM_KEEP_DEPLOY_DIR") == nullptr) {
@@ -283,10 +288,23 @@ class Deployment {
   void Start(const std::string& host, const std::string& daemon, const std::string& instance) {
     const std::vector<std::string> argv = ExecStart(daemon, instance);
     ASSERT_GE(argv.size(), 3u);
+    // Type=notify: the unit's readiness signal, as systemd receives it (sd_notify to the datagram
+    // socket named by $NOTIFY_SOCKET; a path socket reaches across network namespaces).
+    const std::string sock = (dir_ / ("notify-" + host)).string();
+    if (notify_.count(host) != 0) close(notify_[host]);
+    unlink(sock.c_str());
+    const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    ASSERT_LT(sock.size(), sizeof a.sun_path);
+    std::memcpy(a.sun_path, sock.c_str(), sock.size());
+    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << sock;
+    notify_[host] = fd;
     SpawnSpec s;
     s.path = argv[0];
     s.argv = argv;
-    s.env = {{"LD_LIBRARY_PATH", libdir_}};
+    s.env = {{"LD_LIBRARY_PATH", libdir_}, {"NOTIFY_SOCKET", sock}};
     s.out = SpawnSpec::Out::kFile;
     s.out_file = (dir_ / "logs" / (host + ".out")).string();
     s.err_file = (dir_ / "logs" / (host + ".err")).string();
@@ -331,6 +349,32 @@ class Deployment {
     const int rc = WaitExit(pid, 120s);
     pid = -1;
     return rc;
+  }
+
+  // Waits for the daemon's READY=1 (sd_notify), as systemd does for Type=notify (180 s).
+  bool WaitReady(const std::string& host) {
+    const auto deadline = Clock::now() + 180s;
+    while (Clock::now() < deadline) {
+      pollfd p{notify_[host], POLLIN, 0};
+      if (poll(&p, 1, 200) == 1) {
+        char buf[4096];
+        const ssize_t n = recv(notify_[host], buf, sizeof buf, 0);
+        if (n > 0 &&
+            std::string(buf, static_cast<size_t>(n)).find("READY=1") != std::string::npos) {
+          return true;
+        }
+        continue;
+      }
+      int st;
+      if (waitpid(daemons_[host], &st, WNOHANG) == daemons_[host]) {
+        daemons_[host] = -1;
+        ADD_FAILURE() << host
+                      << " exited before READY=1: " << ReadFile(dir_ / "logs" / (host + ".err"));
+        return false;
+      }
+    }
+    ADD_FAILURE() << host << " sent no READY=1";
+    return false;
   }
 
   void Kill(const std::string& host) {
@@ -425,6 +469,7 @@ class Deployment {
   std::unique_ptr<netns::Network> net_;
   std::vector<std::unique_ptr<netns::ZooKeeper>> zk_;
   std::map<std::string, pid_t> daemons_;
+  std::map<std::string, int> notify_;  // host -> its $NOTIFY_SOCKET
   int runs_ = 0;
 };
 
@@ -491,12 +536,16 @@ TEST(Deploy, PackagedThreeHostLayout) {
   }
 
   // doc/deploy.md §Start: the mirror first (the back-end copies its pool to it before serving).
+  // Each waited for as systemd waits for a Type=notify unit (READY=1), then its printed address.
   ASSERT_NO_FATAL_FAILURE(d.Start("mir", "mirror", "pool1"));
+  ASSERT_TRUE(d.WaitReady("mir"));
   ASSERT_EQ(d.WaitLine("mir", "listening"), "tcp://" + mir + ":7110");
   ASSERT_NO_FATAL_FAILURE(d.Start("be", "backend", "pool1"));
   for (const auto& [host, inst] : kvs) ASSERT_NO_FATAL_FAILURE(d.Start(host, "kv", inst));
+  ASSERT_TRUE(d.WaitReady("be"));
   ASSERT_EQ(d.WaitLine("be", "listening"), "tcp://" + be + ":7100");
   for (const auto& [host, inst] : kvs) {
+    ASSERT_TRUE(d.WaitReady(host));
     ASSERT_EQ(d.WaitLine(host, "resp"), d.ip(host) + ":6380");
   }
   std::string view;
@@ -649,12 +698,14 @@ TEST(Deploy, PackagedThreeHostLayout) {
 
   // doc/deploy.md §Upgrade, the mirror: restarted, copied again, in sync (exit 0).
   ASSERT_NO_FATAL_FAILURE(d.Start("mir", "mirror", "pool1"));
+  ASSERT_TRUE(d.WaitReady("mir"));
   ASSERT_TRUE(d.WaitCluster(0, &view, &rc)) << "mirror restarted: last exit " << rc << ":\n"
                                             << view;
   // A KV server, one at a time: stopped (SIGTERM, exit 0), started again, the cluster healthy
   // again; its gateway serves what was written before.
   ASSERT_EQ(d.Stop("kv3"), 0);
   ASSERT_NO_FATAL_FAILURE(d.Start("kv3", "kv", "c"));
+  ASSERT_TRUE(d.WaitReady("kv3"));
   ASSERT_EQ(d.WaitLine("kv3", "resp"), d.ip("kv3") + ":6380");
   ASSERT_TRUE(d.WaitCluster(0, &view, &rc)) << "kv3 restarted: last exit " << rc << ":\n" << view;
   ASSERT_EQ(

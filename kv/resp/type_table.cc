@@ -36,7 +36,9 @@ void AppendTypeCommands(std::vector<CommandSpec>* t) {
       {"hmget", -3, kReadonly | kFast, 1, 1, 1, "hash", "2.0.0",
        "Returns the values of all fields in a hash.", "", h::HMGet},
       {"hmset", -4, kW | kFast, 1, 1, 1, "hash", "2.0.0", "Sets the values of multiple fields.",
-       "at most 31 new fields per command (doc/types.md §Limits)", h::HSet},
+       "all or nothing; past one atomic batch (31 new fields) in parts (doc/types.md §Large "
+       "commands)",
+       h::HSet},
       {"hrandfield", -2, kReadonly, 1, 1, 1, "hash", "6.2.0",
        "Returns one or more random fields from a hash.", "", h::HRandField},
       {"hscan", -3, kReadonly, 1, 1, 1, "hash", "2.8.0",
@@ -46,7 +48,9 @@ void AppendTypeCommands(std::vector<CommandSpec>* t) {
        h::HScan},
       {"hset", -4, kW | kFast, 1, 1, 1, "hash", "2.0.0",
        "Creates or modifies the value of a field in a hash.",
-       "one atomic batch; at most 31 new fields per command (doc/types.md §Limits)", h::HSet},
+       "all or nothing; past one atomic batch (31 new fields) in parts (doc/types.md §Large "
+       "commands)",
+       h::HSet},
       {"hsetnx", 4, kW | kFast, 1, 1, 1, "hash", "2.0.0",
        "Sets the value of a field in a hash only when the field doesn't exist.", "", h::HSetNx},
       {"hstrlen", 3, kReadonly | kFast, 1, 1, 1, "hash", "3.2.0",
@@ -57,7 +61,8 @@ void AppendTypeCommands(std::vector<CommandSpec>* t) {
        "Returns an element from a list by its index.", "two reads", h::LIndex},
       {"linsert", 5, kW, 1, 1, 1, "list", "2.2.0",
        "Inserts an element before or after another element in a list.",
-       "shifts the shorter side: at most ~60 moved elements per command (doc/types.md §Limits)",
+       "shifts the shorter side; past one atomic batch the list is rewritten in parts "
+       "(doc/types.md §Large commands)",
        h::LInsert},
       {"llen", 2, kReadonly | kFast, 1, 1, 1, "list", "1.0.0", "Returns the length of a list.", "",
        h::LLen},
@@ -73,7 +78,9 @@ void AppendTypeCommands(std::vector<CommandSpec>* t) {
        "Returns the index of matching elements in a list.", "", h::LPos},
       {"lpush", -3, kW | kFast, 1, 1, 1, "list", "1.0.0",
        "Prepends one or more elements to a list. Creates the key if it doesn't exist.",
-       "one atomic batch; at most 63 elements per command (doc/types.md §Limits)", h::LPush},
+       "all or nothing; past one atomic batch (63 elements) in parts (doc/types.md §Large "
+       "commands)",
+       h::LPush},
       {"lpushx", -3, kW | kFast, 1, 1, 1, "list", "2.2.0",
        "Prepends one or more elements to a list only when the list exists.", "", h::LPush},
       {"lrange", 4, kReadonly, 1, 1, 1, "list", "1.0.0", "Returns a range of elements from a list.",
@@ -101,7 +108,9 @@ void AppendTypeCommands(std::vector<CommandSpec>* t) {
        "Appends an element to a list only when the list exists.", "", h::LPush},
       {"sadd", -3, kW | kFast, 1, 1, 1, "set", "1.0.0",
        "Adds one or more members to a set. Creates the key if it doesn't exist.",
-       "one atomic batch; at most 31 new members per command (doc/types.md §Limits)", h::SAdd},
+       "all or nothing; past one atomic batch (31 new members) in parts (doc/types.md §Large "
+       "commands)",
+       h::SAdd},
       {"scard", 2, kReadonly | kFast, 1, 1, 1, "set", "1.0.0",
        "Returns the number of members in a set.", "", h::SCard},
       {"sdiff", -2, kReadonly, 1, -1, 1, "set", "1.0.0", "Returns the difference of multiple sets.",
@@ -127,7 +136,9 @@ void AppendTypeCommands(std::vector<CommandSpec>* t) {
       {"spop", -2, kW | kFast, 1, 1, 1, "set", "1.0.0",
        "Returns one or more random members from a set after removing them. Deletes the set if the "
        "last member was popped.",
-       "at most 15 members per command unless it pops them all (doc/types.md §Limits)", h::SPop},
+       "all or nothing; past one atomic batch the set is rewritten in parts (doc/types.md §Large "
+       "commands)",
+       h::SPop},
       {"srandmember", -2, kReadonly, 1, 1, 1, "set", "1.0.0",
        "Get one or multiple random members from a set", "", h::SRandMember},
       {"srem", -3, kW | kFast, 1, 1, 1, "set", "1.0.0",
@@ -143,7 +154,8 @@ void AppendTypeCommands(std::vector<CommandSpec>* t) {
       {"zadd", -4, kW | kFast, 1, 1, 1, "sorted-set", "1.2.0",
        "Adds one or more members to a sorted set, or updates their scores. Creates the key if it "
        "doesn't exist.",
-       "one atomic batch; at most 31 new or changed members per command (doc/types.md §Limits)",
+       "all or nothing; past one atomic batch (31 new or changed members) in parts (doc/types.md "
+       "§Large commands)",
        h::ZAdd},
       {"zcard", 2, kReadonly | kFast, 1, 1, 1, "sorted-set", "1.2.0",
        "Returns the number of members in a sorted set.", "", h::ZCard},

@@ -155,12 +155,21 @@ std::vector<std::string> WrittenKeys(std::string_view name, const std::vector<st
     return keys;
   }
   for (auto k : spec_keys) keys.emplace_back(k);
-  if (name == "sort" || name == "SORT") {  // SORT ... STORE destination
-    for (size_t i = 2; i + 1 < argv.size(); ++i) {
-      if (argv[i].size() == 5 && strncasecmp(argv[i].c_str(), "store", 5) == 0) {
-        keys.push_back(argv[i + 1]);
+  if (name == "sort" || name == "SORT") {
+    // SORT ... STORE destination: the last STORE counts; the arguments of LIMIT (2), GET and BY
+    // (1) are skipped, so a value spelled "store" is not taken for the option (sortGetKeys).
+    size_t store = 0;
+    for (size_t i = 2; i < argv.size(); ++i) {
+      auto is = [&](const char* w) { return strcasecmp(argv[i].c_str(), w) == 0; };
+      if (is("limit")) {
+        i += 2;
+      } else if (is("get") || is("by")) {
+        i += 1;
+      } else if (is("store") && i + 1 < argv.size()) {
+        store = ++i;
       }
     }
+    if (store != 0) keys.push_back(argv[store]);
   }
   return keys;
 }

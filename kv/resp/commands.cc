@@ -33,9 +33,9 @@ std::vector<CommandSpec> CoreCommandSpecs() {
        h::Client, "setname getname setinfo id info list unblock"},
       {"command", -1, kLoading | kStale | kInline, 0, 0, 0, "server", "2.8.13",
        "Returns information about commands.",
-       "COMMAND, COMMAND COUNT, COMMAND DOCS [name...], COMMAND INFO [name...], COMMAND LIST; "
-       "generated from the dispatch table",
-       h::Command, "count docs info list"},
+       "COMMAND, COMMAND COUNT, COMMAND DOCS [name...], COMMAND INFO [name...], COMMAND LIST, "
+       "COMMAND GETKEYS; generated from the dispatch table",
+       h::Command, "count docs getkeys info list"},
       {"config", -2, kAdmin | kLoading | kStale | kInline, 0, 0, 0, "server", "2.0.0",
        "A container for server configuration commands.",
        "GET (glob patterns; unknown parameters give an empty array); SET of a Redis parameter is "

@@ -301,6 +301,18 @@ TEST_F(Gateway, ConfigGet_PairsAndUnknownIsEmpty) {
   EXPECT_EQ(Run("CONFIG SET nosuch x").substr(0, 4), "-ERR");
 }
 
+TEST_F(Gateway, Command_GetKeys) {
+  EXPECT_EQ(Run("COMMAND GETKEYS MSET a 1 b 2"), "*2\r\n$1\r\na\r\n$1\r\nb\r\n");
+  // SORT: the last STORE; a GET/BY/LIMIT argument spelled "store" is not the option.
+  EXPECT_EQ(Run("COMMAND GETKEYS SORT abc STORE x STORE def"), "*2\r\n$3\r\nabc\r\n$3\r\ndef\r\n");
+  EXPECT_EQ(Run("COMMAND GETKEYS SORT abc GET store"), "*1\r\n$3\r\nabc\r\n");
+  EXPECT_EQ(Run("COMMAND GETKEYS LMPOP 2 l1 l2 LEFT"), "*2\r\n$2\r\nl1\r\n$2\r\nl2\r\n");
+  EXPECT_EQ(Run("COMMAND GETKEYS nosuch a"), "-ERR Invalid command specified\r\n");
+  EXPECT_EQ(Run("COMMAND GETKEYS GET"),
+            "-ERR Invalid number of arguments specified for command\r\n");
+  EXPECT_EQ(Run("COMMAND GETKEYS PING"), "-ERR The command has no key arguments\r\n");
+}
+
 TEST_F(Gateway, Command_CountDocsInfoComeFromTheTable) {
   size_t n = CommandTable().size();
   EXPECT_EQ(Run("COMMAND COUNT"), ":" + std::to_string(n) + "\r\n");

@@ -615,6 +615,18 @@ void Command(CommandContext& c, const std::vector<std::string>& a) {
         c.out.NullArray();
       }
     }
+  } else if (sub == "getkeys" && a.size() >= 3) {
+    // The keys a command names (COMMAND GETKEYS, Redis's errors).
+    const CommandSpec* s = FindCommand(a[2]);
+    if (s == nullptr) return c.out.Error("ERR Invalid command specified");
+    const std::vector<std::string> argv(a.begin() + 2, a.end());
+    const bool arity_ok = s->arity >= 0 ? static_cast<int>(argv.size()) == s->arity
+                                        : static_cast<int>(argv.size()) >= -s->arity;
+    if (!arity_ok) return c.out.Error("ERR Invalid number of arguments specified for command");
+    const std::vector<std::string> keys = WrittenKeys(s->name, argv, CommandKeys(*s, argv));
+    if (keys.empty()) return c.out.Error("ERR The command has no key arguments");
+    c.out.Array(keys.size());
+    for (const auto& k : keys) c.out.Bulk(k);
   } else if (sub == "docs") {
     std::vector<const CommandSpec*> picked;
     if (a.size() == 2) {

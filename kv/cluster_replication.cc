@@ -414,12 +414,14 @@ void ClusterAgent::CatchUp(uint32_t shard, std::string backup, uint64_t epoch,
                                               std::chrono::steady_clock::now() - t0)
                                               .count());
   bool marked = false;
+  const char* held_file = nullptr;
   if (st.ok()) {
     // Test hooks (tests/kv/kv_fence_test.cc KvCatchUp): hold a finished stream before marking,
-    // saying so with a line appended to a file (the test waits for it), and (negative control)
-    // mark without the check below.
-    if (const char* held = std::getenv("ASYMNVM_TEST_CATCHUP_HELD_FILE")) {
-      std::ofstream(held, std::ios::app) << shard << " " << backup << " " << n << "\n";
+    // saying so with a line appended to a file ("held", and "released" once this catch-up is
+    // over: the test waits for them), and (negative control) mark without the check below.
+    held_file = std::getenv("ASYMNVM_TEST_CATCHUP_HELD_FILE");
+    if (held_file != nullptr) {
+      std::ofstream(held_file, std::ios::app) << "held " << shard << " " << backup << "\n";
     }
     if (const char* hold = std::getenv("ASYMNVM_TEST_CATCHUP_HOLD_MS")) {
       for (int i = std::atoi(hold) / 10; i > 0 && !stop_; i--) {
@@ -461,6 +463,9 @@ void ClusterAgent::CatchUp(uint32_t shard, std::string backup, uint64_t epoch,
     LOG_WARN("kv", "catch-up of shard " << shard << " to " << backup << ": " << st.ToString());
   }
   done();
+  if (held_file != nullptr) {
+    std::ofstream(held_file, std::ios::app) << "released " << shard << " " << backup << "\n";
+  }
 }
 
 void ClusterAgent::DigestLoop() {

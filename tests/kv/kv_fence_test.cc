@@ -411,12 +411,15 @@ TEST_F(KvRejoin, WithoutHoldOffARemovedBackupRejoinsAtOnce) {
 
 class KvCatchUp : public TwoServers {
  protected:
-  // Lines the primaries appended to held_ (one per catch-up whose stream finished).
-  size_t StreamsHeld() {
+  // Lines of held_ that start with `word`: "held" (a catch-up's stream finished, its hold began)
+  // or "released" (that catch-up is over).
+  size_t Lines(const std::string& word) {
     std::ifstream in(held_);
-    return static_cast<size_t>(
-        std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n'));
+    size_t n = 0;
+    for (std::string line; std::getline(in, line);) n += line.rfind(word + " ", 0) == 0 ? 1 : 0;
+    return n;
   }
+  size_t StreamsHeld() { return Lines("held"); }
   // Returns what the promoted backup reads for the write that missed its catch-up.
   void RunCatchUpMissedAWrite(bool check, std::string* during, std::string* before) {
     // Every catch-up holds its finished stream 6 s before marking its backup synced (and says so
@@ -439,6 +442,9 @@ class KvCatchUp : public TwoServers {
     ASSERT_GE(b, 0);
     const std::string backup_oq = Address(procs_[b]);
     const int a = 1 - b;
+    // No catch-up from the start is still holding (one would keep the restarted backup from
+    // getting a catch-up of its own until it ends: the same backup, the same shard).
+    ASSERT_TRUE(testutil::WaitFor([&] { return Lines("held") == Lines("released"); }, 60s));
     // The backup restarts: the manager adds it back as joining, and the primary's catch-up
     // streams the shard to it (a few entries) and holds.
     testutil::Kill9(procs_[b]);

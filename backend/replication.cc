@@ -632,7 +632,10 @@ struct Replicator::Impl {
 
   // A barrier over every in-sync link: their FLUSHes are posted first and then awaited, so the
   // mirrors acknowledge in parallel.
+  std::atomic<uint64_t> barriers{0}, barrier_local_us{0}, barrier_wait_us{0};
+
   void BeginSync(MirrorSyncTicket* t) {
+    t->begun = std::chrono::steady_clock::now();
     t->n = LinkCount();  // a link added later is not in sync yet
     for (size_t i = 0; i < t->n; i++) {
       Link& l = LinkAt(i);
@@ -646,6 +649,8 @@ struct Replicator::Impl {
   }
 
   void EndSync(MirrorSyncTicket* t) {
+    const auto ended = std::chrono::steady_clock::now();
+    bool waited = false;
     for (size_t i = 0; i < t->n; i++) {
       Link& l = LinkAt(i);
       MirrorSyncTicket::PerLink& m = t->links[i];
@@ -656,6 +661,7 @@ struct Replicator::Impl {
         FinishFlushLocked(l, m.upto, m.bytes, m.oldest, s);
       }
       if (!m.insync) continue;
+      waited = true;
       {
         MutexLock lk(l.mu);
         if (l.state != LinkState::kInSync) continue;
@@ -663,6 +669,16 @@ struct Replicator::Impl {
         drop = l.failed;
       }
       if (drop) EnsureDropped(l);
+    }
+    if (waited) {
+      auto us = [](auto d) {
+        return static_cast<uint64_t>(
+            std::chrono::duration_cast<std::chrono::microseconds>(d).count());
+      };
+      barriers.fetch_add(1, std::memory_order_relaxed);
+      barrier_local_us.fetch_add(us(ended - t->begun), std::memory_order_relaxed);
+      barrier_wait_us.fetch_add(us(std::chrono::steady_clock::now() - ended),
+                                std::memory_order_relaxed);
     }
   }
 
@@ -782,6 +798,14 @@ void Replicator::BeginSync(MirrorSyncTicket* t) {
 void Replicator::EndSync(MirrorSyncTicket* t) { impl_->EndSync(t); }
 
 bool Replicator::async() const { return impl_->o.async; }
+
+BarrierStats Replicator::barrier_stats() const {
+  BarrierStats b;
+  b.barriers = impl_->barriers.load(std::memory_order_relaxed);
+  b.local_us = impl_->barrier_local_us.load(std::memory_order_relaxed);
+  b.mirror_wait_us = impl_->barrier_wait_us.load(std::memory_order_relaxed);
+  return b;
+}
 
 std::vector<MirrorLinkStats> Replicator::stats() const {
   std::vector<MirrorLinkStats> out;

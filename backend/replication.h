@@ -105,6 +105,14 @@ struct MirrorSyncTicket {
   };
   size_t n = 0;  // links that existed at BeginSync (a link added later is not in sync yet)
   std::array<PerLink, kMaxMirrors> links;
+  std::chrono::steady_clock::time_point begun;  // the breakdown in BarrierStats
+};
+
+// Where a sync-mode barrier's time goes (status: "mirror_barriers"): barriers that waited for
+// at least one in-sync mirror, the time from BeginSync to EndSync (the caller's local persist,
+// overlapped with the mirrors' FLUSH) and the time EndSync then waited for the mirrors.
+struct BarrierStats {
+  uint64_t barriers = 0, local_us = 0, mirror_wait_us = 0;
 };
 
 // Persister wrapper: ranges inside the pool are forwarded; Drain waits for the in-sync mirrors.
@@ -161,6 +169,7 @@ class Replicator {
   void BeginSync(MirrorSyncTicket* t);
   void EndSync(MirrorSyncTicket* t);
   std::vector<MirrorLinkStats> stats() const;
+  BarrierStats barrier_stats() const;
   bool async() const;
   // Stops the manager, flushes and closes every link. Idempotent.
   void Stop();

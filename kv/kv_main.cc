@@ -32,6 +32,7 @@
 
 #include "asymnvm/coord.h"
 #include "asymnvm/metrics.h"
+#include "common/log_options.h"
 #include "common/logging.h"
 #include "common/service.h"
 #include "kv/resp/commands.h"
@@ -252,6 +253,8 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "debug|info|warn|error|off")
       ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
+  std::string log_format = "text";
+  AddLogFormatOption(app, &log_format);
   app.add_option("--resp-port", resp_port,
                  "Redis (RESP) gateway port; taken: an ephemeral one (printed); 0 = ephemeral; "
                  "-1 = no gateway (doc/resp.md)")
@@ -356,6 +359,7 @@ int main(int argc, char** argv) {
   LogLevel level;
   ParseLogLevel(log_level, &level);
   SetLogLevel(level);
+  ApplyLogFormat(log_format);
   {
     auto secret = fabric::ResolveClusterSecret(o.fabric);
     if (!secret.ok()) {

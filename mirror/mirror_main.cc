@@ -39,6 +39,7 @@
 #include "asymnvm/pm.h"
 #include "backend/backend.h"
 #include "backend/metrics.h"
+#include "common/log_options.h"
 #include "common/logging.h"
 #include "common/service.h"
 #include "common/thread_annotations.h"
@@ -319,6 +320,8 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "debug|info|warn|error|off")
       ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
+  std::string log_format = "text";
+  AddLogFormatOption(app, &log_format);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -340,6 +343,7 @@ int main(int argc, char** argv) {
   LogLevel level;
   ParseLogLevel(log_level, &level);
   SetLogLevel(level);
+  ApplyLogFormat(log_format);
   {
     auto secret = fabric::ResolveClusterSecret(d.mo.fabric);
     if (!secret.ok()) {

@@ -39,6 +39,7 @@
 #include "kv/resp/gateway.h"
 #include "kv/resp/tls.h"
 #include "kv/server.h"
+#include "pm/sync_metrics.h"
 
 using namespace asymnvm;
 
@@ -67,10 +68,8 @@ void WriteKvMetrics(const kv::Server& server, const kv::resp::Server* gateway, m
     s.rejected);
   c("nilext_dropped_total", "Nil-externalizing requests that failed (no reply channel)",
     s.nilext_dropped);
-  w.Counter("asymnvm_pm_syncs_total", "Pool msync calls (0 in flush mode)",
-            static_cast<double>(s.pm_syncs), {{"component", "kv"}});
-  w.Counter("asymnvm_pm_sync_bytes_total", "Bytes of the pool made durable by msync",
-            static_cast<double>(s.pm_sync_bytes), {{"component", "kv"}});
+  pm::WriteSyncMetrics(w, "kv", static_cast<double>(s.pm_syncs),
+                       static_cast<double>(s.pm_sync_bytes));
   g("shard_map_epoch", "Epoch of the shard map this server follows (cluster mode)", s.map_epoch);
   c("backup_digested_total", "B-log entries applied as a backup", s.digested);
   c("catchups_total", "Joining backups brought in sync by this server", s.catchups);

@@ -46,6 +46,7 @@
 #include "mirror/group.h"
 #include "mirror/mirror_server.h"
 #include "mirror/primary_role.h"
+#include "pm/sync_metrics.h"
 
 using namespace asymnvm;
 
@@ -432,10 +433,7 @@ int main(int argc, char** argv) {
                 j.value("bytes_in", 0.0));
       w.Counter("asymnvm_mirror_remote_ops_total", "One-sided writes/flushes the NIC served",
                 j.value("remote_ops_served", 0.0));
-      w.Counter("asymnvm_pm_syncs_total", "Pool msync calls (0 in flush mode)",
-                j.value("pm_syncs", 0.0), {{"component", "mirror"}});
-      w.Counter("asymnvm_pm_sync_bytes_total", "Bytes of the pool made durable by msync",
-                j.value("pm_sync_bytes", 0.0), {{"component", "mirror"}});
+      pm::WriteSyncMetrics(w, "mirror", j.value("pm_syncs", 0.0), j.value("pm_sync_bytes", 0.0));
       const bool promoted = dp->promoted.load();
       w.Counter("asymnvm_mirror_promotions_total", "Failovers: this mirror promoted to primary",
                 promoted ? 1 : 0);

@@ -85,6 +85,16 @@ if [ "$MODE" = promtool ]; then
   done
   used=$(python3 -c "import json; print(json.load(open('$T/status.json'))['alloc']['blocks_used'])")
   [ "$(metric "$B" 'asymnvm_backend_alloc_blocks{state="used"}')" = "$used" ] || fail "alloc used"
+  # Every msync the pool counted was timed: the histogram's count equals the sync counter (a few
+  # scrapes: a background sync may fall between the two reads of one scrape).
+  for try in 1 2 3; do
+    S=$(scrape "$BMET") || fail "scrape $BMET"
+    syncs=$(metric "$S" 'asymnvm_pm_syncs_total{component="backend"}')
+    timed=$(metric "$S" 'asymnvm_pm_sync_duration_seconds_count{component="backend"}')
+    [ -n "$syncs" ] && [ "$syncs" = "$timed" ] && break
+  done
+  [ -n "$syncs" ] && [ "$syncs" != 0 ] && [ "$syncs" = "$timed" ] ||
+    fail "pm syncs $syncs, timed syncs $timed"
   [ "$(metric "$B" "asymnvm_backend_mirror_in_sync{mirror=\"$MCTL\"}")" = 1 ] ||
     fail "mirror $MCTL not in sync in the back-end's metrics"
   M=$(scrape "$MMET") || fail "scrape $MMET"

@@ -1458,6 +1458,9 @@ struct Backend::Impl : public OpLogSource {
                                 {"last_error", m.last_error}});
       }
       j["mirrors_in_sync"] = insync;
+      const BarrierStats b = repl->barrier_stats();
+      j["mirror_barriers"] = {
+          {"barriers", b.barriers}, {"local_us", b.local_us}, {"mirror_wait_us", b.mirror_wait_us}};
       j["mirrors_configured"] = repl->stats().size();
     }
     auto as = allocator->stats();

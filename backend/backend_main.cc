@@ -50,6 +50,7 @@
 #include "backend/backend.h"
 #include "backend/metrics.h"
 #include "backend/registration.h"
+#include "common/log_options.h"
 #include "common/logging.h"
 #include "common/service.h"
 #include "fabric/tls_flags.h"
@@ -208,6 +209,8 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "debug|info|warn|error|off")
       ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
+  std::string log_format = "text";
+  AddLogFormatOption(app, &log_format);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -234,6 +237,7 @@ int main(int argc, char** argv) {
   LogLevel level;
   ParseLogLevel(log_level, &level);
   SetLogLevel(level);
+  ApplyLogFormat(log_format);
 
   {
     auto secret = fabric::ResolveClusterSecret(o.fabric);
@@ -290,7 +294,9 @@ int main(int argc, char** argv) {
                                       "--pm-mode",
                                       pm_mode,
                                       "--log-level",
-                                      log_level};
+                                      log_level,
+                                      "--log-format",
+                                      log_format};
     if (!o.fabric.secret_file.empty()) {
       margs.push_back("--secret-file");
       margs.push_back(o.fabric.secret_file);

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/rpc.h"
+#include "pm/sync_metrics.h"
 
 namespace asymnvm::backend {
 
@@ -74,10 +75,7 @@ void WriteMetrics(const Backend& backend, metrics::Writer& w) {
   counter("deferred_frees_failed_total", "deferred_frees_failed",
           "Deferred frees of blocks no longer allocated");
   counter("cpu_seconds_total", "cpu_seconds", "CPU time of the back-end process (user+system)");
-  w.Counter("asymnvm_pm_syncs_total", "Pool msync calls (0 in flush mode)", num("pm_syncs"),
-            {{"component", "backend"}});
-  w.Counter("asymnvm_pm_sync_bytes_total", "Bytes of the pool made durable by msync",
-            num("pm_sync_bytes"), {{"component", "backend"}});
+  pm::WriteSyncMetrics(w, "backend", num("pm_syncs"), num("pm_sync_bytes"));
   counter("checkpoints_total", "checkpoints", "Redo-log mode: checkpoints taken");
   counter("checkpoint_bytes_total", "checkpoint_bytes", "Redo-log mode: bytes checkpoints wrote");
   gauge("checkpoint_lag_txns", "checkpoint_lag_txns",

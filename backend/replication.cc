@@ -632,40 +632,53 @@ struct Replicator::Impl {
 
   // A barrier over every in-sync link: their FLUSHes are posted first and then awaited, so the
   // mirrors acknowledge in parallel.
-  void Sync() {
-    struct Mine {
-      bool posted = false;
-      uint64_t target = 0, upto = 0, bytes = 0;
-      std::chrono::steady_clock::time_point oldest;
-      Status st;
-    };
-    const size_t n = LinkCount();  // a link added later is not in sync yet
-    std::array<Mine, kMaxMirrors> mine;
-    for (size_t i = 0; i < n; i++) {
+  std::atomic<uint64_t> barriers{0}, barrier_local_us{0}, barrier_wait_us{0};
+
+  void BeginSync(MirrorSyncTicket* t) {
+    t->begun = std::chrono::steady_clock::now();
+    t->n = LinkCount();  // a link added later is not in sync yet
+    for (size_t i = 0; i < t->n; i++) {
       Link& l = LinkAt(i);
+      MirrorSyncTicket::PerLink& m = t->links[i];
       MutexLock lk(l.mu);
       if (l.state != LinkState::kInSync) continue;
-      mine[i].target = l.posted;
-      if (l.acked < l.posted) {
-        mine[i].posted =
-            StartFlushLocked(l, &mine[i].upto, &mine[i].bytes, &mine[i].oldest, &mine[i].st);
-      }
+      m.insync = true;
+      m.target = l.posted;
+      if (l.acked < l.posted) m.posted = StartFlushLocked(l, &m.upto, &m.bytes, &m.oldest, &m.st);
     }
-    for (size_t i = 0; i < n; i++) {
+  }
+
+  void EndSync(MirrorSyncTicket* t) {
+    const auto ended = std::chrono::steady_clock::now();
+    bool waited = false;
+    for (size_t i = 0; i < t->n; i++) {
       Link& l = LinkAt(i);
+      MirrorSyncTicket::PerLink& m = t->links[i];
       bool drop = false;
-      if (mine[i].posted) {
-        Status s = AwaitFlush(l, mine[i].upto, mine[i].st);
+      if (m.posted) {
+        Status s = AwaitFlush(l, m.upto, m.st);
         MutexLock lk(l.mu);
-        FinishFlushLocked(l, mine[i].upto, mine[i].bytes, mine[i].oldest, s);
+        FinishFlushLocked(l, m.upto, m.bytes, m.oldest, s);
       }
+      if (!m.insync) continue;
+      waited = true;
       {
         MutexLock lk(l.mu);
         if (l.state != LinkState::kInSync) continue;
-        FlushLocked(l, lk, mine[i].target);
+        FlushLocked(l, lk, m.target);
         drop = l.failed;
       }
       if (drop) EnsureDropped(l);
+    }
+    if (waited) {
+      auto us = [](auto d) {
+        return static_cast<uint64_t>(
+            std::chrono::duration_cast<std::chrono::microseconds>(d).count());
+      };
+      barriers.fetch_add(1, std::memory_order_relaxed);
+      barrier_local_us.fetch_add(us(ended - t->begun), std::memory_order_relaxed);
+      barrier_wait_us.fetch_add(us(std::chrono::steady_clock::now() - ended),
+                                std::memory_order_relaxed);
     }
   }
 
@@ -696,13 +709,25 @@ void ForwardingPersister::ForwardOnly(const void* addr, size_t length) {
   ASYMNVM_CRASH_POINT("mirror.forward.after_post");
 }
 
+// The barrier overlaps the local persist with the mirrors' (doc/mirror.md §Overlapped barrier):
+// the FLUSH to every in-sync mirror is posted first (it covers every range forwarded so far,
+// which includes every range this barrier must make durable: Flush forwards before it returns),
+// then the pool persists locally, then the barrier waits for the mirrors' acknowledgements. It
+// returns only when both hold, as before; a crash in between leaves ranges flushed and not yet
+// drained on one side or both, which the crash contract already allows.
 void ForwardingPersister::Drain() {
+  Replicator* r = wait_on_drain_ ? repl_.load(std::memory_order_acquire) : nullptr;
+  if (r == nullptr) {
+    inner_->Drain();
+    return;
+  }
+  ASYMNVM_CRASH_POINT("mirror.sync.before_flush");  // the mirrors' FLUSH not sent
+  MirrorSyncTicket t;
+  r->BeginSync(&t);
+  ASYMNVM_CRASH_POINT("mirror.sync.after_post");  // the mirrors' FLUSH posted, local not durable
   inner_->Drain();
-  if (!wait_on_drain_) return;
-  Replicator* r = repl_.load(std::memory_order_acquire);
-  if (r == nullptr) return;
-  ASYMNVM_CRASH_POINT("mirror.sync.before_flush");  // durable here, the mirrors' FLUSH not sent
-  r->Sync();
+  ASYMNVM_CRASH_POINT("mirror.sync.after_local");  // durable here, the mirrors' ack not awaited
+  r->EndSync(&t);
   ASYMNVM_CRASH_POINT("mirror.sync.after_ack");  // on every mirror, not yet acknowledged upward
 }
 
@@ -759,11 +784,28 @@ Status Replicator::AddMirror(const std::string& address) {
 }
 
 void Replicator::Sync() {
-  if (impl_->o.async || impl_->o.TEST_skip_mirror_flush) return;
-  impl_->Sync();
+  MirrorSyncTicket t;
+  BeginSync(&t);
+  EndSync(&t);
 }
 
+void Replicator::BeginSync(MirrorSyncTicket* t) {
+  t->n = 0;
+  if (impl_->o.async || impl_->o.TEST_skip_mirror_flush) return;
+  impl_->BeginSync(t);
+}
+
+void Replicator::EndSync(MirrorSyncTicket* t) { impl_->EndSync(t); }
+
 bool Replicator::async() const { return impl_->o.async; }
+
+BarrierStats Replicator::barrier_stats() const {
+  BarrierStats b;
+  b.barriers = impl_->barriers.load(std::memory_order_relaxed);
+  b.local_us = impl_->barrier_local_us.load(std::memory_order_relaxed);
+  b.mirror_wait_us = impl_->barrier_wait_us.load(std::memory_order_relaxed);
+  return b;
+}
 
 std::vector<MirrorLinkStats> Replicator::stats() const {
   std::vector<MirrorLinkStats> out;

@@ -92,6 +92,29 @@ struct MirrorLinkStats {
 
 class Replicator;
 
+// A barrier in two halves (Replicator::BeginSync / EndSync), so the primary persists locally
+// while the mirrors' FLUSH is in flight (doc/mirror.md §Overlapped barrier). Per link: whether
+// it was in sync at BeginSync, what it must acknowledge (`target`: writes posted by then) and the
+// FLUSH this barrier posted, if any.
+struct MirrorSyncTicket {
+  struct PerLink {
+    bool insync = false, posted = false;
+    uint64_t target = 0, upto = 0, bytes = 0;
+    std::chrono::steady_clock::time_point oldest;
+    Status st;
+  };
+  size_t n = 0;  // links that existed at BeginSync (a link added later is not in sync yet)
+  std::array<PerLink, kMaxMirrors> links;
+  std::chrono::steady_clock::time_point begun;  // the breakdown in BarrierStats
+};
+
+// Where a sync-mode barrier's time goes (status: "mirror_barriers"): barriers that waited for
+// at least one in-sync mirror, the time from BeginSync to EndSync (the caller's local persist,
+// overlapped with the mirrors' FLUSH) and the time EndSync then waited for the mirrors.
+struct BarrierStats {
+  uint64_t barriers = 0, local_us = 0, mirror_wait_us = 0;
+};
+
 // Persister wrapper: ranges inside the pool are forwarded; Drain waits for the in-sync mirrors.
 // Pass-through while no Replicator is attached.
 class ForwardingPersister final : public pm::Persister {
@@ -136,8 +159,17 @@ class Replicator {
   void Forward(uint64_t offset, uint64_t length);
   // Sync mode: returns when every in-sync mirror acknowledged everything forwarded before the
   // call (or was dropped and removed from the in-sync set). Async mode: returns at once.
+  // Sync() = EndSync(BeginSync()).
   void Sync();
+  // BeginSync posts a FLUSH covering everything forwarded so far to every in-sync mirror that
+  // has no FLUSH in flight and returns at once; EndSync waits until every mirror in sync at
+  // BeginSync acknowledged everything forwarded before BeginSync (or was dropped and removed
+  // from the in-sync set), exactly what Sync promises. Between them the caller persists
+  // locally — the primary's msync and the mirrors' run in parallel.
+  void BeginSync(MirrorSyncTicket* t);
+  void EndSync(MirrorSyncTicket* t);
   std::vector<MirrorLinkStats> stats() const;
+  BarrierStats barrier_stats() const;
   bool async() const;
   // Stops the manager, flushes and closes every link. Idempotent.
   void Stop();

@@ -1,11 +1,16 @@
 #include "common/logging.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "common/log_format.h"
 
 namespace asymnvm {
 namespace {
@@ -15,6 +20,18 @@ LogLevel InitialLevel() {
   LogLevel level = LogLevel::kInfo;
   if (env != nullptr) ParseLogLevel(env, &level);
   return level;
+}
+
+LogFormat InitialFormat() {
+  const char* env = std::getenv("ASYMNVM_LOG_FORMAT");
+  LogFormat format = LogFormat::kText;
+  if (env != nullptr) ParseLogFormat(env, &format);
+  return format;
+}
+
+std::atomic<int>& FormatVar() {
+  static std::atomic<int> format{static_cast<int>(InitialFormat())};
+  return format;
 }
 
 std::atomic<int>& LevelVar() {
@@ -58,19 +75,61 @@ bool ParseLogLevel(std::string_view name, LogLevel* out) {
   return true;
 }
 
-void LogLine(LogLevel level, std::string_view component, const std::string& message) {
-  static std::mutex mu;
-  auto now = std::chrono::system_clock::now();
-  auto secs = std::chrono::system_clock::to_time_t(now);
-  auto us = std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() %
-            1000000;
+LogFormat GetLogFormat() {
+  return static_cast<LogFormat>(FormatVar().load(std::memory_order_relaxed));
+}
+void SetLogFormat(LogFormat format) { FormatVar().store(static_cast<int>(format)); }
+
+bool ParseLogFormat(std::string_view name, LogFormat* out) {
+  if (name == "text")
+    *out = LogFormat::kText;
+  else if (name == "json")
+    *out = LogFormat::kJson;
+  else
+    return false;
+  return true;
+}
+
+std::string FormatLogLine(LogFormat format, LogLevel level, std::string_view component,
+                          std::string_view message, std::chrono::system_clock::time_point now) {
+  const auto secs = std::chrono::system_clock::to_time_t(now);
+  const auto us =
+      std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() %
+      1000000;
   std::tm tm{};
+  char ts[64];
+  if (format == LogFormat::kJson) {
+    gmtime_r(&secs, &tm);
+    size_t n = std::strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
+    std::snprintf(ts + n, sizeof(ts) - n, ".%06ldZ", static_cast<long>(us));
+    std::string level_name = LevelName(level);
+    for (char& c : level_name) c = static_cast<char>(c - 'A' + 'a');
+    nlohmann::ordered_json j;
+    j["time"] = ts;
+    j["level"] = level_name;
+    j["component"] = std::string(component);
+    j["pid"] = static_cast<int64_t>(::getpid());
+    j["message"] = std::string(message);
+    return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  }
   localtime_r(&secs, &tm);
-  char ts[32];
   std::strftime(ts, sizeof(ts), "%H:%M:%S", &tm);
+  char head[96];
+  std::snprintf(head, sizeof(head), "%-5s %s.%06ld ", LevelName(level), ts, static_cast<long>(us));
+  std::string line = head;
+  line.append(component);
+  line += ": ";
+  line.append(message);
+  return line;
+}
+
+void LogLine(LogLevel level, std::string_view component, const std::string& message) {
+  std::string line =
+      FormatLogLine(GetLogFormat(), level, component, message, std::chrono::system_clock::now());
+  line += '\n';
+  static std::mutex mu;
   std::lock_guard<std::mutex> lock(mu);
-  std::fprintf(stderr, "%-5s %s.%06ld %.*s: %s\n", LevelName(level), ts, static_cast<long>(us),
-               static_cast<int>(component.size()), component.data(), message.c_str());
+  std::fwrite(line.data(), 1, line.size(), stderr);
 }
 
 void CheckFailed(const char* file, int line, const char* cond) {

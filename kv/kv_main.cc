@@ -33,6 +33,7 @@
 
 #include "asymnvm/coord.h"
 #include "asymnvm/metrics.h"
+#include "common/log_options.h"
 #include "common/logging.h"
 #include "common/service.h"
 #include "fabric/tls_flags.h"
@@ -40,6 +41,7 @@
 #include "kv/resp/gateway.h"
 #include "kv/resp/tls.h"
 #include "kv/server.h"
+#include "pm/sync_metrics.h"
 
 using namespace asymnvm;
 
@@ -68,10 +70,8 @@ void WriteKvMetrics(const kv::Server& server, const kv::resp::Server* gateway, m
     s.rejected);
   c("nilext_dropped_total", "Nil-externalizing requests that failed (no reply channel)",
     s.nilext_dropped);
-  w.Counter("asymnvm_pm_syncs_total", "Pool msync calls (0 in flush mode)",
-            static_cast<double>(s.pm_syncs), {{"component", "kv"}});
-  w.Counter("asymnvm_pm_sync_bytes_total", "Bytes of the pool made durable by msync",
-            static_cast<double>(s.pm_sync_bytes), {{"component", "kv"}});
+  pm::WriteSyncMetrics(w, "kv", static_cast<double>(s.pm_syncs),
+                       static_cast<double>(s.pm_sync_bytes));
   g("shard_map_epoch", "Epoch of the shard map this server follows (cluster mode)", s.map_epoch);
   c("backup_digested_total", "B-log entries applied as a backup", s.digested);
   c("catchups_total", "Joining backups brought in sync by this server", s.catchups);
@@ -255,6 +255,8 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "debug|info|warn|error|off")
       ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
+  std::string log_format = "text";
+  AddLogFormatOption(app, &log_format);
   app.add_option("--resp-port", resp_port,
                  "Redis (RESP) gateway port; taken: an ephemeral one (printed); 0 = ephemeral; "
                  "-1 = no gateway (doc/resp.md)")
@@ -359,6 +361,7 @@ int main(int argc, char** argv) {
   LogLevel level;
   ParseLogLevel(log_level, &level);
   SetLogLevel(level);
+  ApplyLogFormat(log_format);
   {
     auto secret = fabric::ResolveClusterSecret(o.fabric);
     if (!secret.ok()) {

@@ -40,6 +40,7 @@
 #include "asymnvm/pm.h"
 #include "backend/backend.h"
 #include "backend/metrics.h"
+#include "common/log_options.h"
 #include "common/logging.h"
 #include "common/service.h"
 #include "common/thread_annotations.h"
@@ -47,6 +48,7 @@
 #include "mirror/group.h"
 #include "mirror/mirror_server.h"
 #include "mirror/primary_role.h"
+#include "pm/sync_metrics.h"
 
 using namespace asymnvm;
 
@@ -322,6 +324,8 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "debug|info|warn|error|off")
       ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
+  std::string log_format = "text";
+  AddLogFormatOption(app, &log_format);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -343,6 +347,7 @@ int main(int argc, char** argv) {
   LogLevel level;
   ParseLogLevel(log_level, &level);
   SetLogLevel(level);
+  ApplyLogFormat(log_format);
   {
     auto secret = fabric::ResolveClusterSecret(d.mo.fabric);
     if (!secret.ok()) {
@@ -431,10 +436,7 @@ int main(int argc, char** argv) {
                 j.value("bytes_in", 0.0));
       w.Counter("asymnvm_mirror_remote_ops_total", "One-sided writes/flushes the NIC served",
                 j.value("remote_ops_served", 0.0));
-      w.Counter("asymnvm_pm_syncs_total", "Pool msync calls (0 in flush mode)",
-                j.value("pm_syncs", 0.0), {{"component", "mirror"}});
-      w.Counter("asymnvm_pm_sync_bytes_total", "Bytes of the pool made durable by msync",
-                j.value("pm_sync_bytes", 0.0), {{"component", "mirror"}});
+      pm::WriteSyncMetrics(w, "mirror", j.value("pm_syncs", 0.0), j.value("pm_sync_bytes", 0.0));
       const bool promoted = dp->promoted.load();
       w.Counter("asymnvm_mirror_promotions_total", "Failovers: this mirror promoted to primary",
                 promoted ? 1 : 0);

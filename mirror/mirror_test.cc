@@ -459,8 +459,10 @@ TEST_F(MirrorTest, PrimaryAndWriterKilledTogetherLoseNothing) {
 
 // Named crash points inside the forwarding path (doc/mirror.md §Crash points): the primary runs
 // with ASYMNVM_CRASH_AT=<point>:<N> and kills itself the N-th time it gets there — a range
-// persisted locally but not yet posted to the mirror, posted but not covered by a FLUSH, durable
-// locally with the mirror's FLUSH not sent, on the mirror but not yet acknowledged upward — while
+// persisted locally but not yet posted to the mirror, posted but not covered by a FLUSH, a
+// barrier before the mirror's FLUSH is sent, with it posted and the local persist not done, with
+// the local persist done and the mirror's acknowledgement not awaited, on the mirror but not yet
+// acknowledged upward — while
 // a Session interleaves word puts with atomic vector puts into a hash table (PutBatch of 16
 // pairs: one op log, one transaction, values that travel as pointers into it). Its pool file is
 // removed, the mirror is promoted, and every acknowledged put and batch is there; the one in

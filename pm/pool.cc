@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -26,6 +27,7 @@
 #include "common/logging.h"
 #include "common/thread_annotations.h"
 #include "pm/persister_mode.h"
+#include "pm/sync_metrics.h"
 
 namespace asymnvm::pm {
 namespace {
@@ -44,13 +46,23 @@ Status SysError(const std::string& what, const std::string& path, int e) {
   CheckFailed(__FILE__, __LINE__, what);
 }
 
-// Sync counters of one pool (Pool::sync_stats).
+metrics::LatencyHistogram& SyncLatencyHistogram() {
+  static metrics::LatencyHistogram* h = new metrics::LatencyHistogram();
+  return *h;
+}
+
+// Sync counters of one pool (Pool::sync_stats); the time of each sync goes to SyncLatency().
 struct SyncCounter {
   std::atomic<uint64_t> syncs{0}, bytes{0};
   void Msync(const void* addr, size_t len) {
+    const auto start = std::chrono::steady_clock::now();
     if (pmem_msync(addr, len) != 0) FatalPersist("pmem_msync", addr, len, errno);
     syncs.fetch_add(1, std::memory_order_relaxed);
     bytes.fetch_add(len, std::memory_order_relaxed);
+    SyncLatencyHistogram().Record(
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  std::chrono::steady_clock::now() - start)
+                                  .count()));
   }
 };
 
@@ -414,6 +426,8 @@ void SyncParentDir(const std::string& path) {
 }
 
 }  // namespace
+
+const metrics::LatencyHistogram& SyncLatency() { return SyncLatencyHistogram(); }
 
 Result<std::unique_ptr<Pool>> Pool::Create(const std::string& path, uint64_t size,
                                            const PoolOptions& options) {

@@ -10,6 +10,7 @@
 
 #include "asymnvm/pm.h"
 #include "pm/pm_test_util.h"
+#include "pm/sync_metrics.h"
 
 namespace asymnvm::pm {
 namespace {
@@ -164,6 +165,41 @@ TEST(PoolSyncStats, MsyncModeCountsEveryMsyncAndFlushModeNone) {
   ASSERT_NE(flush_pool, nullptr);
   flush_pool->persister()->Persist(flush_pool->user_base(), 100);
   EXPECT_EQ(flush_pool->sync_stats().syncs, 0u);
+}
+
+TEST(PoolSyncStats, EveryMsyncIsTimedInTheLatencyHistogram) {
+  TempDir dir;
+  PoolOptions opts;
+  opts.mode = PersistMode::kMsync;
+  auto pool = MustCreate(dir.File("pool"), opts);
+  ASSERT_NE(pool, nullptr);
+  const uint64_t count_before = SyncLatency().count();
+  const double sum_before = SyncLatency().sum_seconds();
+  const SyncStats before = pool->sync_stats();
+  for (int i = 0; i < 5; i++) {
+    pool->persister()->Flush(pool->user_base() + i * 256 * 1024, 64);  // far apart: one each
+  }
+  pool->persister()->Drain();
+  const uint64_t syncs = pool->sync_stats().syncs - before.syncs;
+  EXPECT_EQ(syncs, 5u);
+  EXPECT_EQ(SyncLatency().count() - count_before, syncs);
+  EXPECT_GT(SyncLatency().sum_seconds(), sum_before);
+  // The exposition: a histogram family with the count of the syncs so far.
+  metrics::Writer w;
+  WriteSyncMetrics(w, "test", static_cast<double>(pool->sync_stats().syncs), 0);
+  const std::string text = metrics::Render(w.families());
+  EXPECT_NE(text.find("asymnvm_pm_sync_duration_seconds_count{component=\"test\"} " +
+                      std::to_string(SyncLatency().count())),
+            std::string::npos)
+      << text;
+  // Flush mode makes no msync, so nothing is timed.
+  TempDir dir2;
+  opts.mode = PersistMode::kFlushOnly;
+  auto flush_pool = MustCreate(dir2.File("pool"), opts);
+  ASSERT_NE(flush_pool, nullptr);
+  const uint64_t count = SyncLatency().count();
+  flush_pool->persister()->Persist(flush_pool->user_base(), 100);
+  EXPECT_EQ(SyncLatency().count(), count);
 }
 
 TEST(PoolSyncStats, ConcurrentDrainsAllCompleteAndNeverSyncMoreThanOncePerDrain) {

@@ -57,12 +57,12 @@ export ASYMNVM_LOG_LEVEL=warn
 if [ "$MODE" = promtool ]; then
   # A mirror, then its primary (which copies the pool to it before it serves).
   "$MI" --pool "$T/m.pool" --coord none --listen tcp://127.0.0.1:0 --data-listen tcp://127.0.0.1:0 \
-    --metrics-listen 127.0.0.1:0 --log-level warn >"$T/m.out" 2>"$T/m.err" &
+    --metrics-listen 127.0.0.1:0 --log-level info --log-format json >"$T/m.out" 2>"$T/m.err" &
   PIDS+=($!)
   MCTL=$(wait_line "$T/m.out" listening) || fail "mirror did not start"
   MMET=$(wait_line "$T/m.out" metrics) || fail "mirror printed no metrics address"
   "$BE" --pool "$T/b.pool" --size 64M --coord none --mirror "$MCTL" --metrics-listen 127.0.0.1:0 \
-    --log-level warn >"$T/b.out" 2>"$T/b.err" &
+    --log-level info --log-format json >"$T/b.out" 2>"$T/b.err" &
   PIDS+=($!)
   BADDR=$(wait_line "$T/b.out" listening) || fail "backend did not start"
   BMET=$(wait_line "$T/b.out" metrics) || fail "backend printed no metrics address"
@@ -85,6 +85,16 @@ if [ "$MODE" = promtool ]; then
   done
   used=$(python3 -c "import json; print(json.load(open('$T/status.json'))['alloc']['blocks_used'])")
   [ "$(metric "$B" 'asymnvm_backend_alloc_blocks{state="used"}')" = "$used" ] || fail "alloc used"
+  # Every msync the pool counted was timed: the histogram's count equals the sync counter (a few
+  # scrapes: a background sync may fall between the two reads of one scrape).
+  for try in 1 2 3; do
+    S=$(scrape "$BMET") || fail "scrape $BMET"
+    syncs=$(metric "$S" 'asymnvm_pm_syncs_total{component="backend"}')
+    timed=$(metric "$S" 'asymnvm_pm_sync_duration_seconds_count{component="backend"}')
+    [ -n "$syncs" ] && [ "$syncs" = "$timed" ] && break
+  done
+  [ -n "$syncs" ] && [ "$syncs" != 0 ] && [ "$syncs" = "$timed" ] ||
+    fail "pm syncs $syncs, timed syncs $timed"
   [ "$(metric "$B" "asymnvm_backend_mirror_in_sync{mirror=\"$MCTL\"}")" = 1 ] ||
     fail "mirror $MCTL not in sync in the back-end's metrics"
   M=$(scrape "$MMET") || fail "scrape $MMET"
@@ -93,7 +103,7 @@ if [ "$MODE" = promtool ]; then
 
   # A stand-alone KV server with its Redis gateway: N SETs of distinct keys.
   "$KV" --pool "$T/kv.pool" --size 64M --coord none --resp-port 0 --metrics-listen 127.0.0.1:0 \
-    --log-level warn >"$T/k.out" 2>"$T/k.err" &
+    --log-level info --log-format json >"$T/k.out" 2>"$T/k.err" &
   PIDS+=($!)
   RESP=$(wait_line "$T/k.out" resp) || fail "kv did not start"
   KMET=$(wait_line "$T/k.out" metrics) || fail "kv printed no metrics address"
@@ -114,6 +124,18 @@ if [ "$MODE" = promtool ]; then
   if "$KV" --pool "$T/kv2.pool" --coord none --resp-port -1 --metrics-listen nonsense \
       >/dev/null 2>"$T/bad.err"; then fail "bad address accepted"; fi
   grep -q "not HOST:PORT" "$T/bad.err" || fail "no clear error for a malformed address"
+  # --log-format json: every line each daemon logged is one JSON object with the five fields.
+  for f in m b k; do
+    python3 - "$T/$f.err" <<'PY' || fail "$f.err: not JSON log lines"
+import json, sys
+lines = open(sys.argv[1], encoding="utf-8").read().splitlines()
+assert lines, "no log line at info level"
+for l in lines:
+    j = json.loads(l)
+    assert list(j) == ["time", "level", "component", "pid", "message"], l
+    assert j["level"] in ("debug", "info", "warn", "error"), l
+PY
+  done
   echo "metrics_test promtool: OK"
   exit 0
 fi

@@ -5,12 +5,16 @@
 // round-trips and the daemons exit cleanly.
 //
 //   asymnvm_sdk_consumer PATH-TO-asymnvm-backend
+#include <arpa/inet.h>
 #include <asymnvm/cluster.h>
 #include <asymnvm/frontend.h>
+#include <asymnvm/session_metrics.h>
 #include <asymnvm/structures/partitioned.h>
 #include <asymnvm/structures/structure.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -53,6 +57,55 @@ static bool StartDaemon(const char* bin, const std::string& pool, pid_t* pid,
   }
   *address = line.substr(10);
   return true;
+}
+
+// GET /metrics from HOST:PORT over a plain socket (as a Prometheus server would); "" on failure.
+static std::string Scrape(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
+  if (inet_pton(AF_INET, address.substr(0, colon).c_str(), &sa.sin_addr) != 1) return "";
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  std::string out;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0) {
+    const std::string req = "GET /metrics HTTP/1.0\r\nHost: " + address + "\r\n\r\n";
+    if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
+      char buf[4096];
+      ssize_t n;
+      while ((n = read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+    }
+  }
+  close(fd);
+  return out;
+}
+
+// An SDK application exposes its Session's counters with one call (doc/operations.md §SDK
+// applications): the scrape must show exactly what Session::counters() says.
+static int CheckSessionMetrics(const frontend::Session& s) {
+  auto m = metrics::SessionMetrics::Start("127.0.0.1:0");
+  if (!m.ok()) return Fail("session metrics", m.status());
+  (*m)->Publish(s);
+  const frontend::Counters c = s.counters();
+  const std::string body = Scrape((*m)->address());
+  const std::string id = std::to_string(s.frontend_id());
+  for (auto [name, value] : {std::pair{"op_logs_total", c.op_logs},
+                             {"round_trips_total", c.fabric.round_trips},
+                             {"remote_reads_total", c.remote_reads}}) {
+    const std::string line = std::string("asymnvm_session_") + name + "{frontend=\"" + id + "\"} " +
+                             std::to_string(value) + "\n";
+    if (body.find(line) == std::string::npos) {
+      std::fprintf(stderr, "session metrics: '%s' not in the scrape of %s:\n%s\n", line.c_str(),
+                   (*m)->address().c_str(), body.c_str());
+      return 1;
+    }
+  }
+  if (c.op_logs == 0 || c.fabric.round_trips == 0) {
+    std::fprintf(stderr, "session metrics: counters still zero after the writes\n");
+    return 1;
+  }
+  return 0;
 }
 
 int main(int argc, char** argv) {
@@ -103,6 +156,7 @@ int main(int argc, char** argv) {
       if (st.ok()) st = (*queue)->Sync();
       if (st.ok()) st = (*users)->Sync();
       if (!st.ok()) return Fail("sync", st);
+      if (CheckSessionMetrics(*s) != 0) return 1;
     }
     for (uint64_t k = 0; k < 200; k++) {
       structures::Value v;
@@ -146,7 +200,7 @@ int main(int argc, char** argv) {
     std::printf(
         "SDK consumer: 500 B+tree keys, a queue and 200 byte-string keys of a hash partitioned "
         "over two "
-        "back-ends written, reopened and read back ok\n");
+        "back-ends written, reopened and read back ok; session metrics scraped\n");
   }
   return rc;
 }

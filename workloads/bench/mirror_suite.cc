@@ -20,7 +20,10 @@
 //               rest: the session's reconnection + replay); lost_acknowledged = acknowledged
 //               registers whose value the promoted mirror does not hold.
 // Fields: ops_per_sec, p50_us, p99_us, mirrors, mode, copy_ms (initial full copy of the pool,
-// from the primary's status), bytes_forwarded_per_op.
+// from the primary's status), bytes_forwarded_per_op, round_trips_per_op and bytes_per_op (the
+// front-end's), and with sync mirrors the barrier breakdown: barriers_per_op (primary barriers
+// that waited for a mirror), mirror_flushes_per_op, barrier_local_us (per barrier: the local
+// persist, overlapped with the mirrors' FLUSH), barrier_mirror_wait_us (the wait after it).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -110,6 +113,9 @@ class MirrorSuite : public Suite {
     }
     report->set_columns({{"mirrors", "mirrors", 0},
                          {"fwd B/op", "bytes_forwarded_per_op", 0},
+                         {"barriers/op", "barriers_per_op", 2},
+                         {"local us", "barrier_local_us", 0},
+                         {"wait us", "barrier_mirror_wait_us", 0},
                          {"copy ms", "copy_ms", 0},
                          {"catch-up ms", "catchup_copy_ms", 0},
                          {"catch-up B", "catchup_bytes", 0},
@@ -194,6 +200,7 @@ class MirrorSuite : public Suite {
                         return s2.TxWrite(st);
                       });
     ASYMNVM_ASSIGN_OR_RETURN(Json st0, DaemonStatus(be->address()));
+    const auto c0 = s->counters();
     uint64_t mirror_syncs0 = 0;  // the first mirror's syncs before the timed updates
     if (!ms.empty()) {
       auto m0 = DaemonStatus(ms[0]->address());
@@ -224,6 +231,7 @@ class MirrorSuite : public Suite {
     ASYMNVM_RETURN_IF_ERROR(s->Fence());
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     ASYMNVM_ASSIGN_OR_RETURN(Json st1, DaemonStatus(be->address()));
+    const auto c1 = s->counters();
     Json rec = MakeRecord(variant, Json{{"mirrors", mirrors},
                                         {"mode", mirrors == 0 ? "none"
                                                  : async      ? "async"
@@ -259,6 +267,31 @@ class MirrorSuite : public Suite {
         static_cast<double>(updates_);
     rec["bytes_forwarded_per_op"] =
         static_cast<double>(fwd1 - fwd0) / static_cast<double>(updates_);
+    const double n_ops = static_cast<double>(updates_);
+    rec["round_trips_per_op"] =
+        static_cast<double>(c1.fabric.round_trips - c0.fabric.round_trips) / n_ops;
+    rec["bytes_per_op"] = static_cast<double>(c1.fabric.bytes_out - c0.fabric.bytes_out) / n_ops;
+    // The sync-mode barrier breakdown (doc/mirror.md §Overlapped barrier): barriers per update
+    // that waited for the mirrors, their FLUSHes, and per barrier the local persist (overlapped
+    // with the mirrors' FLUSH) and the further wait for the mirrors' acknowledgement.
+    uint64_t fl0 = 0, fl1 = 0;
+    for (const auto& m : st0.value("mirrors", Json::array())) fl0 += m.value("flushes", 0ull);
+    for (const auto& m : st1.value("mirrors", Json::array())) fl1 += m.value("flushes", 0ull);
+    if (mirrors > 0) rec["mirror_flushes_per_op"] = static_cast<double>(fl1 - fl0) / n_ops;
+    if (st1.contains("mirror_barriers") && st0.contains("mirror_barriers")) {
+      const Json& b0 = st0["mirror_barriers"];
+      const Json& b1 = st1["mirror_barriers"];
+      const uint64_t nb = b1.value("barriers", 0ull) - b0.value("barriers", 0ull);
+      rec["barriers_per_op"] = static_cast<double>(nb) / n_ops;
+      if (nb > 0) {
+        rec["barrier_local_us"] =
+            static_cast<double>(b1.value("local_us", 0ull) - b0.value("local_us", 0ull)) /
+            static_cast<double>(nb);
+        rec["barrier_mirror_wait_us"] = static_cast<double>(b1.value("mirror_wait_us", 0ull) -
+                                                            b0.value("mirror_wait_us", 0ull)) /
+                                        static_cast<double>(nb);
+      }
+    }
     rec["copy_ms"] = copy_ms;
     if (async) {
       rec["max_lag_bytes"] = lag_bytes;

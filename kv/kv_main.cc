@@ -196,6 +196,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--rdmp-listen", o.rdmp_listen,
                  "server-bypass endpoint (default: derived from --listen)");
+  app.add_option("--oq-worker-listen", o.oq_worker_listen,
+                 "addresses of the request queue's workers beyond the first (one per extra "
+                 "worker; default: port 0 of --listen's host, which a firewall cannot name)");
   int64_t rdmp_timeout_ms = 10000;
   app.add_option("--rdmp-reservation-timeout-ms", rdmp_timeout_ms,
                  "a server-bypass slot not published within this revokes its client's connection")

@@ -735,6 +735,7 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   qo.fabric = impl->fabric.get();
   qo.pd = impl->pd.get();
   qo.listen_address = o.listen_address;
+  qo.worker_listen_addresses = o.oq_worker_listen;
   qo.workers = geo.workers;
   qo.buffer_size = geo.oq_buffer_size;
   qo.buffers_per_worker = geo.oq_buffers;

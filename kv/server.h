@@ -37,6 +37,9 @@ struct ServerOptions {
   uint64_t pool_size = 256ull << 20;  // when creating the pool
   pm::PersistMode pm_mode = pm::PersistMode::kAuto;
   std::string listen_address = "tcp://127.0.0.1:0";
+  // The Ordered Queue's workers 1, 2, ... (oq::ServerOptions::worker_listen_addresses): at least
+  // workers - 1 addresses, or empty for port 0 of listen_address's host.
+  std::vector<std::string> oq_worker_listen;
   fabric::FabricOptions fabric;
   // Geometry of a new pool (an existing pool keeps its own).
   uint32_t workers = 2;

@@ -81,6 +81,9 @@ struct ServerOptions {
   // Worker 0 listens here; worker k > 0 derives its address (tcp: same host, port 0; unix: path
   // + ".wK"; inproc: name + "-wK"). Clients only need worker 0's address().
   std::string listen_address = "tcp://127.0.0.1:0";
+  // Addresses of workers 1, 2, ... (so a firewall can name every port): when not empty it must
+  // hold at least workers - 1 addresses (more are ignored); empty: derived as above.
+  std::vector<std::string> worker_listen_addresses;
   uint32_t workers = 1;              // 1..kMaxWorkers
   uint32_t buffer_size = 64 * 1024;  // bytes per receive buffer; multiple of 4096
   uint32_t buffers_per_worker = 16;  // >= 2

@@ -162,6 +162,12 @@ Status Server::Impl::Validate() {
   if (o.workers == 0 || o.workers > kMaxWorkers) {
     return Status::InvalidArgument("oq server: workers must be 1.." + std::to_string(kMaxWorkers));
   }
+  if (!o.worker_listen_addresses.empty() && o.worker_listen_addresses.size() + 1 < o.workers) {
+    return Status::InvalidArgument("oq server: " + std::to_string(o.workers) + " workers need " +
+                                   std::to_string(o.workers - 1) +
+                                   " worker listen addresses beyond the first, " +
+                                   std::to_string(o.worker_listen_addresses.size()) + " given");
+  }
   if (o.stride < 64 || o.stride > 4096 || (o.stride & (o.stride - 1)) != 0) {
     return Status::InvalidArgument("oq server: stride must be a power of two in 64..4096");
   }
@@ -457,7 +463,10 @@ Status Server::Impl::InitFabric(Worker& w) {
   }
   ASYMNVM_RETURN_IF_ERROR(
       w.arena.Init(o.pd, std::max<size_t>(1u << 20, 4 * size_t{o.max_response + 64})));
-  auto l = o.fabric->Listen(o.pd, WorkerAddress(o.listen_address, w.index));
+  const std::string address = w.index > 0 && !o.worker_listen_addresses.empty()
+                                  ? o.worker_listen_addresses[w.index - 1]
+                                  : WorkerAddress(o.listen_address, w.index);
+  auto l = o.fabric->Listen(o.pd, address);
   if (!l.ok()) {
     return l.status().WithContext("oq server: worker " + std::to_string(w.index) + " listen");
   }

@@ -528,6 +528,7 @@ TEST(Deploy, PackagedThreeHostLayout) {
                      {"listen", Quote("tcp://" + ip + ":7120")},
                      {"log-listen", Quote("tcp://" + ip + ":7121")},
                      {"rdmp-listen", Quote("tcp://" + ip + ":7122")},
+                     {"oq-worker-listen", Quote("tcp://" + ip + ":7123")},
                      {"coord", coord},
                      {"rf", "3"},
                      {"secret-file", secret_file},
@@ -556,39 +557,20 @@ TEST(Deploy, PackagedThreeHostLayout) {
   EXPECT_NE(view.find("backend-pool1"), std::string::npos);
   EXPECT_NE(view.find("tcp://" + mir + ":7110=in-sync"), std::string::npos);
 
-  // doc/deploy.md §Ports: what each host listens on, nothing more — but for the KV servers' OQ
-  // workers beyond the first (workers = 2 by default: one), which listen on an ephemeral port of
-  // the host's address (no option sets it).
-  int eph_lo = 0, eph_hi = 0;
-  {
-    std::istringstream in(ReadFile("/proc/sys/net/ipv4/ip_local_port_range"));
-    in >> eph_lo >> eph_hi;
-    ASSERT_GT(eph_hi, eph_lo);
-  }
-  const std::map<std::string, std::set<int>> ports = {{"be", {7100, 7101, 9471}},
-                                                      {"mir", {7110, 7111, 9472}},
-                                                      {"kv1", {6380, 7120, 7121, 7122, 9473}},
-                                                      {"kv2", {6380, 7120, 7121, 7122, 9473}},
-                                                      {"kv3", {6380, 7120, 7121, 7122, 9473}}};
-  std::map<std::string, int> worker_port;  // KV host -> its second OQ worker's port
+  // doc/deploy.md §Ports: what each host listens on, nothing more (the KV servers' second OQ
+  // worker included: oq-worker-listen names its port, so no port is ephemeral).
+  const std::map<std::string, std::set<int>> ports = {
+      {"be", {7100, 7101, 9471}},
+      {"mir", {7110, 7111, 9472}},
+      {"kv1", {6380, 7120, 7121, 7122, 7123, 9473}},
+      {"kv2", {6380, 7120, 7121, 7122, 7123, 9473}},
+      {"kv3", {6380, 7120, 7121, 7122, 7123, 9473}}};
   for (const auto& [host, want] : ports) {
-    std::set<int> got = d.ListeningPorts(host), extra;
-    for (int p : got) {
-      if (want.count(p) == 0) extra.insert(p);
-    }
-    for (int p : want) EXPECT_EQ(got.count(p), 1u) << host << " does not listen on " << p;
-    if (host.rfind("kv", 0) == 0 && extra.size() == 1 && *extra.begin() >= eph_lo &&
-        *extra.begin() <= eph_hi) {
-      worker_port[host] = *extra.begin();
-      extra.clear();
-    }
-    EXPECT_TRUE(extra.empty()) << host << " listens on " << Format(got) << ", doc/deploy.md lists "
-                               << Format(want)
-                               << (host.rfind("kv", 0) == 0 ? " and one ephemeral port" : "");
+    std::set<int> got = d.ListeningPorts(host);
+    EXPECT_EQ(got, want) << host << " listens on " << Format(got) << ", doc/deploy.md lists "
+                         << Format(want);
   }
-  std::printf("deploy: listening ports as doc/deploy.md §Ports (KV OQ worker 1 on ephemeral ports");
-  for (const auto& [h, p] : worker_port) std::printf(" %s:%d", h.c_str(), p);
-  std::printf(")\n");
+  std::printf("deploy: listening ports exactly as doc/deploy.md §Ports\n");
 
   // doc/deploy.md §Ports, the firewall: every connection between hosts goes to a listed port from
   // a host allowed there (checked at the end, with every kind of traffic flowing).
@@ -613,9 +595,8 @@ TEST(Deploy, PackagedThreeHostLayout) {
     allowed[{"mir", 7110}] = {"be", "cli"};
     allowed[{"mir", 7111}] = {"be"};
     for (const std::string k : {"kv1", "kv2", "kv3"}) {
-      for (int p : {7120, 7121, 7122}) allowed[{k, p}] = kv_hosts;
+      for (int p : {7120, 7121, 7122, 7123}) allowed[{k, p}] = kv_hosts;
       allowed[{k, 6380}] = {"cli"};
-      if (worker_port.count(k) != 0) allowed[{k, worker_port[k]}] = kv_hosts;
     }
     int checked = 0;
     for (const std::string h : {"be", "mir", "kv1", "kv2", "kv3", "cli"}) {

@@ -3,8 +3,10 @@
 #include "fabric/oq/oq.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -108,6 +110,11 @@ TEST(OqServer, BadOptions_RejectedBeforeAcquiringAnything) {
   EXPECT_EQ(bad([](ServerOptions& x) { x.stride = 96; }), StatusCode::kInvalidArgument);
   EXPECT_EQ(bad([](ServerOptions& x) { x.max_request = 1u << 20; }), StatusCode::kInvalidArgument);
   EXPECT_EQ(bad([](ServerOptions& x) { x.durable = true; }), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](ServerOptions& x) {
+              x.workers = 3;
+              x.worker_listen_addresses = {"tcp://127.0.0.1:0"};  // one short
+            }),
+            StatusCode::kInvalidArgument);
   ClientOptions co;
   EXPECT_EQ(Client::Connect(co).status().code(), StatusCode::kInvalidArgument);
 }
@@ -143,6 +150,32 @@ TEST_P(OqPolicy, SetsThenGets_ReadYourWritesAcrossWorkers) {
   }
   EXPECT_EQ(responses, GetParam() == Policy::kOq ? 301u : 601u);
   EXPECT_GT(retired, 0u);  // ~200 × 64 B per worker > 4 KiB: buffers were re-posted
+}
+
+// Workers beyond the first listen where the options say (a firewall can name every port), and
+// clients reach them there.
+TEST(OqServer, WorkerListenAddresses_EveryWorkerListensWhereToldAndServes) {
+  const std::string base = "/tmp/asymnvm-oq-test-" + std::to_string(::getpid());
+  ServerOptions o;
+  o.workers = 3;
+  o.listen_address = "unix://" + base + ".w0";
+  o.worker_listen_addresses = {"unix://" + base + ".first", "unix://" + base + ".second",
+                               "unix://" + base + ".unused"};  // more than needed: ignored
+  KvServer srv(o);
+  ASSERT_NE(srv.server, nullptr);
+  EXPECT_TRUE(std::filesystem::exists(base + ".first"));
+  EXPECT_TRUE(std::filesystem::exists(base + ".second"));
+  EXPECT_FALSE(std::filesystem::exists(base + ".unused"));
+  EXPECT_FALSE(std::filesystem::exists(base + ".w0.w1"));  // not the derived address
+  Side cs = Side::Open();
+  auto c = ConnectClient(cs, srv.server->address());
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->server().workers, 3u);
+  for (uint64_t k = 1; k <= 60; k++) ASSERT_TRUE(testutil::Set(*c, k, k + 1).ok());
+  for (uint64_t k = 1; k <= 60; k++) EXPECT_EQ(testutil::Get(*c, k), k + 1);
+  uint64_t busy = 0;
+  for (const auto& w : srv.server->stats().workers) busy += w.executed > 0 ? 1 : 0;
+  EXPECT_EQ(busy, 3u);  // keys spread over the three workers, each reached at its address
 }
 
 INSTANTIATE_TEST_SUITE_P(AllPolicies, OqPolicy,

@@ -4,6 +4,8 @@
 //                   [--fabric soft|shm|verbs|auto] [--pm-mode auto|msync|flush]
 //                   [--secret-file PATH] [--handshake-timeout-ms MS] [--max-pending-handshakes N]
 //                   [--log-level L] [--coord URI] [--config FILE] [--metrics-listen HOST:PORT]
+//                   [--fabric-tls-cert-file F --fabric-tls-key-file F [--fabric-tls-ca-cert-file
+//                   F]]
 //
 // The cluster secret comes from --secret-file, else ASYMNVM_SECRET_FILE / ASYMNVM_SECRET, else the
 // built-in default, which is only accepted for loopback listen addresses (doc/fabric.md).
@@ -51,6 +53,7 @@
 #include "common/log_options.h"
 #include "common/logging.h"
 #include "common/service.h"
+#include "fabric/tls_flags.h"
 #include "mirror/group.h"
 #include "mirror/primary_role.h"
 
@@ -150,6 +153,7 @@ int main(int argc, char** argv) {
   app.add_option("--secret-file", o.fabric.secret_file,
                  "file holding the cluster secret (default: ASYMNVM_SECRET_FILE, ASYMNVM_SECRET, "
                  "or the built-in one, loopback only)");
+  fabric::AddFabricTlsFlags(app, &o.fabric);
   app.add_option("--handshake-timeout-ms", handshake_ms, "per-peer connection set-up deadline")
       ->check(CLI::Range(1u, 600000u))
       ->capture_default_str();
@@ -297,6 +301,7 @@ int main(int argc, char** argv) {
       margs.push_back("--secret-file");
       margs.push_back(o.fabric.secret_file);
     }
+    fabric::AppendFabricTlsFlags(o.fabric, &margs);
     return margs;
   };
   auto exec_rejoin = [&](const std::vector<std::string>& margs) {

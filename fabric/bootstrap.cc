@@ -93,23 +93,100 @@ void ComputeMac(const std::string& secret, uint8_t role, const uint8_t* nonce_c,
        &len);
 }
 
-Status WriteBlob(int fd, std::span<const uint8_t> blob, Clock::time_point deadline) {
-  uint8_t len[4];
-  PutLe32(len, static_cast<uint32_t>(blob.size()));
-  ASYMNVM_RETURN_IF_ERROR(WriteFull(fd, len, 4, deadline));
-  if (!blob.empty()) ASYMNVM_RETURN_IF_ERROR(WriteFull(fd, blob.data(), blob.size(), deadline));
+// Under TLS the handshake proves the secret for this TLS session only: its MAC key is
+// HMAC(secret, the session's exporter value), which a man in the middle holding two sessions
+// cannot make agree on both sides (doc/fabric.md §TLS).
+std::string BoundSecret(const std::string& secret, const std::vector<uint8_t>& binding) {
+  static const char kLabel[] = "asymnvm fabric handshake over TLS";
+  std::vector<uint8_t> msg(kLabel, kLabel + sizeof kLabel - 1);
+  msg.insert(msg.end(), binding.begin(), binding.end());
+  uint8_t out[kMacLen];
+  unsigned int len = kMacLen;
+  HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()), msg.data(), msg.size(), out,
+       &len);
+  return std::string(reinterpret_cast<const char*>(out), len);
+}
+
+Status TlsStatus(const TlsStream& tls, TlsStream::Io io) {
+  if (io == TlsStream::Io::kEof) {
+    return Status::ConnectionError(tls.error().empty() ? "bootstrap: peer closed the connection"
+                                                       : tls.error());
+  }
+  return Status::ProtocolError(tls.error());
+}
+
+// Waits until `tls` can make progress (its queued output written, input readable).
+Status TlsWait(TlsStream* tls, int fd, Clock::time_point deadline) {
+  ASYMNVM_RETURN_IF_ERROR(
+      PollFor(fd, static_cast<short>(POLLIN | (tls->wants_write() ? POLLOUT : 0)), deadline));
+  TlsStream::Io f = tls->Flush();
+  if (f == TlsStream::Io::kError) return TlsStatus(*tls, f);
   return Status::Ok();
 }
 
-Status ReadBlob(int fd, std::vector<uint8_t>* out, Clock::time_point deadline) {
+Status TlsHandshake(TlsStream* tls, int fd, Clock::time_point deadline) {
+  for (;;) {
+    TlsStream::Io io = tls->Handshake();
+    if (io == TlsStream::Io::kOk) break;
+    if (io != TlsStream::Io::kAgain) return TlsStatus(*tls, io);
+    ASYMNVM_RETURN_IF_ERROR(TlsWait(tls, fd, deadline).WithContext("TLS handshake"));
+  }
+  while (tls->wants_write()) ASYMNVM_RETURN_IF_ERROR(TlsWait(tls, fd, deadline));
+  return Status::Ok();
+}
+
+// ReadFull / WriteFull through `tls` when it is set.
+Status StreamRead(int fd, TlsStream* tls, void* buf, size_t len, Clock::time_point deadline) {
+  if (tls == nullptr) return ReadFull(fd, buf, len, deadline);
+  auto* p = static_cast<uint8_t*>(buf);
+  size_t done = 0;
+  while (done < len) {
+    size_t n = 0;
+    TlsStream::Io io = tls->Read(p + done, len - done, &n);
+    if (io == TlsStream::Io::kOk) {
+      done += n;
+    } else if (io == TlsStream::Io::kAgain) {
+      ASYMNVM_RETURN_IF_ERROR(TlsWait(tls, fd, deadline));
+    } else {
+      return TlsStatus(*tls, io);
+    }
+  }
+  return Status::Ok();
+}
+
+Status StreamWrite(int fd, TlsStream* tls, const void* buf, size_t len,
+                   Clock::time_point deadline) {
+  if (tls == nullptr) return WriteFull(fd, buf, len, deadline);
+  TlsStream::Io io = tls->Write(static_cast<const uint8_t*>(buf), len);
+  if (io != TlsStream::Io::kOk) return TlsStatus(*tls, io);
+  while (tls->wants_write()) {
+    ASYMNVM_RETURN_IF_ERROR(PollFor(fd, POLLOUT, deadline));
+    io = tls->Flush();
+    if (io == TlsStream::Io::kError) return TlsStatus(*tls, io);
+  }
+  return Status::Ok();
+}
+
+Status WriteBlob(int fd, TlsStream* tls, std::span<const uint8_t> blob,
+                 Clock::time_point deadline) {
   uint8_t len[4];
-  ASYMNVM_RETURN_IF_ERROR(ReadFull(fd, len, 4, deadline));
+  PutLe32(len, static_cast<uint32_t>(blob.size()));
+  ASYMNVM_RETURN_IF_ERROR(StreamWrite(fd, tls, len, 4, deadline));
+  if (!blob.empty()) {
+    ASYMNVM_RETURN_IF_ERROR(StreamWrite(fd, tls, blob.data(), blob.size(), deadline));
+  }
+  return Status::Ok();
+}
+
+Status ReadBlob(int fd, TlsStream* tls, std::vector<uint8_t>* out, Clock::time_point deadline) {
+  uint8_t len[4];
+  ASYMNVM_RETURN_IF_ERROR(StreamRead(fd, tls, len, 4, deadline));
   uint32_t n = GetLe32(len);
   if (n > kMaxBlob)
     return Status::ProtocolError("handshake: blob of " + std::to_string(n) +
                                  " bytes exceeds the limit");
   std::vector<uint8_t> blob(n);
-  if (n > 0) ASYMNVM_RETURN_IF_ERROR(ReadFull(fd, blob.data(), n, deadline));
+  if (n > 0) ASYMNVM_RETURN_IF_ERROR(StreamRead(fd, tls, blob.data(), n, deadline));
   if (out) *out = std::move(blob);
   return Status::Ok();
 }
@@ -431,18 +508,39 @@ Status WriteFull(int fd, const void* buf, size_t len, Clock::time_point deadline
 
 // Client: HELLO(nonce_c) → ; ← HELLO(nonce_s) + MAC_S ; verify ; MAC_C + blob → ;
 // ← verdict byte + blob.
-Status HandshakeClient(int fd, const std::string& secret, std::span<const uint8_t> my_blob,
-                       std::vector<uint8_t>* peer_blob, std::chrono::milliseconds timeout) {
+Status HandshakeClient(int fd, const std::string& plain_secret, std::span<const uint8_t> my_blob,
+                       std::vector<uint8_t>* peer_blob, std::chrono::milliseconds timeout,
+                       TlsStream* tls) {
   if (my_blob.size() > kMaxBlob) return Status::InvalidArgument("handshake: blob too large");
   auto deadline = Clock::now() + timeout;
+  std::string secret = plain_secret;
+  if (tls != nullptr) {
+    ASYMNVM_RETURN_IF_ERROR(TlsHandshake(tls, fd, deadline));
+    secret = BoundSecret(plain_secret, tls->ChannelBinding());
+  }
   uint8_t nonce_c[kNonceLen];
   if (RAND_bytes(nonce_c, kNonceLen) != 1) return Status::Internal("handshake: RAND_bytes failed");
   uint8_t hello[kHelloLen];
   EncodeHello(hello, nonce_c);
-  ASYMNVM_RETURN_IF_ERROR(WriteFull(fd, hello, sizeof hello, deadline));
+  ASYMNVM_RETURN_IF_ERROR(StreamWrite(fd, tls, hello, sizeof hello, deadline));
 
   uint8_t reply[kHelloLen + kMacLen];
-  ASYMNVM_RETURN_IF_ERROR(ReadFull(fd, reply, sizeof reply, deadline));
+  Status got = StreamRead(fd, tls, reply, sizeof reply, deadline);
+  if (!got.ok() && got.code() == StatusCode::kConnectionError) {
+    return got.WithContext(
+        tls == nullptr
+            ? "handshake (a listener with fabric TLS on closes peers without it: both sides of a "
+              "fabric connection need the same --fabric-tls-* setting)"
+            : "handshake: the server closed the connection after the TLS handshake (it refuses "
+              "our certificate when fabric-tls-cert-file is not signed by the CA its "
+              "fabric-tls-ca-cert-file holds)");
+  }
+  ASYMNVM_RETURN_IF_ERROR(got);
+  if (tls == nullptr && (reply[0] == 0x15 || reply[0] == 0x16) && reply[1] == 0x03) {
+    return Status::ProtocolError(
+        "handshake: the server speaks TLS and we do not: both sides of a fabric connection need "
+        "the same --fabric-tls-* setting");
+  }
   ASYMNVM_RETURN_IF_ERROR(CheckHello(reply));
   const uint8_t* nonce_s = reply + 8;
   uint8_t expect[kMacLen];
@@ -454,16 +552,16 @@ Status HandshakeClient(int fd, const std::string& secret, std::span<const uint8_
   }
   uint8_t mac_c[kMacLen];
   ComputeMac(secret, 'C', nonce_c, nonce_s, my_blob, mac_c);
-  ASYMNVM_RETURN_IF_ERROR(WriteFull(fd, mac_c, kMacLen, deadline));
-  ASYMNVM_RETURN_IF_ERROR(WriteBlob(fd, my_blob, deadline));
+  ASYMNVM_RETURN_IF_ERROR(StreamWrite(fd, tls, mac_c, kMacLen, deadline));
+  ASYMNVM_RETURN_IF_ERROR(WriteBlob(fd, tls, my_blob, deadline));
 
   uint8_t verdict = kRefused;
-  ASYMNVM_RETURN_IF_ERROR(ReadFull(fd, &verdict, 1, deadline));
+  ASYMNVM_RETURN_IF_ERROR(StreamRead(fd, tls, &verdict, 1, deadline));
   if (verdict != kAccepted) {
     return Status::PermissionDenied(
         "cluster secret mismatch: the server refused our proof of the cluster secret");
   }
-  return ReadBlob(fd, peer_blob, deadline);
+  return ReadBlob(fd, tls, peer_blob, deadline);
 }
 
 Status HandshakeServer(int fd, const std::string& secret, std::span<const uint8_t> my_blob,
@@ -484,7 +582,7 @@ Status HandshakeServer(int fd, const std::string& secret, std::span<const uint8_
   uint8_t mac_c[kMacLen];
   ASYMNVM_RETURN_IF_ERROR(ReadFull(fd, mac_c, kMacLen, deadline));
   std::vector<uint8_t> blob;
-  ASYMNVM_RETURN_IF_ERROR(ReadBlob(fd, &blob, deadline));
+  ASYMNVM_RETURN_IF_ERROR(ReadBlob(fd, nullptr, &blob, deadline));
   uint8_t expect[kMacLen];
   ComputeMac(secret, 'C', nonce_c, nonce_s, blob, expect);
   if (CRYPTO_memcmp(expect, mac_c, kMacLen) != 0) {
@@ -495,7 +593,7 @@ Status HandshakeServer(int fd, const std::string& secret, std::span<const uint8_
   }
   uint8_t v = kAccepted;
   ASYMNVM_RETURN_IF_ERROR(WriteFull(fd, &v, 1, deadline));
-  ASYMNVM_RETURN_IF_ERROR(WriteBlob(fd, my_blob, deadline));
+  ASYMNVM_RETURN_IF_ERROR(WriteBlob(fd, nullptr, my_blob, deadline));
   if (peer_blob) *peer_blob = std::move(blob);
   return Status::Ok();
 }
@@ -505,6 +603,7 @@ Status HandshakeServer(int fd, const std::string& secret, std::span<const uint8_
 
 namespace {
 enum class HsState : uint8_t {
+  kTls,             // the TLS handshake (TLS listeners)
   kReadHello,       // ← HELLO(nonce_c)
   kWriteChallenge,  // → HELLO(nonce_s) + MAC_S
   kReadMac,         // ← MAC_C
@@ -514,6 +613,8 @@ enum class HsState : uint8_t {
 };
 const char* HsStateName(HsState s) {
   switch (s) {
+    case HsState::kTls:
+      return "in the TLS handshake";
     case HsState::kReadHello:
       return "waiting for its hello";
     case HsState::kWriteChallenge:
@@ -546,6 +647,8 @@ struct HandshakeAcceptor::Pending {
   std::vector<uint8_t> my_blob;  // what we sent (kWriteVerdict and later)
   Status error;                  // why it failed (Step::kFailed)
   bool secret_mismatch = false;
+  std::unique_ptr<TlsStream> tls;  // TLS listeners
+  std::string tls_secret;          // the secret bound to the TLS session (TLS listeners)
 
   ~Pending() {
     if (fd >= 0) ::close(fd);
@@ -563,11 +666,19 @@ struct HandshakeAcceptor::Pending {
   bool reading() const {
     return state != HsState::kWriteChallenge && state != HsState::kWriteVerdict;
   }
+  short events() const {
+    if (tls != nullptr && tls->wants_write()) return POLLOUT;
+    return reading() ? POLLIN : POLLOUT;
+  }
 };
 
 HandshakeAcceptor::HandshakeAcceptor(int listen_fd, std::string secret, std::string name,
-                                     HandshakeLimits limits)
-    : listen_fd_(listen_fd), secret_(std::move(secret)), name_(std::move(name)), limits_(limits) {
+                                     HandshakeLimits limits, std::shared_ptr<const TlsConfig> tls)
+    : listen_fd_(listen_fd),
+      secret_(std::move(secret)),
+      name_(std::move(name)),
+      limits_(limits),
+      tls_(std::move(tls)) {
   if (limits_.max_pending == 0) limits_.max_pending = 1;
   if (limits_.deadline.count() <= 0) limits_.deadline = std::chrono::milliseconds(1);
   int fl = ::fcntl(listen_fd_, F_GETFL);
@@ -655,6 +766,15 @@ void HandshakeAcceptor::AcceptNew(Clock::time_point now) {
     p->accepted_at = now;
     p->deadline = now + limits_.deadline;
     p->Expect(HsState::kReadHello, kHelloLen);
+    if (tls_ != nullptr) {
+      auto t = TlsStream::Accept(*tls_, fd);
+      if (!t.ok()) {
+        Drop(std::move(p), t.status().ToString(), true);
+        continue;
+      }
+      p->tls = std::move(t).value();
+      p->state = HsState::kTls;
+    }
     sockaddr_storage ss{};
     socklen_t sl = sizeof ss;
     if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &sl) == 0 &&
@@ -682,7 +802,42 @@ void HandshakeAcceptor::AcceptNew(Clock::time_point now) {
 }
 
 HandshakeAcceptor::Step HandshakeAcceptor::Advance(Pending& p, std::span<const uint8_t> my_blob) {
+  const std::string& secret = p.tls != nullptr ? p.tls_secret : secret_;
   for (;;) {
+    if (p.tls != nullptr) {
+      // Queued TLS output first; then the TLS handshake; then the messages inside TLS.
+      TlsStream::Io io = p.tls->Flush();
+      if (io == TlsStream::Io::kError) {
+        p.error = Status::ConnectionError(p.tls->error());
+        return Step::kFailed;
+      }
+      if (p.tls->wants_write()) return Step::kWait;
+      if (p.state == HsState::kTls) {
+        io = p.tls->Handshake();
+        if (io == TlsStream::Io::kAgain) {
+          if (p.tls->wants_write()) continue;
+          return Step::kWait;
+        }
+        if (io != TlsStream::Io::kOk) {
+          p.error = io == TlsStream::Io::kEof ? Status::ConnectionError(p.tls->error())
+                                              : Status::ProtocolError(p.tls->error());
+          return Step::kFailed;
+        }
+        p.tls_secret = BoundSecret(secret_, p.tls->ChannelBinding());
+        p.Expect(HsState::kReadHello, kHelloLen);
+        continue;
+      }
+      if (!p.reading() && p.sent < p.out.size()) {
+        io = p.tls->Write(p.out.data() + p.sent, p.out.size() - p.sent);
+        if (io != TlsStream::Io::kOk) {
+          p.error = Status::ConnectionError(std::string("write while ") + HsStateName(p.state) +
+                                            ": " + p.tls->error());
+          return Step::kFailed;
+        }
+        p.sent = p.out.size();
+        continue;  // flush
+      }
+    }
     if (!p.reading()) {
       while (p.sent < p.out.size()) {
         ssize_t r =
@@ -704,7 +859,20 @@ HandshakeAcceptor::Step HandshakeAcceptor::Advance(Pending& p, std::span<const u
       continue;
     }
     while (p.have < p.in.size()) {
-      ssize_t r = ::recv(p.fd, p.in.data() + p.have, p.in.size() - p.have, MSG_DONTWAIT);
+      ssize_t r;
+      if (p.tls != nullptr) {
+        size_t n = 0;
+        TlsStream::Io io = p.tls->Read(p.in.data() + p.have, p.in.size() - p.have, &n);
+        if (io == TlsStream::Io::kError) {
+          p.error = Status::ProtocolError(std::string("while ") + HsStateName(p.state) + ": " +
+                                          p.tls->error());
+          return Step::kFailed;
+        }
+        if (io == TlsStream::Io::kAgain) return Step::kWait;  // events(): in, or out first
+        r = io == TlsStream::Io::kOk ? static_cast<ssize_t>(n) : 0;
+      } else {
+        r = ::recv(p.fd, p.in.data() + p.have, p.in.size() - p.have, MSG_DONTWAIT);
+      }
       if (r > 0) {
         p.have += static_cast<size_t>(r);
         continue;
@@ -735,6 +903,11 @@ HandshakeAcceptor::Step HandshakeAcceptor::Advance(Pending& p, std::span<const u
     switch (p.state) {
       case HsState::kReadHello: {
         Status st = CheckHello(p.in.data());
+        if (!st.ok() && p.tls == nullptr && p.in[0] == 0x16 && p.in[1] == 0x03) {
+          st = Status::ProtocolError(
+              "the peer speaks TLS and this listener does not: both sides of a fabric "
+              "connection need the same --fabric-tls-* setting");
+        }
         if (!st.ok()) {
           p.error = st;
           return Step::kFailed;
@@ -746,7 +919,7 @@ HandshakeAcceptor::Step HandshakeAcceptor::Advance(Pending& p, std::span<const u
         }
         std::vector<uint8_t> reply(kHelloLen + kMacLen);
         EncodeHello(reply.data(), p.nonce_s);
-        ComputeMac(secret_, 'S', p.nonce_c, p.nonce_s, {}, reply.data() + kHelloLen);
+        ComputeMac(secret, 'S', p.nonce_c, p.nonce_s, {}, reply.data() + kHelloLen);
         p.Send(HsState::kWriteChallenge, std::move(reply));
         break;
       }
@@ -768,10 +941,14 @@ HandshakeAcceptor::Step HandshakeAcceptor::Advance(Pending& p, std::span<const u
         p.peer_blob = std::move(p.in);
         p.in.clear();
         uint8_t expect[kMacLen];
-        ComputeMac(secret_, 'C', p.nonce_c, p.nonce_s, p.peer_blob, expect);
+        ComputeMac(secret, 'C', p.nonce_c, p.nonce_s, p.peer_blob, expect);
         if (CRYPTO_memcmp(expect, p.mac_c, kMacLen) != 0) {
           uint8_t v = kRefused;
-          (void)::send(p.fd, &v, 1, MSG_NOSIGNAL | MSG_DONTWAIT);  // best effort
+          if (p.tls != nullptr) {
+            (void)p.tls->Write(&v, 1);  // best effort
+          } else {
+            (void)::send(p.fd, &v, 1, MSG_NOSIGNAL | MSG_DONTWAIT);  // best effort
+          }
           p.secret_mismatch = true;
           p.error = Status::PermissionDenied(
               "cluster secret mismatch: the client's proof does not verify with our cluster "
@@ -839,6 +1016,7 @@ Result<HandshakeAcceptor::Peer> HandshakeAcceptor::Accept(std::span<const uint8_
       p->fd = -1;
       out.blob = std::move(p->peer_blob);
       out.address = p->address;
+      out.tls = std::move(p->tls);
       MutexLock sl(stats_mu_);
       stats_.accepted++;
       return out;
@@ -879,7 +1057,7 @@ Result<HandshakeAcceptor::Peer> HandshakeAcceptor::Accept(std::span<const uint8_
     auto wake = until;
     if (!poll_listen) wake = std::min(wake, listen_backoff_until_);
     for (auto& p : pending_) {
-      fds.push_back({p->fd, static_cast<short>(p->reading() ? POLLIN : POLLOUT), 0});
+      fds.push_back({p->fd, p->events(), 0});
       order.push_back(p.get());
       wake = std::min(wake, p->deadline);
     }

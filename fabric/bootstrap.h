@@ -23,6 +23,7 @@
 
 #include "asymnvm/status.h"
 #include "common/thread_annotations.h"
+#include "fabric/tls.h"
 
 namespace asymnvm::fabric {
 
@@ -50,8 +51,12 @@ Result<int> AcceptSocket(int listen_fd, std::chrono::milliseconds timeout);
 
 // Errors: kPermissionDenied (secret mismatch), kProtocolError (bad magic/version/length),
 // kTimedOut, kConnectionError (peer closed / I/O error).
+// `tls` non-null (a fresh TlsStream::Connect on fd): the TLS handshake runs first, then this one
+// inside it with the secret bound to the session (doc/fabric.md §TLS); TLS failures are
+// kProtocolError / kConnectionError with TlsStream's words. The stream carries the connection on.
 Status HandshakeClient(int fd, const std::string& secret, std::span<const uint8_t> my_blob,
-                       std::vector<uint8_t>* peer_blob, std::chrono::milliseconds timeout);
+                       std::vector<uint8_t>* peer_blob, std::chrono::milliseconds timeout,
+                       TlsStream* tls = nullptr);
 Status HandshakeServer(int fd, const std::string& secret, std::span<const uint8_t> my_blob,
                        std::vector<uint8_t>* peer_blob, std::chrono::milliseconds timeout);
 
@@ -89,13 +94,16 @@ struct HandshakeAcceptorStats {
 class HandshakeAcceptor {
  public:
   struct Peer {
-    int fd = -1;                // blocking, CLOEXEC, TCP_NODELAY for tcp; the caller owns it
-    std::vector<uint8_t> blob;  // the peer's blob
-    std::string address;        // the peer's address, for logs
+    int fd = -1;                     // blocking, CLOEXEC, TCP_NODELAY for tcp; the caller owns it
+    std::vector<uint8_t> blob;       // the peer's blob
+    std::string address;             // the peer's address, for logs
+    std::unique_ptr<TlsStream> tls;  // the session the connection goes on in (TLS listeners)
   };
   // `listen_fd` stays owned by the caller (it must outlive this object); it is made non-blocking.
-  // `name` prefixes log lines (e.g. the listener's address).
-  HandshakeAcceptor(int listen_fd, std::string secret, std::string name, HandshakeLimits limits);
+  // `name` prefixes log lines (e.g. the listener's address). `tls` non-null: every peer runs
+  // the TLS handshake first (within the same deadline), then the handshake inside it.
+  HandshakeAcceptor(int listen_fd, std::string secret, std::string name, HandshakeLimits limits,
+                    std::shared_ptr<const TlsConfig> tls = nullptr);
   ~HandshakeAcceptor();  // closes every pending handshake
   HandshakeAcceptor(const HandshakeAcceptor&) = delete;
   HandshakeAcceptor& operator=(const HandshakeAcceptor&) = delete;
@@ -118,6 +126,7 @@ class HandshakeAcceptor {
   std::string secret_;
   std::string name_;
   HandshakeLimits limits_;
+  std::shared_ptr<const TlsConfig> tls_;
   // One Accept() at a time (a flag + condvar rather than std::timed_mutex, whose
   // pthread_mutex_clocklock ThreadSanitizer does not intercept).
   Mutex gate_mu_;

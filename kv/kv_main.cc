@@ -9,6 +9,7 @@
 //              [--rebalance-threshold F] [--rebalance-period-ms N] [--rebalance-*]
 //              [--metrics-listen HOST:PORT] [--tls-port PORT --tls-cert-file F --tls-key-file F
 //              [--tls-ca-cert-file F] [--tls-auth-clients yes|no|optional]]
+//              [--fabric-tls-cert-file F --fabric-tls-key-file F [--fabric-tls-ca-cert-file F]]
 //
 // With a coordinator (default: dir:<pool dir>/coord) the server joins the replicated cluster
 // <cluster> (doc/kv.md §Replication); with --coord none it serves every shard of its pool alone.
@@ -35,6 +36,7 @@
 #include "common/log_options.h"
 #include "common/logging.h"
 #include "common/service.h"
+#include "fabric/tls_flags.h"
 #include "kv/resp/commands.h"
 #include "kv/resp/gateway.h"
 #include "kv/resp/tls.h"
@@ -175,6 +177,7 @@ int main(int argc, char** argv) {
   app.add_option("--secret-file", o.fabric.secret_file,
                  "file holding the cluster secret (default: ASYMNVM_SECRET_FILE, ASYMNVM_SECRET, "
                  "or the built-in one, loopback only)");
+  fabric::AddFabricTlsFlags(app, &o.fabric);
   app.add_option("--handshake-timeout-ms", handshake_ms, "per-peer connection set-up deadline")
       ->check(CLI::Range(1u, 600000u))
       ->capture_default_str();

@@ -6,6 +6,7 @@
 //                  [--secret-file PATH] [--handshake-timeout-ms MS] [--size SIZE]
 //                  [--mirror ADDR]... [--mirror-mode sync|async] [--log-level L] [--config FILE]
 //                  [--metrics-listen HOST:PORT]
+//                  [--fabric-tls-cert-file F --fabric-tls-key-file F [--fabric-tls-ca-cert-file F]]
 //
 // Serves a primary (asymnvm-backend --mirror ADDR) that copies its pool here and then forwards
 // every persisted range; prints "listening <control address>" and "data <data address>" (and
@@ -43,6 +44,7 @@
 #include "common/logging.h"
 #include "common/service.h"
 #include "common/thread_annotations.h"
+#include "fabric/tls_flags.h"
 #include "mirror/group.h"
 #include "mirror/mirror_server.h"
 #include "mirror/primary_role.h"
@@ -311,6 +313,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "msync", "flush"}))
       ->capture_default_str();
   app.add_option("--secret-file", d.mo.fabric.secret_file, "file holding the cluster secret");
+  fabric::AddFabricTlsFlags(app, &d.mo.fabric);
   app.add_option("--handshake-timeout-ms", handshake_ms, "per-peer connection set-up deadline")
       ->check(CLI::Range(1u, 600000u))
       ->capture_default_str();

@@ -10,6 +10,7 @@
 #include "common/thread_annotations.h"
 #include "fabric/soft/soft_internal.h"
 #include "fabric/soft/soft_worker.h"
+#include "fabric/soft/tls_channel.h"
 
 namespace asymnvm::fabric::soft {
 namespace internal {
@@ -26,6 +27,7 @@ class SoftFabric final : public Fabric {
   }
 
   Status Start() {
+    ASYMNVM_ASSIGN_OR_RETURN(tls_, TlsConfig::FromOptions(options_));  // doc/fabric.md §TLS
     for (uint32_t i = 0; i < options_.nic_threads; i++) {
       workers_.push_back(std::make_unique<Worker>(&regions_, options_.spin));
       ASYMNVM_RETURN_IF_ERROR(workers_.back()->Start());
@@ -79,6 +81,10 @@ class SoftFabric final : public Fabric {
   RegionTable* regions() { return &regions_; }
   Extension* extension() const { return ext_.get(); }
   const FabricOptions& options() const { return options_; }
+  // TLS for tcp:// connections (null: off).
+  std::shared_ptr<const TlsConfig> tls_for(const Endpoint& ep) const {
+    return ep.kind == Endpoint::Kind::kTcp ? tls_ : nullptr;
+  }
   uint64_t NewConnId() { return next_conn_id_.fetch_add(1) + 1; }
   uint64_t NewPdId() { return next_pd_id_.fetch_add(1) + 1; }
   void WakeHeld() {
@@ -97,6 +103,7 @@ class SoftFabric final : public Fabric {
  private:
   FabricOptions options_;
   std::shared_ptr<Extension> ext_;  // the direct path (shm provider), or null
+  std::shared_ptr<const TlsConfig> tls_;
   RegionTable regions_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::atomic<uint32_t> next_worker_{0};
@@ -238,7 +245,8 @@ std::vector<uint8_t> MyBlob(const ConnectionOptions& o, SoftFabric* f, uint64_t 
 // accept loop's time.
 class SocketListener final : public Listener {
  public:
-  SocketListener(SoftFabric* f, uint64_t pd_id, int fd, std::string address)
+  SocketListener(SoftFabric* f, uint64_t pd_id, int fd, std::string address,
+                 std::shared_ptr<const TlsConfig> tls)
       : fabric_(f),
         pd_id_(pd_id),
         fd_(fd),
@@ -246,7 +254,8 @@ class SocketListener final : public Listener {
         acceptor_(fd_, f->options().cluster_secret, "listener " + address_,
                   HandshakeLimits{.deadline = f->options().handshake_timeout,
                                   .max_pending = f->options().max_pending_handshakes,
-                                  .log_lines_per_second = f->options().handshake_log_per_second}) {}
+                                  .log_lines_per_second = f->options().handshake_log_per_second},
+                  std::move(tls)) {}
   ~SocketListener() override {
     ::close(fd_);
     if (address_.rfind("unix://", 0) == 0) ::unlink(address_.substr(7).c_str());
@@ -268,8 +277,8 @@ class SocketListener final : public Listener {
       }
       auto params = ConnParams::Decode(peer->blob);
       if (params.ok()) {
-        return fabric_->MakeConnection(pd_id_, MakeSocketChannel(peer->fd), o, peer->blob,
-                                       address_);
+        return fabric_->MakeConnection(pd_id_, MakeStreamChannel(peer->fd, std::move(peer->tls)), o,
+                                       peer->blob, address_);
       }
       LOG_WARN(kLog, "Accept " << address_ << ": refused peer " << peer->address << ": "
                                << params.status().ToString());
@@ -355,7 +364,8 @@ Result<std::unique_ptr<Listener>> SoftFabric::Listen(ProtectionDomain* pd,
   ASYMNVM_RETURN_IF_ERROR(CheckListenSecret(address, options_.cluster_secret));
   Endpoint bound;
   ASYMNVM_ASSIGN_OR_RETURN(int fd, ListenSocket(ep, &bound));
-  return std::unique_ptr<Listener>(new SocketListener(this, spd->id(), fd, FormatAddress(bound)));
+  return std::unique_ptr<Listener>(
+      new SocketListener(this, spd->id(), fd, FormatAddress(bound), tls_for(ep)));
 }
 
 Result<std::unique_ptr<Connection>> SoftFabric::Connect(ProtectionDomain* pd,
@@ -397,13 +407,23 @@ Result<std::unique_ptr<Connection>> SoftFabric::Connect(ProtectionDomain* pd,
     return MakeConnection(spd->id(), MakeInprocChannel(p->s2c, p->c2s), o, server_blob, address);
   }
   ASYMNVM_ASSIGN_OR_RETURN(int fd, ConnectSocket(ep, o.timeout));
+  std::unique_ptr<TlsStream> tls;
+  if (auto cfg = tls_for(ep)) {
+    auto t = TlsStream::Connect(*cfg, fd);
+    if (!t.ok()) {
+      ::close(fd);
+      return t.status().WithContext("Connect " + address);
+    }
+    tls = std::move(t).value();
+  }
   std::vector<uint8_t> peer;
-  Status st = HandshakeClient(fd, options_.cluster_secret, blob, &peer, o.timeout);
+  Status st = HandshakeClient(fd, options_.cluster_secret, blob, &peer, o.timeout, tls.get());
   if (!st.ok()) {
+    tls.reset();
     ::close(fd);
     return st.WithContext("Connect " + address);
   }
-  return MakeConnection(spd->id(), MakeSocketChannel(fd), o, peer, address);
+  return MakeConnection(spd->id(), MakeStreamChannel(fd, std::move(tls)), o, peer, address);
 }
 
 }  // namespace internal

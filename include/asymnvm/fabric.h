@@ -318,6 +318,16 @@ struct FabricOptions {
   std::chrono::milliseconds handshake_timeout{5000};
   uint32_t max_pending_handshakes = 256;
   uint32_t handshake_log_per_second = 5;
+  // TLS on the soft (and shm) provider's tcp:// connections (doc/fabric.md §TLS): on when
+  // tls_cert_file is set; unix:// and inproc:// (this host) ignore it. Every node presents its
+  // certificate (PEM chain) and key (unencrypted PEM); with tls_verify_peer the peer's certificate
+  // must chain to tls_ca_cert_file (PEM bundle, then required). The cluster-secret handshake runs
+  // inside TLS, bound to the session, and stays what authenticates a peer. Both sides of a
+  // connection must agree: a TLS node and a plain one fail the handshake with an error saying so.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_ca_cert_file;
+  bool tls_verify_peer = true;
   uint32_t nic_threads = 1;                        // soft: software NIC threads
   std::chrono::microseconds spin = DefaultSpin();  // adaptive polling: spin, then block
   std::string device;                              // verbs: device name ("" = first)

@@ -3,7 +3,6 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
-#include <openssl/x509err.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -12,43 +11,9 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/tls_files.h"
+
 namespace asymnvm::kv::resp {
-
-namespace {
-
-// OpenSSL's queued errors of this thread, oldest first, as one line (and the queue emptied).
-std::string DrainErrors() {
-  std::string out;
-  unsigned long e;
-  while ((e = ERR_get_error()) != 0) {
-    char buf[256];
-    ERR_error_string_n(e, buf, sizeof buf);
-    if (!out.empty()) out += "; ";
-    out += buf;
-  }
-  return out.empty() ? "unknown OpenSSL error" : out;
-}
-
-// An encrypted key would make OpenSSL prompt on the terminal: refuse instead.
-int NoPassphrase(char*, int, int, void*) { return -1; }
-
-// The file must be readable before OpenSSL parses it (a clearer message than OpenSSL's).
-Status Readable(const char* what, const std::string& path) {
-  if (path.empty()) return Status::InvalidArgument(std::string(what) + " is not set");
-  FILE* f = std::fopen(path.c_str(), "r");
-  if (f == nullptr) {
-    return Status::InvalidArgument(std::string(what) + " '" + path + "': " + std::strerror(errno));
-  }
-  std::fclose(f);
-  return Status::Ok();
-}
-
-Status Failed(const char* what, const std::string& path, const std::string& action) {
-  return Status::InvalidArgument(std::string(what) + " '" + path + "': " + action + ": " +
-                                 DrainErrors());
-}
-
-}  // namespace
 
 Result<TlsAuthClients> ParseTlsAuthClients(std::string_view text) {
   if (text == "yes") return TlsAuthClients::kYes;
@@ -60,18 +25,14 @@ Result<TlsAuthClients> ParseTlsAuthClients(std::string_view text) {
 
 Result<std::shared_ptr<TlsContext>> TlsContext::Create(const TlsOptions& o) {
   ERR_clear_error();
-  ASYMNVM_RETURN_IF_ERROR(Readable("tls-cert-file", o.cert_file));
-  ASYMNVM_RETURN_IF_ERROR(Readable("tls-key-file", o.key_file));
   const bool verify = o.auth_clients != TlsAuthClients::kNo;
   if (verify && o.ca_cert_file.empty()) {
     return Status::InvalidArgument(
         "tls-ca-cert-file is required to verify client certificates (or tls-auth-clients no)");
   }
-  if (!o.ca_cert_file.empty())
-    ASYMNVM_RETURN_IF_ERROR(Readable("tls-ca-cert-file", o.ca_cert_file));
 
   SSL_CTX* raw = SSL_CTX_new(TLS_server_method());
-  if (raw == nullptr) return Status::Internal("SSL_CTX_new: " + DrainErrors());
+  if (raw == nullptr) return Status::Internal("SSL_CTX_new: " + OpenSslErrors());
   std::shared_ptr<TlsContext> ctx(new TlsContext(raw));
   SSL_CTX* c = ctx->ctx_;
   // TLS 1.2 and 1.3 (Redis's default tls-protocols); no renegotiation (a write never waits for a
@@ -88,34 +49,16 @@ Result<std::shared_ptr<TlsContext>> TlsContext::Create(const TlsOptions& o) {
   // returns after each record so that the loop interleaves connections.
   SSL_CTX_set_mode(c, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
                           SSL_MODE_RELEASE_BUFFERS);
-  SSL_CTX_set_default_passwd_cb(c, NoPassphrase);
   static const unsigned char kSessionContext[] = "asymnvm-kv-resp";
   SSL_CTX_set_session_id_context(c, kSessionContext, sizeof kSessionContext - 1);
 
-  if (SSL_CTX_use_certificate_chain_file(c, o.cert_file.c_str()) != 1) {
-    return Failed("tls-cert-file", o.cert_file, "not a PEM certificate");
-  }
-  const std::string mismatch = "does not match tls-cert-file '" + o.cert_file + "'";
-  if (SSL_CTX_use_PrivateKey_file(c, o.key_file.c_str(), SSL_FILETYPE_PEM) != 1) {
-    // Loading a key also checks it against the certificate.
-    const unsigned long e = ERR_peek_last_error();
-    const bool mismatched =
-        ERR_GET_LIB(e) == ERR_LIB_X509 && (ERR_GET_REASON(e) == X509_R_KEY_VALUES_MISMATCH ||
-                                           ERR_GET_REASON(e) == X509_R_KEY_TYPE_MISMATCH);
-    return Failed("tls-key-file", o.key_file,
-                  mismatched ? mismatch : "not an unencrypted PEM private key");
-  }
-  if (SSL_CTX_check_private_key(c) != 1) {
-    return Failed("tls-key-file", o.key_file, mismatch);
-  }
+  ASYMNVM_RETURN_IF_ERROR(LoadTlsFiles(c, TlsFileNames{}, o.cert_file, o.key_file, o.ca_cert_file));
   if (!o.ca_cert_file.empty()) {
-    if (SSL_CTX_load_verify_locations(c, o.ca_cert_file.c_str(), nullptr) != 1) {
-      return Failed("tls-ca-cert-file", o.ca_cert_file, "not a PEM CA bundle");
-    }
     // The CA names the server asks client certificates of (CertificateRequest).
     STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(o.ca_cert_file.c_str());
     if (names == nullptr) {
-      return Failed("tls-ca-cert-file", o.ca_cert_file, "holds no CA certificate");
+      return Status::InvalidArgument("tls-ca-cert-file '" + o.ca_cert_file +
+                                     "': holds no CA certificate: " + OpenSslErrors());
     }
     SSL_CTX_set_client_CA_list(c, names);
   }
@@ -138,10 +81,10 @@ TlsContext::~TlsContext() { SSL_CTX_free(ctx_); }
 Result<std::unique_ptr<Transport>> TlsContext::NewServerTransport(int fd) const {
   ERR_clear_error();
   SSL* ssl = SSL_new(ctx_);
-  if (ssl == nullptr) return Status::ResourceExhausted("SSL_new: " + DrainErrors());
+  if (ssl == nullptr) return Status::ResourceExhausted("SSL_new: " + OpenSslErrors());
   if (SSL_set_fd(ssl, fd) != 1) {
     SSL_free(ssl);
-    return Status::Internal("SSL_set_fd: " + DrainErrors());
+    return Status::Internal("SSL_set_fd: " + OpenSslErrors());
   }
   SSL_set_accept_state(ssl);
   return std::unique_ptr<Transport>(new Transport(fd, ssl));
@@ -214,11 +157,11 @@ Transport::Io Transport::TlsFailure(int ret, const char* op, bool reading) {
       fatal_ = true;
       if (ERR_peek_error() == 0 && saved_errno == 0) return Io::kEof;  // FIN (older OpenSSL)
       error_ = std::string(op) + " failed: " +
-               (ERR_peek_error() != 0 ? DrainErrors() : std::string(std::strerror(saved_errno)));
+               (ERR_peek_error() != 0 ? OpenSslErrors() : std::string(std::strerror(saved_errno)));
       return Io::kError;
     default:  // SSL_ERROR_SSL: a protocol error, a refused certificate, not TLS at all
       fatal_ = true;
-      error_ = std::string(op) + " failed: " + DrainErrors();
+      error_ = std::string(op) + " failed: " + OpenSslErrors();
       return Io::kError;
   }
 }

@@ -40,14 +40,15 @@ inline constexpr uint8_t kGuardByte = 0xA5;
 struct Instance {
   std::string provider;   // "soft" | "shm" | "verbs"
   std::string transport;  // "tcp" | "unix" | "inproc"
+  bool tls = false;       // tcp over TLS (doc/fabric.md §TLS), certificates made at test time
 };
 
 inline void PrintTo(const Instance& i, std::ostream* os) {
-  *os << i.provider << "/" << i.transport;
+  *os << i.provider << "/" << i.transport << (i.tls ? "+tls" : "");
 }
 
 inline std::string InstanceName(const ::testing::TestParamInfo<Instance>& info) {
-  return info.param.provider + "_" + info.param.transport;
+  return info.param.provider + "_" + info.param.transport + (info.param.tls ? "_tls" : "");
 }
 
 inline ConnectionOptions Opts(CompletionQueue* send_cq, CompletionQueue* recv_cq = nullptr,

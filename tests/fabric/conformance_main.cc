@@ -6,15 +6,39 @@
 #include <sys/wait.h>
 
 #include <cstdlib>
+#include <mutex>
 
+#include "common/tls_files.h"
 #include "tests/fabric/conformance.h"
 
 extern char** environ;
 
 namespace asymnvm::fabric::conformance {
 
+namespace {
+// The TLS instances' certificates: a CA and one node certificate, made once per process.
+const std::string& TlsDir() {
+  static std::string dir;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    char tmpl[] = "/tmp/asymnvm-conf-tls.XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) return;
+    Status st = WriteThrowawayCertificates(tmpl, {"node"});
+    if (st.ok()) dir = tmpl;
+  });
+  return dir;
+}
+}  // namespace
+
 void FabricConformance::SetUp() {
   inst_ = GetParam();
+  if (inst_.tls) {
+    ASSERT_FALSE(TlsDir().empty()) << "could not make the test certificates";
+    // Peer processes (fabric_test_peer) take TLS from the environment (fabric/tls.h).
+    ::setenv("ASYMNVM_FABRIC_TLS_CERT_FILE", (TlsDir() + "/node.crt").c_str(), 1);
+    ::setenv("ASYMNVM_FABRIC_TLS_KEY_FILE", (TlsDir() + "/node.key").c_str(), 1);
+    ::setenv("ASYMNVM_FABRIC_TLS_CA_CERT_FILE", (TlsDir() + "/ca.crt").c_str(), 1);
+  }
   const char* env = std::getenv("ASYMNVM_TEST_SEED");
   seed_ = env != nullptr ? std::strtoull(env, nullptr, 0) : std::random_device{}();
   RecordProperty("seed", std::to_string(seed_));
@@ -61,12 +85,22 @@ void FabricConformance::TearDown() {
   target_pd_.reset();
   init_.reset();
   target_.reset();
+  if (inst_.tls) {
+    ::unsetenv("ASYMNVM_FABRIC_TLS_CERT_FILE");
+    ::unsetenv("ASYMNVM_FABRIC_TLS_KEY_FILE");
+    ::unsetenv("ASYMNVM_FABRIC_TLS_CA_CERT_FILE");
+  }
 }
 
 Result<std::unique_ptr<Fabric>> FabricConformance::OpenFabric(const std::string& secret) {
   FabricOptions o;
   o.provider = inst_.provider;
   o.cluster_secret = secret;
+  if (inst_.tls) {
+    o.tls_cert_file = TlsDir() + "/node.crt";
+    o.tls_key_file = TlsDir() + "/node.key";
+    o.tls_ca_cert_file = TlsDir() + "/ca.crt";
+  }
   return Fabric::Open(o);
 }
 
@@ -342,7 +376,9 @@ int PeerProcess::WaitExit(milliseconds timeout) {
 INSTANTIATE_TEST_SUITE_P(Providers, FabricConformance,
                          ::testing::Values(Instance{"soft", "tcp"}, Instance{"soft", "unix"},
                                            Instance{"soft", "inproc"}, Instance{"shm", "unix"},
-                                           Instance{"shm", "tcp"}, Instance{"verbs", "tcp"}),
+                                           Instance{"shm", "tcp"}, Instance{"verbs", "tcp"},
+                                           Instance{"soft", "tcp", true},
+                                           Instance{"shm", "tcp", true}),
                          InstanceName);
 
 }  // namespace asymnvm::fabric::conformance

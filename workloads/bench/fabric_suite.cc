@@ -20,9 +20,11 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -30,6 +32,7 @@
 #include "asymnvm/pm.h"
 #include "asymnvm/shared_memory.h"
 #include "common/logging.h"
+#include "common/tls_files.h"
 #include "workloads/bench/bench.h"
 #include "workloads/bench/floor.h"
 #include "workloads/bench/latency.h"
@@ -478,10 +481,12 @@ class FabricSuite : public Suite {
         ->delimiter(',')
         ->check(CLI::IsMember({"soft", "shm", "verbs"}))
         ->default_str("soft,shm,verbs");
-    cmd->add_option("--transports", transports_, "soft transports to measure")
+    cmd->add_option("--transports", transports_,
+                    "soft transports to measure (tcp+tls: tcp with fabric TLS, a throwaway "
+                    "certificate made for the run; its floor is plain tcp's)")
         ->delimiter(',')
-        ->check(CLI::IsMember({"tcp", "unix", "inproc"}))
-        ->default_str("tcp,unix,inproc");
+        ->check(CLI::IsMember({"tcp", "tcp+tls", "unix", "inproc"}))
+        ->default_str("tcp,tcp+tls,unix,inproc");
     cmd->add_option("--op", ops_, "Operations: WRITE,READ,CAS,SEND (SEND = SEND+flush)")
         ->delimiter(',')
         ->check(CLI::IsMember({"WRITE", "READ", "CAS", "SEND"}))
@@ -589,14 +594,24 @@ class FabricSuite : public Suite {
         "lat x floor = p50 / floor p50 of the same transport and size (CAS: 8 B); "
         "x lock-step = ops/s / ops/s at 1 outstanding.");
 
+    if (std::find(run_transports.begin(), run_transports.end(), "tcp+tls") !=
+        run_transports.end()) {
+      report->AddHeader(
+          "tcp+tls: tcp with fabric TLS (TLS 1.3, a throwaway certificate; doc/fabric.md §TLS); "
+          "its floor is the plain tcp ping-pong, so lat x floor includes the cost of TLS.");
+    }
     for (const Json& s : skipped_) report->Add(s);
+    std::set<std::string> floors_run;
     for (const std::string& t : run_transports) {
-      ASYMNVM_RETURN_IF_ERROR(RunFloors(t, report));
+      if (floors_run.insert(FloorTransport(t)).second) {
+        ASYMNVM_RETURN_IF_ERROR(RunFloors(FloorTransport(t), report));
+      }
       for (const auto& [p, tt] : runs) {
         if (tt != t) continue;
         for (int spin : Spins()) ASYMNVM_RETURN_IF_ERROR(RunProvider(p, t, spin, report));
       }
     }
+    if (!tls_dir_.empty()) std::filesystem::remove_all(tls_dir_);
     Summarize(report);
     report->set_columns(
         {{"lat x floor", "ratio_to_floor", 2}, {"x lock-step", "speedup_vs_lockstep", 2}});
@@ -612,6 +627,26 @@ class FabricSuite : public Suite {
       if (std::find(s.begin(), s.end(), z) == s.end()) s.push_back(z);
     }
     return s;
+  }
+
+  // The ping-pong floor a transport is compared with: tcp+tls against plain tcp.
+  static std::string FloorTransport(const std::string& transport) {
+    return transport == "tcp+tls" ? "tcp" : transport;
+  }
+
+  // A throwaway CA and node certificate for tcp+tls (made once per run, removed at its end).
+  Status UseTls(FabricOptions* fo) {
+    if (tls_dir_.empty()) {
+      char tmpl[] = "/tmp/asymnvm-bench-tls.XXXXXX";
+      if (::mkdtemp(tmpl) == nullptr) return Status::IoError("mkdtemp", errno);
+      tls_dir_ = tmpl;
+      ASYMNVM_RETURN_IF_ERROR(WriteThrowawayCertificates(tls_dir_, {"node"}));
+    }
+    fo->tls_cert_file = tls_dir_ + "/node.crt";
+    fo->tls_key_file = tls_dir_ + "/node.key";
+    fo->tls_ca_cert_file = tls_dir_ + "/ca.crt";
+    fo->tls_verify_peer = true;
+    return Status::Ok();
   }
 
   Status RunFloors(const std::string& transport, Report* report) {
@@ -655,7 +690,8 @@ class FabricSuite : public Suite {
     static int seq = 0;
     seq++;
     std::string listen;
-    if (transport == "tcp") {
+    if (transport == "tcp+tls") ASYMNVM_RETURN_IF_ERROR(UseTls(&fo));
+    if (transport == "tcp" || transport == "tcp+tls") {
       listen = "tcp://127.0.0.1:0";
     } else if (transport == "unix") {
       listen = "unix:///tmp/asymnvm-bench-" + std::to_string(::getpid()) + "-" +
@@ -755,7 +791,7 @@ class FabricSuite : public Suite {
         rec["payload_bytes_per_op"] = static_cast<double>(delta.payload_bytes) / ops;
         rec["rnr_events"] = delta.rnr_events;
         rec["target"] = in_child ? "child" : "same process";
-        auto floor = floor_p50_.find({transport, spec.size});
+        auto floor = floor_p50_.find({FloorTransport(transport), spec.size});
         if (floor != floor_p50_.end() && floor->second > 0) {
           rec["floor_p50_us"] = floor->second;
           if (outstanding == 1) rec["ratio_to_floor"] = rec["p50_us"].get<double>() / floor->second;
@@ -814,7 +850,7 @@ class FabricSuite : public Suite {
   }
 
   std::vector<std::string> providers_{"soft", "shm", "verbs"};
-  std::vector<std::string> transports_{"tcp", "unix", "inproc"};
+  std::vector<std::string> transports_{"tcp", "tcp+tls", "unix", "inproc"};
   std::vector<std::string> ops_{"WRITE", "READ", "CAS", "SEND"};
   std::vector<uint32_t> sizes_{64, 4096};
   std::vector<uint32_t> outstanding_{1, 8, 64};
@@ -828,6 +864,7 @@ class FabricSuite : public Suite {
   Budget warmup_;
   std::vector<Json> skipped_;
   std::map<std::pair<std::string, uint32_t>, double> floor_p50_;
+  std::string tls_dir_;  // tcp+tls certificates (UseTls)
 };
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include "kv/resp/commands.h"
 #include "kv/resp/txn.h"
+#include "kv/resp/types.h"
 #include "kv/resp/value.h"
 
 namespace asymnvm::kv::resp::handlers {
@@ -809,8 +810,8 @@ void Exec(CommandContext& c, const std::vector<std::string>&) {
         "shard; use a hash tag {...}). Nothing was executed.");
     return;
   }
-  constexpr int kMaxAttempts = 64;
-  for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
+  ConflictRetry retry;
+  do {
     TxnStore txn(&c.store);
     // WATCH: a key changed (or expired) since it was watched fails EXEC; the versions read here
     // are conditions of the commit, so a change until then is caught too.
@@ -850,7 +851,7 @@ void Exec(CommandContext& c, const std::vector<std::string>&) {
       c.out.Raw(replies);
       return;
     }
-  }
+  } while (retry.Again());
   c.out.Error("TRYAGAIN EXEC: keys kept changing under the transaction; nothing was executed");
 }
 

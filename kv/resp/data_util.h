@@ -17,7 +17,6 @@
 
 namespace asymnvm::kv::resp::handlers {
 
-inline constexpr int kMaxCasAttempts = 1000;
 inline constexpr std::string_view kErrCrossSlot =
     "CROSSSLOT Keys in request don't hash to the same slot";
 
@@ -65,7 +64,8 @@ struct Mutation {
 // when the handler should now write its success reply.
 template <typename Fn>
 bool ReadModifyWrite(CommandContext& c, std::string_view key, Fn&& fn) {
-  for (int attempt = 0; attempt < kMaxCasAttempts; ++attempt) {
+  ConflictRetry retry;
+  do {
     auto cur = ReadCurrent(c, key);
     if (!cur.ok()) {
       c.out.Error(StoreError(cur.status()));
@@ -88,7 +88,7 @@ bool ReadModifyWrite(CommandContext& c, std::string_view key, Fn&& fn) {
       return false;
     }
     if (p->has_value()) return true;
-  }
+  } while (retry.Again());
   c.out.Error("TRYAGAIN the key kept changing; nothing was written");
   return false;
 }
@@ -170,7 +170,8 @@ inline bool OneShard(CommandContext& c, const std::vector<std::string_view>& key
 // checks OneShard and answers CROSSSLOT). Returns true when the handler should reply success.
 template <typename Fn>
 bool Atomically(CommandContext& c, Fn&& fn) {
-  for (int attempt = 0; attempt < kMaxCasAttempts; ++attempt) {
+  ConflictRetry retry;
+  do {
     TxnStore txn(&c.store);
     std::string errors;
     ReplyWriter w(&errors, c.out.proto());
@@ -185,7 +186,7 @@ bool Atomically(CommandContext& c, Fn&& fn) {
       return false;
     }
     if (*committed) return true;
-  }
+  } while (retry.Again());
   c.out.Error("TRYAGAIN the keys kept changing; nothing was written");
   return false;
 }

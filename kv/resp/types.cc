@@ -2,12 +2,14 @@
 #include "kv/resp/types.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <unordered_map>
 
 #include "asymnvm/kv.h"
@@ -428,6 +430,27 @@ Result<Coll*> OpenTyped(CollTx& tx, std::string_view key, KeyType want, ReplyWri
 }
 
 constexpr std::string_view kStaleRead = "stale read: a concurrent writer moved the collection";
+
+namespace {
+std::atomic<int64_t> conflict_budget_ms{ConflictRetry::kBudget.count()};
+}  // namespace
+
+void ConflictRetry::SetBudgetForTesting(std::chrono::milliseconds budget) {
+  conflict_budget_ms.store(budget.count());
+}
+
+bool ConflictRetry::Again() {
+  if (std::chrono::steady_clock::now() - start_ >=
+      std::chrono::milliseconds(conflict_budget_ms.load(std::memory_order_relaxed))) {
+    return false;
+  }
+  thread_local std::minstd_rand rng(std::random_device{}());
+  const uint32_t cap_us = std::min<uint32_t>(2000, 20u << std::min<uint32_t>(conflicts_, 7));
+  conflicts_++;
+  std::this_thread::sleep_for(
+      std::chrono::microseconds(std::uniform_int_distribution<uint32_t>(1, cap_us)(rng)));
+  return true;
+}
 
 bool IsStaleRead(const Status& st) {
   return st.code() == StatusCode::kAborted && st.message() == kStaleRead;

@@ -75,6 +75,26 @@ TEST_F(Types, Hash_FailedCommitWritesNothing) {
   store_.set_before_commit(nullptr);
 }
 
+// A hot key: many writers keep changing it, so a command's commit loses again and again (here
+// 300 times, more than a fixed count of attempts allowed before). It backs off and goes on until
+// it lands, as a write on Redis waits its turn; it never answers TRYAGAIN while the conflicts last
+// less than the budget.
+TEST_F(Types, HotKey_ManyConflictsBackOffAndStillCommit) {
+  EXPECT_EQ(One({"RPUSH", "l", "a"}), "1");
+  int calls = 0;
+  store_.set_before_commit([&] {
+    if (calls++ < 300) store_.Bump("l");
+  });
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(One({"RPUSH", "l", "b"}), "2");
+  const auto waited = std::chrono::steady_clock::now() - start;
+  store_.set_before_commit(nullptr);
+  EXPECT_EQ(calls, 301);
+  EXPECT_EQ(R({"LRANGE", "l", "0", "-1"}), (std::vector<std::string>{"a", "b"}));
+  // It paused between attempts (random pauses from 20 µs up to 2 ms): not a busy loop.
+  EXPECT_GT(waited, std::chrono::milliseconds(20));
+}
+
 std::vector<std::string> HsetArgs(const std::string& key, int fields) {
   std::vector<std::string> argv = {"HSET", key};
   for (int i = 0; i < fields; ++i) {
@@ -108,7 +128,9 @@ TEST_F(Types, Hash_LargeCommandCommitsInParts) {
 TEST_F(Types, Hash_LargeCommandIsInvisibleUntilItsMetadataCommits) {
   EXPECT_EQ(One({"HSET", "h", "a", "0"}), "1");
   store_.set_before_commit([&] { store_.Bump("h"); });  // every commit finds h moved
+  ConflictRetry::SetBudgetForTesting(std::chrono::milliseconds(300));
   EXPECT_EQ(One(HsetArgs("h", 40)), std::string("-") + std::string(kErrTryAgain));
+  ConflictRetry::SetBudgetForTesting(ConflictRetry::kBudget);
   store_.set_before_commit(nullptr);
   EXPECT_EQ(All("h"), (std::map<std::string, std::string>{{"a", "0"}}));
   int calls = 0;

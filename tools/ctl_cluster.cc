@@ -12,7 +12,8 @@
 // Exit codes (a script acts on the highest): 0 healthy; 1 the coordinator cannot be read; 2 bad
 // arguments; 7 degraded replication (a mirror configured but not in sync, a KV shard with fewer
 // synced backups than rf - 1); 8 a KV shard without any synced backup (rf > 1), or a back-end
-// group whose mirrors are all out of sync (single copy); 9 unavailable: a group without a live
+// group whose mirrors are all out of sync, or that was promoted (term > 1) and has no mirror since
+// (single copy); 9 unavailable: a group without a live
 // primary, a shard whose primary is not a live server.
 #include <CLI/CLI.hpp>
 #include <iomanip>
@@ -196,6 +197,12 @@ int RunCtlCluster(const std::vector<std::string>& args, std::ostream& out, std::
         if (configured > 0 && insync == 0) {
           problem(8, "group " + uuid + ": none of its " + std::to_string(configured) +
                          " mirror(s) in sync (single copy)");
+        } else if (configured == 0 && state.term > 1) {
+          // A failover happened (the term rose), so the group had a mirror: the promoted one
+          // forwards to none until the old primary rejoins. One copy, as above.
+          problem(8, "group " + uuid + ": promoted at term " + std::to_string(state.term) +
+                         " and no mirror since (single copy): rejoin the old primary's host as "
+                         "a mirror (doc/mirror.md §Rejoin)");
         } else if (insync < configured) {
           problem(7, "group " + uuid + ": " + std::to_string(insync) + " of " +
                          std::to_string(configured) + " mirror(s) in sync");

@@ -699,10 +699,12 @@ TEST(Deploy, PackagedThreeHostLayout) {
   // its serve-listen address); the ledgers check against it (nothing acknowledged lost) and
   // transactions go on there.
   ASSERT_NO_FATAL_FAILURE(d.Kill("be"));
-  // (The promoted mirror forwards to no mirror: the view shows 0/0 and exits 0 — doc/deploy.md
-  // §Upgrade says to check the in-sync column, not the exit code, until the old host rejoins.)
-  ASSERT_TRUE(d.WaitCluster(kAnyHealth, &view, &rc, "tcp://" + mir + ":7112"))
+  // The promoted mirror forwards to no mirror: one copy until the old host rejoins, so the view
+  // says so (exit 8), as it does when a mirror is down.
+  ASSERT_TRUE(d.WaitCluster(8, &view, &rc, "tcp://" + mir + ":7112"))
       << "back-end killed: the mirror was not promoted; last exit " << rc << ":\n"
+      << view;
+  EXPECT_NE(view.find("promoted at term 2 and no mirror since (single copy)"), std::string::npos)
       << view;
   std::printf("=== back-end killed, mirror promoted: asymnvm-ctl cluster (exit %d)\n%s", rc,
               view.c_str());

@@ -198,6 +198,10 @@ int main(int argc, char** argv) {
   app.add_option("--rejoin-listen", rejoin_listen,
                  "the mirror's control address with --rejoin (default: the new primary's mirror "
                  "address unix://<pool>.sock, or its only one)");
+  std::string rejoin_data_listen;
+  app.add_option("--rejoin-data-listen", rejoin_data_listen,
+                 "the mirror's replication-stream address with --rejoin (set it where a firewall "
+                 "names ports; default: the mirror's own default)");
   bool test_skip_mirror_flush = false;
   app.add_flag("--TEST-skip-mirror-flush", test_skip_mirror_flush,
                "tests only: barriers do not wait for the mirrors' FLUSH (loses data)")
@@ -297,6 +301,19 @@ int main(int argc, char** argv) {
                                       log_level,
                                       "--log-format",
                                       log_format};
+    if (!rejoin_data_listen.empty()) {
+      margs.push_back("--data-listen");
+      margs.push_back(rejoin_data_listen);
+    }
+    // Promoted again later, it serves where this back-end served (the same host's ports).
+    if (!o.listen_address.ends_with(":0")) {
+      margs.push_back("--serve-listen");
+      margs.push_back(o.listen_address);
+    }
+    if (!o.log_listen_address.empty() && !o.log_listen_address.ends_with(":0")) {
+      margs.push_back("--serve-log-listen");
+      margs.push_back(o.log_listen_address);
+    }
     if (!o.fabric.secret_file.empty()) {
       margs.push_back("--secret-file");
       margs.push_back(o.fabric.secret_file);

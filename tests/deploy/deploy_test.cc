@@ -507,16 +507,17 @@ TEST(Deploy, PackagedThreeHostLayout) {
                                        {"coord", coord},
                                        {"secret-file", secret_file},
                                        {"metrics-listen", Quote(mir + ":9472")}}));
-  ASSERT_NO_FATAL_FAILURE(d.Configure("backend", "pool1",
-                                      {{"pool", Quote(R + "/var/lib/asymnvm/backend-pool1.pool")},
-                                       {"size", Quote("64M")},
-                                       {"name", Quote("backend-pool1")},
-                                       {"listen", Quote("tcp://" + be + ":7100")},
-                                       {"log-listen", Quote("tcp://" + be + ":7101")},
-                                       {"coord", coord},
-                                       {"mirror", Quote("tcp://" + mir + ":7110")},
-                                       {"secret-file", secret_file},
-                                       {"metrics-listen", Quote(be + ":9471")}}));
+  const std::vector<std::pair<std::string, std::string>> backend_conf = {
+      {"pool", Quote(R + "/var/lib/asymnvm/backend-pool1.pool")},
+      {"size", Quote("64M")},
+      {"name", Quote("backend-pool1")},
+      {"listen", Quote("tcp://" + be + ":7100")},
+      {"log-listen", Quote("tcp://" + be + ":7101")},
+      {"coord", coord},
+      {"mirror", Quote("tcp://" + mir + ":7110")},
+      {"secret-file", secret_file},
+      {"metrics-listen", Quote(be + ":9471")}};
+  ASSERT_NO_FATAL_FAILURE(d.Configure("backend", "pool1", backend_conf));
   const std::vector<std::pair<std::string, std::string>> kvs = {
       {"kv1", "a"}, {"kv2", "b"}, {"kv3", "c"}};
   for (const auto& [host, inst] : kvs) {
@@ -594,6 +595,10 @@ TEST(Deploy, PackagedThreeHostLayout) {
     allowed[{"be", 7100}] = allowed[{"be", 7101}] = {"cli"};
     allowed[{"mir", 7110}] = {"be", "cli"};
     allowed[{"mir", 7111}] = {"be"};
+    // After the failover and the rejoin (the end of the test) the roles are swapped.
+    allowed[{"mir", 7112}] = allowed[{"mir", 7113}] = {"cli"};
+    allowed[{"be", 7110}] = {"mir", "cli"};
+    allowed[{"be", 7111}] = {"mir"};
     for (const std::string k : {"kv1", "kv2", "kv3"}) {
       for (int p : {7120, 7121, 7122, 7123}) allowed[{k, p}] = kv_hosts;
       allowed[{k, 6380}] = {"cli"};
@@ -712,6 +717,25 @@ TEST(Deploy, PackagedThreeHostLayout) {
   ASSERT_EQ(txn({"check"}), 0);
   ASSERT_EQ(txn({"run", "--frontends", "2", "--txns", "100", "--seconds", "0"}), 0);
   ASSERT_EQ(txn({"check"}), 0);
+
+  // doc/deploy.md §Upgrade: the old back-end's host comes back as the new primary's mirror in one
+  // step — its unit restarted with rejoin = true: the fenced pool becomes a mirror on be's ports
+  // 7110/7111 (rejoin-listen, rejoin-data-listen) and is copied while the primary serves. The
+  // group is whole again: exit 0, the mirror in sync; nothing acknowledged lost.
+  auto rejoin_conf = backend_conf;
+  rejoin_conf.push_back({"rejoin", "true"});
+  rejoin_conf.push_back({"rejoin-listen", Quote("tcp://" + be + ":7110")});
+  rejoin_conf.push_back({"rejoin-data-listen", Quote("tcp://" + be + ":7111")});
+  ASSERT_NO_FATAL_FAILURE(d.Configure("backend", "pool1", rejoin_conf));
+  ASSERT_NO_FATAL_FAILURE(d.Start("be", "backend", "pool1"));
+  ASSERT_TRUE(d.WaitCluster(0, &view, &rc, "tcp://" + be + ":7110=in-sync"))
+      << "old back-end host rejoined: last exit " << rc << ":\n"
+      << view;
+  std::printf("=== old back-end host rejoined as a mirror: asymnvm-ctl cluster (exit 0)\n%s",
+              view.c_str());
+  ASSERT_EQ(txn({"run", "--frontends", "2", "--txns", "100", "--seconds", "0"}), 0);
+  ASSERT_EQ(txn({"check"}), 0);
+  check_firewall();
   std::printf("deploy: %.1f s in all\n", std::chrono::duration<double>(Clock::now() - t0).count());
 }
 

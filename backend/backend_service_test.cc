@@ -6,13 +6,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/log_format.h"
@@ -95,6 +98,26 @@ struct Client {
     return nlohmann::json::parse(std::string(r->begin(), r->end()));
   }
 };
+
+// Library code never ends the process: a back-end that can be fenced (it reports its in-sync
+// mirrors to a group, so a mirror may be promoted over it) must be told what fencing does. The
+// daemons pass a callback that exits 5 (mirror_test checks that exit).
+TEST(BackendService, ReplicationThatCanBeFencedNeedsAFencedCallback) {
+  const std::string path = TempPath("fence-callback.pool");
+  std::remove(path.c_str());
+  BackendOptions o = SmallOptions(path);
+  o.replication.joinable = true;
+  o.replication.on_insync = [](const std::array<uint8_t, 16>&, const std::vector<std::string>&) {
+    return Status::Ok();
+  };
+  auto refused = Backend::Start(o);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << refused.status().ToString();
+  o.replication.fenced = [](const Status&) {};
+  auto be = Backend::Start(o);
+  ASSERT_TRUE(be.ok()) << be.status().ToString();
+  (*be)->Stop();
+  std::remove(path.c_str());
+}
 
 // A writer that logs an op and dies before the transaction that covers it (its OPN) leaves the op
 // log in the segment being filled; each restart of the back-end hands that segment, and the empty

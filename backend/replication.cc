@@ -165,14 +165,12 @@ struct Replicator::Impl {
   // caught up incrementally; any other stream (a restarted or a new primary) needs a full copy.
   uint64_t stream_id = 0;
 
+  // The owner decides what a fenced primary does (the daemons: exit 5, or rejoin as a mirror);
+  // library code never ends the process. Start refuses on_insync without `fenced`, the only way
+  // here.
   void Fenced(const Status& s) {
-    if (o.fenced) {
-      o.fenced(s);
-      return;
-    }
-    LOG_ERROR("mirror", "this primary was fenced: " << s.ToString()
-                                                    << "; exiting without acknowledging more");
-    std::_Exit(5);
+    LOG_ERROR("mirror", "this primary was fenced: " << s.ToString());
+    o.fenced(s.WithSubCode(StatusSubCode::kFenced));
   }
 
   // Posts [off, off + len) to one link. Called with l.mu held.
@@ -734,6 +732,11 @@ void ForwardingPersister::Drain() {
 Result<std::unique_ptr<Replicator>> Replicator::Start(const ReplicationOptions& options,
                                                       const fabric::FabricOptions& fabric_options,
                                                       pm::Pool* pool) {
+  if (options.on_insync && !options.fenced) {
+    return Status::InvalidArgument(
+        "replication: on_insync is set without `fenced` (what this process does once a mirror "
+        "was promoted: it must acknowledge nothing more)");
+  }
   auto impl = std::make_unique<Impl>();
   impl->o = options;
   impl->pool = pool;

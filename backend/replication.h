@@ -69,10 +69,14 @@ struct ReplicationOptions {
   // Called with the names of the in-sync mirrors whenever the set changes: after a mirror's copy
   // is complete (before it counts for RPO) and after a mirror is dropped (before any further
   // barrier returns). A non-OK result means this primary was fenced (a mirror was promoted):
-  // the process must not acknowledge anything more; the Replicator logs and calls `fenced`.
+  // the process must not acknowledge anything more; the Replicator logs and calls `fenced` with
+  // that Status (sub-code kFenced).
   std::function<Status(const std::array<uint8_t, 16>& uuid, const std::vector<std::string>& insync)>
       on_insync;
-  std::function<void(const Status&)> fenced;  // default: log and _exit(5)
+  // Required with on_insync (Start: kInvalidArgument without it); the library never ends the
+  // process itself. It must stop every acknowledgement: asymnvm-backend and asymnvm-mirror exit
+  // with status 5 (mirror::kExitFenced) here.
+  std::function<void(const Status&)> fenced;
   // Tests only (asymnvm-backend --TEST-skip-mirror-flush): barriers do not wait for the mirrors'
   // FLUSH — the negative control of the mirror power-loss test (acknowledged writes then live
   // only in the mirror's volatile copy).

@@ -48,9 +48,28 @@ std::string_view StatusCodeName(StatusCode code) {
   return "Unknown";
 }
 
+std::string_view StatusSubCodeName(StatusSubCode subcode) {
+  switch (subcode) {
+    case StatusSubCode::kNone:
+      return "None";
+    case StatusSubCode::kNotPrimary:
+      return "NotPrimary";
+    case StatusSubCode::kFenced:
+      return "Fenced";
+    case StatusSubCode::kChecksumMismatch:
+      return "ChecksumMismatch";
+    case StatusSubCode::kCrossShard:
+      return "CrossShard";
+    case StatusSubCode::kStaleRead:
+      return "StaleRead";
+  }
+  return "Unknown";
+}
+
 Status::Status(StatusCode code, std::string_view message, int sys_errno, bool retryable) {
   if (code != StatusCode::kOk) {
-    rep_ = std::make_unique<Rep>(Rep{code, std::string(message), sys_errno, retryable});
+    rep_ = std::make_unique<Rep>(
+        Rep{code, std::string(message), sys_errno, retryable, StatusSubCode::kNone});
   }
 }
 
@@ -66,9 +85,23 @@ Status Status::WithContext(std::string_view context) const {
   return s;
 }
 
+Status Status::WithSubCode(StatusSubCode subcode) const& {
+  return Status(*this).WithSubCode(subcode);
+}
+
+Status Status::WithSubCode(StatusSubCode subcode) && {
+  if (rep_) rep_->subcode = subcode;
+  return std::move(*this);
+}
+
 std::string Status::ToString() const {
   if (ok()) return "OK";
   std::string s(StatusCodeName(rep_->code));
+  if (rep_->subcode != StatusSubCode::kNone) {
+    s += " (";
+    s += StatusSubCodeName(rep_->subcode);
+    s += ")";
+  }
   s += ": ";
   s += rep_->message;
   if (rep_->sys_errno != 0) {

@@ -100,10 +100,11 @@ Status WritePem(const std::string& path, X509* cert, EVP_PKEY* key) {
 
 }  // namespace
 
-std::string OpenSslErrors() {
+std::string OpenSslErrors(std::vector<unsigned long>* codes) {
   std::string out;
   unsigned long e;
   while ((e = ERR_get_error()) != 0) {
+    if (codes != nullptr) codes->push_back(e);
     char buf[256];
     ERR_error_string_n(e, buf, sizeof buf);
     if (!out.empty()) out += "; ";

@@ -12,8 +12,10 @@ typedef struct ssl_ctx_st SSL_CTX;
 
 namespace asymnvm {
 
-// OpenSSL's queued errors of this thread, oldest first, as one line (and the queue emptied).
-std::string OpenSslErrors();
+// OpenSSL's queued errors of this thread, oldest first, as one line (and the queue emptied). With
+// `codes`, each packed error code (ERR_GET_LIB / ERR_GET_REASON) is appended to it, oldest first:
+// decide on those, not on the text.
+std::string OpenSslErrors(std::vector<unsigned long>* codes = nullptr);
 
 // The option names that error messages use for each file (e.g. "tls-cert-file").
 struct TlsFileNames {

@@ -210,7 +210,8 @@ TlsStream::Io TlsStream::Fill() {
 TlsStream::Io TlsStream::Fail(int ssl_error, const char* op) {
   if (ssl_error == SSL_ERROR_ZERO_RETURN) return Io::kEof;  // close_notify
   fatal_ = true;
-  std::string why = OpenSslErrors();
+  std::vector<unsigned long> codes;
+  std::string why = OpenSslErrors(&codes);
   if (!server_ || handshake_done_) {
     long v = SSL_get_verify_result(ssl_);
     if (v != X509_V_OK) {
@@ -218,9 +219,14 @@ TlsStream::Io TlsStream::Fail(int ssl_error, const char* op) {
              "; it must chain to fabric-tls-ca-cert-file)";
     }
   }
-  if (why.find("alert unknown ca") != std::string::npos ||
-      why.find("alert bad certificate") != std::string::npos ||
-      why.find("alert certificate required") != std::string::npos) {
+  // The peer's alert, as OpenSSL's reason code for it: it refused the certificate we sent.
+  const bool our_certificate_refused = std::any_of(codes.begin(), codes.end(), [](unsigned long e) {
+    if (ERR_GET_LIB(e) != ERR_LIB_SSL) return false;
+    const int reason = ERR_GET_REASON(e);
+    return reason == SSL_R_TLSV1_ALERT_UNKNOWN_CA || reason == SSL_R_SSLV3_ALERT_BAD_CERTIFICATE ||
+           reason == SSL_R_TLSV13_ALERT_CERTIFICATE_REQUIRED;
+  });
+  if (our_certificate_refused) {
     why +=
         " (the peer does not accept our certificate: is it signed by the CA the peer's "
         "fabric-tls-ca-cert-file holds?)";

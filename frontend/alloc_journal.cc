@@ -100,7 +100,8 @@ Status OwnershipJournal::Create(uint64_t capacity) {
     if (old.ok() && *old != journal_) {
       st = Status::FailedPrecondition("front-end " + std::to_string(fe_) +
                                       ": fenced: ownership journal word changed (holds " +
-                                      std::to_string(*old) + ")");
+                                      std::to_string(*old) + ")")
+               .WithSubCode(StatusSubCode::kFenced);
     } else if (!old.ok()) {
       st = old.status();
     }
@@ -162,9 +163,10 @@ Status OwnershipJournal::Remove(uint64_t addr) {
   ASYMNVM_ASSIGN_OR_RETURN(uint64_t old, io_.cas(EntryAddr(slot), word, 0));
   if (old != word) {
     return Status::FailedPrecondition(
-        "front-end " + std::to_string(fe_) + ": fenced: ownership journal entry " +
-        std::to_string(slot) + " holds " + std::to_string(old) + ", expected " +
-        std::to_string(word) + " (a later incarnation of this id wrote it)");
+               "front-end " + std::to_string(fe_) + ": fenced: ownership journal entry " +
+               std::to_string(slot) + " holds " + std::to_string(old) + ", expected " +
+               std::to_string(word) + " (a later incarnation of this id wrote it)")
+        .WithSubCode(StatusSubCode::kFenced);
   }
   free_slots_.insert(slot);
   slot_of_.erase(it);

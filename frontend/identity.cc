@@ -126,18 +126,20 @@ Status FrontendIdentity::CheckLease() const {
   if (lost_.load()) {
     return Status::FailedPrecondition("fenced: the lease of front-end id " + std::to_string(id_) +
                                       " (epoch " + std::to_string(epoch_) +
-                                      ") was lost; another process may have taken it over");
+                                      ") was lost; another process may have taken it over")
+        .WithSubCode(StatusSubCode::kFenced);
   }
   if (lease_.count() <= 0) return Status::Ok();
   const auto age = std::chrono::steady_clock::now().time_since_epoch() -
                    std::chrono::steady_clock::duration(confirmed_.load());
   if (age * 3 >= lease_ * 2) {
     return Status::FailedPrecondition(
-        "fenced: the lease of front-end id " + std::to_string(id_) + " (epoch " +
-        std::to_string(epoch_) + ") was last confirmed " +
-        std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(age).count()) +
-        " ms ago (lease " + std::to_string(lease_.count()) +
-        " ms): the coordinator may have expired it");
+               "fenced: the lease of front-end id " + std::to_string(id_) + " (epoch " +
+               std::to_string(epoch_) + ") was last confirmed " +
+               std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(age).count()) +
+               " ms ago (lease " + std::to_string(lease_.count()) +
+               " ms): the coordinator may have expired it")
+        .WithSubCode(StatusSubCode::kFenced);
   }
   return Status::Ok();
 }

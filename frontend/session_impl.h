@@ -354,8 +354,8 @@ auto Session::Guarded(bool retry, F&& f) -> decltype(f()) {
   };
   if (impl_->identity) {
     Status fenced = impl_->CheckFenced();
-    if (!fenced.ok() && fenced.code() == StatusCode::kFailedPrecondition &&
-        fenced.message().find("fenced") != std::string::npos) {
+    if (fenced.code() == StatusCode::kFailedPrecondition &&
+        fenced.subcode() == StatusSubCode::kFenced) {
       return fenced;
     }
   }

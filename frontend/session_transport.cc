@@ -360,10 +360,12 @@ Status Session::Impl::Fence() {
     if (incarnation != 0 && (aux >> 32) != incarnation) {
       // The id was registered again (a take-over, or a second process given the same id): the
       // back-end refuses this session's transactions, and the record is the newcomer's.
-      broken = Status::FailedPrecondition(
-          "fenced: front-end id " + std::to_string(o.frontend_id) + " was registered again " +
-          "(incarnation " + std::to_string(aux >> 32) + ", this session's " +
-          std::to_string(incarnation) + "); its transactions since are refused");
+      broken = Status::FailedPrecondition("fenced: front-end id " + std::to_string(o.frontend_id) +
+                                          " was registered again " + "(incarnation " +
+                                          std::to_string(aux >> 32) + ", this session's " +
+                                          std::to_string(incarnation) +
+                                          "); its transactions since are refused")
+                   .WithSubCode(StatusSubCode::kFenced);
       return broken;
     }
     if (rejected != 0 && rejected >= first_txn) {

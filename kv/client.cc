@@ -45,13 +45,7 @@ Status CheckValue(std::string_view value) {
   return Status::Ok();
 }
 
-// Refused before anything was applied: the server is not (or, fenced, may no longer be) the
-// shard's primary. The map is re-read and the request resent.
-bool NotPrimary(const Status& s) {
-  return s.code() == StatusCode::kUnavailable &&
-         (s.message().find("kv: not primary") != std::string::npos ||
-          s.message().find("kv: fenced") != std::string::npos);
-}
+bool NotPrimary(const Status& s) { return wire::RefusedBeforeApply(s); }
 
 bool ConnectionLost(const Status& s) {
   return s.code() == StatusCode::kConnectionError || s.code() == StatusCode::kRnrRetryExceeded ||
@@ -357,8 +351,9 @@ class ClientImpl : public Client {
       ASYMNVM_RETURN_IF_ERROR(CheckKey(ops[i].key));
       if (ShardOf(ops[i].key) != shard) {
         return Status::InvalidArgument(
-            "kv batch: keys in different shards (" + std::to_string(shard) + " and " +
-            std::to_string(ShardOf(ops[i].key)) + "); a batch is atomic within one shard");
+                   "kv batch: keys in different shards (" + std::to_string(shard) + " and " +
+                   std::to_string(ShardOf(ops[i].key)) + "); a batch is atomic within one shard")
+            .WithSubCode(StatusSubCode::kCrossShard);
       }
       for (size_t j = 0; j < i; j++) {
         if (ops[j].key == ops[i].key)

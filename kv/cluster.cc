@@ -118,12 +118,14 @@ void ClusterAgent::Fence(const Status& why) {
 Status ClusterAgent::CheckLease() const {
   if (self_fenced_.load(std::memory_order_relaxed)) {
     return Status::Unavailable(
-        "kv: fenced: this server stopped serving (its coordinator session expired, or it could "
-        "not record a failed backup)");
+               "kv: fenced: this server stopped serving (its coordinator session expired, or it "
+               "could not record a failed backup)")
+        .WithSubCode(StatusSubCode::kFenced);
   }
   if (coord_->state() == coord::SessionState::kExpired) {
     return Status::Unavailable(
-        "kv: fenced: this server's coordinator session expired (its shards have moved)");
+               "kv: fenced: this server's coordinator session expired (its shards have moved)")
+        .WithSubCode(StatusSubCode::kFenced);
   }
   const auto lease = coord_->lease_timeout();
   if (lease.count() <= 0) return Status::Ok();
@@ -132,10 +134,11 @@ Status ClusterAgent::CheckLease() const {
   if (age * 3 < lease * 2) return Status::Ok();
   fenced_refusals_.fetch_add(1, std::memory_order_relaxed);
   return Status::Unavailable(
-      "kv: fenced: the coordinator last confirmed this server's shard map " +
-      std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(age).count()) +
-      " ms ago (2/3 of its " + std::to_string(lease.count()) +
-      " ms session timeout passed): its shards may have moved");
+             "kv: fenced: the coordinator last confirmed this server's shard map " +
+             std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(age).count()) +
+             " ms ago (2/3 of its " + std::to_string(lease.count()) +
+             " ms session timeout passed): its shards may have moved")
+      .WithSubCode(StatusSubCode::kFenced);
 }
 
 std::chrono::milliseconds ClusterAgent::lease_age() const {
@@ -164,7 +167,8 @@ Status ClusterAgent::CheckPrimary(uint32_t shard) const {
     return st;
   }
   return Status::Unavailable("kv: not primary for shard " + std::to_string(shard) + " (map epoch " +
-                             std::to_string(map_.epoch) + ")");
+                             std::to_string(map_.epoch) + ")")
+      .WithSubCode(StatusSubCode::kNotPrimary);
 }
 
 bool ClusterAgent::HasBackups(uint32_t shard) const {

@@ -267,14 +267,18 @@ Status Server::Impl::Execute(const oq::RequestContext& ctx, const wire::Request&
           agent->WaitForAdoption(std::chrono::milliseconds(100));
         } else {
           if (std::chrono::steady_clock::now() >= deadline) {
-            return Status::Unavailable("kv: not primary (server starting)");
+            return Status::Unavailable("kv: not primary (server starting)")
+                .WithSubCode(StatusSubCode::kNotPrimary);
           }
           std::this_thread::sleep_for(std::chrono::milliseconds(5));
         }
       }
     } else {
       ClusterAgent* agent = agent_ptr.load();
-      if (agent == nullptr) return Status::Unavailable("kv: not primary (server starting)");
+      if (agent == nullptr) {
+        return Status::Unavailable("kv: not primary (server starting)")
+            .WithSubCode(StatusSubCode::kNotPrimary);
+      }
       map_lock = agent->Lock();
       ASYMNVM_RETURN_IF_ERROR(agent->CheckPrimary(r.shard));
     }

@@ -86,6 +86,15 @@ void EncodeBatch(std::span<const BatchOpView> ops, std::string* out);
 // kInvalidArgument when the bytes do not parse exactly.
 Result<std::vector<BatchOpView>> DecodeBatch(std::string_view bytes);
 
+// An error reply the client may resend after re-reading the shard map: kUnavailable with sub-code
+// kNotPrimary (the server is not the shard's primary at its map epoch) or kFenced (its lease
+// lapsed, so it may no longer be). Either way the server refused before applying anything. The
+// sub-code crosses the wire in the OQ response header (fabric/oq/wire.h); the message is context.
+inline bool RefusedBeforeApply(const Status& s) {
+  return s.code() == StatusCode::kUnavailable &&
+         (s.subcode() == StatusSubCode::kNotPrimary || s.subcode() == StatusSubCode::kFenced);
+}
+
 // Scan items in a response body: [key_len u16][truncated u8][zero u8][value_len u32][version u64]
 // key, value (absent when truncated: the value is larger than a scan carries).
 inline constexpr size_t kScanItemHeader = 16;

@@ -75,7 +75,8 @@ Status Fenced(const std::array<uint8_t, 16>& uuid, const GroupState& s, const st
   return Status::FailedPrecondition("fenced: group " + pm::UuidToString(uuid) + " is at term " +
                                     std::to_string(s.term) + ", served by " + s.primary +
                                     " (a mirror was promoted); this replica (" + name +
-                                    ") holds stale data and must not serve");
+                                    ") holds stale data and must not serve")
+      .WithSubCode(StatusSubCode::kFenced);
 }
 }  // namespace
 

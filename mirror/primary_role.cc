@@ -87,10 +87,12 @@ Status PrimaryRole::CheckClientTerm(uint64_t client_term) {
   auto s = DecodeGroupState(node->data);
   if (!s.ok()) return s.status();
   if (s->primary != name_) {
-    Status why = Status::FailedPrecondition(
-        "fenced: a front-end registered at group term " + std::to_string(client_term) +
-        "; the group is at term " + std::to_string(s->term) + ", served by " + s->primary +
-        " (a mirror was promoted); this replica (" + name_ + ") holds stale data");
+    Status why =
+        Status::FailedPrecondition(
+            "fenced: a front-end registered at group term " + std::to_string(client_term) +
+            "; the group is at term " + std::to_string(s->term) + ", served by " + s->primary +
+            " (a mirror was promoted); this replica (" + name_ + ") holds stale data")
+            .WithSubCode(StatusSubCode::kFenced);
     Fence(why);
     return why;
   }
@@ -189,9 +191,10 @@ void PrimaryRole::Loop() {
         auto s = DecodeGroupState(node->data);
         if (s.ok() && s->primary != name_) {
           Fence(Status::FailedPrecondition(
-              "fenced: group " + pm::UuidToString(uuid_) + " is now at term " +
-              std::to_string(s->term) + ", served by " + s->primary +
-              " (a mirror was promoted); this replica (" + name_ + ") must not serve"));
+                    "fenced: group " + pm::UuidToString(uuid_) + " is now at term " +
+                    std::to_string(s->term) + ", served by " + s->primary +
+                    " (a mirror was promoted); this replica (" + name_ + ") must not serve")
+                    .WithSubCode(StatusSubCode::kFenced));
           return;
         }
         if (s.ok()) {
@@ -205,20 +208,21 @@ void PrimaryRole::Loop() {
       LOG_WARN("mirror", who_ << ": reading " << path << ": " << last_error);
     }
     if (coord_->state() == coord::SessionState::kExpired) {
-      Fence(
-          Status::FailedPrecondition("fenced: the coordinator session expired, so /primary "
-                                     "is gone and a mirror may be promoted"));
+      Fence(Status::FailedPrecondition("fenced: the coordinator session expired, so /primary "
+                                       "is gone and a mirror may be promoted")
+                .WithSubCode(StatusSubCode::kFenced));
       return;
     }
     const auto lease = coord_->lease_timeout();
     if (lease.count() > 0 && coord::Clock::now() - confirmed > lease * 2 / 3) {
       Fence(Status::FailedPrecondition(
-          "fenced: the coordinator has not confirmed this replica's session for " +
-          std::to_string(
-              std::chrono::duration_cast<std::chrono::milliseconds>(coord::Clock::now() - confirmed)
-                  .count()) +
-          " ms (2/3 of its " + std::to_string(lease.count()) +
-          " ms timeout): a mirror may be promoted"));
+                "fenced: the coordinator has not confirmed this replica's session for " +
+                std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   coord::Clock::now() - confirmed)
+                                   .count()) +
+                " ms (2/3 of its " + std::to_string(lease.count()) +
+                " ms timeout): a mirror may be promoted")
+                .WithSubCode(StatusSubCode::kFenced));
       return;
     }
     if (add_mirror_) AttachJoining();

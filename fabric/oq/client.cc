@@ -252,7 +252,7 @@ void Client::Impl::Deliver(Conn& c, const fabric::Completion& comp) {
         if (h->code == StatusCode::kOk) {
           s.response.assign(body.begin(), body.end());
         } else {
-          s.status = Status(h->code, "oq server: " + std::string(body.begin(), body.end()));
+          s.status = wire::DecodeErrorStatus(*h, body);
         }
         s.responded = true;
         // An error response ends the request at once (it proves the request landed).

@@ -517,15 +517,13 @@ void Server::Impl::QueueResponse(Worker& w, uint64_t conn_id, uint64_t seq, cons
                                  std::span<const uint8_t> body) {
   Worker::Pending p;
   p.conn_id = conn_id;
-  wire::ResponseHeader h;
-  h.code = st.code();
-  h.seq = seq;
-  h.worker = w.index;
   if (st.ok()) {
+    wire::ResponseHeader h;
+    h.seq = seq;
+    h.worker = w.index;
     wire::EncodeResponse(h, body, &p.bytes);
   } else {
-    std::string m = st.message().substr(0, std::min<size_t>(st.message().size(), 1024));
-    wire::EncodeResponse(h, {reinterpret_cast<const uint8_t*>(m.data()), m.size()}, &p.bytes);
+    wire::EncodeErrorResponse(st, seq, w.index, &p.bytes);
   }
   w.pending.push_back(std::move(p));
 }

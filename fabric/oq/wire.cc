@@ -1,6 +1,8 @@
 #include "fabric/oq/wire.h"
 
+#include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "common/checksum.h"
 #include "common/coding.h"
@@ -89,7 +91,7 @@ void EncodeResponse(const ResponseHeader& h, std::span<const uint8_t> body,
   uint8_t* p = out->data() + start;
   PutLe32(p + 8, size);
   PutLe16(p + 12, static_cast<uint16_t>(h.code));
-  p[14] = 0;
+  p[14] = static_cast<uint8_t>(h.subcode);
   p[15] = kVersion;
   PutLe64(p + 16, h.seq);
   PutLe32(p + 24, h.worker);
@@ -113,15 +115,39 @@ Result<ResponseHeader> ValidateResponse(std::span<const uint8_t> bytes) {
   if (p[15] != kVersion || code > static_cast<uint16_t>(StatusCode::kUnavailable)) {
     return Status::Corruption("oq response: unknown version or status code");
   }
-  // Flags and the reserved word are zero in every response this version sends (found by
-  // oq_wire_fuzz: they were not checked, so a response could not be re-encoded to its bytes).
-  if (p[14] != 0 || GetLe32(p + 28) != 0) {
-    return Status::Corruption("oq response: unknown flags or reserved bits set");
+  // The reserved word is zero in every response this version sends, and so is the sub-code of an
+  // OK response (found by oq_wire_fuzz: they were not checked, so a response could not be
+  // re-encoded to its bytes).
+  if (p[14] > static_cast<uint8_t>(kLastStatusSubCode) || (code == 0 && p[14] != 0)) {
+    return Status::Corruption("oq response: unknown status sub-code " + std::to_string(p[14]));
   }
+  if (GetLe32(p + 28) != 0) return Status::Corruption("oq response: reserved bits set");
   h.code = static_cast<StatusCode>(code);
+  h.subcode = static_cast<StatusSubCode>(p[14]);
   h.seq = GetLe64(p + 16);
   h.worker = GetLe32(p + 24);
   return h;
+}
+
+void EncodeErrorResponse(const Status& st, uint64_t seq, uint32_t worker,
+                         std::vector<uint8_t>* out) {
+  if (st.ok()) {  // a bug in the caller: never send it as a success
+    EncodeErrorResponse(Status::Internal("an OK Status sent as an error"), seq, worker, out);
+    return;
+  }
+  ResponseHeader h;
+  h.code = st.code();
+  h.subcode = st.subcode();
+  h.seq = seq;
+  h.worker = worker;
+  const std::string& m = st.message();
+  const size_t n = std::min(m.size(), kMaxErrorMessage);
+  EncodeResponse(h, {reinterpret_cast<const uint8_t*>(m.data()), n}, out);
+}
+
+Status DecodeErrorStatus(const ResponseHeader& h, std::span<const uint8_t> body) {
+  return Status(h.code, "oq server: " + std::string(body.begin(), body.end()))
+      .WithSubCode(h.subcode);
 }
 
 // Server hello: magic[4] | version u32 | worker u32 | workers u32 | policy u8 | durable u8 |

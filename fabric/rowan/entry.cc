@@ -73,7 +73,10 @@ Status DecodeBlock(const uint8_t* data, size_t avail, size_t mtu, BlockHeader* h
     return Status::Corruption("rowan block: length out of range");
   }
   uint32_t crc = Crc32c(data + 4, kBlockHeaderSize - 4 + h->payload_len);
-  if (crc != h->checksum) return Status::Corruption("rowan block: checksum mismatch");
+  if (crc != h->checksum) {
+    return Status::Corruption("rowan block: checksum mismatch")
+        .WithSubCode(StatusSubCode::kChecksumMismatch);
+  }
   return Status::Ok();
 }
 

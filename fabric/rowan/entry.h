@@ -55,7 +55,8 @@ size_t EncodeBlock(const EntryMeta& meta, uint16_t count, uint16_t seq, uint32_t
 
 // Validates the block starting at `data` (`avail` readable bytes). kNotFound when the first 8 bytes
 // are zero (nothing landed here); kCorruption for a bad checksum, impossible lengths or a block
-// that would run past `avail` — never reads beyond `avail`.
+// that would run past `avail` — never reads beyond `avail`. The checksum is checked last: its
+// failure (sub-code kChecksumMismatch) means every header field passed the other checks.
 Status DecodeBlock(const uint8_t* data, size_t avail, size_t mtu, BlockHeader* header);
 
 // Bytes a block of `payload_len` occupies in the log, stride padding included.

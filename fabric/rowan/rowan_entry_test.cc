@@ -8,6 +8,7 @@
 
 #include "fabric/rowan/entry.h"
 #include "fabric/rowan/scanner.h"
+#include "tests/common/status_assert.h"
 
 namespace asymnvm::rowan {
 namespace {
@@ -158,6 +159,8 @@ TEST(RowanEntry, CorruptBlockIsReportedAndScanningContinuesPastIt) {
   }
   seg.bytes[at[4] + 40] ^= 0x1;  // flip a payload bit of entry 4
   Scanner scanner;
+  std::vector<BadBlock> bad;
+  scanner.set_bad_sink([&](const BadBlock& b) { bad.push_back(b); });
   std::vector<uint64_t> versions;
   scanner.ScanSegment(seg.bytes, 0, [&](const ScannedEntry& e) {
     versions.push_back(e.meta.version);
@@ -165,6 +168,29 @@ TEST(RowanEntry, CorruptBlockIsReportedAndScanningContinuesPastIt) {
   });
   EXPECT_EQ(versions, (std::vector<uint64_t>{0, 1, 2, 3, 5, 6, 7, 8, 9}));
   EXPECT_EQ(scanner.report().corrupt_runs, 1u);
+  // Only the checksum failed (DecodeBlock's sub-code kChecksumMismatch): the header's fields are
+  // named, unverified.
+  ASSERT_EQ(bad.size(), 1u);
+  EXPECT_EQ(bad[0].offset, at[4]);
+  EXPECT_TRUE(bad[0].header_read);
+  EXPECT_EQ(bad[0].meta.version, 4u);
+  EXPECT_EQ(bad[0].meta.owner, 1u);
+}
+
+// DecodeBlock's failures: only a checksum mismatch carries the sub-code the scanner decides on.
+TEST(RowanEntry, OnlyAChecksumMismatchCarriesItsSubCode) {
+  auto b = EncodeEntry({.type = 3, .owner = 1, .version = 1}, Payload(100, 7));
+  ASSERT_OK(b);
+  std::vector<uint8_t> block = (*b)[0];
+  BlockHeader h;
+  ASSERT_OK(DecodeBlock(block.data(), block.size(), kDefaultMtu, &h));
+  block[kBlockHeaderSize + 3] ^= 0x40;
+  Status st = DecodeBlock(block.data(), block.size(), kDefaultMtu, &h);
+  EXPECT_EQ(st.code(), StatusCode::kCorruption);
+  EXPECT_EQ(st.subcode(), StatusSubCode::kChecksumMismatch) << st.ToString();
+  st = DecodeBlock(block.data(), kBlockHeaderSize - 1, kDefaultMtu, &h);
+  EXPECT_EQ(st.code(), StatusCode::kCorruption);
+  EXPECT_EQ(st.subcode(), StatusSubCode::kNone) << st.ToString();
 }
 
 TEST(RowanEntry, TornLandingNeverYieldsAndLaterEntriesSurvive) {

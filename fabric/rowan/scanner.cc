@@ -43,7 +43,7 @@ void Scanner::ScanSegment(std::span<const uint8_t> seg, uint64_t segment_id, con
       if (!in_bad_run) {
         // DecodeBlock checks the checksum last: when that is what failed, the header fields it
         // read passed every other check and are worth naming (unverified).
-        const bool header_read = st.message().find("checksum") != std::string::npos;
+        const bool header_read = st.subcode() == StatusSubCode::kChecksumMismatch;
         Bad(segment_id, off, st.message(), header_read ? &h : nullptr, false);
       }
       in_bad_run = true;

@@ -1,8 +1,11 @@
 // Status and Result<T>: how every AsymNVM call reports failure.
 //
-// No exceptions cross component boundaries. A Status is a code, a "context: cause" message, an
-// optional errno / provider code, and a retryable bit. Result<T> holds either a value or a non-OK
-// Status. Both are cheap to move; an OK Status allocates nothing.
+// No exceptions cross component boundaries. A Status is a code, an optional sub-code, a
+// "context: cause" message, an optional errno / provider code, and a retryable bit. Result<T>
+// holds either a value or a non-OK Status. Both are cheap to move; an OK Status allocates nothing.
+//
+// Callers decide on code() and subcode(), never on message() text: the message is for people
+// (logs, error replies) and may be reworded or prefixed with context at any layer.
 //
 // Thread safety: values; distinct objects may be used from distinct threads freely.
 #pragma once
@@ -41,6 +44,34 @@ enum class StatusCode : uint8_t {
 
 std::string_view StatusCodeName(StatusCode code);
 
+// Why a failure happened, more precisely than its StatusCode, for the callers that must act on it
+// (as RocksDB's Status::SubCode). kNone unless a producer sets one (Status::WithSubCode). The code
+// still says what kind of failure it is; the sub-code never changes that. It survives
+// WithContext and copies, and crosses the Ordered Queue wire with the code (doc/oq.md, Response),
+// so a client decides on what a server meant, not on the server's wording.
+enum class StatusSubCode : uint8_t {
+  kNone = 0,
+  // With kUnavailable, from a KV server: it is not the primary of the request's shard (at its map
+  // epoch), so nothing was applied; the client re-reads the shard map and resends.
+  kNotPrimary,
+  // This process, server or session lost its lease, term or ownership (a newer one took over): it
+  // must not acknowledge anything more. From a KV server (kUnavailable): the request was refused
+  // before anything was applied. In a front-end Session (kFailedPrecondition): every later call
+  // fails with it.
+  kFenced,
+  // With kCorruption: the record's fields passed every other check; its checksum did not match
+  // (a torn or partly overwritten record whose header may still be worth naming).
+  kChecksumMismatch,
+  // With kInvalidArgument: one atomic request names keys of different shards (Redis CROSSSLOT).
+  kCrossShard,
+  // With kAborted: a concurrent writer changed what a read-only pass read; the caller starts
+  // over (nothing was written).
+  kStaleRead,
+};
+inline constexpr StatusSubCode kLastStatusSubCode = StatusSubCode::kStaleRead;
+
+std::string_view StatusSubCodeName(StatusSubCode subcode);
+
 class [[nodiscard]] Status {
  public:
   Status() = default;  // OK
@@ -73,13 +104,18 @@ class [[nodiscard]] Status {
 
   bool ok() const { return rep_ == nullptr; }
   StatusCode code() const { return rep_ ? rep_->code : StatusCode::kOk; }
+  StatusSubCode subcode() const { return rep_ ? rep_->subcode : StatusSubCode::kNone; }
   const std::string& message() const;
   int sys_errno() const { return rep_ ? rep_->sys_errno : 0; }
   bool retryable() const { return rep_ ? rep_->retryable : false; }
 
-  // Returns a copy whose message is "context: <old message>".
+  // Returns a copy whose message is "context: <old message>" (code, sub-code, errno and
+  // retryable unchanged).
   Status WithContext(std::string_view context) const;
-  // "CodeName: message (errno N: strerror)".
+  // Returns a copy carrying `subcode` (an OK Status stays OK: it has no sub-code).
+  Status WithSubCode(StatusSubCode subcode) const&;
+  Status WithSubCode(StatusSubCode subcode) &&;
+  // "CodeName: message (errno N: strerror)"; with a sub-code "CodeName (SubCodeName): message ...".
   std::string ToString() const;
 
   Status(const Status& o) : rep_(o.rep_ ? std::make_unique<Rep>(*o.rep_) : nullptr) {}
@@ -96,6 +132,7 @@ class [[nodiscard]] Status {
     std::string message;
     int sys_errno;
     bool retryable;
+    StatusSubCode subcode = StatusSubCode::kNone;
   };
   std::unique_ptr<Rep> rep_;
 };

@@ -371,8 +371,7 @@ Result<bool> CollTx::Unchanged() {
 }
 
 std::string TxError(const Status& st) {
-  if (st.code() == StatusCode::kInvalidArgument &&
-      st.message().find("different shards") != std::string::npos) {
+  if (st.code() == StatusCode::kInvalidArgument && st.subcode() == StatusSubCode::kCrossShard) {
     return "CROSSSLOT Keys in request don't hash to the same slot";
   }
   return StoreError(st);
@@ -453,13 +452,13 @@ bool ConflictRetry::Again() {
 }
 
 bool IsStaleRead(const Status& st) {
-  return st.code() == StatusCode::kAborted && st.message() == kStaleRead;
+  return st.code() == StatusCode::kAborted && st.subcode() == StatusSubCode::kStaleRead;
 }
 
 Status CollTx::Inconsistent(std::string what) {
   auto same = Unchanged();
   if (!same.ok()) return same.status();
-  if (!*same) return Status::Aborted(kStaleRead);
+  if (!*same) return Status::Aborted(kStaleRead).WithSubCode(StatusSubCode::kStaleRead);
   return Status::Corruption(what);
 }
 

@@ -155,6 +155,11 @@ void OqWire() {
   Bytes resp;
   oq::wire::EncodeResponse(sh, Str("naming: no structure named 'x'"), &resp);
   Seed(t, "response", 1, resp);
+  Bytes refused;  // an error response with a sub-code (a KV server's not-primary refusal)
+  oq::wire::EncodeErrorResponse(Status::Unavailable("kv: not primary for shard 3 (map epoch 2)")
+                                    .WithSubCode(StatusSubCode::kNotPrimary),
+                                78, 1, &refused);
+  Seed(t, "response-subcode", 1, refused);
   oq::wire::ServerHello hello;
   hello.worker = 0;
   hello.info.workers = 2;

@@ -49,9 +49,49 @@ TEST(OqWire, RequestRoundTrip_AndEveryCorruptionDetected) {
   EXPECT_FALSE(ValidateRequest(zeros, 1024).ok());
 }
 
-// Found by oq_wire_fuzz: a response with its flags byte or reserved word set validated, so it
-// did not re-encode to its own bytes. Both must be zero.
-TEST(OqWire, ResponseWithFlagsOrReservedBitsIsRejected) {
+// Found by oq_wire_fuzz: a response with an unknown byte 14 (now the sub-code) or its reserved
+// word set validated, so it did not re-encode to its own bytes. An unknown sub-code, a sub-code on
+// an OK response and a non-zero reserved word are all rejected.
+// The error codec: code and sub-code cross in the header, the message (cut at kMaxErrorMessage) as
+// context. Every sub-code round-trips with every code it is used with; errno and retryable stay
+// behind (a response proves the request landed).
+TEST(OqWire, ErrorStatusRoundTripsCodeAndSubCode) {
+  for (int sc = 0; sc <= static_cast<int>(kLastStatusSubCode); sc++) {
+    for (StatusCode code :
+         {StatusCode::kUnavailable, StatusCode::kFailedPrecondition, StatusCode::kCorruption,
+          StatusCode::kInvalidArgument, StatusCode::kAborted}) {
+      const auto sub = static_cast<StatusSubCode>(sc);
+      const Status sent = Status(code, "shard 4 lives elsewhere", 5, true).WithSubCode(sub);
+      std::vector<uint8_t> b;
+      wire::EncodeErrorResponse(sent, 31, 2, &b);
+      auto h = wire::ValidateResponse(b);
+      ASSERT_TRUE(h.ok()) << h.status().ToString();
+      EXPECT_EQ(h->seq, 31u);
+      EXPECT_EQ(h->worker, 2u);
+      const Status got = wire::DecodeErrorStatus(
+          *h,
+          std::span<const uint8_t>(b).subspan(kResponseHeaderSize, h->size - kResponseHeaderSize));
+      EXPECT_EQ(got.code(), code);
+      EXPECT_EQ(got.subcode(), sub);
+      EXPECT_EQ(got.message(), "oq server: shard 4 lives elsewhere");
+      EXPECT_EQ(got.sys_errno(), 0);
+      EXPECT_FALSE(got.retryable());
+    }
+  }
+  // A long message is cut; an OK Status is never sent as a success.
+  std::vector<uint8_t> b;
+  wire::EncodeErrorResponse(Status::Internal(std::string(5000, 'x')), 1, 0, &b);
+  auto h = wire::ValidateResponse(b);
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->size, kResponseHeaderSize + wire::kMaxErrorMessage);
+  b.clear();
+  wire::EncodeErrorResponse(Status::Ok(), 1, 0, &b);
+  h = wire::ValidateResponse(b);
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->code, StatusCode::kInternal);
+}
+
+TEST(OqWire, ResponseWithUnknownSubCodeOrReservedBitsIsRejected) {
   wire::ResponseHeader h;
   h.code = StatusCode::kNotFound;
   h.seq = 9;
@@ -66,8 +106,14 @@ TEST(OqWire, ResponseWithFlagsOrReservedBitsIsRejected) {
     return m;
   };
   auto flags = b;
-  flags[14] = 1;
+  flags[14] = static_cast<uint8_t>(kLastStatusSubCode) + 1;
   EXPECT_EQ(wire::ValidateResponse(reseal(flags)).status().code(), StatusCode::kCorruption);
+  flags[14] = 0xFF;
+  EXPECT_EQ(wire::ValidateResponse(reseal(flags)).status().code(), StatusCode::kCorruption);
+  std::vector<uint8_t> ok_response;
+  wire::EncodeResponse(wire::ResponseHeader{}, body, &ok_response);
+  ok_response[14] = static_cast<uint8_t>(StatusSubCode::kFenced);
+  EXPECT_EQ(wire::ValidateResponse(reseal(ok_response)).status().code(), StatusCode::kCorruption);
   auto reserved = b;
   reserved[29] = 0x10;
   EXPECT_EQ(wire::ValidateResponse(reseal(reserved)).status().code(), StatusCode::kCorruption);

@@ -254,7 +254,7 @@ class Loop {
     Result<std::optional<int64_t>> Incr(std::string_view, int64_t) override { return Bug(); }
     Result<bool> Delete(std::string_view) override { return Bug(); }
     Result<ScanPage> Scan(uint64_t, size_t) override { return Bug(); }
-    uint32_t ShardOf(std::string_view) override { return 0; }
+    uint32_t CommitGroup(std::string_view) override { return 0; }
     Result<bool> CommitBatch(const std::vector<BatchWrite>&) override { return Bug(); }
     Result<int64_t> DurableReplicas() override { return Bug(); }
   };

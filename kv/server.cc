@@ -821,6 +821,16 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
 
 namespace {
 
+// Whether this server is the primary of every shard and none has a backup (the map lock held):
+// then nothing is replicated and a batch may span shards (Server::CommitsAcrossShards).
+bool LeadsEveryShardUnreplicated(const ClusterAgent* agent, uint32_t shards) {
+  if (agent == nullptr) return false;
+  for (uint32_t shard = 0; shard < shards; shard++) {
+    if (!agent->CheckPrimary(shard).ok() || agent->HasBackups(shard)) return false;
+  }
+  return true;
+}
+
 // Server::BeginLocal's section: every worker's execution lock (in worker order: two sections
 // never deadlock; an OQ worker takes only its own) and then the map's shared lock (the order an
 // OQ request takes them in).
@@ -931,14 +941,10 @@ class LocalSectionImpl final : public LocalSection {
     }
     // Across shards only where nothing is replicated: a backup receives a batch of its own shard
     // (Replicate ships one shard's range), so a shard with backups keeps batches to itself.
-    for (size_t i = 0; across && cluster_mode_ && i < ops.size(); i++) {
-      if (agent_ == nullptr || agent_->HasBackups(ShardOf(ops[i].key))) {
-        return Status::InvalidArgument("kv batch: keys in different shards (" +
-                                       std::to_string(first) + " and " +
-                                       std::to_string(ShardOf(ops[i].key)) +
-                                       ") of a replicated server; a batch is atomic within one "
-                                       "shard");
-      }
+    if (across && !CommitsAcrossShards()) {
+      return Status::InvalidArgument(
+          "kv batch: keys in different shards of a replicated server; "
+          "a batch is atomic within one shard");
     }
     uncommitted_ = true;
     writes_++;
@@ -946,6 +952,10 @@ class LocalSectionImpl final : public LocalSection {
                     : store_->Batch(Store::WorkerOf(first, geo_.workers), first, wops, 0);
     if (!r.ok()) return r.status();
     return BatchReply{r->applied, std::move(r->versions)};
+  }
+
+  bool CommitsAcrossShards() const override {
+    return !cluster_mode_ || LeadsEveryShardUnreplicated(agent_, geo_.shards);  // map lock held
   }
 
   Status Commit() override ASYMNVM_NO_THREAD_SAFETY_ANALYSIS {
@@ -1023,10 +1033,7 @@ bool Server::CommitsAcrossShards() const {
   ClusterAgent* agent = impl_->agent_ptr.load();
   if (agent == nullptr) return false;
   auto lock = agent->Lock();
-  for (uint32_t shard = 0; shard < impl_->store->geometry().shards; shard++) {
-    if (!agent->CheckPrimary(shard).ok() || agent->HasBackups(shard)) return false;
-  }
-  return true;
+  return LeadsEveryShardUnreplicated(agent, impl_->store->geometry().shards);
 }
 
 std::string Server::address() const { return impl_->oq->address(); }

@@ -160,6 +160,9 @@ class LocalSection {
   // shards has a backup (Server::CommitsAcrossShards); else they must share a shard
   // (kInvalidArgument, as the client's).
   virtual Result<BatchReply> Batch(const std::vector<BatchOp>& ops) = 0;
+  // Whether Batch takes keys of different shards now (Server::CommitsAcrossShards, under the
+  // section's map lock).
+  virtual bool CommitsAcrossShards() const = 0;
   // Makes every write of the section durable; at most one sync. Error: their outcome is unknown.
   virtual Status Commit() = 0;
   uint64_t writes() const { return writes_; }

@@ -501,8 +501,7 @@ void Shutdown(CommandContext& c, const std::vector<std::string>&) {
 std::vector<CommandSpec> KeyspaceCommandSpecs() {
   // name, arity, flags, first/last/step key, group, since, summary, notes, handler, subcommands
   return {
-      {"copy", -3, kWrite | kSlowPath, 1, 2, 1, "generic", "6.2.0",
-       "Copies the value of a key to a new key.",
+      {"copy", -3, kWrite, 1, 2, 1, "generic", "6.2.0", "Copies the value of a key to a new key.",
        "DB 0 only; REPLACE; one conditional batch: in a replicated cluster both keys must share a "
        "shard (a hash tag `{...}`), else -CROSSSLOT",
        Copy},
@@ -535,12 +534,12 @@ std::vector<CommandSpec> KeyspaceCommandSpecs() {
       {"randomkey", 1, kReadonly | kNoTxn, 0, 0, 0, "generic", "1.0.0",
        "Returns a random key name from the database.",
        "a full SCAN of every shard (O(N)), one key picked uniformly", RandomKey},
-      {"rename", 3, kWrite | kSlowPath, 1, 2, 1, "generic", "1.0.0",
+      {"rename", 3, kWrite, 1, 2, 1, "generic", "1.0.0",
        "Renames a key and overwrites the destination.",
        "keeps the TTL; one conditional batch: in a replicated cluster both keys must share a shard "
        "(a hash tag `{...}`), else -CROSSSLOT",
        Rename},
-      {"renamenx", 3, kWrite | kSlowPath, 1, 2, 1, "generic", "1.0.0",
+      {"renamenx", 3, kWrite, 1, 2, 1, "generic", "1.0.0",
        "Renames a key only when the target key name doesn't exist.", "as RENAME", RenameNx},
       {"save", 1, kAdmin | kNoTxn, 0, 0, 0, "server", "1.0.0",
        "Synchronously saves the database(s) to disk.",

@@ -49,6 +49,19 @@ class KvClientSlot {
 
 namespace {
 
+// The gateway's batch as the KV API's: each write conditional on its version unless marked
+// unconditional (a type's sub-record).
+std::vector<kv::BatchOp> ToBatchOps(const std::vector<BatchWrite>& writes) {
+  std::vector<kv::BatchOp> ops;
+  ops.reserve(writes.size());
+  for (const auto& w : writes) {
+    std::optional<uint64_t> expected;
+    if (!w.unconditional) expected = w.expected_version;
+    ops.push_back({w.key, w.value, expected, w.check_only});
+  }
+  return ops;
+}
+
 class KvClientStore final : public Store {
  public:
   // local: the KV server of this process, which commits batches across shards while it leads
@@ -164,13 +177,7 @@ class KvClientStore final : public Store {
   Result<bool> CommitBatch(const std::vector<BatchWrite>& writes) override {
     if (writes.empty()) return true;
     // One atomic, version-conditional batch (kv::Client::Batch): every write or none.
-    std::vector<kv::BatchOp> ops;
-    ops.reserve(writes.size());
-    for (const auto& w : writes) {
-      std::optional<uint64_t> expected;
-      if (!w.unconditional) expected = w.expected_version;
-      ops.push_back({w.key, w.value, expected, w.check_only});
-    }
+    std::vector<kv::BatchOp> ops = ToBatchOps(writes);
     if (local_ != nullptr && local_->CommitsAcrossShards()) {
       const uint32_t shards = local_->geometry().shards;
       for (const auto& op : ops) {
@@ -276,9 +283,16 @@ class LocalSectionStore final : public Store {
   Result<ScanPage> Scan(uint64_t, size_t) override {
     return Status::NotSupported("RESP fast path: SCAN takes the KV client");
   }
-  uint32_t CommitGroup(std::string_view key) override { return s_->ShardOf(key); }
-  Result<bool> CommitBatch(const std::vector<BatchWrite>&) override {
-    return Status::NotSupported("RESP fast path: EXEC takes the KV client");
+  // As KvClientStore's: any keys commit together while the server leads every shard
+  // unreplicated.
+  uint32_t CommitGroup(std::string_view key) override {
+    return s_->CommitsAcrossShards() ? 0 : s_->ShardOf(key);
+  }
+  // One atomic batch in the section (kv::LocalSection::Batch): durable with the section's sync.
+  Result<bool> CommitBatch(const std::vector<BatchWrite>& writes) override {
+    if (writes.empty()) return true;
+    ASYMNVM_ASSIGN_OR_RETURN(kv::BatchReply r, s_->Batch(ToBatchOps(writes)));
+    return r.applied;
   }
   Result<int64_t> DurableReplicas() override {
     return Status::NotSupported("RESP fast path: WAIT takes the KV client");

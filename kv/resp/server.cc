@@ -327,7 +327,7 @@ class Loop {
     }
     const CommandSpec* spec = FindCommand(p.argv[0]);
     if (spec == nullptr || spec->first_key <= 0 ||
-        (spec->flags & (kInline | kNoTxn | kSlowPath | kBlocking))) {
+        (spec->flags & (kInline | kNoTxn | kUnnamedKeys | kBlocking))) {
       return false;
     }
     auto keys = CommandKeys(*spec, p.argv);

@@ -268,7 +268,7 @@ void SortRo(CommandContext& c, const std::vector<std::string>& a) { SortGeneric(
 
 std::vector<CommandSpec> SortCommandSpecs() {
   return {
-      {"sort", -2, kWrite | kSlowPath, 1, 1, 1, "generic", "1.0.0",
+      {"sort", -2, kWrite | kUnnamedKeys, 1, 1, 1, "generic", "1.0.0",
        "Sorts the elements in a list, a set, or a sorted set, optionally storing the result.",
        "BY and GET patterns read their keys outside the command's snapshot; STORE: one "
        "conditional commit with the source (in a replicated cluster its key must share the "

@@ -440,7 +440,7 @@ std::vector<CommandSpec> StringCommandSpecs() {
        BitCount},
       {"getbit", 3, kReadonly | kFast, 1, 1, 1, "bitmap", "2.2.0", "Returns a bit value by offset.",
        "", GetBit},
-      {"getdel", 2, kWrite | kFast | kSlowPath, 1, 1, 1, "string", "6.2.0",
+      {"getdel", 2, kWrite | kFast, 1, 1, 1, "string", "6.2.0",
        "Returns the string value of a key after deleting the key.",
        "read and delete as one conditional batch", GetDel},
       {"getex", -2, kWrite | kFast, 1, 1, 1, "string", "6.2.0",
@@ -453,7 +453,7 @@ std::vector<CommandSpec> StringCommandSpecs() {
        "long double arithmetic and formatting as Redis; keeps the TTL", IncrByFloat},
       {"lcs", -3, kReadonly, 1, 2, 1, "string", "7.0.0", "Finds the longest common substring.",
        "LEN, IDX, MINMATCHLEN, WITHMATCHLEN", Lcs},
-      {"msetnx", -3, kWrite | kSlowPath, 1, -1, 2, "string", "1.0.1",
+      {"msetnx", -3, kWrite, 1, -1, 2, "string", "1.0.1",
        "Atomically modifies the string values of one or more keys only when all keys don't exist.",
        "one conditional batch: in a replicated cluster the keys must share a shard (a hash tag "
        "`{...}`), else -CROSSSLOT",

@@ -657,6 +657,63 @@ TEST(KV_SUITE, Batch_TornBatchVanishesWhole_ReplicaAppliesWhole) {
   for (const auto& key : k) EXPECT_EQ(f.Get(key).bytes, "old") << key;
 }
 
+// A stand-alone server's batch across shards (BatchAcrossShards, under every worker): all or
+// nothing across partitions, each member indexed in its own shard with its shard's versions, whole
+// after a crash, gone whole when its last member is torn; a backup refuses such a batch.
+TEST(KV_SUITE, Batch_AcrossShards_AllOrNothing_TornVanishesWhole) {
+  Fixture f;
+  ASSERT_NE(Store::WorkerOf(0, f.geo.workers), Store::WorkerOf(1, f.geo.workers));
+  const std::string a = KeysOfShard(f, 0, 1)[0], b = KeysOfShard(f, 1, 1)[0],
+                    c = KeysOfShard(f, 2, 1)[0];
+  auto va = f.Put(a, "a0");
+  auto vb = f.Put(b, "b0");
+  ASSERT_TRUE(va.ok() && vb.ok());
+  // A failed condition in one shard writes nothing in the others.
+  std::vector<WriteOp> ops = {{a, "a1", true, *va}, {b, "b1", true, *vb + 1}, {c, "c1"}};
+  auto r = f.store->BatchAcrossShards(ops);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->applied);
+  EXPECT_EQ(r->versions, (std::vector<uint64_t>{*va, *vb, 0}));
+  EXPECT_EQ(f.Get(a).bytes, "a0");
+  EXPECT_FALSE(f.Get(c).found);
+  ops = {{a, "a1", true, *va}, {b, "b1", true, *vb}, {c, "c1", true, 0}};
+  r = f.store->BatchAcrossShards(ops);
+  ASSERT_TRUE(r.ok() && r->applied);
+  EXPECT_GT(r->versions[0], *va);  // each takes its own shard's next version
+  EXPECT_GT(r->versions[1], *vb);
+  EXPECT_EQ(f.Get(b).bytes, "b1");
+  EXPECT_EQ(f.Get(c).version, r->versions[2]);
+  f.CrashAndReopen(21);
+  EXPECT_EQ(f.Get(a).bytes, "a1");
+  EXPECT_EQ(f.Get(b).bytes, "b1");
+  EXPECT_EQ(f.Get(c).bytes, "c1");
+  // Later writes of each shard continue above the recovered versions.
+  auto vb2 = f.Put(b, "b2");
+  ASSERT_TRUE(vb2.ok());
+  EXPECT_GT(*vb2, r->versions[1]);
+  // The batch's bytes as a primary would ship them: a backup refuses members of several shards.
+  ops = {{a, "a3"}, {b, "b3"}, {c, "c3"}};
+  r = f.store->BatchAcrossShards(ops);
+  ASSERT_TRUE(r.ok() && r->applied);
+  Located first = f.store->Locate(f.W(a), 0, a), last = f.store->Locate(f.W(c), 2, c);
+  ASSERT_TRUE(first.found && last.found);
+  ASSERT_GT(last.log_offset, first.log_offset);
+  std::vector<uint8_t> shipped(
+      f.store->log_base() + first.log_offset,
+      f.store->log_base() + last.log_offset + format::kEntryHeaderSize + c.size() + 2);
+  Fixture backup;
+  EXPECT_EQ(backup.store->ApplyReplica(shipped).code(), StatusCode::kCorruption);
+  EXPECT_FALSE(backup.Get(a).found);
+  // Tear the last member (its line never reached PM), crash: none of the three is applied.
+  uint8_t* e = f.store->log_base() + last.log_offset;
+  e[format::kEntryHeaderSize] ^= 0xff;
+  f.pool->persister()->Persist(e + format::kEntryHeaderSize, 1);
+  f.CrashAndReopen(22);
+  EXPECT_EQ(f.Get(a).bytes, "a1");
+  EXPECT_EQ(f.Get(b).bytes, "b2");
+  EXPECT_EQ(f.Get(c).bytes, "c1");
+}
+
 // ---- Group commit of the workers' writes (doc/kv.md §Write path) ----
 
 // With group commit a write is not durable until the worker syncs; a crash before loses it from

@@ -825,6 +825,16 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
 
 namespace {
 
+// Whether this server is the primary of every shard and none has a backup (the map lock held):
+// then nothing is replicated and a batch may span shards (Server::CommitsAcrossShards).
+bool LeadsEveryShardUnreplicated(const ClusterAgent* agent, uint32_t shards) {
+  if (agent == nullptr) return false;
+  for (uint32_t shard = 0; shard < shards; shard++) {
+    if (!agent->CheckPrimary(shard).ok() || agent->HasBackups(shard)) return false;
+  }
+  return true;
+}
+
 // Server::BeginLocal's section: every worker's execution lock (in worker order: two sections
 // never deadlock; an OQ worker takes only its own) and then the map's shared lock (the order an
 // OQ request takes them in).
@@ -911,6 +921,47 @@ class LocalSectionImpl final : public LocalSection {
     return store_->Incr(Store::WorkerOf(shard, geo_.workers), shard, key, delta, 0);
   }
 
+  Result<BatchReply> Batch(const std::vector<BatchOp>& ops) override {
+    if (ops.empty() || ops.size() > kMaxBatchOps) {
+      return Status::InvalidArgument("kv batch: 1.." + std::to_string(kMaxBatchOps) +
+                                     " operations");
+    }
+    std::vector<WriteOp> wops;
+    wops.reserve(ops.size());
+    uint32_t first = 0;
+    bool across = false;
+    for (size_t i = 0; i < ops.size(); i++) {
+      const auto& op = ops[i];
+      ASYMNVM_ASSIGN_OR_RETURN(uint32_t shard, Check(op.key, op.value ? op.value->size() : 0));
+      if (i == 0) first = shard;
+      across = across || shard != first;
+      WriteOp w;
+      w.key = op.key;
+      if (op.value && !op.check_only) w.value = *op.value;
+      w.conditional = op.expected_version.has_value();
+      w.expected_version = op.expected_version.value_or(0);
+      w.check_only = op.check_only;
+      wops.push_back(w);
+    }
+    // Across shards only where nothing is replicated: a backup receives a batch of its own shard
+    // (Replicate ships one shard's range), so a shard with backups keeps batches to itself.
+    if (across && !CommitsAcrossShards()) {
+      return Status::InvalidArgument(
+          "kv batch: keys in different shards of a replicated server; "
+          "a batch is atomic within one shard");
+    }
+    uncommitted_ = true;
+    writes_++;
+    auto r = across ? store_->BatchAcrossShards(wops)
+                    : store_->Batch(Store::WorkerOf(first, geo_.workers), first, wops, 0);
+    if (!r.ok()) return r.status();
+    return BatchReply{r->applied, std::move(r->versions)};
+  }
+
+  bool CommitsAcrossShards() const override {
+    return !cluster_mode_ || LeadsEveryShardUnreplicated(agent_, geo_.shards);  // map lock held
+  }
+
   Status Commit() override ASYMNVM_NO_THREAD_SAFETY_ANALYSIS {
     if (committed_) return Status::Ok();
     committed_ = true;
@@ -979,6 +1030,14 @@ std::unique_ptr<LocalSection> Server::BeginLocal() {
       impl_->store.get(), impl_->exec.get(), impl_->local_syncs.get(),
       impl_->cluster_mode ? impl_->agent_ptr.load() : nullptr, impl_->cluster_mode,
       impl_->replication == ReplicationMode::kBatch);
+}
+
+bool Server::CommitsAcrossShards() const {
+  if (!impl_->cluster_mode) return true;
+  ClusterAgent* agent = impl_->agent_ptr.load();
+  if (agent == nullptr) return false;
+  auto lock = agent->Lock();
+  return LeadsEveryShardUnreplicated(agent, impl_->store->geometry().shards);
 }
 
 std::string Server::address() const { return impl_->oq->address(); }

@@ -155,6 +155,14 @@ class LocalSection {
   virtual Result<PutIfReply> PutIf(std::string_view key, std::string_view value,
                                    uint64_t expected_version) = 0;
   virtual Result<IncrReply> Incr(std::string_view key, int64_t delta) = 0;
+  // As kv::Client::Batch (every op or none, also across a crash), on shards Serves() accepted.
+  // Keys of different shards go in one batch (Store::BatchAcrossShards) when none of their
+  // shards has a backup (Server::CommitsAcrossShards); else they must share a shard
+  // (kInvalidArgument, as the client's).
+  virtual Result<BatchReply> Batch(const std::vector<BatchOp>& ops) = 0;
+  // Whether Batch takes keys of different shards now (Server::CommitsAcrossShards, under the
+  // section's map lock).
+  virtual bool CommitsAcrossShards() const = 0;
   // Makes every write of the section durable; at most one sync. Error: their outcome is unknown.
   virtual Status Commit() = 0;
   uint64_t writes() const { return writes_; }
@@ -183,6 +191,10 @@ class Server {
   // Starts a LocalSection (blocks while an OQ worker executes a request). Call only while the
   // server runs (before Stop).
   std::unique_ptr<LocalSection> BeginLocal();
+  // This server now leads every shard and none has a backup (a one-server deployment, with or
+  // without a coordinator): a LocalSection then commits batches across shards. A later map may
+  // change it (a server joins): the section's Batch checks again.
+  bool CommitsAcrossShards() const;
 
  private:
   struct Impl;

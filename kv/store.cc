@@ -615,6 +615,9 @@ Status Store::ApplyReplica(std::span<const uint8_t> entry) {
       return Status::Corruption(
           "kv replica: entry fails its checksum or its shard is out of range");
     }
+    if (m.shard != h.shard) {  // multi-shard batches are never replicated (BatchAcrossShards)
+      return Status::Corruption("kv replica: a batch whose members are in different shards");
+    }
     members.push_back({m, off});
     off += format::EntryFootprint(m.key_len, m.value_len);
   }
@@ -675,8 +678,7 @@ bool Store::WholeBatch(const uint8_t* e, size_t avail, uint64_t generation, cons
   for (uint32_t i = 0;; i++) {
     if (i > 0) {
       if (off >= avail || !format::DecodeEntry(e + off, avail - off, generation, &m).ok() ||
-          m.batch_count != h.batch_count || m.batch_index != i || m.position != h.position ||
-          m.shard != h.shard) {
+          m.batch_count != h.batch_count || m.batch_index != i || m.position != h.position) {
         return false;
       }
     }
@@ -707,21 +709,40 @@ Result<BatchResult> Store::Batch(uint32_t worker, uint32_t shard, std::span<cons
     return Status::InvalidArgument("kv batch: shard " + std::to_string(shard) +
                                    " is not served by worker " + std::to_string(worker));
   }
+  for (const auto& op : ops) {
+    if (!op.key.empty() && ShardOf(op.key, geo_.shards) != shard) {
+      return Status::InvalidArgument("kv batch: every key must be in shard " +
+                                     std::to_string(shard));
+    }
+  }
+  // Only this worker writes the shard's keys, so the versions it reads stay current until the
+  // batch is indexed.
+  return BatchLocked(worker, ops, position, /*replicate=*/true);
+}
+
+Result<BatchResult> Store::BatchAcrossShards(std::span<const WriteOp> ops) {
+  uint32_t first = 0;
+  if (!ops.empty() && !ops[0].key.empty()) first = ShardOf(ops[0].key, geo_.shards);
+  // The caller holds every worker (Server::BeginLocal), so no other thread writes these keys until
+  // the batch is indexed, whichever partitions they are in.
+  return BatchLocked(WorkerOf(first, geo_.workers), ops, 0, /*replicate=*/false);
+}
+
+Result<BatchResult> Store::BatchLocked(uint32_t worker, std::span<const WriteOp> ops,
+                                       uint64_t position, bool replicate) {
   if (ops.empty() || ops.size() > format::kMaxBatch) {
     return Status::InvalidArgument("kv batch: 1.." + std::to_string(format::kMaxBatch) +
                                    " operations");
   }
   size_t total = 0;
+  std::vector<uint32_t> shards(ops.size());
   for (size_t i = 0; i < ops.size(); i++) {
     const auto& op = ops[i];
     if (op.key.empty() || op.key.size() > kMaxKeySize) {
       return Status::InvalidArgument("kv batch: key of " + std::to_string(op.key.size()) +
                                      " bytes (keys are 1.." + std::to_string(kMaxKeySize) + ")");
     }
-    if (ShardOf(op.key, geo_.shards) != shard) {
-      return Status::InvalidArgument("kv batch: every key must be in shard " +
-                                     std::to_string(shard));
-    }
+    shards[i] = ShardOf(op.key, geo_.shards);
     for (size_t j = 0; j < i; j++) {
       if (ops[j].key == op.key) return Status::InvalidArgument("kv batch: a key appears twice");
     }
@@ -732,29 +753,28 @@ Result<BatchResult> Store::Batch(uint32_t worker, uint32_t shard, std::span<cons
       total += format::EntryFootprint(op.key.size(), op.value ? op.value->size() : 0);
     }
   }
-  Partition& p = *parts_[worker];
+  auto part_of = [&](size_t i) -> Partition& { return *parts_[WorkerOf(shards[i], geo_.workers)]; };
   BatchResult r;
   r.versions.resize(ops.size());
-  // Only this worker writes the shard's keys, so the versions read here stay current until the
-  // batch is indexed below.
-  {
+  bool ok = true;
+  for (size_t i = 0; i < ops.size(); i++) {
+    Partition& p = part_of(i);
     MutexLock l(p.mu);
-    bool ok = true;
-    for (size_t i = 0; i < ops.size(); i++) {
-      auto it = FindLocked(p, shard, KeyHash(ops[i].key), ops[i].key);
-      r.versions[i] = it == p.index.end() || it->second.tombstone ? 0 : it->second.version;
-      if (ops[i].conditional && r.versions[i] != ops[i].expected_version) ok = false;
-    }
-    if (!ok) return r;
+    auto it = FindLocked(p, shards[i], KeyHash(ops[i].key), ops[i].key);
+    r.versions[i] = it == p.index.end() || it->second.tombstone ? 0 : it->second.version;
+    if (ops[i].conditional && r.versions[i] != ops[i].expected_version) ok = false;
   }
+  if (!ok) return r;
   std::vector<size_t> writes;  // indexes of the ops that write
   for (size_t i = 0; i < ops.size(); i++) {
     if (!ops[i].check_only) writes.push_back(i);
   }
   r.applied = true;
   if (writes.empty()) return r;  // checks only: they hold
-  ASYMNVM_ASSIGN_OR_RETURN(Loc first, PlaceWaiting(p, worker, total));
-  const uint64_t base_version = shard_version_[shard].fetch_add(writes.size()) + 1;
+  // The members go to the worker's own t-log, or to the shared one a caller holding every worker
+  // chose (SetSharedLog), as WriteLocked's entries do.
+  const uint32_t log_worker = shared_log_ < geo_.workers ? shared_log_ : worker;
+  ASYMNVM_ASSIGN_OR_RETURN(Loc first, PlaceWaiting(*parts_[log_worker], log_worker, total));
   uint8_t* at = SegmentBase(first.seg) + first.off;
   std::vector<Loc> locs(writes.size());
   size_t off = 0, end = 0;
@@ -764,28 +784,29 @@ Result<BatchResult> Store::Batch(uint32_t worker, uint32_t shard, std::span<cons
     h.type = ops[i].value ? EntryType::kPut : EntryType::kDelete;
     h.key_len = static_cast<uint16_t>(ops[i].key.size());
     h.value_len = ops[i].value ? static_cast<uint32_t>(ops[i].value->size()) : 0;
-    h.shard = shard;
-    h.version = base_version + w;
+    h.shard = shards[i];
+    h.version = shard_version_[shards[i]].fetch_add(1) + 1;
     h.generation = segs_[first.seg].generation;
     h.position = position;
     h.batch_count = static_cast<uint32_t>(writes.size());
     h.batch_index = static_cast<uint32_t>(w);
     format::EncodeEntry(h, ops[i].key, ops[i].value.value_or(std::string_view()), at + off);
     const uint32_t fp = static_cast<uint32_t>(format::EntryFootprint(h.key_len, h.value_len));
-    locs[w] = Loc{shard, first.seg, static_cast<uint32_t>(first.off + off),
-                  fp,    h.version, h.type == EntryType::kDelete};
+    locs[w] = Loc{shards[i], first.seg, static_cast<uint32_t>(first.off + off),
+                  fp,        h.version, h.type == EntryType::kDelete};
     end = off + format::kEntryHeaderSize + h.key_len + h.value_len;
     off += fp;
   }
   persister_->Flush(at, end);  // one range: the members become durable together
   AfterWrite(worker, position);
-  if (o_.replicate) ASYMNVM_RETURN_IF_ERROR(o_.replicate(worker, shard, {at, end}));
-  {
+  if (replicate && o_.replicate) {
+    ASYMNVM_RETURN_IF_ERROR(o_.replicate(worker, shards[writes[0]], {at, end}));
+  }
+  for (size_t w = 0; w < writes.size(); w++) {
+    Partition& p = part_of(writes[w]);
     MutexLock l(p.mu);
-    for (size_t w = 0; w < writes.size(); w++) {
-      IndexLocked(p, ops[writes[w]].key, locs[w]);
-      r.versions[writes[w]] = locs[w].version;
-    }
+    IndexLocked(p, ops[writes[w]].key, locs[w]);
+    r.versions[writes[w]] = locs[w].version;
   }
   return r;
 }

@@ -193,6 +193,12 @@ class Store {
   // kInvalidArgument for bad input; append errors as Put.
   Result<BatchResult> Batch(uint32_t worker, uint32_t shard, std::span<const WriteOp> ops,
                             uint64_t position);
+  // As Batch, with keys of any shards (a multi-shard batch, doc/kv.md §Batches): only for a
+  // caller holding every worker at once (Server::BeginLocal, a stand-alone server: nothing is
+  // replicated). Members land in the shared log when one is set, else in the first key's
+  // worker's t-log; each is indexed in its own shard's partition and takes its shard's next
+  // version. Recovery counts the members only all together, as any batch.
+  Result<BatchResult> BatchAcrossShards(std::span<const WriteOp> ops);
 
   // RDMP server-bypass PUT. Reserve appends a kPutBypass slot (header + key, flag words zeroed,
   // persisted) for a value of value_len bytes whose CRC32C is value_crc, takes the next version of
@@ -304,6 +310,10 @@ class Store {
   // The worker's thread synced: its deferred entries are durable; their positions count.
   void Synced(uint32_t worker);
   Status CheckShard(uint32_t shard) const;
+  // Batch's body for keys of any shards: `worker` owns the t-log (unless a shared one is set) and
+  // takes the group-commit bookkeeping; replicate: pass the range to StoreOptions::replicate.
+  Result<BatchResult> BatchLocked(uint32_t worker, std::span<const WriteOp> ops, uint64_t position,
+                                  bool replicate);
 
   StoreOptions o_;
   format::ServerHeader geo_;

@@ -10,7 +10,7 @@
 namespace asymnvm::kv::resp::handlers {
 namespace {
 
-constexpr uint32_t kW = kWrite | kSlowPath;
+constexpr uint32_t kW = kWrite;
 
 // Runs attempt(skip_wrongtype, &empty) — which pops and replies, or sets empty and replies
 // nothing — and blocks on `keys` when nothing was popped. A re-run of a parked command keeps its

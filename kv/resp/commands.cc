@@ -62,9 +62,11 @@ std::vector<CommandSpec> CoreCommandSpecs() {
        h::Echo},
       {"exec", 1, kNoMulti | kLoading | kStale, 0, 0, 0, "transactions", "1.2.0",
        "Executes all commands in a transaction.",
-       "atomic and serializable within one shard, also across a server crash (optimistic: reads "
+       "atomic and serializable within one commit group, also across a server crash (optimistic: "
+       "reads "
        "recorded, writes and read versions committed as one conditional batch, re-run on "
-       "conflict); keys in different shards give `-CROSSSLOT` and nothing runs",
+       "conflict); keys of different shards of a replicated cluster give `-CROSSSLOT` and nothing "
+       "runs",
        h::Exec},
       {"exists", -2, kReadonly | kFast, 1, -1, 1, "generic", "3.0.3",
        "Determines whether one or more keys exist.", "", h::Exists},
@@ -102,7 +104,7 @@ std::vector<CommandSpec> CoreCommandSpecs() {
        "one GET per key: not a snapshot across keys outside MULTI", h::MGet},
       {"mset", -3, kWrite, 1, -1, 2, "string", "1.0.1",
        "Atomically creates or modifies the string values of one or more keys.",
-       "one nilext PUT per key: atomic per key only (use MULTI for one shard's keys)", h::MSet},
+       "one PUT per key: atomic per key only (MULTI makes it one batch)", h::MSet},
       {"multi", 1, kNoMulti | kFast | kLoading | kStale | kInline, 0, 0, 0, "transactions", "1.2.0",
        "Starts a transaction.", "", h::Multi},
       {"persist", 2, kWrite | kFast, 1, 1, 1, "generic", "2.2.0",

@@ -25,17 +25,19 @@ namespace asymnvm::kv::resp {
 
 // Command flags (names as COMMAND reports them).
 enum CommandFlag : uint32_t {
-  kWrite = 1u << 0,      // "write"
-  kReadonly = 1u << 1,   // "readonly"
-  kFast = 1u << 2,       // "fast"
-  kNoAuth = 1u << 3,     // "no_auth": allowed before AUTH
-  kLoading = 1u << 4,    // "loading"
-  kStale = 1u << 5,      // "stale"
-  kNoMulti = 1u << 6,    // "no_multi": runs immediately even inside MULTI
-  kAdmin = 1u << 7,      // "admin"
-  kNoTxn = 1u << 8,      // refused inside MULTI (whole-keyspace commands); not a Redis flag
-  kInline = 1u << 9,     // never touches the store: runs on the event loop, not a worker
-  kSlowPath = 1u << 10,  // commits a conditional batch: never on the fast path (store.h FastPath)
+  kWrite = 1u << 0,     // "write"
+  kReadonly = 1u << 1,  // "readonly"
+  kFast = 1u << 2,      // "fast"
+  kNoAuth = 1u << 3,    // "no_auth": allowed before AUTH
+  kLoading = 1u << 4,   // "loading"
+  kStale = 1u << 5,     // "stale"
+  kNoMulti = 1u << 6,   // "no_multi": runs immediately even inside MULTI
+  kAdmin = 1u << 7,     // "admin"
+  kNoTxn = 1u << 8,     // refused inside MULTI (whole-keyspace commands); not a Redis flag
+  kInline = 1u << 9,    // never touches the store: runs on the event loop, not a worker
+  // Reads keys its key positions do not name (SORT's BY and GET patterns): never on the fast
+  // path, whose section serves only the named keys' shards (store.h FastPath).
+  kUnnamedKeys = 1u << 10,
   kBlocking = 1u << 11,  // "blocking": may park the connection (blocking.h); ends a worker batch
 };
 

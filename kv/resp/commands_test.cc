@@ -193,7 +193,7 @@ TEST_F(Gateway, MultiExec_AtomicWithinOneShard) {
   std::string a = "a0", b, other;
   for (int i = 1; b.empty() || other.empty(); ++i) {
     std::string k = "k" + std::to_string(i);
-    if (store_.ShardOf(k) == store_.ShardOf(a)) {
+    if (store_.CommitGroup(k) == store_.CommitGroup(a)) {
       if (b.empty()) b = k;
     } else if (other.empty()) {
       other = k;

@@ -797,12 +797,12 @@ void Exec(CommandContext& c, const std::vector<std::string>&) {
   for (const auto& argv : queue) {
     const CommandSpec* spec = FindCommand(argv[0]);
     specs.push_back(spec);  // validated when queued
-    for (auto k : CommandKeys(*spec, argv)) shards.insert(c.store.ShardOf(k));
+    for (auto k : CommandKeys(*spec, argv)) shards.insert(c.store.CommitGroup(k));
   }
   // A watched key must be in the transaction's shard: its version is a condition of the batch.
   bool watch_elsewhere = false;
   for (const auto& w : watched) {
-    if (!shards.empty() && shards.count(c.store.ShardOf(w.key)) == 0) watch_elsewhere = true;
+    if (!shards.empty() && shards.count(c.store.CommitGroup(w.key)) == 0) watch_elsewhere = true;
   }
   if (shards.size() > 1 || watch_elsewhere) {
     c.out.Error(

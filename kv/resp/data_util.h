@@ -155,10 +155,11 @@ inline bool Live(const Store::ScanPage& page, size_t i, int64_t now) {
   return exp == 0 || exp > now;
 }
 
-// Whether every key is in one shard (the condition of an atomic multi-key write).
-inline bool OneShard(CommandContext& c, const std::vector<std::string_view>& keys) {
+// Whether every key is in one commit group (Store::CommitGroup: the condition of an atomic
+// multi-key write; else -CROSSSLOT).
+inline bool CommitTogether(CommandContext& c, const std::vector<std::string_view>& keys) {
   for (size_t i = 1; i < keys.size(); ++i) {
-    if (c.store.ShardOf(keys[i]) != c.store.ShardOf(keys[0])) return false;
+    if (c.store.CommitGroup(keys[i]) != c.store.CommitGroup(keys[0])) return false;
   }
   return true;
 }
@@ -166,8 +167,9 @@ inline bool OneShard(CommandContext& c, const std::vector<std::string_view>& key
 // Runs fn(CommandContext& tc) over a transaction overlay of c.store and commits its writes as one
 // conditional batch (every write or none, conditional on every version read), re-running fn when
 // a key changed meanwhile. fn replies errors to tc.out and returns false (nothing is written; the
-// error is passed on); it must not reply success itself. Keys must be in one shard (the caller
-// checks OneShard and answers CROSSSLOT). Returns true when the handler should reply success.
+// error is passed on); it must not reply success itself. Keys must be in one commit group (the
+// caller checks CommitTogether and answers CROSSSLOT). Returns true when the handler should reply
+// success.
 template <typename Fn>
 bool Atomically(CommandContext& c, Fn&& fn) {
   ConflictRetry retry;

@@ -93,7 +93,7 @@ Result<RawCurrent> ReadRaw(CommandContext& c, std::string_view key) {
 void RenameGeneric(CommandContext& c, const std::vector<std::string>& a, bool nx) {
   const std::string& src = a[1];
   const std::string& dst = a[2];
-  if (!OneShard(c, {src, dst})) return c.out.Error(std::string(kErrCrossSlot));
+  if (!CommitTogether(c, {src, dst})) return c.out.Error(std::string(kErrCrossSlot));
   if (CopyCollection(c, src, dst, /*rename=*/true, /*replace=*/!nx)) return;
   enum { kNoKey, kSame, kExists, kDone, kCollection } outcome = kNoKey;
   bool ok = Atomically(c, [&](CommandContext& t) {
@@ -192,7 +192,7 @@ void Copy(CommandContext& c, const std::vector<std::string>& a) {
     }
   }
   if (a[1] == a[2]) return c.out.Error("ERR source and destination objects are the same");
-  if (!OneShard(c, {a[1], a[2]})) return c.out.Error(std::string(kErrCrossSlot));
+  if (!CommitTogether(c, {a[1], a[2]})) return c.out.Error(std::string(kErrCrossSlot));
   if (CopyCollection(c, a[1], a[2], /*rename=*/false, replace)) return;
   bool copied = false;
   bool collection = false;
@@ -501,10 +501,9 @@ void Shutdown(CommandContext& c, const std::vector<std::string>&) {
 std::vector<CommandSpec> KeyspaceCommandSpecs() {
   // name, arity, flags, first/last/step key, group, since, summary, notes, handler, subcommands
   return {
-      {"copy", -3, kWrite | kSlowPath, 1, 2, 1, "generic", "6.2.0",
-       "Copies the value of a key to a new key.",
-       "DB 0 only; REPLACE; one conditional batch: both keys must share a shard (a hash tag "
-       "`{...}`), else -CROSSSLOT",
+      {"copy", -3, kWrite, 1, 2, 1, "generic", "6.2.0", "Copies the value of a key to a new key.",
+       "DB 0 only; REPLACE; one conditional batch: in a replicated cluster both keys must share a "
+       "shard (a hash tag `{...}`), else -CROSSSLOT",
        Copy},
       {"expireat", -3, kWrite | kFast, 1, 1, 1, "generic", "1.2.0",
        "Sets the expiration time of a key to a Unix timestamp.", "as EXPIRE", Expire},
@@ -535,12 +534,12 @@ std::vector<CommandSpec> KeyspaceCommandSpecs() {
       {"randomkey", 1, kReadonly | kNoTxn, 0, 0, 0, "generic", "1.0.0",
        "Returns a random key name from the database.",
        "a full SCAN of every shard (O(N)), one key picked uniformly", RandomKey},
-      {"rename", 3, kWrite | kSlowPath, 1, 2, 1, "generic", "1.0.0",
+      {"rename", 3, kWrite, 1, 2, 1, "generic", "1.0.0",
        "Renames a key and overwrites the destination.",
-       "keeps the TTL; one conditional batch: both keys must share a shard (a hash tag `{...}`), "
-       "else -CROSSSLOT",
+       "keeps the TTL; one conditional batch: in a replicated cluster both keys must share a shard "
+       "(a hash tag `{...}`), else -CROSSSLOT",
        Rename},
-      {"renamenx", 3, kWrite | kSlowPath, 1, 2, 1, "generic", "1.0.0",
+      {"renamenx", 3, kWrite, 1, 2, 1, "generic", "1.0.0",
        "Renames a key only when the target key name doesn't exist.", "as RENAME", RenameNx},
       {"save", 1, kAdmin | kNoTxn, 0, 0, 0, "server", "1.0.0",
        "Synchronously saves the database(s) to disk.",

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <thread>
 #include <utility>
 
 #include "common/logging.h"
@@ -48,9 +49,26 @@ class KvClientSlot {
 
 namespace {
 
+// The gateway's batch as the KV API's: each write conditional on its version unless marked
+// unconditional (a type's sub-record).
+std::vector<kv::BatchOp> ToBatchOps(const std::vector<BatchWrite>& writes) {
+  std::vector<kv::BatchOp> ops;
+  ops.reserve(writes.size());
+  for (const auto& w : writes) {
+    std::optional<uint64_t> expected;
+    if (!w.unconditional) expected = w.expected_version;
+    ops.push_back({w.key, w.value, expected, w.check_only});
+  }
+  return ops;
+}
+
 class KvClientStore final : public Store {
  public:
-  explicit KvClientStore(std::shared_ptr<KvClientSlot> slot) : slot_(std::move(slot)) {}
+  // local: the KV server of this process, which commits batches across shards while it leads
+  // every shard unreplicated (kv::Server::CommitsAcrossShards); null: batches go through the
+  // client, within one shard.
+  explicit KvClientStore(std::shared_ptr<KvClientSlot> slot, kv::Server* local = nullptr)
+      : slot_(std::move(slot)), local_(local) {}
 
   Result<std::optional<StoredValue>> Get(std::string_view key) override {
     ASYMNVM_ASSIGN_OR_RETURN(kv::Client * cl, C());
@@ -150,21 +168,23 @@ class KvClientStore final : public Store {
       return page;
     }
   }
-  uint32_t ShardOf(std::string_view key) override {
+  uint32_t CommitGroup(std::string_view key) override {
+    // This process leads every shard, unreplicated: any keys commit together.
+    if (local_ != nullptr && local_->CommitsAcrossShards()) return 0;
     auto c = C();
     return c.ok() ? (*c)->ShardOf(key) : 0;  // unreachable store: EXEC then fails on its calls
   }
   Result<bool> CommitBatch(const std::vector<BatchWrite>& writes) override {
-    ASYMNVM_ASSIGN_OR_RETURN(kv::Client * cl, C());
     if (writes.empty()) return true;
     // One atomic, version-conditional batch (kv::Client::Batch): every write or none.
-    std::vector<kv::BatchOp> ops;
-    ops.reserve(writes.size());
-    for (const auto& w : writes) {
-      std::optional<uint64_t> expected;
-      if (!w.unconditional) expected = w.expected_version;
-      ops.push_back({w.key, w.value, expected, w.check_only});
+    std::vector<kv::BatchOp> ops = ToBatchOps(writes);
+    if (local_ != nullptr && local_->CommitsAcrossShards()) {
+      const uint32_t shards = local_->geometry().shards;
+      for (const auto& op : ops) {
+        if (kv::ShardOf(op.key, shards) != kv::ShardOf(ops[0].key, shards)) return CommitLocal(ops);
+      }
     }
+    ASYMNVM_ASSIGN_OR_RETURN(kv::Client * cl, C());
     ASYMNVM_ASSIGN_OR_RETURN(kv::BatchReply r, cl->Batch(ops));
     return r.applied;
   }
@@ -186,8 +206,43 @@ class KvClientStore final : public Store {
     held_ = *c;
     return held_.get();
   }
+  // A batch across shards, on this process's server itself (doc/resp.md §Transactions across
+  // shards): one section holds every OQ worker, writes the batch as one multi-shard batch
+  // (kv::LocalSection::Batch, atomic across a crash) and syncs it before the reply. A shard whose
+  // OQ worker has executed requests it has not synced yet is not served by a section (their
+  // results must not be read or overwritten before they are durable); that worker syncs before
+  // it replies, so the section is simply tried again.
+  Result<bool> CommitLocal(const std::vector<kv::BatchOp>& ops) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    for (uint32_t attempt = 0;; attempt++) {
+      std::unique_ptr<kv::LocalSection> section = local_->BeginLocal();
+      bool served = true;
+      for (const auto& op : ops) served = served && section->Serves(section->ShardOf(op.key));
+      if (served) {
+        auto r = section->Batch(ops);
+        Status synced = section->Commit();
+        if (!r.ok()) return r.status();
+        ASYMNVM_RETURN_IF_ERROR(synced);
+        return r->applied;
+      }
+      ASYMNVM_RETURN_IF_ERROR(section->Commit());  // nothing written: releases the workers
+      section.reset();
+      if (!local_->CommitsAcrossShards()) {  // the map changed: a shard moved or got a backup
+        ASYMNVM_ASSIGN_OR_RETURN(kv::Client * cl, C());
+        ASYMNVM_ASSIGN_OR_RETURN(kv::BatchReply r, cl->Batch(ops));  // within one shard, or refused
+        return r.applied;
+      }
+      if (std::chrono::steady_clock::now() >= deadline) {
+        return Status(StatusCode::kUnavailable,
+                      "RESP gateway: the shards' workers kept results unsynced for 10 s", 0, true);
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(20u << std::min<uint32_t>(attempt, 6)));
+    }
+  }
+
   std::shared_ptr<KvClientSlot> slot_;
   std::shared_ptr<kv::Client> held_;
+  kv::Server* local_ = nullptr;
 };
 
 // The resp::Store view of a section of the co-located KV server (kv::LocalSection).
@@ -228,9 +283,16 @@ class LocalSectionStore final : public Store {
   Result<ScanPage> Scan(uint64_t, size_t) override {
     return Status::NotSupported("RESP fast path: SCAN takes the KV client");
   }
-  uint32_t ShardOf(std::string_view key) override { return s_->ShardOf(key); }
-  Result<bool> CommitBatch(const std::vector<BatchWrite>&) override {
-    return Status::NotSupported("RESP fast path: EXEC takes the KV client");
+  // As KvClientStore's: any keys commit together while the server leads every shard
+  // unreplicated.
+  uint32_t CommitGroup(std::string_view key) override {
+    return s_->CommitsAcrossShards() ? 0 : s_->ShardOf(key);
+  }
+  // One atomic batch in the section (kv::LocalSection::Batch): durable with the section's sync.
+  Result<bool> CommitBatch(const std::vector<BatchWrite>& writes) override {
+    if (writes.empty()) return true;
+    ASYMNVM_ASSIGN_OR_RETURN(kv::BatchReply r, s_->Batch(ToBatchOps(writes)));
+    return r.applied;
   }
   Result<int64_t> DurableReplicas() override {
     return Status::NotSupported("RESP fast path: WAIT takes the KV client");
@@ -320,8 +382,12 @@ Result<std::unique_ptr<Server>> StartKvGateway(KvGatewayOptions options) {
   std::vector<std::shared_ptr<KvClientSlot>> slots;
   for (int i = 0; i < n; ++i) slots.push_back(std::make_shared<KvClientSlot>(options.client));
   auto next = std::make_shared<size_t>(0);
-  options.server.store_factory = [slots, next]() -> Result<std::unique_ptr<Store>> {
-    return std::unique_ptr<Store>(new KvClientStore(slots[(*next)++ % slots.size()]));
+  // A server that leads every shard unreplicated commits batches across shards itself
+  // (KvClientStore::CommitLocal); its gateway sends no nilext PUT (above), which a section could
+  // otherwise overtake.
+  kv::Server* across = options.local;
+  options.server.store_factory = [slots, next, across]() -> Result<std::unique_ptr<Store>> {
+    return std::unique_ptr<Store>(new KvClientStore(slots[(*next)++ % slots.size()], across));
   };
   return Server::Start(std::move(options.server));
 }

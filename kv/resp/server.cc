@@ -254,7 +254,7 @@ class Loop {
     Result<std::optional<int64_t>> Incr(std::string_view, int64_t) override { return Bug(); }
     Result<bool> Delete(std::string_view) override { return Bug(); }
     Result<ScanPage> Scan(uint64_t, size_t) override { return Bug(); }
-    uint32_t ShardOf(std::string_view) override { return 0; }
+    uint32_t CommitGroup(std::string_view) override { return 0; }
     Result<bool> CommitBatch(const std::vector<BatchWrite>&) override { return Bug(); }
     Result<int64_t> DurableReplicas() override { return Bug(); }
   };
@@ -327,7 +327,7 @@ class Loop {
     }
     const CommandSpec* spec = FindCommand(p.argv[0]);
     if (spec == nullptr || spec->first_key <= 0 ||
-        (spec->flags & (kInline | kNoTxn | kSlowPath | kBlocking))) {
+        (spec->flags & (kInline | kNoTxn | kUnnamedKeys | kBlocking))) {
       return false;
     }
     auto keys = CommandKeys(*spec, p.argv);

@@ -236,7 +236,7 @@ void SortGeneric(CommandContext& c, const std::vector<std::string>& a, bool read
       return Status::Ok();
     });
   }
-  if (!OneShard(c, {a[1], *s.store})) return c.out.Error(std::string(kErrCrossSlot));
+  if (!CommitTogether(c, {a[1], *s.store})) return c.out.Error(std::string(kErrCrossSlot));
   RunTx(c, [&](CollTx& tx) {
     auto r = SortResult(c, tx, a[1], s, c.out);
     if (!r.ok()) return TxFail(c.out, r.status());
@@ -268,11 +268,11 @@ void SortRo(CommandContext& c, const std::vector<std::string>& a) { SortGeneric(
 
 std::vector<CommandSpec> SortCommandSpecs() {
   return {
-      {"sort", -2, kWrite | kSlowPath, 1, 1, 1, "generic", "1.0.0",
+      {"sort", -2, kWrite | kUnnamedKeys, 1, 1, 1, "generic", "1.0.0",
        "Sorts the elements in a list, a set, or a sorted set, optionally storing the result.",
        "BY and GET patterns read their keys outside the command's snapshot; STORE: one "
-       "conditional commit with the source (its key must share the source's shard, else "
-       "-CROSSSLOT)",
+       "conditional commit with the source (in a replicated cluster its key must share the "
+       "source's shard, else -CROSSSLOT)",
        Sort},
       {"sort_ro", -2, kReadonly, 1, 1, 1, "generic", "7.0.0",
        "Returns the sorted elements of a list, a set, or a sorted set.", "as SORT, without STORE",

@@ -82,7 +82,7 @@ TEST_F(Types, Sort_Store) {
   EXPECT_EQ(v.front(), "1");
   EXPECT_EQ(v.back(), "150");
   std::string other = "k";
-  while (store_.ShardOf(other) == store_.ShardOf("{t}src")) other += "k";
+  while (store_.CommitGroup(other) == store_.CommitGroup("{t}src")) other += "k";
   EXPECT_EQ(One({"SORT", "{t}src", "STORE", other}).rfind("-CROSSSLOT", 0), 0u);
 }
 

@@ -70,9 +70,12 @@ class Store {
   // for the whole scan is returned at least once.
   virtual Result<ScanPage> Scan(uint64_t cursor, size_t count) = 0;
 
-  // Which shard holds `key` (MULTI/EXEC is atomic only within one shard).
-  virtual uint32_t ShardOf(std::string_view key) = 0;
-  // Applies every write or none, atomically; all keys must be in one shard. false when a
+  // Keys of one commit group can be written by one CommitBatch (MULTI/EXEC, RENAME, ...): in a
+  // cluster the group is the key's shard (keys sharing a hash tag `{...}` share it); a store
+  // that commits across shards (a stand-alone server, which holds every shard) puts every key
+  // in group 0, as a stand-alone Redis.
+  virtual uint32_t CommitGroup(std::string_view key) = 0;
+  // Applies every write or none, atomically; all keys must be in one commit group. false when a
   // version condition failed (nothing written). NotSupported when the store cannot.
   virtual Result<bool> CommitBatch(const std::vector<BatchWrite>& writes) = 0;
   // How many copies besides the primary hold every write this Store acknowledged (WAIT).

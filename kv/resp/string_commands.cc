@@ -305,7 +305,7 @@ void MSetNx(CommandContext& c, const std::vector<std::string>& a) {
   if (a.size() % 2 != 1) return c.out.Error(ArityError("msetnx"));
   std::vector<std::string_view> keys;
   for (size_t i = 1; i < a.size(); i += 2) keys.push_back(a[i]);
-  if (!OneShard(c, keys)) return c.out.Error(std::string(kErrCrossSlot));
+  if (!CommitTogether(c, keys)) return c.out.Error(std::string(kErrCrossSlot));
   bool wrote = false;
   bool ok = Atomically(c, [&](CommandContext& t) {
     wrote = false;
@@ -440,7 +440,7 @@ std::vector<CommandSpec> StringCommandSpecs() {
        BitCount},
       {"getbit", 3, kReadonly | kFast, 1, 1, 1, "bitmap", "2.2.0", "Returns a bit value by offset.",
        "", GetBit},
-      {"getdel", 2, kWrite | kFast | kSlowPath, 1, 1, 1, "string", "6.2.0",
+      {"getdel", 2, kWrite | kFast, 1, 1, 1, "string", "6.2.0",
        "Returns the string value of a key after deleting the key.",
        "read and delete as one conditional batch", GetDel},
       {"getex", -2, kWrite | kFast, 1, 1, 1, "string", "6.2.0",
@@ -453,9 +453,10 @@ std::vector<CommandSpec> StringCommandSpecs() {
        "long double arithmetic and formatting as Redis; keeps the TTL", IncrByFloat},
       {"lcs", -3, kReadonly, 1, 2, 1, "string", "7.0.0", "Finds the longest common substring.",
        "LEN, IDX, MINMATCHLEN, WITHMATCHLEN", Lcs},
-      {"msetnx", -3, kWrite | kSlowPath, 1, -1, 2, "string", "1.0.1",
+      {"msetnx", -3, kWrite, 1, -1, 2, "string", "1.0.1",
        "Atomically modifies the string values of one or more keys only when all keys don't exist.",
-       "one conditional batch: the keys must share a shard (a hash tag `{...}`), else -CROSSSLOT",
+       "one conditional batch: in a replicated cluster the keys must share a shard (a hash tag "
+       "`{...}`), else -CROSSSLOT",
        MSetNx},
       {"psetex", 4, kWrite, 1, 1, 1, "string", "2.6.0",
        "Sets both string value and expiration time in milliseconds of a key.", "", SetEx},

@@ -130,7 +130,7 @@ TEST_F(RespStrings, MultiKeyCommands_OneBatchAndCrossSlot) {
   std::string other;
   for (int i = 0; other.empty(); ++i) {
     std::string k = "o" + std::to_string(i);
-    if (store_.ShardOf(k) != store_.ShardOf("{t}a")) other = k;
+    if (store_.CommitGroup(k) != store_.CommitGroup("{t}a")) other = k;
   }
   EXPECT_EQ(Run("RENAME {t}a " + other),
             "-CROSSSLOT Keys in request don't hash to the same slot\r\n");

@@ -92,7 +92,7 @@ class FakeStore final : public Store {
     page.next_cursor = it == map_.end() ? 0 : pos;
     return page;
   }
-  uint32_t ShardOf(std::string_view key) override {
+  uint32_t CommitGroup(std::string_view key) override {
     return static_cast<uint32_t>(std::hash<std::string_view>()(kv::HashTag(key)) % shards_);
   }
   Result<bool> CommitBatch(const std::vector<BatchWrite>& writes) override {
@@ -168,7 +168,7 @@ class SharedStore final : public Store {
     return s_->Incr(k, d);
   }
   Result<ScanPage> Scan(uint64_t c, size_t n) override { return s_->Scan(c, n); }
-  uint32_t ShardOf(std::string_view k) override { return s_->ShardOf(k); }
+  uint32_t CommitGroup(std::string_view k) override { return s_->CommitGroup(k); }
   Result<bool> CommitBatch(const std::vector<BatchWrite>& w) override { return s_->CommitBatch(w); }
   Result<int64_t> DurableReplicas() override { return s_->DurableReplicas(); }
 

@@ -28,7 +28,7 @@ class TxnStore final : public Store {
   Result<ScanPage> Scan(uint64_t, size_t) override {
     return Status::NotSupported("SCAN inside MULTI");
   }
-  uint32_t ShardOf(std::string_view key) override { return base_->ShardOf(key); }
+  uint32_t CommitGroup(std::string_view key) override { return base_->CommitGroup(key); }
   // A multi-key command inside EXEC (its own overlay committing into this one): the writes join
   // this transaction's, each conditional on the version it names.
   Result<bool> CommitBatch(const std::vector<BatchWrite>& writes) override;

@@ -1,7 +1,7 @@
 // The dispatch entries of the type commands (types.h: hashes, lists, sets, sorted sets), appended
 // to CommandTable() (commands.cc).
-// Writes carry kSlowPath: several records committed as one atomic batch through the KV client,
-// never on the fast path (whose section has no atomic batch).
+// Writes commit several records as one atomic batch (Store::CommitBatch): through the KV client,
+// or on the fast path in its section (kv::LocalSection::Batch), where one sync covers them all.
 #include "kv/resp/types.h"
 
 namespace asymnvm::kv::resp {
@@ -9,7 +9,7 @@ namespace asymnvm::kv::resp {
 namespace h = handlers;
 
 void AppendTypeCommands(std::vector<CommandSpec>* t) {
-  constexpr uint32_t kW = kWrite | kSlowPath;
+  constexpr uint32_t kW = kWrite;
   const std::vector<CommandSpec> specs = {
       {"hdel", -3, kW | kFast, 1, 1, 1, "hash", "2.0.0",
        "Deletes one or more fields and their values from a hash. Deletes the hash if no fields "

@@ -293,6 +293,20 @@ TEST(KvRespFast, ThreeServers_FastPathSetsAreOnTheBackups) {
   const int64_t fast = InfoStat(port, "asymnvm_fast_path_commands") - fast0;
   EXPECT_GT(fast, 0) << "no SET took the fast path";
   EXPECT_LT(fast, static_cast<int64_t>(acked.size())) << "every key was local?";
+  {
+    // Replicated shards keep a transaction to one shard (Redis Cluster's rule): keys of two
+    // shards get -CROSSSLOT and nothing runs; a hash tag puts them in one shard.
+    TestClient c(port);
+    ASSERT_TRUE(c.connected());
+    std::string k2 = "x";
+    while (ShardOf(k2, 6) == ShardOf("b:0", 6)) k2 += "x";  // the trio has 6 shards
+    ASSERT_TRUE(c.Send(Cmd({"MULTI"}) + Cmd({"SET", "b:0", "changed"}) + Cmd({"SET", k2, "v"}) +
+                       Cmd({"EXEC"}) + Cmd({"MSETNX", "{t}1", "a", "{t}2", "b"})));
+    auto r = c.Read(5);
+    ASSERT_EQ(r.size(), 5u);
+    EXPECT_EQ(r[3].rfind("-CROSSSLOT", 0), 0u) << r[3];
+    EXPECT_EQ(r[4], ":1\r\n");
+  }
   trio.servers[0].Kill9();
   ASSERT_TRUE(trio.WaitSynced(1)) << "the map never repaired after the primary's SIGKILL";
   TestClient c(trio.servers[1].port);

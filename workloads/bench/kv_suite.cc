@@ -984,7 +984,7 @@ class KvSuite : public Suite {
     return Status::Ok();
   }
 
-  // ---- Fault runs (issue 29; doc/kv.md §Failure model) ----------------------------------------
+  // ---- Fault runs (doc/kv.md §Failure model) -------------------------------------------------
 
   Result<kv::ShardMap> ReadMap(coord::Coordinator& c) {
     ASYMNVM_ASSIGN_OR_RETURN(auto n, c.Get("/asymnvm/kv/default/map"));

@@ -947,8 +947,9 @@ class LocalSectionImpl final : public LocalSection {
     // (Replicate ships one shard's range), so a shard with backups keeps batches to itself.
     if (across && !CommitsAcrossShards()) {
       return Status::InvalidArgument(
-          "kv batch: keys in different shards of a replicated server; "
-          "a batch is atomic within one shard");
+                 "kv batch: keys in different shards of a replicated server; "
+                 "a batch is atomic within one shard")
+          .WithSubCode(StatusSubCode::kCrossShard);
     }
     uncommitted_ = true;
     writes_++;

@@ -53,6 +53,7 @@
 #include "common/log_options.h"
 #include "common/logging.h"
 #include "common/service.h"
+#include "fabric/bootstrap.h"
 #include "fabric/tls_flags.h"
 #include "mirror/group.h"
 #include "mirror/primary_role.h"
@@ -306,11 +307,11 @@ int main(int argc, char** argv) {
       margs.push_back(rejoin_data_listen);
     }
     // Promoted again later, it serves where this back-end served (the same host's ports).
-    if (!o.listen_address.ends_with(":0")) {
+    if (fabric::IsFixedAddress(o.listen_address)) {
       margs.push_back("--serve-listen");
       margs.push_back(o.listen_address);
     }
-    if (!o.log_listen_address.empty() && !o.log_listen_address.ends_with(":0")) {
+    if (fabric::IsFixedAddress(o.log_listen_address)) {
       margs.push_back("--serve-log-listen");
       margs.push_back(o.log_listen_address);
     }

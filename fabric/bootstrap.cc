@@ -247,6 +247,11 @@ bool IsLoopbackSockaddr(const sockaddr* sa) {
 
 }  // namespace
 
+bool IsFixedAddress(const std::string& address) {
+  auto ep = ParseAddress(address);
+  return ep.ok() && (ep->kind != Endpoint::Kind::kTcp || ep->port != 0);
+}
+
 Result<Endpoint> ParseAddress(const std::string& address) {
   Endpoint ep;
   auto sep = address.find("://");

@@ -38,6 +38,9 @@ struct Endpoint {
 // Errors: kInvalidArgument with the reason ("unknown scheme", "missing port", ...).
 Result<Endpoint> ParseAddress(const std::string& address);
 std::string FormatAddress(const Endpoint& ep);
+// Whether listening on `address` again listens at that same address: not for tcp port 0 (the OS
+// picks a port each time); unix and inproc addresses are fixed. An unparsable address: false.
+bool IsFixedAddress(const std::string& address);
 
 inline constexpr size_t kMaxBlob = 64 * 1024;
 

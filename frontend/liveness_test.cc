@@ -14,6 +14,7 @@
 
 #include "asymnvm/coord.h"
 #include "asymnvm/frontend.h"
+#include "fabric/faulty_fabric.h"
 #include "workloads/driver/backend_process.h"
 
 namespace asymnvm::frontend {
@@ -237,6 +238,58 @@ TEST_F(LivenessTest, RestartToFirstOpOfAnIdleSession) {
   };
   report("restart (spawn) -> first op of an idle session", from_spawn);
   report("registered (listening) -> first op", from_registered);
+}
+
+// A link that fails under a live back-end (fabric/faulty_fabric.h injected through
+// SessionOptions::open_fabric): after 32 fenced and 32 batched writes every request of the link is
+// dropped (a transport error, as an RC QP whose retries ran out). The next call reconnects through
+// the coordinator over a fresh fabric, replays the 32 batched op logs, and every acknowledged write
+// is there.
+TEST_F(LivenessTest, ADroppedLinkReconnectsAndKeepsEveryAcknowledgedWrite) {
+  StartBackend();
+  SessionOptions o = Options();
+  o.reconnect_deadline = 60s;
+  o.batch_timeout = std::chrono::hours(1);    // the last 32 ops stay in the batch until the fault
+  std::vector<fabric::FaultyFabric*> opened;  // every fabric the Session opened, in order
+  o.open_fabric = [&](const fabric::FabricOptions& fo) -> Result<std::unique_ptr<fabric::Fabric>> {
+    auto f = fabric::FaultyFabric::Open(fo, fabric::FaultOptions{});
+    if (!f.ok()) return f.status();
+    opened.push_back(f->get());
+    return std::unique_ptr<fabric::Fabric>(std::move(f).value());
+  };
+  auto session = Session::Open(o);
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  Session& s = **session;
+  RegisterPutReplay(s);
+  auto st = s.CreateRoot("link", kType);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  auto base = s.Malloc(64 * 8);
+  ASSERT_TRUE(base.ok()) << base.status().ToString();
+  for (uint64_t i = 0; i < 64; i++) {
+    ASSERT_TRUE(Put(s, *st, *base + 8 * i, 2000 + i).ok());
+    if (i == 31) {
+      ASSERT_TRUE(s.Fence().ok());
+    }
+  }
+  ASSERT_EQ(opened.size(), 1u);
+  fabric::FaultOptions drop;
+  drop.drop_one_in = 1;  // every request from now on
+  opened[0]->SetFaultOptions(drop);
+  auto w = s.ReadWord(*base + 8 * 63);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  EXPECT_EQ(*w, 2063u);
+  EXPECT_GE(opened[0]->fault_counters().dropped, 1u);
+  EXPECT_EQ(opened.size(), 2u) << "the reconnection opened a fresh fabric";
+  EXPECT_EQ(s.reconnects(), 1u);
+  EXPECT_EQ(s.counters().replayed_ops, 32u);
+  ASSERT_TRUE(s.Fence().ok());
+  auto other = Session::Open(Options());
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  for (uint64_t i = 0; i < 64; i++) {
+    auto v = (*other)->ReadWord(*base + 8 * i);
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    EXPECT_EQ(*v, 2000 + i) << "word " << i;
+  }
 }
 
 }  // namespace

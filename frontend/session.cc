@@ -194,7 +194,8 @@ Result<std::unique_ptr<Session::Impl>> Session::Connect(const SessionOptions& op
   Impl& m = *impl;
   m.o = options;
   const std::string ctx = "session " + options.backends[0];
-  ASYMNVM_ASSIGN_OR_RETURN(m.fabric, fabric::Fabric::Open(options.fabric));
+  ASYMNVM_ASSIGN_OR_RETURN(m.fabric, options.open_fabric ? options.open_fabric(options.fabric)
+                                                         : fabric::Fabric::Open(options.fabric));
   ASYMNVM_ASSIGN_OR_RETURN(m.pd, m.fabric->AllocPd());
   oq::ClientOptions co;
   co.fabric = m.fabric.get();

@@ -112,5 +112,14 @@ TEST(ParseAddress, Forms_ParsedOrRejected) {
   EXPECT_FALSE(ParseAddress("nonsense").ok());
 }
 
+TEST(ParseAddress, IsFixedAddress_TcpPortZeroIsNot) {
+  EXPECT_TRUE(IsFixedAddress("tcp://127.0.0.1:4000"));
+  EXPECT_FALSE(IsFixedAddress("tcp://0.0.0.0:0"));
+  EXPECT_TRUE(IsFixedAddress("unix:///tmp/x.sock"));
+  EXPECT_TRUE(IsFixedAddress("inproc://abc"));
+  EXPECT_FALSE(IsFixedAddress(""));
+  EXPECT_FALSE(IsFixedAddress("nonsense"));
+}
+
 }  // namespace
 }  // namespace asymnvm::fabric

@@ -75,6 +75,10 @@ struct SessionOptions {
   std::shared_ptr<FrontendIdentity> identity;
   Level level = Level::kRcb;
   fabric::FabricOptions fabric;
+  // Opens the fabric of each connection set-up (Open, and every reconnection) from `fabric`.
+  // Null: fabric::Fabric::Open. A test injects faults here by wrapping what it opens
+  // (fabric/faulty_fabric.h: dropped or failed requests, cut connections).
+  std::function<Result<std::unique_ptr<fabric::Fabric>>(const fabric::FabricOptions&)> open_fabric;
   // Page cache (rc, rcb): capacity in bytes and the default page size (a structure may choose its
   // own, see Structure::page_size). Power-of-two page sizes, 64 B .. 1 MiB.
   uint64_t cache_bytes = 64ull << 20;

@@ -104,7 +104,9 @@ std::vector<CommandSpec> CoreCommandSpecs() {
        "one GET per key: not a snapshot across keys outside MULTI", h::MGet},
       {"mset", -3, kWrite, 1, -1, 2, "string", "1.0.1",
        "Atomically creates or modifies the string values of one or more keys.",
-       "one PUT per key: atomic per key only (MULTI makes it one batch)", h::MSet},
+       "atomic (one batch) when the keys commit together and fit one batch (64 keys, ~60 KiB); "
+       "else one PUT per key, atomic per key",
+       h::MSet},
       {"multi", 1, kNoMulti | kFast | kLoading | kStale | kInline, 0, 0, 0, "transactions", "1.2.0",
        "Starts a transaction.", "", h::Multi},
       {"persist", 2, kWrite | kFast, 1, 1, 1, "generic", "2.2.0",

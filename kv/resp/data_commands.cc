@@ -1,10 +1,12 @@
 // String and keyspace commands over the Store. Values carry the gateway's framing (value.h): an
 // expired value reads as absent, and the next write replaces it conditionally on its version.
+#include <algorithm>
 #include <cctype>
 
 #include "asymnvm/kv.h"
 #include "kv/resp/commands.h"
 #include "kv/resp/data_util.h"
+#include "kv/resp/types.h"
 #include "kv/resp/value.h"
 
 namespace asymnvm::kv::resp::handlers {
@@ -109,6 +111,29 @@ void MGet(CommandContext& c, const std::vector<std::string>& a) {
 
 void MSet(CommandContext& c, const std::vector<std::string>& a) {
   if (a.size() % 2 != 1) return c.out.Error(ArityError("mset"));
+  // Atomic, as Redis's (no reader sees some of the keys set, nor does a crash leave some): one
+  // unconditional batch when the keys commit together (Store::CommitGroup) and fit one batch.
+  // Otherwise (a replicated cluster's keys of several shards, more than a batch holds) one PUT per
+  // key, atomic per key (where Redis Cluster answers CROSSSLOT).
+  std::vector<BatchWrite> writes;
+  std::vector<std::string_view> keys;
+  size_t bytes = 0;
+  const bool may_fit = (a.size() - 1) / 2 <= kMaxTxRecords;
+  for (size_t i = 1; may_fit && i + 1 < a.size(); i += 2) {
+    auto same = std::find_if(writes.begin(), writes.end(),
+                             [&](const BatchWrite& w) { return w.key == a[i]; });
+    if (same == writes.end()) {
+      keys.push_back(a[i]);
+      same = writes.insert(writes.end(), BatchWrite{a[i], 0, std::nullopt, false, true});
+    }
+    same->value = EncodeValue(a[i + 1], 0);  // the last value of a repeated key wins
+    bytes += a[i].size() + same->value->size();
+  }
+  if (may_fit && bytes <= kMaxTxBytes && CommitTogether(c, keys)) {
+    auto r = c.store.CommitBatch(writes);
+    if (!r.ok()) return c.out.Error(StoreError(r.status()));
+    return c.out.Ok();  // unconditional: always applied
+  }
   for (size_t i = 1; i + 1 < a.size(); i += 2) {
     auto r = c.store.Put(a[i], EncodeValue(a[i + 1], 0));
     if (!r.ok()) return c.out.Error(StoreError(r.status()));

@@ -137,6 +137,24 @@ TEST_F(RespStrings, MultiKeyCommands_OneBatchAndCrossSlot) {
   EXPECT_EQ(Run("EXISTS {t}a"), ":1\r\n");
 }
 
+// MSET is one batch (atomic, as Redis's) when its keys commit together and fit one; a repeated key
+// takes its last value. Keys of two commit groups (a replicated cluster's shards) are set one by
+// one.
+TEST_F(RespStrings, Mset_OneBatchWhenTheKeysCommitTogether) {
+  const uint64_t before = store_.batches();
+  EXPECT_EQ(Run("MSET {m}a 1 {m}b 2 {m}a 3"), "+OK\r\n");
+  EXPECT_EQ(store_.batches(), before + 1);
+  EXPECT_EQ(Run("MGET {m}a {m}b"), "*2\r\n" + Bulk("3") + Bulk("2"));
+  std::string other;
+  for (int i = 0; other.empty(); ++i) {
+    std::string k = "o" + std::to_string(i);
+    if (store_.CommitGroup(k) != store_.CommitGroup("{m}a")) other = k;
+  }
+  EXPECT_EQ(Run("MSET {m}a 4 " + other + " 5"), "+OK\r\n");
+  EXPECT_EQ(store_.batches(), before + 1);
+  EXPECT_EQ(Run("MGET {m}a " + other), "*2\r\n" + Bulk("4") + Bulk("5"));
+}
+
 TEST_F(RespStrings, Lcs_AsRedis) {
   EXPECT_EQ(Run("MSET {l}1 ohmytext {l}2 mynewtext"), "+OK\r\n");
   EXPECT_EQ(Run("LCS {l}1 {l}2"), Bulk("mytext"));

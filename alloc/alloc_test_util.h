@@ -14,6 +14,7 @@
 #include "alloc/backend_allocator.h"
 #include "asymnvm/pm.h"
 #include "pm/pm_test_util.h"
+#include "tests/common/status_assert.h"
 
 namespace asymnvm::alloc::testing {
 
@@ -76,7 +77,7 @@ class BackendEnv {
         crash_sim_(crash_sim),
         geo_(MakeGeometry(pool_size, block_size)) {
     auto p = pm::Pool::Create(path_, pool_size, PoolOpts());
-    EXPECT_TRUE(p.ok()) << p.status().ToString();
+    EXPECT_OK(p);
     if (p.ok()) pool_ = std::move(p).value();
   }
 

@@ -11,6 +11,7 @@
 #include "backend/applier.h"
 #include "common/checksum.h"
 #include "common/coding.h"
+#include "tests/common/status_assert.h"
 
 namespace asymnvm::backend {
 namespace {
@@ -27,7 +28,7 @@ TEST(OpLog, RoundTripAndEveryBitFlipIsDetected) {
   auto enc = EncodeOpLog(r);
   ASSERT_EQ(enc.size(), kOpLogHeaderSize + payload.size());
   auto dec = DecodeOpLog(enc);
-  ASSERT_TRUE(dec.ok()) << dec.status().ToString();
+  ASSERT_OK(dec);
   EXPECT_EQ(dec->frontend_id, 7u);
   EXPECT_EQ(dec->op_seq, 42u);
   EXPECT_EQ(dec->structure_id, 3u);
@@ -97,7 +98,7 @@ TEST(Txn, CoalescingNeverReordersAcrossAnOverlappingWrite) {
   EXPECT_EQ(b.entries(), 3u);
   auto enc = b.Finish(1, 1, 0, 0);
   auto v = DecodeTxn(enc);
-  ASSERT_TRUE(v.ok());
+  ASSERT_OK(v);
   auto img = ApplyImage(*v);
   for (uint64_t a = 4096; a < 4104; a++) EXPECT_EQ(img[a], 4) << a;
   for (uint64_t a = 4104; a < 4108; a++) EXPECT_EQ(img[a], 2) << a;
@@ -115,7 +116,7 @@ TEST(Txn, CoalescingNeverReordersAcrossAnOverlappingWrite) {
     }
     auto e = r.Finish(1, 1, 0, 0);
     auto dv = DecodeTxn(e);
-    ASSERT_TRUE(dv.ok());
+    ASSERT_OK(dv);
     ASSERT_EQ(ApplyImage(*dv), model) << "round " << round;
   }
 }
@@ -130,7 +131,7 @@ TEST(Txn, RepeatedEmptyWriteCoalesces) {
   EXPECT_EQ(b.entries(), 1u);
   auto bytes = b.Finish(1, 1, 0, 0);
   auto v = DecodeTxn(bytes);
-  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  ASSERT_OK(v);
   ASSERT_EQ(v->entries.size(), 1u);
   EXPECT_EQ(v->entries[0].len, 0u);
 }
@@ -149,7 +150,7 @@ TEST(Txn, RoundTripCoalescingAndPointers) {
   EXPECT_EQ(enc.size(), expect);
   EXPECT_TRUE(b.empty());
   auto v = DecodeTxn(enc);
-  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  ASSERT_OK(v);
   EXPECT_EQ(v->header.frontend_id, 3u);
   EXPECT_EQ(v->header.txn_seq, 10u);
   EXPECT_EQ(v->header.opn, 9u);
@@ -220,9 +221,9 @@ TEST(Applier, AppliesInOrderWithSeqlockAndPointers) {
   b.WritePointer(2000, 4, 5, 2);
   auto enc = b.Finish(1, 1, 5, 64);
   auto v = DecodeTxn(enc);
-  ASSERT_TRUE(v.ok());
+  ASSERT_OK(v);
   auto st = ApplyTxn(*v, area.target(), &logs);
-  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  ASSERT_OK(st);
   EXPECT_EQ(st->entries, 3u);
   EXPECT_EQ(area.mem[1024], 1);
   EXPECT_EQ(area.mem[1026], 9);
@@ -231,12 +232,12 @@ TEST(Applier, AppliesInOrderWithSeqlockAndPointers) {
   EXPECT_EQ(area.mem[2003], 15);
   EXPECT_EQ(LoadSequence(area.mem.data(), 64), 2u);
   // Re-applying (recovery redo) gives the same bytes and a new even sequence number.
-  ASSERT_TRUE(ApplyTxn(*v, area.target(), &logs).ok());
+  ASSERT_OK(ApplyTxn(*v, area.target(), &logs));
   EXPECT_EQ(area.mem[1026], 9);
   EXPECT_EQ(LoadSequence(area.mem.data(), 64), 4u);
   // A sequence number left odd by a crash mid-apply becomes even after the redo.
   area.mem[64] = 5;
-  ASSERT_TRUE(ApplyTxn(*v, area.target(), &logs).ok());
+  ASSERT_OK(ApplyTxn(*v, area.target(), &logs));
   EXPECT_EQ(LoadSequence(area.mem.data(), 64), 6u);
 }
 
@@ -247,7 +248,7 @@ TEST(Applier, RejectsBadTransactionsWithoutWritingAnything) {
     auto before = area.mem;
     auto enc = b.Finish(1, 1, 1, seq_addr);
     auto v = DecodeTxn(enc);
-    ASSERT_TRUE(v.ok());
+    ASSERT_OK(v);
     auto st = ApplyTxn(*v, area.target(), &logs);
     EXPECT_EQ(st.status().code(), code) << what << ": " << st.status().ToString();
     EXPECT_EQ(area.mem, before) << what;
@@ -299,7 +300,7 @@ TEST(Applier, RejectsBadTransactionsWithoutWritingAnything) {
   b.WritePointer(1024, 4, 5, 0);
   auto enc = b.Finish(1, 1, 1, 0);
   auto view = DecodeTxn(enc);
-  ASSERT_TRUE(view.ok());
+  ASSERT_OK(view);
   EXPECT_EQ(ApplyTxn(*view, area.target(), nullptr).status().code(), StatusCode::kNotFound);
 }
 
@@ -309,7 +310,7 @@ TEST(Applier, AppliedBytesSurvivePowerLoss) {
   pm::PoolOptions po;
   po.crash_sim = true;
   auto pool = pm::Pool::Create(path, 1 << 20, po);
-  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  ASSERT_OK(pool);
   ApplyTarget t{(*pool)->base(), (*pool)->size(), 8192, (*pool)->size(), (*pool)->persister()};
   TxnBuilder b;
   std::vector<uint8_t> data(3000);
@@ -317,9 +318,9 @@ TEST(Applier, AppliedBytesSurvivePowerLoss) {
   b.Write(10000, data);
   auto enc = b.Finish(1, 1, 0, 4096 + 64);
   auto view = DecodeTxn(enc);
-  ASSERT_TRUE(view.ok());
-  ASSERT_TRUE(ApplyTxn(*view, t, nullptr).ok());
-  ASSERT_TRUE((*pool)->SimulateCrash(1, 0.0, nullptr, nullptr).ok());
+  ASSERT_OK(view);
+  ASSERT_OK(ApplyTxn(*view, t, nullptr));
+  ASSERT_OK((*pool)->SimulateCrash(1, 0.0, nullptr, nullptr));
   EXPECT_EQ(std::memcmp((*pool)->base() + 10000, data.data(), data.size()), 0);
   EXPECT_EQ(LoadSequence((*pool)->base(), 4096 + 64), 2u);
   pool->reset();

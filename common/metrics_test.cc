@@ -8,6 +8,8 @@
 
 #include <string>
 
+#include "tests/common/status_assert.h"
+
 namespace asymnvm::metrics {
 namespace {
 
@@ -87,7 +89,7 @@ TEST(Metrics, RequestMetricsByType) {
 
 TEST(Metrics, ExposerServesScrapes) {
   auto e = Exposer::Start("127.0.0.1:0");
-  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  ASSERT_OK(e);
   int calls = 0;
   (*e)->Add([&calls](Writer& w) { w.Counter("asymnvm_scrapes_total", "scrapes", ++calls); });
   const std::string addr = (*e)->address();

@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <set>
 
+#include "tests/common/status_assert.h"
+
 namespace asymnvm::frontend {
 namespace {
 
@@ -32,7 +34,7 @@ class IdentityTest : public ::testing::Test {
 
 TEST_F(IdentityTest, SecondLiveHolderIsRefusedUntilTheFirstLetsGo) {
   auto a = FrontendIdentity::Claim(uri_, 7, 5s);
-  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_OK(a);
   EXPECT_EQ((*a)->id(), 7u);
   const uint64_t first_epoch = (*a)->epoch();
   EXPECT_GE(first_epoch, 1u);
@@ -44,19 +46,19 @@ TEST_F(IdentityTest, SecondLiveHolderIsRefusedUntilTheFirstLetsGo) {
       << b.status().message();
   a = Status::Aborted("released");  // destroys the first identity: lease deleted
   auto c = FrontendIdentity::Claim(uri_, 7, 5s);
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_OK(c);
   EXPECT_EQ((*c)->epoch(), first_epoch + 1);  // a new incarnation
   EXPECT_EQ(FrontendIdentity::Claim(uri_, 70000, 5s).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(IdentityTest, IdZeroIsAllocatedAndSkipsIdsHeldByHand) {
   auto by_hand = FrontendIdentity::Claim(uri_, 1, 5s);  // the counter's first id, taken by hand
-  ASSERT_TRUE(by_hand.ok());
+  ASSERT_OK(by_hand);
   std::vector<std::unique_ptr<FrontendIdentity>> held;
   std::set<uint64_t> ids;
   for (int i = 0; i < 3; ++i) {
     auto x = FrontendIdentity::Claim(uri_, 0, 5s);
-    ASSERT_TRUE(x.ok()) << x.status().ToString();
+    ASSERT_OK(x);
     ids.insert((*x)->id());
     held.push_back(std::move(x).value());
   }
@@ -98,12 +100,12 @@ TEST_F(IdentityTest, TwoProcessesRacingForOneIdOneWins) {
   std::sort(results.begin(), results.end());
   EXPECT_EQ(results, "RW") << "W = won, R = refused (kAlreadyExists), E = other error";
   // Both children have exited: the id is free again.
-  EXPECT_TRUE(FrontendIdentity::Claim(uri_, 5, 5s).ok());
+  EXPECT_OK(FrontendIdentity::Claim(uri_, 5, 5s));
 }
 
 TEST_F(IdentityTest, SessionOpenRefusesAHeldIdBeforeContactingTheBackend) {
   auto holder = FrontendIdentity::Claim(uri_, 9, 5s);
-  ASSERT_TRUE(holder.ok());
+  ASSERT_OK(holder);
   SessionOptions o;
   o.backends = {"tcp://127.0.0.1:1"};  // nothing listens; never reached with a held id
   o.frontend_id = 9;
@@ -117,9 +119,9 @@ TEST_F(IdentityTest, SessionOpenRefusesAHeldIdBeforeContactingTheBackend) {
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().code(), StatusCode::kAlreadyExists);
   auto c = coord::Coordinator::Open(uri_);
-  ASSERT_TRUE(c.ok());
+  ASSERT_OK(c);
   auto kids = (*c)->Children("/asymnvm/frontends");
-  ASSERT_TRUE(kids.ok());
+  ASSERT_OK(kids);
   for (const auto& k : *kids) {
     if (k == "9") continue;
     EXPECT_FALSE((*c)->Exists(FrontendIdentity::LeasePath(std::stoull(k))).value())

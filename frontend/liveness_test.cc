@@ -15,6 +15,7 @@
 #include "asymnvm/coord.h"
 #include "asymnvm/frontend.h"
 #include "fabric/faulty_fabric.h"
+#include "tests/common/status_assert.h"
 #include "workloads/driver/backend_process.h"
 
 namespace asymnvm::frontend {
@@ -43,7 +44,7 @@ class LivenessTest : public ::testing::Test {
   }
   void StartBackend(const std::vector<std::string>& extra = {}) {
     auto b = driver::BackendProcess::Start(BackendBin(), pool_, "64M", extra);
-    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    ASSERT_OK(b);
     backend_ = std::move(b).value();
   }
   SessionOptions Options() const {
@@ -81,27 +82,27 @@ TEST_F(LivenessTest, BackendRegistersItsPoolAndUnregistersOnSigterm) {
   StartBackend();
   SessionOptions o = Options();
   auto s = Session::Open(o);
-  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_OK(s);
   const std::string path = BackendGroupPrimaryPath((*s)->pool_uuid());
   s->reset();
   auto c = coord::Coordinator::Open(coord_);
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_OK(c);
   auto node = (*c)->Get(path);
-  ASSERT_TRUE(node.ok()) << node.status().ToString();
+  ASSERT_OK(node);
   EXPECT_TRUE(node->ephemeral);
   EXPECT_NE(node->data.find("address " + backend_->address() + "\n"), std::string::npos)
       << node->data;
   EXPECT_NE(node->data.find("pid " + std::to_string(backend_->pid()) + "\n"), std::string::npos)
       << node->data;
-  ASSERT_TRUE(backend_->Stop().ok());
+  ASSERT_OK(backend_->Stop());
   auto gone = (*c)->Exists(path);
-  ASSERT_TRUE(gone.ok());
+  ASSERT_OK(gone);
   EXPECT_FALSE(*gone);
 
   // --coord none: nothing registered.
   StartBackend({"--coord", "none"});
   auto none = (*c)->Exists(path);
-  ASSERT_TRUE(none.ok());
+  ASSERT_OK(none);
   EXPECT_FALSE(*none);
 }
 
@@ -112,19 +113,19 @@ TEST_F(LivenessTest, IdleSessionReconnectsToARestartedBackendAtANewAddress) {
   o.reconnect_deadline = 60s;               // generous: the restart below is waited for, not timed
   o.batch_timeout = std::chrono::hours(1);  // the last 32 ops stay in the batch until the kill
   auto opened = Session::Open(o);
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  ASSERT_OK(opened);
   Session& s = **opened;
   RegisterPutReplay(s);
   auto st = s.CreateRoot("live", kType);
-  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  ASSERT_OK(st);
   auto base = s.Malloc(64 * 8);
-  ASSERT_TRUE(base.ok()) << base.status().ToString();
+  ASSERT_OK(base);
   // 32 writes applied (fenced), then 32 acknowledged only through their op logs (still in the
   // rcb batch when the back-end dies): the reconnection must replay those.
   for (uint64_t i = 0; i < 64; i++) {
-    ASSERT_TRUE(Put(s, *st, *base + 8 * i, 1000 + i).ok());
+    ASSERT_OK(Put(s, *st, *base + 8 * i, 1000 + i));
     if (i == 31) {
-      ASSERT_TRUE(s.Fence().ok());
+      ASSERT_OK(s.Fence());
     }
   }
   backend_->Kill();
@@ -133,27 +134,27 @@ TEST_F(LivenessTest, IdleSessionReconnectsToARestartedBackendAtANewAddress) {
   const std::string second_address = backend_->address();
   // The next call on the idle Session: an always-remote read of the last replayed word.
   auto w = s.ReadWord(*base + 8 * 63);
-  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  ASSERT_OK(w);
   EXPECT_EQ(*w, 1063u);
   EXPECT_EQ(s.reconnects(), 1u);
   EXPECT_EQ(s.backend_address(), second_address);
   if (second_address == first_address) GTEST_LOG_(INFO) << "the restart reused the old port";
   EXPECT_EQ(s.counters().replayed_ops, 32u);
-  ASSERT_TRUE(s.Fence().ok());
+  ASSERT_OK(s.Fence());
   // Every acknowledged write, seen by a second session on the new back-end.
   SessionOptions o2 = Options();
   auto other = Session::Open(o2);
-  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  ASSERT_OK(other);
   for (uint64_t i = 0; i < 64; i++) {
     auto v = (*other)->ReadWord(*base + 8 * i);
-    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    ASSERT_OK(v);
     EXPECT_EQ(*v, 1000 + i) << "word " << i;
   }
   // And the reconnected session keeps working.
-  ASSERT_TRUE(Put(s, *st, *base, 7).ok());
-  ASSERT_TRUE(s.Fence().ok());
+  ASSERT_OK(Put(s, *st, *base, 7));
+  ASSERT_OK(s.Fence());
   auto v0 = (*other)->ReadWord(*base);
-  ASSERT_TRUE(v0.ok());
+  ASSERT_OK(v0);
   EXPECT_EQ(*v0, 7u);
 }
 
@@ -162,11 +163,11 @@ TEST_F(LivenessTest, WithoutARestartTheCallFailsUnavailableAfterTheDeadline) {
   SessionOptions o = Options();
   o.reconnect_deadline = 300ms;
   auto opened = Session::Open(o);
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  ASSERT_OK(opened);
   Session& s = **opened;
   auto base = s.Malloc(8);
-  ASSERT_TRUE(base.ok());
-  ASSERT_TRUE(s.Write(*base, {reinterpret_cast<const uint8_t*>("abcdefgh"), 8}).ok());
+  ASSERT_OK(base);
+  ASSERT_OK(s.Write(*base, {reinterpret_cast<const uint8_t*>("abcdefgh"), 8}));
   backend_->Kill();
   auto w = s.ReadWord(*base);
   ASSERT_FALSE(w.ok());
@@ -186,9 +187,9 @@ TEST_F(LivenessTest, WithoutACoordinatorABrokenConnectionStaysAnError) {
   o.coordinator.clear();
   o.frontend_id = 3;
   auto opened = Session::Open(o);
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  ASSERT_OK(opened);
   auto base = (*opened)->Malloc(8);
-  ASSERT_TRUE(base.ok());
+  ASSERT_OK(base);
   backend_->Kill();
   auto w = (*opened)->ReadWord(*base);
   ASSERT_FALSE(w.ok());
@@ -206,11 +207,11 @@ TEST_F(LivenessTest, RestartToFirstOpOfAnIdleSession) {
   SessionOptions o = Options();
   o.reconnect_deadline = 60s;
   auto opened = Session::Open(o);
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  ASSERT_OK(opened);
   Session& s = **opened;
   auto base = s.Malloc(8);
-  ASSERT_TRUE(base.ok());
-  ASSERT_TRUE(s.Write(*base, {reinterpret_cast<const uint8_t*>("abcdefgh"), 8}).ok());
+  ASSERT_OK(base);
+  ASSERT_OK(s.Write(*base, {reinterpret_cast<const uint8_t*>("abcdefgh"), 8}));
   std::vector<double> from_spawn, from_registered;
   for (int r = 0; r < reps; r++) {
     backend_->Kill();
@@ -224,7 +225,7 @@ TEST_F(LivenessTest, RestartToFirstOpOfAnIdleSession) {
     StartBackend();
     const auto registered = std::chrono::steady_clock::now();
     op.join();
-    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    ASSERT_OK(got);
     EXPECT_EQ(std::memcmp(&*got, "abcdefgh", 8), 0);
     from_spawn.push_back(std::chrono::duration<double, std::milli>(done - spawn).count());
     from_registered.push_back(
@@ -258,17 +259,17 @@ TEST_F(LivenessTest, ADroppedLinkReconnectsAndKeepsEveryAcknowledgedWrite) {
     return std::unique_ptr<fabric::Fabric>(std::move(f).value());
   };
   auto session = Session::Open(o);
-  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  ASSERT_OK(session);
   Session& s = **session;
   RegisterPutReplay(s);
   auto st = s.CreateRoot("link", kType);
-  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  ASSERT_OK(st);
   auto base = s.Malloc(64 * 8);
-  ASSERT_TRUE(base.ok()) << base.status().ToString();
+  ASSERT_OK(base);
   for (uint64_t i = 0; i < 64; i++) {
-    ASSERT_TRUE(Put(s, *st, *base + 8 * i, 2000 + i).ok());
+    ASSERT_OK(Put(s, *st, *base + 8 * i, 2000 + i));
     if (i == 31) {
-      ASSERT_TRUE(s.Fence().ok());
+      ASSERT_OK(s.Fence());
     }
   }
   ASSERT_EQ(opened.size(), 1u);
@@ -276,18 +277,18 @@ TEST_F(LivenessTest, ADroppedLinkReconnectsAndKeepsEveryAcknowledgedWrite) {
   drop.drop_one_in = 1;  // every request from now on
   opened[0]->SetFaultOptions(drop);
   auto w = s.ReadWord(*base + 8 * 63);
-  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  ASSERT_OK(w);
   EXPECT_EQ(*w, 2063u);
   EXPECT_GE(opened[0]->fault_counters().dropped, 1u);
   EXPECT_EQ(opened.size(), 2u) << "the reconnection opened a fresh fabric";
   EXPECT_EQ(s.reconnects(), 1u);
   EXPECT_EQ(s.counters().replayed_ops, 32u);
-  ASSERT_TRUE(s.Fence().ok());
+  ASSERT_OK(s.Fence());
   auto other = Session::Open(Options());
-  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  ASSERT_OK(other);
   for (uint64_t i = 0; i < 64; i++) {
     auto v = (*other)->ReadWord(*base + 8 * i);
-    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    ASSERT_OK(v);
     EXPECT_EQ(*v, 2000 + i) << "word " << i;
   }
 }

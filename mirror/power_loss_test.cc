@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "mirror/mirror_fixture.h"
+#include "tests/common/status_assert.h"
 
 namespace asymnvm::mirror {
 namespace {
@@ -38,10 +39,10 @@ class MirrorPowerLoss : public MirrorTest {
     const int n = 100 + static_cast<int>(rng() % 400);
     for (int i = 0; i < n; i++) {
       Status s = Put(rng() % kWords, rng());
-      EXPECT_TRUE(s.ok()) << s.ToString();
+      EXPECT_OK(s);
       if (!s.ok()) return 0;
       if (i % 53 == 52) {
-        EXPECT_TRUE(session_->Fence().ok());
+        EXPECT_OK(session_->Fence());
       }
     }
     primary_->Kill();
@@ -64,7 +65,7 @@ class MirrorPowerLoss : public MirrorTest {
     uint64_t wrong = 0;
     for (const auto& [word, value] : oracle_) {
       auto v = session_->ReadWord(base_ + 8 * word);  // reconnects to the promoted mirror
-      EXPECT_TRUE(v.ok()) << v.status().ToString();
+      EXPECT_OK(v);
       if (!v.ok()) return wrong + 1;
       if (*v != value) wrong++;
     }

@@ -7,6 +7,7 @@
 
 #include "asymnvm/pm.h"
 #include "pm/pm_test_util.h"
+#include "tests/common/status_assert.h"
 
 namespace asymnvm::pm {
 namespace {
@@ -48,7 +49,7 @@ void MakePool(const std::string& path, const std::string& layout = "asymnvm") {
   PoolOptions opts;
   opts.layout = layout;
   auto pool = Pool::Create(path, kPoolSize, opts);
-  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  ASSERT_OK(pool);
 }
 
 Status OpenStatus(const std::string& path, const std::string& layout = "asymnvm") {
@@ -72,7 +73,7 @@ TEST(SuperblockCodec, RoundTrip_DecodesEveryField) {
   auto buf = Encoded(sb);
   EXPECT_EQ(0, std::memcmp(buf.data(), "ASYMNVM\0", 8));
   Superblock out;
-  ASSERT_TRUE(DecodeSuperblock(buf.data(), buf.size(), &out).ok());
+  ASSERT_OK(DecodeSuperblock(buf.data(), buf.size(), &out));
   ExpectSameSuperblock(sb, out);
   EXPECT_EQ(Encoded(out), buf);
 }
@@ -83,7 +84,7 @@ TEST(SuperblockCodec, EmptyAndMaxLengthLayout_RoundTrip) {
     sb.layout = layout;
     auto buf = Encoded(sb);
     Superblock out;
-    ASSERT_TRUE(DecodeSuperblock(buf.data(), buf.size(), &out).ok());
+    ASSERT_OK(DecodeSuperblock(buf.data(), buf.size(), &out));
     EXPECT_EQ(out.layout, layout);
   }
 }
@@ -93,7 +94,7 @@ TEST(SuperblockCodec, OverlongLayout_IsTruncatedTo31Characters) {
   sb.layout = std::string(40, 'y');
   auto buf = Encoded(sb);
   Superblock out;
-  ASSERT_TRUE(DecodeSuperblock(buf.data(), buf.size(), &out).ok());
+  ASSERT_OK(DecodeSuperblock(buf.data(), buf.size(), &out));
   EXPECT_EQ(out.layout, std::string(31, 'y'));
 }
 
@@ -163,7 +164,7 @@ TEST(PoolCreate, NewPool_OpensWithSameSuperblock) {
   Superblock created;
   {
     auto pool = Pool::Create(path, 2 * kPoolSize, opts);
-    ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+    ASSERT_OK(pool);
     created = (*pool)->superblock();
     EXPECT_EQ(created.pool_size, 2 * kPoolSize);
     EXPECT_EQ((*pool)->size(), 2 * kPoolSize);
@@ -178,7 +179,7 @@ TEST(PoolCreate, NewPool_OpensWithSameSuperblock) {
     EXPECT_NE(description.find("unit-test"), std::string::npos);
   }
   auto pool = Pool::Open(path, opts);
-  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  ASSERT_OK(pool);
   ExpectSameSuperblock(created, (*pool)->superblock());
   // The on-file bytes are exactly the encoding of the superblock.
   auto bytes = ReadFileBytes(path);
@@ -190,7 +191,8 @@ TEST(PoolCreate, TwoPools_GetDifferentUuids) {
   TempDir dir;
   auto a = Pool::Create(dir.File("a"), kPoolSize, {});
   auto b = Pool::Create(dir.File("b"), kPoolSize, {});
-  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_OK(a);
+  ASSERT_OK(b);
   EXPECT_NE((*a)->superblock().uuid, (*b)->superblock().uuid);
 }
 
@@ -243,7 +245,7 @@ TEST(PoolOpen, TruncatedFile_IsCorruptionAtEveryLength) {
     ExpectOpenFails(path, StatusCode::kCorruption, "truncated");
   }
   WriteFileBytes(path, original);
-  EXPECT_TRUE(OpenStatus(path).ok());
+  EXPECT_OK(OpenStatus(path));
 }
 
 TEST(PoolOpen, RecordedSizeLargerThanFile_IsCorruption) {
@@ -252,7 +254,7 @@ TEST(PoolOpen, RecordedSizeLargerThanFile_IsCorruption) {
   MakePool(path);
   auto head = ReadFileBytes(path);
   Superblock sb;
-  ASSERT_TRUE(DecodeSuperblock(head.data(), head.size(), &sb).ok());
+  ASSERT_OK(DecodeSuperblock(head.data(), head.size(), &sb));
   sb.pool_size = 4 * kPoolSize;
   PatchFile(path, 0, Encoded(sb));
   ExpectOpenFails(path, StatusCode::kCorruption, "truncated");
@@ -289,7 +291,7 @@ TEST(PoolOpen, FlippedSuperblockByte_IsChecksumCorruption) {
     ExpectOpenFails(path, StatusCode::kCorruption, "checksum mismatch");
     PatchFile(path, off, {original[off]});
   }
-  EXPECT_TRUE(OpenStatus(path).ok());
+  EXPECT_OK(OpenStatus(path));
 }
 
 TEST(PoolOpen, OtherLayoutVersion_IsNotSupported) {
@@ -298,7 +300,7 @@ TEST(PoolOpen, OtherLayoutVersion_IsNotSupported) {
   MakePool(path);
   auto head = ReadFileBytes(path);
   Superblock sb;
-  ASSERT_TRUE(DecodeSuperblock(head.data(), head.size(), &sb).ok());
+  ASSERT_OK(DecodeSuperblock(head.data(), head.size(), &sb));
   sb.layout_version = kLayoutVersion + 1;
   PatchFile(path, 0, Encoded(sb));
   ExpectOpenFails(path, StatusCode::kNotSupported, "version");
@@ -312,8 +314,8 @@ TEST(PoolOpen, LayoutMismatch_IsInvalidArgumentAndEmptyAcceptsAny) {
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
   EXPECT_NE(st.message().find(path), std::string::npos);
   EXPECT_NE(st.message().find("kv-shard"), std::string::npos);
-  EXPECT_TRUE(OpenStatus(path, "kv-shard").ok());
-  EXPECT_TRUE(OpenStatus(path, "").ok());
+  EXPECT_OK(OpenStatus(path, "kv-shard"));
+  EXPECT_OK(OpenStatus(path, ""));
 }
 
 TEST(PoolOpen, RandomBytesFile_IsCorruptionNotAnAsymNvmPool) {
@@ -357,13 +359,13 @@ TEST(PoolLock, SecondOpenInSameProcess_IsFailedPrecondition) {
   TempDir dir;
   std::string path = dir.File("pool");
   auto first = Pool::Create(path, kPoolSize, {});
-  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_OK(first);
   Status st = OpenStatus(path);
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
   EXPECT_NE(st.message().find("in use by another process"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find(path), std::string::npos);
   first.value().reset();  // closes the first Pool, releasing the lock
-  EXPECT_TRUE(OpenStatus(path).ok());
+  EXPECT_OK(OpenStatus(path));
 }
 
 TEST(PoolLock, OpenFromAnotherProcess_IsFailedPreconditionUntilClosed) {
@@ -381,7 +383,7 @@ TEST(PoolLock, OpenFromAnotherProcess_IsFailedPreconditionUntilClosed) {
   };
   {
     auto pool = Pool::Create(path, kPoolSize, {});
-    ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+    ASSERT_OK(pool);
     EXPECT_EQ(child_open_code(), static_cast<int>(StatusCode::kFailedPrecondition));
   }
   EXPECT_EQ(child_open_code(), static_cast<int>(StatusCode::kOk));
@@ -393,11 +395,11 @@ TEST(PoolOpenOrCreate, MissingThenExisting_CreatesThenOpensSamePool) {
   std::array<uint8_t, 16> uuid{};
   {
     auto pool = Pool::OpenOrCreate(path, kPoolSize, {});
-    ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+    ASSERT_OK(pool);
     uuid = (*pool)->superblock().uuid;
   }
   auto pool = Pool::OpenOrCreate(path, 2 * kPoolSize, {});
-  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  ASSERT_OK(pool);
   EXPECT_EQ((*pool)->superblock().uuid, uuid);
   EXPECT_EQ((*pool)->size(), kPoolSize);
 }

@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "structures/testing.h"
+#include "tests/common/status_assert.h"
 
 namespace asymnvm::structures {
 namespace {
@@ -75,7 +76,7 @@ class MapConformance : public StructuresTest, public ::testing::WithParamInterfa
     o.key_size = key_size();
     o.access = access;
     auto m = OpenMap(s, kind(), "conformance", o);
-    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    EXPECT_OK(m);
     return m.ok() ? std::move(*m) : nullptr;
   }
   // A writer (front-end 1) and a reader (front-end 2) of the map, each in its own session.
@@ -109,19 +110,19 @@ class MapConformance : public StructuresTest, public ::testing::WithParamInterfa
       if (it == model.end()) {
         ASSERT_EQ(st.code(), StatusCode::kNotFound) << "key " << k << ": " << st.ToString();
       } else {
-        ASSERT_TRUE(st.ok()) << "key " << k << ": " << st.ToString();
+        ASSERT_OK(st) << "key " << k;
         ASSERT_EQ(got, it->second) << "key " << k;
       }
     }
     auto count = m.Count();
-    ASSERT_TRUE(count.ok()) << count.status().ToString();
+    ASSERT_OK(count);
     EXPECT_EQ(*count, model.size());
     if (!IsOrdered(m.kind())) return;
     for (int i = 0; i < 5; i++) {
       const Key from = i == 0 && key_size() > 0 ? Key(std::string_view()) : K(rng() % 530);
       const size_t limit = 1 + rng() % 64;
       std::vector<KeyValue> out;
-      ASSERT_TRUE(m.Scan(from, limit, &out).ok());
+      ASSERT_OK(m.Scan(from, limit, &out));
       auto it = model.lower_bound(from);
       for (const auto& [k, v] : out) {
         ASSERT_NE(it, model.end()) << "scan from " << from << " returned extra key " << k;
@@ -140,7 +141,7 @@ class MapConformance : public StructuresTest, public ::testing::WithParamInterfa
       const int op = static_cast<int>(rng() % 100);
       if (op < 45) {
         Value v = RandomValue(rng);
-        ASSERT_TRUE(m.Put(key, v).ok()) << "put " << key;
+        ASSERT_OK(m.Put(key, v)) << "put " << key;
         model[key] = std::move(v);
       } else if (op < 65) {
         Value got;
@@ -149,13 +150,13 @@ class MapConformance : public StructuresTest, public ::testing::WithParamInterfa
         if (it == model.end()) {
           ASSERT_EQ(st.code(), StatusCode::kNotFound) << "get " << key;
         } else {
-          ASSERT_TRUE(st.ok()) << "get " << key << ": " << st.ToString();
+          ASSERT_OK(st) << "get " << key;
           ASSERT_EQ(got, it->second) << "get " << key;
         }
       } else if (op < 85) {
         Status st = m.Delete(key);
         if (model.erase(key) == 1) {
-          ASSERT_TRUE(st.ok()) << "delete " << key << ": " << st.ToString();
+          ASSERT_OK(st) << "delete " << key;
         } else {
           ASSERT_EQ(st.code(), StatusCode::kNotFound) << "delete " << key;
         }
@@ -166,7 +167,7 @@ class MapConformance : public StructuresTest, public ::testing::WithParamInterfa
         for (size_t j = 0; j < len; j++) keys.push_back(K(1 + rng() % 500));
         uint64_t deleted = 99;
         Status st = m.DeleteBatch(keys, &deleted);
-        ASSERT_TRUE(st.ok()) << "delete batch: " << st.ToString();
+        ASSERT_OK(st) << "delete batch";
         uint64_t want = 0;
         for (const Key& k : keys) want += model.erase(k);
         ASSERT_EQ(deleted, want) << "delete batch count";
@@ -174,11 +175,11 @@ class MapConformance : public StructuresTest, public ::testing::WithParamInterfa
         std::vector<KeyValue> batch;
         const size_t len = 1 + rng() % 40;
         for (size_t j = 0; j < len; j++) batch.emplace_back(K(1 + rng() % 500), RandomValue(rng));
-        ASSERT_TRUE(m.PutBatch(batch).ok());
+        ASSERT_OK(m.PutBatch(batch));
         for (auto& [k, v] : batch) model[k] = v;  // the last of equal keys wins
       } else if (IsOrdered(m.kind())) {
         std::vector<KeyValue> out;
-        ASSERT_TRUE(m.Scan(key, 8, &out).ok());
+        ASSERT_OK(m.Scan(key, 8, &out));
         auto it = model.lower_bound(key);
         for (const auto& [k, v] : out) {
           ASSERT_NE(it, model.end());
@@ -206,8 +207,8 @@ TEST_P(MapModel, RandomOperationsMatchAModelAndSurviveReopenAndRestart) {
     ASSERT_TRUE(m);
     RandomOps(*m, model, rng, 1500);
     ExpectEquals(*m, model, rng);
-    ASSERT_TRUE(m->Verify().ok());
-    ASSERT_TRUE(m->Sync().ok());
+    ASSERT_OK(m->Verify());
+    ASSERT_OK(m->Sync());
     // Values of 48 B and more went as pointers into their op logs (Base::Update): single-version
     // kinds, wherever an op log exists.
     const bool pointers =
@@ -221,9 +222,9 @@ TEST_P(MapModel, RandomOperationsMatchAModelAndSurviveReopenAndRestart) {
     RegisterReplays(*s);
     auto m = Open(*s);
     ASSERT_TRUE(m);
-    ASSERT_TRUE(s->Replay().ok());
+    ASSERT_OK(s->Replay());
     ExpectEquals(*m, model, rng);
-    ASSERT_TRUE(m->Verify().ok());
+    ASSERT_OK(m->Verify());
     RandomOps(*m, model, rng, 300);  // and it goes on
     ExpectEquals(*m, model, rng);
   }
@@ -236,9 +237,9 @@ TEST_P(MapContract, AReaderInAnotherSessionSeesWhatTheWriterSynced) {
   ASSERT_TRUE(w && r);
   for (int round = 0; round < 3; round++) {
     RandomOps(*w, model, rng, 200);
-    ASSERT_TRUE(w->Sync().ok());
+    ASSERT_OK(w->Sync());
     ExpectEquals(*r, model, rng);
-    ASSERT_TRUE(r->Verify().ok());
+    ASSERT_OK(r->Verify());
   }
 }
 
@@ -280,12 +281,12 @@ TEST_P(MapContract, ErrorsAreTheContractsNeverACrash) {
     EXPECT_EQ(w->Get(K(5), &v).code(), StatusCode::kNotFound) << "a refused batch wrote";
   }
   auto n = w->Count();
-  ASSERT_TRUE(n.ok());
+  ASSERT_OK(n);
   EXPECT_EQ(*n, 0u);
   std::vector<KeyValue> out;
   const Key first = key_size() == 0 ? Key(0) : Key(std::string_view());
   if (IsOrdered(kind())) {
-    EXPECT_TRUE(w->Scan(first, 10, &out).ok());
+    EXPECT_OK(w->Scan(first, 10, &out));
     EXPECT_TRUE(out.empty());
     EXPECT_EQ(w->Scan(key_size() == 0 ? Key("a") : Key(0), 10, &out).code(),
               StatusCode::kInvalidArgument);
@@ -298,8 +299,8 @@ TEST_P(MapContract, ErrorsAreTheContractsNeverACrash) {
   auto other = OpenSequence(*ws, Kind::kStack, "conformance", o);
   EXPECT_EQ(other.status().code(), StatusCode::kFailedPrecondition);
   // Empty values are values.
-  ASSERT_TRUE(w->Put(K(7), Value{}).ok());
-  ASSERT_TRUE(w->Get(K(7), &v).ok());
+  ASSERT_OK(w->Put(K(7), Value{}));
+  ASSERT_OK(w->Get(K(7), &v));
   EXPECT_TRUE(v.empty());
   // Reopened with another key_size, the map keeps the one it was created with.
   Options o2;
@@ -307,10 +308,10 @@ TEST_P(MapContract, ErrorsAreTheContractsNeverACrash) {
   o2.key_size = key_size() == 0 ? 16 : 0;
   o2.access = Access::kReader;
   auto again = OpenMap(*rs, kind(), "conformance", o2);
-  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ASSERT_OK(again);
   EXPECT_EQ((*again)->key_size(), key_size());
-  ASSERT_TRUE(w->Sync().ok());
-  ASSERT_TRUE((*again)->Get(K(7), &v).ok());
+  ASSERT_OK(w->Sync());
+  ASSERT_OK((*again)->Get(K(7), &v));
 }
 
 std::string ParamName(const ::testing::TestParamInfo<MapParam>& info) {

@@ -13,6 +13,7 @@
 #include "fabric/rowan/receiver.h"
 #include "fabric/rowan/scanner.h"
 #include "fabric/rowan/sender.h"
+#include "tests/common/status_assert.h"
 
 namespace asymnvm::rowan {
 namespace {
@@ -38,7 +39,8 @@ Env MakeEnv(const std::string& name, bool crash_sim) {
   Env e;
   auto rf = fabric::Fabric::Open({});
   auto tf = fabric::Fabric::Open({});
-  EXPECT_TRUE(rf.ok() && tf.ok());
+  EXPECT_OK(rf);
+  EXPECT_OK(tf);
   e.rx_fabric = std::move(rf).value();
   e.tx_fabric = std::move(tf).value();
   e.rx_pd = std::move(e.rx_fabric->AllocPd()).value();
@@ -46,7 +48,7 @@ Env MakeEnv(const std::string& name, bool crash_sim) {
   e.path = TempPool(name);
   auto pool = pm::Pool::Create(e.path, 8u << 20,
                                {.mode = pm::PersistMode::kFlushOnly, .crash_sim = crash_sim});
-  EXPECT_TRUE(pool.ok()) << pool.status().ToString();
+  EXPECT_OK(pool);
   e.pool = std::move(pool).value();
   return e;
 }
@@ -78,7 +80,7 @@ class RowanReceiverTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(RowanReceiverTest, ConcurrentSendersEveryAckedEntryFoundOnceInSenderOrder) {
   Env e = MakeEnv("concurrent", false);
   auto rx = Receiver::Open(RxOptions(e, GetParam()));
-  ASSERT_TRUE(rx.ok()) << rx.status().ToString();
+  ASSERT_OK(rx);
   const int kSenders = 6;
   const uint64_t kPerSender = 400;
   std::vector<std::thread> threads;
@@ -111,7 +113,7 @@ TEST_P(RowanReceiverTest, ConcurrentSendersEveryAckedEntryFoundOnceInSenderOrder
   // was using/used to the consumer, and the scan must find each entry exactly once.
   (*rx)->Close();
   auto reopened = Receiver::Open(RxOptions(e, GetParam()));
-  ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
+  ASSERT_OK(reopened);
   Scanner scanner(1024);
   std::map<uint16_t, uint64_t> next;
   uint64_t found = 0;
@@ -125,7 +127,7 @@ TEST_P(RowanReceiverTest, ConcurrentSendersEveryAckedEntryFoundOnceInSenderOrder
       EXPECT_TRUE(std::equal(want.begin(), want.end(), en.payload.begin()));
       found++;
     });
-    ASSERT_TRUE((*reopened)->Commit(seg->index).ok());
+    ASSERT_OK((*reopened)->Commit(seg->index));
   }
   scanner.Finish();
   EXPECT_EQ(found, kSenders * kPerSender);
@@ -136,7 +138,7 @@ TEST_P(RowanReceiverTest, ConcurrentSendersEveryAckedEntryFoundOnceInSenderOrder
 TEST_P(RowanReceiverTest, SegmentsRecycleUnderSustainedLoadAndUsageStaysBounded) {
   Env e = MakeEnv("recycle", false);
   auto rx = Receiver::Open(RxOptions(e, GetParam()));
-  ASSERT_TRUE(rx.ok()) << rx.status().ToString();
+  ASSERT_OK(rx);
   const uint32_t segments = (*rx)->stats().segments;
   std::atomic<bool> done{false};
   std::atomic<uint64_t> consumed{0};
@@ -149,17 +151,17 @@ TEST_P(RowanReceiverTest, SegmentsRecycleUnderSustainedLoadAndUsageStaysBounded)
         continue;
       }
       scanner.ScanSegment(seg->bytes, seg->index, [&](const ScannedEntry&) { consumed++; });
-      ASSERT_TRUE((*rx)->Commit(seg->index).ok());
+      ASSERT_OK((*rx)->Commit(seg->index));
     }
   });
   auto tx = Sender::Connect(
       {.fabric = e.tx_fabric.get(), .pd = e.tx_pd.get(), .address = (*rx)->address()});
-  ASSERT_TRUE(tx.ok()) << tx.status().ToString();
+  ASSERT_OK(tx);
   // Write several times the area's capacity: only possible if segments are recycled.
   const size_t entry = 448;  // 480 B footprint incl. header → 512 B stride footprint
   const uint64_t total = 2ull * segments * (256 * 1024) / 512;
   for (uint64_t i = 0; i < total; i++) {
-    ASSERT_TRUE((*tx)->Append({.type = 2, .owner = 1, .version = i}, Record(1, i, entry)).ok())
+    ASSERT_OK((*tx)->Append({.type = 2, .owner = 1, .version = i}, Record(1, i, entry)))
         << "append " << i;
   }
   done = true;
@@ -186,17 +188,17 @@ TEST(RowanReceiver, EventsWakeTheControlThreadWithoutPolling) {
   o.poll_interval = std::chrono::seconds(60);
   o.max_poll_interval = std::chrono::seconds(60);
   auto rx = Receiver::Open(o);
-  ASSERT_TRUE(rx.ok()) << rx.status().ToString();
+  ASSERT_OK(rx);
   auto tx = Sender::Connect(
       {.fabric = e.tx_fabric.get(), .pd = e.tx_pd.get(), .address = (*rx)->address()});
-  ASSERT_TRUE(tx.ok()) << tx.status().ToString();
+  ASSERT_OK(tx);
   // 448-byte entries take 512 B of a 256 KiB segment: 768 of them fill one and a half.
   for (uint64_t i = 0; i < 768; i++) {
-    ASSERT_TRUE((*tx)->Append({.type = 2, .owner = 1, .version = i}, Record(1, i, 448)).ok());
+    ASSERT_OK((*tx)->Append({.type = 2, .owner = 1, .version = i}, Record(1, i, 448)));
   }
   auto seg = (*rx)->NextUsed(std::chrono::milliseconds(20000));
-  ASSERT_TRUE(seg.ok()) << "no used segment without polling: " << seg.status().ToString();
-  ASSERT_TRUE((*rx)->Commit(seg->index).ok());
+  ASSERT_OK(seg) << "no used segment without polling";
+  ASSERT_OK((*rx)->Commit(seg->index));
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while ((*rx)->stats().segments_recycled == 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -210,14 +212,14 @@ TEST(RowanReceiver, CrashSimulatedPowerLossKeepsEveryAcknowledgedEntry) {
     std::map<uint16_t, uint64_t> acked;
     {
       auto rx = Receiver::Open(RxOptions(e, "inproc://rowan-crash"));
-      ASSERT_TRUE(rx.ok()) << rx.status().ToString();
+      ASSERT_OK(rx);
       std::vector<std::thread> threads;
       std::mutex mu;
       for (int s = 0; s < 3; s++) {
         threads.emplace_back([&, s] {
           auto tx = Sender::Connect(
               {.fabric = e.tx_fabric.get(), .pd = e.tx_pd.get(), .address = (*rx)->address()});
-          ASSERT_TRUE(tx.ok());
+          ASSERT_OK(tx);
           for (uint64_t i = 0; i < 150; i++) {
             ASSERT_TRUE((*tx)
                             ->Append({.type = 1, .owner = static_cast<uint16_t>(s), .version = i},
@@ -232,9 +234,9 @@ TEST(RowanReceiver, CrashSimulatedPowerLossKeepsEveryAcknowledgedEntry) {
       (*rx)->Close();
     }
     uint64_t dropped = 0, kept = 0;
-    ASSERT_TRUE(e.pool->SimulateCrash(seed, 0.0, &dropped, &kept).ok());
+    ASSERT_OK(e.pool->SimulateCrash(seed, 0.0, &dropped, &kept));
     auto rx = Receiver::Open(RxOptions(e, "inproc://rowan-crash2"));
-    ASSERT_TRUE(rx.ok()) << rx.status().ToString();
+    ASSERT_OK(rx);
     Scanner scanner(1024);
     std::map<uint16_t, uint64_t> next;
     while (true) {

@@ -6,6 +6,8 @@
 
 #include <thread>
 
+#include "tests/common/status_assert.h"
+
 namespace asymnvm::fabric {
 namespace {
 
@@ -26,16 +28,16 @@ struct Pair {
 
 void MakePair(const std::string& address, Pair* p) {
   auto ep = ParseAddress(address);
-  ASSERT_TRUE(ep.ok()) << ep.status().ToString();
+  ASSERT_OK(ep);
   Endpoint bound;
   auto l = ListenSocket(*ep, &bound);
-  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  ASSERT_OK(l);
   p->listen_fd = *l;
   auto c = ConnectSocket(bound, milliseconds(2000));
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_OK(c);
   p->client = *c;
   auto s = AcceptSocket(p->listen_fd, milliseconds(2000));
-  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_OK(s);
   p->server = *s;
 }
 
@@ -56,8 +58,8 @@ TEST_P(HandshakeTest, RightSecret_BlobsExchanged) {
       [&] { server_st = HandshakeServer(p.server, "s3cret", sblob, &got_c, milliseconds(2000)); });
   Status st = HandshakeClient(p.client, "s3cret", cblob, &got_s, milliseconds(2000));
   t.join();
-  ASSERT_TRUE(st.ok()) << st.ToString();
-  ASSERT_TRUE(server_st.ok()) << server_st.ToString();
+  ASSERT_OK(st);
+  ASSERT_OK(server_st);
   EXPECT_EQ(got_c, cblob);
   EXPECT_EQ(got_s, sblob);
 }
@@ -97,14 +99,14 @@ INSTANTIATE_TEST_SUITE_P(Transports, HandshakeTest, ::testing::Values("tcp", "un
 
 TEST(ParseAddress, Forms_ParsedOrRejected) {
   auto t = ParseAddress("tcp://127.0.0.1:4000");
-  ASSERT_TRUE(t.ok());
+  ASSERT_OK(t);
   EXPECT_EQ(t->port, 4000);
   EXPECT_EQ(FormatAddress(*t), "tcp://127.0.0.1:4000");
   auto u = ParseAddress("unix:///tmp/x.sock");
-  ASSERT_TRUE(u.ok());
+  ASSERT_OK(u);
   EXPECT_EQ(u->path, "/tmp/x.sock");
   auto i = ParseAddress("inproc://abc");
-  ASSERT_TRUE(i.ok());
+  ASSERT_OK(i);
   EXPECT_EQ(i->kind, Endpoint::Kind::kInproc);
   EXPECT_FALSE(ParseAddress("tcp://host").ok());
   EXPECT_FALSE(ParseAddress("tcp://host:99999").ok());

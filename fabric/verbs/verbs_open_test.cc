@@ -9,6 +9,7 @@
 #include "fabric/verbs/mock_verbs_api.h"
 #include "fabric/verbs/verbs_fabric.h"
 #include "fabric/verbs/verbs_internal.h"
+#include "tests/common/status_assert.h"
 
 namespace asymnvm::fabric::verbs {
 namespace {
@@ -93,7 +94,7 @@ TEST_F(VerbsOpen, NamedDevice_OpensThatDevice) {
   options_.device = "mock1";
   EXPECT_CALL(*fake_.api, OpenDevice(&fake_.devices[1])).WillOnce(Return(&fake_.ctx));
   auto f = Open();
-  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  ASSERT_OK(f);
 }
 
 TEST_F(VerbsOpen, BadPortOrGidIndex_InvalidArgumentBeforeAnyCall) {
@@ -159,7 +160,7 @@ TEST_F(VerbsOpen, QueryGidFails_ClosesDevice) {
 
 TEST_F(VerbsOpen, Success_CapabilitiesSayFallbackAndDestroyClosesDevice) {
   auto f = Open();
-  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  ASSERT_OK(f);
   EXPECT_EQ((*f)->provider(), "verbs");
   Capabilities c = (*f)->capabilities();
   EXPECT_FALSE(c.multi_packet_srq_native);
@@ -173,7 +174,7 @@ TEST_F(VerbsOpen, Success_CapabilitiesSayFallbackAndDestroyClosesDevice) {
 TEST_F(VerbsOpen, DeviceWithoutAtomics_CapabilitiesAtomicsFalse) {
   fake_.dev_attr.atomic_cap = IBV_ATOMIC_NONE;
   auto f = Open();
-  ASSERT_TRUE(f.ok());
+  ASSERT_OK(f);
   EXPECT_FALSE((*f)->capabilities().atomics);
 }
 
@@ -183,12 +184,12 @@ class VerbsResources : public VerbsOpen {
  protected:
   void SetUp() override {
     auto f = Open();
-    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    ASSERT_OK(f);
     fabric_ = std::move(*f);
   }
   std::unique_ptr<ProtectionDomain> Pd() {
     auto pd = fabric_->AllocPd();
-    EXPECT_TRUE(pd.ok()) << pd.status().ToString();
+    EXPECT_OK(pd);
     return pd.ok() ? std::move(*pd) : nullptr;
   }
   std::unique_ptr<Fabric> fabric_;
@@ -241,7 +242,7 @@ TEST_F(VerbsResources, RegisterMemory_AccessFlagsMapped) {
     EXPECT_EQ(MapAccess(c.access), c.flags) << c.access;
     EXPECT_CALL(*fake_.api, RegMr(_, buf, sizeof(buf), c.flags));
     auto mr = pd->RegisterMemory(buf, sizeof(buf), MemoryRegionOptions{c.access});
-    ASSERT_TRUE(mr.ok());
+    ASSERT_OK(mr);
     EXPECT_EQ((*mr)->access(), c.access);
   }
 }
@@ -250,7 +251,7 @@ TEST_F(VerbsResources, RegisterMemory_KeysAndDescriptorFromIbvMr) {
   auto pd = Pd();
   static uint8_t buf[128];
   auto mr = pd->RegisterMemory(buf, sizeof(buf), MemoryRegionOptions{kAllRemote});
-  ASSERT_TRUE(mr.ok());
+  ASSERT_OK(mr);
   const ibv_mr& raw = fake_.mrs.back();
   EXPECT_EQ((*mr)->lkey(), raw.lkey);
   EXPECT_EQ((*mr)->rkey(), raw.rkey);
@@ -315,7 +316,7 @@ TEST_F(VerbsResources, CreateCq_BadCapacity_InvalidArgumentNoCalls) {
 
 TEST_F(VerbsResources, CqDestroyed_CqThenChannel) {
   auto cq = fabric_->CreateCq(CompletionQueueOptions{64, true});
-  ASSERT_TRUE(cq.ok());
+  ASSERT_OK(cq);
   EXPECT_EQ((*cq)->capacity(), 64u);
   InSequence seq;
   EXPECT_CALL(*fake_.api, DestroyCq(fake_.LastCq()));
@@ -344,11 +345,11 @@ TEST_F(VerbsResources, CreateSrq_DepthPlainAndFallback) {
         return &fake_.srqs.emplace_back();
       }));
   auto plain = fabric_->CreateSrq(pd.get(), SrqOptions{100, false, 64, 4096});
-  ASSERT_TRUE(plain.ok());
+  ASSERT_OK(plain);
   EXPECT_EQ(depth, 100u);
   EXPECT_FALSE((*plain)->multi_packet_native());
   auto mp = fabric_->CreateSrq(pd.get(), SrqOptions{100, true, 64, 4096});
-  ASSERT_TRUE(mp.ok());
+  ASSERT_OK(mp);
   EXPECT_EQ(depth, 32768u);  // min(100 · 1024, device max_srq_wr)
   EXPECT_FALSE((*mp)->multi_packet_native());
   EXPECT_CALL(*fake_.api, DestroySrq(_)).Times(2);
@@ -409,7 +410,7 @@ TEST(VerbsMapping, QpInfoBlob_RoundTripsAndRejectsMalformed) {
   std::vector<uint8_t> blob = EncodeQpInfo(a);
   ASSERT_EQ(blob.size(), kBlobHeader + 3);
   auto b = DecodeQpInfo(blob);
-  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  ASSERT_OK(b);
   EXPECT_EQ(b->qpn, a.qpn);
   EXPECT_EQ(b->psn, a.psn);
   EXPECT_EQ(b->lid, a.lid);

@@ -15,6 +15,7 @@
 #include "fabric/verbs/mock_verbs_api.h"
 #include "fabric/verbs/verbs_fabric.h"
 #include "fabric/verbs/verbs_internal.h"
+#include "tests/common/status_assert.h"
 
 namespace asymnvm::fabric::verbs {
 
@@ -33,19 +34,19 @@ class VerbsConnTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto f = OpenVerbsFabricWithApi(options_, fake_.api);
-    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    ASSERT_OK(f);
     fabric_ = std::move(*f);
     auto pd = fabric_->AllocPd();
-    ASSERT_TRUE(pd.ok());
+    ASSERT_OK(pd);
     pd_ = std::move(*pd);
     auto mr = pd_->RegisterMemory(buf_, sizeof(buf_), MemoryRegionOptions{kAllRemote});
-    ASSERT_TRUE(mr.ok());
+    ASSERT_OK(mr);
     mr_ = std::move(*mr);
     auto scq = fabric_->CreateCq({});
-    ASSERT_TRUE(scq.ok());
+    ASSERT_OK(scq);
     scq_ = std::move(*scq);
     auto rcq = fabric_->CreateCq({});
-    ASSERT_TRUE(rcq.ok());
+    ASSERT_OK(rcq);
     rcq_ = std::move(*rcq);
   }
 
@@ -85,13 +86,13 @@ class VerbsConnTest : public ::testing::Test {
   }
   void Connect() {
     Status st = ConnectPair(Options(), Options());
-    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_OK(st);
     ASSERT_NE(server_, nullptr);
   }
 
   size_t PollAll(CompletionQueue* cq, Completion* out, size_t n) {
     auto r = cq->Poll(std::span<Completion>(out, n));
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_OK(r);
     return r.ok() ? *r : 0;
   }
   static uint32_t Qpn(Connection* c) { return static_cast<VerbsConnection*>(c)->core()->qpn(); }

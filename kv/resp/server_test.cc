@@ -6,6 +6,7 @@
 
 #include "kv/resp/test_client.h"
 #include "kv/resp/test_fake_store.h"
+#include "tests/common/status_assert.h"
 
 namespace asymnvm::kv::resp {
 namespace {
@@ -22,7 +23,7 @@ class RespServer : public ::testing::Test {
       return std::unique_ptr<Store>(new SharedStore(&store_));
     };
     auto s = Server::Start(std::move(o));
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ASSERT_OK(s);
     server_ = std::move(s).value();
   }
   FakeStore store_;
@@ -201,7 +202,7 @@ TEST_F(RespServer, TakenPort_FallsBackToAnEphemeralPort) {
     return std::unique_ptr<Store>(new SharedStore(&store_));
   };
   auto s2 = Server::Start(o);
-  ASSERT_TRUE(s2.ok()) << s2.status().ToString();
+  ASSERT_OK(s2);
   EXPECT_NE((*s2)->port(), server_->port());
   o.fallback_to_ephemeral = false;
   auto s3 = Server::Start(o);

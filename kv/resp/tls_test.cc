@@ -21,6 +21,7 @@
 #include "kv/resp/server.h"
 #include "kv/resp/test_client.h"
 #include "kv/resp/test_fake_store.h"
+#include "tests/common/status_assert.h"
 
 namespace asymnvm::kv::resp {
 namespace {
@@ -205,7 +206,7 @@ TEST(TlsAuthClients, ParsesRedisSpelling) {
 using TlsContextTest = Certs;
 
 TEST_F(TlsContextTest, BadFiles_ClearErrorsNamingTheFile) {
-  ASSERT_TRUE(TlsContext::Create(Options()).ok());
+  ASSERT_OK(TlsContext::Create(Options()));
   auto expect_error = [](const TlsOptions& o, const std::string& want) {
     auto c = TlsContext::Create(o);
     ASSERT_FALSE(c.ok()) << want;
@@ -227,7 +228,7 @@ TEST_F(TlsContextTest, BadFiles_ClearErrorsNamingTheFile) {
   o.ca_cert_file.clear();
   expect_error(o, "tls-ca-cert-file is required");
   o.auth_clients = TlsAuthClients::kNo;  // as Redis: no CA needed when no client is verified
-  EXPECT_TRUE(TlsContext::Create(o).ok());
+  EXPECT_OK(TlsContext::Create(o));
   o = Options();
   o.cert_file.clear();
   expect_error(o, "tls-cert-file is not set");
@@ -239,7 +240,7 @@ class TlsServer : public Certs {
  protected:
   void Start(TlsAuthClients auth = TlsAuthClients::kYes, bool plain = true) {
     auto ctx = TlsContext::Create(Options(auth));
-    ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
+    ASSERT_OK(ctx);
     ServerOptions o;
     o.port = 0;
     o.listen_plain = plain;
@@ -250,7 +251,7 @@ class TlsServer : public Certs {
       return std::unique_ptr<Store>(new SharedStore(&store_));
     };
     auto s = Server::Start(std::move(o));
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ASSERT_OK(s);
     server_ = std::move(s).value();
     ASSERT_NE(server_->tls_port(), 0);
   }

@@ -330,6 +330,11 @@ class Loop {
         (spec->flags & (kInline | kNoTxn | kUnnamedKeys | kBlocking))) {
       return false;
     }
+    // While a client of this gateway is parked in a blocking pop, writes take the workers: a
+    // worker serves the parked client a write woke before the write's own reply leaves (Redis 7
+    // re-runs a blocked command before the pusher's next command; blocking.h), which a section,
+    // whose wake-ups go out after its commit, would not.
+    if ((spec->flags & kWrite) && state_->blocking.blocked() > 0) return false;
     auto keys = CommandKeys(*spec, p.argv);
     if (keys.empty()) return false;
     for (auto k : keys) {

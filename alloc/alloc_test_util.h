@@ -14,7 +14,6 @@
 #include "alloc/backend_allocator.h"
 #include "asymnvm/pm.h"
 #include "pm/pm_test_util.h"
-#include "tests/common/status_assert.h"
 
 namespace asymnvm::alloc::testing {
 
@@ -77,7 +76,7 @@ class BackendEnv {
         crash_sim_(crash_sim),
         geo_(MakeGeometry(pool_size, block_size)) {
     auto p = pm::Pool::Create(path_, pool_size, PoolOpts());
-    EXPECT_OK(p);
+    EXPECT_TRUE(p.ok()) << p.status().ToString();
     if (p.ok()) pool_ = std::move(p).value();
   }
 

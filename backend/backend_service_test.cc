@@ -24,7 +24,6 @@
 #include "fabric/oq/oq.h"
 #include "fabric/rowan/sender.h"
 #include "tests/common/backend_fixture.h"
-#include "tests/common/status_assert.h"
 
 namespace asymnvm::backend {
 namespace {
@@ -55,7 +54,7 @@ struct Client {
     co.pd = c.pd.get();
     co.server_address = address;
     auto cl = oq::Client::Connect(co);
-    EXPECT_OK(cl);
+    EXPECT_TRUE(cl.ok()) << cl.status().ToString();
     if (cl.ok()) c.oq = std::move(*cl);
     return c;
   }
@@ -68,10 +67,10 @@ struct Client {
     PayloadWriter w;
     w.U64(fe);
     auto r = Call(kRegister, w.bytes());
-    EXPECT_OK(r);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
     if (!r.ok()) return {};
     auto reply = DecodeRegisterReply(*r);
-    EXPECT_OK(reply);
+    EXPECT_TRUE(reply.ok()) << reply.status().ToString();
     return reply.ok() ? *reply : RegisterReply{};
   }
   Result<NamingEntry> Create(const std::string& name, uint32_t type) {
@@ -95,7 +94,7 @@ struct Client {
   }
   nlohmann::json StatusJson() {
     auto r = Call(kStatus, {});
-    EXPECT_OK(r);
+    EXPECT_TRUE(r.ok());
     return nlohmann::json::parse(std::string(r->begin(), r->end()));
   }
 };
@@ -115,7 +114,7 @@ TEST(BackendService, ReplicationThatCanBeFencedNeedsAFencedCallback) {
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << refused.status().ToString();
   o.replication.fenced = [](const Status&) {};
   auto be = Backend::Start(o);
-  ASSERT_OK(be);
+  ASSERT_TRUE(be.ok()) << be.status().ToString();
   (*be)->Stop();
   std::remove(path.c_str());
 }
@@ -162,21 +161,21 @@ TEST(BackendService, UncoveredOpLogsAcrossRestartsDoNotExhaustTheLog) {
   uint64_t last_op = 0;
   for (int i = 0; i < kRestarts; i++) {
     auto be = Backend::Start(o);
-    ASSERT_OK(be) << "restart " << i;
+    ASSERT_TRUE(be.ok()) << "restart " << i << ": " << be.status().ToString();
     Client c = Client::Connect((*be)->address());
     ASSERT_TRUE(c.oq);
     c.Register(kFe);
     last_op = (uint64_t(i) + 1) << 32 | 1;  // this incarnation's first op
     Status st = append((*be)->log_address(), last_op);
-    ASSERT_OK(st) << "restart " << i << ": the b-log refused an op log: " << st.ToString()
-                  << "; status " << (*be)->StatusJson();
+    ASSERT_TRUE(st.ok()) << "restart " << i << ": the b-log refused an op log: " << st.ToString()
+                         << "; status " << (*be)->StatusJson();
     // The consumer has seen the earlier incarnations' segments: each holds one uncovered op log.
     EXPECT_TRUE(wait_for([&] { return (*be)->stats().log_segments_pinned == uint64_t(i); }))
         << "restart " << i << ": " << (*be)->StatusJson();
     (*be)->Stop();
   }
   auto be = Backend::Start(o);
-  ASSERT_OK(be);
+  ASSERT_TRUE(be.ok()) << be.status().ToString();
   EXPECT_TRUE(wait_for([&] { return (*be)->stats().log_segments_pinned == kRestarts; }))
       << (*be)->StatusJson();
   // The front-end comes back and covers every op log with its next transaction's OPN.
@@ -185,7 +184,7 @@ TEST(BackendService, UncoveredOpLogsAcrossRestartsDoNotExhaustTheLog) {
   auto reg = c.Register(kFe);
   EXPECT_EQ(reg.opn, 0u);
   TxnBuilder b;
-  ASSERT_OK(c.oq->Submit(0, kTxn, b.Finish(kFe, reg.lpn + 1, last_op, 0)));
+  ASSERT_TRUE(c.oq->Submit(0, kTxn, b.Finish(kFe, reg.lpn + 1, last_op, 0)).ok());
   EXPECT_TRUE(wait_for([&] {
     const BackendStats st = (*be)->stats();
     return st.log_segments_pinned == 0 && st.log_segments_recycled >= uint64_t{kRestarts};
@@ -193,7 +192,7 @@ TEST(BackendService, UncoveredOpLogsAcrossRestartsDoNotExhaustTheLog) {
   nlohmann::json status = c.StatusJson();
   EXPECT_EQ(status["log_segments_pinned"], 0);
   EXPECT_GT(status["log_segments"], kRestarts);
-  EXPECT_OK(append((*be)->log_address(), last_op + 1));
+  EXPECT_TRUE(append((*be)->log_address(), last_op + 1).ok());
   (*be)->Stop();
   std::remove(path.c_str());
 }
@@ -204,27 +203,27 @@ TEST(BackendService, RegisterNamingAllocAndTransactionsSurviveRestart) {
   uint64_t slab = 0, seq_addr = 0;
   {
     auto be = Backend::Start(SmallOptions(path));
-    ASSERT_OK(be);
+    ASSERT_TRUE(be.ok()) << be.status().ToString();
     Client c = Client::Connect((*be)->address());
     ASSERT_TRUE(c.oq);
     auto reg = c.Register(7);
     EXPECT_EQ(reg.lpn, 0u);
     EXPECT_LT(reg.data_begin, reg.data_end);
     auto e = c.Create("reg", 5);
-    ASSERT_OK(e);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
     seq_addr = e->seq_addr;
     auto again = c.Create("reg", 5);  // create-or-open with the same type
-    ASSERT_OK(again);
+    ASSERT_TRUE(again.ok());
     EXPECT_EQ(again->root_addr, e->root_addr);
     EXPECT_EQ(c.Create("reg", 6).status().code(), StatusCode::kAlreadyExists);
     auto a = c.AllocSlab();
-    ASSERT_OK(a);
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
     slab = *a;
     EXPECT_GE(slab, reg.data_begin);
     for (uint64_t s = 1; s <= 5; s++) {
-      ASSERT_OK(c.Txn(7, s, seq_addr, slab, static_cast<uint8_t>(s)));
+      ASSERT_TRUE(c.Txn(7, s, seq_addr, slab, static_cast<uint8_t>(s)).ok());
     }
-    ASSERT_OK(c.Txn(7, 3, seq_addr, slab, 0xEE));  // a duplicate: skipped
+    ASSERT_TRUE(c.Txn(7, 3, seq_addr, slab, 0xEE).ok());  // a duplicate: skipped
     auto reg2 = c.Register(7);  // a Call after the Submits executes after them (queue order)
     EXPECT_EQ(reg2.lpn, 5u);
     EXPECT_EQ(c.StatusJson()["frontends"][0]["incarnation"], 2);  // one per register call
@@ -233,22 +232,22 @@ TEST(BackendService, RegisterNamingAllocAndTransactionsSurviveRestart) {
     EXPECT_EQ(st["txns_applied"], 5);
     EXPECT_EQ(st["txns_skipped"], 1);
     // A gap and a write outside the data area are rejected, never applied, and recorded.
-    ASSERT_OK(c.Txn(7, 9, seq_addr, slab, 0x99));
-    ASSERT_OK(c.Txn(7, 6, seq_addr, 16, 0x99));
+    ASSERT_TRUE(c.Txn(7, 9, seq_addr, slab, 0x99).ok());
+    ASSERT_TRUE(c.Txn(7, 6, seq_addr, 16, 0x99).ok());
     auto reg3 = c.Register(7);
     EXPECT_EQ(reg3.lpn, 5u);
     EXPECT_EQ(reg3.rejected, 9u);
     EXPECT_EQ(c.StatusJson()["txns_rejected"], 2);
     PayloadWriter cr;
     cr.U64(7);
-    ASSERT_OK(c.Call(kClearRejected, cr.bytes()));
+    ASSERT_TRUE(c.Call(kClearRejected, cr.bytes()).ok());
     EXPECT_EQ(c.Register(7).rejected, 0u);
     PayloadWriter unknown;
     unknown.U64(12345);
     EXPECT_EQ(c.Call(kClearRejected, unknown.bytes()).status().code(), StatusCode::kNotFound);
     // Corrupt bytes are rejected too.
     std::vector<uint8_t> junk(100, 0x41);
-    ASSERT_OK(c.oq->Submit(0, kTxn, junk));
+    ASSERT_TRUE(c.oq->Submit(0, kTxn, junk).ok());
     EXPECT_EQ(c.StatusJson()["txns_rejected"], 3);
     // Bad requests get clear errors.
     EXPECT_EQ(c.Call(kAllocLarge, {}).status().code(), StatusCode::kInvalidArgument);
@@ -262,15 +261,15 @@ TEST(BackendService, RegisterNamingAllocAndTransactionsSurviveRestart) {
   {
     // The pool file holds the applied data, the naming entry and the front-end's LPN.
     auto be = Backend::Start(SmallOptions(path));
-    ASSERT_OK(be);
+    ASSERT_TRUE(be.ok()) << be.status().ToString();
     Client c = Client::Connect((*be)->address());
     auto reg = c.Register(7);
     EXPECT_EQ(reg.lpn, 5u);
     auto e = c.Create("reg", 5);
-    ASSERT_OK(e);
+    ASSERT_TRUE(e.ok());
     EXPECT_EQ(e->seq_addr, seq_addr);
     auto a = c.AllocSlab();
-    ASSERT_OK(a);
+    ASSERT_TRUE(a.ok());
     EXPECT_NE(*a, slab);  // the first slab is still allocated after the restart
     c.oq.reset();
     (*be)->Stop();
@@ -278,7 +277,7 @@ TEST(BackendService, RegisterNamingAllocAndTransactionsSurviveRestart) {
   pm::PoolOptions po;
   po.layout = "asymnvm-backend";
   auto pool = pm::Pool::Open(path, po);
-  ASSERT_OK(pool);
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
   for (int i = 0; i < 64; i++) EXPECT_EQ((*pool)->base()[slab + i], 5) << i;
   pool->reset();
   std::remove(path.c_str());
@@ -292,12 +291,12 @@ TEST(BackendService, JournaledAllocationsAndFreesWriteTheirEntryInTheSameRequest
   const std::string path = TempPath("jrnl.pool");
   std::remove(path.c_str());
   auto be = Backend::Start(SmallOptions(path));
-  ASSERT_OK(be);
+  ASSERT_TRUE(be.ok()) << be.status().ToString();
   Client c = Client::Connect((*be)->address());
   ASSERT_TRUE(c.oq);
   c.Register(9);
   auto journal = c.AllocSlab();  // stands for the journal extent
-  ASSERT_OK(journal);
+  ASSERT_TRUE(journal.ok());
   const uint64_t entry = *journal + 32;
   auto used = [&] { return (*be)->Extents().size(); };
   auto alloc = [&](uint64_t e, uint64_t tag, uint64_t large = 0) -> Result<uint64_t> {
@@ -320,7 +319,7 @@ TEST(BackendService, JournaledAllocationsAndFreesWriteTheirEntryInTheSameRequest
   };
   const size_t before = used();
   auto a = alloc(entry, 5);
-  ASSERT_OK(a);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
   EXPECT_EQ(used(), before + 1);
   // The entry is taken: a second allocation into it is fenced and undone.
   auto b = alloc(entry, 6);
@@ -329,7 +328,7 @@ TEST(BackendService, JournaledAllocationsAndFreesWriteTheirEntryInTheSameRequest
   EXPECT_EQ(used(), before + 1);
   // A large extent through the next entry.
   auto l = alloc(entry + 8, 5, 3 * 4096);
-  ASSERT_OK(l);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
   // Bad entries and tags: nothing allocated.
   EXPECT_EQ(alloc(entry + 4, 5).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(alloc(16, 5).status().code(), StatusCode::kInvalidArgument);  // outside the data area
@@ -340,14 +339,14 @@ TEST(BackendService, JournaledAllocationsAndFreesWriteTheirEntryInTheSameRequest
   EXPECT_EQ(free_with(*a, entry, *a | 7).code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(used(), before + 2);
   EXPECT_EQ(free_with(*a, entry, *l | 5).code(), StatusCode::kInvalidArgument);  // another block
-  ASSERT_OK(free_with(*a, entry, *a | 5));  // the entry held exactly a | 5
+  ASSERT_TRUE(free_with(*a, entry, *a | 5).ok());  // the entry held exactly a | 5
   EXPECT_EQ(used(), before + 1);
-  ASSERT_OK(free_with(*l, entry + 8, *l | 5));
+  ASSERT_TRUE(free_with(*l, entry + 8, *l | 5).ok());
   EXPECT_EQ(used(), before);
   // Both entries are clear again: allocations into them succeed.
   auto again = alloc(entry, 1);
-  ASSERT_OK(again);
-  ASSERT_OK(free_with(*again, entry, *again | 1));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ASSERT_TRUE(free_with(*again, entry, *again | 1).ok());
   c.oq.reset();
   (*be)->Stop();
   std::remove(path.c_str());

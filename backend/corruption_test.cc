@@ -37,7 +37,6 @@
 #include "fabric/oq/oq.h"
 #include "fabric/rowan/receiver.h"
 #include "tests/common/backend_fixture.h"
-#include "tests/common/status_assert.h"
 #include "tools/ctl.h"
 
 namespace asymnvm::backend {
@@ -63,7 +62,7 @@ std::unique_ptr<Session> OpenSession(const std::string& address, uint64_t fe) {
   so.backends = {address};
   so.frontend_id = fe;
   auto s = Session::Open(so);
-  EXPECT_OK(s);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
   return s.ok() ? std::move(s).value() : nullptr;
 }
 
@@ -107,7 +106,7 @@ struct Mapped {
                               [&](const rowan::AreaSegment& s, const rowan::ScannedEntry& e) {
                                 out[e.meta.version] = layout.rowan.offset + s.offset + e.offset;
                               });
-    EXPECT_OK(c);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
     return out;
   }
 };
@@ -118,7 +117,7 @@ void CopyFile(const std::string& from, const std::string& to) {
 
 nlohmann::json Examine(const std::string& pool) {
   auto r = tools::ExaminePool(pool);
-  EXPECT_OK(r);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
   return r.ok() ? nlohmann::json(r->report) : nlohmann::json();
 }
 
@@ -141,16 +140,16 @@ class CorruptionTest : public ::testing::Test {
 // the b-log for replay. Returns their op_seqs.
 std::vector<uint64_t> WriteUncoveredOpLogs(const std::string& pool) {
   auto be = Backend::Start(SmallOptions(pool));
-  EXPECT_OK(be);
+  EXPECT_TRUE(be.ok()) << be.status().ToString();
   std::vector<uint64_t> seqs;
   {
     auto s = OpenSession((*be)->address(), 7);
     auto st = s->CreateRoot("oplogs", kType);
-    EXPECT_OK(st);
+    EXPECT_TRUE(st.ok()) << st.status().ToString();
     for (int i = 0; i < 5; i++) {
       const std::string p = "operation-" + std::to_string(i) + std::string(200, 'a' + i);
       auto seq = s->OpLog(*st, 1, {reinterpret_cast<const uint8_t*>(p.data()), p.size()});
-      EXPECT_OK(seq);
+      EXPECT_TRUE(seq.ok()) << seq.status().ToString();
       seqs.push_back(*seq);
     }
   }
@@ -190,12 +189,12 @@ TEST_F(CorruptionTest, CorruptOpLogIsNamedByCheckAndSkippedByReplay) {
 
   // Restart: the back-end starts, counts the entry, and replay gets the other four ops only.
   auto be = Backend::Start(SmallOptions(pool));
-  ASSERT_OK(be);
+  ASSERT_TRUE(be.ok()) << be.status().ToString();
   EXPECT_EQ((*be)->stats().log_corrupt_entries, 1u);
   EXPECT_EQ((*be)->stats().oq_corrupt_records, 0u);
   {
     auto s = OpenSession((*be)->address(), 7);
-    ASSERT_OK(s->OpenRoot("oplogs"));
+    ASSERT_TRUE(s->OpenRoot("oplogs").ok());
     std::vector<uint64_t> replayed;
     s->RegisterReplay(kType,
                       [&](Session&, const frontend::Structure&, const frontend::RecoveredOp& op) {
@@ -203,7 +202,7 @@ TEST_F(CorruptionTest, CorruptOpLogIsNamedByCheckAndSkippedByReplay) {
                         return Status::Ok();
                       });
     Status st = s->Replay();
-    EXPECT_OK(st);
+    EXPECT_TRUE(st.ok()) << st.ToString();
     EXPECT_EQ(replayed, (std::vector<uint64_t>{seqs[0], seqs[2], seqs[3], seqs[4]}));
   }
   nlohmann::json status = nlohmann::json::parse((*be)->StatusJson());
@@ -231,7 +230,7 @@ TEST_F(CorruptionTest, TornLastOpLogIsAnUnfinishedLandingNotCorruption) {
   EXPECT_NE(r.out.find("unfinished landing"), std::string::npos) << r.out;
   {
     auto be = Backend::Start(SmallOptions(torn));
-    ASSERT_OK(be);
+    ASSERT_TRUE(be.ok()) << be.status().ToString();
     EXPECT_EQ((*be)->stats().log_corrupt_entries, 0u);
     (*be)->Stop();
   }
@@ -273,7 +272,7 @@ TEST_F(CorruptionTest, LogMetaWordAndQueueHeaderCorruptionAreNamed) {
   EXPECT_EQ(Examine(meta)["log"]["op_logs"], 5);
   {
     auto be = Backend::Start(SmallOptions(meta));
-    ASSERT_OK(be);
+    ASSERT_TRUE(be.ok()) << be.status().ToString();
     EXPECT_EQ((*be)->stats().log_corrupt_entries, 0u);
   }
   // The OQ area header: a problem naming the area; the back-end refuses to start (no crash).
@@ -308,7 +307,7 @@ struct LandedTxn {
 
 std::vector<LandedTxn> LandTxns(Mapped& m, const std::vector<std::vector<uint8_t>>& txns) {
   auto d = oq::ScanDurableArea({m.base() + m.layout.oq.offset, m.layout.oq.size}, 0);
-  EXPECT_OK(d);
+  EXPECT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_TRUE(d->landed.empty());
   const uint64_t rte = d->req_to_execute[0];
   const uint64_t buffer = (rte >> 16) % d->buffers_per_worker;
@@ -338,17 +337,17 @@ TEST_F(CorruptionTest, CorruptLandedTransactionIsNamedRejectedAndNeverApplied) {
   uint64_t addr = 0;
   {
     auto be = Backend::Start(SmallOptions(golden));
-    ASSERT_OK(be);
+    ASSERT_TRUE(be.ok()) << be.status().ToString();
     auto s = OpenSession((*be)->address(), 9);
     auto created = s->CreateRoot("txns", kType);
-    ASSERT_OK(created);
+    ASSERT_TRUE(created.ok()) << created.status().ToString();
     st = *created;
     auto a = s->Malloc(256);
-    ASSERT_OK(a);
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
     addr = *a;
     std::vector<uint8_t> zero(256, '0');
-    ASSERT_OK(s->Write(addr, zero, &st));  // txn 1: LPN = 1
-    ASSERT_OK(s->Fence());
+    ASSERT_TRUE(s->Write(addr, zero, &st).ok());  // txn 1: LPN = 1
+    ASSERT_TRUE(s->Fence().ok());
     ASSERT_EQ(s->applied_lpn(), 1u);
     s.reset();
     (*be)->Stop();
@@ -376,7 +375,7 @@ TEST_F(CorruptionTest, CorruptLandedTransactionIsNamedRejectedAndNeverApplied) {
       << ok.out;
   {
     auto be = Backend::Start(SmallOptions(intact));
-    ASSERT_OK(be);
+    ASSERT_TRUE(be.ok()) << be.status().ToString();
     EXPECT_EQ((*be)->stats().txns_applied, 2u);
     EXPECT_EQ((*be)->stats().oq_corrupt_records, 0u);
     be->reset();  // releases the pool
@@ -407,7 +406,7 @@ TEST_F(CorruptionTest, CorruptLandedTransactionIsNamedRejectedAndNeverApplied) {
   // front-end's first rejected txn), and transaction 3 cannot follow it.
   {
     auto be = Backend::Start(SmallOptions(pool));
-    ASSERT_OK(be);
+    ASSERT_TRUE(be.ok()) << be.status().ToString();
     const BackendStats s = (*be)->stats();
     EXPECT_EQ(s.oq_corrupt_records, 1u);
     EXPECT_EQ(s.txns_applied, 0u);
@@ -441,7 +440,7 @@ TEST_F(CorruptionTest, CorruptLandedTransactionIsNamedRejectedAndNeverApplied) {
       << t.out;
   {
     auto be = Backend::Start(SmallOptions(torn));
-    ASSERT_OK(be);
+    ASSERT_TRUE(be.ok()) << be.status().ToString();
     EXPECT_EQ((*be)->stats().oq_corrupt_records, 0u);
     EXPECT_EQ((*be)->stats().txns_applied, 1u);  // txn 2 only
     (*be)->Stop();

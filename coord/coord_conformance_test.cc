@@ -19,7 +19,6 @@
 
 #include "asymnvm/coord.h"
 #include "coord/testing/zk_server.h"
-#include "tests/common/status_assert.h"
 
 namespace asymnvm::coord {
 namespace {
@@ -116,7 +115,7 @@ class CoordConformance : public ::testing::TestWithParam<std::string> {
   std::unique_ptr<Coordinator> OpenOrDie(Options o = {}) {
     o.poll_interval = 20ms;
     auto c = Coordinator::Open(uri_, o);
-    EXPECT_OK(c);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
     return c.ok() ? std::move(c).value() : nullptr;
   }
 
@@ -124,7 +123,7 @@ class CoordConformance : public ::testing::TestWithParam<std::string> {
     std::vector<std::string> argv = {ASYMNVM_COORD_TEST_HELPER};
     argv.insert(argv.end(), args.begin(), args.end());
     auto p = Subprocess::Start(argv);
-    EXPECT_OK(p);
+    EXPECT_TRUE(p.ok()) << p.status().ToString();
     return p.ok() ? std::move(p).value() : nullptr;
   }
 
@@ -137,31 +136,31 @@ class CoordConformance : public ::testing::TestWithParam<std::string> {
 TEST_P(CoordConformance, CrudFollowsTheContract) {
   Coordinator& c = *coord_;
   EXPECT_EQ(c.Create("/a/b", "x").status().code(), StatusCode::kNotFound);  // no parent
-  ASSERT_OK(c.Create("/a", "A"));
+  ASSERT_TRUE(c.Create("/a", "A").ok());
   EXPECT_EQ(c.Create("/a", "A").status().code(), StatusCode::kAlreadyExists);
   auto n = c.Get("/a");
-  ASSERT_OK(n);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
   EXPECT_EQ(n->data, "A");
   EXPECT_EQ(n->version, 0);
   EXPECT_FALSE(n->ephemeral);
 
   auto v1 = c.Set("/a", "B", 0);
-  ASSERT_OK(v1);
+  ASSERT_TRUE(v1.ok()) << v1.status().ToString();
   EXPECT_EQ(*v1, 1);
   EXPECT_EQ(c.Set("/a", "C", 0).status().code(), StatusCode::kAborted);  // stale version
   EXPECT_EQ(c.Get("/a")->data, "B");
   EXPECT_EQ(c.Set("/a", "", kAnyVersion).value(), 2);
   EXPECT_EQ(c.Get("/a")->data, "");
 
-  ASSERT_OK(c.Create("/a/z", ""));
-  ASSERT_OK(c.Create("/a/m", ""));
+  ASSERT_TRUE(c.Create("/a/z", "").ok());
+  ASSERT_TRUE(c.Create("/a/m", "").ok());
   auto kids = c.Children("/a");
-  ASSERT_OK(kids);
+  ASSERT_TRUE(kids.ok());
   EXPECT_EQ(*kids, (std::vector<std::string>{"m", "z"}));
   EXPECT_EQ(c.Delete("/a").code(), StatusCode::kFailedPrecondition);  // has children
   EXPECT_EQ(c.Delete("/a/z", 5).code(), StatusCode::kAborted);
-  EXPECT_OK(c.Delete("/a/z", 0));
-  EXPECT_OK(c.Delete("/a/m"));
+  EXPECT_TRUE(c.Delete("/a/z", 0).ok());
+  EXPECT_TRUE(c.Delete("/a/m").ok());
   EXPECT_EQ(c.Delete("/a/m").code(), StatusCode::kNotFound);
   EXPECT_FALSE(c.Exists("/a/m").value());
   EXPECT_TRUE(c.Exists("/a").value());
@@ -171,13 +170,12 @@ TEST_P(CoordConformance, CrudFollowsTheContract) {
   // Sequential names increase under one parent.
   auto s1 = c.Create("/a/q-", "", kSequential);
   auto s2 = c.Create("/a/q-", "", kSequential);
-  ASSERT_OK(s1);
-  ASSERT_OK(s2);
+  ASSERT_TRUE(s1.ok() && s2.ok());
   EXPECT_EQ(s1->size(), std::string("/a/q-").size() + 10);
   EXPECT_LT(*s1, *s2);
 
   // Ephemeral nodes have no children.
-  ASSERT_OK(c.Create("/a/e", "", kEphemeral));
+  ASSERT_TRUE(c.Create("/a/e", "", kEphemeral).ok());
   EXPECT_TRUE(c.Get("/a/e")->ephemeral);
   EXPECT_EQ(c.Get("/a/e")->owner_session, c.session_id());
   EXPECT_EQ(c.Create("/a/e/x", "").status().code(), StatusCode::kFailedPrecondition);
@@ -188,57 +186,57 @@ TEST_P(CoordConformance, CrudFollowsTheContract) {
     EXPECT_EQ(c.Create(bad, "").status().code(), StatusCode::kInvalidArgument) << bad;
   }
   EXPECT_EQ(c.Create("/f", "", 0x80).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_OK(c.EnsurePath("/deep/er/path"));
-  EXPECT_OK(c.EnsurePath("/deep/er/path"));
+  EXPECT_TRUE(c.EnsurePath("/deep/er/path").ok());
+  EXPECT_TRUE(c.EnsurePath("/deep/er/path").ok());
   EXPECT_TRUE(c.Exists("/deep/er/path").value());
 }
 
 TEST_P(CoordConformance, EphemeralNodeEndsWithItsCoordinator) {
   auto holder = OpenOrDie();
-  ASSERT_OK(holder->Create("/e", "mine", kEphemeral));
+  ASSERT_TRUE(holder->Create("/e", "mine", kEphemeral).ok());
   EXPECT_EQ(coord_->Get("/e")->data, "mine");  // another session sees it
   const int64_t version = coord_->Get("/e")->version;
   holder->Close();
   auto gone = coord_->WaitForChange("/e", version, After(kLong));
-  ASSERT_OK(gone);
+  ASSERT_TRUE(gone.ok()) << gone.status().ToString();
   EXPECT_FALSE(gone->has_value());
   EXPECT_EQ(holder->Get("/e").status().code(), StatusCode::kFailedPrecondition);  // closed
 }
 
 TEST_P(CoordConformance, EphemeralRegistrationVanishesWhenHolderIsKilled) {
-  ASSERT_OK(coord_->Create("/reg", ""));
+  ASSERT_TRUE(coord_->Create("/reg", "").ok());
   auto holder = Helper({"register", uri_, "/reg/h1"});
   ASSERT_NE(holder, nullptr);
   auto ready = holder->WaitForLine("ready", After(kLong));
-  ASSERT_OK(ready);
+  ASSERT_TRUE(ready.ok()) << ready.status().ToString();
   auto node = coord_->Get("/reg/h1");
-  ASSERT_OK(node);
+  ASSERT_TRUE(node.ok()) << node.status().ToString();
   EXPECT_TRUE(node->ephemeral);
   EXPECT_EQ(node->data, std::to_string(holder->pid()));
   // A second registration of the same id by another live process is refused.
   auto rival = Helper({"register", uri_, "/reg/h1"});
   auto refused = rival->WaitForLine("error", After(kLong));
-  ASSERT_OK(refused);
+  ASSERT_TRUE(refused.ok());
   EXPECT_NE(refused->find("AlreadyExists"), std::string::npos) << *refused;
 
   holder->Signal(SIGKILL);
-  ASSERT_OK(holder->Wait(After(kLong)));
+  ASSERT_TRUE(holder->Wait(After(kLong)).ok());
   auto gone = coord_->WaitForChange("/reg/h1", node->version, After(kLong));
-  ASSERT_OK(gone);
+  ASSERT_TRUE(gone.ok()) << gone.status().ToString();
   EXPECT_FALSE(gone->has_value());
   EXPECT_TRUE(coord_->Children("/reg")->empty());
   // The id is free again.
-  EXPECT_OK(coord_->Create("/reg/h1", "", kEphemeral));
+  EXPECT_TRUE(coord_->Create("/reg/h1", "", kEphemeral).ok());
 }
 
 // ZooKeeper: a stopped holder's session expires (800 ms) and its registration goes. Embedded:
 // sessions do not expire by time — a stopped process still holds its flock — so a paused holder
 // stays registered and its id cannot be taken (no false expiry) until it dies.
 TEST_P(CoordConformance, SessionExpiresWhileHolderIsStopped) {
-  ASSERT_OK(coord_->Create("/reg", ""));
+  ASSERT_TRUE(coord_->Create("/reg", "").ok());
   auto holder = Helper({"register", uri_, "/reg/h1", "--session-ms", "800"});
   ASSERT_NE(holder, nullptr);
-  ASSERT_OK(holder->WaitForLine("ready", After(kLong)));
+  ASSERT_TRUE(holder->WaitForLine("ready", After(kLong)).ok());
   const int64_t version = coord_->Get("/reg/h1")->version;
   holder->Signal(SIGSTOP);
   if (!is_zk()) {
@@ -251,27 +249,27 @@ TEST_P(CoordConformance, SessionExpiresWhileHolderIsStopped) {
     holder->Signal(SIGCONT);
     holder->Signal(SIGKILL);
     auto gone = coord_->WaitForChange("/reg/h1", version, After(kLong));
-    ASSERT_OK(gone);
+    ASSERT_TRUE(gone.ok()) << gone.status().ToString();
     EXPECT_FALSE(gone->has_value());
     return;
   }
   auto gone = coord_->WaitForChange("/reg/h1", version, After(kLong));
-  ASSERT_OK(gone);
+  ASSERT_TRUE(gone.ok()) << gone.status().ToString();
   EXPECT_FALSE(gone->has_value());
   holder->Signal(SIGCONT);
   // The holder learns that its session expired (and must re-register itself).
   auto expired = holder->WaitForLine("state expired", After(kLong));
-  EXPECT_OK(expired);
+  EXPECT_TRUE(expired.ok()) << expired.status().ToString();
   EXPECT_FALSE(
       coord_->Exists("/reg/h1").value());  // nothing re-created it behind the caller's back
 }
 
 TEST_P(CoordConformance, CompareAndSetFromTwoProcessesLosesNoIncrement) {
-  ASSERT_OK(coord_->Create("/counter", "0"));
+  ASSERT_TRUE(coord_->Create("/counter", "0").ok());
   // In-process: a stale writer is refused.
   auto other = OpenOrDie();
   const int64_t v = coord_->Get("/counter")->version;
-  ASSERT_OK(coord_->Set("/counter", "0", v));
+  ASSERT_TRUE(coord_->Set("/counter", "0", v).ok());
   EXPECT_EQ(other->Set("/counter", "x", v).status().code(), StatusCode::kAborted);
   EXPECT_EQ(coord_->Get("/counter")->data, "0");
 
@@ -281,8 +279,8 @@ TEST_P(CoordConformance, CompareAndSetFromTwoProcessesLosesNoIncrement) {
   ASSERT_TRUE(a && b);
   auto ra = a->WaitForLine("conflicts", After(kLong));
   auto rb = b->WaitForLine("conflicts", After(kLong));
-  ASSERT_OK(ra);
-  ASSERT_OK(rb);
+  ASSERT_TRUE(ra.ok()) << ra.status().ToString();
+  ASSERT_TRUE(rb.ok()) << rb.status().ToString();
   EXPECT_EQ(coord_->Get("/counter")->data, std::to_string(2 * kPerProcess));
   std::printf("CAS conflicts: %s / %s\n", ra->c_str(), rb->c_str());
 }
@@ -291,36 +289,35 @@ TEST_P(CoordConformance, WatchesFireOnChangeDeleteAndChildren) {
   EventLog node_events, child_events;
   auto nw = coord_->Watch("/w", WatchKind::kNode, node_events.Callback());
   auto cw = coord_->Watch("/w", WatchKind::kChildren, child_events.Callback());
-  ASSERT_OK(nw);
-  ASSERT_OK(cw);
+  ASSERT_TRUE(nw.ok() && cw.ok());
   auto writer = OpenOrDie();  // changes come from another session
-  ASSERT_OK(writer->Create("/w", "1"));
+  ASSERT_TRUE(writer->Create("/w", "1").ok());
   EXPECT_TRUE(node_events.WaitFor(EventType::kCreated, After(kLong)));
-  ASSERT_OK(writer->Set("/w", "2", 0));
+  ASSERT_TRUE(writer->Set("/w", "2", 0).ok());
   EXPECT_TRUE(node_events.WaitFor(EventType::kChanged, After(kLong)));
-  ASSERT_OK(writer->Create("/w/c1", ""));
+  ASSERT_TRUE(writer->Create("/w/c1", "").ok());
   EXPECT_TRUE(child_events.WaitFor(EventType::kChildrenChanged, After(kLong)));
   // A child held by a process that dies: the children watch fires when it vanishes.
   auto holder = Helper({"register", uri_, "/w/c2"});
-  ASSERT_OK(holder->WaitForLine("ready", After(kLong)));
+  ASSERT_TRUE(holder->WaitForLine("ready", After(kLong)).ok());
   EXPECT_TRUE(child_events.WaitFor(EventType::kChildrenChanged, After(kLong)));
   holder->Signal(SIGKILL);
   EXPECT_TRUE(child_events.WaitFor(EventType::kChildrenChanged, After(kLong)));
   EXPECT_EQ(coord_->Children("/w").value(), std::vector<std::string>{"c1"});
-  ASSERT_OK(writer->Delete("/w/c1"));
-  ASSERT_OK(writer->Delete("/w"));
+  ASSERT_TRUE(writer->Delete("/w/c1").ok());
+  ASSERT_TRUE(writer->Delete("/w").ok());
   EXPECT_TRUE(node_events.WaitFor(EventType::kDeleted, After(kLong)));
   // After Unwatch the callback never runs again.
-  ASSERT_OK(coord_->Unwatch(*nw));
+  ASSERT_TRUE(coord_->Unwatch(*nw).ok());
   EXPECT_EQ(coord_->Unwatch(*nw).code(), StatusCode::kNotFound);
-  ASSERT_OK(coord_->Unwatch(*cw));
+  ASSERT_TRUE(coord_->Unwatch(*cw).ok());
 
   // WaitForChildrenChange: returns once the children differ from what the caller knew.
-  ASSERT_OK(coord_->Create("/w", ""));
+  ASSERT_TRUE(coord_->Create("/w", "").ok());
   std::thread t([&] { (void)writer->Create("/w/late", ""); });
   auto now = coord_->WaitForChildrenChange("/w", {}, After(kLong));
   t.join();
-  ASSERT_OK(now);
+  ASSERT_TRUE(now.ok()) << now.status().ToString();
   EXPECT_EQ(*now, std::vector<std::string>{"late"});
 }
 
@@ -338,7 +335,7 @@ TEST_P(CoordConformance, AllocateIdIsUniqueAcrossProcessesAndThreads) {
     threads.emplace_back([&] {
       for (int i = 0; i < kPerThread; ++i) {
         auto id = coord_->AllocateId("/ids/fe");
-        ASSERT_OK(id);
+        ASSERT_TRUE(id.ok()) << id.status().ToString();
         std::lock_guard<std::mutex> lock(mu);
         ids.push_back(*id);
       }
@@ -348,7 +345,7 @@ TEST_P(CoordConformance, AllocateIdIsUniqueAcrossProcessesAndThreads) {
   for (auto& p : procs) {
     for (int i = 0; i < kPerProcess; ++i) {
       auto line = p->ReadLine(After(kLong));
-      ASSERT_OK(line);
+      ASSERT_TRUE(line.ok()) << line.status().ToString();
       ASSERT_EQ(line->rfind("error", 0), std::string::npos) << *line;
       ids.push_back(std::strtoull(line->c_str(), nullptr, 10));
     }
@@ -369,21 +366,21 @@ TEST(CoordZooKeeperEnsemble, LeaderLossLosesOrDuplicatesNoRegistration) {
   const std::string why = testing::ZooKeeperUnavailableReason();
   if (!why.empty()) GTEST_SKIP() << "ZooKeeper unavailable: " << why;
   auto started = ZkEnsemble::Start(3, After(120s));
-  ASSERT_OK(started);
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
   ZkEnsemble& zk = **started;
   const std::string uri = "zk:" + zk.connect_string() + "/ensemble";
   Options o;
   o.session_timeout = 20s;  // far longer than an election: sessions must survive it
   auto observer = Coordinator::Open(uri, o);
-  ASSERT_OK(observer);
-  ASSERT_OK((*observer)->EnsurePath("/reg"));
+  ASSERT_TRUE(observer.ok()) << observer.status().ToString();
+  ASSERT_TRUE((*observer)->EnsurePath("/reg").ok());
 
   auto helper = [&](const std::vector<std::string>& extra) {
     std::vector<std::string> argv = {ASYMNVM_COORD_TEST_HELPER, "register", uri};
     argv.insert(argv.end(), extra.begin(), extra.end());
     argv.insert(argv.end(), {"--session-ms", "20000"});
     auto p = Subprocess::Start(argv);
-    EXPECT_OK(p);
+    EXPECT_TRUE(p.ok());
     return std::move(p).value();
   };
   // Registered before the leader dies (sequential names: a duplicate would be visible).
@@ -392,7 +389,7 @@ TEST(CoordZooKeeperEnsemble, LeaderLossLosesOrDuplicatesNoRegistration) {
   for (int i = 0; i < 3; ++i) {
     holders.push_back(helper({"/reg/before" + std::to_string(i) + "-", "--sequential"}));
     auto ready = holders.back()->WaitForLine("ready", After(kLong));
-    ASSERT_OK(ready);
+    ASSERT_TRUE(ready.ok()) << ready.status().ToString();
     char path[256];
     unsigned long long session = 0;
     ASSERT_EQ(std::sscanf(ready->c_str(), "ready %255s %llu", path, &session), 2);
@@ -405,31 +402,31 @@ TEST(CoordZooKeeperEnsemble, LeaderLossLosesOrDuplicatesNoRegistration) {
   for (int i = 0; i < 2; ++i) holders.push_back(helper({"/reg/during" + std::to_string(i)}));
   for (size_t i = 3; i < holders.size(); ++i) {
     auto ready = holders[i]->WaitForLine("ready", After(kLong));
-    ASSERT_OK(ready);
+    ASSERT_TRUE(ready.ok()) << ready.status().ToString();
     char path[256];
     unsigned long long session = 0;
     ASSERT_EQ(std::sscanf(ready->c_str(), "ready %255s %llu", path, &session), 2);
     session_of[path] = std::to_string(session);
   }
-  ASSERT_OK(zk.WaitServing(After(kLong)));
+  ASSERT_TRUE(zk.WaitServing(After(kLong)).ok());
   EXPECT_GE(zk.Leader(), 0);
   EXPECT_NE(zk.Leader(), leader);
 
   // Exactly one node per holder, held by that holder's (surviving) session.
   auto kids = (*observer)->Children("/reg");
-  ASSERT_OK(kids);
+  ASSERT_TRUE(kids.ok()) << kids.status().ToString();
   std::vector<std::string> expected;
   for (const auto& [path, session] : session_of) expected.push_back(path.substr(5));
   EXPECT_EQ(*kids, expected);
   for (const auto& [path, session] : session_of) {
     auto n = (*observer)->Get(path);
-    ASSERT_OK(n) << path;
+    ASSERT_TRUE(n.ok()) << path << ": " << n.status().ToString();
     EXPECT_EQ(std::to_string(n->owner_session), session) << path;
   }
   // No holder saw its session expire.
   for (auto& h : holders) {
     h->Signal(SIGKILL);
-    ASSERT_OK(h->Wait(After(kLong)));
+    ASSERT_TRUE(h->Wait(After(kLong)).ok());
   }
   (*observer)->Close();
 }

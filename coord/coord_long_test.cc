@@ -10,7 +10,6 @@
 
 #include "asymnvm/coord.h"
 #include "coord/testing/zk_server.h"
-#include "tests/common/status_assert.h"
 
 namespace asymnvm::coord {
 namespace {
@@ -25,26 +24,26 @@ TEST(CoordZooKeeperEnsembleLong, RepeatedLeaderLossLosesOrDuplicatesNoRegistrati
   if (!why.empty()) GTEST_SKIP() << "ZooKeeper unavailable: " << why;
   constexpr int kRounds = 4;
   auto started = ZkEnsemble::Start(3, After(120s));
-  ASSERT_OK(started);
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
   ZkEnsemble& zk = **started;
   const std::string uri = "zk:" + zk.connect_string() + "/ensemble";
   Options o;
   o.session_timeout = 20s;
   auto observer = Coordinator::Open(uri, o);
-  ASSERT_OK(observer);
-  ASSERT_OK((*observer)->EnsurePath("/reg"));
+  ASSERT_TRUE(observer.ok()) << observer.status().ToString();
+  ASSERT_TRUE((*observer)->EnsurePath("/reg").ok());
 
   std::vector<std::unique_ptr<Subprocess>> holders;
   std::map<std::string, std::string> session_of;
   auto start = [&](const std::string& name) {
     auto p = Subprocess::Start(
         {ASYMNVM_COORD_TEST_HELPER, "register", uri, "/reg/" + name, "--session-ms", "20000"});
-    ASSERT_OK(p);
+    ASSERT_TRUE(p.ok());
     holders.push_back(std::move(p).value());
   };
   auto await_ready = [&](Subprocess* h) {
     auto ready = h->WaitForLine("ready", After(120s));
-    ASSERT_OK(ready);
+    ASSERT_TRUE(ready.ok()) << ready.status().ToString();
     char path[256];
     unsigned long long session = 0;
     ASSERT_EQ(std::sscanf(ready->c_str(), "ready %255s %llu", path, &session), 2) << *ready;
@@ -59,18 +58,18 @@ TEST(CoordZooKeeperEnsembleLong, RepeatedLeaderLossLosesOrDuplicatesNoRegistrati
     zk.Kill(leader);
     start("r" + std::to_string(round) + "-during");
     await_ready(holders.back().get());
-    ASSERT_OK(zk.WaitServing(After(120s)));
-    ASSERT_OK(zk.Restart(leader));
-    ASSERT_OK(zk.WaitServing(After(120s)));
+    ASSERT_TRUE(zk.WaitServing(After(120s)).ok());
+    ASSERT_TRUE(zk.Restart(leader).ok());
+    ASSERT_TRUE(zk.WaitServing(After(120s)).ok());
 
     auto kids = (*observer)->Children("/reg");
-    ASSERT_OK(kids);
+    ASSERT_TRUE(kids.ok()) << kids.status().ToString();
     std::vector<std::string> expected;
     for (const auto& [path, session] : session_of) expected.push_back(path.substr(5));
     EXPECT_EQ(*kids, expected);
     for (const auto& [path, session] : session_of) {
       auto n = (*observer)->Get(path);
-      ASSERT_OK(n) << path;
+      ASSERT_TRUE(n.ok()) << path << ": " << n.status().ToString();
       EXPECT_EQ(std::to_string(n->owner_session), session) << path;
     }
   }

@@ -78,19 +78,19 @@ TEST_P(LevelTest, WriteFenceReadBackAcrossReopenAndRestart) {
     auto s = OpenSession(3, level);
     ASSERT_TRUE(s);
     auto st = s->CreateRoot("kv", 7);
-    ASSERT_OK(st);
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
     for (int i = 0; i < 20; i++) {
       auto a = s->Malloc(128);
-      ASSERT_OK(a);
+      ASSERT_TRUE(a.ok()) << a.status().ToString();
       addrs.push_back(*a);
-      ASSERT_OK(Update(*s, *st, *a, static_cast<uint8_t>(i + 1)));
+      ASSERT_TRUE(Update(*s, *st, *a, static_cast<uint8_t>(i + 1)).ok());
       // Read-your-writes before any fence, at every level.
       std::vector<uint8_t> got(72);
-      ASSERT_OK(s->Read(*a, got));
+      ASSERT_TRUE(s->Read(*a, got).ok());
       EXPECT_EQ(got[0], i + 1);
       EXPECT_EQ(got[64], i + 2);
     }
-    ASSERT_OK(s->Fence());
+    ASSERT_TRUE(s->Fence().ok());
     const Counters c = s->counters();
     if (level == Level::kNaive) {
       EXPECT_EQ(c.op_logs, 0u);
@@ -106,7 +106,7 @@ TEST_P(LevelTest, WriteFenceReadBackAcrossReopenAndRestart) {
     ASSERT_TRUE(r);
     for (int i = 0; i < 20; i++) {
       std::vector<uint8_t> got(72);
-      ASSERT_OK(r->Read(addrs[i], got));
+      ASSERT_TRUE(r->Read(addrs[i], got).ok());
       EXPECT_EQ(got[63], i + 1);
       EXPECT_EQ(got[71], i + 2);
     }
@@ -117,24 +117,24 @@ TEST_P(LevelTest, WriteFenceReadBackAcrossReopenAndRestart) {
     ASSERT_TRUE(s);
     EXPECT_GT(s->applied_lpn(), 0u);
     auto st = s->OpenRoot("kv");
-    ASSERT_OK(st);
-    ASSERT_OK(Update(*s, *st, addrs[0], 0x55));
-    ASSERT_OK(s->Fence());
+    ASSERT_TRUE(st.ok());
+    ASSERT_TRUE(Update(*s, *st, addrs[0], 0x55).ok());
+    ASSERT_TRUE(s->Fence().ok());
   }
   RestartBackend();
   {
     auto s = OpenSession(3, level);
     ASSERT_TRUE(s);
     std::vector<uint8_t> got(72);
-    ASSERT_OK(s->Read(addrs[0], got));
+    ASSERT_TRUE(s->Read(addrs[0], got).ok());
     EXPECT_EQ(got[0], 0x55);
-    ASSERT_OK(s->Read(addrs[19], got));
+    ASSERT_TRUE(s->Read(addrs[19], got).ok());
     EXPECT_EQ(got[0], 20);
     EXPECT_EQ(got[64], 21);
     auto st = s->OpenRoot("kv");
-    ASSERT_OK(st);
-    ASSERT_OK(Update(*s, *st, addrs[1], 0x66));
-    ASSERT_OK(s->Fence());
+    ASSERT_TRUE(st.ok());
+    ASSERT_TRUE(Update(*s, *st, addrs[1], 0x66).ok());
+    ASSERT_TRUE(s->Fence().ok());
   }
 }
 
@@ -160,11 +160,11 @@ TEST_F(FrontendTest, PoolUuidIdentifiesTheBackendAcrossRestarts) {
   const std::string other = path_ + ".other";
   std::remove(other.c_str());
   auto be2 = backend::Backend::Start(SmallBackend(other));
-  ASSERT_OK(be2);
+  ASSERT_TRUE(be2.ok()) << be2.status().ToString();
   SessionOptions o = Options(8, Level::kRcb);
   o.backends = {(*be2)->address()};
   auto s2 = Session::Open(o);
-  ASSERT_OK(s2);
+  ASSERT_TRUE(s2.ok()) << s2.status().ToString();
   EXPECT_NE((*s2)->pool_uuid(), first);
   s2->reset();
   (*be2)->Stop();
@@ -178,14 +178,13 @@ TEST_F(FrontendTest, CostPerLevel) {
     ASSERT_TRUE(s);
     auto st = s->CreateRoot("cost", 3);
     auto a = s->Malloc(8 * kOps + 64);
-    ASSERT_OK(st);
-    ASSERT_OK(a);
+    ASSERT_TRUE(st.ok() && a.ok());
     const Counters c0 = s->counters();
-    for (int i = 0; i < kOps; i++) ASSERT_OK(Update(*s, *st, *a + 8 * (i % 16), 1));
-    ASSERT_OK(s->Fence());
+    for (int i = 0; i < kOps; i++) ASSERT_TRUE(Update(*s, *st, *a + 8 * (i % 16), 1).ok());
+    ASSERT_TRUE(s->Fence().ok());
     const Counters c1 = s->counters();
     uint8_t b[8];
-    for (int i = 0; i < kOps; i++) ASSERT_OK(s->Read(*a + 8 * i, b));
+    for (int i = 0; i < kOps; i++) ASSERT_TRUE(s->Read(*a + 8 * i, b).ok());
     const Counters c2 = s->counters();
     const auto w = c1.fabric - c0.fabric, r = c2.fabric - c1.fabric;
     std::printf(
@@ -207,38 +206,38 @@ TEST_F(FrontendTest, CacheHitsMissesAndEviction) {
   SessionOptions o = Options(5, Level::kRc);
   o.cache_bytes = 4 * 4096;  // four pages
   auto s = Session::Open(o);
-  ASSERT_OK(s);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
   const uint64_t base = (*s)->data_begin();
   std::vector<uint8_t> b(16);
-  ASSERT_OK((*s)->Read(base, b));
-  ASSERT_OK((*s)->Read(base + 100, b));
+  ASSERT_TRUE((*s)->Read(base, b).ok());
+  ASSERT_TRUE((*s)->Read(base + 100, b).ok());
   Counters c = (*s)->counters();
   EXPECT_EQ(c.cache_misses, 1u);
   EXPECT_EQ(c.cache_hits, 1u);
   EXPECT_EQ(c.remote_reads, 1u);
   // A read crossing a page boundary touches two pages.
-  ASSERT_OK((*s)->Read(base + 4096 - 8, b));
+  ASSERT_TRUE((*s)->Read(base + 4096 - 8, b).ok());
   c = (*s)->counters();
   EXPECT_EQ(c.cache_hits, 2u);
   EXPECT_EQ(c.cache_misses, 2u);
-  for (int p = 2; p < 10; p++) ASSERT_OK((*s)->Read(base + p * 4096, b));
+  for (int p = 2; p < 10; p++) ASSERT_TRUE((*s)->Read(base + p * 4096, b).ok());
   c = (*s)->counters();
   EXPECT_EQ(c.cache_misses, 10u);
   EXPECT_EQ(c.cache_evictions, 6u);  // ten pages through a four-page cache
   // Memory logs update cached pages.
   auto st = (*s)->CreateRoot("c", 9);
-  ASSERT_OK(st);
-  ASSERT_OK((*s)->Read(base + 9 * 4096, b));  // cached
+  ASSERT_TRUE(st.ok());
+  ASSERT_TRUE((*s)->Read(base + 9 * 4096, b).ok());  // cached
   auto v = Bytes(16, 0xAB);
-  ASSERT_OK((*s)->MemLog(base + 9 * 4096, v));
-  ASSERT_OK((*s)->TxWrite(*st));
+  ASSERT_TRUE((*s)->MemLog(base + 9 * 4096, v).ok());
+  ASSERT_TRUE((*s)->TxWrite(*st).ok());
   const uint64_t misses = (*s)->counters().cache_misses;
-  ASSERT_OK((*s)->Read(base + 9 * 4096, b));
+  ASSERT_TRUE((*s)->Read(base + 9 * 4096, b).ok());
   EXPECT_EQ(b, v);
   EXPECT_EQ((*s)->counters().cache_misses, misses);
   // A per-structure page size caches separately.
   std::vector<uint8_t> big(16);
-  ASSERT_OK((*s)->Read(base + 9 * 4096, big, 1024));
+  ASSERT_TRUE((*s)->Read(base + 9 * 4096, big, 1024).ok());
   EXPECT_EQ(big, v);
 }
 
@@ -265,32 +264,32 @@ TEST_F(FrontendTest, BatchingCoalescesWrites) {
   auto s = OpenSession(6, Level::kRcb);
   ASSERT_TRUE(s);
   auto st = s->CreateRoot("b", 3);
-  ASSERT_OK(st);
+  ASSERT_TRUE(st.ok());
   auto a = s->Malloc(64);
-  ASSERT_OK(a);
+  ASSERT_TRUE(a.ok());
   for (int i = 1; i <= 10; i++) {
-    ASSERT_OK(s->OpLog(*st, 1, {}));
+    ASSERT_TRUE(s->OpLog(*st, 1, {}).ok());
     auto v = Bytes(8, static_cast<uint8_t>(i));
-    ASSERT_OK(s->MemLog(*a, v));
-    ASSERT_OK(s->TxWrite(*st));
+    ASSERT_TRUE(s->MemLog(*a, v).ok());
+    ASSERT_TRUE(s->TxWrite(*st).ok());
   }
   EXPECT_EQ(s->counters().txns, 0u);  // still batched
-  ASSERT_OK(s->Fence());
+  ASSERT_TRUE(s->Fence().ok());
   Counters c = s->counters();
   EXPECT_EQ(c.txns, 1u);
   EXPECT_EQ(c.coalesced, 9u);
   auto r = OpenSession(7, Level::kNaive);
   uint8_t got[8];
-  ASSERT_OK(r->Read(*a, got));
+  ASSERT_TRUE(r->Read(*a, got).ok());
   EXPECT_EQ(got[0], 10);
   // The batch fills by ops.
   SessionOptions o = Options(8, Level::kRcb);
   o.batch_ops = 4;
   auto s2 = Session::Open(o);
-  ASSERT_OK(s2);
-  for (int i = 0; i < 9; i++) ASSERT_OK(Update(**s2, *st, *a, 1));
+  ASSERT_TRUE(s2.ok());
+  for (int i = 0; i < 9; i++) ASSERT_TRUE(Update(**s2, *st, *a, 1).ok());
   EXPECT_EQ((*s2)->counters().txns, 2u);
-  ASSERT_OK((*s2)->Fence());
+  ASSERT_TRUE((*s2)->Fence().ok());
   EXPECT_EQ((*s2)->counters().txns, 3u);
 }
 
@@ -325,34 +324,34 @@ TEST_P(PointerEntryTest, ValuesCrossTheWireOnceAndLandExactly) {
       auto s = BackendTest::OpenSession(o);
       ASSERT_TRUE(s);
       auto st = s->CreateRoot("ptr" + std::to_string(round++), 7);
-      ASSERT_OK(st);
+      ASSERT_TRUE(st.ok()) << st.status().ToString();
       const Counters before = s->counters();
       addrs.clear();
       for (int i = 0; i < kOps; i++) {
         auto a = s->Malloc(kValue + 8);
-        ASSERT_OK(a);
+        ASSERT_TRUE(a.ok());
         addrs.push_back(*a);
         std::vector<uint8_t> params(8);
         std::memcpy(params.data(), &*a, 8);
         const auto v = value(i + static_cast<int>(level) * 100);
         params.insert(params.end(), v.begin(), v.end());
         auto seq = s->OpLog(*st, 1, params);
-        ASSERT_OK(seq);
+        ASSERT_TRUE(seq.ok());
         const uint64_t header = 0xA5A5000000000000ull + static_cast<uint64_t>(i);
         ASSERT_TRUE(
             s->MemLog(*a, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&header), 8))
                 .ok());
         Status m = s->MemLogFromOp(*a + 8, v, *seq, 8);
-        ASSERT_OK(m);
+        ASSERT_TRUE(m.ok()) << m.ToString();
         // Misuse: an op that is not open in this session.
         EXPECT_EQ(s->MemLogFromOp(*a + 8, v, *seq + 1000, 8).code(),
                   level == Level::kNaive ? StatusCode::kOk : StatusCode::kFailedPrecondition);
         std::vector<uint8_t> got(kValue);  // read-your-writes before anything was sent
-        ASSERT_OK(s->Read(*a + 8, got));
+        ASSERT_TRUE(s->Read(*a + 8, got).ok());
         ASSERT_EQ(got, v);
-        ASSERT_OK(s->TxWrite(*st));
+        ASSERT_TRUE(s->TxWrite(*st).ok());
       }
-      ASSERT_OK(s->Fence());
+      ASSERT_TRUE(s->Fence().ok());
       const Counters c = s->counters();
       const bool expect_pointers = pointers && level != Level::kNaive;
       EXPECT_EQ(c.pointer_mem_logs - before.pointer_mem_logs, expect_pointers ? kOps : 0u);
@@ -363,7 +362,7 @@ TEST_P(PointerEntryTest, ValuesCrossTheWireOnceAndLandExactly) {
         ASSERT_TRUE(r);
         for (int i = 0; i < kOps; i++) {
           std::vector<uint8_t> got(kValue + 8);
-          ASSERT_OK(r->Read(addrs[i], got));
+          ASSERT_TRUE(r->Read(addrs[i], got).ok());
           EXPECT_EQ(GetLe64(got.data()), 0xA5A5000000000000ull + static_cast<uint64_t>(i));
           EXPECT_EQ(std::vector<uint8_t>(got.begin() + 8, got.end()),
                     value(i + static_cast<int>(level) * 100))
@@ -395,21 +394,20 @@ TEST_F(FrontendTest, BatchTimerFlushesAtTheNextCall) {
   SessionOptions o = Options(9, Level::kRcb);
   o.batch_timeout = std::chrono::microseconds(0);  // every batch is already due at the next call
   auto s = Session::Open(o);
-  ASSERT_OK(s);
+  ASSERT_TRUE(s.ok());
   auto st = (*s)->CreateRoot("t", 3);
   auto a = (*s)->Malloc(64);
-  ASSERT_OK(st);
-  ASSERT_OK(a);
-  ASSERT_OK(Update(**s, *st, *a, 1));
+  ASSERT_TRUE(st.ok() && a.ok());
+  ASSERT_TRUE(Update(**s, *st, *a, 1).ok());
   EXPECT_EQ((*s)->counters().txns, 1u);
   // With a long timeout the batch waits for Poll / Fence.
   o = Options(19, Level::kRcb);
   auto s2 = Session::Open(o);
-  ASSERT_OK(s2);
-  ASSERT_OK(Update(**s2, *st, *a, 2));
-  ASSERT_OK((*s2)->Poll());
+  ASSERT_TRUE(s2.ok());
+  ASSERT_TRUE(Update(**s2, *st, *a, 2).ok());
+  ASSERT_TRUE((*s2)->Poll().ok());
   EXPECT_EQ((*s2)->counters().txns, 0u);
-  ASSERT_OK((*s2)->Flush());
+  ASSERT_TRUE((*s2)->Flush().ok());
   EXPECT_EQ((*s2)->counters().txns, 1u);
 }
 
@@ -421,29 +419,29 @@ TEST_F(FrontendTest, WriterLockContentionAndHandOver) {
   ASSERT_TRUE(a && bs.ok());
   auto& b = *bs;
   auto st = a->CreateRoot("locked", 4);
-  ASSERT_OK(st);
+  ASSERT_TRUE(st.ok());
   auto stb = b->OpenRoot("locked");
-  ASSERT_OK(stb);
+  ASSERT_TRUE(stb.ok());
   auto addr = a->Malloc(64);
-  ASSERT_OK(addr);
+  ASSERT_TRUE(addr.ok());
   // B caches the old contents.
   uint8_t got[8];
-  ASSERT_OK(b->Read(*addr, got));
-  ASSERT_OK(a->WriterLock(*st));
+  ASSERT_TRUE(b->Read(*addr, got).ok());
+  ASSERT_TRUE(a->WriterLock(*st).ok());
   EXPECT_EQ(a->WriterLock(*st).code(), StatusCode::kFailedPrecondition);
   auto lock_word = a->ReadWord(st->lock_addr);
-  ASSERT_OK(lock_word);
+  ASSERT_TRUE(lock_word.ok());
   EXPECT_EQ(*lock_word, 10u);
   EXPECT_EQ(b->WriterLock(*stb).code(), StatusCode::kTimedOut);
   EXPECT_GT(b->counters().lock_retries, 0u);
-  ASSERT_OK(Update(*a, *st, *addr, 0x42));
+  ASSERT_TRUE(Update(*a, *st, *addr, 0x42).ok());
   EXPECT_EQ(b->WriterUnlock(*stb).code(), StatusCode::kFailedPrecondition);
-  ASSERT_OK(a->WriterUnlock(*st));
-  ASSERT_OK(b->WriterLock(*stb));
-  ASSERT_OK(b->Read(*addr, got));  // the cache was invalidated at acquisition
+  ASSERT_TRUE(a->WriterUnlock(*st).ok());
+  ASSERT_TRUE(b->WriterLock(*stb).ok());
+  ASSERT_TRUE(b->Read(*addr, got).ok());  // the cache was invalidated at acquisition
   EXPECT_EQ(got[0], 0x42);
-  ASSERT_OK(Update(*b, *stb, *addr, 0x43));
-  ASSERT_OK(b->WriterUnlock(*stb));
+  ASSERT_TRUE(Update(*b, *stb, *addr, 0x43).ok());
+  ASSERT_TRUE(b->WriterUnlock(*stb).ok());
   EXPECT_EQ(a->ReadWord(st->lock_addr).value(), 0u);
 }
 
@@ -452,11 +450,11 @@ TEST_F(FrontendTest, ReaderRetriesWhileAWriterApplies) {
   auto r = OpenSession(13, Level::kRc);
   ASSERT_TRUE(w && r);
   auto st = w->CreateRoot("seq", 4);
-  ASSERT_OK(st);
+  ASSERT_TRUE(st.ok());
   auto addr = w->Malloc(64);
-  ASSERT_OK(addr);
-  ASSERT_OK(Update(*w, *st, *addr, 1));
-  ASSERT_OK(w->Fence());
+  ASSERT_TRUE(addr.ok());
+  ASSERT_TRUE(Update(*w, *st, *addr, 1).ok());
+  ASSERT_TRUE(w->Fence().ok());
   int attempts = 0;
   uint8_t got[8] = {};
   Status s = r->ReadConsistent(*st, [&]() -> Status {
@@ -469,7 +467,7 @@ TEST_F(FrontendTest, ReaderRetriesWhileAWriterApplies) {
     }
     return Status::Ok();
   });
-  ASSERT_OK(s);
+  ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(attempts, 2);
   EXPECT_EQ(got[0], 2);
   EXPECT_EQ(r->counters().reader_retries, 1u);
@@ -488,16 +486,16 @@ TEST_F(FrontendTest, ReaderSnapshotsServeRepeatsUntilTheWordChanges) {
   auto n = OpenSession(16, Level::kNaive);
   ASSERT_TRUE(w && r && n);
   auto st = w->CreateRoot("snap", 4);
-  ASSERT_OK(st);
+  ASSERT_TRUE(st.ok());
   auto addr = w->Malloc(128);
-  ASSERT_OK(addr);
-  ASSERT_OK(Update(*w, *st, *addr, 1));
-  ASSERT_OK(w->Fence());
+  ASSERT_TRUE(addr.ok());
+  ASSERT_TRUE(Update(*w, *st, *addr, 1).ok());
+  ASSERT_TRUE(w->Fence().ok());
   auto read = [&](Session& s, uint64_t* remote_reads) -> int {
     const uint64_t before = s.counters().remote_reads;
     uint8_t got[8] = {};
     Status rs = s.ReadConsistent(*st, [&]() { return s.Read(*addr, got); });
-    EXPECT_OK(rs);
+    EXPECT_TRUE(rs.ok()) << rs.ToString();
     *remote_reads = s.counters().remote_reads - before;
     return got[0];
   };
@@ -508,8 +506,8 @@ TEST_F(FrontendTest, ReaderSnapshotsServeRepeatsUntilTheWordChanges) {
   EXPECT_EQ(rr, 1u);  // word only: the data came from the snapshot taken at this word value
   EXPECT_EQ(read(*r, &rr), 1);
   EXPECT_EQ(rr, 1u);
-  ASSERT_OK(Update(*w, *st, *addr, 7));
-  ASSERT_OK(w->Fence());
+  ASSERT_TRUE(Update(*w, *st, *addr, 7).ok());
+  ASSERT_TRUE(w->Fence().ok());
   EXPECT_EQ(read(*r, &rr), 7);  // the word moved: the snapshot is dropped, the new value read
   EXPECT_EQ(rr, 3u);
   EXPECT_EQ(read(*r, &rr), 7);
@@ -529,11 +527,11 @@ TEST_F(FrontendTest, ASecondRegistrationOfTheIdFencesTheFirstSession) {
   auto a = OpenSession(9, Level::kR);
   ASSERT_TRUE(a);
   auto st = a->CreateRoot("fenced", 7);
-  ASSERT_OK(st);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
   auto addr = a->Malloc(128);
-  ASSERT_OK(addr);
-  ASSERT_OK(Update(*a, *st, *addr, 1));
-  ASSERT_OK(a->Fence());
+  ASSERT_TRUE(addr.ok()) << addr.status().ToString();
+  ASSERT_TRUE(Update(*a, *st, *addr, 1).ok());
+  ASSERT_TRUE(a->Fence().ok());
 
   auto b = OpenSession(9, Level::kR);  // the id registered again: a new incarnation
   ASSERT_TRUE(b);
@@ -552,13 +550,13 @@ TEST_F(FrontendTest, ASecondRegistrationOfTheIdFencesTheFirstSession) {
 
   // The newcomer sees the last acknowledged value, writes, and fences normally.
   std::vector<uint8_t> got(72);
-  ASSERT_OK(b->Read(*addr, got));
+  ASSERT_TRUE(b->Read(*addr, got).ok());
   EXPECT_EQ(got[0], 1);
   auto st2 = b->OpenRoot("fenced");
-  ASSERT_OK(st2);
-  ASSERT_OK(Update(*b, *st2, *addr, 3));
-  ASSERT_OK(b->Fence());
-  ASSERT_OK(b->Read(*addr, got));
+  ASSERT_TRUE(st2.ok());
+  ASSERT_TRUE(Update(*b, *st2, *addr, 3).ok());
+  ASSERT_TRUE(b->Fence().ok());
+  ASSERT_TRUE(b->Read(*addr, got).ok());
   EXPECT_EQ(got[0], 3);
 }
 
@@ -567,18 +565,18 @@ TEST_F(FrontendTest, CompareSwapRootWord) {
   auto t = OpenSession(21, Level::kNaive);
   ASSERT_TRUE(s && t);
   auto st = s->CreateRoot("mv", 8);
-  ASSERT_OK(st);
+  ASSERT_TRUE(st.ok());
   EXPECT_EQ(s->CompareSwap(st->root_addr, 0, 4096).value(), 0u);
   EXPECT_EQ(t->CompareSwap(st->root_addr, 0, 8192).value(), 4096u);  // lost the race
   EXPECT_EQ(t->ReadWord(st->root_addr).value(), 4096u);
   EXPECT_EQ(s->CompareSwap(st->root_addr + 3, 0, 1).status().code(), StatusCode::kInvalidArgument);
   // A swap in the data area updates the swapper's cached page.
   auto a = s->Malloc(64);
-  ASSERT_OK(a);
+  ASSERT_TRUE(a.ok());
   uint8_t b[8];
-  ASSERT_OK(s->Read(*a, b));
+  ASSERT_TRUE(s->Read(*a, b).ok());
   EXPECT_EQ(s->CompareSwap(*a, 0, 77).value(), 0u);
-  ASSERT_OK(s->Read(*a, b));
+  ASSERT_TRUE(s->Read(*a, b).ok());
   EXPECT_EQ(b[0], 77);
 }
 
@@ -587,18 +585,17 @@ TEST_F(FrontendTest, TwoTierAllocator) {
   ASSERT_TRUE(s);
   auto a = s->Malloc(100);
   auto b = s->Malloc(100);
-  ASSERT_OK(a);
-  ASSERT_OK(b);
+  ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_NE(*a, *b);
   EXPECT_GE(*a, s->data_begin());
   EXPECT_LT(*a, s->data_end());
-  ASSERT_OK(s->Free(*a));
+  ASSERT_TRUE(s->Free(*a).ok());
   EXPECT_EQ(s->Free(*a).code(), StatusCode::kFailedPrecondition);  // double free
   // Not allocated anywhere: the back-end says so.
   EXPECT_EQ(s->Free(s->data_end() - 8).code(), StatusCode::kFailedPrecondition);
   auto big = s->Malloc(3 * 4096 + 5);  // larger than a slab: the back-end's large extent
-  ASSERT_OK(big);
-  ASSERT_OK(s->Free(*big));
+  ASSERT_TRUE(big.ok()) << big.status().ToString();
+  ASSERT_TRUE(s->Free(*big).ok());
   EXPECT_EQ(s->Free(*big).code(), StatusCode::kFailedPrecondition);  // double free of a large one
   EXPECT_EQ(s->Malloc(0).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(s->Malloc(1ull << 40).status().code() == StatusCode::kOk, false);
@@ -614,20 +611,19 @@ TEST_F(FrontendTest, FreeOfObjectsOfAnEarlierSession) {
     ASSERT_TRUE(s);
     auto a = s->Malloc(100);
     auto b = s->Malloc(5 * 4096);
-    ASSERT_OK(a);
-    ASSERT_OK(b);
+    ASSERT_TRUE(a.ok() && b.ok());
     small = *a;
     large = *b;
   }
   auto s = OpenSession(15, Level::kRcb);
   ASSERT_TRUE(s);
-  EXPECT_OK(s->Free(small));
+  EXPECT_TRUE(s->Free(small).ok());
   EXPECT_EQ(s->counters().orphan_frees, 1u);
   EXPECT_EQ(s->Free(large + 8).code(), StatusCode::kInvalidArgument);  // middle of the extent
-  EXPECT_OK(s->Free(large));
+  EXPECT_TRUE(s->Free(large).ok());
   EXPECT_EQ(s->Free(large).code(), StatusCode::kFailedPrecondition);
   auto mine = s->Malloc(64);
-  ASSERT_OK(mine);
+  ASSERT_TRUE(mine.ok());
   EXPECT_EQ(s->Free(*mine + 8).code(), StatusCode::kInvalidArgument);
 }
 
@@ -647,19 +643,19 @@ TEST_F(FrontendTest, ReplayReexecutesOpsAfterOpn) {
   {
     auto s = OpenSession(15, Level::kRcb);
     auto st = s->CreateRoot("replay", 21);
-    ASSERT_OK(st);
+    ASSERT_TRUE(st.ok());
     sid = st->id;
     auto a = s->Malloc(64);
-    ASSERT_OK(a);
+    ASSERT_TRUE(a.ok());
     addr = *a;
-    ASSERT_OK(Update(*s, *st, addr, 1));
-    ASSERT_OK(s->Fence());
+    ASSERT_TRUE(Update(*s, *st, addr, 1).ok());
+    ASSERT_TRUE(s->Fence().ok());
   }
   auto s = OpenSession(15, Level::kRcb);
   ASSERT_TRUE(s);
   const uint64_t opn = s->recovered_opn();
   EXPECT_GE(opn, 1u);
-  ASSERT_OK(s->OpenRoot("replay"));
+  ASSERT_TRUE(s->OpenRoot("replay").ok());
   FakeFetcher f;
   auto mk = [&](uint64_t seq, uint8_t fill) {
     RecoveredOp op;
@@ -682,26 +678,26 @@ TEST_F(FrontendTest, ReplayReexecutesOpsAfterOpn) {
     return Update(ss, st, a, op.payload[8]);
   });
   const uint64_t op_logs_before = s->counters().op_logs;
-  ASSERT_OK(s->Replay(&f));
+  ASSERT_TRUE(s->Replay(&f).ok());
   EXPECT_EQ(f.asked_after, opn);
   EXPECT_EQ(seen, (std::vector<uint64_t>{opn + 1, opn + 2}));
   EXPECT_EQ(s->counters().replayed_ops, 2u);
   EXPECT_EQ(s->counters().op_logs, op_logs_before);  // nothing re-logged
   EXPECT_GE(s->next_op_seq(), opn + 3);
   uint8_t got[8];
-  ASSERT_OK(s->Read(addr, got));
+  ASSERT_TRUE(s->Read(addr, got).ok());
   EXPECT_EQ(got[0], 0x22);
   // A second Replay on the same connection (Database::Recover after the session already replayed
   // at a reconnection) re-executes nothing: re-running opn+1 here would write 0x11 over the
   // newer 0x33 — an old write set over newer transactions (found by txn_kill_rounds_long).
   auto root = s->OpenRoot("replay");
-  ASSERT_OK(root);
-  ASSERT_OK(Update(*s, root.value(), addr, 0x33));
-  ASSERT_OK(s->Fence());
-  ASSERT_OK(s->Replay(&f));
+  ASSERT_TRUE(root.ok());
+  ASSERT_TRUE(Update(*s, root.value(), addr, 0x33).ok());
+  ASSERT_TRUE(s->Fence().ok());
+  ASSERT_TRUE(s->Replay(&f).ok());
   EXPECT_EQ(seen.size(), 2u);
   EXPECT_EQ(s->counters().replayed_ops, 2u);
-  ASSERT_OK(s->Read(addr, got));
+  ASSERT_TRUE(s->Read(addr, got).ok());
   EXPECT_EQ(got[0], 0x33);
   // An op of a structure not opened here is refused.
   auto s2 = OpenSession(16, Level::kRcb);
@@ -729,7 +725,7 @@ TEST_F(FrontendTest, BadInput) {
   auto s = OpenSession(17, Level::kRcb);
   ASSERT_TRUE(s);
   auto st = s->CreateRoot("x", 1);
-  ASSERT_OK(st);
+  ASSERT_TRUE(st.ok());
   auto v = Bytes(8, 1);
   EXPECT_EQ(s->MemLog(0, v).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(s->MemLog(s->data_end() - 4, v).code(), StatusCode::kInvalidArgument);
@@ -744,12 +740,12 @@ TEST_F(FrontendTest, BadInput) {
   EXPECT_EQ(s->CreateRoot("x", 2).status().code(), StatusCode::kAlreadyExists);
   EXPECT_EQ(s->CreateRoot("y", 0xFE).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(s->OpenRoot("nope").status().code(), StatusCode::kNotFound);
-  ASSERT_OK(s->MemLog(s->data_begin(), v));
+  ASSERT_TRUE(s->MemLog(s->data_begin(), v).ok());
   EXPECT_EQ(s->Fence().code(), StatusCode::kFailedPrecondition);  // inside an operation
   EXPECT_EQ(s->Write(s->data_begin(), v).code(), StatusCode::kFailedPrecondition);
-  ASSERT_OK(s->TxWrite(*st));
-  ASSERT_OK(s->Fence());
-  ASSERT_OK(s->RemoveRoot("x"));
+  ASSERT_TRUE(s->TxWrite(*st).ok());
+  ASSERT_TRUE(s->Fence().ok());
+  ASSERT_TRUE(s->RemoveRoot("x").ok());
   EXPECT_EQ(s->RemoveRoot("x").code(), StatusCode::kNotFound);
 }
 
@@ -818,7 +814,7 @@ TEST(FrontendCrash, AckedOpsSurviveSigkillOfTheFrontend) {
   }
   close(to_child[0]);
   auto be = backend::Backend::Start(SmallBackend(pool));
-  ASSERT_OK(be);
+  ASSERT_TRUE(be.ok()) << be.status().ToString();
   const std::string address = (*be)->address();
   ASSERT_EQ(write(to_child[1], address.data(), address.size()),
             static_cast<ssize_t>(address.size()));
@@ -866,12 +862,12 @@ TEST(FrontendCrash, AckedOpsSurviveSigkillOfTheFrontend) {
   o.frontend_id = 20;
   o.level = Level::kRc;
   auto s = Session::Open(o);
-  ASSERT_OK(s);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
   // The child's op logs past its last transaction (logged, not applied) are replayed first: the
   // session keeps its OPN and the dead child's lock until it has (doc/frontend.md "Replay before
   // the OPN moves").
   auto st = (*s)->OpenRoot("crash");
-  ASSERT_OK(st);
+  ASSERT_TRUE(st.ok());
   (*s)->RegisterReplay(2, [&](Session& ss, const Structure&, const RecoveredOp& op) -> Status {
     uint64_t v = 0;
     if (op.payload.size() != 8) return Status::Corruption("crash op: payload");
@@ -880,10 +876,10 @@ TEST(FrontendCrash, AckedOpsSurviveSigkillOfTheFrontend) {
     ASYMNVM_RETURN_IF_ERROR(ss.MemLog(a + 8 * (v - 1), op.payload));
     return ss.MemLog(b + 8 * (v - 1), op.payload);
   });
-  ASSERT_OK((*s)->Replay());
+  ASSERT_TRUE((*s)->Replay().ok());
   std::vector<uint64_t> va(kOps), vb(kOps);
-  ASSERT_OK((*s)->Read(a, std::span(reinterpret_cast<uint8_t*>(va.data()), 8 * kOps)));
-  ASSERT_OK((*s)->Read(b, std::span(reinterpret_cast<uint8_t*>(vb.data()), 8 * kOps)));
+  ASSERT_TRUE((*s)->Read(a, std::span(reinterpret_cast<uint8_t*>(va.data()), 8 * kOps)).ok());
+  ASSERT_TRUE((*s)->Read(b, std::span(reinterpret_cast<uint8_t*>(vb.data()), 8 * kOps)).ok());
   bool gap = false;
   uint64_t applied = 0;
   for (uint64_t i = 0; i < kOps; i++) {
@@ -907,18 +903,18 @@ TEST(FrontendCrash, AckedOpsSurviveSigkillOfTheFrontend) {
     other.frontend_id = 22;
     other.lock_timeout = std::chrono::milliseconds(50);
     auto s2 = Session::Open(other);
-    ASSERT_OK(s2);
+    ASSERT_TRUE(s2.ok());
     EXPECT_EQ((*s2)->WriterLock(*st).code(), StatusCode::kTimedOut);
   }
-  ASSERT_OK((*s)->WriterLock(*st));
+  ASSERT_TRUE((*s)->WriterLock(*st).ok());
   // The front-end continues: its next transaction is LPN + 1.
   uint64_t v = 999;
   uint8_t p[8];
   std::memcpy(p, &v, 8);
-  ASSERT_OK((*s)->OpLog(*st, 1, p));
-  ASSERT_OK((*s)->MemLog(a, p));
-  ASSERT_OK((*s)->TxWrite(*st));
-  ASSERT_OK((*s)->WriterUnlock(*st));
+  ASSERT_TRUE((*s)->OpLog(*st, 1, p).ok());
+  ASSERT_TRUE((*s)->MemLog(a, p).ok());
+  ASSERT_TRUE((*s)->TxWrite(*st).ok());
+  ASSERT_TRUE((*s)->WriterUnlock(*st).ok());
   s->reset();
   (*be)->Stop();
   std::remove(pool.c_str());
@@ -964,7 +960,7 @@ TEST(FrontendCrash, UnreplayedOpLogsHoldTheOpnAndTheLocksUntilReplayed) {
   close(to_child[0]);
   close(from_child[1]);
   auto be = backend::Backend::Start(SmallBackend(pool));
-  ASSERT_OK(be);
+  ASSERT_TRUE(be.ok()) << be.status().ToString();
   const std::string address = (*be)->address();
   ASSERT_EQ(write(to_child[1], address.data(), address.size()),
             static_cast<ssize_t>(address.size()));
@@ -990,36 +986,36 @@ TEST(FrontendCrash, UnreplayedOpLogsHoldTheOpnAndTheLocksUntilReplayed) {
     // Not replaying: the lock it still holds (the dead session's) is kept, and the op it logs
     // does not move the OPN.
     auto s = Session::Open(o);
-    ASSERT_OK(s);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
     opn = (*s)->recovered_opn();
     auto st = (*s)->OpenRoot("unreplayed");
-    ASSERT_OK(st);
-    ASSERT_OK((*s)->WriterLock(*st));  // its own id: taken back
-    ASSERT_OK((*s)->Fence());
+    ASSERT_TRUE(st.ok());
+    ASSERT_TRUE((*s)->WriterLock(*st).ok());  // its own id: taken back
+    ASSERT_TRUE((*s)->Fence().ok());
     EXPECT_EQ((*s)->WriterUnlock(*st).code(), StatusCode::kFailedPrecondition);
   }
   {
     auto s = Session::Open(o);
-    ASSERT_OK(s);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
     EXPECT_EQ((*s)->recovered_opn(), opn) << "an OPN moved past op logs nobody replayed";
     auto st = (*s)->OpenRoot("unreplayed");
-    ASSERT_OK(st);
+    ASSERT_TRUE(st.ok());
     (*s)->RegisterReplay(2, replay);
-    ASSERT_OK((*s)->Replay());
+    ASSERT_TRUE((*s)->Replay().ok());
     EXPECT_EQ((*s)->counters().replayed_ops, kOps);
     for (uint64_t i = 0; i < kOps; i++) {
       uint64_t v = 0;
-      ASSERT_OK((*s)->Read(a + 8 * i, std::span(reinterpret_cast<uint8_t*>(&v), 8)));
+      ASSERT_TRUE((*s)->Read(a + 8 * i, std::span(reinterpret_cast<uint8_t*>(&v), 8)).ok());
       EXPECT_EQ(v, 100 + i) << "acknowledged op " << i;
     }
     // Replayed: the lock (still the dead session's, i.e. this id's) can go now.
     auto lock = (*s)->ReadWord(st->lock_addr);
-    ASSERT_OK(lock);
+    ASSERT_TRUE(lock.ok());
     EXPECT_EQ(*lock, 30u);
-    ASSERT_OK((*s)->WriterLock(*st));
-    EXPECT_OK((*s)->WriterUnlock(*st));
+    ASSERT_TRUE((*s)->WriterLock(*st).ok());
+    EXPECT_TRUE((*s)->WriterUnlock(*st).ok());
     lock = (*s)->ReadWord(st->lock_addr);
-    ASSERT_OK(lock);
+    ASSERT_TRUE(lock.ok());
     EXPECT_EQ(*lock, 0u);
   }
   (*be)->Stop();
@@ -1036,7 +1032,6 @@ TEST(FrontendCrash, UnreplayedOpLogsHoldTheOpnAndTheLocksUntilReplayed) {
 #include "backend/rpc.h"
 #include "common/coding.h"
 #include "fabric/oq/oq.h"
-#include "tests/common/status_assert.h"
 
 namespace asymnvm::frontend {
 namespace {
@@ -1049,7 +1044,7 @@ class SymmetricTest : public FrontendTest {
     log_path_ = path_ + ".log-backend";
     std::remove(log_path_.c_str());
     auto be = backend::Backend::Start(SmallBackend(log_path_));
-    ASSERT_OK(be);
+    ASSERT_TRUE(be.ok()) << be.status().ToString();
     log_be_ = std::move(*be);
   }
   void TearDown() override {
@@ -1074,10 +1069,10 @@ class SymmetricTest : public FrontendTest {
 // page: up to ~60 KiB of records).
 std::vector<backend::FetchedOp> FetchOpLogsAt(const std::string& oq_address, uint64_t fe) {
   auto fab = fabric::Fabric::Open({});
-  EXPECT_OK(fab);
+  EXPECT_TRUE(fab.ok());
   if (!fab.ok()) return {};
   auto pd = (*fab)->AllocPd();
-  EXPECT_OK(pd);
+  EXPECT_TRUE(pd.ok());
   if (!pd.ok()) return {};
   oq::ClientOptions co;
   co.fabric = fab->get();
@@ -1085,38 +1080,38 @@ std::vector<backend::FetchedOp> FetchOpLogsAt(const std::string& oq_address, uin
   co.server_address = oq_address;
   co.client_id = 61000;
   auto cl = oq::Client::Connect(co);
-  EXPECT_OK(cl);
+  EXPECT_TRUE(cl.ok()) << cl.status().ToString();
   if (!cl.ok()) return {};
   backend::PayloadWriter w;
   w.U64(fe).U64(0).U64(~0ull);
   std::vector<uint8_t> reply;
   Status st = (*cl)->Call(0, backend::kFetchOpLogs, w.bytes(), &reply);
-  EXPECT_OK(st);
+  EXPECT_TRUE(st.ok()) << st.ToString();
   bool more = false;
   auto ops = backend::DecodeFetchedOps(reply, &more);
-  EXPECT_OK(ops);
+  EXPECT_TRUE(ops.ok()) << ops.status().ToString();
   return ops.ok() ? std::move(*ops) : std::vector<backend::FetchedOp>{};
 }
 
 TEST_F(SymmetricTest, AsyncOpLogsLandAtTheLogBackendAfterAFence) {
   constexpr int kOps = 300;  // more than the send queue holds (128 appends of one block)
   auto s = Session::Open(SymOptions(21, Level::kRc));
-  ASSERT_OK(s);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
   auto st = (*s)->CreateRoot("sym", 9);
-  ASSERT_OK(st);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
   auto a = (*s)->Malloc(8 * kOps);
-  ASSERT_OK(a);
+  ASSERT_TRUE(a.ok());
   std::vector<uint64_t> seqs;
   for (uint64_t i = 0; i < kOps; i++) {
     uint8_t p[8];
     PutLe64(p, i + 1);
     auto seq = (*s)->OpLog(*st, 3, p);
-    ASSERT_OK(seq);
+    ASSERT_TRUE(seq.ok()) << seq.status().ToString();
     seqs.push_back(*seq);
-    ASSERT_OK((*s)->MemLog(*a + 8 * i, p));
-    ASSERT_OK((*s)->TxWrite(*st));
+    ASSERT_TRUE((*s)->MemLog(*a + 8 * i, p).ok());
+    ASSERT_TRUE((*s)->TxWrite(*st).ok());
   }
-  ASSERT_OK((*s)->Fence());
+  ASSERT_TRUE((*s)->Fence().ok());
   EXPECT_EQ((*s)->counters().op_logs, static_cast<uint64_t>(kOps));
 
   // Every op log is in the log back-end's b-log, with its payload; none in the data back-end's.
@@ -1135,7 +1130,7 @@ TEST_F(SymmetricTest, AsyncOpLogsLandAtTheLogBackendAfterAFence) {
   auto r = OpenSession(22, Level::kNaive);
   ASSERT_TRUE(r);
   std::vector<uint8_t> got(8 * kOps);
-  ASSERT_OK(r->Read(*a, got));
+  ASSERT_TRUE(r->Read(*a, got).ok());
   for (uint64_t i = 0; i < kOps; i++) EXPECT_EQ(GetLe64(got.data() + 8 * i), i + 1);
 
   // Recovery cannot find these op logs at the data back-end.
@@ -1155,26 +1150,26 @@ TEST_F(SymmetricTest, BadOpLogAddressFailsAtOpen) {
   SessionOptions o = SymOptions(23, Level::kR);
   o.async_op_logs = false;
   auto s = Session::Open(o);
-  ASSERT_OK(s);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
   auto st = (*s)->CreateRoot("sync", 9);
-  ASSERT_OK(st);
+  ASSERT_TRUE(st.ok());
   auto a = (*s)->Malloc(64);
-  ASSERT_OK(a);
-  ASSERT_OK(Update(**s, *st, *a, 7));
-  ASSERT_OK((*s)->Fence());
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(Update(**s, *st, *a, 7).ok());
+  ASSERT_TRUE((*s)->Fence().ok());
   EXPECT_EQ(FetchOpLogsAt(log_be_->address(), 23).size(), 1u);
   EXPECT_EQ((*s)->Replay().code(), StatusCode::kFailedPrecondition);
 }
 
 TEST_F(SymmetricTest, LostLogBackendBreaksTheSession) {
   auto s = Session::Open(SymOptions(24, Level::kRcb));
-  ASSERT_OK(s);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
   auto st = (*s)->CreateRoot("lost", 9);
-  ASSERT_OK(st);
+  ASSERT_TRUE(st.ok());
   auto a = (*s)->Malloc(64);
-  ASSERT_OK(a);
-  ASSERT_OK(Update(**s, *st, *a, 1));
-  ASSERT_OK((*s)->Fence());
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(Update(**s, *st, *a, 1).ok());
+  ASSERT_TRUE((*s)->Fence().ok());
   log_be_->Stop();
   log_be_.reset();
   // The failure surfaces at an op log or at the latest at the fence that waits for the acks.
@@ -1195,9 +1190,9 @@ TEST_F(SymmetricTest, FullRemoteLogBreaksTheSessionNotTheBackend) {
   SessionOptions o = SymOptions(25, Level::kR);
   o.log_rnr_retry = 7;  // fail within ~6 ms of a full log rather than hold ~6.5 s per append
   auto s = Session::Open(o);
-  ASSERT_OK(s);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
   auto st = (*s)->CreateRoot("full", 9);
-  ASSERT_OK(st);
+  ASSERT_TRUE(st.ok());
   std::vector<uint8_t> params(200, 0x5A);
   Status err = Status::Ok();
   uint64_t logged = 0;

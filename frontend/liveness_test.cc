@@ -15,7 +15,6 @@
 #include "asymnvm/coord.h"
 #include "asymnvm/frontend.h"
 #include "fabric/faulty_fabric.h"
-#include "tests/common/status_assert.h"
 #include "workloads/driver/backend_process.h"
 
 namespace asymnvm::frontend {
@@ -44,7 +43,7 @@ class LivenessTest : public ::testing::Test {
   }
   void StartBackend(const std::vector<std::string>& extra = {}) {
     auto b = driver::BackendProcess::Start(BackendBin(), pool_, "64M", extra);
-    ASSERT_OK(b);
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
     backend_ = std::move(b).value();
   }
   SessionOptions Options() const {
@@ -82,27 +81,27 @@ TEST_F(LivenessTest, BackendRegistersItsPoolAndUnregistersOnSigterm) {
   StartBackend();
   SessionOptions o = Options();
   auto s = Session::Open(o);
-  ASSERT_OK(s);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
   const std::string path = BackendGroupPrimaryPath((*s)->pool_uuid());
   s->reset();
   auto c = coord::Coordinator::Open(coord_);
-  ASSERT_OK(c);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
   auto node = (*c)->Get(path);
-  ASSERT_OK(node);
+  ASSERT_TRUE(node.ok()) << node.status().ToString();
   EXPECT_TRUE(node->ephemeral);
   EXPECT_NE(node->data.find("address " + backend_->address() + "\n"), std::string::npos)
       << node->data;
   EXPECT_NE(node->data.find("pid " + std::to_string(backend_->pid()) + "\n"), std::string::npos)
       << node->data;
-  ASSERT_OK(backend_->Stop());
+  ASSERT_TRUE(backend_->Stop().ok());
   auto gone = (*c)->Exists(path);
-  ASSERT_OK(gone);
+  ASSERT_TRUE(gone.ok());
   EXPECT_FALSE(*gone);
 
   // --coord none: nothing registered.
   StartBackend({"--coord", "none"});
   auto none = (*c)->Exists(path);
-  ASSERT_OK(none);
+  ASSERT_TRUE(none.ok());
   EXPECT_FALSE(*none);
 }
 
@@ -113,19 +112,19 @@ TEST_F(LivenessTest, IdleSessionReconnectsToARestartedBackendAtANewAddress) {
   o.reconnect_deadline = 60s;               // generous: the restart below is waited for, not timed
   o.batch_timeout = std::chrono::hours(1);  // the last 32 ops stay in the batch until the kill
   auto opened = Session::Open(o);
-  ASSERT_OK(opened);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   Session& s = **opened;
   RegisterPutReplay(s);
   auto st = s.CreateRoot("live", kType);
-  ASSERT_OK(st);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
   auto base = s.Malloc(64 * 8);
-  ASSERT_OK(base);
+  ASSERT_TRUE(base.ok()) << base.status().ToString();
   // 32 writes applied (fenced), then 32 acknowledged only through their op logs (still in the
   // rcb batch when the back-end dies): the reconnection must replay those.
   for (uint64_t i = 0; i < 64; i++) {
-    ASSERT_OK(Put(s, *st, *base + 8 * i, 1000 + i));
+    ASSERT_TRUE(Put(s, *st, *base + 8 * i, 1000 + i).ok());
     if (i == 31) {
-      ASSERT_OK(s.Fence());
+      ASSERT_TRUE(s.Fence().ok());
     }
   }
   backend_->Kill();
@@ -134,27 +133,27 @@ TEST_F(LivenessTest, IdleSessionReconnectsToARestartedBackendAtANewAddress) {
   const std::string second_address = backend_->address();
   // The next call on the idle Session: an always-remote read of the last replayed word.
   auto w = s.ReadWord(*base + 8 * 63);
-  ASSERT_OK(w);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
   EXPECT_EQ(*w, 1063u);
   EXPECT_EQ(s.reconnects(), 1u);
   EXPECT_EQ(s.backend_address(), second_address);
   if (second_address == first_address) GTEST_LOG_(INFO) << "the restart reused the old port";
   EXPECT_EQ(s.counters().replayed_ops, 32u);
-  ASSERT_OK(s.Fence());
+  ASSERT_TRUE(s.Fence().ok());
   // Every acknowledged write, seen by a second session on the new back-end.
   SessionOptions o2 = Options();
   auto other = Session::Open(o2);
-  ASSERT_OK(other);
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
   for (uint64_t i = 0; i < 64; i++) {
     auto v = (*other)->ReadWord(*base + 8 * i);
-    ASSERT_OK(v);
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
     EXPECT_EQ(*v, 1000 + i) << "word " << i;
   }
   // And the reconnected session keeps working.
-  ASSERT_OK(Put(s, *st, *base, 7));
-  ASSERT_OK(s.Fence());
+  ASSERT_TRUE(Put(s, *st, *base, 7).ok());
+  ASSERT_TRUE(s.Fence().ok());
   auto v0 = (*other)->ReadWord(*base);
-  ASSERT_OK(v0);
+  ASSERT_TRUE(v0.ok());
   EXPECT_EQ(*v0, 7u);
 }
 
@@ -163,11 +162,11 @@ TEST_F(LivenessTest, WithoutARestartTheCallFailsUnavailableAfterTheDeadline) {
   SessionOptions o = Options();
   o.reconnect_deadline = 300ms;
   auto opened = Session::Open(o);
-  ASSERT_OK(opened);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   Session& s = **opened;
   auto base = s.Malloc(8);
-  ASSERT_OK(base);
-  ASSERT_OK(s.Write(*base, {reinterpret_cast<const uint8_t*>("abcdefgh"), 8}));
+  ASSERT_TRUE(base.ok());
+  ASSERT_TRUE(s.Write(*base, {reinterpret_cast<const uint8_t*>("abcdefgh"), 8}).ok());
   backend_->Kill();
   auto w = s.ReadWord(*base);
   ASSERT_FALSE(w.ok());
@@ -187,9 +186,9 @@ TEST_F(LivenessTest, WithoutACoordinatorABrokenConnectionStaysAnError) {
   o.coordinator.clear();
   o.frontend_id = 3;
   auto opened = Session::Open(o);
-  ASSERT_OK(opened);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   auto base = (*opened)->Malloc(8);
-  ASSERT_OK(base);
+  ASSERT_TRUE(base.ok());
   backend_->Kill();
   auto w = (*opened)->ReadWord(*base);
   ASSERT_FALSE(w.ok());
@@ -207,11 +206,11 @@ TEST_F(LivenessTest, RestartToFirstOpOfAnIdleSession) {
   SessionOptions o = Options();
   o.reconnect_deadline = 60s;
   auto opened = Session::Open(o);
-  ASSERT_OK(opened);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   Session& s = **opened;
   auto base = s.Malloc(8);
-  ASSERT_OK(base);
-  ASSERT_OK(s.Write(*base, {reinterpret_cast<const uint8_t*>("abcdefgh"), 8}));
+  ASSERT_TRUE(base.ok());
+  ASSERT_TRUE(s.Write(*base, {reinterpret_cast<const uint8_t*>("abcdefgh"), 8}).ok());
   std::vector<double> from_spawn, from_registered;
   for (int r = 0; r < reps; r++) {
     backend_->Kill();
@@ -225,7 +224,7 @@ TEST_F(LivenessTest, RestartToFirstOpOfAnIdleSession) {
     StartBackend();
     const auto registered = std::chrono::steady_clock::now();
     op.join();
-    ASSERT_OK(got);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
     EXPECT_EQ(std::memcmp(&*got, "abcdefgh", 8), 0);
     from_spawn.push_back(std::chrono::duration<double, std::milli>(done - spawn).count());
     from_registered.push_back(
@@ -259,17 +258,17 @@ TEST_F(LivenessTest, ADroppedLinkReconnectsAndKeepsEveryAcknowledgedWrite) {
     return std::unique_ptr<fabric::Fabric>(std::move(f).value());
   };
   auto session = Session::Open(o);
-  ASSERT_OK(session);
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
   Session& s = **session;
   RegisterPutReplay(s);
   auto st = s.CreateRoot("link", kType);
-  ASSERT_OK(st);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
   auto base = s.Malloc(64 * 8);
-  ASSERT_OK(base);
+  ASSERT_TRUE(base.ok()) << base.status().ToString();
   for (uint64_t i = 0; i < 64; i++) {
-    ASSERT_OK(Put(s, *st, *base + 8 * i, 2000 + i));
+    ASSERT_TRUE(Put(s, *st, *base + 8 * i, 2000 + i).ok());
     if (i == 31) {
-      ASSERT_OK(s.Fence());
+      ASSERT_TRUE(s.Fence().ok());
     }
   }
   ASSERT_EQ(opened.size(), 1u);
@@ -277,18 +276,18 @@ TEST_F(LivenessTest, ADroppedLinkReconnectsAndKeepsEveryAcknowledgedWrite) {
   drop.drop_one_in = 1;  // every request from now on
   opened[0]->SetFaultOptions(drop);
   auto w = s.ReadWord(*base + 8 * 63);
-  ASSERT_OK(w);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
   EXPECT_EQ(*w, 2063u);
   EXPECT_GE(opened[0]->fault_counters().dropped, 1u);
   EXPECT_EQ(opened.size(), 2u) << "the reconnection opened a fresh fabric";
   EXPECT_EQ(s.reconnects(), 1u);
   EXPECT_EQ(s.counters().replayed_ops, 32u);
-  ASSERT_OK(s.Fence());
+  ASSERT_TRUE(s.Fence().ok());
   auto other = Session::Open(Options());
-  ASSERT_OK(other);
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
   for (uint64_t i = 0; i < 64; i++) {
     auto v = (*other)->ReadWord(*base + 8 * i);
-    ASSERT_OK(v);
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
     EXPECT_EQ(*v, 2000 + i) << "word " << i;
   }
 }

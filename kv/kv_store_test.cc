@@ -13,7 +13,6 @@
 #include "kv/format.h"
 #include "kv/store.h"
 #include "pm/pm_test_util.h"
-#include "tests/common/status_assert.h"
 
 #ifndef KV_SOAK_FACTOR
 #define KV_SOAK_FACTOR 10  // overwrites, in multiples of the log capacity (long build: 1000)
@@ -46,7 +45,7 @@ struct Fixture {
     po.layout = "kv-test";
     auto p = pm::Pool::Create(dir.File("kv.pool"),
                               4096 + format::kHeaderPage + uint64_t{segments} * segment_size, po);
-    EXPECT_OK(p);
+    EXPECT_TRUE(p.ok()) << p.status().ToString();
     pool = std::move(p).value();
     Open();
   }
@@ -58,13 +57,13 @@ struct Fixture {
     so.geometry = geo;
     so.group_commit = group_commit;
     auto s = Store::Open(so);
-    ASSERT_OK(s);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
     store = std::move(s).value();
   }
   // Drops every line not flushed+drained, then reopens (a process crash at an arbitrary point).
   void CrashAndReopen(uint64_t seed) {
     store.reset();
-    ASSERT_OK(pool->SimulateCrash(seed, 0.0, nullptr, nullptr));
+    ASSERT_TRUE(pool->SimulateCrash(seed, 0.0, nullptr, nullptr).ok());
     Open();
   }
   uint32_t W(std::string_view k) const {
@@ -80,52 +79,52 @@ struct Fixture {
 TEST(KV_SUITE, Operations_ReturnValuesAndVersions) {
   Fixture f;
   auto v1 = f.Put("alpha", "one");
-  ASSERT_OK(v1);
+  ASSERT_TRUE(v1.ok());
   auto g = f.Get("alpha");
   EXPECT_TRUE(g.found);
   EXPECT_EQ(g.bytes, "one");
   EXPECT_EQ(g.version, *v1);
   auto v2 = f.Put("alpha", "");
-  ASSERT_OK(v2);
+  ASSERT_TRUE(v2.ok());
   EXPECT_GT(*v2, *v1);
   EXPECT_EQ(f.Get("alpha").bytes, "");
   EXPECT_TRUE(f.Get("alpha").found);
   EXPECT_FALSE(f.Get("beta").found);
 
   auto d = f.store->Delete(f.W("alpha"), f.S("alpha"), "alpha", 0);
-  ASSERT_OK(d);
+  ASSERT_TRUE(d.ok());
   EXPECT_TRUE(d->existed);
   EXPECT_EQ(d->version, *v2);
   EXPECT_FALSE(f.Get("alpha").found);
   auto d2 = f.store->Delete(f.W("alpha"), f.S("alpha"), "alpha", 0);
-  ASSERT_OK(d2);
+  ASSERT_TRUE(d2.ok());
   EXPECT_FALSE(d2->existed);
 
   // PutIf: 0 = must not exist.
   auto c1 = f.store->PutIf(f.W("alpha"), f.S("alpha"), "alpha", "x", 0, 0);
-  ASSERT_OK(c1);
+  ASSERT_TRUE(c1.ok());
   EXPECT_TRUE(c1->applied);
   EXPECT_GT(c1->version, *v2);
   auto c2 = f.store->PutIf(f.W("alpha"), f.S("alpha"), "alpha", "y", 0, 0);
-  ASSERT_OK(c2);
+  ASSERT_TRUE(c2.ok());
   EXPECT_FALSE(c2->applied);
   EXPECT_EQ(c2->version, c1->version);
   auto c3 = f.store->PutIf(f.W("alpha"), f.S("alpha"), "alpha", "y", c1->version, 0);
-  ASSERT_OK(c3);
+  ASSERT_TRUE(c3.ok());
   EXPECT_TRUE(c3->applied);
   EXPECT_EQ(f.Get("alpha").bytes, "y");
 
   // Incr.
   auto i1 = f.store->Incr(f.W("ctr"), f.S("ctr"), "ctr", 5, 0);
-  ASSERT_OK(i1);
+  ASSERT_TRUE(i1.ok());
   EXPECT_EQ(i1->value, 5);
   auto i2 = f.store->Incr(f.W("ctr"), f.S("ctr"), "ctr", -7, 0);
-  ASSERT_OK(i2);
+  ASSERT_TRUE(i2.ok());
   EXPECT_EQ(i2->value, -2);
   EXPECT_EQ(f.Get("ctr").bytes, "-2");
   auto bad = f.store->Incr(f.W("alpha"), f.S("alpha"), "alpha", 1, 0);
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
-  ASSERT_OK(f.Put("big", "9223372036854775807"));
+  ASSERT_TRUE(f.Put("big", "9223372036854775807").ok());
   auto of = f.store->Incr(f.W("big"), f.S("big"), "big", 1, 0);
   EXPECT_EQ(of.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(f.Get("big").bytes, "9223372036854775807");
@@ -146,10 +145,10 @@ TEST(KV_SUITE, Scan_VisitsEveryKeyOfAShardOnce) {
   std::map<std::string, std::string> want[3];
   for (int i = 0; i < 300; i++) {
     std::string k = "key" + std::to_string(i), v = "v" + std::to_string(i);
-    ASSERT_OK(f.Put(k, v));
+    ASSERT_TRUE(f.Put(k, v).ok());
     want[f.S(k)][k] = v;
   }
-  ASSERT_OK(f.store->Delete(f.W("key7"), f.S("key7"), "key7", 0));
+  ASSERT_TRUE(f.store->Delete(f.W("key7"), f.S("key7"), "key7", 0).ok());
   want[f.S("key7")].erase("key7");
   for (uint32_t s = 0; s < 3; s++) {
     std::map<std::string, std::string> got;
@@ -172,10 +171,10 @@ TEST(KV_SUITE, Reopen_RebuildsIndexAndVersionsKeepGrowing) {
   uint64_t last = 0;
   for (int i = 0; i < 100; i++) {
     auto v = f.Put("k" + std::to_string(i % 10), "value" + std::to_string(i));
-    ASSERT_OK(v);
+    ASSERT_TRUE(v.ok());
     last = std::max(last, *v);
   }
-  ASSERT_OK(f.store->Delete(f.W("k3"), f.S("k3"), "k3", 0));
+  ASSERT_TRUE(f.store->Delete(f.W("k3"), f.S("k3"), "k3", 0).ok());
   f.CrashAndReopen(1);
   for (int i = 0; i < 10; i++) {
     std::string k = "k" + std::to_string(i);
@@ -190,10 +189,10 @@ TEST(KV_SUITE, Reopen_RebuildsIndexAndVersionsKeepGrowing) {
   // A new write of a key gets a larger version than anything before the crash of its shard.
   auto g9 = f.Get("k9");
   auto v = f.Put("k9", "after");
-  ASSERT_OK(v);
+  ASSERT_TRUE(v.ok());
   EXPECT_GT(*v, g9.version);
   auto c = f.store->PutIf(f.W("k3"), f.S("k3"), "k3", "again", 0, 0);
-  ASSERT_OK(c);
+  ASSERT_TRUE(c.ok());
   EXPECT_TRUE(c->applied);
 }
 
@@ -202,23 +201,23 @@ TEST(KV_SUITE, RecoveringPut_AtAppliedPositionIsSkipped) {
   const std::string k = "pos-key";
   const uint32_t w = f.W(k);
   const uint64_t base = uint64_t{w} << 56;
-  ASSERT_OK(f.store->Put(w, f.S(k), k, "a", base | 100, false));
-  ASSERT_OK(f.store->Delete(w, f.S(k), k, base | 101));
+  ASSERT_TRUE(f.store->Put(w, f.S(k), k, "a", base | 100, false).ok());
+  ASSERT_TRUE(f.store->Delete(w, f.S(k), k, base | 101).ok());
   f.CrashAndReopen(2);
   // OQ recovery re-executes the nilext put at position 100: it must not resurrect the key.
   auto r = f.store->Put(w, f.S(k), k, "a", base | 100, true);
-  ASSERT_OK(r);
+  ASSERT_TRUE(r.ok());
   EXPECT_FALSE(f.Get(k).found);
   EXPECT_EQ(f.store->stats().recovery_skipped, 1u);
   // A request past the applied position is executed.
-  ASSERT_OK(f.store->Put(w, f.S(k), k, "b", base | 102, true));
+  ASSERT_TRUE(f.store->Put(w, f.S(k), k, "b", base | 102, true).ok());
   EXPECT_EQ(f.Get(k).bytes, "b");
 }
 
 TEST(KV_SUITE, TornTail_IsIgnoredAndEarlierEntriesSurvive) {
   Fixture f;
-  ASSERT_OK(f.Put("a", "1"));
-  ASSERT_OK(f.Put("a", "2"));
+  ASSERT_TRUE(f.Put("a", "1").ok());
+  ASSERT_TRUE(f.Put("a", "2").ok());
   // Corrupt the last entry of the log holding "a": flip a value byte (the checksum fails).
   const std::string k = "a";
   // Find the entry by scanning the log area for the value "2" after the key "a".
@@ -260,19 +259,19 @@ TEST(KV_SUITE, GcSoak_TenTimesLogCapacityMatchesShadowMap) {
     std::string k = "key" + std::to_string(rng() % 200);
     if (rng() % 10 == 0) {
       auto d = f.store->Delete(f.W(k), f.S(k), k, 0);
-      ASSERT_OK(d);
+      ASSERT_TRUE(d.ok()) << d.status().ToString();
       EXPECT_EQ(d->existed, shadow.count(k) == 1);
       shadow.erase(k);
     } else {
       std::string v(rng() % 600, static_cast<char>('a' + rng() % 26));
       auto p = f.Put(k, v);
-      ASSERT_OK(p) << p.status().ToString() << " after " << written << " bytes";
+      ASSERT_TRUE(p.ok()) << p.status().ToString() << " after " << written << " bytes";
       shadow[k] = v;
       written += format::EntryFootprint(k.size(), v.size());
     }
     while (f.store->NeedsCleaning()) {
       auto c = f.store->CleanOnce();
-      ASSERT_OK(c);
+      ASSERT_TRUE(c.ok()) << c.status().ToString();
       if (*c == 0) break;
     }
     if (++round % 5000 == 0) {
@@ -418,10 +417,10 @@ Result<BypassSlot> Reserve(Fixture& f, std::string_view k, std::string_view v) {
 
 TEST(KV_SUITE, Bypass_PublishedSlotIsTheValue_UnflaggedOrCorruptIsRefused) {
   Fixture f;
-  ASSERT_OK(f.Put("k", "old"));
+  ASSERT_TRUE(f.Put("k", "old").ok());
   const std::string value(5000, 'v');
   auto s = Reserve(f, "k", value);
-  ASSERT_OK(s);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_EQ(s->footprint, format::BypassFootprint(1, value.size()));
   EXPECT_EQ(f.store->pending_slots(), 1u);
   // Not visible before it is published; a publish before the flag is refused.
@@ -440,14 +439,14 @@ TEST(KV_SUITE, Bypass_PublishedSlotIsTheValue_UnflaggedOrCorruptIsRefused) {
   EXPECT_FALSE(f.store->Publish(f.W("k"), f.S("k"), "k", s->log_offset + 64, s->version).ok());
   EXPECT_FALSE(f.store->Publish(f.W("k"), f.S("k"), "k", uint64_t{1} << 40, s->version).ok());
   auto v = f.store->Publish(f.W("k"), f.S("k"), "k", s->log_offset, s->version);
-  ASSERT_OK(v);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
   EXPECT_EQ(*v, s->version);
   EXPECT_EQ(f.store->pending_slots(), 0u);
   auto g = f.Get("k");
   EXPECT_EQ(g.bytes, value);
   EXPECT_EQ(g.version, s->version);
   // Publishing again (an OQ re-execution) changes nothing.
-  EXPECT_OK(f.store->Publish(f.W("k"), f.S("k"), "k", s->log_offset, s->version));
+  EXPECT_TRUE(f.store->Publish(f.W("k"), f.S("k"), "k", s->log_offset, s->version).ok());
   EXPECT_EQ(f.store->stats().keys, 1u);
   Located at = f.store->Locate(f.W("k"), f.S("k"), "k");
   EXPECT_TRUE(at.found);
@@ -458,13 +457,13 @@ TEST(KV_SUITE, Bypass_PublishedSlotIsTheValue_UnflaggedOrCorruptIsRefused) {
 TEST(KV_SUITE, Bypass_NewerWriteWinsOverALaterPublish) {
   Fixture f;
   auto s = Reserve(f, "k", "slow");
-  ASSERT_OK(s);
+  ASSERT_TRUE(s.ok());
   auto newer = f.Put("k", "fast");  // reserved first, written first
-  ASSERT_OK(newer);
+  ASSERT_TRUE(newer.ok());
   EXPECT_GT(*newer, s->version);
   ClientWrites(f, *s, "k", "slow", true);
   auto v = f.store->Publish(f.W("k"), f.S("k"), "k", s->log_offset, s->version);
-  ASSERT_OK(v);
+  ASSERT_TRUE(v.ok());
   EXPECT_EQ(*v, *newer);  // the version now current
   EXPECT_EQ(f.Get("k").bytes, "fast");
   f.CrashAndReopen(1);
@@ -475,15 +474,15 @@ TEST(KV_SUITE, Bypass_NewerWriteWinsOverALaterPublish) {
 // but unpublished ones are visible (the RDMP-KV recovery rule), and versions never go back.
 TEST(KV_SUITE, Bypass_CrashKeepsExactlyTheFlaggedSlots) {
   Fixture f;
-  for (const char* k : {"a", "b", "c"}) ASSERT_OK(f.Put(k, "old"));
+  for (const char* k : {"a", "b", "c"}) ASSERT_TRUE(f.Put(k, "old").ok());
   const std::string va(3000, 'a'), vb(3000, 'b'), vc(3000, 'c');
   auto sa = Reserve(f, "a", va), sb = Reserve(f, "b", vb), sc = Reserve(f, "c", vc);
   ASSERT_TRUE(sa.ok() && sb.ok() && sc.ok());
   ClientWrites(f, *sa, "a", va, false);  // value only
   ClientWrites(f, *sb, "b", vb, true);   // flagged, never published
   ClientWrites(f, *sc, "c", vc, true);
-  ASSERT_OK(f.store->Publish(f.W("c"), f.S("c"), "c", sc->log_offset, sc->version));
-  ASSERT_OK(f.Put("after", "x"));  // entries behind the slots are found too
+  ASSERT_TRUE(f.store->Publish(f.W("c"), f.S("c"), "c", sc->log_offset, sc->version).ok());
+  ASSERT_TRUE(f.Put("after", "x").ok());  // entries behind the slots are found too
   f.CrashAndReopen(7);
   EXPECT_EQ(f.Get("a").bytes, "old");
   EXPECT_EQ(f.Get("b").bytes, vb);
@@ -492,10 +491,10 @@ TEST(KV_SUITE, Bypass_CrashKeepsExactlyTheFlaggedSlots) {
   EXPECT_EQ(f.Get("after").bytes, "x");
   EXPECT_EQ(f.store->pending_slots(), 0u);
   auto next = f.Put("a", "new");
-  ASSERT_OK(next);
+  ASSERT_TRUE(next.ok());
   EXPECT_GT(*next, sa->version);  // the abandoned slot's version is never reissued
   // A publish of the flagged slot after the restart (the OQ re-executing it) is harmless.
-  EXPECT_OK(f.store->Publish(f.W("b"), f.S("b"), "b", sb->log_offset, sb->version));
+  EXPECT_TRUE(f.store->Publish(f.W("b"), f.S("b"), "b", sb->log_offset, sb->version).ok());
   EXPECT_EQ(f.Get("b").bytes, vb);
 }
 
@@ -506,18 +505,17 @@ TEST(KV_SUITE, Bypass_PendingSlotsPinTheirSegment_SettleAndCleanerKeepValues) {
   const std::string vf(2000, 'f'), vu(2000, 'u');
   auto flagged = Reserve(f, "flagged", vf);
   auto unflagged = Reserve(f, "unflagged", vu);
-  ASSERT_OK(flagged);
-  ASSERT_OK(unflagged);
+  ASSERT_TRUE(flagged.ok() && unflagged.ok());
   ClientWrites(f, *flagged, "flagged", vf, true);
   ClientWrites(f, *unflagged, "unflagged", vu, false);
   const uint64_t seg_size = 64 * 1024;
   const uint64_t pinned = flagged->log_offset / seg_size;
   // Fill the log past that segment with overwrites (its other entries become garbage).
-  for (int i = 0; i < 300; i++) ASSERT_OK(f.Put("churn", std::string(1000, 'c')));
-  for (int i = 0; i < 5; i++) ASSERT_OK(f.store->CleanOnce());
+  for (int i = 0; i < 300; i++) ASSERT_TRUE(f.Put("churn", std::string(1000, 'c')).ok());
+  for (int i = 0; i < 5; i++) ASSERT_TRUE(f.store->CleanOnce().ok());
   // Still pinned: the client may be writing it.
   format::SegmentHeader sh;
-  EXPECT_OK(format::DecodeSegmentHeader(f.store->log_base() + pinned * seg_size, &sh));
+  EXPECT_TRUE(format::DecodeSegmentHeader(f.store->log_base() + pinned * seg_size, &sh).ok());
   EXPECT_EQ(f.store->pending_slots(), 2u);
   f.store->Settle(flagged->log_offset);
   f.store->Settle(unflagged->log_offset);
@@ -525,11 +523,11 @@ TEST(KV_SUITE, Bypass_PendingSlotsPinTheirSegment_SettleAndCleanerKeepValues) {
   EXPECT_EQ(f.store->pending_slots(), 0u);
   EXPECT_EQ(f.Get("flagged").bytes, vf);
   EXPECT_FALSE(f.Get("unflagged").found);
-  for (int i = 0; i < 200; i++) ASSERT_OK(f.Put("churn", std::string(1000, 'c')));
+  for (int i = 0; i < 200; i++) ASSERT_TRUE(f.Put("churn", std::string(1000, 'c')).ok());
   uint64_t freed = 0;
   for (int i = 0; i < 10; i++) {
     auto r = f.store->CleanOnce();
-    ASSERT_OK(r);
+    ASSERT_TRUE(r.ok());
     freed += *r;
   }
   EXPECT_GT(freed, 0u);
@@ -564,19 +562,18 @@ TEST(KV_SUITE, Batch_AllOrNothing_ConditionsAndChecks) {
   const uint32_t w = Store::WorkerOf(1, f.geo.workers);
   auto v0 = f.Put(k[0], "a0");
   auto v3 = f.Put(k[3], "gone");
-  ASSERT_OK(v0);
-  ASSERT_OK(v3);
+  ASSERT_TRUE(v0.ok() && v3.ok());
   // A failed condition writes nothing and reports the current versions.
   std::vector<WriteOp> ops = {{k[0], "a1", true, *v0 + 100}, {k[1], "b1", false, 0}};
   auto r = f.store->Batch(w, 1, ops, 0);
-  ASSERT_OK(r);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_FALSE(r->applied);
   EXPECT_EQ(r->versions, (std::vector<uint64_t>{*v0, 0}));
   EXPECT_FALSE(f.Get(k[1]).found);
   // A failed check (a read the batch depends on) too.
   ops = {{k[0], "a1", true, *v0}, {k[2], std::nullopt, true, 7, true}};
   r = f.store->Batch(w, 1, ops, 0);
-  ASSERT_OK(r);
+  ASSERT_TRUE(r.ok());
   EXPECT_FALSE(r->applied);
   EXPECT_EQ(f.Get(k[0]).bytes, "a0");
   // Puts, a put on an absent key, a delete and a check: all applied, consecutive versions.
@@ -585,7 +582,7 @@ TEST(KV_SUITE, Batch_AllOrNothing_ConditionsAndChecks) {
          {k[3], std::nullopt, false, 0},
          {k[2], std::nullopt, true, 0, true}};
   r = f.store->Batch(w, 1, ops, 0);
-  ASSERT_OK(r);
+  ASSERT_TRUE(r.ok());
   ASSERT_TRUE(r->applied);
   EXPECT_EQ(r->versions[1], r->versions[0] + 1);
   EXPECT_EQ(r->versions[2], r->versions[1] + 1);
@@ -629,11 +626,11 @@ TEST(KV_SUITE, Batch_TornBatchVanishesWhole_ReplicaAppliesWhole) {
   };
   f.store.reset();
   auto reopened = Store::Open(so);
-  ASSERT_OK(reopened);
+  ASSERT_TRUE(reopened.ok());
   f.store = std::move(reopened).value();
   const auto k = KeysOfShard(f, 0, 3);
   const uint32_t w = Store::WorkerOf(0, f.geo.workers);
-  for (const auto& key : k) ASSERT_OK(f.Put(key, "old"));
+  for (const auto& key : k) ASSERT_TRUE(f.Put(key, "old").ok());
   const std::string wide(300, 'x');  // outlives the ops (they hold views)
   std::vector<WriteOp> ops = {{k[0], wide}, {k[1], "new"}, {k[2], "new"}};
   auto r = f.store->Batch(w, 0, ops, 0);
@@ -644,10 +641,10 @@ TEST(KV_SUITE, Batch_TornBatchVanishesWhole_ReplicaAppliesWhole) {
   std::vector<uint8_t> cut(shipped.begin(), shipped.end() - 1);
   EXPECT_EQ(backup.store->ApplyReplica(cut).code(), StatusCode::kCorruption);
   EXPECT_FALSE(backup.Get(k[0]).found);
-  ASSERT_OK(backup.store->ApplyReplica(shipped));
+  ASSERT_TRUE(backup.store->ApplyReplica(shipped).ok());
   EXPECT_EQ(backup.Get(k[1]).bytes, "new");
   EXPECT_EQ(backup.Get(k[0]).version, r->versions[0]);
-  ASSERT_OK(backup.store->ApplyReplica(shipped));  // twice: no change
+  ASSERT_TRUE(backup.store->ApplyReplica(shipped).ok());  // twice: no change
   backup.CrashAndReopen(2);
   EXPECT_EQ(backup.Get(k[2]).bytes, "new");
   // Tear the primary's last member (as if its line never reached PM), then crash.
@@ -670,12 +667,11 @@ TEST(KV_SUITE, Batch_AcrossShards_AllOrNothing_TornVanishesWhole) {
                     c = KeysOfShard(f, 2, 1)[0];
   auto va = f.Put(a, "a0");
   auto vb = f.Put(b, "b0");
-  ASSERT_OK(va);
-  ASSERT_OK(vb);
+  ASSERT_TRUE(va.ok() && vb.ok());
   // A failed condition in one shard writes nothing in the others.
   std::vector<WriteOp> ops = {{a, "a1", true, *va}, {b, "b1", true, *vb + 1}, {c, "c1"}};
   auto r = f.store->BatchAcrossShards(ops);
-  ASSERT_OK(r);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_FALSE(r->applied);
   EXPECT_EQ(r->versions, (std::vector<uint64_t>{*va, *vb, 0}));
   EXPECT_EQ(f.Get(a).bytes, "a0");
@@ -693,7 +689,7 @@ TEST(KV_SUITE, Batch_AcrossShards_AllOrNothing_TornVanishesWhole) {
   EXPECT_EQ(f.Get(c).bytes, "c1");
   // Later writes of each shard continue above the recovered versions.
   auto vb2 = f.Put(b, "b2");
-  ASSERT_OK(vb2);
+  ASSERT_TRUE(vb2.ok());
   EXPECT_GT(*vb2, r->versions[1]);
   // The batch's bytes as a primary would ship them: a backup refuses members of several shards.
   ops = {{a, "a3"}, {b, "b3"}, {c, "c3"}};
@@ -730,10 +726,10 @@ TEST(KV_SUITE, GroupCommit_LostWriteIsReexecuted_SyncDeferredMakesWritesDurable)
   // the next segment and is synced (on another thread: its own sync; in the server: a sync
   // interrupted by the crash after it reached "b"'s lines but not "a"'s).
   const std::string big(60 * 1024, 'a');
-  ASSERT_OK(f.store->Put(0, 0, "a", big, base | 10, false));
+  ASSERT_TRUE(f.store->Put(0, 0, "a", big, base | 10, false).ok());
   EXPECT_EQ(f.Get("a").bytes, big);  // readable at once
   std::thread([&] {
-    ASSERT_OK(f.store->Put(0, 0, "b", big, base | 11, false));
+    ASSERT_TRUE(f.store->Put(0, 0, "b", big, base | 11, false).ok());
     f.store->SyncDeferred(0);
   }).join();
   f.CrashAndReopen(11);
@@ -741,20 +737,20 @@ TEST(KV_SUITE, GroupCommit_LostWriteIsReexecuted_SyncDeferredMakesWritesDurable)
   EXPECT_EQ(f.Get("b").bytes, big);
   // OQ recovery re-executes both: "b" is in the log (skipped), "a" is not (applied) — the
   // largest durable position (11) must not hide the missing 10.
-  ASSERT_OK(f.store->Put(0, 0, "b", big, base | 11, true));
-  ASSERT_OK(f.store->Put(0, 0, "a", big, base | 10, true));
+  ASSERT_TRUE(f.store->Put(0, 0, "b", big, base | 11, true).ok());
+  ASSERT_TRUE(f.store->Put(0, 0, "a", big, base | 10, true).ok());
   EXPECT_EQ(f.store->stats().recovery_skipped, 1u);
   EXPECT_EQ(f.Get("a").bytes, big);
   f.store->EndRecovery();
   // Every kind of write waits for SyncDeferred: put, delete, batch, reservation.
-  ASSERT_OK(f.store->Put(0, 0, "c", "1", base | 20, false));
-  ASSERT_OK(f.store->Delete(0, 0, "b", base | 21));
-  ASSERT_OK(f.store->Batch(0, 0, std::vector<WriteOp>{{"d", "2"}, {"e", "3"}}, base | 22));
+  ASSERT_TRUE(f.store->Put(0, 0, "c", "1", base | 20, false).ok());
+  ASSERT_TRUE(f.store->Delete(0, 0, "b", base | 21).ok());
+  ASSERT_TRUE(f.store->Batch(0, 0, std::vector<WriteOp>{{"d", "2"}, {"e", "3"}}, base | 22).ok());
   auto slot = f.store->Reserve(0, 0, "s", 4, Crc32c("slot", 4));
-  ASSERT_OK(slot);
+  ASSERT_TRUE(slot.ok());
   f.store->SyncDeferred(0);
-  ASSERT_OK(f.store->Put(0, 0, "g", "4", base | 23, false));  // never synced
-  ASSERT_OK(f.store->Delete(0, 0, "c", base | 24));           // never synced
+  ASSERT_TRUE(f.store->Put(0, 0, "g", "4", base | 23, false).ok());  // never synced
+  ASSERT_TRUE(f.store->Delete(0, 0, "c", base | 24).ok());           // never synced
   f.CrashAndReopen(12);
   EXPECT_EQ(f.Get("c").bytes, "1");
   EXPECT_FALSE(f.Get("b").found);
@@ -763,7 +759,7 @@ TEST(KV_SUITE, GroupCommit_LostWriteIsReexecuted_SyncDeferredMakesWritesDurable)
   EXPECT_FALSE(f.Get("g").found);
   // The slot's header survived (its version is not reissued).
   auto next = f.store->Put(0, 0, "h", "5", 0, false);
-  ASSERT_OK(next);
+  ASSERT_TRUE(next.ok());
   EXPECT_GT(*next, slot->version);
 }
 
@@ -783,7 +779,7 @@ TEST(KV_SUITE, SharedLog_OneSyncCoversEveryWorkersKeys_RecoveredAndCleaned) {
     f.store->SetSharedLog(1);
     for (const auto& k : keys) {
       const std::string v = k + "#" + std::to_string(round) + std::string(40, 'v');
-      ASSERT_OK(f.Put(k, v));
+      ASSERT_TRUE(f.Put(k, v).ok());
       want[k] = v;
     }
     f.store->SetSharedLog(UINT32_MAX);
@@ -792,11 +788,11 @@ TEST(KV_SUITE, SharedLog_OneSyncCoversEveryWorkersKeys_RecoveredAndCleaned) {
     f.store->SyncThread();  // one drain of this thread's ranges: both workers' writes
   }
   f.store->SetSharedLog(0);
-  ASSERT_OK(f.Put(keys[0], "never synced"));
+  ASSERT_TRUE(f.Put(keys[0], "never synced").ok());
   f.store->SetSharedLog(UINT32_MAX);
   f.CrashAndReopen(5);
   for (const auto& [k, v] : want) EXPECT_EQ(f.Get(k).bytes, v) << k;
-  for (int i = 0; i < 5; i++) ASSERT_OK(f.store->CleanOnce());
+  for (int i = 0; i < 5; i++) ASSERT_TRUE(f.store->CleanOnce().ok());
   EXPECT_GT(f.store->stats().gc_segments_freed, 0u);
   for (const auto& [k, v] : want) EXPECT_EQ(f.Get(k).bytes, v) << k;
   f.store->SyncThread();

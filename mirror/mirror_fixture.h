@@ -21,7 +21,6 @@
 #include "asymnvm/coord.h"
 #include "asymnvm/frontend.h"
 #include "mirror/group.h"
-#include "tests/common/status_assert.h"
 #include "tools/ctl.h"
 #include "workloads/driver/backend_process.h"
 
@@ -95,14 +94,14 @@ class MirrorTest : public ::testing::Test {
                                      promotion_timeout_ms};
     args.insert(args.end(), extra.begin(), extra.end());
     auto m = driver::BackendProcess::Start(ASYMNVM_MIRROR_BIN, mirror_pool_, "64M", args);
-    ASSERT_OK(m);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
     mirror_ = std::move(m).value();
   }
   void StartPrimary(const std::vector<std::string>& extra = {}, const std::string& size = "64M") {
     std::vector<std::string> args = {"--mirror", mirror_addr_, "--mirror-timeout-ms", "2000"};
     args.insert(args.end(), extra.begin(), extra.end());
     auto b = driver::BackendProcess::Start(ASYMNVM_BACKEND_BIN, primary_pool_, size, args);
-    ASSERT_OK(b);
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
     primary_ = std::move(b).value();
   }
   // A session on the primary with the word array's root; new_array: a fresh array at base_ (else
@@ -115,15 +114,15 @@ class MirrorTest : public ::testing::Test {
     o.reconnect_deadline = reconnect;         // generous: the promotion is waited for
     o.batch_timeout = std::chrono::hours(1);  // the last ops stay in the batch until a fence
     auto s = Session::Open(o);
-    ASSERT_OK(s);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
     session_ = std::move(s).value();
     session_->RegisterReplay(kType, ReplayPut);
     auto st = session_->CreateRoot("mirrored", kType);
-    ASSERT_OK(st);
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
     structure_ = *st;
     if (!new_array) return;
     auto base = session_->Malloc(kWords * 8);
-    ASSERT_OK(base);
+    ASSERT_TRUE(base.ok()) << base.status().ToString();
     base_ = *base;
   }
   // One put; recorded in the oracle once acknowledged.
@@ -145,19 +144,19 @@ class MirrorTest : public ::testing::Test {
     std::mt19937_64 rng(seed);
     for (int i = 0; i < n; i++) {
       Status s = Put(rng() % kWords, rng());
-      ASSERT_OK(s) << "put " << i;
+      ASSERT_TRUE(s.ok()) << "put " << i << ": " << s.ToString();
     }
   }
   void VerifyOracle(Session& s) {
     for (const auto& [word, value] : oracle_) {
       auto v = s.ReadWord(base_ + 8 * word);
-      ASSERT_OK(v);
+      ASSERT_TRUE(v.ok()) << v.status().ToString();
       ASSERT_EQ(*v, value) << "word " << word;
     }
   }
   nlohmann::json StatusOf(const std::string& address) {
     auto text = tools::FetchStatus(address, 5000ms, "");
-    EXPECT_OK(text);
+    EXPECT_TRUE(text.ok()) << text.status().ToString();
     return text.ok() ? nlohmann::json::parse(*text) : nlohmann::json::object();
   }
   // Waits (generous deadline) until the primary (or the daemon at `address`) reports `n` mirrors
@@ -197,18 +196,18 @@ class MirrorTest : public ::testing::Test {
     EXPECT_EQ(ms.value("role", ""), "mirror");
     EXPECT_EQ(ms.value("state", ""), "in-sync");
     auto c = coord::Coordinator::Open(coord_);
-    ASSERT_OK(c);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
     auto node = (*c)->Get(GroupPath(session_->pool_uuid()) + "/state");
-    ASSERT_OK(node);
+    ASSERT_TRUE(node.ok()) << node.status().ToString();
     auto gs = DecodeGroupState(node->data);
-    ASSERT_OK(gs);
+    ASSERT_TRUE(gs.ok()) << gs.status().ToString();
     EXPECT_EQ(gs->term, 2u);
     EXPECT_EQ(gs->primary, DefaultReplicaName(mirror_pool_));
     ASSERT_EQ(gs->insync.size(), 1u) << node->data;
     EXPECT_EQ(gs->insync[0], DefaultReplicaName(primary_pool_)) << node->data;
     session_.reset();
-    ASSERT_OK(mirror_->Stop());
-    ASSERT_OK(rejoined.Stop());
+    ASSERT_TRUE(mirror_->Stop().ok());
+    ASSERT_TRUE(rejoined.Stop().ok());
     std::string text;
     EXPECT_EQ(Diff(&text), tools::kCtlOk) << text;
   }
@@ -222,8 +221,8 @@ class MirrorTest : public ::testing::Test {
   // pools identical.
   void StopBothExpectIdenticalPools() {
     session_.reset();
-    ASSERT_OK(primary_->Stop());
-    ASSERT_OK(mirror_->Stop());
+    ASSERT_TRUE(primary_->Stop().ok());
+    ASSERT_TRUE(mirror_->Stop().ok());
     std::string text;
     EXPECT_EQ(Diff(&text), tools::kCtlOk) << text;
   }

@@ -30,7 +30,6 @@
 #include "mirror/group.h"
 #include "mirror/mirror_fixture.h"
 #include "mirror/mirror_server.h"
-#include "tests/common/status_assert.h"
 #include "tools/ctl.h"
 #include "workloads/driver/backend_process.h"
 
@@ -91,7 +90,7 @@ TEST_F(MirrorTest, QuiescedRunLeavesIdenticalPools) {
   EXPECT_EQ(ms.value("state", ""), "in-sync");
   OpenSession();
   Puts(400, 1);
-  ASSERT_OK(session_->Fence());
+  ASSERT_TRUE(session_->Fence().ok());
   StopBothExpectIdenticalPools();
 }
 
@@ -100,34 +99,34 @@ TEST_F(MirrorTest, PrimaryKilledAndPoolDeletedMirrorPromotedNothingLostOldPrimar
   StartPrimary();
   OpenSession();
   Puts(200, 2);
-  ASSERT_OK(session_->Fence());
+  ASSERT_TRUE(session_->Fence().ok());
   Puts(20, 3);  // acknowledged through their op logs only (still batched)
   primary_->Kill();
   // The machine's pool is gone (kept aside only to show the fencing below).
   std::filesystem::rename(primary_pool_, primary_pool_ + ".old");
   // The Session's next call waits for the group's primary: the promoted mirror.
   auto w = session_->ReadWord(base_);
-  ASSERT_OK(w);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
   EXPECT_EQ(session_->reconnects(), 1u);
   VerifyOracle(*session_);
   Puts(50, 4);
-  ASSERT_OK(session_->Fence());
+  ASSERT_TRUE(session_->Fence().ok());
   VerifyOracle(*session_);
   // A second session sees the same.
   SessionOptions o2;
   o2.backends = {session_->backend_address()};
   o2.coordinator = coord_;
   auto other = Session::Open(o2);
-  ASSERT_OK(other);
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
   VerifyOracle(**other);
   other->reset();
   // Term 2, served by the mirror.
   auto c = coord::Coordinator::Open(coord_);
-  ASSERT_OK(c);
+  ASSERT_TRUE(c.ok());
   auto node = (*c)->Get(GroupPath(session_->pool_uuid()) + "/state");
-  ASSERT_OK(node);
+  ASSERT_TRUE(node.ok()) << node.status().ToString();
   auto gs = DecodeGroupState(node->data);
-  ASSERT_OK(gs);
+  ASSERT_TRUE(gs.ok());
   EXPECT_EQ(gs->term, 2u) << node->data;
   EXPECT_EQ(gs->primary, DefaultReplicaName(mirror_pool_)) << node->data;
   // The old primary's pool comes back: it must refuse to serve (exit 5, "fenced").
@@ -142,9 +141,9 @@ TEST_F(MirrorTest, PrimaryKilledAndPoolDeletedMirrorPromotedNothingLostOldPrimar
       << old.status().ToString();
   // The promoted mirror still serves.
   Puts(10, 5);
-  ASSERT_OK(session_->Fence());
+  ASSERT_TRUE(session_->Fence().ok());
   session_.reset();
-  ASSERT_OK(mirror_->Stop());
+  ASSERT_TRUE(mirror_->Stop().ok());
 }
 
 TEST_F(MirrorTest, MirrorKilledPrimaryGoesOnMirrorCatchesUp) {
@@ -152,11 +151,11 @@ TEST_F(MirrorTest, MirrorKilledPrimaryGoesOnMirrorCatchesUp) {
   StartPrimary({"--pm-mode", "msync"});
   OpenSession();
   Puts(100, 6);
-  ASSERT_OK(session_->Fence());
+  ASSERT_TRUE(session_->Fence().ok());
   mirror_->Kill();
   // The primary goes on without it (its barriers fail fast on the broken connection).
   Puts(100, 7);
-  ASSERT_OK(session_->Fence());
+  ASSERT_TRUE(session_->Fence().ok());
   ASSERT_TRUE(WaitInSync(0));
   auto st = StatusOf(primary_->address());
   ASSERT_EQ(st["mirrors"].size(), 1u);
@@ -182,7 +181,7 @@ TEST_F(MirrorTest, MirrorKilledPrimaryGoesOnMirrorCatchesUp) {
   std::cerr << "incremental catch-up: " << caught_up << " of " << (uint64_t{64} << 20)
             << " bytes in " << st["mirrors"][0].value("last_copy_ms", 0.0) << " ms\n";
   Puts(100, 9);
-  ASSERT_OK(session_->Fence());
+  ASSERT_TRUE(session_->Fence().ok());
   VerifyOracle(*session_);
   StopBothExpectIdenticalPools();
 }
@@ -197,11 +196,11 @@ TEST_F(MirrorTest, FencedOldPrimaryRejoinsAsMirrorWhileTheNewPrimaryServes) {
   StartPrimary();
   OpenSession();
   Puts(200, 20);
-  ASSERT_OK(session_->Fence());
+  ASSERT_TRUE(session_->Fence().ok());
   Puts(20, 21);
   primary_->Kill();  // the pool file stays: stale from now on
   auto w = session_->ReadWord(base_);
-  ASSERT_OK(w);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
   VerifyOracle(*session_);
   const std::string promoted = session_->backend_address();
   // The promoted primary forwards to nobody yet (the rejoin address does not answer).
@@ -214,11 +213,11 @@ TEST_F(MirrorTest, FencedOldPrimaryRejoinsAsMirrorWhileTheNewPrimaryServes) {
       << lost.status().ToString();
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/lost.pool"));
   auto old = driver::BackendProcess::Start(ASYMNVM_BACKEND_BIN, primary_pool_, "64M", {"--rejoin"});
-  ASSERT_OK(old);
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
   EXPECT_EQ((*old)->address(), rejoin_addr);
   ASSERT_TRUE(WaitInSyncWhileWriting(1, promoted, 22, 2000));
   Puts(50, 23);
-  ASSERT_OK(session_->Fence());
+  ASSERT_TRUE(session_->Fence().ok());
   VerifyOracle(*session_);
   // The stale pool was caught up by digests (what differs from the promoted pool), not copied
   // whole; the diff below proves the result identical.
@@ -243,7 +242,7 @@ TEST_F(MirrorTest, RestartedPrimaryCatchesUpTheMirrorByDigests) {
   StartPrimary();
   OpenSession();
   Puts(300, 30);
-  ASSERT_OK(session_->Fence());
+  ASSERT_TRUE(session_->Fence().ok());
   ASSERT_TRUE(WaitInSync(1));
   for (const bool kill : {false, true}) {
     SCOPED_TRACE(kill ? "after SIGKILL" : "after SIGTERM");
@@ -267,7 +266,7 @@ TEST_F(MirrorTest, RestartedPrimaryCatchesUpTheMirrorByDigests) {
         ::waitpid(early, &status, 0);
       }
     } else {
-      ASSERT_OK(primary_->Stop());
+      ASSERT_TRUE(primary_->Stop().ok());
     }
     // Meanwhile the mirror's copy is what the old stream left; the new process starts and
     // writes at once.
@@ -282,7 +281,7 @@ TEST_F(MirrorTest, RestartedPrimaryCatchesUpTheMirrorByDigests) {
     OpenSession(/*new_array=*/false);
     VerifyOracle(*session_);
     Puts(200, kill ? 32 : 31);
-    ASSERT_OK(session_->Fence());
+    ASSERT_TRUE(session_->Fence().ok());
   }
   StopBothExpectIdenticalPools();
 }
@@ -294,7 +293,7 @@ TEST_F(MirrorTest, MirrorKilledDuringCatchUpConvergesAfterRestart) {
   StartPrimary({}, "256M");  // a copy long enough to be caught in the act
   OpenSession();
   Puts(100, 10);
-  ASSERT_OK(session_->Fence());
+  ASSERT_TRUE(session_->Fence().ok());
   mirror_->Kill();
   // Its disk is replaced: a fresh mirror needs a full copy (a restart on its pool would be caught
   // up incrementally, too fast to be caught in the act).
@@ -319,10 +318,10 @@ TEST_F(MirrorTest, MirrorKilledDuringCatchUpConvergesAfterRestart) {
   mirror_->Kill();
   if (!caught) GTEST_LOG_(INFO) << "the copy finished before it was seen; killed after it";
   Puts(50, 12);  // the primary goes on
-  ASSERT_OK(session_->Fence());
+  ASSERT_TRUE(session_->Fence().ok());
   ASSERT_TRUE(WaitInSync(0));
   auto ms = ReadMirrorState(mirror_pool_);
-  ASSERT_OK(ms);
+  ASSERT_TRUE(ms.ok());
   if (caught) {
     EXPECT_EQ(ms->state, "syncing");  // a torn copy is never promotable
   }
@@ -336,7 +335,7 @@ TEST_F(MirrorTest, MirrorKilledDuringCatchUpConvergesAfterRestart) {
         << j.dump();
   }
   Puts(50, 13);
-  ASSERT_OK(session_->Fence());
+  ASSERT_TRUE(session_->Fence().ok());
   VerifyOracle(*session_);
   StopBothExpectIdenticalPools();
 }
@@ -360,7 +359,7 @@ TEST_F(MirrorTest, PrimaryAndWriterKilledTogetherLoseNothing) {
     StartMirror();
     StartPrimary();
     OpenSession();  // creates the root and the word array the writer writes
-    ASSERT_OK(session_->Fence());
+    ASSERT_TRUE(session_->Fence().ok());
     const std::string oracle = dir_ + "/writer.oracle";
     { std::ofstream(oracle, std::ios::trunc); }
     const uint64_t wseed = rng();
@@ -422,7 +421,7 @@ TEST_F(MirrorTest, PrimaryAndWriterKilledTogetherLoseNothing) {
     ASSERT_NE(writer_id, 0u);
     // The promoted mirror serves (this Session follows it by itself).
     auto w = session_->ReadWord(base_);
-    ASSERT_OK(w);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
     // The writer's restart: its id, on the promoted primary, replays its acknowledged op logs.
     SessionOptions ro;
     ro.backends = {session_->backend_address()};
@@ -430,13 +429,13 @@ TEST_F(MirrorTest, PrimaryAndWriterKilledTogetherLoseNothing) {
     ro.frontend_id = writer_id;
     ro.level = frontend::Level::kRcb;
     auto restarted = Session::Open(ro);
-    ASSERT_OK(restarted);
+    ASSERT_TRUE(restarted.ok()) << restarted.status().ToString();
     (*restarted)->RegisterReplay(kType, ReplayPut);
     auto root = (*restarted)->CreateRoot("mirrored", kType);
-    ASSERT_OK(root);
+    ASSERT_TRUE(root.ok()) << root.status().ToString();
     Status rep = (*restarted)->Replay();
-    ASSERT_OK(rep);
-    ASSERT_OK((*restarted)->Fence());
+    ASSERT_TRUE(rep.ok()) << rep.ToString();
+    ASSERT_TRUE((*restarted)->Fence().ok());
     // The writer's puts, regenerated: n acknowledged, maybe one more in flight.
     std::map<uint64_t, uint64_t> model;
     std::mt19937_64 wr(wseed);
@@ -447,14 +446,14 @@ TEST_F(MirrorTest, PrimaryAndWriterKilledTogetherLoseNothing) {
     const uint64_t next_word = wr() % kWords, next_value = wr();
     for (const auto& [word, value] : model) {
       auto v = (*restarted)->ReadWord(base_ + 8 * word);
-      ASSERT_OK(v);
+      ASSERT_TRUE(v.ok()) << v.status().ToString();
       if (word == next_word && *v == next_value) continue;  // the put in flight took effect
       ASSERT_EQ(*v, value) << "word " << word << " lost its last acknowledged put (" << n
                            << " acknowledged)";
     }
     restarted->reset();
     session_.reset();
-    ASSERT_OK(mirror_->Stop());
+    ASSERT_TRUE(mirror_->Stop().ok());
   }
 }
 
@@ -499,7 +498,7 @@ TEST_F(MirrorTest, PrimaryDiesAtForwardingCrashPointsNothingAcknowledgedLost) {
       structures::Options mo;
       mo.value_size = 64;
       auto map = structures::OpenMap(*session_, structures::Kind::kHashTable, "vec", mo);
-      ASSERT_OK(map);
+      ASSERT_TRUE(map.ok()) << map.status().ToString();
       std::map<uint64_t, structures::Value> map_oracle;
       std::map<uint64_t, uint64_t> word_maybe;  // the word put in flight at the crash
       std::vector<structures::KeyValue> batch_maybe;
@@ -563,7 +562,7 @@ TEST_F(MirrorTest, PrimaryDiesAtForwardingCrashPointsNothingAcknowledgedLost) {
       ASSERT_TRUE(check) << "no session on the promoted mirror";
       for (const auto& [word, value] : oracle_) {
         auto v = check->ReadWord(base_ + 8 * word);
-        ASSERT_OK(v);
+        ASSERT_TRUE(v.ok()) << v.status().ToString();
         auto m = word_maybe.find(word);
         if (m != word_maybe.end() && *v == m->second) continue;
         ASSERT_EQ(*v, value) << "word " << word << " lost its last acknowledged put";
@@ -573,7 +572,7 @@ TEST_F(MirrorTest, PrimaryDiesAtForwardingCrashPointsNothingAcknowledgedLost) {
         ro.access = structures::Access::kReader;
         return structures::OpenMap(*check, structures::Kind::kHashTable, "vec", ro);
       }();
-      ASSERT_OK(reader);
+      ASSERT_TRUE(reader.ok()) << reader.status().ToString();
       size_t in_flight_new = 0;
       for (const auto& [k, v] : batch_maybe) {
         structures::Value got;
@@ -592,14 +591,14 @@ TEST_F(MirrorTest, PrimaryDiesAtForwardingCrashPointsNothingAcknowledgedLost) {
         if (last.count(k) != 0 && in_flight_new != 0) continue;  // overwritten by the batch
         structures::Value got;
         Status st = (*reader)->Get(k, &got);
-        ASSERT_OK(st) << "key " << k;
+        ASSERT_TRUE(st.ok()) << "key " << k << ": " << st.ToString();
         ASSERT_EQ(got, v) << "key " << k << " lost its last acknowledged batch";
       }
       reader->reset();
       check.reset();
       map->reset();
       session_.reset();
-      ASSERT_OK(mirror_->Stop());
+      ASSERT_TRUE(mirror_->Stop().ok());
     }
   }
 }
@@ -622,19 +621,19 @@ TEST_F(MirrorTest, SeededPromotionRounds) {
     OpenSession();
     Puts(static_cast<int>(rng() % 300), rng());
     if (rng() % 2) {
-      ASSERT_OK(session_->Fence());
+      ASSERT_TRUE(session_->Fence().ok());
     }
     Puts(static_cast<int>(rng() % 40), rng());
     primary_->Kill();
     std::filesystem::remove(primary_pool_);
     auto w = session_->ReadWord(base_);
-    ASSERT_OK(w);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
     VerifyOracle(*session_);
     Puts(20, rng());
-    ASSERT_OK(session_->Fence());
+    ASSERT_TRUE(session_->Fence().ok());
     VerifyOracle(*session_);
     session_.reset();
-    ASSERT_OK(mirror_->Stop());
+    ASSERT_TRUE(mirror_->Stop().ok());
   }
 }
 

@@ -18,7 +18,6 @@
 #include "mirror/group.h"
 #include "mirror/mirror_fixture.h"
 #include "mirror/primary_role.h"
-#include "tests/common/status_assert.h"
 
 namespace asymnvm::mirror {
 namespace {
@@ -36,7 +35,7 @@ class CoordDir : public ::testing::Test {
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
     auto c = coord::Coordinator::Open("dir:" + dir_ + "/coord");
-    ASSERT_OK(c);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
     coord_ = std::move(c).value();
     for (size_t i = 0; i < uuid_.size(); i++) uuid_[i] = static_cast<uint8_t>(i + 1);
   }
@@ -47,13 +46,13 @@ class CoordDir : public ::testing::Test {
   }
   void SetState(uint64_t term, const std::string& primary) {
     const std::string path = GroupPath(uuid_) + "/state";
-    ASSERT_OK(coord_->EnsurePath(GroupPath(uuid_)));
+    ASSERT_TRUE(coord_->EnsurePath(GroupPath(uuid_)).ok());
     GroupState s{term, primary, {}};
     auto node = coord_->Get(path);
     if (node.ok()) {
-      ASSERT_OK(coord_->Set(path, EncodeGroupState(s), node->version));
+      ASSERT_TRUE(coord_->Set(path, EncodeGroupState(s), node->version).ok());
     } else {
-      ASSERT_OK(coord_->Create(path, EncodeGroupState(s)));
+      ASSERT_TRUE(coord_->Create(path, EncodeGroupState(s)).ok());
     }
   }
   std::string dir_;
@@ -65,13 +64,13 @@ TEST_F(CoordDir, ClientTermsAboveTheStateAreRefusedOnlyTheStateFences) {
   std::atomic<int> fenced{0};
   PrimaryRole role(coord_, uuid_, "me", 0, "test");
   role.Start([&](const Status&) { fenced++; }, nullptr);
-  EXPECT_OK(role.CheckClientTerm(0));
+  EXPECT_TRUE(role.CheckClientTerm(0).ok());
   // No state yet: a front-end claiming term 1 is confused (or hostile); refused, nobody fenced.
   EXPECT_EQ(role.CheckClientTerm(1).code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(fenced.load(), 0);
   // The first in-sync set creates term 1 naming us: the term is learned on demand.
   SetState(3, "me");
-  EXPECT_OK(role.CheckClientTerm(3));
+  EXPECT_TRUE(role.CheckClientTerm(3).ok());
   EXPECT_EQ(role.term(), 3u);
   EXPECT_EQ(role.CheckClientTerm(4).code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(fenced.load(), 0);
@@ -123,12 +122,13 @@ TEST_F(CoordDir, AnnouncedMirrorsAreHandedOverOnceEach) {
                added.push_back(a);
                return Status::Ok();
              });
-  ASSERT_OK(coord_->EnsurePath(JoiningPath(uuid_)));
+  ASSERT_TRUE(coord_->EnsurePath(JoiningPath(uuid_)).ok());
   ASSERT_TRUE(coord_
                   ->Create(JoiningPath(uuid_) + "/m1", "name m1\naddress unix:///x/m1.sock\n",
                            coord::kEphemeral)
                   .ok());
-  ASSERT_OK(coord_->Create(JoiningPath(uuid_) + "/junk", "no address here\n", coord::kEphemeral));
+  ASSERT_TRUE(
+      coord_->Create(JoiningPath(uuid_) + "/junk", "no address here\n", coord::kEphemeral).ok());
   const auto deadline = std::chrono::steady_clock::now() + 30s;
   while (role.joined() == 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(10ms);
@@ -146,10 +146,10 @@ TEST_F(CoordDir, AnnouncedMirrorsAreHandedOverOnceEach) {
 
 TEST_F(CoordDir, ReplicaRecordsAndRegisteredTerms) {
   EXPECT_EQ(LookupReplica(*coord_, "host:/p").status().code(), StatusCode::kNotFound);
-  ASSERT_OK(RecordReplica(*coord_, "host:/p", uuid_));
-  ASSERT_OK(RecordReplica(*coord_, "host:/p", uuid_));  // idempotent
+  ASSERT_TRUE(RecordReplica(*coord_, "host:/p", uuid_).ok());
+  ASSERT_TRUE(RecordReplica(*coord_, "host:/p", uuid_).ok());  // idempotent
   auto u = LookupReplica(*coord_, "host:/p");
-  ASSERT_OK(u);
+  ASSERT_TRUE(u.ok()) << u.status().ToString();
   EXPECT_EQ(*u, uuid_);
   EXPECT_EQ(backend::RegistrationTerm("address a\nterm 7\n"), 7u);
   EXPECT_EQ(backend::RegistrationTerm("address a\n"), 0u);
@@ -159,20 +159,20 @@ TEST_F(CoordDir, ReplicaRecordsAndRegisteredTerms) {
 
 TEST_F(CoordDir, AGroupWatchCountsADeletedOrReplacedRegistrationOnly) {
   const std::string path = GroupPath(uuid_) + "/primary";
-  ASSERT_OK(coord_->EnsurePath(GroupPath(uuid_)));
+  ASSERT_TRUE(coord_->EnsurePath(GroupPath(uuid_)).ok());
   EXPECT_EQ(frontend::GroupWatch::Start(*coord_, path), nullptr);  // nothing registered
-  ASSERT_OK(coord_->Create(path, "address a\nterm 1\n", coord::kEphemeral));
+  ASSERT_TRUE(coord_->Create(path, "address a\nterm 1\n", coord::kEphemeral).ok());
   auto w = frontend::GroupWatch::Start(*coord_, path);
   ASSERT_NE(w, nullptr);
   EXPECT_EQ(w->moves(), 0u);  // Start looked once more after arming the watch
-  ASSERT_OK(coord_->Delete(path));
+  ASSERT_TRUE(coord_->Delete(path).ok());
   const auto deadline = std::chrono::steady_clock::now() + 30s;
   while (w->moves() == 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(10ms);
   }
   EXPECT_EQ(w->moves(), 1u);
   // Connected through a registration that differs from the one there now: a move at once.
-  ASSERT_OK(coord_->Create(path, "address b\nterm 2\n", coord::kEphemeral));
+  ASSERT_TRUE(coord_->Create(path, "address b\nterm 2\n", coord::kEphemeral).ok());
   auto w2 = frontend::GroupWatch::Start(*coord_, path, "address a\nterm 1\n");
   ASSERT_NE(w2, nullptr);
   EXPECT_EQ(w2->moves(), 1u);
@@ -186,17 +186,17 @@ TEST_F(MirrorTest, AServingPrimaryIsFencedWhenTheGroupMovesToANewerTerm) {
   StartPrimary();
   OpenSession(true, 500ms);
   Puts(50, 40);
-  ASSERT_OK(session_->Fence());
+  ASSERT_TRUE(session_->Fence().ok());
   ASSERT_TRUE(WaitInSync(1));
   auto c = coord::Coordinator::Open(coord_);
-  ASSERT_OK(c);
+  ASSERT_TRUE(c.ok());
   const std::string path = GroupPath(session_->pool_uuid()) + "/state";
   auto node = (*c)->Get(path);
-  ASSERT_OK(node);
+  ASSERT_TRUE(node.ok()) << node.status().ToString();
   auto gs = DecodeGroupState(node->data);
-  ASSERT_OK(gs);
+  ASSERT_TRUE(gs.ok());
   GroupState next{gs->term + 1, "somebody-else", {}};
-  ASSERT_OK((*c)->Set(path, EncodeGroupState(next), node->version));
+  ASSERT_TRUE((*c)->Set(path, EncodeGroupState(next), node->version).ok());
   const auto deadline = std::chrono::steady_clock::now() + 60s;
   std::string how;
   while (!primary_->Exited(&how) && std::chrono::steady_clock::now() < deadline) {
@@ -220,7 +220,7 @@ TEST_F(MirrorTest, ALostPoolRejoinsByItsNameAndIsAttachedWithoutConfiguration) {
   StartPrimary();
   OpenSession();
   Puts(200, 50);
-  ASSERT_OK(session_->Fence());
+  ASSERT_TRUE(session_->Fence().ok());
   Puts(20, 51);
   ASSERT_TRUE(WaitInSync(1));
   primary_->Kill();
@@ -228,14 +228,14 @@ TEST_F(MirrorTest, ALostPoolRejoinsByItsNameAndIsAttachedWithoutConfiguration) {
   // Started before the promotion: it waits for it (--rejoin-wait-ms), then execs the mirror.
   auto rejoined = driver::BackendProcess::Start(ASYMNVM_BACKEND_BIN, primary_pool_, "64M",
                                                 {"--rejoin", "--rejoin-wait-ms", "120000"});
-  ASSERT_OK(rejoined);
+  ASSERT_TRUE(rejoined.ok()) << rejoined.status().ToString();
   EXPECT_EQ((*rejoined)->address(), "unix://" + primary_pool_ + ".sock");
   VerifyOracle(*session_);  // reconnects to the promoted mirror
   const std::string promoted = session_->backend_address();
   ASSERT_NE(promoted, primary_->address());
   ASSERT_TRUE(WaitInSyncWhileWriting(1, promoted, 52, 3000));
   Puts(50, 53);
-  ASSERT_OK(session_->Fence());
+  ASSERT_TRUE(session_->Fence().ok());
   VerifyOracle(*session_);
   ExpectRejoinedAndIdentical(**rejoined);
 }
@@ -248,14 +248,14 @@ TEST_F(MirrorTest, SigstoppedPrimaryOnZooKeeperIsPromotedPastAndFencedWhenItWake
   const std::string why = coord::testing::ZooKeeperUnavailableReason();
   if (!why.empty()) GTEST_SKIP() << "ZooKeeper tests need " << why << " (scripts/setup.sh)";
   auto zk = coord::testing::ZkEnsemble::Start(1, coord::testing::After(60s));
-  ASSERT_OK(zk);
+  ASSERT_TRUE(zk.ok()) << zk.status().ToString();
   coord_ = "zk:" + (*zk)->connect_string();
   StartMirror({"--coord", coord_});
   StartPrimary({"--coord", coord_});
   OpenSession();
   Puts(100, 60);
-  ASSERT_OK(Put(7, 1111));
-  ASSERT_OK(session_->Fence());
+  ASSERT_TRUE(Put(7, 1111).ok());
+  ASSERT_TRUE(session_->Fence().ok());
   ASSERT_TRUE(WaitInSync(1));
   // A second front-end, connected to the old primary, reads word 7.
   SessionOptions ro;
@@ -264,9 +264,9 @@ TEST_F(MirrorTest, SigstoppedPrimaryOnZooKeeperIsPromotedPastAndFencedWhenItWake
   ro.level = frontend::Level::kRcb;
   ro.reconnect_deadline = 60s;
   auto reader = Session::Open(ro);
-  ASSERT_OK(reader);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
   auto w = (*reader)->ReadWord(base_ + 8 * 7);
-  ASSERT_OK(w);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
   EXPECT_EQ(*w, 1111u);
 
   ASSERT_EQ(::kill(primary_->pid(), SIGSTOP), 0);
@@ -275,7 +275,7 @@ TEST_F(MirrorTest, SigstoppedPrimaryOnZooKeeperIsPromotedPastAndFencedWhenItWake
     ~Resume() { ::kill(pid, SIGCONT); }
   } resume{primary_->pid()};
   auto c = coord::Coordinator::Open(coord_);
-  ASSERT_OK(c);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
   const std::string state = GroupPath(session_->pool_uuid()) + "/state";
   const auto deadline = std::chrono::steady_clock::now() + 120s;
   uint64_t term = 0;
@@ -289,8 +289,8 @@ TEST_F(MirrorTest, SigstoppedPrimaryOnZooKeeperIsPromotedPastAndFencedWhenItWake
   }
   ASSERT_EQ(term, 2u) << "the mirror was not promoted past the stopped primary";
   // The writer goes on at the promoted mirror.
-  ASSERT_OK(Put(7, 2222));
-  ASSERT_OK(session_->Fence());
+  ASSERT_TRUE(Put(7, 2222).ok());
+  ASSERT_TRUE(session_->Fence().ok());
   // The old primary wakes: fenced, it exits 5 without serving.
   ASSERT_EQ(::kill(primary_->pid(), SIGCONT), 0);
   std::string how;
@@ -301,7 +301,7 @@ TEST_F(MirrorTest, SigstoppedPrimaryOnZooKeeperIsPromotedPastAndFencedWhenItWake
   EXPECT_EQ(how, "exited with status 5");
   // The reader never sees the stale value: it reconnects to the promoted primary.
   auto w2 = (*reader)->ReadWord(base_ + 8 * 7);
-  ASSERT_OK(w2);
+  ASSERT_TRUE(w2.ok()) << w2.status().ToString();
   EXPECT_EQ(*w2, 2222u);
   VerifyOracle(*session_);
   reader->reset();

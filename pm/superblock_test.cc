@@ -7,7 +7,6 @@
 
 #include "asymnvm/pm.h"
 #include "pm/pm_test_util.h"
-#include "tests/common/status_assert.h"
 
 namespace asymnvm::pm {
 namespace {
@@ -49,7 +48,7 @@ void MakePool(const std::string& path, const std::string& layout = "asymnvm") {
   PoolOptions opts;
   opts.layout = layout;
   auto pool = Pool::Create(path, kPoolSize, opts);
-  ASSERT_OK(pool);
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
 }
 
 Status OpenStatus(const std::string& path, const std::string& layout = "asymnvm") {
@@ -73,7 +72,7 @@ TEST(SuperblockCodec, RoundTrip_DecodesEveryField) {
   auto buf = Encoded(sb);
   EXPECT_EQ(0, std::memcmp(buf.data(), "ASYMNVM\0", 8));
   Superblock out;
-  ASSERT_OK(DecodeSuperblock(buf.data(), buf.size(), &out));
+  ASSERT_TRUE(DecodeSuperblock(buf.data(), buf.size(), &out).ok());
   ExpectSameSuperblock(sb, out);
   EXPECT_EQ(Encoded(out), buf);
 }
@@ -84,7 +83,7 @@ TEST(SuperblockCodec, EmptyAndMaxLengthLayout_RoundTrip) {
     sb.layout = layout;
     auto buf = Encoded(sb);
     Superblock out;
-    ASSERT_OK(DecodeSuperblock(buf.data(), buf.size(), &out));
+    ASSERT_TRUE(DecodeSuperblock(buf.data(), buf.size(), &out).ok());
     EXPECT_EQ(out.layout, layout);
   }
 }
@@ -94,7 +93,7 @@ TEST(SuperblockCodec, OverlongLayout_IsTruncatedTo31Characters) {
   sb.layout = std::string(40, 'y');
   auto buf = Encoded(sb);
   Superblock out;
-  ASSERT_OK(DecodeSuperblock(buf.data(), buf.size(), &out));
+  ASSERT_TRUE(DecodeSuperblock(buf.data(), buf.size(), &out).ok());
   EXPECT_EQ(out.layout, std::string(31, 'y'));
 }
 
@@ -164,7 +163,7 @@ TEST(PoolCreate, NewPool_OpensWithSameSuperblock) {
   Superblock created;
   {
     auto pool = Pool::Create(path, 2 * kPoolSize, opts);
-    ASSERT_OK(pool);
+    ASSERT_TRUE(pool.ok()) << pool.status().ToString();
     created = (*pool)->superblock();
     EXPECT_EQ(created.pool_size, 2 * kPoolSize);
     EXPECT_EQ((*pool)->size(), 2 * kPoolSize);
@@ -179,7 +178,7 @@ TEST(PoolCreate, NewPool_OpensWithSameSuperblock) {
     EXPECT_NE(description.find("unit-test"), std::string::npos);
   }
   auto pool = Pool::Open(path, opts);
-  ASSERT_OK(pool);
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
   ExpectSameSuperblock(created, (*pool)->superblock());
   // The on-file bytes are exactly the encoding of the superblock.
   auto bytes = ReadFileBytes(path);
@@ -191,8 +190,7 @@ TEST(PoolCreate, TwoPools_GetDifferentUuids) {
   TempDir dir;
   auto a = Pool::Create(dir.File("a"), kPoolSize, {});
   auto b = Pool::Create(dir.File("b"), kPoolSize, {});
-  ASSERT_OK(a);
-  ASSERT_OK(b);
+  ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_NE((*a)->superblock().uuid, (*b)->superblock().uuid);
 }
 
@@ -245,7 +243,7 @@ TEST(PoolOpen, TruncatedFile_IsCorruptionAtEveryLength) {
     ExpectOpenFails(path, StatusCode::kCorruption, "truncated");
   }
   WriteFileBytes(path, original);
-  EXPECT_OK(OpenStatus(path));
+  EXPECT_TRUE(OpenStatus(path).ok());
 }
 
 TEST(PoolOpen, RecordedSizeLargerThanFile_IsCorruption) {
@@ -254,7 +252,7 @@ TEST(PoolOpen, RecordedSizeLargerThanFile_IsCorruption) {
   MakePool(path);
   auto head = ReadFileBytes(path);
   Superblock sb;
-  ASSERT_OK(DecodeSuperblock(head.data(), head.size(), &sb));
+  ASSERT_TRUE(DecodeSuperblock(head.data(), head.size(), &sb).ok());
   sb.pool_size = 4 * kPoolSize;
   PatchFile(path, 0, Encoded(sb));
   ExpectOpenFails(path, StatusCode::kCorruption, "truncated");
@@ -291,7 +289,7 @@ TEST(PoolOpen, FlippedSuperblockByte_IsChecksumCorruption) {
     ExpectOpenFails(path, StatusCode::kCorruption, "checksum mismatch");
     PatchFile(path, off, {original[off]});
   }
-  EXPECT_OK(OpenStatus(path));
+  EXPECT_TRUE(OpenStatus(path).ok());
 }
 
 TEST(PoolOpen, OtherLayoutVersion_IsNotSupported) {
@@ -300,7 +298,7 @@ TEST(PoolOpen, OtherLayoutVersion_IsNotSupported) {
   MakePool(path);
   auto head = ReadFileBytes(path);
   Superblock sb;
-  ASSERT_OK(DecodeSuperblock(head.data(), head.size(), &sb));
+  ASSERT_TRUE(DecodeSuperblock(head.data(), head.size(), &sb).ok());
   sb.layout_version = kLayoutVersion + 1;
   PatchFile(path, 0, Encoded(sb));
   ExpectOpenFails(path, StatusCode::kNotSupported, "version");
@@ -314,8 +312,8 @@ TEST(PoolOpen, LayoutMismatch_IsInvalidArgumentAndEmptyAcceptsAny) {
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
   EXPECT_NE(st.message().find(path), std::string::npos);
   EXPECT_NE(st.message().find("kv-shard"), std::string::npos);
-  EXPECT_OK(OpenStatus(path, "kv-shard"));
-  EXPECT_OK(OpenStatus(path, ""));
+  EXPECT_TRUE(OpenStatus(path, "kv-shard").ok());
+  EXPECT_TRUE(OpenStatus(path, "").ok());
 }
 
 TEST(PoolOpen, RandomBytesFile_IsCorruptionNotAnAsymNvmPool) {
@@ -359,13 +357,13 @@ TEST(PoolLock, SecondOpenInSameProcess_IsFailedPrecondition) {
   TempDir dir;
   std::string path = dir.File("pool");
   auto first = Pool::Create(path, kPoolSize, {});
-  ASSERT_OK(first);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
   Status st = OpenStatus(path);
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
   EXPECT_NE(st.message().find("in use by another process"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find(path), std::string::npos);
   first.value().reset();  // closes the first Pool, releasing the lock
-  EXPECT_OK(OpenStatus(path));
+  EXPECT_TRUE(OpenStatus(path).ok());
 }
 
 TEST(PoolLock, OpenFromAnotherProcess_IsFailedPreconditionUntilClosed) {
@@ -383,7 +381,7 @@ TEST(PoolLock, OpenFromAnotherProcess_IsFailedPreconditionUntilClosed) {
   };
   {
     auto pool = Pool::Create(path, kPoolSize, {});
-    ASSERT_OK(pool);
+    ASSERT_TRUE(pool.ok()) << pool.status().ToString();
     EXPECT_EQ(child_open_code(), static_cast<int>(StatusCode::kFailedPrecondition));
   }
   EXPECT_EQ(child_open_code(), static_cast<int>(StatusCode::kOk));
@@ -395,11 +393,11 @@ TEST(PoolOpenOrCreate, MissingThenExisting_CreatesThenOpensSamePool) {
   std::array<uint8_t, 16> uuid{};
   {
     auto pool = Pool::OpenOrCreate(path, kPoolSize, {});
-    ASSERT_OK(pool);
+    ASSERT_TRUE(pool.ok()) << pool.status().ToString();
     uuid = (*pool)->superblock().uuid;
   }
   auto pool = Pool::OpenOrCreate(path, 2 * kPoolSize, {});
-  ASSERT_OK(pool);
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
   EXPECT_EQ((*pool)->superblock().uuid, uuid);
   EXPECT_EQ((*pool)->size(), kPoolSize);
 }

@@ -4,7 +4,6 @@
 
 #include "asymnvm/pm.h"
 #include "pm/pm_test_util.h"
-#include "tests/common/status_assert.h"
 
 namespace asymnvm::pm {
 namespace {
@@ -134,7 +133,7 @@ TEST(XPLineModel, AsPoolObserver_MeasuresPersists) {
   opts.mode = PersistMode::kFlushOnly;
   opts.observer = &model;
   auto pool = Pool::Create(dir.File("pool"), kMinPoolSize, opts);
-  ASSERT_OK(pool);
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
   Pool& p = **pool;
   for (uint64_t off = 0; off < 64 * 1024; off += 64)
     p.persister()->Persist(p.user_base() + off, 64);

@@ -19,7 +19,6 @@
 #include "structures/base.h"
 #include "structures/kinds.h"
 #include "structures/testing.h"
-#include "tests/common/status_assert.h"
 
 namespace asymnvm::structures {
 namespace {
@@ -39,21 +38,21 @@ Result<std::unique_ptr<Map>> OpenT(frontend::Session& s, const std::string& name
 std::map<Key, Value> Contents(Map& m) {
   std::vector<KeyValue> all;
   Status st = m.Scan(m.key_size() == 0 ? Key(uint64_t{0}) : Key(std::string()), 1u << 20, &all);
-  EXPECT_OK(st);
+  EXPECT_TRUE(st.ok()) << st.ToString();
   return std::map<Key, Value>(all.begin(), all.end());
 }
 
 void ExpectModel(Map& m, const std::map<Key, Value>& model) {
   Status vs = m.Verify();
-  ASSERT_OK(vs);
+  ASSERT_TRUE(vs.ok()) << vs.ToString();
   EXPECT_EQ(Contents(m), model);
   for (const auto& [k, v] : model) {
     Value got;
-    ASSERT_OK(m.Get(k, &got)) << k;
+    ASSERT_TRUE(m.Get(k, &got).ok()) << k;
     EXPECT_EQ(got, v) << k;
   }
   auto n = m.Count();
-  ASSERT_OK(n);
+  ASSERT_TRUE(n.ok());
   EXPECT_EQ(*n, model.size());
 }
 
@@ -72,13 +71,12 @@ TEST_F(BPlusTreeDeleteVectorTest, OneOpLogPerRunFewerReadsAndTheWholeTree) {
   auto s = OpenSession(70, Level::kR);
   auto a = OpenT(*s, "dels");
   auto b = OpenT(*s, "dels-one-by-one");
-  ASSERT_OK(a);
-  ASSERT_OK(b);
+  ASSERT_TRUE(a.ok() && b.ok());
   std::map<Key, Value> model;
   std::vector<KeyValue> base;
   for (uint64_t k = 1; k <= 3000; k++) base.emplace_back(k, TestValue(k, 0, 16));
-  ASSERT_OK((*a)->PutBatch(base));
-  ASSERT_OK((*b)->PutBatch(base));
+  ASSERT_TRUE((*a)->PutBatch(base).ok());
+  ASSERT_TRUE((*b)->PutBatch(base).ok());
   model.insert(base.begin(), base.end());
   std::vector<Key> keys;
   for (uint64_t k = 100; k < 132; k++) keys.push_back(k);
@@ -86,15 +84,15 @@ TEST_F(BPlusTreeDeleteVectorTest, OneOpLogPerRunFewerReadsAndTheWholeTree) {
   for (uint64_t k = 5000; k < 5010; k++) keys.push_back(k);  // absent
   keys.push_back(100);
   keys.push_back(2900);
-  ASSERT_OK(s->Fence());
+  ASSERT_TRUE(s->Fence().ok());
   auto c0 = s->counters();
   uint64_t deleted = 0;
-  ASSERT_OK((*a)->DeleteBatch(keys, &deleted));
-  ASSERT_OK(s->Fence());
+  ASSERT_TRUE((*a)->DeleteBatch(keys, &deleted).ok());
+  ASSERT_TRUE(s->Fence().ok());
   auto c1 = s->counters();
   uint64_t one_by_one = 0;
   for (const Key& k : keys) one_by_one += (*b)->Delete(k).ok() ? 1 : 0;
-  ASSERT_OK(s->Fence());
+  ASSERT_TRUE(s->Fence().ok());
   auto c2 = s->counters();
   EXPECT_EQ(deleted, 52u);
   EXPECT_EQ(one_by_one, 52u);
@@ -123,7 +121,7 @@ TEST_F(BPlusTreeDeleteVectorTest, OneOpLogPerRunFewerReadsAndTheWholeTree) {
   std::vector<Key> all;
   for (uint64_t k = 0; k <= 3001; k++) all.push_back(k);
   auto c3 = s->counters();
-  ASSERT_OK((*b)->DeleteBatch(all, &deleted));
+  ASSERT_TRUE((*b)->DeleteBatch(all, &deleted).ok());
   auto c4 = s->counters();
   std::printf(
       "DeleteBatch of the whole tree (%llu keys): %llu op log(s), %llu remote reads, %llu "
@@ -137,11 +135,11 @@ TEST_F(BPlusTreeDeleteVectorTest, OneOpLogPerRunFewerReadsAndTheWholeTree) {
   EXPECT_LE(c4.op_logs - c3.op_logs, 8u);
   EXPECT_EQ((*b)->Count().value(), 0u);
   auto h = internal::BPlusTreeHeight(b->get());
-  ASSERT_OK(h);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
   EXPECT_EQ(*h, 0u);
-  ASSERT_OK((*b)->DeleteBatch(all, &deleted));  // an empty tree: nothing to do
+  ASSERT_TRUE((*b)->DeleteBatch(all, &deleted).ok());  // an empty tree: nothing to do
   EXPECT_EQ(deleted, 0u);
-  ASSERT_OK((*b)->PutBatch(base));
+  ASSERT_TRUE((*b)->PutBatch(base).ok());
   std::map<Key, Value> again(base.begin(), base.end());
   ExpectModel(**b, again);
   // Bad input: nothing deleted.
@@ -158,7 +156,7 @@ TEST_F(BPlusTreeDeleteVectorTest, RandomBatchesAtEveryLevelKeepTheTreeFilled) {
       SCOPED_TRACE(std::string(frontend::LevelName(level)) + ", fan-out " + std::to_string(f));
       auto s = OpenSession(71 + static_cast<uint64_t>(level), level);
       auto m = OpenT(*s, std::string("rnd-") + frontend::LevelName(level) + std::to_string(f), f);
-      ASSERT_OK(m);
+      ASSERT_TRUE(m.ok()) << m.status().ToString();
       std::map<Key, Value> model;
       std::mt19937_64 rng(f * 31 + static_cast<uint64_t>(level));
       for (int round = 0; round < 12; round++) {
@@ -167,7 +165,7 @@ TEST_F(BPlusTreeDeleteVectorTest, RandomBatchesAtEveryLevelKeepTheTreeFilled) {
           const uint64_t k = rng() % 1500;
           put.emplace_back(k, TestValue(k, round, 16));
         }
-        ASSERT_OK((*m)->PutBatch(put));
+        ASSERT_TRUE((*m)->PutBatch(put).ok());
         for (const auto& [k, v] : internal::SortedUnique(put)) model[k] = v;
         ASSERT_EQ((*m)->Count().value(), model.size()) << "round " << round;
         ASSERT_EQ(Contents(**m), model) << "round " << round;
@@ -176,10 +174,10 @@ TEST_F(BPlusTreeDeleteVectorTest, RandomBatchesAtEveryLevelKeepTheTreeFilled) {
         for (int i = 0; i < n; i++) del.push_back(rng() % 1500);
         uint64_t deleted = 0, want = 0;
         for (const Key& k : std::set<Key>(del.begin(), del.end())) want += model.erase(k);
-        ASSERT_OK((*m)->DeleteBatch(del, &deleted));
+        ASSERT_TRUE((*m)->DeleteBatch(del, &deleted).ok());
         EXPECT_EQ(deleted, want);
         Status vs = (*m)->Verify();
-        ASSERT_OK(vs) << "round " << round;
+        ASSERT_TRUE(vs.ok()) << "round " << round << ": " << vs.ToString();
       }
       ExpectModel(**m, model);
     }
@@ -190,7 +188,7 @@ TEST_F(BPlusTreeDeleteVectorTest, RandomBatchesAtEveryLevelKeepTheTreeFilled) {
 TEST_F(BPlusTreeDeleteVectorTest, ByteKeys) {
   auto s = OpenSession(76, Level::kRcb);
   auto m = OpenT(*s, "bytes", 4, 256);
-  ASSERT_OK(m);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
   auto key = [](uint64_t i) {
     std::string d = std::to_string(i);
     return Key(std::string(240, i % 2 ? '\xff' : 'k') + std::string(8 - d.size(), '0') + d);
@@ -198,7 +196,7 @@ TEST_F(BPlusTreeDeleteVectorTest, ByteKeys) {
   std::map<Key, Value> model;
   std::vector<KeyValue> put;
   for (uint64_t i = 0; i < 400; i++) put.emplace_back(key(i), TestValue(i, 0, 16));
-  ASSERT_OK((*m)->PutBatch(put));
+  ASSERT_TRUE((*m)->PutBatch(put).ok());
   model.insert(put.begin(), put.end());
   std::mt19937_64 rng(5);
   for (int round = 0; round < 6; round++) {
@@ -208,16 +206,16 @@ TEST_F(BPlusTreeDeleteVectorTest, ByteKeys) {
     for (int i = 0; i < 20; i++) del.push_back(key(rng() % 500));
     uint64_t deleted = 0, want = 0;
     for (const Key& k : std::set<Key>(del.begin(), del.end())) want += model.erase(k);
-    ASSERT_OK((*m)->DeleteBatch(del, &deleted));
+    ASSERT_TRUE((*m)->DeleteBatch(del, &deleted).ok());
     EXPECT_EQ(deleted, want);
     Status vs = (*m)->Verify();
-    ASSERT_OK(vs);
+    ASSERT_TRUE(vs.ok()) << vs.ToString();
   }
   ExpectModel(**m, model);
   std::vector<Key> rest;
   for (const auto& [k, v] : model) rest.push_back(k);
   uint64_t deleted = 0;
-  ASSERT_OK((*m)->DeleteBatch(rest, &deleted));
+  ASSERT_TRUE((*m)->DeleteBatch(rest, &deleted).ok());
   EXPECT_EQ(deleted, rest.size());
   ExpectModel(**m, {});
 }
@@ -238,18 +236,18 @@ TEST_F(BPlusTreeDeleteVectorTest, LoggedDeleteVectorIsReplayed) {
     {
       auto s = OpenSession(fe, Level::kRcb);
       auto m = OpenT(*s, "replay" + std::to_string(key_size), 4, key_size);
-      ASSERT_OK(m);
+      ASSERT_TRUE(m.ok()) << m.status().ToString();
       std::vector<KeyValue> put;
       for (uint64_t i = 0; i < 800; i++) put.emplace_back(key(i), TestValue(i, 0, 16));
       Status st = (*m)->PutBatch(put);
-      ASSERT_OK(st);
+      ASSERT_TRUE(st.ok()) << st.ToString();
       model.insert(put.begin(), put.end());
       id = (*m)->structure().id;
     }
     auto s = OpenSession(fe, Level::kRcb);
     RegisterReplays(*s);
     auto m = OpenT(*s, "replay" + std::to_string(key_size), 4, key_size);
-    ASSERT_OK(m);
+    ASSERT_TRUE(m.ok());
     ASSERT_EQ((*m)->structure().id, id);
     std::vector<KeyValue> run;
     for (uint64_t i = 100; i < 700; i++)
@@ -265,7 +263,7 @@ TEST_F(BPlusTreeDeleteVectorTest, LoggedDeleteVectorIsReplayed) {
     // The same run again: everything already gone.
     op.op_seq++;
     f.ops.push_back(op);
-    ASSERT_OK(s->Replay(&f));
+    ASSERT_TRUE(s->Replay(&f).ok());
     for (const auto& [k, v] : run) model.erase(k);
     ExpectModel(**m, model);
   }
@@ -404,11 +402,11 @@ TEST_F(BPlusTreeDeleteVectorCrashTest, KilledBetweenOpLogAndMemoryLogsReplaysThe
     ASSERT_TRUE(s);
     RegisterReplays(*s);
     auto m = OpenT(*s, Name(fe), 4);
-    ASSERT_OK(m);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
     Status rep = s->Replay();
-    ASSERT_OK(rep);
+    ASSERT_TRUE(rep.ok()) << rep.ToString();
     Status vs = (*m)->Verify();
-    ASSERT_OK(vs) << "round " << round;
+    ASSERT_TRUE(vs.ok()) << "round " << round << ": " << vs.ToString();
     const auto got = Contents(**m);
     EXPECT_TRUE(got == before || got == after)
         << "round " << round << ": " << got.size() << " keys, model " << before.size() << " (or "

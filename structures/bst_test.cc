@@ -14,7 +14,6 @@
 #include "structures/base.h"
 #include "structures/kinds.h"
 #include "structures/testing.h"
-#include "tests/common/status_assert.h"
 
 namespace asymnvm::structures {
 namespace {
@@ -29,7 +28,7 @@ Result<std::unique_ptr<Map>> OpenT(frontend::Session& s, const std::string& name
 
 uint64_t CountOf(Map& m) {
   auto n = m.Count();
-  EXPECT_OK(n);
+  EXPECT_TRUE(n.ok()) << n.status().ToString();
   return n.ok() ? *n : ~0ull;
 }
 
@@ -41,12 +40,12 @@ void ExpectMatchesModel(Map& m, const std::map<uint64_t, Value>& model, uint64_t
     if (it == model.end()) {
       EXPECT_EQ(st.code(), StatusCode::kNotFound) << "key " << k << ": " << st.ToString();
     } else {
-      ASSERT_OK(st) << "key " << k;
+      ASSERT_TRUE(st.ok()) << "key " << k << ": " << st.ToString();
       EXPECT_EQ(v, it->second) << "key " << k;
     }
   }
   std::vector<KeyValue> all;
-  ASSERT_OK(m.Scan(0, model.size() + 10, &all));
+  ASSERT_TRUE(m.Scan(0, model.size() + 10, &all).ok());
   ASSERT_EQ(all.size(), model.size());
   size_t i = 0;
   for (const auto& [k, v] : model) {
@@ -55,10 +54,10 @@ void ExpectMatchesModel(Map& m, const std::map<uint64_t, Value>& model, uint64_t
     i++;
   }
   auto n = m.Count();
-  ASSERT_OK(n);
+  ASSERT_TRUE(n.ok());
   EXPECT_EQ(*n, model.size());
   Status vs = m.Verify();
-  EXPECT_OK(vs);
+  EXPECT_TRUE(vs.ok()) << vs.ToString();
 }
 
 // A byte key that sorts like i: a fixed-width decimal under a shared prefix, then 0..6 bytes of
@@ -75,13 +74,13 @@ uint64_t IntOf(const Key& k) {
 // The anchor (the structure's root word points at it) and `n` bytes at `addr`, read remotely.
 uint64_t AnchorOf(frontend::Session& s, Map& m) {
   uint8_t w[8];
-  EXPECT_OK(s.ReadRemote(m.structure().root_addr, w));
+  EXPECT_TRUE(s.ReadRemote(m.structure().root_addr, w).ok());
   return internal::GetU64(w);
 }
 std::vector<uint8_t> Raw(frontend::Session& s, uint64_t addr, size_t n) {
   std::vector<uint8_t> b(n);
   Status st = s.ReadRemote(addr, b);
-  EXPECT_OK(st);
+  EXPECT_TRUE(st.ok()) << st.ToString();
   return b;
 }
 
@@ -90,38 +89,38 @@ class BstTest : public StructuresTest {};
 TEST_F(BstTest, EmptySingleAndDeleteRoot) {
   auto s = OpenSession(10, Level::kRcb);
   auto m = OpenT(*s, "t");
-  ASSERT_OK(m);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
   Map& t = **m;
   Value v;
   EXPECT_EQ(t.Get(1, &v).code(), StatusCode::kNotFound);
   EXPECT_EQ(t.Delete(1).code(), StatusCode::kNotFound);
   std::vector<KeyValue> out{{1, {}}};
-  ASSERT_OK(t.Scan(0, 10, &out));
+  ASSERT_TRUE(t.Scan(0, 10, &out).ok());
   EXPECT_TRUE(out.empty());
   EXPECT_EQ(CountOf(t), 0u);
-  EXPECT_OK(t.Verify());
+  EXPECT_TRUE(t.Verify().ok());
   // Single element, then empty again.
-  ASSERT_OK(t.Put(5, TestValue(5, 0, 10)));
-  ASSERT_OK(t.Get(5, &v));
+  ASSERT_TRUE(t.Put(5, TestValue(5, 0, 10)).ok());
+  ASSERT_TRUE(t.Get(5, &v).ok());
   EXPECT_EQ(v, TestValue(5, 0, 10));
-  ASSERT_OK(t.Put(5, {}));  // empty value
-  ASSERT_OK(t.Get(5, &v));
+  ASSERT_TRUE(t.Put(5, {}).ok());  // empty value
+  ASSERT_TRUE(t.Get(5, &v).ok());
   EXPECT_TRUE(v.empty());
-  ASSERT_OK(t.Delete(5));
+  ASSERT_TRUE(t.Delete(5).ok());
   EXPECT_EQ(t.Get(5, &v).code(), StatusCode::kNotFound);
   EXPECT_EQ(CountOf(t), 0u);
-  EXPECT_OK(t.Verify());
+  EXPECT_TRUE(t.Verify().ok());
   // Delete the root with two children (successor copy), with one child, as a leaf.
   std::map<uint64_t, Value> model;
   for (uint64_t k : {50, 25, 75, 60, 90, 55, 10, 30}) {
-    ASSERT_OK(t.Put(k, TestValue(k, 1, 20)));
+    ASSERT_TRUE(t.Put(k, TestValue(k, 1, 20)).ok());
     model[k] = TestValue(k, 1, 20);
   }
   for (uint64_t k :
        {50, 55, 60, 25, 75, 90, 10, 30}) {  // 50: root, successor 55 is a leaf two levels down
-    ASSERT_OK(t.Delete(k)) << k;
+    ASSERT_TRUE(t.Delete(k).ok()) << k;
     model.erase(k);
-    ASSERT_OK(t.Verify()) << "after deleting " << k;
+    ASSERT_TRUE(t.Verify().ok()) << "after deleting " << k << ": " << t.Verify().ToString();
     ExpectMatchesModel(t, model, 100);
   }
 }
@@ -131,21 +130,21 @@ TEST_F(BstTest, AscendingDescendingAndRandomOrders) {
   Options o;
   o.value_size = 16;
   auto m = OpenT(*s, "t", o);
-  ASSERT_OK(m);
+  ASSERT_TRUE(m.ok());
   Map& t = **m;
   std::map<uint64_t, Value> model;
   for (uint64_t k = 0; k < 200; k++) {  // ascending: a 200-deep right spine
-    ASSERT_OK(t.Put(k, TestValue(k, 0, 16)));
+    ASSERT_TRUE(t.Put(k, TestValue(k, 0, 16)).ok());
     model[k] = TestValue(k, 0, 16);
   }
   ExpectMatchesModel(t, model, 210);
   for (uint64_t k = 0; k < 200; k++) {
-    ASSERT_OK(t.Delete(k));
+    ASSERT_TRUE(t.Delete(k).ok());
     model.erase(k);
   }
   ExpectMatchesModel(t, model, 210);
   for (uint64_t k = 200; k-- > 0;) {  // descending: a left spine
-    ASSERT_OK(t.Put(k, TestValue(k, 1, 8)));
+    ASSERT_TRUE(t.Put(k, TestValue(k, 1, 8)).ok());
     model[k] = TestValue(k, 1, 8);
   }
   ExpectMatchesModel(t, model, 210);
@@ -153,7 +152,7 @@ TEST_F(BstTest, AscendingDescendingAndRandomOrders) {
   for (const auto& kv : model) keys.push_back(kv.first);
   std::shuffle(keys.begin(), keys.end(), std::mt19937_64(3));
   for (size_t i = 0; i < keys.size(); i++) {
-    ASSERT_OK(t.Delete(keys[i]));
+    ASSERT_TRUE(t.Delete(keys[i]).ok());
     model.erase(keys[i]);
     if (i % 100 == 0) ExpectMatchesModel(t, model, 210);
   }
@@ -165,25 +164,25 @@ TEST_F(BstTest, LargeValues) {
   Options o;
   o.value_size = 8192;
   auto m = OpenT(*s, "big", o);
-  ASSERT_OK(m);
+  ASSERT_TRUE(m.ok());
   Map& t = **m;
   std::map<uint64_t, Value> model;
   for (uint64_t k : {4, 2, 6, 1, 3, 5, 7}) {
     model[k] = TestValue(k, 0, 8192 - k * 100);
-    ASSERT_OK(t.Put(k, model[k]));
+    ASSERT_TRUE(t.Put(k, model[k]).ok());
   }
   model[4] = TestValue(4, 1, 8192);
-  ASSERT_OK(t.Put(4, model[4]));
-  ASSERT_OK(t.Delete(4));  // two children: copies the successor's 7.7 KB value
+  ASSERT_TRUE(t.Put(4, model[4]).ok());
+  ASSERT_TRUE(t.Delete(4).ok());  // two children: copies the successor's 7.7 KB value
   model.erase(4);
   ExpectMatchesModel(t, model, 10);
   EXPECT_EQ(t.Put(9, TestValue(9, 0, 8193)).code(), StatusCode::kInvalidArgument);
-  ASSERT_OK(t.Sync());
+  ASSERT_TRUE(t.Sync().ok());
   auto s2 = OpenSession(13, Level::kRcb);
   Options ro;
   ro.access = Access::kReader;
   auto r = OpenT(*s2, "big", ro);
-  ASSERT_OK(r);
+  ASSERT_TRUE(r.ok());
   EXPECT_EQ((*r)->value_size(), 8192u);
   ExpectMatchesModel(**r, model, 10);
 }
@@ -193,7 +192,7 @@ TEST_F(BstTest, BadInput) {
   Options o;
   o.value_size = 16;
   auto m = OpenT(*s, "t", o);
-  ASSERT_OK(m);
+  ASSERT_TRUE(m.ok());
   Status big = (*m)->Put(1, TestValue(1, 1, 17));
   EXPECT_EQ(big.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(big.message().find("value_size"), std::string::npos);
@@ -220,13 +219,13 @@ TEST_F(BstTest, ReplayReexecutesPutsAndDeletes) {
   {
     auto s = OpenSession(20, Level::kRcb);
     auto m = OpenT(*s, "t");
-    ASSERT_OK(m);
-    for (uint64_t k = 1; k <= 5; k++) ASSERT_OK((*m)->Put(k * 10, TestValue(k, 0, 8)));
+    ASSERT_TRUE(m.ok());
+    for (uint64_t k = 1; k <= 5; k++) ASSERT_TRUE((*m)->Put(k * 10, TestValue(k, 0, 8)).ok());
   }
   auto s = OpenSession(20, Level::kRcb);
   RegisterReplays(*s);
   auto m = OpenT(*s, "t");
-  ASSERT_OK(m);
+  ASSERT_TRUE(m.ok());
   const uint64_t opn = s->recovered_opn();
   const uint32_t id = (*m)->structure().id;
   FakeFetcher f;
@@ -240,7 +239,7 @@ TEST_F(BstTest, ReplayReexecutesPutsAndDeletes) {
   };
   f.ops = {op(1, 1, 15, TestValue(15, 1, 30)), op(2, 2, 20, {}), op(3, 1, 30, TestValue(30, 2, 5)),
            op(4, 2, 999, {}) /* missing: nothing to redo */, op(5, 2, 10, {})};
-  ASSERT_OK(s->Replay(&f));
+  ASSERT_TRUE(s->Replay(&f).ok());
   std::map<uint64_t, Value> model{{15, TestValue(15, 1, 30)},
                                   {30, TestValue(30, 2, 5)},
                                   {40, TestValue(4, 0, 8)},
@@ -253,9 +252,9 @@ TEST_F(BstTest, ReplayReexecutesPutsAndDeletes) {
 TEST_F(BstTest, IntegerKeyLayoutIsUnchanged) {
   auto s = OpenSession(15, Level::kRcb);
   auto m = OpenT(*s, "layout");
-  ASSERT_OK(m);
-  for (uint64_t k : {20, 10, 30}) ASSERT_OK((*m)->Put(k, TestValue(k, 0, 5)));
-  ASSERT_OK((*m)->Sync());
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  for (uint64_t k : {20, 10, 30}) ASSERT_TRUE((*m)->Put(k, TestValue(k, 0, 5)).ok());
+  ASSERT_TRUE((*m)->Sync().ok());
   const auto a = Raw(*s, AnchorOf(*s, **m), 24);
   EXPECT_EQ(internal::GetU64(a.data()), 0x5453424d564e5941ull);  // "AYNVMBST"
   EXPECT_EQ(internal::GetU64(a.data() + 16), 3u);
@@ -280,7 +279,7 @@ TEST_F(BstTest, ByteKeyLayoutAndSuccessorCopy) {
   o.key_size = 24;
   o.value_size = 16;
   auto m = OpenT(*s, "bytes", o);
-  ASSERT_OK(m);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
   Map& t = **m;
   EXPECT_EQ(t.key_size(), 24u);
   const std::string k50 = "m-the-middle-key-of-24-b", k25 = "c", k75 = "x",
@@ -288,10 +287,10 @@ TEST_F(BstTest, ByteKeyLayoutAndSuccessorCopy) {
   ASSERT_EQ(k50.size(), 24u);
   std::map<Key, Value> model;
   for (const std::string& k : {k50, k25, k75, k60, k55, k90}) {
-    ASSERT_OK(t.Put(k, TestValue(k.size(), 1, 16))) << Key(k);
+    ASSERT_TRUE(t.Put(k, TestValue(k.size(), 1, 16)).ok()) << Key(k);
     model[k] = TestValue(k.size(), 1, 16);
   }
-  ASSERT_OK(t.Sync());
+  ASSERT_TRUE(t.Sync().ok());
   const uint64_t anchor = AnchorOf(*s, t);
   const uint64_t root = internal::GetU64(Raw(*s, anchor + 8, 8).data());
   auto node = Raw(*s, root, 32 + 16 + 8);
@@ -303,27 +302,27 @@ TEST_F(BstTest, ByteKeyLayoutAndSuccessorCopy) {
   EXPECT_EQ(internal::GetU32(node.data() + 48), 16u);  // the value slot's length
   EXPECT_EQ(Raw(*s, right, 3), (std::vector<uint8_t>{1, 0, 'x'}));
   // The root (24-byte key) takes its successor's 1-byte key "n".
-  ASSERT_OK(t.Delete(k50));
+  ASSERT_TRUE(t.Delete(k50).ok());
   model.erase(k50);
-  ASSERT_OK(t.Sync());
+  ASSERT_TRUE(t.Sync().ok());
   node = Raw(*s, root, 32);
   EXPECT_EQ(node[0] | node[1] << 8, 1);
   EXPECT_EQ(node[2], 'n');
   EXPECT_EQ(std::vector<uint8_t>(node.begin() + 3, node.end()), std::vector<uint8_t>(29, 0));
-  ASSERT_OK(t.Verify());
+  ASSERT_TRUE(t.Verify().ok()) << t.Verify().ToString();
   std::vector<KeyValue> all;
-  ASSERT_OK(t.Scan(std::string(), 100, &all));
+  ASSERT_TRUE(t.Scan(std::string(), 100, &all).ok());
   EXPECT_EQ(all, std::vector<KeyValue>(model.begin(), model.end()));
   // Scan starts between keys, at a prefix of a key and past the longest key.
-  ASSERT_OK(t.Scan(std::string("n\0\0", 3), 100, &all));
+  ASSERT_TRUE(t.Scan(std::string("n\0\0", 3), 100, &all).ok());
   ASSERT_EQ(all.size(), 2u);
   EXPECT_EQ(all[0].first, Key("x"));
-  ASSERT_OK(t.Scan(std::string(300, 'a'), 1, &all));
+  ASSERT_TRUE(t.Scan(std::string(300, 'a'), 1, &all).ok());
   ASSERT_EQ(all.size(), 1u);
   EXPECT_EQ(all[0].first, Key("c"));
   for (const std::string& k : {k60, k25, k75, k55, k90}) {
-    ASSERT_OK(t.Delete(k)) << Key(k);
-    ASSERT_OK(t.Verify());
+    ASSERT_TRUE(t.Delete(k).ok()) << Key(k);
+    ASSERT_TRUE(t.Verify().ok()) << t.Verify().ToString();
   }
   EXPECT_EQ(CountOf(t), 0u);
   // Integer keys on a byte-key map, byte keys too long or empty: kInvalidArgument.
@@ -342,25 +341,25 @@ TEST_F(BstTest, ByteKeyVectorsAndReplay) {
   {
     auto s = OpenSession(17, Level::kRcb);
     auto m = OpenT(*s, "bv", o);
-    ASSERT_OK(m);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
     std::vector<KeyValue> batch;
     for (uint64_t i = 0; i < 600; i += 2) batch.emplace_back(ByteKey(i), TestValue(i, 0, 24));
-    ASSERT_OK((*m)->PutBatch(batch));
+    ASSERT_TRUE((*m)->PutBatch(batch).ok());
     for (const auto& kv : batch) model[kv.first] = kv.second;
     batch.clear();
     for (uint64_t i = 301; i < 900; i += 3) batch.emplace_back(ByteKey(i), TestValue(i, 1, 11));
-    ASSERT_OK((*m)->PutBatch(batch));
+    ASSERT_TRUE((*m)->PutBatch(batch).ok());
     for (const auto& kv : batch) model[kv.first] = kv.second;
     for (uint64_t i = 0; i < 100; i += 4) {
-      ASSERT_OK((*m)->Delete(ByteKey(i))) << i;
+      ASSERT_TRUE((*m)->Delete(ByteKey(i)).ok()) << i;
       model.erase(ByteKey(i));
     }
-    ASSERT_OK((*m)->Verify());
+    ASSERT_TRUE((*m)->Verify().ok()) << (*m)->Verify().ToString();
   }
   auto s = OpenSession(17, Level::kRcb);
   RegisterReplays(*s);
   auto m = OpenT(*s, "bv", o);
-  ASSERT_OK(m);
+  ASSERT_TRUE(m.ok());
   const uint64_t opn = s->recovered_opn();
   const uint32_t id = (*m)->structure().id;
   FakeFetcher f;
@@ -379,26 +378,26 @@ TEST_F(BstTest, ByteKeyVectorsAndReplay) {
            op(2, 2, internal::EncodeKeyValue(ByteKey(2), {})),
            op(3, internal::kOpPutVector, internal::EncodeVector(vec)),
            op(4, 2, internal::EncodeKeyValue(ByteKey(7777), {})) /* missing: nothing to redo */};
-  ASSERT_OK(s->Replay(&f));
+  ASSERT_TRUE(s->Replay(&f).ok());
   model[ByteKey(5)] = TestValue(5, 4, 7);
   model.erase(ByteKey(2));
   for (const auto& kv : vec) model[kv.first] = kv.second;
-  ASSERT_OK((*m)->Sync());
+  ASSERT_TRUE((*m)->Sync().ok());
   Options ro = o;
   ro.access = Access::kReader;
   auto rs = OpenSession(18, Level::kRc);
   auto r = OpenT(*rs, "bv", ro);
-  ASSERT_OK(r);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
   for (Map* h : {m->get(), r->get()}) {
     std::vector<KeyValue> all;
-    ASSERT_OK(h->Scan(std::string(), 1 << 20, &all));
+    ASSERT_TRUE(h->Scan(std::string(), 1 << 20, &all).ok());
     EXPECT_EQ(all, std::vector<KeyValue>(model.begin(), model.end()));
     EXPECT_EQ(CountOf(*h), model.size());
     Value v;
-    ASSERT_OK(h->Get(ByteKey(301), &v));
+    ASSERT_TRUE(h->Get(ByteKey(301), &v).ok());
     EXPECT_EQ(v, TestValue(301, 1, 11));
     EXPECT_EQ(h->Get(ByteKey(12), &v).code(), StatusCode::kNotFound);
-    ASSERT_OK(h->Verify());
+    ASSERT_TRUE(h->Verify().ok()) << h->Verify().ToString();
   }
 }
 
@@ -406,18 +405,18 @@ TEST_F(BstTest, LevelThresholdReadsDeepNodesAroundTheCache) {
   auto s = OpenSession(30, Level::kRc);
   {
     auto m = OpenT(*s, "deep");
-    ASSERT_OK(m);
-    for (uint64_t k = 0; k < 100; k++) ASSERT_OK((*m)->Put(k, TestValue(k, 0, 8)));
+    ASSERT_TRUE(m.ok());
+    for (uint64_t k = 0; k < 100; k++) ASSERT_TRUE((*m)->Put(k, TestValue(k, 0, 8)).ok());
   }
   uint64_t accesses[2];
   for (int opt = 0; opt < 2; opt++) {
     Options o;
     o.optimize = opt == 1;
     auto m = OpenT(*s, "deep", o);
-    ASSERT_OK(m);
+    ASSERT_TRUE(m.ok());
     const auto before = s->counters();
     Value v;
-    ASSERT_OK((*m)->Get(99, &v));  // depth 99
+    ASSERT_TRUE((*m)->Get(99, &v).ok());  // depth 99
     const auto after = s->counters();
     accesses[opt] =
         (after.cache_hits + after.cache_misses) - (before.cache_hits + before.cache_misses);
@@ -437,20 +436,20 @@ void RunConcurrent(StructuresTest* t,
   auto key = [key_size](uint64_t i) { return key_size == 0 ? Key(i) : ByteKey(i); };
   auto ws = open(40);
   auto w = OpenT(*ws, name, wo);
-  ASSERT_OK(w);
+  ASSERT_TRUE(w.ok());
   std::vector<uint64_t> stable;
   for (uint64_t i = 0; i < 100; i++) stable.push_back(i * 10);
   std::mt19937_64 shuffle_rng(5);
   std::vector<uint64_t> order = stable;
   std::shuffle(order.begin(), order.end(), shuffle_rng);
-  for (uint64_t k : order) ASSERT_OK((*w)->Put(key(k), TestValue(k, 0, 16)));
-  ASSERT_OK((*w)->Sync());
+  for (uint64_t k : order) ASSERT_TRUE((*w)->Put(key(k), TestValue(k, 0, 16)).ok());
+  ASSERT_TRUE((*w)->Sync().ok());
   auto rs = open(41);
   Options ro;
   ro.access = Access::kReader;
   ro.key_size = key_size;
   auto r = OpenT(*rs, name, ro);
-  ASSERT_OK(r);
+  ASSERT_TRUE(r.ok());
 
   std::atomic<bool> done{false};
   std::atomic<uint64_t> reads{0};
@@ -502,17 +501,17 @@ void RunConcurrent(StructuresTest* t,
     uint64_t k = rng() % 2 ? 1000 + rng() % 1000 : rng() % 1000;
     if (k < 1000 && k % 10 == 0) k++;
     if (present.count(k) && rng() % 3 != 0) {
-      ASSERT_OK((*w)->Delete(key(k)));
+      ASSERT_TRUE((*w)->Delete(key(k)).ok());
       present.erase(k);
     } else {
-      ASSERT_OK((*w)->Put(key(k), TestValue(k, i, 16)));
+      ASSERT_TRUE((*w)->Put(key(k), TestValue(k, i, 16)).ok());
       present.insert(k);
     }
     if (i % 64 == 0) {
-      ASSERT_OK((*w)->Sync());
+      ASSERT_TRUE((*w)->Sync().ok());
     }
   }
-  ASSERT_OK((*w)->Sync());
+  ASSERT_TRUE((*w)->Sync().ok());
   // Let the reader observe the final state a few times too.
   const uint64_t until = reads.load() + 50;
   while (reads.load() < until && !failed.load()) std::this_thread::yield();
@@ -520,9 +519,9 @@ void RunConcurrent(StructuresTest* t,
   reader.join();
   EXPECT_TRUE(failure.empty()) << failure;
   EXPECT_GT(reads.load(), 0u);
-  ASSERT_OK((*w)->Verify());
+  ASSERT_TRUE((*w)->Verify().ok());
   auto n = (*r)->Count();
-  ASSERT_OK(n);
+  ASSERT_TRUE(n.ok());
   EXPECT_EQ(*n, present.size() + stable.size());
   (void)t;
 }

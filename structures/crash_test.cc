@@ -29,7 +29,6 @@
 
 #include "structures/testing.h"
 #include "structures/walk.h"
-#include "tests/common/status_assert.h"
 #include "tools/ctl.h"
 #include "workloads/driver/backend_process.h"
 
@@ -393,18 +392,18 @@ void CrashRound(
     opts.key_size = key_size;
     if (ro.value_bytes > 0) opts.value_size = ro.value_bytes;
     auto h = Open(*s, kind, name, opts);
-    ASSERT_OK(h);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
     std::unique_ptr<Sequence> comp;
     if (companion) {
       auto c = OpenSequence(*s, Kind::kStack, "companion-" + std::to_string(fe));
-      ASSERT_OK(c);
+      ASSERT_TRUE(c.ok()) << c.status().ToString();
       comp = std::move(*c);
     }
     Status rep = s->Replay();
-    ASSERT_OK(rep);
+    ASSERT_TRUE(rep.ok()) << rep.ToString();
     if (ro.recovery_counters != nullptr) *ro.recovery_counters = s->counters();
     const Status verified = (*h)->Verify();
-    ASSERT_OK(verified);
+    ASSERT_TRUE(verified.ok()) << verified.ToString();
     if (comp) {
       std::vector<int32_t> got;
       Value v;
@@ -464,7 +463,7 @@ void CrashRound(
       }
       if (recovered != nullptr) *recovered = got;
       auto n = m->Count();
-      ASSERT_OK(n);
+      ASSERT_TRUE(n.ok());
       EXPECT_EQ(*n, got.size());
     }
   }
@@ -588,7 +587,7 @@ TEST_P(CrashTest, FrontendAndBackendKilledTogether) {
   auto start = [&]() -> std::unique_ptr<driver::BackendProcess> {
     auto be = driver::BackendProcess::Start(ASYMNVM_BACKEND_BIN, pool, "64M",
                                             {"--pm-mode", "flush", "--log-segment", "256K"});
-    EXPECT_OK(be);
+    EXPECT_TRUE(be.ok()) << be.status().ToString();
     return be.ok() ? std::move(*be) : nullptr;
   };
   auto daemon = start();
@@ -609,7 +608,7 @@ TEST_P(CrashTest, FrontendAndBackendKilledTogether) {
           auto o = SessionOpts(fe, Level::kRcb);
           o.backends = {address};
           auto s = frontend::Session::Open(o);
-          EXPECT_OK(s);
+          EXPECT_TRUE(s.ok()) << s.status().ToString();
           return s.ok() ? std::move(*s) : nullptr;
         });
     if (HasFatalFailure() || HasFailure()) break;
@@ -717,11 +716,11 @@ TEST_F(LeakCampaignTest, GcAfterSigkillRoundsLeavesUsedEqualReachable) {
     ASSERT_TRUE(s);
     for (const Recovered& r : all) {
       auto h = Open(*s, r.kind, r.name);
-      ASSERT_OK(h) << r.name;
-      ASSERT_OK((*h)->Verify()) << r.name;
+      ASSERT_TRUE(h.ok()) << r.name << ": " << h.status().ToString();
+      ASSERT_TRUE((*h)->Verify().ok()) << r.name;
       if (IsSequence(r.kind)) {
         auto n = (*h)->Count();
-        ASSERT_OK(n) << r.name;
+        ASSERT_TRUE(n.ok()) << r.name;
         EXPECT_EQ(*n, 0u) << r.name;
         continue;
       }
@@ -733,7 +732,7 @@ TEST_F(LeakCampaignTest, GcAfterSigkillRoundsLeavesUsedEqualReachable) {
         if (it == r.map.end()) {
           ASSERT_EQ(st.code(), StatusCode::kNotFound) << r.name << " key " << k;
         } else {
-          ASSERT_OK(st) << r.name << " key " << k;
+          ASSERT_TRUE(st.ok()) << r.name << " key " << k << ": " << st.ToString();
           ASSERT_EQ(v, it->second) << r.name << " key " << k;
         }
       }
@@ -821,7 +820,7 @@ class OnlineReclaimTest : public testing::StructuresTest {
       if (!s) return {};
       RegisterReplays(*s);
       Status r = s->Replay();
-      EXPECT_OK(r);
+      EXPECT_TRUE(r.ok()) << r.ToString();
       add(s->counters());
     }
     // What the journals still name (a session of the id lists them; it changes nothing).
@@ -925,7 +924,7 @@ TEST_F(OnlineReclaimTest, LockHeldByLiveFrontendDefersTheReclaim) {
     auto s = Recovery(fe, false);
     ASSERT_TRUE(s);
     auto m = OpenMap(*s, Kind::kHashTable, "crash-hash-720");
-    ASSERT_OK(m);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
     for (uint64_t k = 0; k < kKeys; k++) {
       Status d = (*m)->Delete(k);
       ASSERT_TRUE(d.ok() || d.code() == StatusCode::kNotFound) << d.ToString();
@@ -934,9 +933,9 @@ TEST_F(OnlineReclaimTest, LockHeldByLiveFrontendDefersTheReclaim) {
   auto other = OpenSession(721, Level::kRcb);
   ASSERT_TRUE(other);
   auto held = OpenMap(*other, Kind::kBPlusTree, "held-by-721");
-  ASSERT_OK(held);
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
   const Status put = (*held)->Put(1, TestValue(1, 1, 10));
-  ASSERT_OK(put);
+  ASSERT_TRUE(put.ok()) << put.ToString();
   const uint64_t used_before = UsedBlocks();
   auto o = SessionOpts(fe, Level::kRcb);
   o.reclaim_lock_wait = std::chrono::milliseconds(100);
@@ -945,7 +944,7 @@ TEST_F(OnlineReclaimTest, LockHeldByLiveFrontendDefersTheReclaim) {
   RegisterReplays(*s);
   const size_t inherited = s->InheritedExtents().size();
   ASSERT_GT(inherited, 0u);
-  ASSERT_OK(s->Replay());
+  ASSERT_TRUE(s->Replay().ok());
   EXPECT_EQ(s->counters().reclaim_deferred, 1u);
   EXPECT_EQ(s->counters().reclaimed_blocks, 0u);
   EXPECT_TRUE(s->reclaim_pending());
@@ -954,7 +953,7 @@ TEST_F(OnlineReclaimTest, LockHeldByLiveFrontendDefersTheReclaim) {
   held->reset();
   other.reset();
   auto r = ReclaimDeadAllocations(*s);
-  ASSERT_OK(r);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_FALSE(r->deferred);
   EXPECT_GT(r->freed_blocks, 0u);
   EXPECT_FALSE(s->reclaim_pending());
@@ -984,7 +983,7 @@ TEST_F(OnlineReclaimTest, KillsAroundJournaledAllocationsAndFreesLeaveNoLeak) {
     auto s = Recovery(fe, true);
     ASSERT_TRUE(s);
     RegisterReplays(*s);
-    ASSERT_OK(s->Replay());
+    ASSERT_TRUE(s->Replay().ok());
   }
   auto leaks = Check();
   ASSERT_FALSE(leaks.is_null());
@@ -1005,7 +1004,7 @@ TEST_F(OnlineReclaimTest, KillsAroundJournaledAllocationsAndFreesLeaveNoLeak) {
     ASSERT_TRUE(s);
     RegisterReplays(*s);
     EXPECT_EQ(s->InheritedExtents().size(), 4u);
-    ASSERT_OK(s->Replay());
+    ASSERT_TRUE(s->Replay().ok());
     EXPECT_EQ(s->counters().reclaimed_blocks, 4u);
     EXPECT_EQ(s->counters().reclaim_refused, 0u);
   }
@@ -1051,7 +1050,7 @@ TEST_F(OnlineReclaimTest, LargeValuesSurviveSigkillAndLeakNothing) {
     auto s = Recovery(id, true);
     ASSERT_TRUE(s);
     RegisterReplays(*s);
-    ASSERT_OK(s->Replay());
+    ASSERT_TRUE(s->Replay().ok());
   }
   const nlohmann::json leaks = Check();
   ASSERT_FALSE(leaks.is_null());
@@ -1151,7 +1150,7 @@ TEST_F(OnlineReclaimTest, CrashInsideTheReclaimThenRecoverAgain) {
     ASSERT_TRUE(s);
     RegisterReplays(*s);
     const Status r = s->Replay();
-    ASSERT_OK(r);
+    ASSERT_TRUE(r.ok()) << r.ToString();
     EXPECT_EQ(s->counters().reclaim_refused, 0u) << id;
   }
   const auto leaks = Check();

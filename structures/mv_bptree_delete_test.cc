@@ -24,7 +24,6 @@
 #include "structures/kinds.h"
 #include "structures/mv_common.h"
 #include "structures/testing.h"
-#include "tests/common/status_assert.h"
 
 namespace asymnvm::structures {
 namespace {
@@ -49,7 +48,7 @@ std::map<Key, Value> Contents(Map& m) {
   std::vector<KeyValue> all;
   const Key from = m.key_size() == 0 ? Key(uint64_t{0}) : Key(std::string());
   Status st = m.Scan(from, 1 << 20, &all);
-  EXPECT_OK(st);
+  EXPECT_TRUE(st.ok()) << st.ToString();
   return std::map<Key, Value>(all.begin(), all.end());
 }
 
@@ -75,10 +74,10 @@ TEST_F(MvDeleteVectorTest, ByteKeysOfTwoHundredFiftySixBytes) {
     {
       auto s = OpenSession(60, Level::kRcb);
       auto m = OpenTree(*s, name, fanout, 256);
-      ASSERT_OK(m);
+      ASSERT_TRUE(m.ok()) << m.status().ToString();
       std::vector<KeyValue> base;
       for (uint64_t i = 0; i < 400; i++) base.emplace_back(LongKey(i), TestValue(i, 0, 1 + i % 32));
-      ASSERT_OK((*m)->PutBatch(base));
+      ASSERT_TRUE((*m)->PutBatch(base).ok());
       model.insert(base.begin(), base.end());
       // Neighbours (a duplicate, absent keys): one run. Scattered keys: each its own leaf and
       // most of its path copied (nodes of 1 928 B at fan-out 7, 1 112 B at 4), more than one
@@ -96,7 +95,7 @@ TEST_F(MvDeleteVectorTest, ByteKeysOfTwoHundredFiftySixBytes) {
         const auto c0 = s->counters();
         const auto p0 = internal::mv::GetMvStats(m->get()).publishes;
         uint64_t deleted = 0;
-        ASSERT_OK((*m)->DeleteBatch(*keys, &deleted));
+        ASSERT_TRUE((*m)->DeleteBatch(*keys, &deleted).ok());
         const auto c1 = s->counters();
         const auto p1 = internal::mv::GetMvStats(m->get()).publishes;
         EXPECT_EQ(deleted, present) << name;
@@ -111,29 +110,29 @@ TEST_F(MvDeleteVectorTest, ByteKeysOfTwoHundredFiftySixBytes) {
       }
       uint64_t deleted = 0;
       Status vs = (*m)->Verify();
-      ASSERT_OK(vs);
+      ASSERT_TRUE(vs.ok()) << vs.ToString();
       // A batch of absent keys only: nothing removed, nothing logged.
       const std::vector<Key> absent = {LongKey(100), LongKey(2000)};
       const auto c2 = s->counters();
-      ASSERT_OK((*m)->DeleteBatch(absent, &deleted));
+      ASSERT_TRUE((*m)->DeleteBatch(absent, &deleted).ok());
       EXPECT_EQ(deleted, 0u);
       EXPECT_EQ(s->counters().op_logs - c2.op_logs, 0u);
     }
     auto s = OpenSession(60, Level::kRcb);
     auto m = OpenTree(*s, name, fanout, 256);
-    ASSERT_OK(m);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
     EXPECT_EQ(Contents(**m), model) << name;
     std::vector<Key> all;
     for (uint64_t i = 0; i < 400; i++) all.push_back(LongKey(i));
     uint64_t deleted = 0;
-    ASSERT_OK((*m)->DeleteBatch(all, &deleted));
+    ASSERT_TRUE((*m)->DeleteBatch(all, &deleted).ok());
     EXPECT_EQ(deleted, model.size());
     EXPECT_EQ((*m)->Count().value(), 0u);
     EXPECT_TRUE(Contents(**m).empty());
     Status vs = (*m)->Verify();
-    EXPECT_OK(vs);
+    EXPECT_TRUE(vs.ok()) << vs.ToString();
     // An integer key for a byte-key tree: the whole call fails, nothing deleted.
-    ASSERT_OK((*m)->Put(LongKey(1), TestValue(1, 1, 4)));
+    ASSERT_TRUE((*m)->Put(LongKey(1), TestValue(1, 1, 4)).ok());
     const std::vector<Key> bad = {LongKey(1), Key(uint64_t{5})};
     EXPECT_EQ((*m)->DeleteBatch(bad, &deleted).code(), StatusCode::kInvalidArgument);
     EXPECT_EQ((*m)->Count().value(), 1u);
@@ -146,11 +145,11 @@ TEST_F(MvDeleteVectorTest, ByteKeysOfTwoHundredFiftySixBytes) {
 TEST_F(MvDeleteVectorTest, BatchBeyondOnePublishIsCutIntoRuns) {
   auto s = OpenSession(61, Level::kRcb);
   auto m = OpenTree(*s, "big", 0);
-  ASSERT_OK(m);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
   std::map<Key, Value> model;
   std::vector<KeyValue> base;
   for (uint64_t k = 0; k < 20000; k++) base.emplace_back(k, TestValue(k, 0, 8));
-  ASSERT_OK((*m)->PutBatch(base));
+  ASSERT_TRUE((*m)->PutBatch(base).ok());
   model.insert(base.begin(), base.end());
   std::vector<Key> keys;
   for (uint64_t k = 0; k < 20000; k += 41) keys.push_back(k);  // 488 keys in 488 leaves
@@ -158,7 +157,7 @@ TEST_F(MvDeleteVectorTest, BatchBeyondOnePublishIsCutIntoRuns) {
   const auto before = internal::mv::GetMvStats(m->get());
   const auto c0 = s->counters();
   uint64_t deleted = 0;
-  ASSERT_OK((*m)->DeleteBatch(keys, &deleted));
+  ASSERT_TRUE((*m)->DeleteBatch(keys, &deleted).ok());
   const auto c1 = s->counters();
   const auto after = internal::mv::GetMvStats(m->get());
   EXPECT_EQ(deleted, keys.size());
@@ -169,7 +168,7 @@ TEST_F(MvDeleteVectorTest, BatchBeyondOnePublishIsCutIntoRuns) {
   EXPECT_LE(c1.txn_bytes - c0.txn_bytes, runs * 48 * 1024 + runs * 1024);
   EXPECT_EQ(Contents(**m), model);
   Status vs = (*m)->Verify();
-  EXPECT_OK(vs);
+  EXPECT_TRUE(vs.ok()) << vs.ToString();
 }
 
 // A lock-free reader (another session) during delete batches: every stable key (multiples of
@@ -179,18 +178,18 @@ TEST_F(MvDeleteVectorTest, BatchBeyondOnePublishIsCutIntoRuns) {
 TEST_F(MvDeleteVectorTest, LockFreeReaderNeverMissesStableKeys) {
   auto ws = OpenSession(62, Level::kRcb);
   auto w = OpenTree(*ws, "conc", 4);
-  ASSERT_OK(w);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
   std::map<uint64_t, Value> stable;
   std::vector<KeyValue> base;
   for (uint64_t k = 0; k < 2000; k++) {
     base.emplace_back(k, TestValue(k, 0, 16));
     if (k % 10 == 0) stable[k] = base.back().second;
   }
-  ASSERT_OK((*w)->PutBatch(base));
-  ASSERT_OK((*w)->Sync());
+  ASSERT_TRUE((*w)->PutBatch(base).ok());
+  ASSERT_TRUE((*w)->Sync().ok());
   auto rs = OpenSession(63, Level::kRcb);
   auto r = OpenTree(*rs, "conc", 4, 0, Access::kReader);
-  ASSERT_OK(r);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
   std::atomic<bool> done{false}, failed{false};
   std::atomic<uint64_t> reads{0};
   std::string failure;
@@ -262,7 +261,7 @@ TEST_F(MvDeleteVectorTest, LockFreeReaderNeverMissesStableKeys) {
   EXPECT_GT(removed, 1000u);
   EXPECT_GT(reads.load(), 0u);
   Status vs = (*w)->Verify();
-  EXPECT_OK(vs);
+  EXPECT_TRUE(vs.ok()) << vs.ToString();
 }
 
 // The cost per key of a delete batch against the same keys deleted one Delete each, at every
@@ -276,27 +275,26 @@ TEST_F(MvDeleteVectorTest, CostPerKeyAgainstOneDeleteEach) {
     auto s = OpenSession(fe++, level);
     auto a = OpenTree(*s, "cost-batch", 0);
     auto b = OpenTree(*s, "cost-loop", 0);
-    ASSERT_OK(a);
-    ASSERT_OK(b);
+    ASSERT_TRUE(a.ok() && b.ok());
     std::vector<KeyValue> base;
     for (uint64_t k = 1; k <= 3000; k++) base.emplace_back(k, TestValue(k, 0, 8));
-    ASSERT_OK((*a)->PutBatch(base));
-    ASSERT_OK((*b)->PutBatch(base));
+    ASSERT_TRUE((*a)->PutBatch(base).ok());
+    ASSERT_TRUE((*b)->PutBatch(base).ok());
     std::vector<Key> keys;
     for (uint64_t k = 100; k < 132; k++) keys.push_back(k);
     for (uint64_t k = 1000; k < 3000; k += 100) keys.push_back(k);
     for (uint64_t k = 5000; k < 5010; k++) keys.push_back(k);
     keys.push_back(100);
     keys.push_back(2900);
-    ASSERT_OK(s->Fence());
+    ASSERT_TRUE(s->Fence().ok());
     const auto c0 = s->counters();
     uint64_t deleted = 0;
-    ASSERT_OK((*a)->DeleteBatch(keys, &deleted));
-    ASSERT_OK((*a)->Sync());
+    ASSERT_TRUE((*a)->DeleteBatch(keys, &deleted).ok());
+    ASSERT_TRUE((*a)->Sync().ok());
     const auto c1 = s->counters();
     uint64_t one_by_one = 0;
     for (const Key& k : keys) one_by_one += (*b)->Delete(k).ok() ? 1 : 0;
-    ASSERT_OK((*b)->Sync());
+    ASSERT_TRUE((*b)->Sync().ok());
     const auto c2 = s->counters();
     ASSERT_EQ(deleted, 52u);
     ASSERT_EQ(one_by_one, 52u);
@@ -441,11 +439,11 @@ TEST_F(MvDeleteVectorTest, CrashBetweenOpLogAndMemoryLogsReplaysTheBatch) {
     ASSERT_TRUE(s);
     RegisterReplays(*s);
     auto m = OpenTree(*s, CrashName(fe), 4);
-    ASSERT_OK(m);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
     Status rep = s->Replay();
-    ASSERT_OK(rep);
+    ASSERT_TRUE(rep.ok()) << rep.ToString();
     Status vs = (*m)->Verify();
-    ASSERT_OK(vs);
+    ASSERT_TRUE(vs.ok()) << vs.ToString();
     const auto got = Contents(**m);
     EXPECT_TRUE(got == before || got == after)
         << "round " << round << ": " << got.size() << " keys, model " << before.size() << " (or "

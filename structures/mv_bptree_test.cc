@@ -4,7 +4,6 @@
 #define MV_TEST_BPTREE 1
 #define MV_TEST_PARAM 4
 #include "structures/mv_bst_test.cc"  // NOLINT(bugprone-suspicious-include)
-#include "tests/common/status_assert.h"
 
 // Byte-string keys particular to the MV-B+tree (the conformance suite runs the random model at
 // fan-out 4 with keys of 24 and 256 bytes): the node-size rule for the fan-out, long keys at the
@@ -24,15 +23,15 @@ void ExpectByteModel(Map& m, const std::map<Key, Value>& model) {
   for (const auto& [k, v] : model) {
     Value got;
     Status st = m.Get(k, &got);
-    ASSERT_OK(st) << k;
+    ASSERT_TRUE(st.ok()) << k << ": " << st.ToString();
     EXPECT_EQ(got, v) << k;
   }
   std::vector<KeyValue> all;
-  ASSERT_OK(m.Scan(Key(std::string()), model.size() + 10, &all));
+  ASSERT_TRUE(m.Scan(Key(std::string()), model.size() + 10, &all).ok());
   EXPECT_EQ(all, std::vector<KeyValue>(model.begin(), model.end()));
   EXPECT_EQ(m.Count().value(), model.size());
   Status vs = m.Verify();
-  EXPECT_OK(vs);
+  EXPECT_TRUE(vs.ok()) << vs.ToString();
 }
 
 class MvBPlusTreeBytesTest : public StructuresTest {};
@@ -48,18 +47,18 @@ TEST_F(MvBPlusTreeBytesTest, FanOutLimitAndDefaultForLongKeys) {
   EXPECT_EQ(big.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(big.message().find("at most 15"), std::string::npos) << big.ToString();
   o.param = 15;
-  EXPECT_OK(internal::OpenMvBPlusTree(*s, "f15", o));
+  EXPECT_TRUE(internal::OpenMvBPlusTree(*s, "f15", o).ok());
   o.param = 0;
   auto d = internal::OpenMvBPlusTree(*s, "default", o);
-  ASSERT_OK(d);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_EQ((*d)->structure().params[1], 7u);
   o.key_size = 24;  // 32-byte slots: 40 B per entry, 32 of them in 1304 B
   auto d24 = internal::OpenMvBPlusTree(*s, "default24", o);
-  ASSERT_OK(d24);
+  ASSERT_TRUE(d24.ok());
   EXPECT_EQ((*d24)->structure().params[1], 32u);
   o.key_size = 0;
   o.param = 256;
-  EXPECT_OK(internal::OpenMvBPlusTree(*s, "i256", o));
+  EXPECT_TRUE(internal::OpenMvBPlusTree(*s, "i256", o).ok());
 }
 
 // 256-byte keys at the default fan-out (7) and at the largest allowed one (15): ascending inserts
@@ -76,13 +75,13 @@ TEST_F(MvBPlusTreeBytesTest, LongKeysAscendingBatchedAndDeleted) {
       o.key_size = kMaxKeySize;
       o.param = f;
       auto m = internal::OpenMvBPlusTree(*s, name, o);
-      ASSERT_OK(m);
+      ASSERT_TRUE(m.ok()) << m.status().ToString();
       // Ascending: one long spine of half-full nodes.
       for (uint64_t i = 0; i < 1500; i++) {
         const Key k(std::string(240, 'a') + std::to_string(100000 + i));
         model[k] = TestValue(i, 0, 8);
         Status st = (*m)->Put(k, model[k]);
-        ASSERT_OK(st) << i;
+        ASSERT_TRUE(st.ok()) << i << ": " << st.ToString();
       }
       std::mt19937_64 rng(51 + f);
       std::vector<KeyValue> kvs;
@@ -91,13 +90,13 @@ TEST_F(MvBPlusTreeBytesTest, LongKeysAscendingBatchedAndDeleted) {
         kvs.emplace_back(MvByteKey(id, kMaxKeySize), TestValue(id, 1, 1 + rng() % 64));
       }
       Status st = (*m)->PutBatch(kvs);
-      ASSERT_OK(st);
+      ASSERT_TRUE(st.ok()) << st.ToString();
       for (const auto& kv : internal::SortedUnique(kvs)) model[kv.first] = kv.second;
       std::vector<Key> keys;
       for (const auto& kv : model) keys.push_back(kv.first);
       std::shuffle(keys.begin(), keys.end(), rng);
       for (size_t i = 0; i < keys.size() / 2; i++) {
-        ASSERT_OK((*m)->Delete(keys[i])) << keys[i];
+        ASSERT_TRUE((*m)->Delete(keys[i]).ok()) << keys[i];
         model.erase(keys[i]);
       }
       ExpectByteModel(**m, model);
@@ -107,7 +106,7 @@ TEST_F(MvBPlusTreeBytesTest, LongKeysAscendingBatchedAndDeleted) {
     Options ro;
     ro.access = Access::kReader;
     auto r = internal::OpenMvBPlusTree(*s, name, ro);
-    ASSERT_OK(r);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_EQ((*r)->key_size(), kMaxKeySize);
     ExpectByteModel(**r, model);
   }
@@ -123,17 +122,17 @@ TEST_F(MvBPlusTreeBytesTest, NodeLayoutOfIntegerAndByteKeys) {
     o.key_size = ks;
     o.param = 4;
     auto m = internal::OpenMvBPlusTree(*s, "layout" + std::to_string(ks), o);
-    ASSERT_OK(m);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
     const Key k1 = ks == 0 ? Key(7) : Key("seven"), k2 = ks == 0 ? Key(9) : Key("x");
-    ASSERT_OK((*m)->Put(k2, Value{1, 2, 3}));
-    ASSERT_OK((*m)->Put(k1, Value{4}));
-    ASSERT_OK((*m)->Sync());
+    ASSERT_TRUE((*m)->Put(k2, Value{1, 2, 3}).ok());
+    ASSERT_TRUE((*m)->Put(k1, Value{4}).ok());
+    ASSERT_TRUE((*m)->Sync().ok());
     const uint64_t anchor = s->ReadWord((*m)->structure().root_addr).value();
     const uint64_t root = s->ReadWord(anchor + internal::mv::kRootOff).value();
     const uint32_t kslot = internal::KeySlotBytes(ks);
     std::vector<uint8_t> node(24 + (kslot + 8) * 4);
     EXPECT_EQ(node.size(), ks == 0 ? 24u + 16 * 4 : 24u + 24 * 4);
-    ASSERT_OK(s->Read(internal::mv::Addr(root), node));
+    ASSERT_TRUE(s->Read(internal::mv::Addr(root), node).ok());
     EXPECT_EQ(internal::GetU32(node.data()), 0x5442564du);  // "MVBT"
     EXPECT_EQ(internal::GetU32(node.data() + 16), 1u);      // a leaf
     EXPECT_EQ(internal::GetU32(node.data() + 20), 2u);
@@ -149,7 +148,7 @@ TEST_F(MvBPlusTreeBytesTest, NodeLayoutOfIntegerAndByteKeys) {
     for (int i = 0; i < 2; i++) {
       const uint64_t vp = internal::GetU64(node.data() + 24 + kslot * 4 + 8 * i);
       uint8_t magic[4];
-      ASSERT_OK(s->Read(internal::mv::Addr(vp), magic));
+      ASSERT_TRUE(s->Read(internal::mv::Addr(vp), magic).ok());
       EXPECT_EQ(internal::GetU32(magic), internal::mv::kValueMagic);
     }
   }
@@ -165,16 +164,16 @@ TEST_F(MvBPlusTreeBytesTest, ReplayReexecutesByteKeyOpLogs) {
   {
     auto s = OpenSession(54, Level::kRcb);
     auto m = internal::OpenMvBPlusTree(*s, "rp", o);
-    ASSERT_OK(m);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
     for (uint64_t i = 0; i < 20; i++) {
       model[MvByteKey(i, 40)] = TestValue(i, 0, 8);
-      ASSERT_OK((*m)->Put(MvByteKey(i, 40), model[MvByteKey(i, 40)]));
+      ASSERT_TRUE((*m)->Put(MvByteKey(i, 40), model[MvByteKey(i, 40)]).ok());
     }
   }
   auto s = OpenSession(54, Level::kRcb);
   RegisterReplays(*s);
   auto m = internal::OpenMvBPlusTree(*s, "rp", o);
-  ASSERT_OK(m);
+  ASSERT_TRUE(m.ok());
   const uint64_t opn = s->recovered_opn();
   const uint32_t sid = (*m)->structure().id;
   FakeFetcher f;
@@ -194,7 +193,7 @@ TEST_F(MvBPlusTreeBytesTest, ReplayReexecutesByteKeyOpLogs) {
            op(2, 2, internal::EncodeKeyValue(MvByteKey(4, 40), {})),
            op(3, internal::kOpPutVector, internal::EncodeVector(vec)),
            op(4, 2, internal::EncodeKeyValue(MvByteKey(5, 40), {}))};
-  ASSERT_OK(s->Replay(&f));
+  ASSERT_TRUE(s->Replay(&f).ok());
   model[MvByteKey(50, 40)] = TestValue(50, 1, 30);
   model.erase(MvByteKey(4, 40));
   for (const auto& kv : vec) model[kv.first] = kv.second;
@@ -204,7 +203,7 @@ TEST_F(MvBPlusTreeBytesTest, ReplayReexecutesByteKeyOpLogs) {
   Options ro;
   ro.access = Access::kReader;
   auto r = internal::OpenMvBPlusTree(*s2, "rp", ro);
-  ASSERT_OK(r);
+  ASSERT_TRUE(r.ok());
   ExpectByteModel(**r, model);
   f.ops = {op(5, 1, internal::EncodeKeyValue(Key(7), TestValue(7, 0, 4)))};
   EXPECT_FALSE(s->Replay(&f).ok());

@@ -15,7 +15,6 @@
 #include "asymnvm/cluster.h"
 #include "backend/backend.h"
 #include "structures/testing.h"
-#include "tests/common/status_assert.h"
 #include "workloads/driver/backend_process.h"
 
 namespace asymnvm::structures {
@@ -55,14 +54,14 @@ class PartitionedTest : public ::testing::Test {
   }
   void Start(int i) {
     auto be = backend::Backend::Start(TestBackendOptions(paths_[i]));
-    ASSERT_OK(be);
+    ASSERT_TRUE(be.ok()) << be.status().ToString();
     be_[i] = std::move(*be);
   }
   std::unique_ptr<Cluster> OpenCluster(uint64_t fe, Level level, bool reversed = false) {
     std::vector<std::string> a = {be_[0]->address(), be_[1]->address()};
     if (reversed) std::swap(a[0], a[1]);
     auto c = Cluster::Open(ClusterOpts(a, fe, level));
-    EXPECT_OK(c);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
     return c.ok() ? std::move(*c) : nullptr;
   }
 
@@ -79,16 +78,16 @@ void ExpectContent(Map& m, const std::map<uint64_t, Value>& model, uint64_t key_
     if (it == model.end()) {
       ASSERT_EQ(s.code(), StatusCode::kNotFound) << "key " << k << ": " << s.ToString();
     } else {
-      ASSERT_OK(s) << "key " << k;
+      ASSERT_TRUE(s.ok()) << "key " << k << ": " << s.ToString();
       ASSERT_EQ(v, it->second) << "key " << k;
     }
   }
   auto n = m.Count();
-  ASSERT_OK(n);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
   EXPECT_EQ(*n, model.size());
   if (IsOrdered(m.kind())) {
     std::vector<KeyValue> kvs;
-    ASSERT_OK(m.Scan(0, model.size() + 10, &kvs));
+    ASSERT_TRUE(m.Scan(0, model.size() + 10, &kvs).ok());
     ASSERT_EQ(kvs.size(), model.size());
     size_t i = 0;
     for (const auto& [k, v] : model) {
@@ -99,7 +98,7 @@ void ExpectContent(Map& m, const std::map<uint64_t, Value>& model, uint64_t key_
     // A scan from the middle with a small limit merges the partitions correctly.
     if (model.size() > 20) {
       auto mid = std::next(model.begin(), model.size() / 2);
-      ASSERT_OK(m.Scan(mid->first, 7, &kvs));
+      ASSERT_TRUE(m.Scan(mid->first, 7, &kvs).ok());
       ASSERT_EQ(kvs.size(), 7u);
       for (auto& kv : kvs) {
         ASSERT_EQ(kv.first, mid->first);
@@ -107,7 +106,7 @@ void ExpectContent(Map& m, const std::map<uint64_t, Value>& model, uint64_t key_
       }
     }
   }
-  ASSERT_OK(m.Verify());
+  ASSERT_TRUE(m.Verify().ok()) << m.Verify().ToString();
 }
 
 TEST(PartitionOf, SpreadsKeysAndIsStable) {
@@ -133,19 +132,19 @@ TEST_F(PartitionedTest, EveryMapKindAgainstAModelAcrossReopenAndReaders) {
       Options o;
       o.value_size = 32;
       auto m = OpenPartitioned(*c, kind, name, o);
-      ASSERT_OK(m);
+      ASSERT_TRUE(m.ok()) << m.status().ToString();
       for (int i = 0; i < 1500; i++) {
         const uint64_t k = rng() % kKeys;
         if (rng() % 4 == 0) {
           Status s = (*m)->Delete(k);
           if (model.erase(k)) {
-            ASSERT_OK(s);
+            ASSERT_TRUE(s.ok()) << s.ToString();
           } else {
             ASSERT_EQ(s.code(), StatusCode::kNotFound) << s.ToString();
           }
         } else {
           Value v = TestValue(k, i, 1 + rng() % 32);
-          ASSERT_OK((*m)->Put(k, v));
+          ASSERT_TRUE((*m)->Put(k, v).ok());
           model[k] = v;
         }
       }
@@ -154,9 +153,9 @@ TEST_F(PartitionedTest, EveryMapKindAgainstAModelAcrossReopenAndReaders) {
       for (size_t j = 0; j < c->size(); j++) {
         auto part = OpenMap(c->session(j), kind, name + "#" + std::to_string(j),
                             Options{.access = Access::kReader});
-        ASSERT_OK(part);
+        ASSERT_TRUE(part.ok()) << part.status().ToString();
         auto n = (*part)->Count();
-        ASSERT_OK(n);
+        ASSERT_TRUE(n.ok());
         EXPECT_GT(*n, model.size() / 4) << "partition " << j;
       }
     }
@@ -170,17 +169,17 @@ TEST_F(PartitionedTest, EveryMapKindAgainstAModelAcrossReopenAndReaders) {
     auto c = OpenCluster(10, Level::kRc, /*reversed=*/true);
     ASSERT_TRUE(c);
     auto m = OpenPartitioned(*c, kind, name);
-    ASSERT_OK(m);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
     EXPECT_EQ((*m)->value_size(), 32u);
     ExpectContent(**m, model, kKeys);
-    ASSERT_OK((*m)->Put(kKeys + 1, TestValue(1, 1, 8)));
+    ASSERT_TRUE((*m)->Put(kKeys + 1, TestValue(1, 1, 8)).ok());
     model[kKeys + 1] = TestValue(1, 1, 8);
-    ASSERT_OK((*m)->Sync());
+    ASSERT_TRUE((*m)->Sync().ok());
     // A reader from another front-end sees everything synced.
     auto rc = Cluster::Open(ClusterOpts({be_[0]->address(), be_[1]->address()}, 11, Level::kRc));
-    ASSERT_OK(rc);
+    ASSERT_TRUE(rc.ok()) << rc.status().ToString();
     auto r = OpenPartitioned(**rc, kind, name, Options{.access = Access::kReader});
-    ASSERT_OK(r);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
     ExpectContent(**r, model, kKeys + 2);
     EXPECT_EQ((*r)->Put(1, TestValue(1, 1, 8)).code(), StatusCode::kFailedPrecondition);
   }
@@ -208,20 +207,20 @@ TEST_F(PartitionedTest, ByteKeysAcrossPartitionsAndRestart) {
       o.value_size = 16;
       o.key_size = 12;
       auto m = OpenPartitioned(*c, kind, name, o);
-      ASSERT_OK(m);
+      ASSERT_TRUE(m.ok()) << m.status().ToString();
       EXPECT_EQ((*m)->key_size(), 12u);
       for (uint64_t i = 0; i < 400; i++) {
         Value v = TestValue(i, 1, 1 + i % 16);
-        ASSERT_OK((*m)->Put(key(i), v)) << key(i);
+        ASSERT_TRUE((*m)->Put(key(i), v).ok()) << key(i);
         model[key(i)] = v;
       }
       for (uint64_t i = 0; i < 400; i += 3) {
-        ASSERT_OK((*m)->Delete(key(i)));
+        ASSERT_TRUE((*m)->Delete(key(i)).ok());
         model.erase(key(i));
       }
       EXPECT_EQ((*m)->Put(5, Value(1, 1)).code(), StatusCode::kInvalidArgument);
       EXPECT_EQ((*m)->Put(std::string(13, 'k'), Value(1, 1)).code(), StatusCode::kInvalidArgument);
-      ASSERT_OK((*m)->Sync());
+      ASSERT_TRUE((*m)->Sync().ok());
     }
     for (int i = 0; i < 2; i++) {
       be_[i]->Stop();
@@ -231,7 +230,7 @@ TEST_F(PartitionedTest, ByteKeysAcrossPartitionsAndRestart) {
     auto c = OpenCluster(20, Level::kRc, /*reversed=*/true);
     ASSERT_TRUE(c);
     auto m = OpenPartitioned(*c, kind, name);  // key_size 0 asked: the map keeps its 12
-    ASSERT_OK(m);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
     EXPECT_EQ((*m)->key_size(), 12u);
     for (uint64_t i = 0; i < 400; i++) {
       Value v;
@@ -240,21 +239,21 @@ TEST_F(PartitionedTest, ByteKeysAcrossPartitionsAndRestart) {
       if (it == model.end()) {
         ASSERT_EQ(st.code(), StatusCode::kNotFound) << key(i);
       } else {
-        ASSERT_OK(st) << key(i);
+        ASSERT_TRUE(st.ok()) << key(i) << ": " << st.ToString();
         ASSERT_EQ(v, it->second);
       }
     }
     auto n = (*m)->Count();
-    ASSERT_OK(n);
+    ASSERT_TRUE(n.ok());
     EXPECT_EQ(*n, model.size());
-    ASSERT_OK((*m)->Verify());
+    ASSERT_TRUE((*m)->Verify().ok()) << (*m)->Verify().ToString();
     if (IsOrdered(kind)) {
       // Page through everything 50 at a time with Successor: bytewise order, nothing missed.
       std::vector<Key> seen;
       Key from = Key(std::string_view());
       for (;;) {
         std::vector<KeyValue> kvs;
-        ASSERT_OK((*m)->Scan(from, 50, &kvs));
+        ASSERT_TRUE((*m)->Scan(from, 50, &kvs).ok());
         for (auto& kv : kvs) seen.push_back(kv.first);
         if (kvs.size() < 50) break;
         from = Successor(kvs.back().first);
@@ -286,13 +285,13 @@ TEST_F(PartitionedTest, BadInputGetsClearErrors) {
   // Type mismatches in every direction.
   {
     auto plain = OpenMap(c->session(1), Kind::kBst, "plain");
-    ASSERT_OK(plain);
+    ASSERT_TRUE(plain.ok());
   }
   auto r = OpenPartitioned(*c, Kind::kBst, "plain");
   EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition) << r.status().ToString();
   {
     auto p = OpenPartitioned(*c, Kind::kSkipList, "parted", {}, {.partitions = 3});
-    ASSERT_OK(p);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
   }
   r = OpenPartitioned(*c, Kind::kHashTable, "parted");
   EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition) << r.status().ToString();
@@ -305,7 +304,7 @@ TEST_F(PartitionedTest, BadInputGetsClearErrors) {
   EXPECT_EQ(twice.status().code(), StatusCode::kInvalidArgument) << twice.status().ToString();
   // A cluster without one of the map's pools: the missing pool is named.
   auto one = Cluster::Open(ClusterOpts({be_[0]->address()}, 14, Level::kRcb));
-  ASSERT_OK(one);
+  ASSERT_TRUE(one.ok());
   r = OpenPartitioned(**one, Kind::kSkipList, "parted");
   EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition) << r.status().ToString();
   EXPECT_NE(r.status().message().find(frontend::UuidString(c->pool_uuid(1))), std::string::npos)
@@ -313,11 +312,11 @@ TEST_F(PartitionedTest, BadInputGetsClearErrors) {
   one->reset();
   // A corrupt map copy is detected, not trusted.
   auto e = c->session(0).OpenRoot("parted");
-  ASSERT_OK(e);
+  ASSERT_TRUE(e.ok());
   auto block = c->session(0).ReadWord(e->root_addr);
   ASSERT_TRUE(block.ok() && *block != 0);
   const uint8_t junk[4] = {0xde, 0xad, 0xbe, 0xef};
-  ASSERT_OK(c->session(0).Write(*block + 64, junk));
+  ASSERT_TRUE(c->session(0).Write(*block + 64, junk).ok());
   r = OpenPartitioned(*c, Kind::kSkipList, "parted");
   EXPECT_EQ(r.status().code(), StatusCode::kCorruption) << r.status().ToString();
 }
@@ -333,19 +332,19 @@ TEST(PartitionedRestart, OneOfTwoBackendsKilledAndRestartedMidRun) {
   auto start = [&](int i) -> std::unique_ptr<driver::BackendProcess> {
     auto be = driver::BackendProcess::Start(ASYMNVM_BACKEND_BIN, pools[i], "64M",
                                             {"--pm-mode", "flush", "--log-segment", "256K"});
-    EXPECT_OK(be);
+    EXPECT_TRUE(be.ok()) << be.status().ToString();
     return be.ok() ? std::move(*be) : nullptr;
   };
   std::unique_ptr<driver::BackendProcess> d[2] = {start(0), start(1)};
   ASSERT_TRUE(d[0] && d[1]);
   auto c = Cluster::Open(ClusterOpts({d[0]->address(), d[1]->address()}, 20, Level::kRcb));
-  ASSERT_OK(c);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
   Cluster& cl = **c;
   const Kind kinds[2] = {Kind::kBPlusTree, Kind::kHashTable};
   std::unique_ptr<Map> maps[2];
   for (int t = 0; t < 2; t++) {
     auto m = OpenPartitioned(cl, kinds[t], std::string("r-") + KindName(kinds[t]));
-    ASSERT_OK(m);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
     maps[t] = std::move(*m);
   }
   std::map<uint64_t, Value> model[2];
@@ -407,7 +406,7 @@ TEST(PartitionedRestart, OneOfTwoBackendsKilledAndRestartedMidRun) {
   d[1] = start(1);              // same pool, new address
   ASSERT_TRUE(d[1]);
   Status rs = cl.Reconnect(1, d[1]->address());
-  ASSERT_OK(rs);
+  ASSERT_TRUE(rs.ok()) << rs.ToString();
   size_t in_doubt = doubt[0].size() + doubt[1].size();
   std::printf(
       "partitioned restart: %d ops failed while back-end 1 was down, %d succeeded on "
@@ -440,15 +439,15 @@ TEST(PartitionedRestart, OneOfTwoBackendsKilledAndRestartedMidRun) {
   for (auto& m : maps) m.reset();
   c->reset();
   for (int i = 0; i < 2; i++) {
-    ASSERT_OK(d[i]->Stop());
+    ASSERT_TRUE(d[i]->Stop().ok());
     d[i] = start(i);
     ASSERT_TRUE(d[i]);
   }
   auto c2 = Cluster::Open(ClusterOpts({d[1]->address(), d[0]->address()}, 20, Level::kRc));
-  ASSERT_OK(c2);
+  ASSERT_TRUE(c2.ok()) << c2.status().ToString();
   for (int t = 0; t < 2; t++) {
     auto m = OpenPartitioned(**c2, kinds[t], std::string("r-") + KindName(kinds[t]));
-    ASSERT_OK(m);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
     ExpectContent(**m, model[t], kKeys);
   }
   c2->reset();

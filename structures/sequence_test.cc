@@ -5,7 +5,6 @@
 #include <random>
 
 #include "structures/testing.h"
-#include "tests/common/status_assert.h"
 
 namespace asymnvm::structures {
 namespace {
@@ -35,12 +34,12 @@ TEST_P(SequenceModelTest, RandomOpsMatchModelAcrossReopenAndRestart) {
     auto s = OpenSession(5, p.level);
     ASSERT_TRUE(s);
     auto q = OpenSequence(*s, p.kind, "seq", o);
-    ASSERT_OK(q);
+    ASSERT_TRUE(q.ok()) << q.status().ToString();
     for (int i = 0; i < 300; i++) {
       const int r = static_cast<int>(rng() % 10);
       if (r < 6) {
         auto v = TestValue(rng() % 1000, ++version, rng() % 49);
-        ASSERT_OK((*q)->Push(v));
+        ASSERT_TRUE((*q)->Push(v).ok());
         model.push_back(v);
       } else if (r < 9) {
         Value got;
@@ -48,7 +47,7 @@ TEST_P(SequenceModelTest, RandomOpsMatchModelAcrossReopenAndRestart) {
         if (model.empty()) {
           ASSERT_EQ(st.code(), StatusCode::kNotFound) << st.ToString();
         } else {
-          ASSERT_OK(st);
+          ASSERT_TRUE(st.ok()) << st.ToString();
           Value want = lifo ? model.back() : model.front();
           if (lifo) {
             model.pop_back();
@@ -63,7 +62,7 @@ TEST_P(SequenceModelTest, RandomOpsMatchModelAcrossReopenAndRestart) {
         if (model.empty()) {
           ASSERT_EQ(st.code(), StatusCode::kNotFound);
         } else {
-          ASSERT_OK(st);
+          ASSERT_TRUE(st.ok()) << st.ToString();
           ASSERT_EQ(got, lifo ? model.back() : model.front());
         }
       }
@@ -75,14 +74,14 @@ TEST_P(SequenceModelTest, RandomOpsMatchModelAcrossReopenAndRestart) {
       return v;
     };
     std::vector<Value> listed;
-    ASSERT_OK((*q)->List(SIZE_MAX, &listed));
+    ASSERT_TRUE((*q)->List(SIZE_MAX, &listed).ok());
     EXPECT_EQ(listed, in_pop_order());
-    ASSERT_OK((*q)->List(3, &listed));
+    ASSERT_TRUE((*q)->List(3, &listed).ok());
     EXPECT_EQ(listed.size(), std::min<size_t>(3, model.size()));
     auto n = (*q)->Count();
-    ASSERT_OK(n);
+    ASSERT_TRUE(n.ok());
     EXPECT_EQ(*n, model.size());
-    ASSERT_OK((*q)->Verify());
+    ASSERT_TRUE((*q)->Verify().ok()) << (*q)->Verify().ToString();
     q->reset();
     s.reset();
     if (phase == 1) RestartBackend();
@@ -92,13 +91,13 @@ TEST_P(SequenceModelTest, RandomOpsMatchModelAcrossReopenAndRestart) {
   Options ro;
   ro.access = Access::kReader;
   auto r = OpenSequence(*s, p.kind, "seq", ro);
-  ASSERT_OK(r);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
   auto n = (*r)->Count();
-  ASSERT_OK(n);
+  ASSERT_TRUE(n.ok());
   EXPECT_EQ(*n, model.size());
-  EXPECT_OK((*r)->Verify());
+  EXPECT_TRUE((*r)->Verify().ok());
   std::vector<Value> listed;
-  ASSERT_OK((*r)->List(SIZE_MAX, &listed));
+  ASSERT_TRUE((*r)->List(SIZE_MAX, &listed).ok());
   std::vector<Value> want(model.begin(), model.end());
   if (lifo) std::reverse(want.begin(), want.end());
   EXPECT_EQ(listed, want);
@@ -131,18 +130,18 @@ TEST_F(SequenceTest, AnnulledPushPopPairsSendNoMemoryLogs) {
       Options o;
       o.optimize = opt == 1;
       auto q = OpenSequence(*s, kind, std::string(KindName(kind)) + std::to_string(opt), o);
-      ASSERT_OK(q);
+      ASSERT_TRUE(q.ok()) << q.status().ToString();
       const uint64_t before = s->counters().mem_logs;
       for (int i = 0; i < 100; i++) {
-        ASSERT_OK((*q)->Push(TestValue(i, 0, 64)));
+        ASSERT_TRUE((*q)->Push(TestValue(i, 0, 64)).ok());
         Value v;
-        ASSERT_OK((*q)->Pop(&v));
+        ASSERT_TRUE((*q)->Pop(&v).ok());
         ASSERT_EQ(v, TestValue(i, 0, 64));
       }
-      ASSERT_OK((*q)->Sync());
+      ASSERT_TRUE((*q)->Sync().ok());
       mem_logs[opt] = s->counters().mem_logs - before;
       auto n = (*q)->Count();
-      ASSERT_OK(n);
+      ASSERT_TRUE(n.ok());
       EXPECT_EQ(*n, 0u);
     }
     EXPECT_EQ(mem_logs[1], 0u) << KindName(kind);
@@ -153,16 +152,16 @@ TEST_F(SequenceTest, AnnulledPushPopPairsSendNoMemoryLogs) {
 TEST_F(SequenceTest, QueueKeepsFifoWithPendingEnqueuesBehindPersistentOnes) {
   auto s = OpenSession(20, Level::kRcb);
   auto q = OpenSequence(*s, Kind::kQueue, "q");
-  ASSERT_OK(q);
-  ASSERT_OK((*q)->Push(TestValue(1, 0, 8)));
-  ASSERT_OK((*q)->Sync());                    // 1 is persistent
-  ASSERT_OK((*q)->Push(TestValue(2, 0, 8)));  // 2 is pending
+  ASSERT_TRUE(q.ok());
+  ASSERT_TRUE((*q)->Push(TestValue(1, 0, 8)).ok());
+  ASSERT_TRUE((*q)->Sync().ok());                    // 1 is persistent
+  ASSERT_TRUE((*q)->Push(TestValue(2, 0, 8)).ok());  // 2 is pending
   Value v;
-  ASSERT_OK((*q)->Peek(&v));
+  ASSERT_TRUE((*q)->Peek(&v).ok());
   EXPECT_EQ(v, TestValue(1, 0, 8));
-  ASSERT_OK((*q)->Pop(&v));
+  ASSERT_TRUE((*q)->Pop(&v).ok());
   EXPECT_EQ(v, TestValue(1, 0, 8));
-  ASSERT_OK((*q)->Pop(&v));
+  ASSERT_TRUE((*q)->Pop(&v).ok());
   EXPECT_EQ(v, TestValue(2, 0, 8));
   EXPECT_EQ((*q)->Pop(&v).code(), StatusCode::kNotFound);
 }
@@ -172,7 +171,7 @@ TEST_F(SequenceTest, BadInput) {
   Options o;
   o.value_size = 16;
   auto st = OpenSequence(*s, Kind::kStack, "st", o);
-  ASSERT_OK(st);
+  ASSERT_TRUE(st.ok());
   Status big = (*st)->Push(TestValue(1, 1, 17));
   EXPECT_EQ(big.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(big.message().find("value_size"), std::string::npos) << big.ToString();
@@ -200,7 +199,7 @@ TEST_F(SequenceTest, BadInput) {
   Options other;
   other.value_size = 1000;
   auto again = OpenSequence(*s, Kind::kStack, "st", other);
-  ASSERT_OK(again);
+  ASSERT_TRUE(again.ok());
   EXPECT_EQ((*again)->value_size(), 16u);
 }
 
@@ -209,14 +208,14 @@ TEST_F(SequenceTest, SecondWriterTimesOutWhileFirstHoldsTheLock) {
   auto b_opts = SessionOpts(41, Level::kRcb);
   b_opts.lock_timeout = std::chrono::milliseconds(100);
   auto b = frontend::Session::Open(b_opts);
-  ASSERT_OK(b);
+  ASSERT_TRUE(b.ok());
   auto w = OpenSequence(*a, Kind::kStack, "locked");
-  ASSERT_OK(w);
+  ASSERT_TRUE(w.ok());
   auto w2 = OpenSequence(**b, Kind::kStack, "locked");
   EXPECT_EQ(w2.status().code(), StatusCode::kTimedOut) << w2.status().ToString();
   w->reset();  // releases the lock
   auto w3 = OpenSequence(**b, Kind::kStack, "locked");
-  EXPECT_OK(w3);
+  EXPECT_TRUE(w3.ok()) << w3.status().ToString();
 }
 
 }  // namespace

@@ -9,7 +9,6 @@
 #include "structures/base.h"
 #include "structures/kinds.h"
 #include "structures/testing.h"
-#include "tests/common/status_assert.h"
 
 namespace asymnvm::structures {
 namespace {
@@ -48,19 +47,19 @@ void ExpectMatches(Map& m, const std::map<uint64_t, Value>& model, uint64_t key_
     if (it == model.end()) {
       EXPECT_EQ(st.code(), StatusCode::kNotFound) << "key " << k << ": " << st.ToString();
     } else {
-      ASSERT_OK(st) << "key " << k;
+      ASSERT_TRUE(st.ok()) << "key " << k << ": " << st.ToString();
       EXPECT_EQ(got, it->second) << "key " << k;
     }
   }
   std::vector<KeyValue> all;
   Status st = m.Scan(0, SIZE_MAX, &all);
-  ASSERT_OK(st);
+  ASSERT_TRUE(st.ok()) << st.ToString();
   EXPECT_EQ(all, ModelScan(model, 0, SIZE_MAX));
   auto n = m.Count();
-  ASSERT_OK(n);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
   EXPECT_EQ(*n, model.size());
   Status v = m.Verify();
-  EXPECT_OK(v);
+  EXPECT_TRUE(v.ok()) << v.ToString();
 }
 
 class SkipListTest : public StructuresTest {};
@@ -68,56 +67,56 @@ class SkipListTest : public StructuresTest {};
 TEST_F(SkipListTest, EmptySingleOrdersAndDeleteAll) {
   auto s = OpenSession(10, Level::kRcb);
   auto m = OpenSkip(*s, "sl");
-  ASSERT_OK(m);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
   std::map<uint64_t, Value> model;
   ExpectMatches(**m, model, 10);
   std::vector<KeyValue> out;
-  ASSERT_OK((*m)->Scan(0, 10, &out));
+  ASSERT_TRUE((*m)->Scan(0, 10, &out).ok());
   EXPECT_TRUE(out.empty());
   EXPECT_EQ((*m)->Delete(3).code(), StatusCode::kNotFound);
-  ASSERT_OK((*m)->Put(3, TestValue(3, 0, 10)));
+  ASSERT_TRUE((*m)->Put(3, TestValue(3, 0, 10)).ok());
   model[3] = TestValue(3, 0, 10);
   ExpectMatches(**m, model, 10);
-  ASSERT_OK((*m)->Delete(3));
+  ASSERT_TRUE((*m)->Delete(3).ok());
   model.clear();
   ExpectMatches(**m, model, 10);
   // Ascending, then descending, then interleaved inserts; extreme keys.
   for (uint64_t k = 100; k < 200; k++) {
-    ASSERT_OK((*m)->Put(k, TestValue(k, 1, k % 40)));
+    ASSERT_TRUE((*m)->Put(k, TestValue(k, 1, k % 40)).ok());
     model[k] = TestValue(k, 1, k % 40);
   }
   for (uint64_t k = 99; k > 0; k--) {
-    ASSERT_OK((*m)->Put(k, TestValue(k, 2, 3)));
+    ASSERT_TRUE((*m)->Put(k, TestValue(k, 2, 3)).ok());
     model[k] = TestValue(k, 2, 3);
   }
   for (uint64_t k : {0ull, ~0ull, 1ull << 63}) {
-    ASSERT_OK((*m)->Put(k, TestValue(k, 3, 5)));
+    ASSERT_TRUE((*m)->Put(k, TestValue(k, 3, 5)).ok());
     model[k] = TestValue(k, 3, 5);
   }
   ExpectMatches(**m, model, 210);
-  ASSERT_OK((*m)->Scan(~0ull, 10, &out));
+  ASSERT_TRUE((*m)->Scan(~0ull, 10, &out).ok());
   EXPECT_EQ(out, ModelScan(model, ~0ull, 10));
-  ASSERT_OK((*m)->Scan(150, 7, &out));
+  ASSERT_TRUE((*m)->Scan(150, 7, &out).ok());
   EXPECT_EQ(out, ModelScan(model, 150, 7));
   // Delete the first, the last, and every other one, then everything.
   for (uint64_t k : {0ull, ~0ull, 1ull << 63}) {
-    ASSERT_OK((*m)->Delete(k));
+    ASSERT_TRUE((*m)->Delete(k).ok());
     model.erase(k);
   }
   for (uint64_t k = 1; k < 200; k += 2) {
-    ASSERT_OK((*m)->Delete(k));
+    ASSERT_TRUE((*m)->Delete(k).ok());
     model.erase(k);
   }
   ExpectMatches(**m, model, 210);
   while (!model.empty()) {
-    ASSERT_OK((*m)->Delete(model.rbegin()->first));
+    ASSERT_TRUE((*m)->Delete(model.rbegin()->first).ok());
     model.erase(std::prev(model.end()));
   }
   ExpectMatches(**m, model, 210);
   // Refill after empty; empty value; update to a shorter value.
-  ASSERT_OK((*m)->Put(7, {}));
-  ASSERT_OK((*m)->Put(8, TestValue(8, 0, 64)));
-  ASSERT_OK((*m)->Put(8, TestValue(8, 1, 2)));
+  ASSERT_TRUE((*m)->Put(7, {}).ok());
+  ASSERT_TRUE((*m)->Put(8, TestValue(8, 0, 64)).ok());
+  ASSERT_TRUE((*m)->Put(8, TestValue(8, 1, 2)).ok());
   model[7] = {};
   model[8] = TestValue(8, 1, 2);
   ExpectMatches(**m, model, 10);
@@ -128,22 +127,22 @@ TEST_F(SkipListTest, LargeValues) {
   Options o;
   o.value_size = 8192;
   auto m = OpenSkip(*s, "big", o);
-  ASSERT_OK(m);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
   std::map<uint64_t, Value> model;
   for (uint64_t k = 0; k < 6; k++) {
     model[k * 10] = TestValue(k, 0, 8192 - k * 1000);
-    ASSERT_OK((*m)->Put(k * 10, model[k * 10]));
+    ASSERT_TRUE((*m)->Put(k * 10, model[k * 10]).ok());
   }
-  ASSERT_OK((*m)->Put(20, TestValue(2, 9, 8192)));
+  ASSERT_TRUE((*m)->Put(20, TestValue(2, 9, 8192)).ok());
   model[20] = TestValue(2, 9, 8192);
-  ASSERT_OK((*m)->Delete(40));
+  ASSERT_TRUE((*m)->Delete(40).ok());
   model.erase(40);
   ExpectMatches(**m, model, 60);
   EXPECT_EQ((*m)->Put(1, TestValue(1, 1, 8193)).code(), StatusCode::kInvalidArgument);
-  ASSERT_OK((*m)->Sync());
+  ASSERT_TRUE((*m)->Sync().ok());
   auto s2 = OpenSession(12, Level::kRc);
   auto r = OpenSkip(*s2, "big", ReaderOptions());
-  ASSERT_OK(r);
+  ASSERT_TRUE(r.ok());
   ExpectMatches(**r, model, 60);
 }
 
@@ -153,7 +152,7 @@ TEST_F(SkipListTest, BadInput) {
   o.value_size = 16;
   o.param = 8;
   auto m = OpenSkip(*s, "sl", o);
-  ASSERT_OK(m);
+  ASSERT_TRUE(m.ok());
   Status big = (*m)->Put(1, TestValue(1, 1, 17));
   EXPECT_EQ(big.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(big.message().find("value_size"), std::string::npos) << big.ToString();
@@ -172,9 +171,9 @@ TEST_F(SkipListTest, BadInput) {
   other.value_size = 1000;
   other.param = 30;
   auto again = OpenSkip(*s, "sl", other);
-  ASSERT_OK(again);
+  ASSERT_TRUE(again.ok());
   EXPECT_EQ((*again)->value_size(), 16u);
-  EXPECT_OK((*again)->Verify());
+  EXPECT_TRUE((*again)->Verify().ok());
 }
 
 // §8.4: with optimize, height-1 nodes bypass the cache (a repeated search still reads them
@@ -189,17 +188,17 @@ TEST_F(SkipListTest, UpperLevelsCachedLowestLevelRemote) {
     {
       auto s = OpenSession(20 + opt, Level::kRcb);
       auto m = OpenSkip(*s, name, o);
-      ASSERT_OK(m);
-      for (uint64_t k = 0; k < 500; k++) ASSERT_OK((*m)->Put(k * 3, TestValue(k, 0, 64)));
+      ASSERT_TRUE(m.ok());
+      for (uint64_t k = 0; k < 500; k++) ASSERT_TRUE((*m)->Put(k * 3, TestValue(k, 0, 64)).ok());
     }
     auto s = OpenSession(20 + opt, Level::kRc);
     auto m = OpenSkip(*s, name, o);
-    ASSERT_OK(m);
+    ASSERT_TRUE(m.ok());
     for (int round = 0; round < 2; round++) {
       const auto before = s->counters();
       for (uint64_t k = 0; k < 500; k += 5) {
         Value v;
-        ASSERT_OK((*m)->Get(k * 3, &v));
+        ASSERT_TRUE((*m)->Get(k * 3, &v).ok());
         ASSERT_EQ(v, TestValue(k, 0, 64));
       }
       (round == 0 ? first_round : second_round)[opt] =
@@ -210,16 +209,16 @@ TEST_F(SkipListTest, UpperLevelsCachedLowestLevelRemote) {
       // threshold drops to 1 and every node ends up cached.
       for (int i = 0; i < 3000; i++) {
         Value v;
-        ASSERT_OK((*m)->Get((i * 7 % 500) * 3, &v));
+        ASSERT_TRUE((*m)->Get((i * 7 % 500) * 3, &v).ok());
       }
       const auto before = s->counters();
       for (uint64_t k = 0; k < 500; k += 5) {
         Value v;
-        ASSERT_OK((*m)->Get(k * 3, &v));
+        ASSERT_TRUE((*m)->Get(k * 3, &v).ok());
       }
       EXPECT_EQ(s->counters().remote_reads - before.remote_reads, 0u);
     }
-    EXPECT_OK((*m)->Verify());
+    EXPECT_TRUE((*m)->Verify().ok());
   }
   EXPECT_EQ(second_round[0], 0u);  // off: all cached
   EXPECT_GT(second_round[1], 0u);  // on: height-1 nodes are read remotely every time
@@ -237,15 +236,15 @@ TEST_F(SkipListTest, ReplayReexecutesLoggedPutsAndDeletes) {
   {
     auto s = OpenSession(30, Level::kRcb);
     auto m = OpenSkip(*s, "rep");
-    ASSERT_OK(m);
-    for (uint64_t k = 1; k <= 5; k++) ASSERT_OK((*m)->Put(k, TestValue(k, 0, 20)));
-    ASSERT_OK((*m)->Sync());
+    ASSERT_TRUE(m.ok());
+    for (uint64_t k = 1; k <= 5; k++) ASSERT_TRUE((*m)->Put(k, TestValue(k, 0, 20)).ok());
+    ASSERT_TRUE((*m)->Sync().ok());
     // Op logs whose memory logs never left (a crash right after op_log).
     const frontend::Structure st = (*m)->structure();
     auto add = [&](uint16_t type, uint64_t key, Value v) {
       auto params = internal::EncodeKeyValue(key, v);
       auto seq = s->OpLog(st, type, params);
-      ASSERT_OK(seq);
+      ASSERT_TRUE(seq.ok());
       frontend::RecoveredOp op;
       op.op_seq = *seq;
       op.structure_id = st.id;
@@ -263,9 +262,9 @@ TEST_F(SkipListTest, ReplayReexecutesLoggedPutsAndDeletes) {
   auto s = OpenSession(30, Level::kRcb);
   RegisterReplays(*s);
   auto m = OpenSkip(*s, "rep");
-  ASSERT_OK(m);
+  ASSERT_TRUE(m.ok());
   Status st = s->Replay(&f);
-  ASSERT_OK(st);
+  ASSERT_TRUE(st.ok()) << st.ToString();
   EXPECT_EQ(s->counters().replayed_ops, 6u);
   std::map<uint64_t, Value> model;
   for (uint64_t k = 2; k <= 5; k++) model[k] = TestValue(k, 0, 20);
@@ -275,7 +274,7 @@ TEST_F(SkipListTest, ReplayReexecutesLoggedPutsAndDeletes) {
   m->reset();
   auto s2 = OpenSession(31, Level::kRcb);
   auto r = OpenSkip(*s2, "rep", ReaderOptions());
-  ASSERT_OK(r);
+  ASSERT_TRUE(r.ok());
   ExpectMatches(**r, model, 20);
 }
 
@@ -288,12 +287,12 @@ TEST_F(SkipListTest, ReaderNeverMissesStableKeysWhileWriterRuns) {
     o.value_size = 32;
     auto ws = OpenSession(40, level);
     auto w = OpenSkip(*ws, name, o);
-    ASSERT_OK(w);
-    for (uint64_t k = 0; k < 100; k++) ASSERT_OK((*w)->Put(k, TestValue(k, 0, 32)));
-    ASSERT_OK((*w)->Sync());
+    ASSERT_TRUE(w.ok());
+    for (uint64_t k = 0; k < 100; k++) ASSERT_TRUE((*w)->Put(k, TestValue(k, 0, 32)).ok());
+    ASSERT_TRUE((*w)->Sync().ok());
     auto rs = OpenSession(41, level);
     auto r = OpenSkip(*rs, name, ReaderOptions());
-    ASSERT_OK(r);
+    ASSERT_TRUE(r.ok());
     std::atomic<bool> done{false};
     std::atomic<uint64_t> gets{0}, bad{0};
     std::string first_bad;
@@ -321,9 +320,9 @@ TEST_F(SkipListTest, ReaderNeverMissesStableKeysWhileWriterRuns) {
     while (gets.load() < 200) std::this_thread::yield();
     done = true;
     reader.join();
-    ASSERT_OK(wst);
+    ASSERT_TRUE(wst.ok()) << wst.ToString();
     EXPECT_EQ(bad.load(), 0u) << first_bad;
-    EXPECT_OK((*w)->Verify());
+    EXPECT_TRUE((*w)->Verify().ok());
   }
 }
 

@@ -33,7 +33,6 @@
 #include "coord/testing/zk_server.h"
 #include "frontend/identity.h"
 #include "structures/testing.h"
-#include "tests/common/status_assert.h"
 #include "tools/ctl.h"
 #include "workloads/driver/backend_process.h"
 
@@ -142,7 +141,7 @@ TEST_F(TakeoverTest, SigkilledWriterIsTakenOverAndTheLogKeepsRecycling) {
   // 16 MiB pool: a 2 MiB b-log (an eighth) of 64 KiB segments.
   auto be = driver::BackendProcess::Start(ASYMNVM_BACKEND_BIN, dir_ + "/pool", "16M",
                                           {"--log-segment", "64K"});
-  ASSERT_OK(be);
+  ASSERT_TRUE(be.ok()) << be.status().ToString();
   backend_ = std::move(be).value();
   const std::string coord = "dir:" + dir_ + "/coord";
   const std::string acks = dir_ + "/acks";
@@ -172,26 +171,26 @@ TEST_F(TakeoverTest, SigkilledWriterIsTakenOverAndTheLogKeepsRecycling) {
   const auto t_killed = std::chrono::steady_clock::now();
   // Another front-end: its Open takes the writer lock, finds the dead writer's id, takes over.
   auto s = frontend::Session::Open(Options(backend_->address(), coord));
-  ASSERT_OK(s);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
   RegisterReplays(**s);
   auto map = OpenMap(**s, Kind::kHashTable, "takeover-map");
-  ASSERT_OK(map);
+  ASSERT_TRUE(map.ok()) << map.status().ToString();
   // One take-over: of the writer, or of the last adopter that died holding the lock. None when the
   // last adopter finished and released it.
   EXPECT_LE((*s)->counters().takeovers, 1u);
   for (uint64_t i = 1; i <= acked; i++) {
     Value v;
     Status st = (*map)->Get(i, &v);
-    ASSERT_OK(st) << "acknowledged key " << i << " of " << acked;
+    ASSERT_TRUE(st.ok()) << "acknowledged key " << i << " of " << acked << ": " << st.ToString();
     ASSERT_EQ(v, ValueOf(i)) << "key " << i;
   }
   // The stack was replayed and released with the writer's take-over: no further one.
   const uint64_t takeovers = (*s)->counters().takeovers;
   auto stack = OpenSequence(**s, Kind::kStack, "takeover-stack");
-  ASSERT_OK(stack);
+  ASSERT_TRUE(stack.ok()) << stack.status().ToString();
   EXPECT_EQ((*s)->counters().takeovers, takeovers);
   std::vector<Value> pushed;
-  ASSERT_OK((*stack)->List(SIZE_MAX, &pushed));
+  ASSERT_TRUE((*stack)->List(SIZE_MAX, &pushed).ok());
   // Newest first: acked or acked + 1 elements (one push may have been in flight), 1.. in order.
   ASSERT_GE(pushed.size(), acked);
   ASSERT_LE(pushed.size(), acked + 1);
@@ -201,7 +200,7 @@ TEST_F(TakeoverTest, SigkilledWriterIsTakenOverAndTheLogKeepsRecycling) {
     std::memcpy(&got, pushed[j].data(), 8);
     ASSERT_EQ(got, pushed.size() - j) << "stack element " << j;
   }
-  ASSERT_OK((*map)->Verify());
+  ASSERT_TRUE((*map)->Verify().ok());
 
   const auto t_verified = std::chrono::steady_clock::now();
   // 10× the b-log's capacity of further traffic: the dead writer's op logs no longer pin it.
@@ -210,9 +209,9 @@ TEST_F(TakeoverTest, SigkilledWriterIsTakenOverAndTheLogKeepsRecycling) {
   for (uint64_t i = 0; i < ops; i++) {
     const uint64_t key = acked + 2 + i % 64;
     Status st = (*map)->Put(key, ValueOf(key));
-    ASSERT_OK(st) << "op " << i << " of " << ops;
+    ASSERT_TRUE(st.ok()) << "op " << i << " of " << ops << ": " << st.ToString();
   }
-  ASSERT_OK((*map)->Sync());
+  ASSERT_TRUE((*map)->Sync().ok());
   auto ms = [](auto d) {
     return static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
   };
@@ -236,7 +235,7 @@ TEST_P(TakeoverReclaimTest, DeadWritersBlocksAreReclaimedByTheTakeover) {
   const bool reclaim = GetParam();
   const std::string pool = dir_ + "/pool";
   auto be = driver::BackendProcess::Start(ASYMNVM_BACKEND_BIN, pool, "64M", {});
-  ASSERT_OK(be);
+  ASSERT_TRUE(be.ok()) << be.status().ToString();
   backend_ = std::move(be).value();
   const std::string coord = "dir:" + dir_ + "/coord";
   const std::string acks = dir_ + "/acks";
@@ -254,17 +253,17 @@ TEST_P(TakeoverReclaimTest, DeadWritersBlocksAreReclaimedByTheTakeover) {
     auto o = Options(backend_->address(), coord);
     o.reclaim_on_recovery = reclaim;
     auto s = frontend::Session::Open(o);
-    ASSERT_OK(s);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
     RegisterReplays(**s);
     auto map = OpenMap(**s, Kind::kHashTable, "takeover-map");
-    ASSERT_OK(map);
+    ASSERT_TRUE(map.ok()) << map.status().ToString();
     EXPECT_EQ((*s)->counters().takeovers, 1u);
     for (uint64_t i = 1; i <= acked; i++) {
       Value v;
-      ASSERT_OK((*map)->Get(i, &v)) << "acknowledged key " << i;
+      ASSERT_TRUE((*map)->Get(i, &v).ok()) << "acknowledged key " << i;
     }
   }
-  ASSERT_OK(backend_->Stop());
+  ASSERT_TRUE(backend_->Stop().ok());
   backend_.reset();
   std::ostringstream out, err;
   const int rc = tools::RunCtl({"check", pool, "--json"}, out, err);
@@ -299,10 +298,10 @@ TEST_F(TakeoverTest, SigstoppedWriterWhoseLeaseLapsedIsFencedWhenItWakes) {
   if (!why.empty())
     GTEST_SKIP() << "ZooKeeper tests need " << why << " (scripts/setup.sh installs it)";
   auto zk = coord::testing::ZkEnsemble::Start(1, coord::testing::After(std::chrono::seconds(60)));
-  ASSERT_OK(zk);
+  ASSERT_TRUE(zk.ok()) << zk.status().ToString();
   auto be = driver::BackendProcess::Start(ASYMNVM_BACKEND_BIN, dir_ + "/pool", "16M",
                                           {"--log-segment", "64K"});
-  ASSERT_OK(be);
+  ASSERT_TRUE(be.ok()) << be.status().ToString();
   backend_ = std::move(be).value();
   const std::string coord = "zk:" + (*zk)->connect_string();
   const std::string acks = dir_ + "/acks";
@@ -337,12 +336,12 @@ TEST_F(TakeoverTest, SigstoppedWriterWhoseLeaseLapsedIsFencedWhenItWakes) {
   ASSERT_NE(id, 0u);
   // Wait (observably) for the lease to lapse: ZooKeeper expires the stopped writer's session.
   auto watcher = coord::Coordinator::Open(coord);
-  ASSERT_OK(watcher);
+  ASSERT_TRUE(watcher.ok()) << watcher.status().ToString();
   const std::string lease = frontend::FrontendIdentity::LeasePath(id);
   bool gone = false;
   while (!gone && std::chrono::steady_clock::now() < deadline) {
     auto e = (*watcher)->Exists(lease);
-    ASSERT_OK(e);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
     gone = !*e;
     if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -350,14 +349,14 @@ TEST_F(TakeoverTest, SigstoppedWriterWhoseLeaseLapsedIsFencedWhenItWakes) {
 
   // Another front-end takes over and writes.
   auto s = frontend::Session::Open(Options(backend_->address(), coord));
-  ASSERT_OK(s);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
   RegisterReplays(**s);
   auto map = OpenMap(**s, Kind::kHashTable, "takeover-map");
-  ASSERT_OK(map);
+  ASSERT_TRUE(map.ok()) << map.status().ToString();
   EXPECT_EQ((*s)->counters().takeovers, 1u);
   const uint64_t mine = 1u << 20;
-  for (uint64_t k = mine; k < mine + 50; k++) ASSERT_OK((*map)->Put(k, ValueOf(k)));
-  ASSERT_OK((*map)->Sync());
+  for (uint64_t k = mine; k < mine + 50; k++) ASSERT_TRUE((*map)->Put(k, ValueOf(k)).ok());
+  ASSERT_TRUE((*map)->Sync().ok());
 
   // The writer wakes: its next operation is refused.
   kill(pid, SIGCONT);
@@ -372,18 +371,19 @@ TEST_F(TakeoverTest, SigstoppedWriterWhoseLeaseLapsedIsFencedWhenItWakes) {
   // Nothing acknowledged is lost, nothing of the newcomer overwritten, the map is sound.
   for (uint64_t k = mine; k < mine + 50; k++) {
     Value v;
-    ASSERT_OK((*map)->Get(k, &v)) << k;
+    ASSERT_TRUE((*map)->Get(k, &v).ok()) << k;
     ASSERT_EQ(v, ValueOf(k)) << k;
   }
   for (uint64_t i = 1; i <= acked_after; i++) {
     Value v;
     Status st = (*map)->Get(i, &v);
-    ASSERT_OK(st) << "acknowledged key " << i << " of " << acked_after;
+    ASSERT_TRUE(st.ok()) << "acknowledged key " << i << " of " << acked_after << ": "
+                         << st.ToString();
     ASSERT_EQ(v, ValueOf(i)) << "key " << i;
   }
-  ASSERT_OK((*map)->Verify());
-  for (uint64_t k = mine + 50; k < mine + 100; k++) ASSERT_OK((*map)->Put(k, ValueOf(k)));
-  ASSERT_OK((*map)->Sync());
+  ASSERT_TRUE((*map)->Verify().ok());
+  for (uint64_t k = mine + 50; k < mine + 100; k++) ASSERT_TRUE((*map)->Put(k, ValueOf(k)).ok());
+  ASSERT_TRUE((*map)->Sync().ok());
 }
 
 }  // namespace

@@ -19,7 +19,6 @@
 #include <thread>
 
 #include "structures/testing.h"
-#include "tests/common/status_assert.h"
 #include "workloads/driver/backend_process.h"
 
 namespace asymnvm::structures {
@@ -111,25 +110,25 @@ TEST_P(TxnTest, MultiTableWritesCommitTogetherAndOthersSeeThem) {
   auto s1 = OpenSession(1, GetParam());
   ASSERT_TRUE(s1);
   auto db1 = Database::Open(*s1, BankOptions(8));
-  ASSERT_OK(db1);
-  ASSERT_OK(Load(**db1));
+  ASSERT_TRUE(db1.ok()) << db1.status().ToString();
+  ASSERT_TRUE(Load(**db1).ok());
   Deltas ledger;
   std::mt19937_64 rng(7);
   for (int i = 0; i < 60; i++) {
     const uint64_t a0 = rng() % kAccounts, a1 = (a0 + 1 + rng() % (kAccounts - 1)) % kAccounts;
     auto d = Transfer(**db1, a0, a1, static_cast<int64_t>(rng() % 500));
-    ASSERT_OK(d);
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
     for (auto& [k, v] : *d) ledger[k] += v;
   }
   // Read-only: through the held locks (direct) in this session; another front-end after release.
   auto mine = Snapshot(**db1);
-  ASSERT_OK(mine);
-  ASSERT_OK((*db1)->ReleaseLocks());
+  ASSERT_TRUE(mine.ok()) << mine.status().ToString();
+  ASSERT_TRUE((*db1)->ReleaseLocks().ok());
   auto s2 = OpenSession(2, GetParam());
   auto db2 = Database::Open(*s2, BankOptions(8));
-  ASSERT_OK(db2);
+  ASSERT_TRUE(db2.ok()) << db2.status().ToString();
   auto theirs = Snapshot(**db2);
-  ASSERT_OK(theirs);
+  ASSERT_TRUE(theirs.ok()) << theirs.status().ToString();
   int64_t total = 0;
   for (size_t tb = 0; tb < 2; tb++) {
     for (uint64_t a = 0; a < kAccounts; a++) {
@@ -149,8 +148,8 @@ TEST_P(TxnTest, TwoFrontEndsKeepEveryLedger) {
   {
     auto s = OpenSession(1, GetParam());
     auto db = Database::Open(*s, BankOptions(4));
-    ASSERT_OK(db);
-    ASSERT_OK(Load(**db));
+    ASSERT_TRUE(db.ok());
+    ASSERT_TRUE(Load(**db).ok());
   }
   constexpr int kThreads = 2, kTxns = 80;
   std::vector<Deltas> ledgers(kThreads);
@@ -191,9 +190,9 @@ TEST_P(TxnTest, TwoFrontEndsKeepEveryLedger) {
   for (int i = 0; i < kThreads; i++) ASSERT_EQ(errors[i], "") << "front-end " << i;
   auto s = OpenSession(3, GetParam());
   auto db = Database::Open(*s, BankOptions(4));
-  ASSERT_OK(db);
+  ASSERT_TRUE(db.ok());
   auto snap = Snapshot(**db);
-  ASSERT_OK(snap);
+  ASSERT_TRUE(snap.ok()) << snap.status().ToString();
   for (size_t tb = 0; tb < 2; tb++) {
     for (uint64_t a = 0; a < kAccounts; a++) {
       int64_t want = kStart;
@@ -216,8 +215,8 @@ TEST_P(TxnTest, LocksTriedWithoutWaiting) {
   auto s1 = OpenSession(o1);
   ASSERT_TRUE(s1);
   auto db1 = Database::Open(*s1, BankOptions(0));
-  ASSERT_OK(db1);
-  ASSERT_OK(Load(**db1));
+  ASSERT_TRUE(db1.ok()) << db1.status().ToString();
+  ASSERT_TRUE(Load(**db1).ok());
   auto chk_lock = [&]() { return s1->ReadWord((*db1)->table(1).structure().lock_addr); };
   auto read_chk = [&](Database& db, uint64_t a) -> Result<int64_t> {
     int64_t v = 0;
@@ -230,18 +229,18 @@ TEST_P(TxnTest, LocksTriedWithoutWaiting) {
   };
   // A read-only transaction takes the free lock of bank.chk.
   auto v = read_chk(**db1, 3);
-  ASSERT_OK(v);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
   EXPECT_EQ(*v, kStart);
   EXPECT_EQ((*db1)->counters().try_locks, 1u);
   EXPECT_EQ((*db1)->counters().read_retries, 0u);
   auto held = chk_lock();
-  ASSERT_OK(held);
+  ASSERT_TRUE(held.ok());
   EXPECT_EQ(*held, 1u) << "the read-only transaction did not take the free lock";
   // The next read-only transactions: no new lock, and at rc/rcb no round trip at all.
   const auto c0 = s1->counters();
   for (uint64_t a = 0; a < 4; a++) {
     v = read_chk(**db1, 3);
-    ASSERT_OK(v);
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
     EXPECT_EQ(*v, kStart);
   }
   const auto c1 = s1->counters();
@@ -251,70 +250,70 @@ TEST_P(TxnTest, LocksTriedWithoutWaiting) {
   }
   // Holding sav only, a write over {sav, chk}: chk sorts before the held sav, so it is tried —
   // and taken — with sav kept (one acquisition, not a release of sav and two acquisitions).
-  ASSERT_OK((*db1)->ReleaseLocks());
+  ASSERT_TRUE((*db1)->ReleaseLocks().ok());
   auto& db = db1;
   {
     auto t = (*db)->Begin({0});  // sav only
-    ASSERT_OK(t);
-    ASSERT_OK((*t)->Put(0, Acct(0, 5), Enc(kStart + 1)));
-    ASSERT_OK((*t)->Commit());
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    ASSERT_TRUE((*t)->Put(0, Acct(0, 5), Enc(kStart + 1)).ok());
+    ASSERT_TRUE((*t)->Commit().ok());
   }
   const uint64_t tries = (*db)->counters().try_locks;
   const auto c2 = s1->counters();
   {
     auto t = (*db)->Begin({0, 1});  // chk < sav: tried without giving sav up
-    ASSERT_OK(t);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
     auto b = GetBal(**t, 0, 5);
-    ASSERT_OK(b);
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
     EXPECT_EQ(*b, kStart + 1);
-    ASSERT_OK((*t)->Commit());
+    ASSERT_TRUE((*t)->Commit().ok());
   }
   EXPECT_EQ((*db)->counters().try_locks, tries + 1);
   EXPECT_EQ(s1->counters().lock_acquires, c2.lock_acquires + 1) << "sav was released and retaken";
   // Front-end 2 takes chk (front-end 1 releases everything first).
-  ASSERT_OK((*db)->ReleaseLocks());
+  ASSERT_TRUE((*db)->ReleaseLocks().ok());
   auto s2 = OpenSession(2, level);
   auto db2 = Database::Open(*s2, BankOptions(0));
-  ASSERT_OK(db2);
+  ASSERT_TRUE(db2.ok());
   {
     auto t = (*db2)->Begin({1});
-    ASSERT_OK(t);
-    ASSERT_OK((*t)->Put(1, 6, Enc(kStart + 2)));
-    ASSERT_OK((*t)->Commit());
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    ASSERT_TRUE((*t)->Put(1, 6, Enc(kStart + 2)).ok());
+    ASSERT_TRUE((*t)->Commit().ok());
   }
-  ASSERT_OK(s2->Fence());  // others see a commit once it is applied (rcb batches it)
+  ASSERT_TRUE(s2->Fence().ok());  // others see a commit once it is applied (rcb batches it)
   // Front-end 1's read-only transaction finds chk held: no wait, the seqlock path, the committed
   // value; the next one does not try again.
   v = read_chk(**db, 6);
-  ASSERT_OK(v);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
   EXPECT_EQ(*v, kStart + 2);
   EXPECT_EQ((*db)->counters().try_lock_misses, 1u);
   v = read_chk(**db, 6);
-  ASSERT_OK(v);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
   EXPECT_EQ((*db)->counters().try_lock_misses, 1u);
   // A write holding sav that wants chk (held by front-end 2): the try misses, sav is released,
   // the wait in name order times out: kAborted with nothing held.
   {
     auto t = (*db)->Begin({0});
-    ASSERT_OK(t);
-    ASSERT_OK((*t)->Commit());
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    ASSERT_TRUE((*t)->Commit().ok());
   }
   auto t = (*db)->Begin({0, 1});
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), StatusCode::kAborted) << t.status().ToString();
   EXPECT_EQ((*db)->counters().try_lock_misses, 2u);
   auto sav_lock = s1->ReadWord((*db)->table(0).structure().lock_addr);
-  ASSERT_OK(sav_lock);
+  ASSERT_TRUE(sav_lock.ok());
   EXPECT_EQ(*sav_lock, 0u) << "the aborted transaction kept sav";
   // Front-end 2 lets go: front-end 1 gets both and sees front-end 2's write.
-  ASSERT_OK((*db2)->ReleaseLocks());
+  ASSERT_TRUE((*db2)->ReleaseLocks().ok());
   {
     auto t2 = (*db)->Begin({0, 1});
-    ASSERT_OK(t2);
+    ASSERT_TRUE(t2.ok()) << t2.status().ToString();
     auto b = GetBal(**t2, 1, 6);
-    ASSERT_OK(b);
+    ASSERT_TRUE(b.ok());
     EXPECT_EQ(*b, kStart + 2);
-    ASSERT_OK((*t2)->Commit());
+    ASSERT_TRUE((*t2)->Commit().ok());
   }
   db2->reset();
   db1->reset();
@@ -330,44 +329,43 @@ class TxnLockTest : public testing::StructuresTest {};
 TEST_F(TxnLockTest, LockTimeoutAbortsCleanlyAndReleasesWhatItTook) {
   auto s1 = OpenSession(1, Level::kR);
   auto db1 = Database::Open(*s1, BankOptions(0));
-  ASSERT_OK(db1);
-  ASSERT_OK(Load(**db1));
+  ASSERT_TRUE(db1.ok());
+  ASSERT_TRUE(Load(**db1).ok());
   // Front-end 1 holds "bank.sav" (the later name) through a committed transaction.
   {
     auto t = (*db1)->Begin({0});
-    ASSERT_OK(t);
-    ASSERT_OK((*t)->Put(0, Acct(0, 3), Enc(5)));
-    ASSERT_OK((*t)->Commit());
+    ASSERT_TRUE(t.ok());
+    ASSERT_TRUE((*t)->Put(0, Acct(0, 3), Enc(5)).ok());
+    ASSERT_TRUE((*t)->Commit().ok());
   }
   auto o = SessionOpts(2, Level::kR);
   o.lock_timeout = std::chrono::milliseconds(100);
   auto s2 = frontend::Session::Open(o);
-  ASSERT_OK(s2);
+  ASSERT_TRUE(s2.ok());
   auto db2 = Database::Open(**s2, BankOptions(0));
-  ASSERT_OK(db2);
+  ASSERT_TRUE(db2.ok());
   // "bank.chk" < "bank.sav": front-end 2 takes chk, then times out on sav.
   auto t2 = (*db2)->Begin({0, 1});
   ASSERT_FALSE(t2.ok());
   EXPECT_EQ(t2.status().code(), StatusCode::kAborted) << t2.status().ToString();
   EXPECT_EQ((*db2)->counters().lock_aborts, 1u);
   auto chk_lock = (*s2)->ReadWord((*db2)->table(1).structure().lock_addr);
-  ASSERT_OK(chk_lock);
+  ASSERT_TRUE(chk_lock.ok());
   EXPECT_EQ(*chk_lock, 0u) << "the aborted transaction kept the lock it took";
   // Front-end 1 wants chk (before sav in name order): it releases sav first, then takes both.
   auto t1 = (*db1)->Begin({0, 1});
-  ASSERT_OK(t1);
-  ASSERT_OK((*t1)->Put(1, 3, Enc(7)));
-  ASSERT_OK((*t1)->Commit());
-  ASSERT_OK((*db1)->ReleaseLocks());
+  ASSERT_TRUE(t1.ok()) << t1.status().ToString();
+  ASSERT_TRUE((*t1)->Put(1, 3, Enc(7)).ok());
+  ASSERT_TRUE((*t1)->Commit().ok());
+  ASSERT_TRUE((*db1)->ReleaseLocks().ok());
   // Now front-end 2 gets both and sees both writes.
   auto t3 = (*db2)->Begin({0, 1});
-  ASSERT_OK(t3);
+  ASSERT_TRUE(t3.ok()) << t3.status().ToString();
   auto a = GetBal(**t3, 0, 3), b = GetBal(**t3, 1, 3);
-  ASSERT_OK(a);
-  ASSERT_OK(b);
+  ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(*a, 5);
   EXPECT_EQ(*b, 7);
-  EXPECT_OK((*t3)->Commit());
+  EXPECT_TRUE((*t3)->Commit().ok());
   // Bad input.
   EXPECT_EQ((*db2)->Begin({7}).status().code(), StatusCode::kInvalidArgument);
   DatabaseOptions bad = BankOptions(0);
@@ -375,11 +373,11 @@ TEST_F(TxnLockTest, LockTimeoutAbortsCleanlyAndReleasesWhatItTook) {
   EXPECT_EQ(Database::Open(**s2, bad).status().code(), StatusCode::kInvalidArgument);
   // A key of the wrong kind for its table: refused, nothing logged, the database goes on.
   auto t4 = (*db2)->Begin({0, 1});
-  ASSERT_OK(t4);
+  ASSERT_TRUE(t4.ok()) << t4.status().ToString();
   Value v;
   EXPECT_EQ((*t4)->Get(0, 3, &v).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ((*t4)->Get(1, "sav:3", &v).code(), StatusCode::kInvalidArgument);
-  EXPECT_OK((*t4)->Commit());
+  EXPECT_TRUE((*t4)->Commit().ok());
 }
 
 // ---- crash: a child process runs transfers and is SIGKILLed ----
@@ -469,8 +467,8 @@ void CrashRound(const std::string& address, uint64_t fe, Level level, uint64_t s
     auto s = open(address);
     ASSERT_TRUE(s);
     auto db = Database::Open(*s, BankOptions(32));
-    ASSERT_OK(db);
-    ASSERT_OK(Load(**db));
+    ASSERT_TRUE(db.ok()) << db.status().ToString();
+    ASSERT_TRUE(Load(**db).ok());
   }
   const std::string spec = address + " " + std::to_string(fe) + " " + std::to_string(seed) + " " +
                            std::to_string(static_cast<int>(level)) + " " + file;
@@ -489,10 +487,10 @@ void CrashRound(const std::string& address, uint64_t fe, Level level, uint64_t s
   // The crashed front-end's id: replay, then check. (A checker session of another id first
   // would wait on the crashed session's locks.)
   auto db = Database::Open(*s, BankOptions(32));
-  ASSERT_OK(db);
-  ASSERT_OK((*db)->Recover());
+  ASSERT_TRUE(db.ok()) << db.status().ToString();
+  ASSERT_TRUE((*db)->Recover().ok());
   auto snap = Snapshot(**db);
-  ASSERT_OK(snap);
+  ASSERT_TRUE(snap.ok()) << snap.status().ToString();
   auto matches = [&](bool with_pending) {
     for (size_t tb = 0; tb < 2; tb++) {
       for (uint64_t a = 0; a < kAccounts; a++) {
@@ -510,7 +508,7 @@ void CrashRound(const std::string& address, uint64_t fe, Level level, uint64_t s
               static_cast<unsigned long long>((*db)->counters().replayed));
   // The database is usable again by the same front-end.
   auto d = Transfer(**db, 1, 2, 3);
-  EXPECT_OK(d);
+  EXPECT_TRUE(d.ok()) << d.status().ToString();
   std::remove(file.c_str());
 }
 
@@ -527,7 +525,7 @@ TEST_P(TxnCrashTest, SigkilledFrontEndRecoversAllOrNothingExactlyOnce) {
                  auto o = SessionOpts(40 + static_cast<uint64_t>(round), GetParam());
                  o.backends = {a};
                  auto s = frontend::Session::Open(o);
-                 EXPECT_OK(s);
+                 EXPECT_TRUE(s.ok()) << s.status().ToString();
                  return s.ok() ? std::move(*s) : nullptr;
                });
     if (HasFailure()) break;
@@ -541,7 +539,7 @@ TEST_P(TxnCrashTest, SigkilledFrontEndAndBackEndRecover) {
   std::remove(pool.c_str());
   auto start = [&]() -> std::unique_ptr<driver::BackendProcess> {
     auto d = driver::BackendProcess::Start(ASYMNVM_BACKEND_BIN, pool, "64M", {}, "warn");
-    EXPECT_OK(d);
+    EXPECT_TRUE(d.ok()) << d.status().ToString();
     return d.ok() ? std::move(*d) : nullptr;
   };
   auto daemon = start();
@@ -566,7 +564,7 @@ TEST_P(TxnCrashTest, SigkilledFrontEndAndBackEndRecover) {
           std::this_thread::sleep_for(std::chrono::milliseconds(50));
           s = frontend::Session::Open(o);
         }
-        EXPECT_OK(s);
+        EXPECT_TRUE(s.ok()) << s.status().ToString();
         return s.ok() ? std::move(*s) : nullptr;
       });
   daemon.reset();
@@ -587,7 +585,7 @@ TEST(TxnReconnectTest, BackEndRestartedMidRunTheSameDatabaseGoesOn) {
   const std::string dir = tmpl, pool = dir + "/pool", coord = "dir:" + dir + "/coord";
   auto start = [&]() -> std::unique_ptr<driver::BackendProcess> {
     auto d = driver::BackendProcess::Start(ASYMNVM_BACKEND_BIN, pool, "64M", {}, "warn");
-    EXPECT_OK(d);
+    EXPECT_TRUE(d.ok()) << d.status().ToString();
     return d.ok() ? std::move(*d) : nullptr;
   };
   auto daemon = start();
@@ -598,10 +596,10 @@ TEST(TxnReconnectTest, BackEndRestartedMidRunTheSameDatabaseGoesOn) {
   o.level = Level::kRcb;
   o.reconnect_deadline = std::chrono::seconds(60);
   auto s = frontend::Session::Open(o);
-  ASSERT_OK(s);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
   auto db = Database::Open(**s, BankOptions(16));
-  ASSERT_OK(db);
-  ASSERT_OK(Load(**db));
+  ASSERT_TRUE(db.ok()) << db.status().ToString();
+  ASSERT_TRUE(Load(**db).ok());
   Deltas committed;
   std::vector<Deltas> in_doubt;
   std::mt19937_64 rng(5);
@@ -630,7 +628,7 @@ TEST(TxnReconnectTest, BackEndRestartedMidRunTheSameDatabaseGoesOn) {
   EXPECT_GE((*s)->reconnects(), 2u);
   ASSERT_LE(in_doubt.size(), 2u);
   auto snap = Snapshot(**db);
-  ASSERT_OK(snap);
+  ASSERT_TRUE(snap.ok()) << snap.status().ToString();
   bool matched = false;
   for (uint32_t mask = 0; mask < (1u << in_doubt.size()) && !matched; mask++) {
     Deltas want = committed;

@@ -16,7 +16,6 @@
 #include "fabric/rowan/receiver.h"
 #include "fabric/rowan/scanner.h"
 #include "fabric/rowan/sender.h"
-#include "tests/common/status_assert.h"
 
 namespace asymnvm::rowan {
 namespace {
@@ -58,7 +57,7 @@ std::unique_ptr<Rig> MakeRig(LogVariant v, uint32_t streams) {
     o.landing_observer = &r->model;
     o.segment_size = 1u << 20;
     auto rx = Receiver::Open(o, true);
-    EXPECT_OK(rx);
+    EXPECT_TRUE(rx.ok()) << rx.status().ToString();
     r->receiver = std::move(rx).value();
     r->address = r->receiver->address();
   } else {
@@ -72,7 +71,7 @@ std::unique_ptr<Rig> MakeRig(LogVariant v, uint32_t streams) {
     o.shared = v == LogVariant::kShare;
     o.log_bytes = 64 * 1024;
     auto t = LogTarget::Open(o);
-    EXPECT_OK(t);
+    EXPECT_TRUE(t.ok()) << t.status().ToString();
     r->target = std::move(t).value();
     r->address = r->target->address();
   }
@@ -95,7 +94,7 @@ void Drive(Rig* rig, LogVariant v, uint32_t streams, uint32_t per_stream, size_t
     wo.max_outstanding = 1;
     wo.cursor = &rig->cursor;
     auto w = ConnectWriter(v, wo);
-    ASSERT_OK(w);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
     by_conn[(*w)->connection_id()] = writers.size();
     writers.push_back(std::move(w).value());
   }
@@ -106,7 +105,7 @@ void Drive(Rig* rig, LogVariant v, uint32_t streams, uint32_t per_stream, size_t
     for (size_t i = 0; i < payload.size(); i++) payload[i] = static_cast<uint8_t>(s + sent[s] + i);
     EntryMeta m{.type = 3, .owner = static_cast<uint16_t>(s + 1), .version = sent[s]};
     Status st = writers[s]->Submit(m, payload, sent[s]);
-    ASSERT_OK(st);
+    ASSERT_TRUE(st.ok()) << st.ToString();
   };
   for (uint32_t s = 0; s < streams; s++) submit(s);
   uint64_t remaining = uint64_t{streams} * per_stream;
@@ -114,12 +113,12 @@ void Drive(Rig* rig, LogVariant v, uint32_t streams, uint32_t per_stream, size_t
   std::vector<uint64_t> durable;
   while (remaining > 0) {
     auto n = rig->cq->Wait(c, std::chrono::microseconds(2000));
-    ASSERT_OK(n);
+    ASSERT_TRUE(n.ok());
     for (size_t i = 0; i < *n; i++) {
       size_t s = by_conn.at(c[i].connection_id);
       durable.clear();
       Status st = writers[s]->OnCompletion(c[i], &durable);
-      ASSERT_OK(st);
+      ASSERT_TRUE(st.ok()) << st.ToString();
       for (uint64_t tok : durable) {
         ASSERT_EQ(tok, done[s] + 1u) << "acknowledged out of order";
         done[s]++;
@@ -127,7 +126,7 @@ void Drive(Rig* rig, LogVariant v, uint32_t streams, uint32_t per_stream, size_t
         if (sent[s] < per_stream) submit(static_cast<uint32_t>(s));
       }
     }
-    for (auto& w : writers) ASSERT_OK(w->Tick(std::chrono::steady_clock::now()));
+    for (auto& w : writers) ASSERT_TRUE(w->Tick(std::chrono::steady_clock::now()).ok());
   }
   if (out) *out = std::move(writers);
 }
@@ -190,7 +189,7 @@ TEST(LogVariantsErrors, BadInputGetsAClearStatus) {
   wo.max_outstanding = 1;
   EXPECT_EQ(ConnectWriter(LogVariant::kShare, wo).status().code(), StatusCode::kInvalidArgument);
   auto first = ConnectWriter(LogVariant::kRWrite, wo);
-  ASSERT_OK(first);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
   EXPECT_EQ(ConnectWriter(LogVariant::kRWrite, wo).status().code(), StatusCode::kResourceExhausted);
   // Entries: type 0, too large for the inline path, window full.
   std::vector<uint8_t> big(LogWriter::kMaxEntryBytes);
@@ -199,7 +198,7 @@ TEST(LogVariantsErrors, BadInputGetsAClearStatus) {
   EXPECT_EQ((*first)->Submit({.type = 1, .owner = 1, .version = 1}, big, 1).code(),
             StatusCode::kInvalidArgument);
   std::vector<uint8_t> small(32);
-  EXPECT_OK((*first)->Submit({.type = 1, .owner = 1, .version = 1}, small, 1));
+  EXPECT_TRUE((*first)->Submit({.type = 1, .owner = 1, .version = 1}, small, 1).ok());
   EXPECT_EQ((*first)->Submit({.type = 1, .owner = 1, .version = 2}, small, 2).code(),
             StatusCode::kResourceExhausted);
   // A rowan writer against a log target is refused as a protocol error, and vice versa.
@@ -215,19 +214,19 @@ TEST(RowanSender, PostAppendAndAppendPreconditions) {
   so.cq = rig->cq.get();
   so.max_inline = 128;
   auto s = Sender::Connect(so);
-  ASSERT_OK(s);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
   std::vector<uint8_t> p(64);
   EXPECT_EQ((*s)->Append({.type = 1, .owner = 1, .version = 1}, p).code(),
             StatusCode::kFailedPrecondition);
   std::vector<uint8_t> big(200);  // 232 B block > max_inline 128
   EXPECT_EQ((*s)->PostAppend({.type = 1, .owner = 1, .version = 1}, big, 9).code(),
             StatusCode::kInvalidArgument);
-  ASSERT_OK((*s)->PostAppend({.type = 1, .owner = 1, .version = 1}, p, 9));
+  ASSERT_TRUE((*s)->PostAppend({.type = 1, .owner = 1, .version = 1}, p, 9).ok());
   fabric::Completion c[4];
   bool acked = false;
   for (int i = 0; i < 100 && !acked; i++) {
     auto n = rig->cq->Wait(c, std::chrono::milliseconds(50));
-    ASSERT_OK(n);
+    ASSERT_TRUE(n.ok());
     for (size_t k = 0; k < *n; k++) acked |= (*s)->IsAck(c[k], 9);
   }
   EXPECT_TRUE(acked);

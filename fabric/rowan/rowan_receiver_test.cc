@@ -13,7 +13,6 @@
 #include "fabric/rowan/receiver.h"
 #include "fabric/rowan/scanner.h"
 #include "fabric/rowan/sender.h"
-#include "tests/common/status_assert.h"
 
 namespace asymnvm::rowan {
 namespace {
@@ -39,8 +38,7 @@ Env MakeEnv(const std::string& name, bool crash_sim) {
   Env e;
   auto rf = fabric::Fabric::Open({});
   auto tf = fabric::Fabric::Open({});
-  EXPECT_OK(rf);
-  EXPECT_OK(tf);
+  EXPECT_TRUE(rf.ok() && tf.ok());
   e.rx_fabric = std::move(rf).value();
   e.tx_fabric = std::move(tf).value();
   e.rx_pd = std::move(e.rx_fabric->AllocPd()).value();
@@ -48,7 +46,7 @@ Env MakeEnv(const std::string& name, bool crash_sim) {
   e.path = TempPool(name);
   auto pool = pm::Pool::Create(e.path, 8u << 20,
                                {.mode = pm::PersistMode::kFlushOnly, .crash_sim = crash_sim});
-  EXPECT_OK(pool);
+  EXPECT_TRUE(pool.ok()) << pool.status().ToString();
   e.pool = std::move(pool).value();
   return e;
 }
@@ -80,7 +78,7 @@ class RowanReceiverTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(RowanReceiverTest, ConcurrentSendersEveryAckedEntryFoundOnceInSenderOrder) {
   Env e = MakeEnv("concurrent", false);
   auto rx = Receiver::Open(RxOptions(e, GetParam()));
-  ASSERT_OK(rx);
+  ASSERT_TRUE(rx.ok()) << rx.status().ToString();
   const int kSenders = 6;
   const uint64_t kPerSender = 400;
   std::vector<std::thread> threads;
@@ -113,7 +111,7 @@ TEST_P(RowanReceiverTest, ConcurrentSendersEveryAckedEntryFoundOnceInSenderOrder
   // was using/used to the consumer, and the scan must find each entry exactly once.
   (*rx)->Close();
   auto reopened = Receiver::Open(RxOptions(e, GetParam()));
-  ASSERT_OK(reopened);
+  ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
   Scanner scanner(1024);
   std::map<uint16_t, uint64_t> next;
   uint64_t found = 0;
@@ -127,7 +125,7 @@ TEST_P(RowanReceiverTest, ConcurrentSendersEveryAckedEntryFoundOnceInSenderOrder
       EXPECT_TRUE(std::equal(want.begin(), want.end(), en.payload.begin()));
       found++;
     });
-    ASSERT_OK((*reopened)->Commit(seg->index));
+    ASSERT_TRUE((*reopened)->Commit(seg->index).ok());
   }
   scanner.Finish();
   EXPECT_EQ(found, kSenders * kPerSender);
@@ -138,7 +136,7 @@ TEST_P(RowanReceiverTest, ConcurrentSendersEveryAckedEntryFoundOnceInSenderOrder
 TEST_P(RowanReceiverTest, SegmentsRecycleUnderSustainedLoadAndUsageStaysBounded) {
   Env e = MakeEnv("recycle", false);
   auto rx = Receiver::Open(RxOptions(e, GetParam()));
-  ASSERT_OK(rx);
+  ASSERT_TRUE(rx.ok()) << rx.status().ToString();
   const uint32_t segments = (*rx)->stats().segments;
   std::atomic<bool> done{false};
   std::atomic<uint64_t> consumed{0};
@@ -151,17 +149,17 @@ TEST_P(RowanReceiverTest, SegmentsRecycleUnderSustainedLoadAndUsageStaysBounded)
         continue;
       }
       scanner.ScanSegment(seg->bytes, seg->index, [&](const ScannedEntry&) { consumed++; });
-      ASSERT_OK((*rx)->Commit(seg->index));
+      ASSERT_TRUE((*rx)->Commit(seg->index).ok());
     }
   });
   auto tx = Sender::Connect(
       {.fabric = e.tx_fabric.get(), .pd = e.tx_pd.get(), .address = (*rx)->address()});
-  ASSERT_OK(tx);
+  ASSERT_TRUE(tx.ok()) << tx.status().ToString();
   // Write several times the area's capacity: only possible if segments are recycled.
   const size_t entry = 448;  // 480 B footprint incl. header → 512 B stride footprint
   const uint64_t total = 2ull * segments * (256 * 1024) / 512;
   for (uint64_t i = 0; i < total; i++) {
-    ASSERT_OK((*tx)->Append({.type = 2, .owner = 1, .version = i}, Record(1, i, entry)))
+    ASSERT_TRUE((*tx)->Append({.type = 2, .owner = 1, .version = i}, Record(1, i, entry)).ok())
         << "append " << i;
   }
   done = true;
@@ -188,17 +186,17 @@ TEST(RowanReceiver, EventsWakeTheControlThreadWithoutPolling) {
   o.poll_interval = std::chrono::seconds(60);
   o.max_poll_interval = std::chrono::seconds(60);
   auto rx = Receiver::Open(o);
-  ASSERT_OK(rx);
+  ASSERT_TRUE(rx.ok()) << rx.status().ToString();
   auto tx = Sender::Connect(
       {.fabric = e.tx_fabric.get(), .pd = e.tx_pd.get(), .address = (*rx)->address()});
-  ASSERT_OK(tx);
+  ASSERT_TRUE(tx.ok()) << tx.status().ToString();
   // 448-byte entries take 512 B of a 256 KiB segment: 768 of them fill one and a half.
   for (uint64_t i = 0; i < 768; i++) {
-    ASSERT_OK((*tx)->Append({.type = 2, .owner = 1, .version = i}, Record(1, i, 448)));
+    ASSERT_TRUE((*tx)->Append({.type = 2, .owner = 1, .version = i}, Record(1, i, 448)).ok());
   }
   auto seg = (*rx)->NextUsed(std::chrono::milliseconds(20000));
-  ASSERT_OK(seg) << "no used segment without polling";
-  ASSERT_OK((*rx)->Commit(seg->index));
+  ASSERT_TRUE(seg.ok()) << "no used segment without polling: " << seg.status().ToString();
+  ASSERT_TRUE((*rx)->Commit(seg->index).ok());
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while ((*rx)->stats().segments_recycled == 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -212,14 +210,14 @@ TEST(RowanReceiver, CrashSimulatedPowerLossKeepsEveryAcknowledgedEntry) {
     std::map<uint16_t, uint64_t> acked;
     {
       auto rx = Receiver::Open(RxOptions(e, "inproc://rowan-crash"));
-      ASSERT_OK(rx);
+      ASSERT_TRUE(rx.ok()) << rx.status().ToString();
       std::vector<std::thread> threads;
       std::mutex mu;
       for (int s = 0; s < 3; s++) {
         threads.emplace_back([&, s] {
           auto tx = Sender::Connect(
               {.fabric = e.tx_fabric.get(), .pd = e.tx_pd.get(), .address = (*rx)->address()});
-          ASSERT_OK(tx);
+          ASSERT_TRUE(tx.ok());
           for (uint64_t i = 0; i < 150; i++) {
             ASSERT_TRUE((*tx)
                             ->Append({.type = 1, .owner = static_cast<uint16_t>(s), .version = i},
@@ -234,9 +232,9 @@ TEST(RowanReceiver, CrashSimulatedPowerLossKeepsEveryAcknowledgedEntry) {
       (*rx)->Close();
     }
     uint64_t dropped = 0, kept = 0;
-    ASSERT_OK(e.pool->SimulateCrash(seed, 0.0, &dropped, &kept));
+    ASSERT_TRUE(e.pool->SimulateCrash(seed, 0.0, &dropped, &kept).ok());
     auto rx = Receiver::Open(RxOptions(e, "inproc://rowan-crash2"));
-    ASSERT_OK(rx);
+    ASSERT_TRUE(rx.ok()) << rx.status().ToString();
     Scanner scanner(1024);
     std::map<uint16_t, uint64_t> next;
     while (true) {

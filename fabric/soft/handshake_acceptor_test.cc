@@ -15,7 +15,6 @@
 #include "fabric/bootstrap.h"
 #include "fabric/soft/soft_fabric.h"
 #include "fabric/soft/test_peers.h"
-#include "tests/common/status_assert.h"
 
 namespace asymnvm::fabric {
 namespace {
@@ -40,7 +39,7 @@ struct AcceptorRig {
   explicit AcceptorRig(HandshakeLimits limits, const std::string& secret = "s3cret") {
     Endpoint bound;
     auto l = ListenSocket(ParseAddress("tcp://127.0.0.1:0").value(), &bound);
-    EXPECT_OK(l);
+    EXPECT_TRUE(l.ok()) << l.status().ToString();
     listen_fd = *l;
     address = FormatAddress(bound);
     acceptor = std::make_unique<HandshakeAcceptor>(listen_fd, secret, "test " + address, limits);
@@ -89,10 +88,10 @@ TEST(HandshakeAcceptor, FloodOfSilentAndGarbagePeers_LegitimatePeerConnectsWithi
   HandshakeLimits limits;  // defaults: 5 s deadline, 256 pending
   AcceptorRig rig(limits);
   PeerFlood silent, garbage;
-  ASSERT_OK(silent.Open(rig.address, 500, false));
-  ASSERT_OK(garbage.Open(rig.address, 500, true));
+  ASSERT_TRUE(silent.Open(rig.address, 500, false).ok());
+  ASSERT_TRUE(garbage.Open(rig.address, 500, true).ok());
   Status st = rig.Client("s3cret", limits.deadline);
-  ASSERT_OK(st);
+  ASSERT_TRUE(st.ok()) << st.ToString();
   EXPECT_TRUE(rig.WaitFor([](const HandshakeAcceptorStats& s) { return s.accepted >= 1; }));
   auto s = rig.acceptor->stats();
   EXPECT_LE(s.max_pending_seen, limits.max_pending);
@@ -106,13 +105,13 @@ TEST(HandshakeAcceptor, PeerSlowerThanThePollPeriod_IsAccepted) {
   HandshakeLimits limits;
   AcceptorRig rig(limits);
   StallProxy proxy(rig.address, 24, milliseconds(300));  // stalls after HELLO
-  ASSERT_OK(proxy.Start());
+  ASSERT_TRUE(proxy.Start().ok());
   auto fd = ConnectSocket(ParseAddress(proxy.address()).value(), limits.deadline);
-  ASSERT_OK(fd);
+  ASSERT_TRUE(fd.ok()) << fd.status().ToString();
   std::vector<uint8_t> peer;
   Status st = HandshakeClient(*fd, "s3cret", {}, &peer, limits.deadline);
   ::close(*fd);
-  ASSERT_OK(st);
+  ASSERT_TRUE(st.ok()) << st.ToString();
   EXPECT_TRUE(proxy.stalled());
   EXPECT_TRUE(rig.WaitFor([](const HandshakeAcceptorStats& s) { return s.accepted == 1; }));
 }
@@ -122,11 +121,11 @@ TEST(HandshakeAcceptor, PendingCap_OldestClosedAndNewPeerServed) {
   limits.max_pending = 8;
   AcceptorRig rig(limits);
   PeerFlood silent;
-  ASSERT_OK(silent.Open(rig.address, 20, false));
+  ASSERT_TRUE(silent.Open(rig.address, 20, false).ok());
   ASSERT_TRUE(rig.WaitFor([](const HandshakeAcceptorStats& s) { return s.evicted >= 12; }))
       << "evicted=" << rig.acceptor->stats().evicted;
   Status st = rig.Client("s3cret", limits.deadline);
-  ASSERT_OK(st);
+  ASSERT_TRUE(st.ok()) << st.ToString();
   auto s = rig.acceptor->stats();
   EXPECT_LE(s.max_pending_seen, 8u);
   EXPECT_NE(s.last_refusal.find("handshakes pending"), std::string::npos) << s.last_refusal;
@@ -137,7 +136,7 @@ TEST(HandshakeAcceptor, SilentPeer_ClosedAtItsDeadline) {
   limits.deadline = milliseconds(200);
   AcceptorRig rig(limits);
   PeerFlood silent;
-  ASSERT_OK(silent.Open(rig.address, 3, false));
+  ASSERT_TRUE(silent.Open(rig.address, 3, false).ok());
   ASSERT_TRUE(rig.WaitFor([](const HandshakeAcceptorStats& s) { return s.timed_out == 3; }))
       << "timed_out=" << rig.acceptor->stats().timed_out;
   EXPECT_EQ(rig.acceptor->stats().pending, 0u);
@@ -150,7 +149,7 @@ TEST(HandshakeAcceptor, RefusalLines_RateLimitedWithSuppressedCount) {
   AcceptorRig rig(limits);
   auto start = Clock::now();
   PeerFlood garbage;
-  ASSERT_OK(garbage.Open(rig.address, 60, true));
+  ASSERT_TRUE(garbage.Open(rig.address, 60, true).ok());
   ASSERT_TRUE(rig.WaitFor([](const HandshakeAcceptorStats& s) { return s.refused == 60; }))
       << "refused=" << rig.acceptor->stats().refused;
   auto elapsed_s = std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - start).count();
@@ -223,14 +222,14 @@ TEST(SoftListener, FloodAndSlowPeer_LegitimateConnectsSucceed) {
   co.recv_cq = cq.get();
   co.timeout = fo.handshake_timeout;
   PeerFlood silent, garbage;
-  ASSERT_OK(silent.Open(server.listener->address(), 500, false));
-  ASSERT_OK(garbage.Open(server.listener->address(), 500, true));
+  ASSERT_TRUE(silent.Open(server.listener->address(), 500, false).ok());
+  ASSERT_TRUE(garbage.Open(server.listener->address(), 500, true).ok());
   auto c = client->Connect(pd.get(), server.listener->address(), co);
-  ASSERT_OK(c);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
   StallProxy proxy(server.listener->address(), 24, milliseconds(300));
-  ASSERT_OK(proxy.Start());
+  ASSERT_TRUE(proxy.Start().ok());
   auto slow = client->Connect(pd.get(), proxy.address(), co);
-  ASSERT_OK(slow);
+  ASSERT_TRUE(slow.ok()) << slow.status().ToString();
   EXPECT_TRUE(proxy.stalled());
 }
 
@@ -301,10 +300,10 @@ TEST(ClusterSecret, SecretFromFile_PeersWithTheSameFileConnect_OthersRefused) {
     auto c = f->Connect(pd.get(), server.listener->address(), co);
     return c.ok() ? Status::Ok() : c.status();
   };
-  EXPECT_OK(connect_with(so));
+  EXPECT_TRUE(connect_with(so).ok());
   FabricOptions env_client;
   ::setenv("ASYMNVM_SECRET", "shared-secret", 1);
-  EXPECT_OK(connect_with(env_client));
+  EXPECT_TRUE(connect_with(env_client).ok());
   ::unsetenv("ASYMNVM_SECRET");
   Status wrong = connect_with(FabricOptions{});  // built-in default
   EXPECT_EQ(wrong.code(), StatusCode::kPermissionDenied) << wrong.ToString();
@@ -328,14 +327,14 @@ TEST(ClusterSecret, NonLoopbackListenWithDefaultSecret_Refused) {
   ASSERT_FALSE(l.ok());
   EXPECT_EQ(l.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(l.status().message().find("--secret-file"), std::string::npos);
-  EXPECT_OK(f->Listen(pd.get(), "tcp://127.0.0.1:0"));
+  EXPECT_TRUE(f->Listen(pd.get(), "tcp://127.0.0.1:0").ok());
 
   FabricOptions named;
   named.secret_file = WriteFile("nonloop", "a-real-secret");
   auto g = std::move(soft::OpenSoftFabric(named)).value();
   auto gpd = std::move(g->AllocPd()).value();
   auto ok = g->Listen(gpd.get(), "tcp://0.0.0.0:0");
-  EXPECT_OK(ok);
+  EXPECT_TRUE(ok.ok()) << ok.status().ToString();
   ::unlink(named.secret_file.c_str());
 }
 

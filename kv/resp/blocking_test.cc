@@ -12,7 +12,6 @@
 #include "kv/resp/server.h"
 #include "kv/resp/test_client.h"
 #include "kv/resp/test_fake_store.h"
-#include "tests/common/status_assert.h"
 
 namespace asymnvm::kv::resp {
 namespace {
@@ -35,7 +34,7 @@ class Blocking : public ::testing::Test {
       return std::unique_ptr<Store>(new SharedStore(&store_));
     };
     auto s = Server::Start(std::move(o));
-    EXPECT_OK(s);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
     return s.ok() ? std::move(s).value() : nullptr;
   }
   void SetUp() override {

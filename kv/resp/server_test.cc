@@ -6,7 +6,6 @@
 
 #include "kv/resp/test_client.h"
 #include "kv/resp/test_fake_store.h"
-#include "tests/common/status_assert.h"
 
 namespace asymnvm::kv::resp {
 namespace {
@@ -23,7 +22,7 @@ class RespServer : public ::testing::Test {
       return std::unique_ptr<Store>(new SharedStore(&store_));
     };
     auto s = Server::Start(std::move(o));
-    ASSERT_OK(s);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
     server_ = std::move(s).value();
   }
   FakeStore store_;
@@ -202,7 +201,7 @@ TEST_F(RespServer, TakenPort_FallsBackToAnEphemeralPort) {
     return std::unique_ptr<Store>(new SharedStore(&store_));
   };
   auto s2 = Server::Start(o);
-  ASSERT_OK(s2);
+  ASSERT_TRUE(s2.ok()) << s2.status().ToString();
   EXPECT_NE((*s2)->port(), server_->port());
   o.fallback_to_ephemeral = false;
   auto s3 = Server::Start(o);

@@ -21,7 +21,6 @@
 #include "kv/resp/server.h"
 #include "kv/resp/test_client.h"
 #include "kv/resp/test_fake_store.h"
-#include "tests/common/status_assert.h"
 
 namespace asymnvm::kv::resp {
 namespace {
@@ -206,7 +205,7 @@ TEST(TlsAuthClients, ParsesRedisSpelling) {
 using TlsContextTest = Certs;
 
 TEST_F(TlsContextTest, BadFiles_ClearErrorsNamingTheFile) {
-  ASSERT_OK(TlsContext::Create(Options()));
+  ASSERT_TRUE(TlsContext::Create(Options()).ok());
   auto expect_error = [](const TlsOptions& o, const std::string& want) {
     auto c = TlsContext::Create(o);
     ASSERT_FALSE(c.ok()) << want;
@@ -228,7 +227,7 @@ TEST_F(TlsContextTest, BadFiles_ClearErrorsNamingTheFile) {
   o.ca_cert_file.clear();
   expect_error(o, "tls-ca-cert-file is required");
   o.auth_clients = TlsAuthClients::kNo;  // as Redis: no CA needed when no client is verified
-  EXPECT_OK(TlsContext::Create(o));
+  EXPECT_TRUE(TlsContext::Create(o).ok());
   o = Options();
   o.cert_file.clear();
   expect_error(o, "tls-cert-file is not set");
@@ -240,7 +239,7 @@ class TlsServer : public Certs {
  protected:
   void Start(TlsAuthClients auth = TlsAuthClients::kYes, bool plain = true) {
     auto ctx = TlsContext::Create(Options(auth));
-    ASSERT_OK(ctx);
+    ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
     ServerOptions o;
     o.port = 0;
     o.listen_plain = plain;
@@ -251,7 +250,7 @@ class TlsServer : public Certs {
       return std::unique_ptr<Store>(new SharedStore(&store_));
     };
     auto s = Server::Start(std::move(o));
-    ASSERT_OK(s);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
     server_ = std::move(s).value();
     ASSERT_NE(server_->tls_port(), 0);
   }
